@@ -1,0 +1,20 @@
+"""Terminal output: rich on a terminal, plain lines otherwise (logs, CI)."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+
+# Data (--json) goes to stdout; progress and messages to stderr so that
+# `sparkctl ... --json | jq` always gets clean JSON.
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def progress(message: str) -> None:
+    """One progress line: dim on a terminal, a plain line in logs."""
+    if err.is_terminal:
+        err.print(f"[dim]·[/dim] {message}")
+    else:
+        print(f"sparkctl: {message}", file=sys.stderr, flush=True)

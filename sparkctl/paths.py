@@ -1,0 +1,48 @@
+"""Where sparkctl finds its playbooks and roles, and where it keeps state.
+
+Playbooks, roles and the example inventories are shipped inside the wheel
+(``sparkctl/_data``). When sparkctl runs from a checkout, the checkout's
+top-level ``playbooks/`` and ``roles/`` are used instead, so edits take effect
+without reinstalling.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def data_dir() -> Path:
+    """The directory holding ``playbooks/``, ``roles/``, ``inventory/`` and ``ansible.cfg``."""
+    checkout = _PACKAGE_DIR.parent
+    if (checkout / "playbooks").is_dir() and (checkout / "roles").is_dir() \
+            and (checkout / "pyproject.toml").is_file():
+        return checkout
+    return _PACKAGE_DIR / "_data"
+
+
+def playbooks_dir() -> Path:
+    return data_dir() / "playbooks"
+
+
+def roles_dir() -> Path:
+    return data_dir() / "roles"
+
+
+def default_sim_inventory() -> Path:
+    """The inventory that describes the rehearsal lab (``inventory/sim.ini``)."""
+    return data_dir() / "inventory" / "sim.ini"
+
+
+def state_dir() -> Path:
+    """Per-user state: lab keys, results, the last good validation run.
+
+    ``SPARKCTL_STATE_DIR`` overrides it (the lab inventory reads the same
+    variable, so both always agree).
+    """
+    env = os.environ.get("SPARKCTL_STATE_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".local" / "state" / "sparkctl"
