@@ -1,0 +1,196 @@
+"""The ``sparkctl`` command line: thin click commands over the typed core.
+
+Every failure is a :class:`~sparkctl.errors.SparkctlError`, caught once in
+:func:`main`, printed in plain words and turned into its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.table import Table
+
+from sparkctl import __version__, console
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.paths import default_sim_inventory
+
+
+@dataclass
+class App:
+    debug: bool = False
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _inventory_option(default_sim: bool) -> Callable[[F], F]:
+    option: Callable[[F], F] = click.option(
+        "-i", "--inventory", "inventory",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=default_sim_inventory() if default_sim else None,
+        show_default="inventory/sim.ini" if default_sim else False,
+        envvar="SPARKCTL_LAB_INVENTORY" if default_sim else None,
+        help="Inventory describing the lab (env: SPARKCTL_LAB_INVENTORY).",
+    )
+    return option
+
+
+def _print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sparkctl")
+@click.option("--debug", is_flag=True, envvar="SPARKCTL_DEBUG",
+              help="Verbose logs and tracebacks on errors (env: SPARKCTL_DEBUG).")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Provision, validate and serve a DGX Spark cluster; rehearse it in a local lab."""
+    ctx.obj = App(debug=debug)
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+# --------------------------------------------------------------------- lab
+@cli.group()
+def lab() -> None:
+    """The rehearsal lab: four simulated Sparks and a switch in local containers."""
+
+
+def _lab(inventory: Path, **overrides: Any) -> Any:
+    from sparkctl.lab.lab import Lab, LabSpec, check_environment  # noqa: PLC0415
+
+    check_environment()
+    spec = LabSpec.from_inventory(inventory, **overrides)
+    return Lab(spec, progress=console.progress)
+
+
+@lab.command("up")
+@_inventory_option(default_sim=True)
+@click.option("--rate", "rate_mbit", type=click.IntRange(min=1), default=None,
+              help="Shape every switch port to this many Mbit/s (default: lab_link_rate_mbit).")
+@click.option("--driver-version", default=None,
+              help="Driver version the simulated GPUs report (default: lab_gpu_driver_version).")
+@click.option("--rebuild", is_flag=True, help="Rebuild the node image even if it is cached.")
+@click.option("--mirror", envvar="SPARKCTL_LAB_MIRROR", default=None,
+              help="Debian mirror for the image build (default: this machine's apt mirror; "
+                   "env: SPARKCTL_LAB_MIRROR).")
+@click.option("--json", "as_json", is_flag=True, help="Print the lab status as JSON.")
+def lab_up(inventory: Path, rate_mbit: int | None, driver_version: str | None, rebuild: bool,
+           mirror: str | None, as_json: bool) -> None:
+    """Build the node image if needed and bring the lab up."""
+    the_lab = _lab(inventory, rate_mbit=rate_mbit, driver_version=driver_version)
+    created = the_lab.up(rebuild=rebuild, mirror=mirror)
+    status = the_lab.status()
+    status["created"] = created
+    if as_json:
+        _print_json(status)
+    else:
+        _show_status(status)
+
+
+@lab.command("down")
+@_inventory_option(default_sim=True)
+def lab_down(inventory: Path) -> None:
+    """Remove every container and network the lab created (the image cache stays)."""
+    _lab(inventory).down()
+
+
+@lab.command("status")
+@_inventory_option(default_sim=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def lab_status(inventory: Path, as_json: bool) -> None:
+    """Each node's state, addresses and links; exit 1 when the lab is not up."""
+    status = _lab(inventory).status()
+    if as_json:
+        _print_json(status)
+    else:
+        _show_status(status)
+    if not status["up"]:
+        raise SparkctlError("the lab is not up", ExitCode.CHECKS_FAILED,
+                            hint="sparkctl lab up")
+
+
+@lab.command("ssh", context_settings={"ignore_unknown_options": True})
+@_inventory_option(default_sim=True)
+@click.argument("node")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def lab_ssh(inventory: Path, node: str, command: tuple[str, ...]) -> None:
+    """Open a shell on NODE (or run COMMAND there) over the management network."""
+    from sparkctl.lab.sshtrust import ssh_base_args  # noqa: PLC0415
+
+    the_lab = _lab(inventory)
+    hosts = {h.name: h for h in the_lab.spec.hosts}
+    if node not in hosts:
+        raise SparkctlError(f"no lab host '{node}' (hosts: {', '.join(hosts)})",
+                            ExitCode.BAD_INPUT)
+    interactive = not command and sys.stdin.isatty()
+    args = ssh_base_args(the_lab.dir / "ssh", batch=not interactive)
+    sys.stdout.flush()
+    os.execvp(args[0], [*args, f"root@{hosts[node].mgmt_ip}", *command])  # noqa: S606 - replaces sparkctl by ssh, as intended
+
+
+@lab.command("port")
+@_inventory_option(default_sim=True)
+@click.argument("port")
+@click.option("--rate", "rate_mbit", type=click.IntRange(min=1), help="New shaping rate, Mbit/s.")
+@click.option("--mtu", type=click.IntRange(68, 65535), help="New MTU of the switch port.")
+@click.option("--up/--down", "up", default=None, help="Set the port up or down (pull the cable).")
+def lab_port(inventory: Path, port: str, rate_mbit: int | None, mtu: int | None,
+             up: bool | None) -> None:
+    """Change a switch PORT live (swp3 or spark2:a): rate, MTU, up/down.
+
+    Rehearses faults: a port left at MTU 1500, a pulled cable, a slow link.
+    """
+    the_lab = _lab(inventory)
+    cable = the_lab.cable(port)
+    the_lab.set_port(cable, rate_mbit=rate_mbit, mtu=mtu, up=up)
+    console.progress(f"{cable.port} ({cable.node}:{cable.domain}) updated")
+
+
+def _show_status(status: dict[str, Any]) -> None:
+    table = Table(title=f"lab ({'up' if status['up'] else 'not up'}, "
+                        f"ports shaped to {status['rate_mbit']} Mbit/s)")
+    for col in ("host", "state", "management", "links"):
+        table.add_column(col)
+    for h in status["hosts"]:
+        links = "\n".join(
+            f"{ln['name']} {ln['state']} mtu {ln['mtu']}"
+            + (f" {' '.join(ln['addresses'])}" if ln["addresses"] else "")
+            + (f" {ln['rate_mbit']} Mbit/s" if "rate_mbit" in ln else "")
+            for ln in h["links"])
+        table.add_row(h["name"], h["state"], h["mgmt_ip"], links)
+    console.out.print(table)
+
+
+def main() -> None:
+    debug = "--debug" in sys.argv or bool(os.environ.get("SPARKCTL_DEBUG"))
+    try:
+        cli.main(standalone_mode=False)
+    except SparkctlError as exc:
+        if debug:
+            console.err.print_exception()
+        console.err.print(f"[bold red]error:[/bold red] {exc.message}", markup=True,
+                          highlight=False)
+        if exc.hint:
+            console.err.print(f"[yellow]hint:[/yellow] {exc.hint}")
+        sys.exit(int(exc.code))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(int(ExitCode.BAD_INPUT))
+    except click.Abort:
+        console.err.print("aborted")
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except KeyboardInterrupt:
+        console.err.print("interrupted")
+        sys.exit(int(ExitCode.INTERRUPTED))

@@ -1,0 +1,144 @@
+"""Wiring the lab fabric: veth "cables", the bridge switch and token-bucket shaping.
+
+Each node twin is one veth pair created directly inside the two network
+namespaces (node and switch), so nothing is left in the host's namespace and
+everything disappears with the containers. The switch bridges the ports of
+each twin into its own L2 domain. Every switch port is shaped in both
+directions: egress with ``tbf`` on the port, ingress by redirecting to an
+``ifb`` device shaped with ``tbf`` too (the kernel here has tbf and ifb, no
+netem).
+
+Commands are built by pure functions (unit-tested) and run with
+``nsenter -t PID -n`` using the host's iproute2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.proc import run
+
+# Port 0 of the CX-7 (f0 twins) is not cabled in this setup; the lab gives each
+# node the two netdevs as a pair left down, so names and ibdev2netdev match a Spark.
+UNCABLED_PAIR = ("enp1s0f0np0", "enP2p1s0f0np0")
+DEFAULT_MTU = 1500  # switch ports and node ports out of the box
+
+
+@dataclass(frozen=True)
+class Cable:
+    """One node twin cabled to one switch port, in the L2 domain of that twin."""
+
+    node: str
+    node_if: str
+    port: str
+    domain: str  # "a" or "b": one bridge per twin
+
+    @property
+    def bridge(self) -> str:
+        return f"br-{self.domain}"
+
+    @property
+    def ifb(self) -> str:
+        return f"ifb-{self.port}"[:15]
+
+
+def burst_bytes(rate_mbit: int) -> int:
+    """Token bucket depth: 4 ms at the rate, at least 128 KiB (one GSO frame plus headroom)."""
+    return max(rate_mbit * 1_000_000 // 8 // 250, 128 * 1024)
+
+
+def rate_commands(port: str, ifb: str, rate_mbit: int) -> list[list[str]]:
+    """tc commands (run in the switch) that shape ``port`` to ``rate_mbit`` both ways:
+    egress on the port itself, ingress on the ifb its ingress is redirected to."""
+    if rate_mbit <= 0:
+        raise SparkctlError(f"link rate must be a positive number of Mbit/s, not {rate_mbit}",
+                            ExitCode.BAD_INPUT)
+    tbf = ["tbf", "rate", f"{rate_mbit}mbit", "burst", str(burst_bytes(rate_mbit)),
+           "latency", "25ms"]
+    return [["tc", "qdisc", "replace", "dev", dev, "root", *tbf] for dev in (port, ifb)]
+
+
+def ingress_redirect_commands(port: str, ifb: str) -> list[list[str]]:
+    """Send everything arriving on ``port`` through ``ifb`` so it can be shaped.
+
+    u32 with an all-matching key: this kernel has no matchall classifier.
+    """
+    return [
+        ["ip", "link", "add", ifb, "type", "ifb"],
+        # The ifb only carries what the port admitted; it must never be the MTU limit.
+        ["ip", "link", "set", ifb, "mtu", "65535", "up"],
+        ["tc", "qdisc", "add", "dev", port, "handle", "ffff:", "ingress"],
+        ["tc", "filter", "add", "dev", port, "parent", "ffff:", "protocol", "all", "prio", "1",
+         "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb],
+    ]
+
+
+def nsenter(pid: int, cmd: Sequence[str]) -> list[str]:
+    return ["nsenter", "-t", str(pid), "-n", *cmd]
+
+
+def ns_run(pid: int, cmd: Sequence[str], *, check: bool = True) -> str:
+    return run(nsenter(pid, cmd), check=check, what=" ".join(cmd)).stdout
+
+
+def wire(cables: Sequence[Cable], node_pids: dict[str, int], switch_pid: int,
+         rate_mbit: int) -> None:
+    """Create cables, bridges and shaping. The lab must be freshly created."""
+    for bridge in sorted({c.bridge for c in cables}):
+        ns_run(switch_pid, ["ip", "link", "add", bridge, "type", "bridge", "stp_state", "0"])
+        ns_run(switch_pid, ["ip", "link", "set", bridge, "up"])
+    for cable in cables:
+        pid = node_pids[cable.node]
+        run(["ip", "link", "add", cable.node_if, "netns", str(pid), "type", "veth",
+             "peer", "name", cable.port, "netns", str(switch_pid)],
+            what=f"cabling {cable.node}:{cable.node_if} to {cable.port}")
+        ns_run(switch_pid, ["ip", "link", "set", cable.port, "mtu", str(DEFAULT_MTU),
+                            "master", cable.bridge])
+        for cmd in [*ingress_redirect_commands(cable.port, cable.ifb),
+                    *rate_commands(cable.port, cable.ifb, rate_mbit)]:
+            ns_run(switch_pid, cmd)
+        ns_run(switch_pid, ["ip", "link", "set", cable.port, "up"])
+        ns_run(pid, ["ip", "link", "set", cable.node_if, "up"])
+    for node, pid in node_pids.items():
+        a, b = UNCABLED_PAIR
+        run(["ip", "link", "add", a, "netns", str(pid), "type", "veth", "peer", "name", b,
+             "netns", str(pid)], what=f"uncabled port 0 twins on {node}")
+
+
+def set_port(switch_pid: int, cable: Cable, *, rate_mbit: int | None = None,
+             mtu: int | None = None, up: bool | None = None) -> None:
+    """Change one switch port live (rate, MTU, administrative state)."""
+    if mtu is not None:
+        ns_run(switch_pid, ["ip", "link", "set", cable.port, "mtu", str(mtu)])
+    if rate_mbit is not None:
+        for cmd in rate_commands(cable.port, cable.ifb, rate_mbit):
+            ns_run(switch_pid, cmd)
+    if up is not None:
+        ns_run(switch_pid, ["ip", "link", "set", cable.port, "up" if up else "down"])
+
+
+def links(pid: int) -> list[dict[str, Any]]:
+    """``ip -j addr`` of a namespace: live names, state, MTU and addresses."""
+    data = json.loads(ns_run(pid, ["ip", "-j", "addr", "show"]) or "[]")
+    return [d for d in data if isinstance(d, dict)]
+
+
+def port_rates(switch_pid: int) -> dict[str, int]:
+    """Egress tbf rate per device in the switch, in Mbit/s, read live from tc."""
+    data = json.loads(ns_run(switch_pid, ["tc", "-j", "qdisc", "show"]) or "[]")
+    return parse_tbf_rates(data)
+
+
+def parse_tbf_rates(qdiscs: list[dict[str, Any]]) -> dict[str, int]:
+    """Map device -> tbf rate in Mbit/s from ``tc -j qdisc show`` output."""
+    rates: dict[str, int] = {}
+    for q in qdiscs:
+        if q.get("kind") == "tbf" and isinstance(q.get("options"), dict):
+            rate = q["options"].get("rate")
+            if isinstance(rate, int | float):  # tc -j reports bytes per second
+                rates[str(q["dev"])] = round(rate * 8 / 1_000_000)
+    return rates

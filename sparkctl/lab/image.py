@@ -1,0 +1,202 @@
+"""Building the lab node image with debootstrap (no image registry is reachable).
+
+The image is a Debian bookworm ``minbase`` root with systemd as PID 1, sshd,
+python3, netplan with systemd-networkd and the tools later steps use. It is
+tagged with a hash of its recipe, so a second ``lab up`` reuses it and a
+change of the recipe (package list, files below) builds a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.lab.podman import Podman
+from sparkctl.proc import require_tool, run
+
+log = logging.getLogger(__name__)
+
+IMAGE_REPO = "localhost/sparkctl-lab"
+SUITE = "bookworm"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+
+# What a lab node has before provisioning. Tools a role installs on a real
+# Spark are installed by that role, except the heavy MPI stack, which is
+# baked in to keep the lab quick to provision (a DGX OS install ships it too).
+PACKAGES: tuple[str, ...] = (
+    "systemd", "systemd-sysv", "dbus", "openssh-server", "openssh-client",
+    "python3", "python3-apt", "netplan.io", "iproute2", "iputils-ping", "ethtool",
+    "openmpi-bin", "python3-mpi4py", "rsync", "iperf3", "sudo", "procps", "kmod",
+    "nftables", "ca-certificates", "less", "tcpdump",
+)
+
+# Files written into the root file system after debootstrap. Part of the recipe hash.
+_HOSTKEYS_UNIT = """\
+[Unit]
+Description=Generate this node's own SSH host keys on first boot
+Before=ssh.service
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -A
+
+[Install]
+WantedBy=multi-user.target
+RequiredBy=ssh.service
+"""
+
+_SSHD_CONF = """\
+# sparkctl lab: key authentication only; many parallel sessions (Ansible forks, mpirun).
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UseDNS no
+MaxStartups 64:30:128
+MaxSessions 64
+"""
+
+_NETWORKD_CONF = """\
+# The management interface is configured by the container runtime; networkd
+# must only manage what netplan gives it, and must not flush foreign routes.
+[Network]
+ManageForeignRoutes=no
+ManageForeignRoutingPolicyRules=no
+"""
+
+_FILES: dict[str, tuple[str, int]] = {
+    "etc/systemd/system/sparkctl-lab-hostkeys.service": (_HOSTKEYS_UNIT, 0o644),
+    "etc/ssh/sshd_config.d/sparkctl-lab.conf": (_SSHD_CONF, 0o644),
+    "etc/systemd/networkd.conf.d/sparkctl-lab.conf": (_NETWORKD_CONF, 0o644),
+}
+
+_ENABLE = ("systemd-networkd.service", "sparkctl-lab-hostkeys.service", "ssh.service")
+# Units that cannot work in a container and would only leave the node "degraded".
+_MASK = ("systemd-networkd-wait-online.service", "systemd-udevd.service",
+         "systemd-udev-trigger.service", "getty@tty1.service", "e2scrub_reap.service",
+         "apt-daily.timer", "apt-daily-upgrade.timer", "systemd-timesyncd.service")
+
+RECIPE_VERSION = 3
+
+
+@dataclass(frozen=True)
+class ImageRecipe:
+    suite: str = SUITE
+    packages: tuple[str, ...] = PACKAGES
+
+    def digest(self) -> str:
+        blob = json.dumps({"v": RECIPE_VERSION, "suite": self.suite,
+                           "packages": sorted(self.packages), "files": _FILES,
+                           "enable": _ENABLE, "mask": _MASK}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def ref(self) -> str:
+        return f"{IMAGE_REPO}:{self.digest()}"
+
+
+def host_mirror(sources: tuple[Path, ...] = (Path("/etc/apt/sources.list.d/debian.sources"),
+                                            Path("/etc/apt/sources.list"))) -> str:
+    """The Debian mirror this machine's apt uses, so the lab uses the same one."""
+    for src in sources:
+        try:
+            text = src.read_text()
+        except OSError:
+            continue
+        if src.suffix == ".sources":
+            for stanza in re.split(r"\n\s*\n", text):
+                if re.search(r"^Suites:.*\b" + SUITE + r"\b", stanza, re.M):
+                    m = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
+                    if m and "security" not in m.group(1):
+                        return m.group(1).rstrip("/")
+        else:
+            for line in text.splitlines():
+                m = re.match(r"\s*deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+" + SUITE + r"\s", line)
+                if m and "security" not in m.group(1):
+                    return m.group(1).rstrip("/")
+    return DEFAULT_MIRROR
+
+
+def _apt_sources(mirror: str) -> str:
+    security = "http://deb.debian.org/debian-security" if "deb.debian.org" in mirror \
+        else mirror.rsplit("/", 1)[0] + "/debian-security"
+    return (f"deb {mirror} {SUITE} main\n"
+            f"deb {mirror} {SUITE}-updates main\n"
+            f"deb {security} {SUITE}-security main\n")
+
+
+def ensure_image(podman: Podman, *, work_dir: Path, mirror: str | None = None,
+                 rebuild: bool = False, progress: Callable[[str], None] = log.info) -> str:
+    """Return the image reference for the current recipe, building it when missing."""
+    recipe = ImageRecipe()
+    if not rebuild and podman.image_exists(recipe.ref):
+        progress(f"lab image {recipe.ref} is cached")
+        return recipe.ref
+    build_image(podman, recipe, work_dir=work_dir, mirror=mirror or host_mirror(),
+                progress=progress)
+    return recipe.ref
+
+
+def build_image(podman: Podman, recipe: ImageRecipe, *, work_dir: Path, mirror: str,
+                progress: Callable[[str], None]) -> None:
+    debootstrap = require_tool("debootstrap")
+    work_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="image-", dir=work_dir) as tmp:
+        root = Path(tmp) / "root"
+        logfile = work_dir / "debootstrap.log"
+        progress(f"building lab image {recipe.ref} with debootstrap from {mirror} "
+                 f"(log: {logfile})")
+        with logfile.open("w") as fh:
+            proc = subprocess.run(
+                [debootstrap, "--variant=minbase", f"--include={','.join(recipe.packages)}",
+                 recipe.suite, str(root), mirror],
+                stdout=fh, stderr=subprocess.STDOUT, check=False, timeout=900)
+        if proc.returncode != 0:
+            tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-15:])
+            raise SparkctlError(f"debootstrap failed (exit {proc.returncode}):\n{tail}",
+                                ExitCode.LAB, hint=f"full log: {logfile}")
+        _customise(root, mirror)
+        progress("importing the root file system into podman")
+        tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."],
+                               stdout=subprocess.PIPE)
+        try:
+            imp = subprocess.run(
+                [podman.binary, "import", "--change", 'CMD ["/sbin/init"]',
+                 "--change", f"LABEL io.sparkctl.recipe={recipe.digest()}", "-", recipe.ref],
+                stdin=tar.stdout, capture_output=True, text=True, env=podman.env, check=False)
+        finally:
+            if tar.stdout:
+                tar.stdout.close()
+            tar.wait()
+        if imp.returncode != 0 or tar.returncode != 0:
+            raise SparkctlError(f"podman import failed: {imp.stderr.strip()}", ExitCode.LAB)
+        # debootstrap leaves device nodes and root-owned trees; rmtree handles them.
+        shutil.rmtree(root, ignore_errors=True)
+    progress(f"lab image built in {time.monotonic() - started:.0f} s")
+
+
+def _customise(root: Path, mirror: str) -> None:
+    for rel, (content, mode) in _FILES.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        target.chmod(mode)
+    for key in root.glob("etc/ssh/ssh_host_*"):
+        key.unlink()  # every node generates its own on first boot
+    (root / "etc/apt/sources.list").write_text(_apt_sources(mirror))
+    (root / "etc/hostname").write_text("")
+    run(["chroot", str(root), "systemctl", "enable", *_ENABLE], what="systemctl enable")
+    run(["chroot", str(root), "systemctl", "mask", *_MASK], what="systemctl mask")
+    for cache in root.glob("var/cache/apt/archives/*.deb"):
+        cache.unlink()

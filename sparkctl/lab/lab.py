@@ -1,0 +1,326 @@
+"""The rehearsal lab: four simulated Sparks and a switch in local containers.
+
+The lab is described by an inventory (``inventory/sim.ini``): the same file
+``provision``/``validate``/``serve`` use. ``up`` builds (or reuses) the node
+image, starts one systemd container per host on a podman bridge with the
+inventory's management addresses, cables every twin to its switch port,
+shapes the ports, makes each node look like a Spark to the tools the roles use
+and records SSH trust. ``down`` removes what ``up`` created and nothing else.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkctl import inventory as inv_mod
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.lab import fabric, sshtrust
+from sparkctl.lab.hardware import ASSETS_DIR, STANDIN_TOOLS, LabHardware, render_dgx_release
+from sparkctl.lab.image import ensure_image
+from sparkctl.lab.podman import Podman
+from sparkctl.paths import state_dir
+from sparkctl.proc import require_tool
+
+log = logging.getLogger(__name__)
+
+LABEL = "io.sparkctl.lab"
+NETWORK = "sparkctl-lab"
+MGMT_IF = "enP7s7"  # the Spark's onboard management NIC (dgx-spark.md, "The network")
+HW_FILE = "/etc/sparkctl-lab/hardware.json"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LabHost:
+    name: str
+    mgmt_ip: str
+    role: str  # "spark" or "switch"
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    """Everything ``lab up`` needs, derived from the inventory and options."""
+
+    inventory: Path
+    hosts: tuple[LabHost, ...]
+    switch: str
+    cables: tuple[fabric.Cable, ...]
+    mgmt_subnet: str
+    rate_mbit: int
+    hardware: LabHardware
+
+    @property
+    def sparks(self) -> tuple[LabHost, ...]:
+        return tuple(h for h in self.hosts if h.role == "spark")
+
+    @classmethod
+    def from_inventory(cls, path: Path, *, rate_mbit: int | None = None,
+                       driver_version: str | None = None) -> LabSpec:
+        inv = inv_mod.load(path)
+        if inv.switch is None:
+            raise inv_mod.bad_input(path, None, None, "the lab needs a host in [switches]")
+        if inv.switch.os != "linux":
+            raise inv_mod.bad_input(path, inv.switch.name, "switch_os",
+                                    f"the lab switch is a Linux bridge; got '{inv.switch.os}'")
+        subnet_raw = inv.cluster_var("lab_mgmt_subnet")
+        try:
+            subnet = ipaddress.IPv4Network(str(subnet_raw))
+        except ValueError as exc:
+            raise inv_mod.bad_input(path, None, "lab_mgmt_subnet",
+                                    f"{subnet_raw!r} is not an IPv4 network") from exc
+        gateway = next(subnet.hosts())
+        hosts = [LabHost(n.name, n.mgmt_ip, "spark") for n in inv.nodes]
+        hosts.append(LabHost(inv.switch.name, inv.switch.mgmt_ip, "switch"))
+        seen: dict[str, str] = {}
+        for h in hosts:
+            addr = ipaddress.IPv4Address(h.mgmt_ip)
+            if addr not in subnet or addr in {gateway, subnet.network_address,
+                                              subnet.broadcast_address}:
+                raise inv_mod.bad_input(path, h.name, "ansible_host",
+                                        f"{h.mgmt_ip} is not a usable address of "
+                                        f"lab_mgmt_subnet {subnet} (.1 is the gateway)")
+            if h.mgmt_ip in seen:
+                raise inv_mod.bad_input(path, h.name, "ansible_host",
+                                        f"{h.mgmt_ip} is also the address of {seen[h.mgmt_ip]}")
+            seen[h.mgmt_ip] = h.name
+        cables = _cables(inv)
+        rate = rate_mbit if rate_mbit is not None else inv.cluster_var("lab_link_rate_mbit", 1000)
+        if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
+            raise inv_mod.bad_input(path, None, "lab_link_rate_mbit",
+                                    f"{rate!r} is not a positive integer (Mbit/s)")
+        hw = LabHardware(
+            gpu_name="NVIDIA GB10",
+            driver_version=driver_version or str(inv.cluster_var("lab_gpu_driver_version",
+                                                                 "580.95.05")),
+            cuda_version=str(inv.cluster_var("lab_cuda_version", "13.0")),
+            link_rate_mbit=rate,
+        )
+        return cls(inventory=path, hosts=tuple(hosts), switch=inv.switch.name,
+                   cables=tuple(cables), mgmt_subnet=str(subnet), rate_mbit=rate, hardware=hw)
+
+
+def _cables(inv: inv_mod.Inventory) -> list[fabric.Cable]:
+    """One cable per node twin, from ``switch_ports``; every twin must be cabled."""
+    path = inv.path
+    netdevs = {"a": str(inv.cluster_var("fabric_a_netdev", "enp1s0f1np1")),
+               "b": str(inv.cluster_var("fabric_b_netdev", "enP2p1s0f1np1"))}
+    node_names = {n.name for n in inv.nodes}
+    cables = []
+    for port in inv.ports:
+        if port.node not in node_names:
+            raise inv_mod.bad_input(path, None, f"switch_ports.{port.name}.node",
+                                    f"'{port.node}' is not a host in [sparks]")
+        if port.twin not in netdevs:
+            raise inv_mod.bad_input(path, None, f"switch_ports.{port.name}.twin",
+                                    "the lab cables each twin to its own port: use a or b")
+        cables.append(fabric.Cable(port.node, netdevs[port.twin], port.name, port.twin))
+    for n in inv.nodes:
+        for twin in netdevs:
+            if not any(c.node == n.name and c.domain == twin for c in cables):
+                raise inv_mod.bad_input(path, n.name, "switch_ports",
+                                        f"no switch port is cabled to twin {twin}")
+    return cables
+
+
+def lab_dir() -> Path:
+    return state_dir() / "lab"
+
+
+def check_environment() -> None:
+    """Root, podman and the wiring tools: fail with the environment exit code otherwise."""
+    if os.geteuid() != 0:
+        raise SparkctlError(
+            "the lab needs root: it wires veth pairs between container network namespaces",
+            ExitCode.ENVIRONMENT, hint="run it as root, e.g. sudo .venv/bin/sparkctl lab up")
+    require_tool("podman", package="podman runc")
+    require_tool("runc")
+    for tool, pkg in (("ip", "iproute2"), ("tc", "iproute2"), ("nsenter", "util-linux"),
+                      ("ssh-keygen", "openssh-client"), ("ssh", "openssh-client")):
+        require_tool(tool, package=pkg)
+
+
+class Lab:
+    def __init__(self, spec: LabSpec, *, progress: Progress = log.info) -> None:
+        self.spec = spec
+        self.progress = progress
+        self.dir = lab_dir()
+        self.podman = Podman()
+
+    # ---------------------------------------------------------------- queries
+    def containers(self) -> dict[str, dict[str, Any]]:
+        return {c["Names"][0]: c for c in self.podman.containers(LABEL)}
+
+    def is_up(self) -> bool:
+        running = {n for n, c in self.containers().items() if c.get("State") == "running"}
+        return {h.name for h in self.spec.hosts} <= running
+
+    # ------------------------------------------------------------------- up
+    def up(self, *, rebuild: bool = False, mirror: str | None = None) -> bool:
+        """Bring the lab up. Returns False when it was already up (left as it is)."""
+        existing = self.containers()
+        if existing:
+            if self.is_up() and self.podman.network_exists(NETWORK):
+                self.progress("the lab is already up; leaving it as it is")
+                return False
+            raise SparkctlError(
+                f"a partial lab exists ({', '.join(sorted(existing))}); not touching it",
+                ExitCode.LAB, hint="sparkctl lab down, then sparkctl lab up")
+        image = ensure_image(self.podman, work_dir=self.dir / "build", mirror=mirror,
+                             rebuild=rebuild, progress=self.progress)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        try:
+            self._create(image)
+            self._wire()
+            self._dress()
+            sshtrust.record(self, self.dir / "ssh")
+        except BaseException:
+            self.progress("lab up failed; removing what it created")
+            self.down(quiet=True)
+            raise
+        self._write_state(image)
+        self.progress(f"lab up in {time.monotonic() - started:.0f} s")
+        return True
+
+    def _create(self, image: str) -> None:
+        if not self.podman.network_exists(NETWORK):
+            gateway = str(next(ipaddress.IPv4Network(self.spec.mgmt_subnet).hosts()))
+            self.podman("network", "create", "--label", f"{LABEL}=1", "--subnet",
+                        self.spec.mgmt_subnet, "--gateway", gateway, NETWORK)
+        for host in self.spec.hosts:
+            self.progress(f"starting {host.name} ({host.mgmt_ip})")
+            self.podman(
+                "run", "-d", "--name", host.name, "--hostname", host.name,
+                "--label", f"{LABEL}=1", "--label", f"{LABEL}.role={host.role}",
+                "--systemd=always", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW",
+                "--cap-add", "AUDIT_WRITE", "--cap-add", "SYS_PTRACE",
+                "--network", f"{NETWORK}:ip={host.mgmt_ip},interface_name={MGMT_IF}",
+                "--no-hosts", image)
+        with ThreadPoolExecutor(max_workers=len(self.spec.hosts)) as pool:
+            list(pool.map(self._wait_booted, [h.name for h in self.spec.hosts]))
+
+    def _wait_booted(self, name: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            proc = self.podman.exec(name, ["systemctl", "is-system-running"], check=False)
+            state = proc.stdout.strip()
+            if state in {"running", "degraded"}:
+                if state == "degraded":
+                    failed = self.podman.exec(name, ["systemctl", "--failed", "--no-legend",
+                                                     "--plain"], check=False).stdout.strip()
+                    log.warning("%s booted degraded: %s", name, failed)
+                return
+            time.sleep(0.5)
+        raise SparkctlError(f"{name}: systemd did not finish booting in {timeout:.0f} s "
+                            f"(state: {state or 'unknown'})", ExitCode.LAB)
+
+    def _pids(self) -> tuple[dict[str, int], int]:
+        nodes = {h.name: self.podman.pid(h.name) for h in self.spec.sparks}
+        return nodes, self.podman.pid(self.spec.switch)
+
+    def _wire(self) -> None:
+        self.progress(f"cabling {len(self.spec.cables)} twins to {self.spec.switch}, "
+                      f"ports shaped to {self.spec.rate_mbit} Mbit/s")
+        node_pids, switch_pid = self._pids()
+        fabric.wire(self.spec.cables, node_pids, switch_pid, self.spec.rate_mbit)
+
+    def _dress(self) -> None:
+        """Make each node look like a Spark: release file, GPU and RoCE tools, hosts file."""
+        hosts_lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+        hosts_lines += [f"{h.mgmt_ip} {h.name}" for h in self.spec.hosts]
+        hosts_file = "\n".join(hosts_lines) + "\n"
+        for host in self.spec.hosts:
+            self.podman.write_file(host.name, "/etc/hosts", hosts_file)
+        for host in self.spec.sparks:
+            self.podman.write_file(host.name, HW_FILE, self.spec.hardware.to_json(host.name))
+            self.podman.write_file(host.name, "/etc/dgx-release", render_dgx_release(host.name))
+            for tool, target in STANDIN_TOOLS.items():
+                self.podman.write_file(host.name, target, (ASSETS_DIR / tool).read_text(),
+                                       mode="0755")
+
+    def _write_state(self, image: str) -> None:
+        state = {"inventory": str(self.spec.inventory.resolve()), "image": image,
+                 "network": NETWORK, "rate_mbit": self.spec.rate_mbit,
+                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                 "hosts": {h.name: h.mgmt_ip for h in self.spec.hosts}}
+        (self.dir / "lab.json").write_text(json.dumps(state, indent=2) + "\n")
+
+    # ----------------------------------------------------------------- down
+    def down(self, *, quiet: bool = False) -> list[str]:
+        """Remove the lab's containers (their veths, ifbs and qdiscs go with their
+        namespaces) and its network. Returns what was removed."""
+        removed = []
+        names = sorted(self.containers())
+        if names:
+            self.podman("rm", "-f", "-t", "0", *names, timeout=180)
+            removed += [f"container {n}" for n in names]
+        if self.podman.network_exists(NETWORK):
+            self.podman("network", "rm", "-f", NETWORK)
+            removed.append(f"network {NETWORK}")
+        for stale in (self.dir / "lab.json", self.dir / "ssh" / "known_hosts"):
+            if stale.exists():
+                stale.unlink()
+        if not quiet:
+            self.progress("removed: " + (", ".join(removed) if removed else "nothing (no lab)"))
+        return removed
+
+    # ---------------------------------------------------------------- status
+    def status(self) -> dict[str, Any]:
+        containers = self.containers()
+        hosts: list[dict[str, Any]] = []
+        rates: dict[str, int] = {}
+        switch_pid: int | None = None
+        if self.spec.switch in containers and containers[self.spec.switch]["State"] == "running":
+            switch_pid = self.podman.pid(self.spec.switch)
+            rates = fabric.port_rates(switch_pid)
+        for h in self.spec.hosts:
+            entry: dict[str, Any] = {"name": h.name, "role": h.role, "mgmt_ip": h.mgmt_ip,
+                                     "state": containers.get(h.name, {}).get("State", "absent"),
+                                     "links": []}
+            if entry["state"] == "running":
+                pid = self.podman.pid(h.name)
+                for link in fabric.links(pid):
+                    name = str(link.get("ifname"))
+                    if name == "lo" or name.startswith("ifb-"):
+                        continue
+                    entry["links"].append({
+                        "name": name, "state": link.get("operstate"), "mtu": link.get("mtu"),
+                        "addresses": [f"{a['local']}/{a['prefixlen']}"
+                                      for a in link.get("addr_info", [])
+                                      if a.get("family") == "inet"],
+                        **({"rate_mbit": rates[name]} if h.role == "switch" and name in rates
+                           else {}),
+                    })
+            hosts.append(entry)
+        up = all(h["state"] == "running" for h in hosts)
+        return {"up": up, "network": NETWORK if self.podman.network_exists(NETWORK) else None,
+                "rate_mbit": self.spec.rate_mbit, "inventory": str(self.spec.inventory),
+                "hosts": hosts,
+                "cables": [{"node": c.node, "interface": c.node_if, "port": c.port,
+                            "domain": c.domain} for c in self.spec.cables]}
+
+    # ---------------------------------------------------------------- ports
+    def cable(self, ref: str) -> fabric.Cable:
+        """A cable by switch port (``swp3``) or by node twin (``spark2:a``)."""
+        node, _, twin = ref.partition(":")
+        for c in self.spec.cables:
+            if c.port == ref or (c.node == node and c.domain == twin):
+                return c
+        known = ", ".join(f"{c.port} ({c.node}:{c.domain})" for c in self.spec.cables)
+        raise SparkctlError(f"no switch port or node twin '{ref}' (known: {known})",
+                            ExitCode.BAD_INPUT)
+
+    def set_port(self, cable: fabric.Cable, *, rate_mbit: int | None = None,
+                 mtu: int | None = None, up: bool | None = None) -> None:
+        fabric.set_port(self.podman.pid(self.spec.switch), cable, rate_mbit=rate_mbit,
+                        mtu=mtu, up=up)
