@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Set up what sparkctl needs on a fresh Debian/Ubuntu machine:
+#   - system packages for the rehearsal lab (podman with runc, debootstrap,
+#     iproute2, ssh), installed with apt when run as root, or named precisely
+#     otherwise (exit 4, the "environment missing" code);
+#   - the virtualenv at .venv with sparkctl and its development tools.
+# Safe to run again: it only does what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(podman runc netavark aardvark-dns debootstrap iproute2 iptables openssh-client util-linux tar)
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    echo "bootstrap: installing ${missing[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "bootstrap: missing system packages: ${missing[*]}" >&2
+    echo "bootstrap: install them as root: apt-get install ${missing[*]}" >&2
+    exit 4
+  fi
+fi
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "bootstrap: sparkctl needs Python >= 3.11 ($python is $("$python" -V 2>&1))" >&2
+  exit 4
+fi
+if [[ ! -x .venv/bin/python ]]; then
+  if ! "$python" -m venv .venv 2>/dev/null; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+      rm -rf .venv && "$python" -m venv .venv
+    else
+      echo "bootstrap: cannot create .venv; install python3-venv" >&2
+      exit 4
+    fi
+  fi
+fi
+# Reinstall only when the dependency list changed.
+stamp=.venv/.sparkctl-deps
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  echo "bootstrap: installing sparkctl and its tools into .venv" >&2
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: static checks, unit tests and lab tests (the lab tests
+# need root and podman; .ci/run makes their absence a failure). Arguments go
+# to pytest, e.g. scripts/test.sh -m "not lab" for the fast subset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+.venv/bin/ruff check .
+.venv/bin/mypy
+exec .venv/bin/pytest "$@"

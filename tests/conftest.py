@@ -1,0 +1,84 @@
+"""Shared fixtures: the rehearsal lab is brought up once per test session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sparkctl import inventory
+from sparkctl.inventory import Inventory
+from tests.labhost import HostSnapshot
+
+REPO = Path(__file__).resolve().parent.parent
+SIM_INVENTORY = REPO / "inventory" / "sim.ini"
+
+
+def sparkctl(*args: str, check: bool = False, timeout: float = 900,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the sparkctl CLI as a user would, in a subprocess."""
+    proc = subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"sparkctl {' '.join(args)} exited {proc.returncode}:\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def lab_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "the lab needs root"
+    for tool in ("podman", "runc", "debootstrap", "ip", "tc", "nsenter"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked lab_teardown take the shared lab down: they run last."""
+    items.sort(key=lambda item: item.get_closest_marker("lab_teardown") is not None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "lab_teardown: runs after every other test")
+
+
+@dataclass
+class LabSession:
+    """What the lab tests share: the inventory and the host state from before ``lab up``."""
+
+    inventory: Inventory
+    before: HostSnapshot | None  # None when an already running lab was reused
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[LabSession]:
+    """Bring the lab up once for the session and take it down at the end.
+
+    Without root or podman the lab tests are skipped, unless SPARKCTL_REQUIRE_LAB=1
+    (set by .ci/run) makes that a failure, so CI can never pass by skipping them.
+    SPARKCTL_KEEP_LAB=1 reuses a running lab and leaves it up afterwards, for
+    quick iterations; otherwise the session starts from no lab at all.
+    """
+    reason = lab_unavailable()
+    if reason:
+        if os.environ.get("SPARKCTL_REQUIRE_LAB") == "1":
+            pytest.fail(f"lab tests required but {reason}")
+        pytest.skip(reason)
+    keep = os.environ.get("SPARKCTL_KEEP_LAB") == "1"
+    before: HostSnapshot | None = None
+    if not (keep and sparkctl("lab", "status").returncode == 0):
+        sparkctl("lab", "down", check=True)
+        before = HostSnapshot.take()
+    up = sparkctl("lab", "up", "--json")
+    if up.returncode != 0:
+        pytest.fail(f"sparkctl lab up failed ({up.returncode}):\n{up.stderr[-4000:]}")
+    yield LabSession(inventory=inventory.load(SIM_INVENTORY), before=before)
+    if not keep:
+        sparkctl("lab", "down")
