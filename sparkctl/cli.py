@@ -68,8 +68,9 @@ def lab() -> None:
 def _lab(inventory: Path, **overrides: Any) -> Any:
     from sparkctl.lab.lab import Lab, LabSpec, check_environment  # noqa: PLC0415
 
-    check_environment()
+    # Bad input first: a mistyped inventory is reported before "needs root".
     spec = LabSpec.from_inventory(inventory, **overrides)
+    check_environment()
     return Lab(spec, progress=console.progress)
 
 
@@ -171,10 +172,25 @@ def _show_status(status: dict[str, Any]) -> None:
     console.out.print(table)
 
 
+def _debug_requested(argv: list[str]) -> bool:
+    """--debug before the subcommand, or SPARKCTL_DEBUG set to a true value (as click reads it)."""
+    env = os.environ.get("SPARKCTL_DEBUG", "").strip().lower()
+    if env in {"1", "true", "yes", "on", "y", "t"}:
+        return True
+    for arg in argv:
+        if arg == "--debug":
+            return True
+        if not arg.startswith("-"):
+            return False  # the subcommand: later words belong to it (e.g. lab ssh NODE CMD)
+    return False
+
+
 def main() -> None:
-    debug = "--debug" in sys.argv or bool(os.environ.get("SPARKCTL_DEBUG"))
+    debug = _debug_requested(sys.argv[1:])
     try:
-        cli.main(standalone_mode=False)
+        rv = cli.main(standalone_mode=False)
+        if isinstance(rv, int) and rv:
+            sys.exit(rv)
     except SparkctlError as exc:
         if debug:
             console.err.print_exception()

@@ -26,6 +26,8 @@ from sparkctl.proc import run
 # node the two netdevs as a pair left down, so names and ibdev2netdev match a Spark.
 UNCABLED_PAIR = ("enp1s0f0np0", "enP2p1s0f0np0")
 DEFAULT_MTU = 1500  # switch ports and node ports out of the box
+# Netdev names have at most 15 characters (IFNAMSIZ - 1); a port also names its "ifb-" device.
+MAX_PORT_NAME = 15 - len("ifb-")
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class Cable:
 
     @property
     def ifb(self) -> str:
-        return f"ifb-{self.port}"[:15]
+        return f"ifb-{self.port}"
 
 
 def burst_bytes(rate_mbit: int) -> int:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lab.podman import Podman
@@ -128,7 +129,11 @@ def host_mirror(sources: tuple[Path, ...] = (Path("/etc/apt/sources.list.d/debia
 
 
 def _apt_sources(mirror: str) -> str:
-    security = "http://deb.debian.org/debian-security" if "deb.debian.org" in mirror \
+    mirror = mirror.rstrip("/")
+    # Debian's CDN serves security at its own path; a mirror or caching proxy
+    # is expected to serve debian-security beside debian.
+    security = "http://deb.debian.org/debian-security" \
+        if urlsplit(mirror).hostname == "deb.debian.org" \
         else mirror.rsplit("/", 1)[0] + "/debian-security"
     return (f"deb {mirror} {SUITE} main\n"
             f"deb {mirror} {SUITE}-updates main\n"
@@ -142,7 +147,7 @@ def ensure_image(podman: Podman, *, work_dir: Path, mirror: str | None = None,
     if not rebuild and podman.image_exists(recipe.ref):
         progress(f"lab image {recipe.ref} is cached")
         return recipe.ref
-    build_image(podman, recipe, work_dir=work_dir, mirror=mirror or host_mirror(),
+    build_image(podman, recipe, work_dir=work_dir, mirror=(mirror or host_mirror()).rstrip("/"),
                 progress=progress)
     return recipe.ref
 

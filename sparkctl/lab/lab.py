@@ -65,7 +65,7 @@ class LabSpec:
     @classmethod
     def from_inventory(cls, path: Path, *, rate_mbit: int | None = None,
                        driver_version: str | None = None) -> LabSpec:
-        inv = inv_mod.load(path)
+        inv = inv_mod.validate(path)
         if inv.switch is None:
             raise inv_mod.bad_input(path, None, None, "the lab needs a host in [switches]")
         if inv.switch.os != "linux":
@@ -116,6 +116,10 @@ def _cables(inv: inv_mod.Inventory) -> list[fabric.Cable]:
     node_names = {n.name for n in inv.nodes}
     cables = []
     for port in inv.ports:
+        if len(port.name) > fabric.MAX_PORT_NAME:
+            raise inv_mod.bad_input(path, None, f"switch_ports.{port.name}",
+                                    f"lab switch ports become netdevs (and ifb-{port.name}): "
+                                    f"names of at most {fabric.MAX_PORT_NAME} characters")
         if port.node not in node_names:
             raise inv_mod.bad_input(path, None, f"switch_ports.{port.name}.node",
                                     f"'{port.node}' is not a host in [sparks]")
