@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
+from sparkctl import inventory_rules
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.paths import roles_dir
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,8 @@ class Inventory:
     switch: Switch | None
     ports: tuple[SwitchPort, ...]
     hostvars: Mapping[str, Mapping[str, Any]] = field(repr=False)
+    groups: Mapping[str, list[str]] = field(repr=False, default_factory=dict)
+    origins: Mapping[tuple[str, str], str] = field(repr=False, default_factory=dict)
 
     def node(self, name: str) -> Node:
         for node in self.nodes:
@@ -120,8 +126,14 @@ def _plain(value: Any) -> Any:
 HostVars = dict[str, dict[str, Any]]
 
 
-def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostVars]:
-    """Load ``path`` with ansible-core; return (cluster group, groups, templated hostvars)."""
+Origins = dict[tuple[str, str], str]
+
+
+def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostVars, Origins]:
+    """Load ``path`` with ansible-core.
+
+    Returns (cluster group, groups, templated hostvars, (host, var) -> "file:line").
+    """
     if not path.exists():
         raise SparkctlError(f"{path}: inventory file not found", ExitCode.BAD_INPUT)
     if not path.is_file():
@@ -145,13 +157,14 @@ def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostV
     from ansible.template import Templar  # noqa: PLC0415
     from ansible.vars.manager import VariableManager  # noqa: PLC0415
 
-    init_plugin_loader()
+    _init_ansible(init_plugin_loader)
     loader = DataLoader()
     try:
         inv = InventoryManager(loader=loader, sources=[str(path.resolve())])
         vm = VariableManager(loader=loader, inventory=inv)
         groups = {name: [h.name for h in g.get_hosts()] for name, g in inv.groups.items()}
         hostvars: dict[str, dict[str, Any]] = {}
+        origins: Origins = {}
         for host in inv.get_hosts():
             raw = vm.get_vars(host=host)
             templar = Templar(loader=loader, variables=raw)
@@ -160,6 +173,9 @@ def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostV
                 if key in {"groups", "hostvars", "vars", "environment", "omit", "playbook_dir",
                            "ansible_playbook_python", "inventory_dir", "inventory_file"}:
                     continue
+                where = origin_of(value)
+                if where:
+                    origins[(host.name, key)] = where
                 try:
                     resolved[key] = templar.template(value)
                 except AnsibleError as exc:
@@ -171,7 +187,17 @@ def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostV
         raise SparkctlError(f"{path}: {_first_line(exc)}", ExitCode.BAD_INPUT) from exc
 
     cluster = _cluster_group(path, groups)
-    return cluster, groups, hostvars
+    return cluster, groups, hostvars, origins
+
+
+_ANSIBLE_READY: list[bool] = []
+
+
+def _init_ansible(init: Callable[[], None]) -> None:
+    """Install Ansible's collection loader once per process (it warns when repeated)."""
+    if not _ANSIBLE_READY:
+        init()
+        _ANSIBLE_READY.append(True)
 
 
 def _first_line(exc: Exception) -> str:
@@ -221,7 +247,7 @@ def _int(value: Any) -> int:
 def load(path: Path) -> Inventory:
     """Load the inventory and build the typed cluster model."""
     path = Path(path)
-    cluster, groups, hostvars = load_ansible_inventory(path)
+    cluster, groups, hostvars, origins = load_ansible_inventory(path)
     nodes: list[Node] = []
     for name in groups[SPARKS_GROUP]:
         hv = hostvars[name]
@@ -258,4 +284,48 @@ def load(path: Path) -> Inventory:
         ports.append(SwitchPort(name=port, node=str(spec["node"]),
                                 twin=str(spec.get("twin", "both"))))
     return Inventory(path=path, cluster=cluster, nodes=tuple(nodes), switch=switch,
-                     ports=tuple(ports), hostvars={k: _plain(v) for k, v in hostvars.items()})
+                     ports=tuple(ports), hostvars={k: _plain(v) for k, v in hostvars.items()},
+                     groups=groups, origins=origins)
+
+
+def _defined_in(path: Path, var: str) -> str | None:
+    """The group_vars/host_vars file that sets ``var`` (for values Ansible cannot tag)."""
+    top = var.split(".", 1)[0]
+    base = path.resolve().parent
+    for folder in ("host_vars", "group_vars"):
+        for candidate in sorted((base / folder).rglob("*")):
+            if not candidate.is_file() or candidate.suffix not in {"", ".yml", ".yaml", ".json"}:
+                continue
+            try:
+                data = yaml.safe_load(candidate.read_text())
+            except (OSError, yaml.YAMLError):
+                continue
+            if isinstance(data, dict) and top in data:
+                return str(candidate)
+    return None
+
+
+def validate(path: Path) -> Inventory:
+    """Load the inventory and apply every rule; raise one BAD_INPUT error listing all problems.
+
+    Nothing is contacted: this runs on the controller before any playbook.
+    """
+    inv = load(path)
+    problems = inventory_rules.check(inv.groups, inv.hostvars, roles_dir())
+    if not problems:
+        return inv
+    lines = []
+    for p in problems:
+        where: str | None = None
+        if p.var:
+            top = p.var.split(".", 1)[0]
+            hosts = [p.host] if p.host else list(inv.hostvars)
+            where = next((inv.origins[(h, top)] for h in hosts if (h, top) in inv.origins), None)
+            where = where or _defined_in(path, p.var)
+        line = f"{where or path}: {p}"
+        if p.hint:
+            line += f" ({p.hint})"
+        lines.append(line)
+    count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
+    raise SparkctlError(f"{path}: {count} in the inventory; no host was contacted\n  "
+                        + "\n  ".join(lines), ExitCode.BAD_INPUT)

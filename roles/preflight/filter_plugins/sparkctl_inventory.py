@@ -1,0 +1,1 @@
+../../../sparkctl/inventory_rules.py

@@ -1,0 +1,346 @@
+"""The inventory rules, in one place for the CLI and for the playbooks.
+
+``sparkctl`` runs :func:`check` on the controller before any host is
+contacted; the ``preflight`` role runs the very same function as the filter
+``sparkctl_inventory_problems`` (``roles/preflight/filter_plugins`` links to
+this file), so plain ``ansible-playbook`` is just as safe.
+
+This module must stay importable by Ansible on its own: standard library and
+PyYAML only, no imports from the sparkctl package.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SPARKS = "sparks"
+SWITCHES = "switches"
+TWINS = ("a", "b")
+SWITCH_OSES = ("linux", "nvue", "sonic")
+PASSWORD_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password",
+                 "ansible_become_password", "ansible_become_pass", "ansible_sudo_pass")
+# Variables the rules check themselves (and whose defaults are in cluster_defaults).
+HOST_VARS = ("node_rank", "fabric_a_ip", "fabric_b_ip")
+
+# Variables Ansible itself, facts and the lab define: never "unknown".
+_ANSIBLE_PREFIXES = ("ansible_", "inventory_", "group_names", "groups", "hostvars",
+                     "omit", "playbook_dir", "role_", "play_hosts", "environment")
+
+
+@dataclass(frozen=True)
+class Problem:
+    host: str | None
+    var: str | None
+    message: str
+    hint: str | None = None
+
+    def __str__(self) -> str:
+        where = ": ".join(p for p in (f"host {self.host}" if self.host else None,
+                                      f"variable {self.var}" if self.var else None) if p)
+        return f"{where}: {self.message}" if where else self.message
+
+
+# ------------------------------------------------------------ argument specs
+def load_specs(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every option of every role's ``meta/argument_specs.yml``: name -> (role, spec)."""
+    specs: dict[str, tuple[str, dict[str, Any]]] = {}
+    for spec_file in sorted(Path(roles_dir).glob("*/meta/argument_specs.yml")):
+        role = spec_file.parent.parent.name
+        data = yaml.safe_load(spec_file.read_text()) or {}
+        for entry in (data.get("argument_specs") or {}).values():
+            for name, spec in (entry.get("options") or {}).items():
+                specs.setdefault(name, (role, spec or {}))
+    return specs
+
+
+def _type_ok(value: Any, kind: str) -> bool:
+    """Strict type check: no silent conversion of "yes" to True or "4" to 4."""
+    checks: dict[str, tuple[type, ...]] = {
+        "str": (str,), "path": (str,), "bool": (bool,), "int": (int,), "float": (int, float),
+        "list": (list, tuple), "dict": (dict, Mapping), "raw": (object,),
+    }
+    if kind in {"int", "float"} and isinstance(value, bool):
+        return False
+    return isinstance(value, checks.get(kind, (object,)))
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+_KIND_WORDS = {"str": "a string", "path": "a path", "bool": "a boolean (true/false, unquoted)",
+               "int": "an integer", "float": "a number", "list": "a list", "dict": "a mapping"}
+
+
+Specs = Mapping[str, tuple[str, dict[str, Any]]]
+
+
+def check_types(hostvars: Mapping[str, Mapping[str, Any]], specs: Specs,
+                user_vars: Mapping[str, Iterable[str]] | None = None) -> list[Problem]:
+    """Types and choices of role variables; unknown names close to a known one.
+
+    ``user_vars`` (host -> names set by the inventory) limits the checks to what the
+    user wrote; without it every variable is checked.
+    """
+    problems: list[Problem] = []
+    seen: set[tuple[str | None, str]] = set()
+    prefixes = tuple(sorted({f"{role}_" for role, _ in specs.values()}))
+    known = set(specs)
+    for host, hv in hostvars.items():
+        names = set(user_vars[host]) if user_vars is not None and host in user_vars else set(hv)
+        for name in sorted(names):
+            if name not in hv or name.startswith(_ANSIBLE_PREFIXES):
+                continue
+            value = hv[name]
+            if name in specs:
+                role, spec = specs[name]
+                kind = str(spec.get("type", "str"))
+                key: tuple[str | None, str] = (None, name) if _same_everywhere(hostvars, name) \
+                    else (host, name)
+                if key in seen:
+                    continue
+                if value is not None and not _type_ok(value, kind):
+                    seen.add(key)
+                    problems.append(Problem(key[0], name, f"{value!r} is {_type_name(value)}, "
+                                            f"but {role} needs {_KIND_WORDS.get(kind, kind)}"))
+                elif spec.get("choices") and value not in spec["choices"]:
+                    seen.add(key)
+                    problems.append(Problem(key[0], name, f"{value!r} is not one of "
+                                            f"{', '.join(map(str, spec['choices']))}"))
+                continue
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+            if close or name.startswith(prefixes):
+                key = (None, name) if _same_everywhere(hostvars, name) else (host, name)
+                if key in seen:
+                    continue
+                seen.add(key)
+                problems.append(Problem(key[0], name, "unknown variable",
+                                        hint=f"did you mean {close[0]}?" if close else
+                                        "see the role's meta/argument_specs.yml"))
+    return problems
+
+
+def _same_everywhere(hostvars: Mapping[str, Mapping[str, Any]], name: str) -> bool:
+    values = [hv[name] for hv in hostvars.values() if name in hv]
+    return len(values) == len(hostvars) and all(v == values[0] for v in values)
+
+
+# ----------------------------------------------------------------- topology
+def _ipv4(value: Any) -> ipaddress.IPv4Address | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return ipaddress.IPv4Address(value.strip())
+    except ValueError:
+        return None
+
+
+def _net(value: Any) -> ipaddress.IPv4Network | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return ipaddress.IPv4Network(value.strip(), strict=True)
+    except ValueError:
+        return None
+
+
+def check_topology(groups: Mapping[str, list[str]],
+                   hostvars: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """Cross-host rules: ranks, addresses, subnets, switch ports, TP size, passwords."""
+    sparks = list(groups.get(SPARKS, []))
+    switches = list(groups.get(SWITCHES, []))
+    if not sparks:
+        return [Problem(None, None, f"no hosts in group [{SPARKS}]",
+                        hint="list the Sparks under a [sparks] section")]
+    problems: list[Problem] = []
+    if len(switches) > 1:
+        problems.append(Problem(None, None, f"[{SWITCHES}] lists {len(switches)} hosts "
+                                f"({', '.join(switches)}); sparkctl drives one fabric switch"))
+    first = hostvars[sparks[0]]
+    problems += _check_passwords(sparks + switches, hostvars)
+    mgmt, found = _check_mgmt(sparks + switches, hostvars)
+    problems += found
+    nets, found = _check_subnets(first)
+    problems += found
+    for addr, host in mgmt.items():
+        for twin, net in nets.items():
+            if addr in net:
+                problems.append(Problem(host, "ansible_host", f"management address {addr} lies "
+                                        f"in the fabric subnet of twin {twin} ({net})"))
+    problems += _check_ranks(sparks, hostvars)
+    problems += _check_fabric_ips(sparks, hostvars, nets)
+    problems += _check_switch(sparks, switches, hostvars)
+    problems += _check_tp(sparks, first)
+    return problems
+
+
+def _check_passwords(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    return [Problem(host, var, "passwords are not accepted in inventories",
+                    hint="use SSH key authentication (ansible_ssh_private_key_file) "
+                         "and sudo without a stored password")
+            for host in hosts for var in PASSWORD_VARS if var in hostvars[host]]
+
+
+def _check_mgmt(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]],
+                ) -> tuple[dict[ipaddress.IPv4Address, str], list[Problem]]:
+    problems: list[Problem] = []
+    mgmt: dict[ipaddress.IPv4Address, str] = {}
+    for host in hosts:
+        raw = hostvars[host].get("ansible_host", host)
+        addr = _ipv4(raw)
+        if addr is None:
+            if "ansible_host" in hostvars[host]:
+                problems.append(Problem(host, "ansible_host", f"{raw!r} is not an IPv4 address"))
+            continue
+        if addr in mgmt:
+            problems.append(Problem(host, "ansible_host",
+                                    f"{addr} is also the address of {mgmt[addr]}"))
+        mgmt.setdefault(addr, host)
+    return mgmt, problems
+
+
+def _check_subnets(first: Mapping[str, Any],
+                   ) -> tuple[dict[str, ipaddress.IPv4Network], list[Problem]]:
+    problems: list[Problem] = []
+    nets: dict[str, ipaddress.IPv4Network] = {}
+    for twin in TWINS:
+        var = f"fabric_{twin}_subnet"
+        raw = first.get(var)
+        net = _net(raw)
+        if net is None:
+            problems.append(Problem(None, var, f"{raw!r} is not an IPv4 network in CIDR form "
+                                    "(like 192.168.100.0/24, host bits zero)"))
+        else:
+            nets[twin] = net
+    if len(nets) == 2 and nets["a"].overlaps(nets["b"]):
+        problems.append(Problem(None, "fabric_b_subnet",
+                                f"twins a and b share a subnet ({nets['a']} / {nets['b']}); "
+                                "each twin needs its own",
+                                hint="one subnet for both twins causes NCCL communication "
+                                     "failures (NVIDIA multi-sparks-through-switch)"))
+    return nets, problems
+
+
+def _check_ranks(sparks: list[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    problems: list[Problem] = []
+    ranks: dict[int, str] = {}
+    for host in sparks:
+        rank = hostvars[host].get("node_rank")
+        if rank is None:
+            problems.append(Problem(host, "node_rank", "missing (the Spark's TP rank, 0..N-1)"))
+        elif isinstance(rank, bool) or not isinstance(rank, int):
+            problems.append(Problem(host, "node_rank", f"{rank!r} is not an integer"))
+        elif rank in ranks:
+            problems.append(Problem(host, "node_rank", f"rank {rank} is also {ranks[rank]}'s"))
+        else:
+            ranks[rank] = host
+    if ranks and len(ranks) == len(sparks) and sorted(ranks) != list(range(len(sparks))):
+        problems.append(Problem(None, "node_rank", f"ranks must be 0..{len(sparks) - 1}, one "
+                                f"per Spark; got {sorted(ranks)}"))
+    return problems
+
+
+def _check_fabric_ips(sparks: list[str], hostvars: Mapping[str, Mapping[str, Any]],
+                      nets: Mapping[str, ipaddress.IPv4Network]) -> list[Problem]:
+    problems: list[Problem] = []
+    used: dict[ipaddress.IPv4Address, str] = {}
+    for host in sparks:
+        hv = hostvars[host]
+        for twin in TWINS:
+            var = f"fabric_{twin}_ip"
+            if var not in hv:
+                problems.append(Problem(host, var, f"missing (address on twin {twin})"))
+                continue
+            addr = _ipv4(hv[var])
+            if addr is None:
+                problems.append(Problem(host, var, f"{hv[var]!r} is not an IPv4 address"))
+                continue
+            net = nets.get(twin)
+            if net is not None and (addr not in net or addr in {net.network_address,
+                                                                net.broadcast_address}):
+                problems.append(Problem(host, var, f"{addr} is not a host address of "
+                                        f"fabric_{twin}_subnet {net}"))
+            if addr in used:
+                problems.append(Problem(host, var, f"{addr} is also used by {used[addr]}"))
+            used.setdefault(addr, f"{host} ({var})")
+    return problems
+
+
+def _check_switch(sparks: list[str], switches: list[str],
+                  hostvars: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    problems: list[Problem] = []
+    for sw in switches:
+        os_name = hostvars[sw].get("switch_os")
+        if os_name not in SWITCH_OSES:
+            problems.append(Problem(sw, "switch_os", f"{os_name!r} is not a supported switch OS "
+                                    f"({', '.join(SWITCH_OSES)})"))
+    ports = hostvars[sparks[0]].get("switch_ports", {})
+    if not isinstance(ports, Mapping):
+        return [*problems, Problem(None, "switch_ports", "must be a mapping of port name -> "
+                                   "{node: NAME, twin: a|b|both}")]
+    cabled: dict[tuple[str, str], str] = {}
+    for port, spec in ports.items():
+        var = f"switch_ports.{port}"
+        if not isinstance(spec, Mapping) or "node" not in spec:
+            problems.append(Problem(None, var, "needs `node:` (and `twin: a|b|both`)"))
+            continue
+        node, twin = spec.get("node"), spec.get("twin", "both")
+        if node not in sparks:
+            close = difflib.get_close_matches(str(node), sparks, n=1)
+            problems.append(Problem(None, f"{var}.node", f"{node!r} is not a host in [{SPARKS}]",
+                                    hint=f"did you mean {close[0]}?" if close else None))
+            continue
+        if twin not in (*TWINS, "both"):
+            problems.append(Problem(None, f"{var}.twin", f"{twin!r} is not a, b or both"))
+            continue
+        for t in TWINS if twin == "both" else (twin,):
+            if (node, t) in cabled:
+                problems.append(Problem(None, var, f"{node} twin {t} is already cabled to "
+                                        f"{cabled[(node, t)]}"))
+            cabled[(node, t)] = str(port)
+    return problems
+
+
+def _check_tp(sparks: list[str], first: Mapping[str, Any]) -> list[Problem]:
+    """TP degree = nodes x GPUs per node (one GB10 per Spark), when the inventory sets it."""
+    gpus = first.get("sglang_gpus_per_node", 1)
+    tp = first.get("sglang_tp_size")
+    if tp is None or isinstance(tp, bool) or not isinstance(tp, int) \
+            or isinstance(gpus, bool) or not isinstance(gpus, int):
+        return []  # types are reported by check_types
+    if tp != len(sparks) * gpus:
+        return [Problem(None, "sglang_tp_size",
+                        f"TP {tp} does not match {len(sparks)} Sparks x {gpus} GPU(s) per node",
+                        hint=f"set sglang_tp_size: {len(sparks) * gpus} or change [{SPARKS}]")]
+    return []
+
+
+def check(groups: Mapping[str, list[str]], hostvars: Mapping[str, Mapping[str, Any]],
+          roles_dir: Path, user_vars: Mapping[str, Iterable[str]] | None = None) -> list[Problem]:
+    """All rules: topology first, then types of role variables."""
+    return check_topology(groups, hostvars) + check_types(hostvars, load_specs(roles_dir),
+                                                          user_vars)
+
+
+# ------------------------------------------------------- as an Ansible filter
+def _problems_filter(hostvars: Mapping[str, Any], groups: Mapping[str, list[str]],
+                     roles_dir: str) -> list[str]:
+    hosts = list(dict.fromkeys([*groups.get(SPARKS, []), *groups.get(SWITCHES, [])]))
+    plain = {h: dict(hostvars[h]) for h in hosts}
+    return [str(p) + (f" ({p.hint})" if p.hint else "")
+            for p in check_topology(groups, plain)]
+
+
+class FilterModule:
+    """``hostvars | sparkctl_inventory_problems(groups, roles_dir)`` -> list of messages."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"sparkctl_inventory_problems": _problems_filter}
