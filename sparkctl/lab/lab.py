@@ -28,7 +28,7 @@ from sparkctl.lab.hardware import ASSETS_DIR, STANDIN_TOOLS, LabHardware, render
 from sparkctl.lab.image import ensure_image
 from sparkctl.lab.podman import Podman
 from sparkctl.paths import state_dir
-from sparkctl.proc import require_tool
+from sparkctl.proc import require_tool, run
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +211,22 @@ class Lab:
                 "--no-hosts", image)
         with ThreadPoolExecutor(max_workers=len(self.spec.hosts)) as pool:
             list(pool.map(self._wait_booted, [h.name for h in self.spec.hosts]))
+        for host in self.spec.hosts:
+            self._writable_net_sysctls(host.name)
+
+    def _writable_net_sysctls(self, name: str) -> None:
+        """Make /proc/sys/net (and only it) writable in the container.
+
+        Roles set per-namespace net.* sysctls as on a real host. podman mounts
+        /proc/sys read-only; unmasking all of it would let a container write
+        host-wide sysctls such as vm.*, so only the net subtree is re-mounted
+        read-write, inside the container's own mount namespace.
+        """
+        pid = self.podman.pid(name)
+        for cmd in (["mount", "--bind", "/proc/sys/net", "/proc/sys/net"],
+                    ["mount", "-o", "remount,bind,rw", "/proc/sys/net"]):
+            run(["nsenter", "-t", str(pid), "-m", *cmd], code=ExitCode.LAB,
+                what=f"{name}: {' '.join(cmd)}")
 
     def _wait_booted(self, name: str, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
