@@ -59,6 +59,43 @@ def cli(ctx: click.Context, debug: bool) -> None:
                         format="%(levelname)s %(name)s: %(message)s")
 
 
+# --------------------------------------------------------------- provision
+_INVENTORY_ARG = click.argument("inventory_path", metavar="INVENTORY",
+                                type=click.Path(path_type=Path, dir_okay=False))
+
+
+@cli.command()
+@_INVENTORY_ARG
+@click.option("-l", "--limit", help="Only these hosts or groups (Ansible pattern).")
+@click.option("-t", "--tags", multiple=True,
+              help="Only these roles/steps, e.g. -t roce_fabric (repeatable).")
+@click.option("--skip-tags", multiple=True, help="Skip these tags (repeatable).")
+@click.option("--check", is_flag=True, help="Dry run: report what would change.")
+@click.option("--diff", is_flag=True, help="Show file differences.")
+def provision(inventory_path: Path, limit: str | None, tags: tuple[str, ...],
+              skip_tags: tuple[str, ...], check: bool, diff: bool) -> None:
+    """Configure every node and the switch as INVENTORY describes (playbooks/site.yml)."""
+    from sparkctl.provision import provision as run  # noqa: PLC0415
+
+    run(inventory_path, limit=limit, tags=tags, skip_tags=skip_tags, check=check, diff=diff)
+
+
+@cli.group("inventory")
+def inventory_group() -> None:
+    """Inspect and check inventories without contacting any host."""
+
+
+@inventory_group.command("check")
+@_INVENTORY_ARG
+def inventory_check(inventory_path: Path) -> None:
+    """Apply every inventory rule; exit 2 naming file, host and variable on a problem."""
+    from sparkctl.inventory import validate  # noqa: PLC0415
+
+    inv = validate(inventory_path)
+    console.progress(f"{inventory_path}: cluster {inv.cluster}, {len(inv.nodes)} Sparks"
+                     f"{', switch ' + inv.switch.name if inv.switch else ''}: OK")
+
+
 # --------------------------------------------------------------------- lab
 @cli.group()
 def lab() -> None:

@@ -1,0 +1,130 @@
+"""``sparkctl provision``: validate the inventory, run the site playbook, report per host."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from rich.live import Live
+from rich.table import Table
+
+from sparkctl import console, inventory
+from sparkctl.errors import SparkctlError
+from sparkctl.lock import inventory_lock
+from sparkctl.paths import state_dir
+from sparkctl.runner import Event, RunResult, run_playbook
+
+
+def results_dir(cluster: str, command: str) -> Path:
+    """A fresh directory for one run's artifacts: state/results/<cluster>/<time>-<command>."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = state_dir() / "results" / cluster
+    path = base / f"{stamp}-{command}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"{stamp}-{command}-{n}"
+    return path
+
+
+@dataclass
+class _HostLine:
+    task: str = ""
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+
+
+@dataclass
+class Progress:
+    """Live per-host progress on a terminal; plain lines otherwise."""
+
+    hosts: list[str]
+    live: Live | None = None
+    lines: dict[str, _HostLine] = field(default_factory=dict)
+    task: str = ""
+
+    def __post_init__(self) -> None:
+        self.lines = {h: _HostLine() for h in self.hosts}
+
+    def __enter__(self) -> Progress:
+        if console.err.is_terminal:
+            self.live = Live(self._table(), console=console.err, refresh_per_second=8,
+                             transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.live is not None:
+            self.live.__exit__(et, ev, tb)
+
+    def _table(self) -> Table:
+        table = Table(title=self.task or "starting", title_justify="left", expand=False)
+        for col in ("host", "ok", "changed", "failed", "unreachable", "last task"):
+            table.add_column(col)
+        for host, line in self.lines.items():
+            table.add_row(host, str(line.ok), str(line.changed), str(line.failed),
+                          str(line.unreachable), line.task)
+        return table
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "task_start":
+            self.task = event.task or ""
+        elif event.host is not None:
+            line = self.lines.setdefault(event.host, _HostLine())
+            line.task = event.task or ""
+            if event.kind in {"ok", "changed", "failed", "unreachable"}:
+                setattr(line, event.kind, getattr(line, event.kind) + 1)
+            if self.live is None and event.kind in {"changed", "failed", "unreachable"}:
+                detail = f": {event.message}" if event.message else ""
+                console.progress(f"{event.host}: {event.kind}: {event.task}{detail}")
+        if self.live is not None:
+            self.live.update(self._table())
+
+
+def summarise(result: RunResult, hosts: Sequence[str]) -> Table:
+    table = Table(title=f"{result.status} in {result.duration:.0f} s")
+    for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+        table.add_column(col, justify="right" if col != "host" else "left")
+    for host in hosts:
+        s = result.stats.get(host)
+        if s is None:
+            table.add_row(host, "-", "-", "-", "-", "-")
+            continue
+        table.add_row(host, str(s.ok), str(s.changed), f"[red]{s.failed}[/red]" if s.failed
+                      else "0", f"[red]{s.unreachable}[/red]" if s.unreachable else "0",
+                      str(s.skipped))
+    return table
+
+
+def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[str] = (),
+              skip_tags: Sequence[str] = (), check: bool = False, diff: bool = False,
+              playbook: str = "site.yml") -> RunResult:
+    """Validate, lock, run ``playbook`` and print the per-host summary."""
+    inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
+    hosts = [n.name for n in inv.nodes] + ([inv.switch.name] if inv.switch else [])
+    out_dir = results_dir(inv.cluster, "provision")
+    with inventory_lock(inventory_path, "provision"):
+        console.progress(f"provisioning {inv.cluster} ({len(hosts)} hosts) with {playbook}; "
+                         f"artifacts: {out_dir}")
+        with Progress(hosts) as progress:
+            result = run_playbook(playbook, inventory_path, results_dir=out_dir, limit=limit,
+                                  tags=tags, skip_tags=skip_tags, check=check, diff=diff,
+                                  on_event=progress)
+    console.out.print(summarise(result, hosts))
+    for failure in result.failures:
+        kind = "unreachable" if failure.unreachable else "failed"
+        console.err.print(f"[red]{failure.host}[/red] {kind} at [bold]{failure.task}[/bold]: "
+                          f"{failure.message}", highlight=False)
+    console.progress(f"runner artifacts: {result.artifact_dir}")
+    if not result.ok:
+        failed_hosts = sorted({f.host for f in result.failures})
+        where = f" on {', '.join(failed_hosts)}" if failed_hosts else ""
+        raise SparkctlError(f"provision failed{where} (artifacts in {result.artifact_dir})",
+                            result.exit_code())
+    return result

@@ -1,0 +1,207 @@
+"""The one module that talks to ansible-runner.
+
+It runs a playbook with extravars passed as a dict (never ``-e k=v``
+strings), follows the event stream for live progress, and turns status, rc,
+stats and per-host failures into a typed :class:`RunResult` for the CLI.
+Runner artifacts are kept in the results directory whose path is returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.paths import data_dir, playbooks_dir, roles_dir
+
+log = logging.getLogger(__name__)
+
+STAT_KEYS = ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored")
+
+
+@dataclass
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    host: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+
+@dataclass(frozen=True)
+class Event:
+    """What the CLI needs of one runner event for live progress."""
+
+    kind: str  # task_start, ok, changed, failed, skipped, unreachable, play_start
+    host: str | None
+    task: str | None
+    message: str | None = None
+
+
+@dataclass
+class RunResult:
+    status: str
+    rc: int
+    artifact_dir: Path
+    duration: float
+    stats: dict[str, HostStats] = field(default_factory=dict)
+    failures: list[TaskFailure] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and self.rc == 0
+
+    def exit_code(self) -> ExitCode:
+        if self.ok:
+            return ExitCode.OK
+        if any(f.unreachable for f in self.failures) or \
+                any(s.unreachable for s in self.stats.values()):
+            return ExitCode.UNREACHABLE
+        return ExitCode.CHECKS_FAILED
+
+
+def _message(res: Mapping[str, Any]) -> str:
+    """The plain-words reason of a failed task result."""
+    parts: list[str] = []
+    msg = res.get("msg")
+    if msg:
+        parts.append(str(msg).strip())
+    for key in ("stderr", "module_stderr"):
+        text = str(res.get(key) or "").strip()
+        if text and text not in parts:
+            parts.append(text.splitlines()[-1] if len(text) > 400 else text)
+    if not parts and res.get("results"):
+        for item in res["results"]:
+            if isinstance(item, Mapping) and item.get("failed"):
+                parts.append(_message(item))
+                break
+    return " | ".join(parts) or "failed (no message)"
+
+
+def event_from_runner(raw: Mapping[str, Any]) -> Event | None:
+    """Map an ansible-runner event dict to an :class:`Event` (None for the rest)."""
+    name = raw.get("event")
+    data = raw.get("event_data") or {}
+    host, task, res = data.get("host"), data.get("task"), data.get("res") or {}
+    if name == "playbook_on_play_start":
+        return Event("play_start", None, data.get("play"))
+    if name == "playbook_on_task_start":
+        return Event("task_start", None, task)
+    kind = {
+        "runner_on_ok": "changed" if res.get("changed") else "ok",
+        "runner_on_failed": "ok" if data.get("ignore_errors") else "failed",
+        "runner_on_unreachable": "unreachable",
+        "runner_on_skipped": "skipped",
+    }.get(str(name))
+    if kind is None:
+        return None
+    message = _message(res) if kind in {"failed", "unreachable"} else None
+    return Event(kind, host, task, message)
+
+
+def _env(extra: Mapping[str, str]) -> dict[str, str]:
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    env = {
+        # ansible-runner starts `ansible-playbook` by name: make it the one
+        # installed beside sparkctl even when the venv is not activated.
+        "PATH": f"{venv_bin}{os.pathsep}{path}",
+        "ANSIBLE_CONFIG": str(data_dir() / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(roles_dir()),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    env.update(extra)
+    return env
+
+
+def run_playbook(
+    playbook: str,
+    inventory: Path,
+    *,
+    results_dir: Path,
+    limit: str | None = None,
+    tags: Sequence[str] = (),
+    skip_tags: Sequence[str] = (),
+    check: bool = False,
+    diff: bool = False,
+    extravars: Mapping[str, Any] | None = None,
+    envvars: Mapping[str, str] | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    verbosity: int = 0,
+) -> RunResult:
+    """Run ``playbooks/<playbook>`` against ``inventory``; artifacts go to ``results_dir``."""
+    if shutil.which("ansible-playbook", path=_env({})["PATH"]) is None:
+        raise SparkctlError("ansible-playbook is not installed beside sparkctl",
+                            ExitCode.ENVIRONMENT, hint="pip install sparkctl (it brings ansible)")
+    book = playbooks_dir() / playbook
+    if not book.is_file():
+        raise SparkctlError(f"no playbook {book}", ExitCode.BAD_INPUT)
+
+    import ansible_runner  # noqa: PLC0415 - heavy import, only when a playbook runs
+
+    results_dir.mkdir(parents=True, exist_ok=True)
+    private = results_dir / "runner"
+    cmdline = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    stats: dict[str, HostStats] = {}
+    failures: list[TaskFailure] = []
+
+    def handler(raw: dict[str, Any]) -> bool:
+        event = event_from_runner(raw)
+        if event is not None:
+            if event.kind in {"failed", "unreachable"} and event.host:
+                failures.append(TaskFailure(event.host, event.task or "?",
+                                            event.message or "", event.kind == "unreachable"))
+            if on_event is not None:
+                on_event(event)
+        return True  # keep the event in the artifacts
+
+    started = time.monotonic()
+    runner = ansible_runner.run(
+        private_data_dir=str(private),
+        project_dir=str(playbooks_dir()),
+        playbook=str(book),
+        inventory=str(inventory.resolve()),
+        artifact_dir=str(results_dir / "artifacts"),
+        ident="run",
+        extravars=dict(extravars or {}),
+        envvars=_env(envvars or {}),
+        limit=limit,
+        tags=",".join(tags) or None,
+        skip_tags=",".join(skip_tags) or None,
+        cmdline=" ".join(cmdline) or None,
+        verbosity=verbosity or None,
+        quiet=True,
+        event_handler=handler,
+        suppress_env_files=True,
+    )
+    duration = time.monotonic() - started
+    raw_stats = runner.stats or {}
+    for key, attr in zip(STAT_KEYS, ("ok", "changed", "failed", "unreachable", "skipped",
+                                     "rescued", "ignored"), strict=True):
+        for host, count in (raw_stats.get(key) or {}).items():
+            setattr(stats.setdefault(host, HostStats()), attr, int(count))
+    return RunResult(status=str(runner.status), rc=int(runner.rc if runner.rc is not None else 1),
+                     artifact_dir=Path(runner.config.artifact_dir), duration=duration,
+                     stats=stats, failures=failures)
