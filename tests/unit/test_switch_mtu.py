@@ -1,0 +1,765 @@
+"""roles/switch_mtu: filters, the switch_port_mtu module, the drivers' task flow.
+
+- The filter plugin (every NVUE command, SONiC payload and parser) is checked
+  against literal expectations.
+- The linux driver's module runs against a fake sysfs tree (and, as root, a
+  real bridge in a throwaway network namespace, where the kernel's own
+  bridge-MTU rules apply).
+- The nvue driver, which cannot run against a real Cumulus switch here, runs
+  for real through ansible-playbook against localhost with a fake ``nv`` that
+  keeps its state in a JSON file: the commands, their order, idempotence and
+  the rollback message are checked on what the fake recorded.
+- The sonic driver is checked for its task list and module arguments
+  (ansible-lint validates the arguments against the collection's specs).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from unittest import mock
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLE = ROOT / "roles" / "switch_mtu"
+PLAYBOOK = ROOT / "playbooks" / "switch_mtu.yml"
+VENV_BIN = Path(sys.executable).parent
+SIM_PORTS = [f"swp{i}" for i in range(1, 9)]
+
+
+def load(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The filters are loaded without ansible.errors, so they raise their fallback
+# ValueError: importing ansible.errors AND ansible.module_utils.basic (the
+# module below) loads ansible.constants, which freezes Ansible's configuration
+# for the whole pytest process before sparkctl.inventory sets its own (found by
+# tests/unit/test_inventory.py::test_unparsable_ini failing after this file).
+# Through Ansible the filters run in the ansible-playbook tests further down.
+with mock.patch.dict(sys.modules, {"ansible.errors": None}):
+    flt = load(ROLE / "filter_plugins" / "switch_mtu.py", "switch_mtu_filters")
+mod = load(ROLE / "library" / "switch_port_mtu.py", "switch_port_mtu")
+FilterError: type[Exception] = flt.AnsibleFilterError
+assert FilterError is ValueError
+
+
+# ------------------------------------------------------------- role layout
+def read_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def test_argument_specs_document_every_default_with_the_same_value() -> None:
+    defaults = read_yaml(ROLE / "defaults" / "main.yml")
+    options = read_yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(options)
+    for name, value in defaults.items():
+        assert name.startswith("switch_mtu_")
+        assert options[name]["default"] == value, name
+        assert options[name]["type"] == type(value).__name__, name
+        assert options[name]["description"], name
+
+
+def test_host_mtu_fallback_is_roce_fabric_default() -> None:
+    """preflight compares with roce_fabric_mtu, which only the inventory makes visible
+    here; without it the fallback must be roce_fabric's own default."""
+    fallback = read_yaml(ROLE / "vars" / "main.yml")["_switch_mtu_host_mtu"]
+    roce_defaults = ROOT / "roles" / "roce_fabric" / "defaults" / "main.yml"
+    if not roce_defaults.exists():
+        pytest.skip("no roce_fabric role in this tree")
+    default = read_yaml(roce_defaults)["roce_fabric_mtu"]
+    assert fallback == "{{ roce_fabric_mtu | default(" + str(default) + ") }}"
+
+
+def test_internal_vars_are_underscored_and_role_depends_on_cluster_defaults() -> None:
+    assert all(name.startswith("_switch_mtu_") for name in read_yaml(ROLE / "vars" / "main.yml"))
+    assert read_yaml(ROLE / "meta" / "main.yml")["dependencies"] == [{"role": "cluster_defaults"}]
+
+
+def test_main_reads_preflight_install_configure_verify_with_tags() -> None:
+    tasks = read_yaml(ROLE / "tasks" / "main.yml")
+    steps = ["preflight", "install", "configure", "verify"]
+    assert [t["ansible.builtin.include_tasks"]["file"] for t in tasks] == \
+        [f"{s}.yml" for s in steps]
+    for task, step in zip(tasks, steps, strict=True):
+        tags = ["switch_mtu", f"switch_mtu_{step}"]
+        assert task["tags"] == tags
+        assert task["ansible.builtin.include_tasks"]["apply"]["tags"] == tags
+
+
+def step_tasks(driver: str, step: str) -> list[tuple[str, str]]:
+    """(name, module) of every task a driver runs for one step, blocks flattened."""
+    def flatten(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for item in items:
+            if "block" in item:
+                out += flatten(item["block"])
+            else:
+                out.append(item)
+        return out
+
+    blocks = [b for b in read_yaml(ROLE / "tasks" / f"driver_{driver}.yml")
+              if b.get("when") == f"__switch_mtu_step == '{step}'"]
+    keywords = {"name", "when", "loop", "register", "changed_when", "check_mode", "become",
+                "vars", "notify", "rescue"}
+    return [(t["name"], next(k for k in t if k not in keywords)) for t in flatten(blocks)]
+
+
+def test_every_driver_implements_configure_and_verify() -> None:
+    for driver in ("linux", "nvue", "sonic"):
+        for step in ("configure", "verify"):
+            assert step_tasks(driver, step), (driver, step)
+        verify = read_yaml(ROLE / "tasks" / f"driver_{driver}.yml")[-1]
+        facts = [t for t in verify["block"] if "ansible.builtin.set_fact" in t]
+        assert set(facts[-1]["ansible.builtin.set_fact"]) == {"__switch_mtu_live",
+                                                               "__switch_mtu_devices"}
+
+
+def test_sonic_driver_tasks_and_arguments() -> None:
+    assert [m for _, m in step_tasks("sonic", "configure")] == [
+        "dellemc.enterprise_sonic.sonic_interfaces"]
+    assert [m for _, m in step_tasks("sonic", "verify")] == [
+        "dellemc.enterprise_sonic.sonic_facts", "ansible.builtin.set_fact"]
+    blocks = read_yaml(ROLE / "tasks" / "driver_sonic.yml")
+    for block in blocks:
+        assert block["vars"] == {"ansible_connection": "{{ _switch_mtu_sonic_connection }}",
+                                 "ansible_network_os": "{{ _switch_mtu_sonic_network_os }}"}
+    configure = blocks[0]["block"][0]["dellemc.enterprise_sonic.sonic_interfaces"]
+    assert configure == {
+        "config": "{{ _switch_mtu_ports | switch_mtu_sonic_config(switch_mtu_value) }}",
+        "state": "merged"}
+    assert blocks[1]["block"][0]["dellemc.enterprise_sonic.sonic_facts"][
+        "gather_network_resources"] == ["interfaces"]
+    assert blocks[0]["block"][0]["notify"] == "switch_mtu sonic config changed"
+    save = next(h for h in read_yaml(ROLE / "handlers" / "main.yml")
+                if h["listen"] == "switch_mtu sonic config changed")
+    assert save["dellemc.enterprise_sonic.sonic_config"] == {"save": True}
+    assert save["vars"] == blocks[0]["vars"]
+    constants = read_yaml(ROLE / "vars" / "main.yml")
+    assert constants["_switch_mtu_sonic_connection"] == "ansible.netcommon.network_cli"
+    assert constants["_switch_mtu_sonic_network_os"] == "dellemc.enterprise_sonic.sonic"
+
+
+def test_nvue_driver_confirms_only_after_reconnecting() -> None:
+    modules = [m for _, m in step_tasks("nvue", "configure")]
+    # read, plan, then (in the inner block) stage, apply, drop, reconnect, confirm, save
+    assert modules == ["ansible.builtin.command", "ansible.builtin.set_fact",
+                       "ansible.builtin.command", "ansible.builtin.command",
+                       "ansible.builtin.meta", "ansible.builtin.wait_for_connection",
+                       "ansible.builtin.command", "ansible.builtin.command"]
+
+
+# ------------------------------------------------------------------ filters
+def test_port_names_natural_order_from_mapping_or_list() -> None:
+    ports: dict[str, Any] = {"swp10": {}, "swp2": {}, "swp1": {}}
+    assert flt.port_names(ports) == ["swp1", "swp2", "swp10"]
+    assert flt.port_names(["Eth1/10", "Eth1/2", "Eth1/2"]) == ["Eth1/2", "Eth1/10"]
+    with pytest.raises(FilterError):
+        flt.port_names("swp1")
+
+
+@pytest.mark.parametrize(("os_name", "name", "ok"), [
+    ("linux", "swp1", True), ("linux", "enp1s0f1np1", True),
+    ("linux", "a-very-long-port0", False), ("linux", "Eth1/1", False),
+    ("linux", "swp 1", False), ("linux", "..", False),
+    ("nvue", "swp1", True), ("nvue", "swp1s0", True), ("nvue", "swp1,swp2", False),
+    ("sonic", "Eth1/1", True), ("sonic", "Eth1/1/2", True), ("sonic", "Ethernet0", True),
+    ("sonic", "swp1", False),
+])
+def test_port_problems_per_switch_os(os_name: str, name: str, ok: bool) -> None:
+    problems = flt.port_problems({name: {"node": "spark1", "twin": "a"}}, os_name)
+    assert (problems == []) is ok
+    if not ok:
+        assert repr(name) in problems[0]
+
+
+def test_port_problems_empty_ports_and_unknown_os() -> None:
+    assert "switch_ports is empty" in flt.port_problems({}, "linux")[0]
+    assert "must be a mapping" in flt.port_problems(["swp1"], "linux")[0]
+    assert "not one of linux, nvue, sonic" in flt.port_problems({"swp1": {}}, "eos")[0]
+
+
+def test_nvue_commands_stage_apply_confirm_save() -> None:
+    assert flt.nvue_commands(["swp3", "swp1"], 9216, 120) == {
+        "stage": [["nv", "config", "detach"],
+                  ["nv", "set", "interface", "swp1,swp3", "link", "mtu", "9216"]],
+        "apply": [["nv", "config", "apply", "--confirm", "120s", "--assume-yes"]],
+        "confirm": [["nv", "config", "apply", "--confirm-yes"]],
+        "save": [["nv", "config", "save"]],
+    }
+
+
+def test_nvue_commands_nothing_to_change_and_bad_input() -> None:
+    assert flt.nvue_commands([], 9216, 120) == {"stage": [], "apply": [], "confirm": [],
+                                                "save": []}
+    with pytest.raises(FilterError):
+        flt.nvue_commands(["swp1"], True, 120)
+    with pytest.raises(FilterError):
+        flt.nvue_commands(["swp1"], 9216, 0)
+    with pytest.raises(FilterError):
+        flt.nvue_commands(["swp1"], "9216", 120)
+
+
+# `nv show interface swp1 link` in NVIDIA's NVUE reference shows operational
+# mtu 9000 next to applied 9216; these are that link object as JSON documents.
+NVUE_LINK = {"auto-negotiate": "off", "duplex": "full", "speed": "1G",
+             "mac-address": "48:b0:2d:f0:b9:86", "mtu": 9000,
+             "state": {"up": {}}, "oper-status": "up", "admin-status": "up"}
+
+
+@pytest.mark.parametrize(("doc", "mtu"), [
+    (json.dumps(NVUE_LINK), 9000),
+    (NVUE_LINK, 9000),
+    ({"mtu": "9216"}, 9216),
+    ({"link": {"mtu": 9216}}, 9216),
+    ({"operational": {"mtu": 9000}, "applied": {"mtu": 9216}}, 9000),
+    ({"applied": {"mtu": 9216}}, 9216),
+    ({"speed": "1G"}, None),
+    ("", None),
+    ({"mtu": True}, None),
+])
+def test_nvue_link_mtu(doc: Any, mtu: int | None) -> None:
+    assert flt.nvue_link_mtu(doc) == mtu
+
+
+def test_nvue_link_mtu_rejects_non_json() -> None:
+    with pytest.raises(FilterError, match="did not print JSON"):
+        flt.nvue_link_mtu("Error: interface swp9 not found")
+
+
+def test_nvue_mtus_from_a_registered_loop() -> None:
+    registered = {"results": [
+        {"item": "swp1", "stdout": json.dumps({"mtu": 9216}), "rc": 0},
+        {"item": "swp2", "stdout": json.dumps(NVUE_LINK), "rc": 0},
+    ]}
+    assert flt.nvue_mtus(registered) == {"swp1": 9216, "swp2": 9000}
+    assert flt.nvue_mtus(registered["results"]) == {"swp1": 9216, "swp2": 9000}
+    assert flt.nvue_mtus({"swp3": '{"mtu": 1500}'}) == {"swp3": 1500}
+
+
+def test_sonic_config() -> None:
+    assert flt.sonic_config(["Eth1/10", "Eth1/2"], 9216) == [
+        {"name": "Eth1/2", "mtu": 9216}, {"name": "Eth1/10", "mtu": 9216}]
+    with pytest.raises(FilterError):
+        flt.sonic_config(["Eth1/1"], None)
+
+
+SONIC_INTERFACES = [
+    {"name": "Eth1/1", "mtu": 9216, "enabled": True},
+    {"name": "Eth1/2", "mtu": 9100},
+    {"name": "Loopback0", "enabled": True},
+]
+
+
+def test_sonic_mtus_from_the_facts_module_result_or_injected_facts() -> None:
+    expected = {"Eth1/1": 9216, "Eth1/2": 9100, "Loopback0": None}
+    registered = {"ansible_facts": {"ansible_network_resources":
+                                    {"interfaces": SONIC_INTERFACES}}, "changed": False}
+    assert flt.sonic_mtus(registered) == expected
+    assert flt.sonic_mtus({"ansible_facts": {"network_resources":
+                                             {"interfaces": SONIC_INTERFACES}}}) == expected
+    assert flt.sonic_mtus(SONIC_INTERFACES) == expected
+
+
+def test_linux_mtus_reads_before_of_ports_and_bridges() -> None:
+    result = {"ports": {"swp1": {"before": 9216, "after": 9216, "master": "br-a"}},
+              "bridges": {"br-a": {"before": 1500, "after": 9216}}}
+    assert flt.linux_mtus(result) == {"swp1": 9216, "br-a": 1500}
+
+
+def test_to_change_and_mismatches() -> None:
+    live = {"swp1": 9216, "swp2": 1500, "swp10": None}
+    assert flt.to_change(live, 9216) == ["swp2", "swp10"]
+    assert flt.mismatches(live, ["swp1", "swp2", "swp10", "swp3"], 9216) == [
+        "swp2: MTU 1500, expected 9216",
+        "swp10: MTU not reported by the switch",
+        "swp3: MTU not reported by the switch",
+    ]
+    assert flt.mismatches(live, ["swp1"], 9216) == []
+
+
+def test_filter_module_exports_every_filter() -> None:
+    names = set(flt.FilterModule().filters())
+    tasks_text = "".join(p.read_text() for p in (ROLE / "tasks").glob("*.yml")) + \
+        (ROLE / "vars" / "main.yml").read_text()
+    for name in names:
+        assert name.startswith("switch_mtu_")
+        assert name in tasks_text, f"{name} is not used by the role"
+
+
+# ---------------------------------------------------- switch_port_mtu logic
+class FakeKernel:
+    """A sysfs tree plus the kernel's bridge rule: a bridge whose MTU nobody set
+    follows the smallest MTU of its ports."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.user_set: set[str] = set()
+        self.commands: list[list[str]] = []
+        self.refuse: dict[str, int] = {}  # device -> highest MTU its driver takes
+
+    def add(self, dev: str, mtu: int, master: str | None = None,
+            bridge: bool = False) -> None:
+        (self.root / dev).mkdir(parents=True)
+        (self.root / dev / "mtu").write_text(f"{mtu}\n")
+        if bridge:
+            (self.root / dev / "bridge").mkdir()
+        if master:
+            (self.root / dev / "master").symlink_to(f"../{master}")
+
+    def mtu(self, dev: str) -> int:
+        return int((self.root / dev / "mtu").read_text())
+
+    def ports_of(self, bridge: str) -> list[str]:
+        return [p.name for p in self.root.iterdir() if (p / "master").is_symlink()
+                and (p / "master").readlink().name == bridge]
+
+    def run(self, cmd: list[str]) -> None:
+        assert cmd[:4] == ["ip", "link", "set", "dev"] and cmd[5] == "mtu"
+        self.commands.append(cmd)
+        dev, mtu = cmd[4], int(cmd[6])
+        mtu = min(mtu, self.refuse.get(dev, mtu))
+        (self.root / dev / "mtu").write_text(f"{mtu}\n")
+        if (self.root / dev / "bridge").is_dir():
+            self.user_set.add(dev)
+        elif (self.root / dev / "master").is_symlink():
+            bridge = (self.root / dev / "master").readlink().name
+            if bridge not in self.user_set:
+                low = min(self.mtu(p) for p in self.ports_of(bridge))
+                (self.root / bridge / "mtu").write_text(f"{low}\n")
+
+
+@pytest.fixture
+def fake_switch(tmp_path: Path) -> FakeKernel:
+    """Like the lab switch: swp1..8, odd ports in br-a, even in br-b, all 1500."""
+    kernel = FakeKernel(tmp_path / "net")
+    kernel.add("br-a", 1500, bridge=True)
+    kernel.add("br-b", 1500, bridge=True)
+    kernel.add("enP7s7", 1500)
+    for i, port in enumerate(SIM_PORTS):
+        kernel.add(port, 1500, master="br-a" if i % 2 == 0 else "br-b")
+    return kernel
+
+
+def apply(kernel: FakeKernel, mtu: int = 9216, ports: list[str] | None = None,
+          **kw: Any) -> dict[str, Any]:
+    result: dict[str, Any] = mod.apply(SIM_PORTS if ports is None else ports, mtu,
+                                       root=kernel.root, run=kernel.run, **kw)
+    return result
+
+
+def test_module_sets_ports_and_bridges_follow(fake_switch: FakeKernel) -> None:
+    result = apply(fake_switch, check_mode=False)
+    assert result["changed"] is True
+    # Bridges followed their ports by themselves: only the ports were set.
+    assert fake_switch.commands == [["ip", "link", "set", "dev", p, "mtu", "9216"]
+                                    for p in SIM_PORTS]
+    assert result["ports"]["swp2"] == {"before": 1500, "after": 9216, "master": "br-b"}
+    assert result["bridges"] == {"br-a": {"before": 1500, "after": 9216},
+                                 "br-b": {"before": 1500, "after": 9216}}
+    assert fake_switch.mtu("enP7s7") == 1500
+
+
+def test_module_second_run_changes_nothing(fake_switch: FakeKernel) -> None:
+    apply(fake_switch, check_mode=False)
+    fake_switch.commands.clear()
+    result = apply(fake_switch, check_mode=False)
+    assert result["changed"] is False
+    assert result["commands"] == [] and fake_switch.commands == []
+
+
+def test_module_check_mode_predicts_and_runs_nothing(fake_switch: FakeKernel) -> None:
+    result = apply(fake_switch, check_mode=True)
+    assert result["changed"] is True
+    assert fake_switch.commands == []
+    assert all(fake_switch.mtu(p) == 1500 for p in SIM_PORTS)
+    assert result["ports"]["swp1"]["after"] == 9216
+    assert len(result["commands"]) == 10  # 8 ports, and 2 bridges as far as it can tell
+
+
+def test_module_sets_a_bridge_whose_mtu_was_set_by_hand(fake_switch: FakeKernel) -> None:
+    fake_switch.user_set.add("br-a")
+    result = apply(fake_switch, check_mode=False)
+    assert fake_switch.commands[-1] == ["ip", "link", "set", "dev", "br-a", "mtu", "9216"]
+    assert result["bridges"]["br-a"]["after"] == 9216
+
+
+def test_module_only_touches_ports_that_differ(fake_switch: FakeKernel) -> None:
+    apply(fake_switch, check_mode=False)
+    fake_switch.run(["ip", "link", "set", "dev", "swp3", "mtu", "1500"])  # someone pulled swp3 back
+    fake_switch.commands.clear()
+    result = apply(fake_switch, check_mode=False)
+    assert fake_switch.commands == [["ip", "link", "set", "dev", "swp3", "mtu", "9216"]]
+    assert result["bridges"]["br-a"] == {"before": 1500, "after": 9216}
+    assert result["bridges"]["br-b"] == {"before": 9216, "after": 9216}
+
+
+def test_module_lowers_too(fake_switch: FakeKernel) -> None:
+    apply(fake_switch, check_mode=False)
+    result = apply(fake_switch, mtu=1500, check_mode=False)
+    assert result["changed"] is True
+    assert {fake_switch.mtu(d) for d in [*SIM_PORTS, "br-a", "br-b"]} == {1500}
+
+
+def test_module_fails_on_a_missing_port(fake_switch: FakeKernel) -> None:
+    with pytest.raises(mod.PortMtuError, match="no such port on the switch: swp9"):
+        apply(fake_switch, ports=["swp1", "swp9"], check_mode=True)
+    assert fake_switch.commands == []
+
+
+def test_module_fails_when_the_mtu_does_not_stick(fake_switch: FakeKernel) -> None:
+    fake_switch.refuse["swp4"] = 1500
+    with pytest.raises(mod.PortMtuError, match="did not stick: swp4 has 1500"):
+        apply(fake_switch, check_mode=False)
+
+
+def test_bridge_of_ignores_masters_that_are_not_bridges(tmp_path: Path) -> None:
+    kernel = FakeKernel(tmp_path / "net")
+    kernel.add("bond0", 1500)
+    kernel.add("swp1", 1500, master="bond0")
+    kernel.add("swp2", 1500)
+    assert mod.bridge_of(kernel.root, "swp1") is None
+    assert mod.bridge_of(kernel.root, "swp2") is None
+    assert apply(kernel, ports=["swp1", "swp2"], check_mode=False)["bridges"] == {}
+
+
+def test_script_mode_skips_absent_ports(fake_switch: FakeKernel, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "switch-ports.json"
+    state.write_text(json.dumps({"mtu": 9216, "ports": ["swp1", "swp9"]}))
+    monkeypatch.setattr(mod, "SYSFS_NET", str(fake_switch.root))
+
+    def fake_run(cmd: list[str], check: bool) -> None:
+        assert check is True
+        fake_switch.run(cmd)
+
+    monkeypatch.setattr(mod.subprocess, "run", fake_run)
+    assert mod.run_script(str(state)) == 0
+    out, err = capsys.readouterr()
+    # br-a still holds ports at 1500, so the kernel keeps it there: set by hand.
+    assert out.splitlines() == ["ip link set dev swp1 mtu 9216",
+                                "ip link set dev br-a mtu 9216"]
+    assert "ports not present, skipped: swp9" in err
+    assert fake_switch.mtu("swp1") == 9216
+
+
+def test_script_mode_reports_a_broken_state_file(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "switch-ports.json"
+    state.write_text('{"mtu": "jumbo", "ports": []}')
+    assert mod.run_script(str(state)) == 1
+    assert "switch_port_mtu:" in capsys.readouterr().err
+
+
+# ------------------------------------------- the module through Ansible
+def fake_ip(bin_dir: Path) -> None:
+    """An `ip` that writes `link set dev X mtu N` into $FAKE_SYSFS/X/mtu."""
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "ip"
+    script.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import os, pathlib, sys
+        a = sys.argv[1:]
+        assert a[:3] == ["link", "set", "dev"] and a[4] == "mtu", a
+        pathlib.Path(os.environ["FAKE_SYSFS"], a[3], "mtu").write_text(a[5] + "\\n")
+        """))
+    script.chmod(0o755)
+
+
+def ansible_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+        "ANSIBLE_LIBRARY": str(ROLE / "library"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+    })
+    env.update(extra)
+    return env
+
+
+def adhoc_module(tmp_path: Path, kernel: FakeKernel, *flags: str) -> dict[str, Any]:
+    fake_ip(tmp_path / "bin")
+    args = json.dumps({"ports": SIM_PORTS, "mtu": 9216, "sysfs_root": str(kernel.root)})
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible"), "localhost", "-m", "switch_port_mtu", "-a", args,
+         "-e", f"ansible_python_interpreter={sys.executable}", "-o", *flags],
+        capture_output=True, text=True, timeout=120, check=False,
+        env=ansible_env(tmp_path, FAKE_SYSFS=str(kernel.root)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout.split("=>", 1)[1])
+    return result
+
+
+def test_module_through_ansible_check_then_apply_then_idempotent(fake_switch: FakeKernel,
+                                                                 tmp_path: Path) -> None:
+    preview = adhoc_module(tmp_path, fake_switch, "--check", "--diff")
+    assert preview["changed"] is True
+    assert fake_switch.mtu("swp1") == 1500
+    applied = adhoc_module(tmp_path, fake_switch)
+    assert applied["changed"] is True
+    assert {fake_switch.mtu(d) for d in [*SIM_PORTS]} == {9216}
+    again = adhoc_module(tmp_path, fake_switch)
+    assert again["changed"] is False and again["commands"] == []
+
+
+# ----------------------------- a real bridge in a throwaway network namespace
+def netns_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    if shutil.which("ip") is None:
+        return "needs iproute2"
+    return None
+
+
+@pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable()))
+def test_script_against_a_kernel_bridge(tmp_path: Path) -> None:
+    """The kernel, not a fake, decides whether the bridge follows its ports."""
+    ns = f"swmtu-{uuid.uuid4().hex[:8]}"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", "-n", ns, *args], check=True, capture_output=True)
+
+    def mtus() -> dict[str, int]:
+        out = subprocess.run(["ip", "-n", ns, "-j", "link", "show"], check=True,
+                             capture_output=True, text=True).stdout
+        return {d["ifname"]: d["mtu"] for d in json.loads(out)}
+
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        ip("link", "add", "br-a", "type", "bridge")
+        for port in ("swp1", "swp3"):
+            ip("link", "add", port, "type", "veth", "peer", "name", f"p{port}")
+            ip("link", "set", port, "mtu", "1500", "master", "br-a")
+        state = tmp_path / "switch-ports.json"
+        state.write_text(json.dumps({"mtu": 9216, "ports": ["swp1", "swp3", "swp5"]}))
+        run = subprocess.run(["ip", "netns", "exec", ns, sys.executable,
+                              str(ROLE / "library" / "switch_port_mtu.py"),
+                              "--state-file", str(state)],
+                             capture_output=True, text=True, check=False)
+        assert run.returncode == 0, run.stderr
+        assert "skipped: swp5" in run.stderr
+        # Only the ports were set; the bridge followed by itself...
+        assert run.stdout.splitlines() == ["ip link set dev swp1 mtu 9216",
+                                           "ip link set dev swp3 mtu 9216"]
+        assert {k: v for k, v in mtus().items() if k in {"swp1", "swp3", "br-a"}} == \
+            {"swp1": 9216, "swp3": 9216, "br-a": 9216}
+        # ... and so it also follows them back down (what `lab port --mtu 1500` relies on).
+        ip("link", "set", "swp1", "mtu", "1500")
+        ip("link", "set", "swp3", "mtu", "1500")
+        assert mtus()["br-a"] == 1500
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+# --------------------------------------- the nvue driver against a fake nv
+FAKE_NV = """\
+#!{python}
+# A stand-in for NVUE's `nv`: state in $FAKE_NV_STATE, every call logged.
+import json, os, sys
+path = os.environ["FAKE_NV_STATE"]
+state = json.load(open(path))
+args = sys.argv[1:]
+state["log"].append(args)
+def done(code=0):
+    json.dump(state, open(path, "w"))
+    sys.exit(code)
+if args in state.get("fail", []):
+    print("Error: simulated failure", file=sys.stderr)
+    done(1)
+if args[:2] == ["show", "interface"] and args[3:] == ["link", "--operational", "-o", "json"]:
+    print(json.dumps({{"mtu": state["mtu"][args[2]], "duplex": "full", "speed": "200G"}}))
+elif args == ["config", "detach"]:
+    state["pending"] = {{}}
+elif args[:2] == ["set", "interface"] and args[3:5] == ["link", "mtu"]:
+    for port in args[2].split(","):
+        state["pending"][port] = int(args[5])
+elif args[:3] == ["config", "apply", "--confirm"] and args[4:] == ["--assume-yes"]:
+    state["mtu"].update(state["pending"])
+    state["pending"] = {{}}
+    state["unconfirmed"] = True
+elif args == ["config", "apply", "--confirm-yes"]:
+    state["unconfirmed"] = False
+elif args == ["config", "save"]:
+    state["saved"] = dict(state["mtu"])
+else:
+    print("fake nv: unexpected " + " ".join(args), file=sys.stderr)
+    done(2)
+done()
+"""
+
+
+def nvue_switch(tmp_path: Path, mtu: dict[str, int],
+                fail: list[list[str]] | None = None) -> Path:
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    nv = tmp_path / "bin" / "nv"
+    nv.write_text(FAKE_NV.format(python=sys.executable))
+    nv.chmod(0o755)
+    state = tmp_path / "nv-state.json"
+    state.write_text(json.dumps({"mtu": mtu, "pending": {}, "log": [], "fail": fail or []}))
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text(textwrap.dedent(f"""\
+        [switches]
+        fake-nvue ansible_connection=local switch_os=nvue ansible_become=false
+        [switches:vars]
+        ansible_python_interpreter={sys.executable}
+        [lab:children]
+        switches
+        """))
+    (tmp_path / "group_vars").mkdir(exist_ok=True)
+    (tmp_path / "group_vars" / "lab.yml").write_text(yaml.safe_dump({
+        "switch_ports": {"swp1": {"node": "spark1", "twin": "both"},
+                         "swp2": {"node": "spark2", "twin": "both"},
+                         "swp10": {"node": "spark3", "twin": "both"}}}))
+    (tmp_path / "site.yml").write_text(textwrap.dedent("""\
+        - name: Switch MTU on a fake NVUE switch
+          hosts: switches
+          gather_facts: false
+          roles:
+            - role: switch_mtu
+        """))
+    return state
+
+
+def run_role(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(tmp_path / "inventory.ini"),
+         str(tmp_path / "site.yml"), *args],
+        capture_output=True, text=True, timeout=300, check=False,
+        env=ansible_env(tmp_path, FAKE_NV_STATE=str(tmp_path / "nv-state.json")))
+
+
+def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("fake-nvue "))
+    return {k: int(v) for k, v in (f.split("=") for f in line.split(":", 1)[1].split())}
+
+
+def nv_log(state: Path) -> list[list[str]]:
+    log: list[list[str]] = json.loads(state.read_text())["log"]
+    return log
+
+
+def show(port: str) -> list[str]:
+    return ["show", "interface", port, "link", "--operational", "-o", "json"]
+
+
+def test_nvue_driver_applies_confirms_and_is_idempotent(tmp_path: Path) -> None:
+    state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 9216, "swp10": 1500})
+    first = run_role(tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    reads = [show(p) for p in ("swp1", "swp2", "swp10")]
+    assert nv_log(state) == [
+        *reads,
+        ["config", "detach"],
+        ["set", "interface", "swp1,swp10", "link", "mtu", "9216"],
+        ["config", "apply", "--confirm", "120s", "--assume-yes"],
+        ["config", "apply", "--confirm-yes"],
+        ["config", "save"],
+        *reads,  # verify
+    ]
+    final = json.loads(state.read_text())
+    assert final["mtu"] == final["saved"] == {"swp1": 9216, "swp2": 9216, "swp10": 9216}
+    assert final["unconfirmed"] is False
+    assert recap(first)["changed"] == 4  # stage, apply, confirm, save
+    assert "3 devices at MTU 9216: swp1, swp2, swp10" in first.stdout
+
+    calls = len(nv_log(state))
+    second = run_role(tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert recap(second)["changed"] == 0
+    assert nv_log(state)[calls:] == [*reads, *reads]  # configure's reading, verify's
+
+
+def test_nvue_driver_failed_apply_says_the_switch_rolls_back(tmp_path: Path) -> None:
+    apply_cmd = ["config", "apply", "--confirm", "120s", "--assume-yes"]
+    state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500},
+                        fail=[apply_cmd])
+    proc = run_role(tmp_path)
+    assert proc.returncode != 0
+    assert "rolls back by itself within 120s" in proc.stdout
+    assert ["config", "apply", "--confirm-yes"] not in nv_log(state)
+
+
+def test_nvue_driver_check_mode_only_reads(tmp_path: Path) -> None:
+    state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500})
+    proc = run_role(tmp_path, "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(cmd[0] == "show" for cmd in nv_log(state))
+
+
+# -------------------------------------------------- preflight, for real
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"switch_mtu_value": 9300}, "switch_mtu_value 9300 is outside 68..9216"),
+    ({"switch_mtu_value": 1500}, "silently drops large frames"),
+    ({"switch_mtu_value": 9000, "roce_fabric_mtu": 9216},
+     "below the hosts' fabric MTU (roce_fabric_mtu 9216)"),
+    ({"switch_mtu_confirm_seconds": 10}, "switch_mtu_confirm_seconds 10 is too short"),
+    ({"switch_ports": {"swp1,swp2": {"node": "spark1"}}}, "'swp1,swp2' is not an NVUE"),
+    ({"switch_mtu_value": "jumbo"}, "switch_mtu_value"),
+])
+def test_preflight_rejects(tmp_path: Path, extra: dict[str, Any], message: str) -> None:
+    state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500})
+    (tmp_path / "extra.json").write_text(json.dumps(extra))
+    proc = run_role(tmp_path, "-e", f"@{tmp_path / 'extra.json'}")
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert nv_log(state) == []  # nothing reached the switch
+
+
+def test_preflight_accepts_the_hosts_mtu_equal_to_the_switch(tmp_path: Path) -> None:
+    nvue_switch(tmp_path, {"swp1": 9000, "swp2": 9000, "swp10": 9000})
+    proc = run_role(tmp_path, "-e", '{"switch_mtu_value": 9000}',
+                    "--tags", "switch_mtu_preflight")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_preflight_explains_a_number_passed_as_text(tmp_path: Path) -> None:
+    state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500})
+    proc = run_role(tmp_path, "-e", "switch_mtu_value=9216")
+    assert proc.returncode != 0
+    assert "must be integers, not text" in proc.stdout
+    assert nv_log(state) == []
+
+
+# ------------------------------------------------------ the real playbook
+def test_playbook_syntax_for_every_switch_os(tmp_path: Path) -> None:
+    for os_name in ("linux", "nvue", "sonic"):
+        proc = subprocess.run(
+            [str(VENV_BIN / "ansible-playbook"), "-i", str(ROOT / "inventory" / "sim.ini"),
+             str(PLAYBOOK), "--syntax-check", "-e", f"switch_os={os_name}"],
+            capture_output=True, text=True, timeout=120, check=False,
+            env=ansible_env(tmp_path))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_playbook_runs_preflight_then_the_role_on_switches(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(ROOT / "inventory" / "sim.ini"),
+         str(PLAYBOOK), "--list-tasks", "--list-hosts"],
+        capture_output=True, text=True, timeout=120, check=False, env=ansible_env(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plays = proc.stdout.split("play #")[1:]
+    assert "Preflight" in plays[0]
+    assert "Switch MTU" in plays[1] and "lab-switch" in plays[1] and "spark1" not in plays[1]
+    for step in ("Preflight", "Install", "Configure", "Verify"):
+        assert f"switch_mtu : {step}\tTAGS: [switch_mtu, switch_mtu_{step.lower()}]" in plays[1]
+
