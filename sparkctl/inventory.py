@@ -158,6 +158,12 @@ def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostV
     from ansible.vars.manager import VariableManager  # noqa: PLC0415
 
     _init_ansible(init_plugin_loader)
+    # The environment above is read when ansible.constants is first imported;
+    # if something imported Ansible earlier in this process, set it directly.
+    from ansible import constants as ansible_constants  # noqa: PLC0415
+
+    ansible_constants.INVENTORY_ANY_UNPARSED_IS_FAILED = True
+    ansible_constants.INVENTORY_UNPARSED_WARNING = False
     loader = DataLoader()
     try:
         inv = InventoryManager(loader=loader, sources=[str(path.resolve())])

@@ -87,6 +87,15 @@ class Progress:
             self.live.update(self._table())
 
 
+def cluster_env(cluster: str) -> dict[str, str]:
+    """Environment for Ansible runs against one cluster.
+
+    Facts are cached per cluster: the lab and a real cluster both name their
+    hosts spark1..4, and one must never be handed the other's facts.
+    """
+    return {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(state_dir() / "facts" / cluster)}
+
+
 def summarise(result: RunResult, hosts: Sequence[str]) -> Table:
     table = Table(title=f"{result.status} in {result.duration:.0f} s")
     for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
@@ -115,7 +124,7 @@ def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[
         with Progress(hosts) as progress:
             result = run_playbook(playbook, inventory_path, results_dir=out_dir, limit=limit,
                                   tags=tags, skip_tags=skip_tags, check=check, diff=diff,
-                                  on_event=progress)
+                                  on_event=progress, envvars=cluster_env(inv.cluster))
     console.out.print(summarise(result, hosts))
     for failure in result.failures:
         kind = "unreachable" if failure.unreachable else "failed"
