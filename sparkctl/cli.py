@@ -72,12 +72,27 @@ _INVENTORY_ARG = click.argument("inventory_path", metavar="INVENTORY",
 @click.option("--skip-tags", multiple=True, help="Skip these tags (repeatable).")
 @click.option("--check", is_flag=True, help="Dry run: report what would change.")
 @click.option("--diff", is_flag=True, help="Show file differences.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result (per-host counts, failures, artifacts) as JSON on stdout.")
 def provision(inventory_path: Path, limit: str | None, tags: tuple[str, ...],
-              skip_tags: tuple[str, ...], check: bool, diff: bool) -> None:
+              skip_tags: tuple[str, ...], check: bool, diff: bool, as_json: bool) -> None:
     """Configure every node and the switch as INVENTORY describes (playbooks/site.yml)."""
     from sparkctl.provision import provision as run  # noqa: PLC0415
 
-    run(inventory_path, limit=limit, tags=tags, skip_tags=skip_tags, check=check, diff=diff)
+    run(inventory_path, limit=limit, tags=tags, skip_tags=skip_tags, check=check, diff=diff,
+        as_json=as_json)
+
+
+@cli.command()
+@_INVENTORY_ARG
+@click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Directory to write the files into (one subdirectory per host).")
+def render(inventory_path: Path, out: Path) -> None:
+    """Write every file provisioning would install, per host, without contacting any host."""
+    from sparkctl.render import render as run  # noqa: PLC0415
+
+    for path in run(inventory_path, out):
+        click.echo(str(path.relative_to(out.resolve())))
 
 
 @cli.group("inventory")
@@ -247,3 +262,11 @@ def main() -> None:
     except KeyboardInterrupt:
         console.err.print("interrupted")
         sys.exit(int(ExitCode.INTERRUPTED))
+    except Exception as exc:  # the one place that turns bugs into a message
+        if debug:
+            console.err.print_exception()
+        console.err.print(f"[bold red]internal error:[/bold red] {type(exc).__name__}: {exc}",
+                          highlight=False)
+        console.err.print("[yellow]hint:[/yellow] run again with --debug for the traceback, "
+                          "and report it")
+        sys.exit(int(ExitCode.INTERNAL))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ def summarise(result: RunResult, hosts: Sequence[str]) -> Table:
 
 def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[str] = (),
               skip_tags: Sequence[str] = (), check: bool = False, diff: bool = False,
-              playbook: str = "site.yml") -> RunResult:
+              playbook: str = "site.yml", as_json: bool = False) -> RunResult:
     """Validate, lock, run ``playbook`` and print the per-host summary."""
     inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
     hosts = [n.name for n in inv.nodes] + ([inv.switch.name] if inv.switch else [])
@@ -125,7 +126,10 @@ def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[
             result = run_playbook(playbook, inventory_path, results_dir=out_dir, limit=limit,
                                   tags=tags, skip_tags=skip_tags, check=check, diff=diff,
                                   on_event=progress, envvars=cluster_env(inv.cluster))
-    console.out.print(summarise(result, hosts))
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        console.out.print(summarise(result, hosts))
     for failure in result.failures:
         kind = "unreachable" if failure.unreachable else "failed"
         console.err.print(f"[red]{failure.host}[/red] {kind} at [bold]{failure.task}[/bold]: "

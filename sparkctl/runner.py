@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,12 @@ class RunResult:
     duration: float
     stats: dict[str, HostStats] = field(default_factory=dict)
     failures: list[TaskFailure] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "rc": self.rc, "duration_s": round(self.duration, 1),
+                "artifact_dir": str(self.artifact_dir),
+                "hosts": {h: asdict(s) for h, s in sorted(self.stats.items())},
+                "failures": [asdict(f) for f in self.failures]}
 
     @property
     def ok(self) -> bool:
@@ -159,6 +165,7 @@ def run_playbook(
 
     results_dir.mkdir(parents=True, exist_ok=True)
     private = results_dir / "runner"
+    private.mkdir(parents=True, exist_ok=True)
     cmdline = []
     if check:
         cmdline.append("--check")

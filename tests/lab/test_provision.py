@@ -1,0 +1,74 @@
+"""`sparkctl provision` end to end on the lab: first run, idempotent re-run, jumbo mesh.
+
+Runs after tests/lab/test_lab.py (which checks the lab as `lab up` made it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SIM_INVENTORY, LabSession, sparkctl
+from tests.labhost import ssh
+
+pytestmark = pytest.mark.lab
+
+
+def _provision() -> dict[str, object]:
+    proc = sparkctl("provision", str(SIM_INVENTORY), "--json", timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return dict(json.loads(proc.stdout))
+
+
+@pytest.fixture(scope="module")
+def provisioned(lab: LabSession) -> dict[str, object]:
+    """The first provision of the fresh lab (shared by this module's tests)."""
+    return _provision()
+
+
+def test_first_provision_succeeds_on_every_host(lab: LabSession,
+                                                provisioned: dict[str, object]) -> None:
+    hosts = provisioned["hosts"]
+    assert isinstance(hosts, dict)
+    assert set(hosts) == {"spark1", "spark2", "spark3", "spark4", "lab-switch"}
+    for name, stats in hosts.items():
+        assert stats["failed"] == 0 and stats["unreachable"] == 0, (name, stats)
+    assert provisioned["failures"] == []
+    assert Path(str(provisioned["artifact_dir"])).is_dir()
+
+
+def test_second_provision_changes_nothing(provisioned: dict[str, object]) -> None:
+    again = _provision()
+    changed = {h: s["changed"] for h, s in again["hosts"].items()}  # type: ignore[attr-defined]
+    assert all(c == 0 for c in changed.values()), changed
+
+
+def test_jumbo_frames_pass_between_every_pair_on_both_twins(
+        lab: LabSession, provisioned: dict[str, object]) -> None:
+    nodes = lab.inventory.nodes
+    for src, dst in itertools.permutations(nodes, 2):
+        for twin, ifname in (("a", "enp1s0f1np1"), ("b", "enP2p1s0f1np1")):
+            out = ssh(src.mgmt_ip, f"ping -c 1 -W 2 -M do -s 8972 -I {ifname} "
+                                   f"{dst.fabric_ips[twin]}", check=False)
+            assert out.returncode == 0, (src.name, dst.name, twin, out.stdout, out.stderr)
+
+
+def test_bad_inventory_is_refused_before_any_host_is_touched(
+        lab: LabSession, provisioned: dict[str, object], tmp_path: Path) -> None:
+    bad = tmp_path / "inventory"
+    shutil.copytree(SIM_INVENTORY.parent, bad)
+    cluster = bad / "group_vars" / "sim" / "cluster.yml"
+    cluster.write_text(cluster.read_text().replace("fabric_b_subnet: 192.168.101.0/24",
+                                                   "fabric_b_subnet: 192.168.100.0/24"))
+    proc = sparkctl("provision", str(bad / "sim.ini"))
+    assert proc.returncode == 2
+    assert "variable fabric_b_subnet" in proc.stderr
+    assert "cluster.yml" in proc.stderr
+    assert "no host was contacted" in proc.stderr
+    # The netplan on the nodes is still the good one.
+    netplan = ssh(lab.inventory.node("spark1").mgmt_ip, "cat /etc/netplan/40-cx7.yaml").stdout
+    assert "192.168.101.11/24" in netplan
