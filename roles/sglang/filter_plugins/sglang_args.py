@@ -1,0 +1,255 @@
+"""Filters of the sglang role: the launch command of each rank, and reading it back.
+
+The command line of every rank follows from the inventory alone (SGLang docs,
+``multi_node_deployment``; dgx-spark.md "SGLang across nodes")::
+
+    python3 -m sglang.launch_server --model-path M --tp 4 --nnodes 4 --node-rank R
+        --dist-init-addr <fabric_a_ip of node_rank 0>:<port> --host H --port P
+        --enable-metrics --dist-timeout 3600 [--served-model-name X]
+        [--api-key ${SGLANG_API_KEY}] [extra args]
+
+``--tp`` is the TOTAL tensor-parallel degree across nodes; only the head
+(node_rank 0) serves HTTP on a public address. The API key never passes
+through here: the command carries ``${SGLANG_API_KEY}``, which systemd expands
+from the root-only environment file when it starts the unit (systemd.service,
+"Command lines": ``${FOO}`` in double quotes is one argument).
+
+Reading back: ``systemctl show -p ExecStart --value`` prints
+``{ path=... ; argv[]=... ; ignore_errors=no ; ... }``; the verify step parses
+it here and compares the arguments after ``-m sglang.launch_server`` with the
+ones computed for the node.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+from typing import Any
+
+try:
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # unit tests import this file without Ansible installed
+    class AnsibleFilterError(Exception):  # type: ignore[no-redef]
+        """Stand-in for ansible.errors.AnsibleFilterError."""
+
+MODULE = "sglang.launch_server"
+API_KEY_REF = "${SGLANG_API_KEY}"
+# Words a launch argument may contain: systemd, docker and the shell read them
+# alike (no blanks, quotes, backslashes, $, %, or #).
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_.,:/=@+-]+$")
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*$")
+_ARGV = re.compile(r"argv\[\]=(?P<argv>.*?) ; ignore_errors=")
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise AnsibleFilterError(f"{what} must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(f"{what} must be an integer, got {value!r}") from None
+
+
+def _head(nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The node with node_rank 0, after checking the ranks are exactly 0..N-1."""
+    if not nodes:
+        raise AnsibleFilterError("the sparks group is empty: no node to run SGLang on")
+    ranks = sorted(_int(n.get("node_rank"), f"node_rank of {n.get('name')}") for n in nodes)
+    if ranks != list(range(len(nodes))):
+        listing = ", ".join(f"{n.get('name')}={n.get('node_rank')}" for n in nodes)
+        raise AnsibleFilterError(
+            f"node_rank must be 0..{len(nodes) - 1}, each once ({listing})")
+    head = next(n for n in nodes if _int(n["node_rank"], "node_rank") == 0)
+    try:
+        ipaddress.IPv4Address(str(head.get("fabric_a_ip", "")))
+    except ValueError:
+        raise AnsibleFilterError(
+            f"{head.get('name')} (node_rank 0) has no IPv4 fabric_a_ip "
+            f"({head.get('fabric_a_ip')!r}): the ranks meet there") from None
+    return head
+
+
+def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_path: str,
+                       tp_size: Any, nnodes: Any, dist_port: Any, port: Any,
+                       host: str = "0.0.0.0", worker_host: str = "127.0.0.1",  # noqa: S104
+                       enable_metrics: bool = True, dist_timeout: Any = 3600,
+                       served_model_name: str = "", api_key: bool = False,
+                       extra_args: list[Any] | None = None) -> list[str]:
+    """launch_server arguments of the node with ``node_rank`` (without the interpreter)."""
+    head = _head(nodes)
+    rank = _int(node_rank, "node_rank")
+    tp, n = _int(tp_size, "sglang_tp_size"), _int(nnodes, "sglang_nnodes")
+    if n != len(nodes):
+        raise AnsibleFilterError(f"sglang_nnodes is {n} but the sparks group has {len(nodes)} "
+                                 "nodes: SGLang runs one process per node")
+    if tp < n or tp % n:
+        raise AnsibleFilterError(f"sglang_tp_size {tp} must be a multiple of the {n} nodes "
+                                 "(--tp is the total degree; each node holds tp/nnodes GPUs)")
+    if not 0 <= rank < n:
+        raise AnsibleFilterError(f"node_rank {rank} is outside 0..{n - 1}")
+    dport, hport = _int(dist_port, "sglang_dist_port"), _int(port, "sglang_port")
+    for value, what in ((dport, "sglang_dist_port"), (hport, "sglang_port")):
+        if not 1 <= value <= 65535:
+            raise AnsibleFilterError(f"{what} {value} is not a TCP port")
+    args = ["--model-path", str(model_path), "--tp", str(tp), "--nnodes", str(n),
+            "--node-rank", str(rank), "--dist-init-addr", f"{head['fabric_a_ip']}:{dport}",
+            "--host", str(host if rank == 0 else worker_host), "--port", str(hport)]
+    if enable_metrics:
+        args.append("--enable-metrics")
+    args += ["--dist-timeout", str(_int(dist_timeout, "sglang_dist_timeout"))]
+    if served_model_name:
+        args += ["--served-model-name", str(served_model_name)]
+    if api_key:
+        args += ["--api-key", API_KEY_REF]
+    args += [str(a) for a in (extra_args or [])]
+    bad = [a for a in args if a != API_KEY_REF and not _SAFE_WORD.match(a)]
+    if bad:
+        raise AnsibleFilterError(
+            f"launch arguments {bad} have characters systemd, docker and a shell would read "
+            "differently (blanks, quotes, backslash, $, %, #): one word per list item")
+    return args
+
+
+def sglang_exec_argv(launch_args: list[str], method: str, *, python: str = "/usr/bin/python3",
+                     engine_path: str = "/usr/bin/docker", gpu_args: list[str] | None = None,
+                     container_name: str = "sparkctl-sglang", image: str = "",
+                     env_files: list[str] | None = None, mounts: list[str] | None = None,
+                     container_args: list[str] | None = None) -> list[str]:
+    """The unit's whole ExecStart argv for an installation method."""
+    server = [python, "-m", MODULE, *launch_args]
+    if method in ("venv", "standin"):
+        return server
+    if method != "container":
+        raise AnsibleFilterError(f"unknown installation method {method!r}")
+    if not image:
+        raise AnsibleFilterError("the container method needs sglang_image")
+    argv = [engine_path, "run", "--rm", "--name", container_name, "--network", "host",
+            "--ipc", "host", *(gpu_args or [])]
+    for env_file in env_files or []:
+        argv += ["--env-file", env_file]
+    for mount in mounts or []:
+        argv += ["--volume", mount]
+    argv += [*(container_args or []), image]
+    # Inside the image `python3` is the interpreter with sglang installed.
+    return [*argv, "python3", "-m", MODULE, *launch_args]
+
+
+def _systemd_word(word: str) -> str:
+    if word == API_KEY_REF:
+        return f'"{API_KEY_REF}"'
+    escaped = word.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = escaped.replace("$", "$$").replace("%", "%%")
+    if escaped == word and _SAFE_WORD.match(word):
+        return word
+    return f'"{escaped}"'
+
+
+def sglang_exec_line(argv: list[str]) -> str:
+    """argv -> one systemd ExecStart= value ($ and % escaped, the key reference quoted)."""
+    return " ".join(_systemd_word(str(w)) for w in argv)
+
+
+def sglang_parse_execstart(text: str) -> list[str]:
+    """argv of the first command in ``systemctl show -p ExecStart --value`` output."""
+    match = _ARGV.search(str(text))
+    if match is None:
+        raise AnsibleFilterError(f"no argv[] in ExecStart {str(text)[:200]!r}: is the unit loaded?")
+    return shlex.split(match.group("argv"))
+
+
+def sglang_server_args(argv: list[str]) -> list[str]:
+    """The arguments after ``-m sglang.launch_server`` (an error if it is not there)."""
+    argv = [str(a) for a in argv]
+    for i in range(len(argv) - 1):
+        if argv[i] == "-m" and argv[i + 1] == MODULE:
+            return argv[i + 2:]
+    raise AnsibleFilterError(f"the command does not run -m {MODULE}: {argv}")
+
+
+def sglang_parse_show(text: str) -> dict[str, str]:
+    """``systemctl show -p A -p B`` output (KEY=VALUE lines) -> dict."""
+    out: dict[str, str] = {}
+    for line in str(text).splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value
+    return out
+
+
+_SPAN_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "h": 3600, "d": 86400,
+               "w": 604800, "M": 2629800, "y": 31557600}
+_SPAN = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>us|ms|min|s|h|d|w|M|y)")
+
+
+def sglang_timespan(text: Any) -> float:
+    """A systemd time span as ``systemctl show`` prints it (``10min``, ``1min 30s``) -> seconds."""
+    value = str(text).strip()
+    if value == "infinity":
+        return float("inf")
+    if re.fullmatch(r"\d+", value):
+        return float(value)
+    parts = value.split()
+    matches = [_SPAN.fullmatch(p) for p in parts]
+    if not parts or any(m is None for m in matches):
+        raise AnsibleFilterError(f"{value!r} is not a systemd time span")
+    return sum(float(m.group("n")) * _SPAN_UNITS[m.group("unit")] for m in matches if m)
+
+
+def sglang_parse_env(text: str) -> dict[str, str]:
+    """KEY=VALUE lines (comments, blank lines skipped) -> dict; bad or repeated lines fail."""
+    env: dict[str, str] = {}
+    for number, raw in enumerate(str(text).splitlines(), start=1):
+        line = raw.rstrip("\r")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not _KEY.match(key):
+            raise AnsibleFilterError(f"line {number} is not KEY=VALUE")
+        if key in env:
+            raise AnsibleFilterError(f"line {number}: {key} is set twice")
+        env[key] = value
+    return env
+
+
+def sglang_env_problems(env: dict[str, Any]) -> list[str]:
+    """Variables that systemd's EnvironmentFile= and docker's --env-file would read differently."""
+    problems = []
+    for key, value in dict(env).items():
+        if not _KEY.match(str(key)):
+            problems.append(f"{key!r} is not a variable name")
+        elif isinstance(value, (dict, list, bool)) or value is None:
+            problems.append(f"{key}: {value!r} must be a string or a number")
+        elif not _SAFE_VALUE.match(str(value)):
+            problems.append(f"{key}: {value!r} has blanks, quotes, backslash, $ or #")
+    return problems
+
+
+def sglang_env_diff(actual: dict[str, Any], expected: dict[str, Any]) -> list[str]:
+    """How a file's variables differ from the expected ones (compared as text)."""
+    act = {str(k): str(v) for k, v in dict(actual).items()}
+    exp = {str(k): str(v) for k, v in dict(expected).items()}
+    diff = [f"{k} is missing (expected {exp[k]!r})" for k in sorted(exp.keys() - act.keys())]
+    diff += [f"{k}={act[k]!r} is not expected" for k in sorted(act.keys() - exp.keys())]
+    diff += [f"{k}={act[k]!r}, expected {exp[k]!r}"
+             for k in sorted(exp.keys() & act.keys()) if act[k] != exp[k]]
+    return diff
+
+
+class FilterModule:
+    """Launch command, ExecStart read-back and environment-file filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "sglang_launch_args": sglang_launch_args,
+            "sglang_exec_argv": sglang_exec_argv,
+            "sglang_exec_line": sglang_exec_line,
+            "sglang_parse_execstart": sglang_parse_execstart,
+            "sglang_server_args": sglang_server_args,
+            "sglang_parse_show": sglang_parse_show,
+            "sglang_timespan": sglang_timespan,
+            "sglang_parse_env": sglang_parse_env,
+            "sglang_env_problems": sglang_env_problems,
+            "sglang_env_diff": sglang_env_diff,
+        }

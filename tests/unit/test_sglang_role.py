@@ -1,0 +1,373 @@
+"""The sglang role: its interface, the launch-command and firewall filters, the templates.
+
+Read-back parsers are tested on output captured from the rehearsal lab's nodes
+(systemd 252 and nftables 1.0.6 of Debian bookworm), quoted below as printed.
+"""
+
+# ruff: noqa: E501 -- captured command output is quoted as printed (long lines)
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "roles" / "sglang"
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+args_f = _load("sglang_args_filters", ROLE / "filter_plugins" / "sglang_args.py")
+fw = _load("sglang_firewall_filters", ROLE / "filter_plugins" / "sglang_firewall.py")
+
+# The rehearsal lab's inventory (inventory/sim.ini), as the role's _sglang_nodes builds it.
+SIM_NODES = [
+    {"name": "spark1", "node_rank": 0, "fabric_a_ip": "192.168.100.11"},
+    {"name": "spark2", "node_rank": 1, "fabric_a_ip": "192.168.100.12"},
+    {"name": "spark3", "node_rank": 2, "fabric_a_ip": "192.168.100.13"},
+    {"name": "spark4", "node_rank": 3, "fabric_a_ip": "192.168.100.14"},
+]
+LAUNCH = {"model_path": "/var/lib/sparkctl/models/current", "tp_size": 4, "nnodes": 4,
+          "dist_port": 50000, "port": 30000, "host": "0.0.0.0",  # noqa: S104
+          "worker_host": "127.0.0.1",
+          "enable_metrics": True, "dist_timeout": 3600, "served_model_name": "",
+          "api_key": True, "extra_args": []}
+
+# `systemctl show -p ExecStart --value sparkctl-sglang` on spark2 while it ran
+# (the unit as this role installs it; ${SGLANG_API_KEY} is shown unexpanded).
+SPARK2_EXECSTART = "{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -m sglang.launch_server --model-path /var/lib/sparkctl/models/current --tp 4 --nnodes 4 --node-rank 1 --dist-init-addr 192.168.100.11:50000 --host 127.0.0.1 --port 30000 --enable-metrics --dist-timeout 3600 --api-key ${SGLANG_API_KEY} ; ignore_errors=no ; start_time=[Sun 2026-11-29 22:39:59 UTC] ; stop_time=[n/a] ; pid=4094 ; code=(null) ; status=0/0 }"
+# The same for chrony (Debian's unit: $DAEMON_OPTS is expanded at start only).
+CHRONY_EXECSTART = "{ path=/usr/sbin/chronyd ; argv[]=/usr/sbin/chronyd $DAEMON_OPTS -x ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
+SPARK2_SHOW = """\
+Restart=on-failure
+RestartUSec=30s
+EnvironmentFiles=/etc/sparkctl/nccl.env (ignore_errors=no)
+EnvironmentFiles=/etc/sparkctl/sglang.env (ignore_errors=no)
+EnvironmentFiles=/etc/sparkctl/sglang-secrets.env (ignore_errors=no)
+LoadState=loaded
+FragmentPath=/etc/systemd/system/sparkctl-sglang.service
+UnitFileState=disabled
+StartLimitIntervalUSec=10min
+StartLimitBurst=3
+"""
+# `nft -j list table inet sparkctl` on spark2 after the role ran.
+SPARK2_NFT = '{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}}, {"table": {"family": "inet", "name": "sparkctl", "handle": 2}}, {"set": {"family": "inet", "name": "sglang_fabric_v4", "table": "sparkctl", "type": "ipv4_addr", "handle": 5, "flags": ["interval"], "elem": [{"prefix": {"addr": "192.168.100.0", "len": 24}}, {"prefix": {"addr": "192.168.101.0", "len": 24}}]}}, {"chain": {"family": "inet", "table": "sparkctl", "name": "sglang_input", "handle": 4, "type": "filter", "hook": "input", "prio": 0, "policy": "accept"}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 6, "expr": [{"match": {"op": "==", "left": {"meta": {"key": "iif"}}, "right": "lo"}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 7, "expr": [{"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["established", "related"]}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 9, "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "@sglang_fabric_v4"}}, {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": {"set": [{"range": [32768, 60999]}]}}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 11, "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": {"set": [{"range": [32768, 60999]}]}}}, {"counter": {"packets": 0, "bytes": 0}}, {"drop": null}]}}]}'
+FABRIC = ["192.168.100.0/24", "192.168.101.0/24"]
+FABRIC_PORTS = ["50000-50015", "32768-60999"]
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+# ------------------------------------------------------------------ interface
+def test_argument_specs_document_every_default_with_the_same_value() -> None:
+    defaults = _yaml(ROLE / "defaults" / "main.yml")
+    options = _yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert set(options) == set(defaults)
+    for name, value in defaults.items():
+        assert options[name]["default"] == value, name
+        assert options[name]["description"], name
+        assert name.startswith("sglang_"), name
+
+
+def test_every_profile_names_an_installation_method_the_role_knows() -> None:
+    spec = _yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+    # The profile table of cluster_defaults (an internal constant of that role).
+    profiles = _yaml(REPO / "roles" / "cluster_defaults" / "vars" / "main.yml")[
+        "_cluster_hw_profiles"]
+    methods = spec["sglang_install_method"]["choices"]
+    assert methods == _yaml(ROLE / "vars" / "main.yml")["_sglang_methods"]
+    assert {p["sglang_impl"] for p in profiles.values()} <= set(methods)
+
+
+def test_internal_vars_are_underscored_and_role_depends_on_cluster_defaults() -> None:
+    assert all(name.startswith("_sglang_") for name in _yaml(ROLE / "vars" / "main.yml"))
+    assert _yaml(ROLE / "meta" / "main.yml")["dependencies"] == [{"role": "cluster_defaults"}]
+
+
+def test_image_is_pinned_to_a_cuda13_release_tag() -> None:
+    defaults = _yaml(ROLE / "defaults" / "main.yml")
+    image = defaults["sglang_image"]
+    name, _, tag = image.partition(":")
+    assert name == "lmsysorg/sglang"
+    assert tag.startswith(f"v{defaults['sglang_version']}-cu130"), tag
+    assert "latest" not in tag
+
+
+def test_standin_files_listed_for_the_copy_exist() -> None:
+    files = _yaml(ROLE / "vars" / "main.yml")["_sglang_standin_files"]
+    root = ROLE / "files" / "sglang_standin"
+    assert sorted(files) == sorted(str(p.relative_to(root)) for p in root.rglob("*.py"))
+
+
+def test_playbook_passes_syntax_check() -> None:
+    exe = Path(sys.executable).with_name("ansible-playbook")
+    if not exe.exists():
+        found = shutil.which("ansible-playbook")
+        if found is None:
+            pytest.skip("ansible-playbook not installed")
+        exe = Path(found)
+    proc = subprocess.run([str(exe), "-i", str(REPO / "inventory" / "sim.ini"),
+                           str(REPO / "playbooks" / "sglang.yml"), "--syntax-check"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------ launch command
+def test_head_and_worker_commands_from_the_lab_inventory() -> None:
+    head = args_f.sglang_launch_args(SIM_NODES, 0, **LAUNCH)
+    assert head == ["--model-path", "/var/lib/sparkctl/models/current", "--tp", "4",
+                    "--nnodes", "4", "--node-rank", "0",
+                    "--dist-init-addr", "192.168.100.11:50000", "--host", "0.0.0.0",  # noqa: S104
+                    "--port", "30000", "--enable-metrics", "--dist-timeout", "3600",
+                    "--api-key", "${SGLANG_API_KEY}"]
+    worker = args_f.sglang_launch_args(list(reversed(SIM_NODES)), "2", **LAUNCH)
+    assert worker[worker.index("--node-rank") + 1] == "2"
+    assert worker[worker.index("--dist-init-addr") + 1] == "192.168.100.11:50000"
+    assert worker[worker.index("--host") + 1] == "127.0.0.1"
+
+
+def test_optional_arguments() -> None:
+    args = args_f.sglang_launch_args(SIM_NODES, 1, **{
+        **LAUNCH, "served_model_name": "qwen3-32b", "enable_metrics": False, "api_key": False,
+        "extra_args": ["--mem-fraction-static", 0.8, "--trust-remote-code"]})
+    assert "--enable-metrics" not in args and "--api-key" not in args
+    assert args[-5:] == ["--served-model-name", "qwen3-32b", "--mem-fraction-static", "0.8",
+                         "--trust-remote-code"]
+
+
+def test_the_standin_accepts_the_command_it_is_installed_with() -> None:
+    """The stand-in's parser takes what the filter computes, and reads it back the same."""
+    standin = ROLE / "files" / "sglang_standin"
+    sys.dont_write_bytecode = True
+    sys.path.insert(0, str(standin))
+    try:
+        from sglang import launch_server  # noqa: PLC0415 -- the stand-in is on sys.path only here
+    finally:
+        sys.path.remove(str(standin))
+    args = args_f.sglang_launch_args(SIM_NODES, 3, **{
+        **LAUNCH, "served_model_name": "m", "extra_args": ["--context-length", "32768"]})
+    parsed = launch_server.parse_args([a if a != "${SGLANG_API_KEY}" else "k" for a in args])
+    assert (parsed["tp_size"], parsed["nnodes"], parsed["node_rank"], parsed["dist_init_addr"],
+            parsed["dist_timeout"], parsed["context_length"], parsed["served_model_name"]) == (
+        4, 4, 3, "192.168.100.11:50000", 3600, 32768, "m")
+
+
+@pytest.mark.parametrize(("nodes", "overrides", "message"), [
+    ([{**SIM_NODES[0], "node_rank": 1}, *SIM_NODES[1:]], {}, "node_rank must be 0..3, each once"),
+    (SIM_NODES[:3], {}, "sglang_nnodes is 4 but the sparks group has 3 nodes"),
+    (SIM_NODES, {"tp_size": 6}, "sglang_tp_size 6 must be a multiple of the 4 nodes"),
+    ([{**SIM_NODES[0], "fabric_a_ip": ""}, *SIM_NODES[1:]], {}, "has no IPv4 fabric_a_ip"),
+    (SIM_NODES, {"extra_args": ["--chat-template", "my template"]}, "one word per list item"),
+    (SIM_NODES, {"served_model_name": "$HOME"}, "one word per list item"),
+    (SIM_NODES, {"dist_port": 70000}, "sglang_dist_port 70000 is not a TCP port"),
+    ([], {}, "the sparks group is empty"),
+])
+def test_inventory_mistakes_name_what_to_fix(nodes: list[dict[str, Any]],
+                                              overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(args_f.AnsibleFilterError, match=message):
+        args_f.sglang_launch_args(nodes, 1, **{**LAUNCH, **overrides})
+
+
+def test_exec_argv_for_each_method() -> None:
+    args = ["--tp", "4"]
+    assert args_f.sglang_exec_argv(args, "standin") == [
+        "/usr/bin/python3", "-m", "sglang.launch_server", "--tp", "4"]
+    assert args_f.sglang_exec_argv(args, "venv", python="/opt/v/bin/python3")[0] == "/opt/v/bin/python3"
+    argv = args_f.sglang_exec_argv(
+        args, "container", engine_path="/usr/bin/docker", gpu_args=["--gpus", "all"],
+        image="lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc", env_files=["/a.env", "/b.env"],
+        mounts=["/m:/m:ro"], container_args=["--pull", "never"])
+    assert argv[:9] == ["/usr/bin/docker", "run", "--rm", "--name", "sparkctl-sglang",
+                        "--network", "host", "--ipc", "host"]
+    assert argv[9:11] == ["--gpus", "all"]
+    assert argv[11:15] == ["--env-file", "/a.env", "--env-file", "/b.env"]
+    assert argv[15:17] == ["--volume", "/m:/m:ro"]
+    tail = argv[argv.index("lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc"):]
+    assert tail == ["lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc", "python3", "-m",
+                    "sglang.launch_server", "--tp", "4"]
+    with pytest.raises(args_f.AnsibleFilterError, match="unknown installation method"):
+        args_f.sglang_exec_argv(args, "pip")
+
+
+def test_exec_line_quotes_for_systemd() -> None:
+    line = args_f.sglang_exec_line(["/usr/bin/python3", "-m", "sglang.launch_server", "--api-key",
+                                    "${SGLANG_API_KEY}", "--x", "50%", "a b", 'q"$'])
+    assert line == ('/usr/bin/python3 -m sglang.launch_server --api-key "${SGLANG_API_KEY}" '
+                    '--x "50%%" "a b" "q\\"$$"')
+
+
+def test_execstart_read_back_from_systemd() -> None:
+    argv = args_f.sglang_parse_execstart(SPARK2_EXECSTART)
+    expected = args_f.sglang_launch_args(SIM_NODES, 1, **LAUNCH)
+    assert argv == args_f.sglang_exec_argv(expected, "standin")
+    assert args_f.sglang_server_args(argv) == expected
+    assert args_f.sglang_parse_execstart(CHRONY_EXECSTART) == [
+        "/usr/sbin/chronyd", "$DAEMON_OPTS", "-x"]
+    with pytest.raises(args_f.AnsibleFilterError, match=r"does not run -m sglang\.launch_server"):
+        args_f.sglang_server_args(["/usr/sbin/chronyd", "-x"])
+    with pytest.raises(args_f.AnsibleFilterError, match="is the unit loaded"):
+        args_f.sglang_parse_execstart("")
+
+
+def test_systemctl_show_and_time_spans() -> None:
+    show = args_f.sglang_parse_show(SPARK2_SHOW)
+    assert (show["LoadState"], show["UnitFileState"], show["Restart"]) == (
+        "loaded", "disabled", "on-failure")
+    assert args_f.sglang_timespan(show["RestartUSec"]) == 30
+    assert args_f.sglang_timespan(show["StartLimitIntervalUSec"]) == 600
+    assert args_f.sglang_timespan("1min 30s") == 90
+    assert args_f.sglang_timespan("1h 2min 500ms") == 3720.5
+    assert args_f.sglang_timespan("0") == 0
+    assert args_f.sglang_timespan("infinity") == float("inf")
+    with pytest.raises(args_f.AnsibleFilterError):
+        args_f.sglang_timespan("soon")
+
+
+def test_env_files_parse_check_and_diff() -> None:
+    text = "# comment\n\nSGLANG_HOST_IP=192.168.100.11\nHF_HUB_OFFLINE=1\r\n"
+    assert args_f.sglang_parse_env(text) == {"SGLANG_HOST_IP": "192.168.100.11",
+                                             "HF_HUB_OFFLINE": "1"}
+    with pytest.raises(args_f.AnsibleFilterError, match="set twice"):
+        args_f.sglang_parse_env("A=1\nA=2\n")
+    with pytest.raises(args_f.AnsibleFilterError, match="line 1 is not KEY=VALUE") as err:
+        args_f.sglang_parse_env("export SGLANG_API_KEY=topsecret\n")
+    assert "topsecret" not in str(err.value)  # a bad secrets file never shows the key
+    assert args_f.sglang_env_problems({"A": "enp1s0f1np1", "B": 1}) == []
+    assert len(args_f.sglang_env_problems({"A": "a b", "b-c": "1", "C": None, "D": "$x"})) == 4
+    assert args_f.sglang_env_diff({"A": "1", "C": "x"}, {"A": 1, "B": "2"}) == [
+        "B is missing (expected '2')", "C='x' is not expected"]
+
+
+# ------------------------------------------------------------------ firewall
+def test_live_firewall_read_back_matches_the_wanted_one() -> None:
+    live = fw.sglang_nft_rules(SPARK2_NFT)
+    wanted = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, [])
+    assert live["rules"] == [
+        'iif "lo" accept', "ct state established,related accept",
+        "ip saddr @sglang_fabric_v4 tcp dport 32768-60999 accept",
+        "tcp dport 32768-60999 drop"]
+    assert live["sets"] == {"sglang_fabric_v4": FABRIC}
+    assert fw.sglang_nft_diff(live, wanted) == []
+    assert not fw.sglang_nft_drops_port(live, 22)
+    assert fw.sglang_nft_drops_port(live, 50000) and not fw.sglang_nft_drops_port(live, 30000)
+
+
+def test_firewall_differences_are_named() -> None:
+    data = json.loads(SPARK2_NFT)
+    data["nftables"][2]["set"]["elem"].pop()
+    data["nftables"][3]["chain"]["policy"] = "drop"
+    data["nftables"][7]["rule"]["expr"][0]["match"]["right"] = 22
+    diff = fw.sglang_nft_diff(fw.sglang_nft_rules(json.dumps(data)),
+                              fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, []))
+    assert len(diff) == 3
+    assert "'policy': 'drop'" in diff[0]
+    assert "set sglang_fabric_v4 holds ['192.168.100.0/24']" in diff[1]
+    assert "tcp dport 22 drop" in diff[2]
+    assert fw.sglang_nft_drops_port(fw.sglang_nft_rules(json.dumps(data)), 22)
+    assert fw.sglang_nft_diff({"chain": None}, {}) == [
+        "chain sglang_input is missing from table inet sparkctl"]
+
+
+def test_peer_sparks_may_reach_the_ports_for_open_mpi() -> None:
+    wanted = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, [],
+                                    ["10.77.0.11", "10.77.0.12", "10.77.0.13", "10.77.0.14"])
+    assert wanted["sets"]["sglang_peers_v4"] == [
+        "10.77.0.11/32", "10.77.0.12/32", "10.77.0.13/32", "10.77.0.14/32"]
+    assert wanted["rules"][2:] == [
+        "ip saddr @sglang_fabric_v4 tcp dport 32768-60999 accept",
+        "ip saddr @sglang_peers_v4 tcp dport 32768-60999 accept",
+        "tcp dport 32768-60999 drop"]
+    # the live chain without the peers' rule differs, and says how
+    live = fw.sglang_nft_rules(SPARK2_NFT)
+    assert [d.split(",")[0] for d in fw.sglang_nft_diff(live, wanted)] == [
+        "set sglang_peers_v4 holds None", "rules are ['iif \"lo\" accept'"]
+
+
+def test_api_sources_and_bad_port_specs() -> None:
+    wanted = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, ["10.77.0.0/24", "10.77.0.5"])
+    assert wanted["sets"]["sglang_api_v4"] == ["10.77.0.0/24", "10.77.0.5/32"]
+    assert wanted["rules"][-2:] == ["ip saddr @sglang_api_v4 tcp dport 30000 accept",
+                                    "tcp dport 30000 drop"]
+    with pytest.raises(fw.AnsibleFilterError, match="lies inside sglang_firewall_fabric_ports"):
+        fw.sglang_nft_expected(FABRIC, ["30000-30010"], 30000, [])
+    with pytest.raises(fw.AnsibleFilterError, match="not a port"):
+        fw.sglang_nft_expected(FABRIC, ["ssh"], 30000, [])
+    with pytest.raises(fw.AnsibleFilterError, match="not an IPv4"):
+        fw.sglang_nft_expected(["fabric"], FABRIC_PORTS, 30000, [])
+    assert fw.merge_intervals([(50000, 50015), (32768, 60999), (61000, 61000)]) == [(32768, 61000)]
+
+
+# ----------------------------------------------------------------- templates
+def _render(name: str, context: dict[str, Any]) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"),
+                             trim_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined,
+                             autoescape=jinja2.select_autoescape(default=False))
+    env.filters.update(args_f.FilterModule().filters())
+    return env.get_template(name).render(**context)
+
+
+def _unit_context(method: str) -> dict[str, Any]:
+    launch = args_f.sglang_launch_args(SIM_NODES, 0, **LAUNCH)
+    return {
+        "node_rank": 0, "sglang_nnodes": 4, "sglang_tp_size": 4, "_sglang_method": method,
+        "_sglang_fw_unit": "sparkctl-sglang-firewall.service",
+        "_sglang_engine": {"path": "/usr/bin/docker", "service": "docker.service"},
+        "_sglang_container_name": "sparkctl-sglang", "_sglang_standin_dir": "/opt/sparkctl/sglang-standin",
+        "sglang_start_limit_burst": 3, "sglang_start_limit_interval": 600,
+        "sglang_restart_sec": 30, "sglang_nccl_env_file": "/etc/sparkctl/nccl.env",
+        "sglang_env_file": "/etc/sparkctl/sglang.env",
+        "sglang_secrets_file": "/etc/sparkctl/sglang-secrets.env",
+        "_sglang_exec_argv": args_f.sglang_exec_argv(
+            launch, method, engine_path="/usr/bin/docker", gpu_args=["--gpus", "all"],
+            image="lmsysorg/sglang:v0.5.17-cu130-runtime")}
+
+
+def test_unit_template_for_the_lab() -> None:
+    unit = _render("sparkctl-sglang.service.j2", _unit_context("standin"))
+    lines = unit.splitlines()
+    assert [line for line in lines if line.startswith("EnvironmentFile=")] == [
+        "EnvironmentFile=/etc/sparkctl/nccl.env", "EnvironmentFile=/etc/sparkctl/sglang.env",
+        "EnvironmentFile=/etc/sparkctl/sglang-secrets.env"]
+    assert ("ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path "
+            "/var/lib/sparkctl/models/current --tp 4 --nnodes 4 --node-rank 0 --dist-init-addr "
+            '192.168.100.11:50000 --host 0.0.0.0 --port 30000 --enable-metrics --dist-timeout '
+            '3600 --api-key "${SGLANG_API_KEY}"') in lines
+    for setting in ("Restart=on-failure", "RestartSec=30", "StartLimitBurst=3",
+                    "StartLimitIntervalSec=600",
+                    "Environment=PYTHONPATH=/opt/sparkctl/sglang-standin PYTHONDONTWRITEBYTECODE=1"):
+        assert setting in lines, setting
+    assert unit.index("StartLimitBurst=3") < unit.index("[Service]")  # a [Unit] setting
+    assert "docker" not in unit
+
+
+def test_unit_template_for_the_container() -> None:
+    unit = _render("sparkctl-sglang.service.j2", _unit_context("container"))
+    assert "Requires=docker.service" in unit and "PYTHONPATH" not in unit
+    assert "ExecStartPre=-/usr/bin/docker rm --force sparkctl-sglang" in unit
+    assert "ExecStop=/usr/bin/docker stop --time 60 sparkctl-sglang" in unit
+    assert "lmsysorg/sglang:v0.5.17-cu130-runtime python3 -m sglang.launch_server" in unit
+
+
+def test_secrets_template_holds_only_the_key() -> None:
+    text = _render("sglang-secrets.env.j2", {"_sglang_unit": "sparkctl-sglang.service",
+                                             "sglang_api_key": "lab-0123456789abcdef"})
+    assert args_f.sglang_parse_env(text) == {"SGLANG_API_KEY": "lab-0123456789abcdef"}

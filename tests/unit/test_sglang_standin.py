@@ -1,0 +1,532 @@
+"""The lab's SGLang stand-in (roles/sglang/files/sglang_standin): ranks, endpoints, failures.
+
+Each test starts real ranks as subprocesses (``python3 -m sglang.launch_server``
+with the stand-in on PYTHONPATH, as the unit runs it) on loopback: every
+"node" has an address of its own in 127.0.0.0/8 (SGLANG_HOST_IP), all of them
+on ``lo`` (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME). Expected shapes are
+SGLang's (sgl-project/sglang ``srt/entrypoints/http_server.py``,
+``openai/protocol.py``, ``serving_chat.py``; the 401 body of
+``add_api_key_middleware``), written out here, not derived from the code
+under test. Every process is killed in ``finally``; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "roles" / "sglang" / "files" / "sglang_standin"
+KEY = "unit-test-key-0123456789"
+
+sys.dont_write_bytecode = True  # no __pycache__ in the role's files/
+sys.path.insert(0, str(STANDIN))
+from sglang import launch_server as ls  # noqa: E402
+from sglang.version import __version__  # noqa: E402
+
+sys.path.remove(str(STANDIN))
+
+
+def _loopback_nodes_work() -> bool:
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.3", 0))
+    except OSError:
+        return False
+    return sys.platform.startswith("linux")
+
+
+needs_loopback = pytest.mark.skipif(not _loopback_nodes_work(),
+                                    reason="needs Linux with all of 127.0.0.0/8 on lo")
+
+
+def _free_port() -> int:
+    with closing(socket.socket()) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    """A small model directory: a config.json like a Llama's, and one weight file."""
+    root = tmp_path / "model"
+    root.mkdir()
+    (root / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "num_hidden_layers": 2, "max_position_embeddings": 2048, "torch_dtype": "bfloat16",
+        "eos_token_id": 128009, "vocab_size": 128256}))
+    (root / "model-00001-of-00001.safetensors").write_bytes(os.urandom(4096))
+    return root
+
+
+def _env(rank: int, **overrides: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "NCCL_", "GLOO_"))}
+    env.update({"PYTHONPATH": str(STANDIN), "PYTHONDONTWRITEBYTECODE": "1",
+                "NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo",
+                "SGLANG_HOST_IP": f"127.0.0.{rank + 1}", "SGLANG_HEALTH_CHECK_TIMEOUT": "5"})
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+@dataclass
+class Cluster:
+    """Ranks of one tensor-parallel group on loopback; logs in files."""
+
+    procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: dict[int, Path] = field(default_factory=dict)
+    port: int = 0
+
+    def log(self, rank: int) -> str:
+        return self.logs[rank].read_text(errors="replace")
+
+    def wait_for(self, rank: int, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log(rank):
+                return
+            if self.procs[rank].poll() is not None and text not in self.log(rank):
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"rank {rank} did not print {text!r}:\n{self.log(rank)}")
+
+    def wait_exit(self, rank: int, timeout: float) -> int:
+        return self.procs[rank].wait(timeout=timeout)
+
+    def request(self, method: str, path: str, body: Any = None, key: str | None = KEY,
+                ctype: str = "application/json") -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        headers = {}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers["Content-Type"] = ctype
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+    def json(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+        status, _, raw = self.request(method, path, body, **kw)
+        return status, json.loads(raw) if raw else None
+
+
+@contextmanager
+def cluster(tmp_path: Path, model: Path, nnodes: int, *, start: list[int] | None = None,
+            timeout: int = 20, env: dict[int, dict[str, str | None]] | None = None,
+            extra: list[str] | None = None) -> Iterator[Cluster]:
+    """Start ranks (``start``, default all; workers first), kill every one on exit."""
+    c = Cluster(port=_free_port())
+    dist = f"127.0.0.1:{_free_port()}"
+    ranks = start if start is not None else [*range(1, nnodes), 0]
+    try:
+        for rank in ranks:
+            c.logs[rank] = tmp_path / f"rank{rank}.log"
+            cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model),
+                   "--tp", str(nnodes), "--nnodes", str(nnodes), "--node-rank", str(rank),
+                   "--dist-init-addr", dist, "--host", "127.0.0.1", "--port", str(c.port),
+                   "--enable-metrics", "--dist-timeout", str(timeout), "--api-key", KEY,
+                   "--served-model-name", "toy", *(extra or [])]
+            with c.logs[rank].open("wb") as out:
+                c.procs[rank] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                                 env=_env(rank, **(env or {}).get(rank, {})))
+        yield c
+    finally:
+        for proc in c.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for proc in c.procs.values():
+            proc.wait(timeout=10)
+
+
+def _up(c: Cluster) -> None:
+    c.wait_for(0, "The server is fired up and ready to roll!", 30)
+
+
+def _sse(raw: bytes) -> list[str]:
+    events = [e for e in raw.decode().split("\n\n") if e.strip()]
+    assert all(e.startswith("data: ") for e in events), events
+    return [e[len("data: "):] for e in events]
+
+
+def _chat(c: Cluster, content: str, **extra: Any) -> tuple[int, Any]:
+    return c.json("POST", "/v1/chat/completions",
+                  {"model": "toy", "messages": [{"role": "user", "content": content}], **extra})
+
+
+# ------------------------------------------------------------- command line
+def test_unknown_flag_is_rejected_like_sglang(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--model-path",
+                           str(tmp_path), "--tp", "4", "--no-such-flag", "1"],
+                          env=_env(0), capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: launch_server.py [-h] --model-path MODEL_PATH")
+    assert proc.stderr.rstrip().endswith(
+        "launch_server.py: error: unrecognized arguments: --no-such-flag 1")
+
+
+def test_help_shows_the_flags_the_unit_uses() -> None:
+    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--help"], env=_env(0),
+                          capture_output=True, text=True, timeout=30, check=True)
+    for flag in ("--model-path", "--tp-size", "--nnodes", "--node-rank", "--dist-init-addr",
+                 "--host", "--port", "--api-key", "--enable-metrics", "--dist-timeout",
+                 "--served-model-name", "--trust-remote-code", "--mem-fraction-static",
+                 "--context-length"):
+        assert flag in proc.stdout, flag
+
+
+def test_real_flag_names_and_aliases_parse() -> None:
+    args = ls.parse_args(["--model", "/m", "--tp", "4", "--nnodes", "4", "--node-rank", "2",
+                          "--nccl-init-addr", "192.168.100.11:50000", "--trust-remote-code",
+                          "--mem-fraction-static", "0.8", "--context-length", "32768",
+                          "--enable-metrics", "--dist-timeout", "3600", "--api-key", "k"])
+    assert (args["model_path"], args["tp_size"], args["nnodes"], args["node_rank"]) == (
+        "/m", 4, 4, 2)
+    assert args["dist_init_addr"] == "192.168.100.11:50000"
+    assert args["trust_remote_code"] and args["enable_metrics"]
+    assert (args["mem_fraction_static"], args["context_length"], args["dist_timeout"]) == (
+        0.8, 32768, 3600)
+    # SGLang's defaults when a flag is absent (server_args.py)
+    defaults = ls.parse_args(["--model-path", "/m"])
+    assert (defaults["host"], defaults["port"], defaults["tp_size"], defaults["nnodes"]) == (
+        "127.0.0.1", 30000, 1, 1)
+    assert defaults["served_model_name"] == "/m" and defaults["api_key"] is None
+    assert ls.parse_args(["--model-path", "/m", "--tensor-parallel-size", "2"])["tp_size"] == 2
+
+
+def test_multi_node_needs_dist_init_addr() -> None:
+    with pytest.raises(ls.Fatal, match="please provide --dist-init-addr as host:port of head node"):
+        ls.check_args(ls.parse_args(["--model-path", "/m", "--tp", "2", "--nnodes", "2"]))
+    with pytest.raises(ls.Fatal, match="tp_size 3 must be divisible by nnodes 2"):
+        ls.check_args(ls.parse_args(["--model-path", "/m", "--tp", "3", "--nnodes", "2",
+                                     "--dist-init-addr", "10.0.0.1:5000"]))
+
+
+def test_server_args_line_masks_the_api_key() -> None:
+    line = ls.args_repr(ls.parse_args(["--model-path", "/m", "--api-key", "secret-key"]))
+    assert line.startswith("ServerArgs(model_path='/m', ")
+    assert "secret-key" not in line and "api_key='***'" in line
+
+
+def test_version_is_the_roles_pinned_release() -> None:
+    defaults = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())
+    assert __version__ == str(defaults["sglang_version"])
+
+
+def test_missing_model_path_fails_like_transformers(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--model-path",
+                           str(tmp_path / "absent")], env=_env(0), capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert proc.returncode == 1
+    assert ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' "
+            f"or 'namespace/repo_name': '{tmp_path / 'absent'}'") in proc.stderr
+
+
+def test_config_json_gives_the_model_shape(model_dir: Path) -> None:
+    model = ls.load_model_config(str(model_dir), None)
+    assert (model.architecture, model.num_layers, model.hidden_size, model.context_len) == (
+        "LlamaForCausalLM", 2, 64, 2048)
+    assert model.rounds == 4 and model.hidden_bytes == 128 and model.eos_token_id == 128009
+    assert model.weight_bytes == 4096
+    assert ls.load_model_config(str(model_dir), 512).context_len == 512
+
+
+def test_partial_results_depend_on_every_rank(model_dir: Path) -> None:
+    model = ls.load_model_config(str(model_dir), None)
+    x = bytes(range(128))
+    parts = [ls.partial(x, ls.layer_key(model, r, 0), model.hidden_bytes) for r in range(4)]
+    assert len(set(parts)) == 4 and all(len(p) == 128 for p in parts)
+    assert ls.partial(parts[1], ls.layer_key(model, 1, 0), 128) == x
+    wide = ls.partial(x * 3, ls.layer_key(model, 2, 1), 128)
+    assert len(wide) == 384 and wide[:128] == wide[128:256]
+
+
+# ---------------------------------------------------------- a running group
+@needs_loopback
+def test_four_ranks_meet_and_serve_sglangs_endpoints(tmp_path: Path, model_dir: Path) -> None:
+    with cluster(tmp_path, model_dir, 4) as c:
+        _up(c)
+        head = c.log(0)
+        for rank in (1, 2, 3):
+            assert f"Node rank {rank} (" in head
+            c.wait_for(rank, "Load weight end.", 10)
+            log = c.log(rank)
+            assert f"NCCL INFO Bootstrap : Using lo:127.0.0.{rank + 1}<0>" in log
+            assert f"[Gloo] Rank {rank} is connected to 3 peer ranks." in log
+            assert f"rank {rank} nranks 4 cudaDev 0" in log and "- Init COMPLETE" in log
+        for line in ("Init torch distributed begin.", "Init torch distributed ends.",
+                     "Load weight begin.", "Load weight end.", "type=LlamaForCausalLM",
+                     f"Uvicorn running on http://127.0.0.1:{c.port}",
+                     "[Gloo] Rank 0 is connected to 3 peer ranks."):
+            assert line in head, line
+        assert head.index("Init torch distributed ends.") < head.index("Uvicorn running on") \
+            < head.index("The server is fired up and ready to roll!")
+
+        # /health: 200 with an empty body, no key needed (the middleware skips /health*)
+        status, headers, raw = c.request("GET", "/health", key=None)
+        assert (status, raw, headers["content-length"]) == (200, b"", "0")
+        assert c.request("GET", "/health_generate", key=None)[0] == 200
+
+        # --api-key: 401 {"error": "Unauthorized"} without or with a wrong bearer token
+        assert c.json("GET", "/v1/models", key=None) == (401, {"error": "Unauthorized"})
+        assert c.json("GET", "/v1/models", key="wrong")[0] == 401
+        assert c.json("POST", "/v1/chat/completions", {"messages": []}, key=None)[0] == 401
+
+        status, models = c.json("GET", "/v1/models")
+        assert status == 200 and models["object"] == "list" and len(models["data"]) == 1
+        card = models["data"][0]
+        assert set(card) == {"id", "object", "created", "owned_by", "root", "parent",
+                             "max_model_len"}
+        assert (card["id"], card["object"], card["owned_by"], card["root"], card["parent"],
+                card["max_model_len"]) == ("toy", "model", "sglang", "toy", None, 2048)
+        assert c.json("GET", "/v1/models/toy")[1]["id"] == "toy"
+        status, missing = c.json("GET", "/v1/models/other")
+        assert status == 404 and missing["error"]["code"] == "model_not_found"
+
+        status, info = c.json("GET", "/get_model_info")
+        assert status == 200 and info == {
+            "model_path": str(model_dir), "tokenizer_path": str(model_dir), "is_generation": True,
+            "preferred_sampling_params": None, "weight_version": "default"}
+
+        status, server = c.json("GET", "/get_server_info")
+        assert status == 200
+        assert (server["tp_size"], server["nnodes"], server["node_rank"], server["port"],
+                server["model_path"], server["served_model_name"], server["dist_timeout"]) == (
+            4, 4, 0, c.port, str(model_dir), "toy", 20)
+        assert server["dist_init_addr"].startswith("127.0.0.1:")
+        assert server["enable_metrics"] is True and server["version"] == __version__
+        assert isinstance(server["internal_states"], list) and server["max_total_num_tokens"] > 0
+
+        # chat, not streamed: ChatCompletionResponse
+        status, chat = _chat(c, "How is the fabric today?", max_tokens=12, ignore_eos=True)
+        assert status == 200
+        assert set(chat) == {"id", "object", "created", "model", "choices", "usage", "metadata"}
+        assert chat["object"] == "chat.completion" and chat["model"] == "toy"
+        assert chat["metadata"] == {"weight_version": "default"}
+        choice = chat["choices"][0]
+        assert set(choice) == {"index", "message", "logprobs", "finish_reason", "matched_stop"}
+        assert choice["message"]["role"] == "assistant" and choice["finish_reason"] == "length"
+        words = choice["message"]["content"].split()
+        assert len(words) == 12 and all(w in ls.VOCAB for w in words)
+        usage = chat["usage"]
+        assert usage["completion_tokens"] == 12
+        assert usage["total_tokens"] == usage["prompt_tokens"] + 12
+        assert set(usage) == {"prompt_tokens", "total_tokens", "completion_tokens",
+                              "prompt_tokens_details", "reasoning_tokens"}
+        # deterministic in the prompt
+        again = _chat(c, "How is the fabric today?", max_tokens=12, ignore_eos=True)[1]
+        assert again["choices"][0]["message"]["content"] == choice["message"]["content"]
+        other = _chat(c, "Something else entirely", max_tokens=12, ignore_eos=True)[1]
+        assert other["choices"][0]["message"]["content"] != choice["message"]["content"]
+
+        # chat, streamed: role chunk, content chunks, finish chunk, usage chunk, [DONE]
+        status, headers, raw = c.request("POST", "/v1/chat/completions", {
+            "model": "toy", "messages": [{"role": "user", "content": "How is the fabric today?"}],
+            "max_tokens": 12, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}})
+        assert status == 200 and headers["content-type"].startswith("text/event-stream")
+        events = _sse(raw)
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert all(ch["object"] == "chat.completion.chunk" for ch in chunks)
+        assert len({ch["id"] for ch in chunks}) == 1
+        assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert chunks[0]["choices"][0]["delta"]["content"] == ""
+        content = [ch["choices"][0]["delta"]["content"] for ch in chunks[1:-2]]
+        assert "".join(content) == choice["message"]["content"]
+        assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == usage
+
+        # completions: max_tokens defaults to 16; stop strings end with finish_reason stop
+        status, comp = c.json("POST", "/v1/completions", {"model": "toy", "prompt": "Once upon",
+                                                          "ignore_eos": True})
+        assert status == 200 and comp["object"] == "text_completion"
+        assert comp["usage"]["completion_tokens"] == 16
+        assert set(comp["choices"][0]) == {"index", "text", "logprobs", "finish_reason",
+                                           "matched_stop"}
+        stop_word = comp["choices"][0]["text"].split()[3]
+        stopped = c.json("POST", "/v1/completions", {"prompt": "Once upon", "stop": [stop_word],
+                                                     "ignore_eos": True})[1]["choices"][0]
+        assert stopped["finish_reason"] == "stop" and stopped["matched_stop"] == stop_word
+        assert stop_word not in stopped["text"].split()[3:]
+        status, _, raw = c.request("POST", "/v1/completions", {"prompt": "Once upon",
+                                                               "max_tokens": 3, "stream": True})
+        events = _sse(raw)
+        assert events[-1] == "[DONE]" and json.loads(events[0])["object"] == "text_completion"
+
+        # SGLang's native /generate
+        status, gen = c.json("POST", "/generate", {"text": "Hello", "sampling_params": {
+            "max_new_tokens": 5, "ignore_eos": True}})
+        assert status == 200 and gen["meta_info"]["completion_tokens"] == 5
+        assert gen["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
+
+        # request errors: ErrorResponse with code 400
+        status, err = c.json("POST", "/v1/chat/completions", b"{}", ctype="text/plain")
+        assert status == 400 and err["object"] == "error" and err["code"] == 400
+        assert "Only 'application/json' is allowed" in err["message"]
+        status, err = c.json("POST", "/v1/chat/completions", {"messages": []})
+        assert (status, err["message"], err["type"]) == (400, "Messages cannot be empty.",
+                                                         "BadRequestError")
+        assert c.json("POST", "/v1/chat/completions", {"messages": [
+            {"role": "user", "content": "x"}], "max_tokens": 0})[0] == 400
+        assert c.json("GET", "/no/such/route") == (404, {"detail": "Not Found"})
+
+        # /metrics: Prometheus text, counters of what was served
+        status, headers, raw = c.request("GET", "/metrics", key=None)
+        text = raw.decode()
+        assert status == 200 and headers["content-type"].startswith("text/plain")
+        assert "# TYPE sglang:generation_tokens_total counter" in text
+        values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith("sglang:") and 'model_name="toy"}' in line}
+        assert values["sglang:generation_tokens_total"] >= 12 * 3 + 16
+        assert values["sglang:prompt_tokens_total"] > 0
+        assert values["sglang:num_running_reqs"] == 0
+        assert "sglang:time_to_first_token_seconds_bucket" in text
+
+
+@needs_loopback
+def test_concurrent_requests_share_forward_passes(tmp_path: Path, model_dir: Path) -> None:
+    with cluster(tmp_path, model_dir, 2) as c:
+        _up(c)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda i: _chat(c, f"request {i}", max_tokens=20,
+                                                    ignore_eos=True), range(4)))
+        assert all(status == 200 and r["usage"]["completion_tokens"] == 20
+                   for status, r in results)
+        assert "#new-seq:" in c.log(0)
+
+
+@needs_loopback
+def test_stream_is_sent_while_generating(tmp_path: Path, model_dir: Path) -> None:
+    """Chunks leave as tokens are made (not at the end), and a client that leaves frees its slot."""
+    with cluster(tmp_path, model_dir, 2) as c:
+        _up(c)
+        conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=30)
+        conn.request("POST", "/v1/chat/completions", body=json.dumps({
+            "messages": [{"role": "user", "content": "a long answer"}], "max_tokens": 1900,
+            "ignore_eos": True, "stream": True}),
+            headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        events = []
+        while len(events) < 3:
+            line = resp.fp.readline().decode()
+            if line.startswith("data: "):
+                events.append(json.loads(line[len("data: "):]))
+        assert events[1]["choices"][0]["delta"]["content"]
+        metrics = c.request("GET", "/metrics", key=None)[2].decode()
+        assert 'sglang:num_running_reqs{model_name="toy"} 1.0' in metrics
+        conn.close()
+        deadline = time.monotonic() + 15
+        while 'sglang:num_running_reqs{model_name="toy"} 0.0' not in c.request(
+                "GET", "/metrics", key=None)[2].decode():
+            assert time.monotonic() < deadline, "the abandoned stream kept its slot"
+            time.sleep(0.1)
+
+
+@needs_loopback
+def test_a_dead_rank_fails_generation_and_health(tmp_path: Path, model_dir: Path) -> None:
+    with cluster(tmp_path, model_dir, 3) as c:
+        _up(c)
+        assert _chat(c, "before", max_tokens=3)[0] == 200
+        c.procs[2].send_signal(signal.SIGKILL)
+        c.procs[2].wait(timeout=10)
+        status, err = _chat(c, "after", max_tokens=3)
+        assert status == 500
+        assert set(err) == {"object", "message", "type", "param", "code"}
+        assert (err["object"], err["type"], err["code"]) == ("error", "InternalServerError", 500)
+        assert "rank 2" in err["message"]
+        assert c.request("GET", "/health", key=None)[0] == 503
+        assert _chat(c, "again", max_tokens=3)[0] == 500  # no silent recovery
+        head = c.log(0)
+        assert "NCCL WARN socketProgress: Connection closed by remote peer 127.0.0.3<" in head
+        assert "ncclRemoteError: A call failed possibly due to a network error" in head
+        # the surviving worker is still there, as NCCL would leave it
+        assert c.procs[1].poll() is None
+
+
+# ------------------------------------------------------ start-up failures
+@needs_loopback
+def test_a_missing_rank_keeps_the_others_waiting(tmp_path: Path, model_dir: Path) -> None:
+    with cluster(tmp_path, model_dir, 3, start=[0, 1], timeout=8) as c:
+        c.wait_for(0, "Waiting for node rank(s) 2 at 127.0.0.1:", 8)
+        assert c.wait_exit(0, 20) == 1
+        assert c.wait_exit(1, 20) == 1
+        assert ("torch.distributed.DistStoreError: Timed out after 8 seconds waiting for clients. "
+                "2/3 clients joined.") in c.log(0)
+        assert "Init torch distributed ends." not in c.log(1)
+
+
+@needs_loopback
+def test_worker_retries_until_the_head_listens(tmp_path: Path, model_dir: Path) -> None:
+    with cluster(tmp_path, model_dir, 2, start=[1], timeout=20) as c:
+        c.wait_for(1, "[c10d] The client socket has failed to connect to [127.0.0.1]:", 10)
+        assert "errno: 111 - Connection refused" in c.log(1)
+
+
+@needs_loopback
+def test_unset_sglang_host_ip_hangs_after_nccl_init(tmp_path: Path, model_dir: Path) -> None:
+    began = time.monotonic()
+    with cluster(tmp_path, model_dir, 2, timeout=6, env={1: {"SGLANG_HOST_IP": None}}) as c:
+        for rank in (0, 1):
+            c.wait_for(rank, "- Init COMPLETE", 10)
+            c.wait_for(rank, "Custom allreduce is disabled because this process group spans "
+                             "across nodes.", 10)
+        time.sleep(2)
+        assert all("Init torch distributed ends" not in c.log(r) for r in (0, 1))
+        assert c.procs[0].poll() is None and c.procs[1].poll() is None  # hanging, not failing
+        assert c.wait_exit(0, 20) == 1 and c.wait_exit(1, 20) == 1
+        assert time.monotonic() - began >= 5
+        assert "MessageQueue.wait_until_ready" in c.log(0)
+        assert "MessageQueue.wait_until_ready" in c.log(1)
+
+
+@needs_loopback
+def test_gloo_interface_that_does_not_exist(tmp_path: Path, model_dir: Path) -> None:
+    with cluster(tmp_path, model_dir, 2, timeout=6,
+                 env={1: {"GLOO_SOCKET_IFNAME": "sparkctl-no0"}}) as c:
+        assert c.wait_exit(1, 20) == 1 and c.wait_exit(0, 20) == 1
+        assert ("RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/"
+                "device.cc:83] ifa != nullptr. Unable to find address for: sparkctl-no0"
+                ) in c.log(1)
+        assert "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/" \
+               "transport/tcp/pair.cc:144]" in c.log(0)
+
+
+@needs_loopback
+def test_gloo_loopback_fallback_fails_between_nodes(tmp_path: Path, model_dir: Path) -> None:
+    try:
+        own = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        own = "127.0.0.1"
+    if not own.startswith("127.") and ls.bindable(own):
+        pytest.skip("this machine's hostname resolves to a local address: Gloo would use it")
+    with cluster(tmp_path, model_dir, 2, timeout=6, env={1: {"GLOO_SOCKET_IFNAME": None}}) as c:
+        assert c.wait_exit(0, 20) == 1 and c.wait_exit(1, 20) == 1
+        assert ("Warning: Unable to resolve hostname to a (local) address. Using the loopback "
+                "address as fallback. Manually set the network interface to bind to with "
+                "GLOO_SOCKET_IFNAME.") in c.log(1)
+        assert ("Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/"
+                "pair.cc:144] timed out connecting: SO_ERROR: Connection refused, "
+                "remote=[127.0.0.1]:") in c.log(0)
