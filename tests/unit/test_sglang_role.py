@@ -91,7 +91,7 @@ def test_every_profile_names_an_installation_method_the_role_knows() -> None:
     spec = _yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
     # The profile table of cluster_defaults (an internal constant of that role).
     profiles = _yaml(REPO / "roles" / "cluster_defaults" / "vars" / "main.yml")[
-        "_cluster_hw_profiles"]
+        "_cluster_defaults_hw_profiles"]
     methods = spec["sglang_install_method"]["choices"]
     assert methods == _yaml(ROLE / "vars" / "main.yml")["_sglang_methods"]
     assert {p["sglang_impl"] for p in profiles.values()} <= set(methods)
