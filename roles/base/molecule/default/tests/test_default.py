@@ -1,0 +1,139 @@
+"""roles/base on a head (rank 0) and a worker: the state the role leaves.
+
+Each test is one case per node (and per package, peer or address); expected
+values come from the scenario's inventory and the role's defaults.
+"""
+
+# testinfra tests assert; pyproject's per-file-ignores cover tests/** only.
+# ruff: noqa: S101
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+import yaml
+from testinfra.utils.ansible_runner import AnsibleRunner
+
+ROLE = Path(__file__).resolve().parents[3]
+DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
+SPARKS = INVENTORY.get_hosts("sparks")
+HOSTVARS = {name: INVENTORY.get_variables(name) for name in SPARKS}
+MOLECULE = yaml.safe_load(Path(os.environ["MOLECULE_FILE"]).read_text())
+MGMT = {p["name"]: p["ip"] for p in MOLECULE["platforms"]}
+(HEAD,) = [name for name in SPARKS if HOSTVARS[name]["node_rank"] == 0]
+UPSTREAM = HOSTVARS[HEAD].get("base_chrony_upstream", DEFAULTS["base_chrony_upstream"])
+# base_cluster_key_dir: {{ sparkctl_state_dir }}/clusters/{{ cluster_name }}/ssh on the
+# controller; SPARKCTL_STATE_DIR is the scenario's (config.yml), the cluster group "molecule".
+KEY_DIR = Path(os.environ["SPARKCTL_STATE_DIR"]) / "clusters" / "molecule" / "ssh"
+KEY = "id_sparkctl_cluster"
+testinfra_hosts = [f"podman://{name}" for name in SPARKS]
+
+
+def name_of(host: Any) -> str:
+    return str(host.backend.get_hostname())
+
+
+def block(text: str, marker: str) -> list[str]:
+    """Lines between Ansible's `# BEGIN <marker>` and `# END <marker>`."""
+    lines = text.splitlines()
+    start, end = lines.index(f"# BEGIN {marker}"), lines.index(f"# END {marker}")
+    return lines[start + 1:end]
+
+
+def assert_running(host: Any, unit: str) -> None:
+    service = host.service(unit)
+    try:
+        assert service.is_running
+        assert service.is_enabled
+    except AssertionError:
+        print(host.run("journalctl -u %s --no-pager -n 60", unit).stdout)
+        raise
+
+
+@pytest.mark.parametrize("package", DEFAULTS["base_packages"])
+def test_package_is_installed(host: Any, package: str) -> None:
+    assert host.package(package).is_installed
+
+
+@pytest.mark.parametrize("twin", ["a", "b"])
+@pytest.mark.parametrize("peer", SPARKS)
+def test_fabric_name_of_every_node_is_in_etc_hosts(host: Any, peer: str, twin: str) -> None:
+    names = block(host.file("/etc/hosts").content_string, "sparkctl fabric names")
+    assert f"{HOSTVARS[peer][f'fabric_{twin}_ip']} {peer}-{twin}" in names
+    assert len(names) == 2 * len(SPARKS)
+
+
+def test_time_sources(host: Any) -> None:
+    conf = host.file("/etc/chrony/conf.d/sparkctl.conf")
+    assert conf.mode == 0o644
+    lines = {line for line in conf.content_string.splitlines() if not line.startswith("#")}
+    if name_of(host) == HEAD:
+        assert lines == {f"server {s} iburst" for s in UPSTREAM} | {
+            f"local stratum {DEFAULTS['base_chrony_local_stratum']}"} | {
+            f"allow {MGMT[w]}" for w in SPARKS if w != HEAD}
+    else:
+        assert lines == {f"server {MGMT[HEAD]} iburst prefer minpoll 4 maxpoll 6"}
+
+
+def test_chronyd_runs_without_setting_the_clock(host: Any) -> None:
+    # hw_profile sim: clock_control false (a container shares the host's clock).
+    dropin = host.file("/etc/systemd/system/chrony.service.d/sparkctl.conf")
+    assert "ExecStart=!/usr/sbin/chronyd $DAEMON_OPTS -x" in dropin.content_string.splitlines()
+    assert_running(host, "chrony")
+    assert " -x" in host.check_output("ps -o args= -C chronyd")
+
+
+def test_worker_gets_time_from_the_head(host: Any) -> None:
+    expected = UPSTREAM if name_of(host) == HEAD else [MGMT[HEAD]]
+    for _ in range(30):  # the first iburst exchange takes a few seconds
+        sources = host.check_output("chronyc -n -c sources").splitlines()
+        fields = {line.split(",")[2]: line.split(",") for line in sources}
+        reached = name_of(host) == HEAD or int(fields.get(MGMT[HEAD], ["0"] * 6)[5], 8) > 0
+        if set(expected) <= set(fields) and reached:
+            break
+        time.sleep(1)
+    assert set(expected) <= set(fields), f"chronyc sources: {sources}"
+    assert reached, f"the head never answered: {sources}"
+
+
+def test_cluster_private_key_is_the_controllers(host: Any) -> None:
+    key = host.file(f"/root/.ssh/{KEY}")
+    assert key.user == "root"
+    assert key.mode == 0o600
+    public = (KEY_DIR / f"{KEY}.pub").read_text().split()[:2]
+    assert host.check_output("ssh-keygen -y -f /root/.ssh/%s", KEY).split()[:2] == public
+
+
+def test_cluster_key_is_authorised(host: Any) -> None:
+    public = " ".join((KEY_DIR / f"{KEY}.pub").read_text().split()[:2])
+    authorised = host.file("/root/.ssh/authorized_keys").content_string
+    assert any(line.startswith(public) for line in authorised.splitlines())
+
+
+@pytest.mark.parametrize("peer", SPARKS)
+def test_host_key_of_every_node_is_known(host: Any, peer: str) -> None:
+    hv = HOSTVARS[peer]
+    actual = testinfra.get_host(f"podman://{peer}").file(
+        "/etc/ssh/ssh_host_ed25519_key.pub").content_string.split()[:2]
+    names = [peer, f"{peer}-a", f"{peer}-b", hv["fabric_a_ip"], hv["fabric_b_ip"], MGMT[peer]]
+    known = block(host.file("/etc/ssh/ssh_known_hosts").content_string,
+                  "sparkctl cluster host keys")
+    assert " ".join([",".join(names), *actual]) in known
+
+
+@pytest.mark.parametrize("via", ["name", "management address"])
+@pytest.mark.parametrize(("node", "peer"), [(a, b) for a in SPARKS for b in SPARKS if a != b])
+def test_node_reaches_peer_with_the_cluster_key(node: str, peer: str, via: str) -> None:
+    target = peer if via == "name" else MGMT[peer]
+    # BatchMode and strict host key checking: no prompt, no trust on first use.
+    ssh = testinfra.get_host(f"podman://{node}").run(
+        "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5 %s hostname",
+        target)
+    assert ssh.rc == 0, ssh.stderr
+    assert ssh.stdout.strip() == peer

@@ -1,0 +1,86 @@
+"""roles/cluster_defaults: what it resolves for a host, and what its argument spec refuses.
+
+The role has no tasks of its own; converge.yml writes what it resolved to
+/etc/sparkctl-molecule/cluster_defaults.json on each host. Each test is one
+case per host and variable (or per refused value).
+"""
+
+# testinfra tests assert; pyproject's per-file-ignores cover tests/** only.
+# ruff: noqa: S101
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from testinfra.utils.ansible_runner import AnsibleRunner
+
+ROLE = Path(__file__).resolve().parents[3]
+DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
+SPARKS = INVENTORY.get_hosts("sparks")
+testinfra_hosts = [f"podman://{name}" for name in SPARKS]
+RECORD = "/etc/sparkctl-molecule/cluster_defaults.json"
+SCHEMA = ["hw_profile", "fabric_a_netdev", "fabric_b_netdev", "fabric_a_subnet",
+          "fabric_b_subnet", "switch_ports"]
+
+
+def recorded(host: Any) -> dict[str, Any]:
+    return dict(json.loads(host.file(RECORD).content_string))
+
+
+@pytest.mark.parametrize("name", SCHEMA)
+def test_inventory_value_else_role_default(host: Any, name: str) -> None:
+    inventory = INVENTORY.get_variables(host.backend.get_hostname())
+    assert recorded(host)[name] == inventory.get(name, DEFAULTS[name])
+
+
+def test_fabric_b_subnet_comes_from_the_inventory(host: Any) -> None:
+    # The scenario sets it apart from the role's default on purpose.
+    assert recorded(host)["fabric_b_subnet"] == "192.168.201.0/24" != DEFAULTS["fabric_b_subnet"]
+
+
+def test_cluster_hw_is_the_profile_of_hw_profile(host: Any) -> None:
+    record = recorded(host)
+    assert record["hw_profile"] == "sim"
+    assert record["cluster_hw"] == DEFAULTS["cluster_hw_profiles"]["sim"]
+
+
+def test_cluster_name_is_the_cluster_group(host: Any) -> None:
+    assert recorded(host)["cluster_name"] == "molecule"
+
+
+def test_state_dir_comes_from_the_environment(host: Any) -> None:
+    assert recorded(host)["sparkctl_state_dir"] == os.environ["SPARKCTL_STATE_DIR"]
+
+
+def converge_check(extra_vars: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """This scenario's converge.yml with extra variables, in check mode: changes nothing."""
+    playbook = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"
+    inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i", str(inventory),
+         str(playbook), "-e", json.dumps(extra_vars)],
+        capture_output=True, text=True, timeout=300, check=False)
+
+
+# hw_profile outside its choices fails while cluster_hw (templated from it) is
+# read for the validation, before the choices are checked: the message names
+# the value, not the choices.
+@pytest.mark.parametrize(("extra_vars", "message"), [
+    ({"hw_profile": "dgx_station"}, "dgx_station"),
+    ({"switch_ports": "swp1"}, "argument 'switch_ports' is of type str"),
+    ({"node_rank": "first"}, "argument 'node_rank' is of type str"),
+], ids=["hw_profile", "switch_ports", "node_rank"])
+def test_argument_spec_refuses(extra_vars: dict[str, Any], message: str) -> None:
+    run = converge_check(extra_vars)
+    assert run.returncode != 0, run.stdout
+    failed_task = run.stdout.split("fatal:")[0].rsplit("TASK [", 1)[-1]
+    assert failed_task.startswith("cluster_defaults : Validating arguments against arg spec")
+    assert message in run.stdout

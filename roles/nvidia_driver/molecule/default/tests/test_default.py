@@ -1,0 +1,76 @@
+"""roles/nvidia_driver on a Spark with DGX OS: the state the role leaves.
+
+prepare.yml installs empty packages named like NVIDIA's; each test is one
+case per node (and per package or blacklist entry); expected values come
+from the role's defaults.
+"""
+
+# testinfra tests assert; pyproject's per-file-ignores cover tests/** only.
+# ruff: noqa: S101
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from testinfra.utils.ansible_runner import AnsibleRunner
+
+ROLE = Path(__file__).resolve().parents[3]
+DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
+testinfra_hosts = [f"podman://{name}" for name in INVENTORY.get_hosts("sparks")]
+
+APT_CONF = "/etc/apt/apt.conf.d/51sparkctl-nvidia-hold"
+BLACKLIST: list[str] = DEFAULTS["nvidia_driver_unattended_blacklist"]
+# The stand-ins of prepare.yml and the dpkg selection each must end with.
+SELECTIONS = {
+    "libnccl2": "hold",              # pattern libnccl2
+    "nvidia-utils-580": "hold",      # pattern nvidia-utils-*
+    "cuda-toolkit-13-0": "hold",     # pattern cuda-*
+    "nvidia-settings": "install",    # matches no pattern
+    "libnccl2-extra": "install",     # libnccl2 is anchored: not a prefix
+}
+
+
+@pytest.mark.parametrize(("package", "selection"), sorted(SELECTIONS.items()))
+def test_dpkg_selection(host: Any, package: str, selection: str) -> None:
+    status = host.check_output("dpkg-query -W -f '${Status}' %s", package)
+    assert status == f"{selection} ok installed"
+
+
+def test_exactly_the_matching_packages_are_held(host: Any) -> None:
+    held = set(host.check_output("apt-mark showhold").split())
+    assert held == {p for p, s in SELECTIONS.items() if s == "hold"}
+
+
+def test_blacklist_file(host: Any) -> None:
+    conf = host.file(APT_CONF)
+    assert conf.user == "root"
+    assert conf.mode == 0o644
+    assert "Unattended-Upgrade::Package-Blacklist {" in conf.content_string
+    assert re.findall(r'^\s+"([^"]*)";$', conf.content_string, re.M) == BLACKLIST
+
+
+@pytest.mark.parametrize("prefix", BLACKLIST)
+def test_apt_reads_the_blacklist_entry(host: Any, prefix: str) -> None:
+    dump = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
+    assert f'Unattended-Upgrade::Package-Blacklist:: "{prefix}";' in dump.splitlines()
+
+
+@pytest.mark.parametrize("package", ["cuda-keyring",
+                                     f"nvidia-driver-{DEFAULTS['nvidia_driver_branch']}-open"])
+def test_dgx_os_driver_is_kept_nothing_installed(host: Any, package: str) -> None:
+    assert host.file("/etc/dgx-release").exists
+    assert not host.package(package).is_installed
+
+
+def test_no_cuda_repository_added(host: Any) -> None:
+    assert host.run("ls /etc/apt/sources.list.d/ | grep -i cuda").rc != 0
+
+
+def test_no_reboot_pending(host: Any) -> None:
+    assert not host.file("/run/reboot-required").exists

@@ -1,0 +1,193 @@
+"""roles/sglang on two addressed Sparks (hw_profile sim, the stand-in): the state it leaves.
+
+Each test is one case per Spark (and per variable, port or path); expected
+values come from the scenario's inventory and the role's defaults. The
+firewall is also tested by behaviour: connections to the head from the other
+rank (over both twins and the management network) and from the controller.
+"""
+
+# testinfra tests assert; pyproject's per-file-ignores cover tests/** only.
+# ruff: noqa: S101
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+import yaml
+from testinfra.utils.ansible_runner import AnsibleRunner
+
+ROLE = Path(__file__).resolve().parents[3]
+DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
+SPARKS = INVENTORY.get_hosts("sparks")
+HOSTVARS = {name: INVENTORY.get_variables(name) for name in SPARKS}
+MOLECULE = yaml.safe_load(Path(os.environ["MOLECULE_FILE"]).read_text())
+MGMT = {p["name"]: p["ip"] for p in MOLECULE["platforms"]}
+(HEAD,) = [n for n in SPARKS if HOSTVARS[n]["node_rank"] == 0]
+(WORKER,) = [n for n in SPARKS if n != HEAD]
+testinfra_hosts = [f"podman://{name}" for name in SPARKS]
+
+UNIT = "sparkctl-sglang.service"
+FW_UNIT = "sparkctl-sglang-firewall.service"
+ENV_FILE = DEFAULTS["sglang_env_file"]
+SECRETS = DEFAULTS["sglang_secrets_file"]
+NCCL_ENV = DEFAULTS["sglang_nccl_env_file"]
+STANDIN = "/opt/sparkctl/sglang-standin"
+DIST_PORT = DEFAULTS["sglang_dist_port"]
+API_PORT = DEFAULTS["sglang_port"]
+
+
+def name_of(host: Any) -> str:
+    return str(host.backend.get_hostname())
+
+
+def read_env(host: Any, path: str) -> dict[str, str]:
+    text = host.file(path).content_string
+    return dict(line.split("=", 1) for line in text.splitlines()
+                if line and not line.startswith("#"))
+
+
+def exec_start(host: Any) -> list[str]:
+    """argv of the unit's ExecStart as systemd loaded it."""
+    show = host.check_output("systemctl show -p ExecStart --value %s", UNIT)
+    return shlex.split(show.split("argv[]=", 1)[1].split(" ;", 1)[0])
+
+
+def option(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_environment_pins_the_fabric(host: Any) -> None:
+    hv = HOSTVARS[name_of(host)]
+    assert read_env(host, ENV_FILE) == {
+        "SGLANG_HOST_IP": hv["fabric_a_ip"], "GLOO_SOCKET_IFNAME": hv["fabric_a_netdev"],
+        "NCCL_SOCKET_IFNAME": hv["fabric_a_netdev"], "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1"}
+
+
+def test_api_key_is_root_only(host: Any) -> None:
+    secrets = host.file(SECRETS)
+    assert (secrets.user, secrets.group, secrets.mode) == ("root", "root", 0o600)
+    assert read_env(host, SECRETS) == {"SGLANG_API_KEY": HOSTVARS[name_of(host)]["sglang_api_key"]}
+
+
+def test_unit_is_installed_disabled_and_not_started(host: Any) -> None:
+    props = host.service(UNIT).systemd_properties
+    assert props["LoadState"] == "loaded"
+    assert props["UnitFileState"] == "disabled"
+    assert props["ActiveState"] == "inactive"
+    assert props["Restart"] == "on-failure"
+
+
+def test_unit_loads_nccl_then_own_environment_then_key(host: Any) -> None:
+    lines = host.file(f"/etc/systemd/system/{UNIT}").content_string.splitlines()
+    files = [line.split("=", 1)[1] for line in lines if line.startswith("EnvironmentFile=")]
+    assert files == [NCCL_ENV, ENV_FILE, SECRETS]
+
+
+@pytest.mark.parametrize(("flag", "expected"), [
+    ("--tp", str(len(SPARKS))),
+    ("--nnodes", str(len(SPARKS))),
+    ("--dist-init-addr", f"{HOSTVARS[HEAD]['fabric_a_ip']}:{DIST_PORT}"),
+    ("--port", str(API_PORT)),
+    ("--model-path", DEFAULTS["sglang_model_path"]),
+    ("--api-key", "${SGLANG_API_KEY}"),
+])
+def test_launch_argument(host: Any, flag: str, expected: str) -> None:
+    assert option(exec_start(host), flag) == expected
+
+
+def test_rank_and_bind_address(host: Any) -> None:
+    argv = exec_start(host)
+    assert argv[:3] == ["/usr/bin/python3", "-m", "sglang.launch_server"]
+    assert option(argv, "--node-rank") == str(HOSTVARS[name_of(host)]["node_rank"])
+    # Only the head serves the HTTP API beyond loopback.
+    expected = DEFAULTS["sglang_host"] if name_of(host) == HEAD else DEFAULTS["sglang_worker_host"]
+    assert option(argv, "--host") == expected
+
+
+def test_standin_server_loads(host: Any) -> None:
+    usage = host.run("env PYTHONPATH=%s python3 -m sglang.launch_server --help", STANDIN)
+    assert usage.rc == 0, usage.stderr
+    for flag in ("--dist-init-addr", "--node-rank", "--nnodes", "--enable-metrics"):
+        assert flag in usage.stdout
+
+
+def test_firewall_unit_is_active_and_enabled(host: Any) -> None:
+    service = host.service(FW_UNIT)
+    try:
+        assert service.is_enabled
+        assert service.is_running  # oneshot, RemainAfterExit: active (exited)
+    except AssertionError:
+        print(host.run("journalctl -u %s --no-pager -n 60", FW_UNIT).stdout)
+        raise
+
+
+def test_firewall_accepts_the_fabric_subnets(host: Any) -> None:
+    table = host.check_output("nft list set inet sparkctl sglang_fabric_v4")
+    hv = HOSTVARS[name_of(host)]
+    assert f"elements = {{ {hv['fabric_a_subnet']}, {hv['fabric_b_subnet']} }}" in table
+
+
+def test_firewall_accepts_the_sparks_management_addresses(host: Any) -> None:
+    table = host.check_output("nft list set inet sparkctl sglang_peers_v4")
+    assert f"elements = {{ {', '.join(MGMT[n] for n in SPARKS)} }}" in table
+
+
+@pytest.fixture(scope="module")
+def listeners() -> Iterator[None]:
+    """TCP listeners on the head's rendezvous and API ports, as the server would open."""
+    head = testinfra.get_host(f"podman://{HEAD}")
+    for port in (DIST_PORT, API_PORT):
+        head.run_test("systemd-run --unit=mol-listen-%s python3 -m http.server %s",
+                      str(port), str(port))
+    for port in (DIST_PORT, API_PORT):
+        head.run_test("for i in $(seq 50); do ss -Hltn 'sport = :%s' | grep -q . && exit 0; "
+                      "sleep 0.1; done; exit 1", str(port))
+    yield
+    for port in (DIST_PORT, API_PORT):
+        head.run("systemctl stop mol-listen-%s", str(port))
+
+
+def connect(source: str, address: str, port: int) -> tuple[bool, str]:
+    """TCP connect from ``source`` (a Spark, or "controller": this host) -> (ok, error)."""
+    if source == "controller":
+        try:
+            socket.create_connection((address, port), timeout=3).close()
+        except OSError as exc:
+            return False, str(exc) or type(exc).__name__
+        return True, ""
+    probe = testinfra.get_host(f"podman://{source}").run(
+        "python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])),"
+        " timeout=3)' %s %s", address, str(port))
+    return probe.rc == 0, probe.stderr
+
+
+# The rendezvous ports accept the fabric subnets and the Sparks' management
+# addresses (sglang_firewall_peer_cidrs: Open MPI's out-of-band channel), and
+# drop anyone else - here the controller, on the scenario network's gateway;
+# the API port accepts anyone (sglang_api_allowed_cidrs: []).
+@pytest.mark.parametrize(("port", "source", "via", "reachable"), [
+    (DIST_PORT, WORKER, "fabric_a_ip", True),
+    (DIST_PORT, WORKER, "fabric_b_ip", True),
+    (DIST_PORT, WORKER, "management", True),
+    (DIST_PORT, "controller", "management", False),
+    (API_PORT, "controller", "management", True),
+], ids=["dist-from-peer-fabric-a", "dist-from-peer-fabric-b", "dist-from-peer-management",
+        "dist-from-controller", "api-from-controller"])
+def test_head_port_reachable_only_as_the_firewall_says(
+        listeners: None, port: int, source: str, via: str, reachable: bool) -> None:
+    address = MGMT[HEAD] if via == "management" else HOSTVARS[HEAD][via]
+    ok, error = connect(source, address, port)
+    if reachable:
+        assert ok, error
+    else:
+        assert not ok
+        assert "timed out" in error  # dropped, not refused: the firewall, not the port
