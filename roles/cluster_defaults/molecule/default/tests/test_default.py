@@ -23,6 +23,7 @@ from testinfra.utils.ansible_runner import AnsibleRunner
 
 ROLE = Path(__file__).resolve().parents[3]
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+PROFILES = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_cluster_defaults_hw_profiles"]
 INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
 SPARKS = INVENTORY.get_hosts("sparks")
 testinfra_hosts = [f"podman://{name}" for name in SPARKS]
@@ -49,7 +50,7 @@ def test_fabric_b_subnet_comes_from_the_inventory(host: Any) -> None:
 def test_cluster_hw_is_the_profile_of_hw_profile(host: Any) -> None:
     record = recorded(host)
     assert record["hw_profile"] == "sim"
-    assert record["cluster_hw"] == DEFAULTS["cluster_hw_profiles"]["sim"]
+    assert record["cluster_hw"] == PROFILES["sim"]
 
 
 def test_cluster_name_is_the_cluster_group(host: Any) -> None:
