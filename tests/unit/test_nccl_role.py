@@ -8,29 +8,23 @@ sources (quoted below with where they come from), on the lab's own
 # ruff: noqa: E501 -- the show_gids outputs below are quoted as published (wide columns)
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import jinja2
 import pytest
 import yaml
 
+from tests.unit.pathload import load_file
+
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "nccl"
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+_load = load_file
 
 
 gid = _load("nccl_gid_index", ROLE / "library" / "nccl_gid_index.py")

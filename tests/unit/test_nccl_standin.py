@@ -16,7 +16,6 @@ must then fail with a clear error and print no figures). With ``mpirun`` and
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -30,17 +29,14 @@ from types import ModuleType
 
 import pytest
 
+from tests.unit.pathload import load_file
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "roles" / "nccl" / "files" / "nccl_tests_standin.py"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nccl_tests_standin", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nccl_tests_standin"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file("nccl_tests_standin", SCRIPT)
 
 
 st = _load()

@@ -8,7 +8,6 @@ nvidia-smi stand-in, with the GPU present and with the driver "not loaded".
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -23,6 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.unit.pathload import load_file
+
 # init_plugin_loader() warns from its second call in one process (see test_inventory.py).
 pytestmark = pytest.mark.filterwarnings(
     "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
@@ -34,11 +35,7 @@ STANDIN = ROOT / "sparkctl" / "lab" / "assets" / "nvidia-smi"
 
 
 def load_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nvidia_gpu_info", MODULE_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("nvidia_gpu_info", MODULE_PATH)
 
 
 M = load_module()

@@ -7,30 +7,24 @@ Read-back parsers are tested on output captured from the rehearsal lab's nodes
 # ruff: noqa: E501 -- captured command output is quoted as printed (long lines)
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import jinja2
 import pytest
 import yaml
 
+from tests.unit.pathload import load_file
+
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang"
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+_load = load_file
 
 
 args_f = _load("sglang_args_filters", ROLE / "filter_plugins" / "sglang_args.py")

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -31,6 +30,8 @@ from unittest import mock
 import pytest
 import yaml
 
+from tests.unit.pathload import load_file
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "switch_mtu"
 PLAYBOOK = ROOT / "playbooks" / "switch_mtu.yml"
@@ -39,11 +40,7 @@ SIM_PORTS = [f"swp{i}" for i in range(1, 9)]
 
 
 def load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(name, path)
 
 
 # The filters are loaded without ansible.errors, so they raise their fallback
