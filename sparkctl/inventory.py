@@ -85,18 +85,8 @@ class Inventory:
         return self.hostvars[self.nodes[0].name].get(name, default)
 
 
-def origin_of(value: object) -> str | None:
-    """Where Ansible read ``value`` from ("file:line"), when it knows.
-
-    ansible-core 2.19 tags loaded values with their origin; the API is
-    internal, so this degrades to ``None`` on other versions.
-    """
-    try:
-        from ansible._internal._datatag._tags import Origin  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - other ansible-core versions
-        return None
-    tag = Origin.get_tag(value)
-    return None if tag is None else str(tag)
+# Where Ansible read a value from ("file:line"), when it knows.
+origin_of = inventory_rules.origin_of
 
 
 def bad_input(path: Path, host: str | None, var: str | None, problem: str, *,
@@ -111,16 +101,8 @@ def bad_input(path: Path, host: str | None, var: str | None, problem: str, *,
     return SparkctlError(": ".join(parts) + f": {problem}", ExitCode.BAD_INPUT, hint=hint)
 
 
-def _plain(value: Any) -> Any:
-    """Strip Ansible's data tags so values compare and serialise as plain Python."""
-    for scalar in (bool, int, float, str):  # bool first: it is an int too
-        if isinstance(value, scalar):
-            return scalar(value)
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+# Strip Ansible's data tags so values compare and serialise as plain Python.
+_plain = inventory_rules.plain
 
 
 HostVars = dict[str, dict[str, Any]]

@@ -14,9 +14,9 @@ from __future__ import annotations
 import difflib
 import ipaddress
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -40,10 +40,13 @@ class Problem:
     var: str | None
     message: str
     hint: str | None = None
+    # Who a cluster-wide problem (host None) concerns: "all hosts" or "hosts a, b"
+    # (filled in by :func:`check`).
+    scope: str | None = None
 
     def __str__(self) -> str:
-        where = ": ".join(p for p in (f"host {self.host}" if self.host else None,
-                                      f"variable {self.var}" if self.var else None) if p)
+        who = f"host {self.host}" if self.host else self.scope
+        where = ": ".join(p for p in (who, f"variable {self.var}" if self.var else None) if p)
         return f"{where}: {self.message}" if where else self.message
 
 
@@ -61,7 +64,11 @@ def load_specs(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
 
 
 def _type_ok(value: Any, kind: str) -> bool:
-    """Strict type check: no silent conversion of "yes" to True or "4" to 4."""
+    """Strict type check: no silent conversion of "yes" to True or "4" to 4.
+
+    Ansible's own argument spec validation converts: ``type: str`` accepts a list
+    (as its string form) and ``type: int`` accepts "4". These rules do not.
+    """
     checks: dict[str, tuple[type, ...]] = {
         "str": (str,), "path": (str,), "bool": (bool,), "int": (int,), "float": (int, float),
         "list": (list, tuple), "dict": (dict, Mapping), "raw": (object,),
@@ -72,23 +79,62 @@ def _type_ok(value: Any, kind: str) -> bool:
 
 
 def _type_name(value: Any) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a number"),
+                       (str, "a string"), (list, "a list"), (tuple, "a list"),
+                       (Mapping, "a mapping")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
 _KIND_WORDS = {"str": "a string", "path": "a path", "bool": "a boolean (true/false, unquoted)",
                "int": "an integer", "float": "a number", "list": "a list", "dict": "a mapping"}
+_ELEMENT_WORDS = {"str": "strings", "path": "paths", "bool": "booleans", "int": "integers",
+                  "float": "numbers", "list": "lists", "dict": "mappings"}
 
 
 Specs = Mapping[str, tuple[str, dict[str, Any]]]
+
+
+def _spec_problem(name: str, value: Any, role: str, spec: Mapping[str, Any]) -> str | None:
+    """What is wrong with ``value`` for the option ``spec`` of ``role``, or None."""
+    kind = str(spec.get("type", "str"))
+    if not _type_ok(value, kind):
+        return f"{value!r} is {_type_name(value)}, but {role} needs {_KIND_WORDS.get(kind, kind)}"
+    elements = spec.get("elements")
+    if kind == "list" and elements:
+        for index, item in enumerate(value):
+            if item is not None and not _type_ok(item, str(elements)):
+                return (f"item {index} ({item!r}) is {_type_name(item)}, but {role} needs a list "
+                        f"of {_ELEMENT_WORDS.get(str(elements), str(elements))}")
+    choices = spec.get("choices")
+    if choices and kind != "list" and not _in(value, choices):
+        return (f"{name} must be one of: {', '.join(map(str, choices))}, got: {value!r}")
+    return None
+
+
+def _in(value: Any, choices: Iterable[Any]) -> bool:
+    try:
+        return value in choices
+    except TypeError:  # unhashable value against a set of choices
+        return False
+
+
+def _fact_names(hv: Mapping[str, Any]) -> set[str]:
+    """Names that come from gathered or cached facts (not from the inventory)."""
+    facts = hv.get("ansible_facts")
+    if not isinstance(facts, Mapping):
+        return set()
+    return {"ansible_facts", *map(str, facts), *(f"ansible_{name}" for name in facts)}
 
 
 def check_types(hostvars: Mapping[str, Mapping[str, Any]], specs: Specs,
                 user_vars: Mapping[str, Iterable[str]] | None = None) -> list[Problem]:
     """Types and choices of role variables; unknown names close to a known one.
 
-    ``user_vars`` (host -> names set by the inventory) limits the checks to what the
-    user wrote; without it every variable is checked.
+    Types come from the roles' ``meta/argument_specs.yml`` (:func:`load_specs`), checked
+    strictly (:func:`_type_ok`). ``user_vars`` (host -> names set by the inventory) limits
+    the checks to what the user wrote; without it every variable is checked except facts.
     """
     problems: list[Problem] = []
     seen: set[tuple[str | None, str]] = set()
@@ -96,31 +142,25 @@ def check_types(hostvars: Mapping[str, Mapping[str, Any]], specs: Specs,
     known = set(specs)
     for host, hv in hostvars.items():
         names = set(user_vars[host]) if user_vars is not None and host in user_vars else set(hv)
-        for name in sorted(names):
+        facts = _fact_names(hv)
+        for name in sorted(names - facts):
             if name not in hv or name.startswith(_ANSIBLE_PREFIXES):
                 continue
             value = hv[name]
+            key: tuple[str | None, str] = (None, name) if _same_everywhere(hostvars, name) \
+                else (host, name)
+            if key in seen:
+                continue
             if name in specs:
                 role, spec = specs[name]
-                kind = str(spec.get("type", "str"))
-                key: tuple[str | None, str] = (None, name) if _same_everywhere(hostvars, name) \
-                    else (host, name)
-                if key in seen:
-                    continue
-                if value is not None and not _type_ok(value, kind):
+                wrong = None if value is None else _spec_problem(name, value, role, spec)
+                if wrong:
                     seen.add(key)
-                    problems.append(Problem(key[0], name, f"{value!r} is {_type_name(value)}, "
-                                            f"but {role} needs {_KIND_WORDS.get(kind, kind)}"))
-                elif spec.get("choices") and value not in spec["choices"]:
-                    seen.add(key)
-                    problems.append(Problem(key[0], name, f"{value!r} is not one of "
-                                            f"{', '.join(map(str, spec['choices']))}"))
+                    problems.append(Problem(key[0], name, wrong))
                 continue
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+            close = sorted(k for k in known if k.startswith(f"{name}_")) \
+                or difflib.get_close_matches(name, known, n=1, cutoff=0.8)
             if close or name.startswith(prefixes):
-                key = (None, name) if _same_everywhere(hostvars, name) else (host, name)
-                if key in seen:
-                    continue
                 seen.add(key)
                 problems.append(Problem(key[0], name, "unknown variable",
                                         hint=f"did you mean {close[0]}?" if close else
@@ -215,7 +255,10 @@ def _check_subnets(first: Mapping[str, Any],
         var = f"fabric_{twin}_subnet"
         raw = first.get(var)
         net = _net(raw)
-        if net is None:
+        if raw is None:
+            problems.append(Problem(None, var, f"missing (the IPv4 subnet of twin {twin}, in "
+                                    "CIDR form like 192.168.100.0/24)"))
+        elif net is None:
             problems.append(Problem(None, var, f"{raw!r} is not an IPv4 network in CIDR form "
                                     "(like 192.168.100.0/24, host bits zero)"))
         else:
@@ -279,7 +322,10 @@ def _check_switch(sparks: list[str], switches: list[str],
     problems: list[Problem] = []
     for sw in switches:
         os_name = hostvars[sw].get("switch_os")
-        if os_name not in SWITCH_OSES:
+        if os_name is None:
+            problems.append(Problem(sw, "switch_os", f"missing (the switch's OS: "
+                                    f"{', '.join(SWITCH_OSES)})"))
+        elif not _in(os_name, SWITCH_OSES):
             problems.append(Problem(sw, "switch_os", f"{os_name!r} is not a supported switch OS "
                                     f"({', '.join(SWITCH_OSES)})"))
     ports = hostvars[sparks[0]].get("switch_ports", {})
@@ -310,33 +356,143 @@ def _check_switch(sparks: list[str], switches: list[str],
 
 
 def _check_tp(sparks: list[str], first: Mapping[str, Any]) -> list[Problem]:
-    """TP degree = nodes x GPUs per node (one GB10 per Spark), when the inventory sets it."""
+    """TP degree = nodes x GPUs per node (one GB10 per Spark), when the inventory sets it.
+
+    ``sglang_tp_size`` and ``sglang_nnodes`` are ``type: raw`` in the sglang role's
+    argument spec (their defaults are templates), so their types are checked here.
+    """
+    problems: list[Problem] = []
     gpus = first.get("sglang_gpus_per_node", 1)
+    if not _is_int(gpus):
+        gpus = None  # the type is reported by check_types
+    for var in ("sglang_nnodes", "sglang_tp_size"):
+        value = first.get(var)
+        if value is not None and (not _is_int(value) or value < 1):
+            problems.append(Problem(None, var, f"{value!r} is {_type_name(value)}, but sglang "
+                                    "needs a positive integer"))
+    nnodes = first.get("sglang_nnodes")
+    if _is_int(nnodes) and nnodes >= 1 and nnodes != len(sparks):
+        problems.append(Problem(None, "sglang_nnodes",
+                                f"{nnodes} nodes does not match the {len(sparks)} Sparks in "
+                                f"[{SPARKS}] (one SGLang process per Spark)",
+                                hint=f"set sglang_nnodes: {len(sparks)} or change [{SPARKS}]"))
     tp = first.get("sglang_tp_size")
-    if tp is None or isinstance(tp, bool) or not isinstance(tp, int) \
-            or isinstance(gpus, bool) or not isinstance(gpus, int):
-        return []  # types are reported by check_types
-    if tp != len(sparks) * gpus:
-        return [Problem(None, "sglang_tp_size",
-                        f"TP {tp} does not match {len(sparks)} Sparks x {gpus} GPU(s) per node",
-                        hint=f"set sglang_tp_size: {len(sparks) * gpus} or change [{SPARKS}]")]
-    return []
+    if _is_int(tp) and tp >= 1 and gpus is not None and tp != len(sparks) * gpus:
+        problems.append(Problem(None, "sglang_tp_size",
+                                f"TP {tp} does not match {len(sparks)} Sparks x {gpus} GPU(s) "
+                                "per node",
+                                hint=f"set sglang_tp_size: {len(sparks) * gpus} or change "
+                                     f"[{SPARKS}]"))
+    return problems
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check(groups: Mapping[str, list[str]], hostvars: Mapping[str, Mapping[str, Any]],
           roles_dir: Path, user_vars: Mapping[str, Iterable[str]] | None = None) -> list[Problem]:
-    """All rules: topology first, then types of role variables."""
-    return check_topology(groups, hostvars) + check_types(hostvars, load_specs(roles_dir),
-                                                          user_vars)
+    """All rules: topology first, then types of role variables.
+
+    A variable the topology rules already reported (``node_rank: one``) is not
+    reported again as a wrong type. Cluster-wide problems (no host) say which hosts
+    they concern.
+    """
+    problems = check_topology(groups, hostvars)
+    reported = {(p.host, p.var) for p in problems}
+    problems += [p for p in check_types(hostvars, load_specs(roles_dir), user_vars)
+                 if (p.host, p.var) not in reported]
+    return [replace(p, scope=_scope(hostvars, p.var)) if p.host is None and p.var else p
+            for p in problems]
+
+
+def _scope(hostvars: Mapping[str, Mapping[str, Any]], var: str | None) -> str:
+    top = (var or "").split(".", 1)[0]
+    having = [host for host, hv in hostvars.items() if top in hv]
+    if not having or len(having) == len(hostvars):
+        return "all hosts"
+    return f"hosts {', '.join(having)}"
 
 
 # ------------------------------------------------------- as an Ansible filter
+# Variables of the play, not of the inventory; never passed to the rules.
+_PLAY_VARS = frozenset({"groups", "group_names", "hostvars", "vars", "environment", "omit",
+                        "playbook_dir", "play_hosts", "role_names", "inventory_dir",
+                        "inventory_file", "ansible_playbook_python", "ansible_config_file"})
+
+
+def plain(value: Any) -> Any:
+    """Ansible's tagged and lazy values as plain Python (bool before int: it is one)."""
+    for scalar in (bool, int, float, str):
+        if isinstance(value, scalar):
+            return scalar(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def origin_of(value: object) -> str | None:
+    """Where Ansible read ``value`` from ("file:line:column"), when it knows.
+
+    ansible-core 2.19 tags loaded values with their origin; the API is internal,
+    so this degrades to ``None`` on other versions (and outside Ansible).
+    """
+    try:
+        from ansible._internal._datatag._tags import Origin  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - other ansible-core versions
+        return None
+    tag = Origin.get_tag(value)
+    return None if tag is None else str(tag)
+
+
+def _inventory_vars(hv: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """One host's variables as the rules see them on the controller, and their origins.
+
+    No facts, plain values. A value Ansible cannot template here (it may need facts
+    this facts-free play does not have) is left out; the task that uses it will say
+    what is wrong.
+    """
+    names = [str(name) for name in hv]
+    try:
+        facts = _fact_names({"ansible_facts": hv["ansible_facts"]}) \
+            if "ansible_facts" in names else set()
+    except Exception:  # Ansible raises its own error types
+        facts = set()
+    out: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name in names:
+        if name in _PLAY_VARS or name in facts:
+            continue
+        try:
+            value = hv[name]
+        except Exception:  # noqa: S112 - see the docstring
+            continue
+        out[name] = plain(value)
+        where = origin_of(value)
+        if where:
+            origins[name] = where
+    return out, origins
+
+
 def _problems_filter(hostvars: Mapping[str, Any], groups: Mapping[str, list[str]],
                      roles_dir: str) -> list[str]:
     hosts = list(dict.fromkeys([*groups.get(SPARKS, []), *groups.get(SWITCHES, [])]))
-    plain = {h: dict(hostvars[h]) for h in hosts}
-    return [str(p) + (f" ({p.hint})" if p.hint else "")
-            for p in check_topology(groups, plain)]
+    plain_vars: dict[str, dict[str, Any]] = {}
+    origins: dict[tuple[str, str], str] = {}
+    for host in hosts:
+        plain_vars[host], found = _inventory_vars(hostvars[host])
+        origins.update({(host, name): where for name, where in found.items()})
+    plain_groups = {str(g): [str(h) for h in members] for g, members in groups.items()}
+    messages = []
+    for p in check(plain_groups, plain_vars, Path(roles_dir)):
+        top = (p.var or "").split(".", 1)[0]
+        where = next((origins[(h, top)] for h in ([p.host] if p.host else hosts)
+                      if (h, top) in origins), None)
+        messages.append((f"{where}: " if where else "") + str(p)
+                        + (f" ({p.hint})" if p.hint else ""))
+    return messages
 
 
 class FilterModule:
