@@ -9,13 +9,16 @@ the host and the variable, so a user can find the line to fix.
 from __future__ import annotations
 
 import ipaddress
+import shutil
+import sys
 import textwrap
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
 
-from sparkctl import inventory
+from sparkctl import cli, inventory
 from sparkctl.errors import ExitCode, SparkctlError
 
 # inventory.load calls ansible's init_plugin_loader() on every call, which warns
@@ -381,3 +384,124 @@ def test_duplicate_node_rank_is_refused_by_validate(tmp_path: Path) -> None:
     assert info.value.code == ExitCode.BAD_INPUT
     assert "host spark2: variable node_rank: rank 0 is also spark1's" in info.value.message
     assert str(path) in info.value.message
+
+
+# ------------------------------------------------- every rule, through the CLI
+# One bad inventory per rule of the issue: a copy of sim.ini (and its
+# group_vars) with one edit. `sparkctl inventory check` must exit 2 and print a
+# line that names the file (where the value is, or the inventory when it is
+# missing), the host (or "all hosts" for a cluster-wide setting) and the variable.
+def _sim_copy(tmp_path: Path) -> Path:
+    shutil.copy(SIM, tmp_path / "sim.ini")
+    shutil.copytree(SIM.parent / "group_vars", tmp_path / "group_vars")
+    return tmp_path / "sim.ini"
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new, 1))
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text() + textwrap.dedent(text))
+
+
+def _check_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+               path: Path) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["sparkctl", "inventory", "check", str(path)])
+    with pytest.raises(SystemExit) as info:
+        cli.main()
+    return int(info.value.code or 0), capsys.readouterr().err
+
+
+class Rule(NamedTuple):
+    name: str
+    where: str  # "ini": edit sim.ini; "cluster": edit cluster.yml; "cluster+": append to it
+    old: str
+    new: str
+    file: str  # the file the message must name
+    who: str  # "host NAME" or "all hosts"
+    var: str
+    text: str  # what the message says about the value
+
+
+RULES = [Rule(*rule) for rule in [
+    ("unknown-variable", "ini", "spark2 ansible_host=10.77.0.12",
+     "spark2 ansible_host=10.77.0.12 roce_fabric_mtus=9000",
+     "sim.ini", "host spark2", "roce_fabric_mtus", "did you mean roce_fabric_mtu?"),
+    ("missing-node-rank", "ini", "ansible_host=10.77.0.13 node_rank=2",
+     "ansible_host=10.77.0.13", "sim.ini", "host spark3", "node_rank", "missing"),
+    ("missing-fabric-ip", "ini", " fabric_b_ip=192.168.101.13", "",
+     "sim.ini", "host spark3", "fabric_b_ip", "missing"),
+    ("missing-switch-os", "ini", " switch_os=linux", "",
+     "sim.ini", "host lab-switch", "switch_os", "missing"),
+    ("malformed-mgmt-address", "ini", "ansible_host=10.77.0.14", "ansible_host=10.77.0.314",
+     "sim.ini", "host spark4", "ansible_host", "10.77.0.314"),
+    ("malformed-fabric-address", "ini", "fabric_a_ip=192.168.100.12", "fabric_a_ip=192.168.100",
+     "sim.ini", "host spark2", "fabric_a_ip", "not an IPv4 address"),
+    ("malformed-subnet", "cluster", "fabric_a_subnet: 192.168.100.0/24",
+     "fabric_a_subnet: 192.168.100.0/33", "cluster.yml", "all hosts", "fabric_a_subnet",
+     "CIDR"),
+    ("duplicate-mgmt-address", "ini", "ansible_host=10.77.0.13", "ansible_host=10.77.0.12",
+     "sim.ini", "host spark3", "ansible_host", "also the address of spark2"),
+    ("duplicate-fabric-address", "ini", "fabric_a_ip=192.168.100.14", "fabric_a_ip=192.168.100.13",
+     "sim.ini", "host spark4", "fabric_a_ip", "also used by spark3"),
+    ("twins-on-one-subnet", "cluster", "fabric_b_subnet: 192.168.101.0/24",
+     "fabric_b_subnet: 192.168.100.0/24", "cluster.yml", "all hosts", "fabric_b_subnet",
+     "share a subnet"),
+    ("fabric-address-outside-subnet", "ini", "fabric_b_ip=192.168.101.12",
+     "fabric_b_ip=192.168.102.12", "sim.ini", "host spark2", "fabric_b_ip",
+     "not a host address of fabric_b_subnet 192.168.101.0/24"),
+    ("tp-does-not-match-nodes", "cluster+", "", "sglang_tp_size: 8\n",
+     "cluster.yml", "all hosts", "sglang_tp_size", "TP 8 does not match 4 Sparks x 1 GPU"),
+    ("nnodes-does-not-match-nodes", "cluster+", "", "sglang_nnodes: 3\n",
+     "cluster.yml", "all hosts", "sglang_nnodes", "3 nodes does not match the 4 Sparks"),
+    ("switch-port-names-unknown-node", "cluster", "swp8: {node: spark4, twin: b}",
+     "swp8: {node: spark9, twin: b}", "cluster.yml", "all hosts", "switch_ports.swp8.node",
+     "'spark9' is not a host"),
+    ("string-where-number", "cluster+", "", 'roce_fabric_mtu: "9000"\n',
+     "cluster.yml", "all hosts", "roce_fabric_mtu", "'9000' is a string, but roce_fabric needs "
+     "an integer"),
+    ("string-where-boolean", "ini", "spark1 ansible_host=10.77.0.11",
+     "spark1 ansible_host=10.77.0.11 base_headless=yes", "sim.ini", "host spark1",
+     "base_headless", "'yes' is a string, but base needs a boolean"),
+    ("list-where-string", "cluster+", "", "nccl_socket_ifname: [enp1s0f1np1, enP2p1s0f1np1]\n",
+     "cluster.yml", "all hosts", "nccl_socket_ifname", "is a list, but nccl needs a string"),
+    ("hw-profile-not-a-profile", "cluster", "hw_profile: sim", "hw_profile: dgx_sparc",
+     "cluster.yml", "all hosts", "hw_profile",
+     "hw_profile must be one of: dgx_spark, sim, got: 'dgx_sparc'"),
+]]
+
+
+@pytest.mark.parametrize("rule", [pytest.param(rule, id=rule.name) for rule in RULES])
+def test_every_rule_exits_2_naming_file_host_and_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        rule: Rule) -> None:
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
+    path = _sim_copy(tmp_path)
+    target = path if rule.where == "ini" else tmp_path / "group_vars" / "sim" / "cluster.yml"
+    if rule.where == "cluster+":
+        _append(target, rule.new)
+    else:
+        _edit(target, rule.old, rule.new)
+    code, err = _check_cli(monkeypatch, capsys, path)
+    assert code == ExitCode.BAD_INPUT == 2, err
+    lines = [ln for ln in err.splitlines() if f"variable {rule.var}:" in ln]
+    assert lines, err
+    line = lines[0]
+    assert str(path if rule.file == "sim.ini" else target) in line, line
+    assert f"{rule.who}: variable {rule.var}:" in line, line
+    assert rule.text in line, line
+
+
+def test_unmodified_sim_copy_passes_every_rule(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The cases above differ from a valid inventory in their one edit only."""
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
+    path = _sim_copy(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["sparkctl", "inventory", "check", str(path)])
+    cli.main()
+    assert "error" not in capsys.readouterr().err
+
