@@ -8,10 +8,12 @@ the host and the variable, so a user can find the line to fix.
 
 from __future__ import annotations
 
+import fnmatch
 import ipaddress
 import shutil
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 from typing import NamedTuple
 
@@ -505,3 +507,26 @@ def test_unmodified_sim_copy_passes_every_rule(
     cli.main()
     assert "error" not in capsys.readouterr().err
 
+
+# -------------------------------------------------------------- the wheel
+def test_wheel_ships_roles_and_inventories_without_molecule_scenarios() -> None:
+    """pyproject.toml: roles, playbooks and inventories go to sparkctl/_data, minus molecule/.
+
+    force-include would copy a directory whole, ignoring `exclude`, so the data
+    directories must be selected like the package and mapped with `sources`.
+    (Checked on the configuration: building a wheel needs hatchling, not in the
+    dev environment; `hatchling build -t wheel` lists no molecule/ file.)
+    """
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())[
+        "tool"]["hatch"]["build"]["targets"]["wheel"]
+    data = ("playbooks", "roles", "inventory")
+    assert set(data) <= set(wheel["only-include"])
+    assert "sparkctl" in wheel["only-include"]
+    assert {d: wheel["sources"][d] for d in data} == {d: f"sparkctl/_data/{d}" for d in data}
+    assert not set(data) & set(wheel.get("force-include", {})), wheel.get("force-include")
+    scenarios = sorted(p.relative_to(ROOT).as_posix()
+                       for p in (ROOT / "roles").glob("*/molecule") if p.is_dir())
+    assert scenarios, "no role has a molecule/ directory: is this test still needed?"
+    for scenario in scenarios:
+        assert any(fnmatch.fnmatch(f"/{scenario}/", pattern) for pattern in wheel["exclude"]), \
+            (scenario, wheel["exclude"])
