@@ -1,0 +1,246 @@
+"""``sparkctl render``: every file provisioning installs, from the inventory alone.
+
+The real command (``sparkctl.render.render``, i.e. playbooks/render.yml through
+ansible-runner, every task on the controller) runs once per inventory for the
+module: ``inventory/sim.ini`` (the lab: linux switch, stand-in SGLang) with NO
+API key in the environment, and ``inventory/lab.ini`` (the real cluster's
+example: NVUE switch, SGLang container) with a sentinel API key exported, which
+must not appear in any rendered file. Every expectation is computed from the
+inventory (sparkctl's own loader) and the roles' defaults, never copied from
+the rendered output.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkctl import inventory
+from sparkctl.inventory import Inventory, Node
+from sparkctl.render import render
+from tests.unit.pathload import load_file
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = ROOT / "roles"
+# Valid for the sglang role's key rule (16+ characters of A-Z a-z 0-9 ._~+/=:-),
+# so a render that wrote the key would write exactly this.
+SENTINEL_KEY = "sentinel-api-key-5f0c2d9b7e"
+NCCL_ENV = load_file("nccl_env_filters", ROLES / "nccl" / "filter_plugins" / "nccl_env.py")
+
+
+def role_default(role: str, name: str) -> Any:
+    return yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())[name]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    inv: Inventory
+    out: Path
+    files: tuple[Path, ...]
+    state: Path  # SPARKCTL_STATE_DIR of the run
+
+    def read(self, host: str, path: str) -> str:
+        """A rendered file by host and its absolute path on that host."""
+        target = self.out / host / path.lstrip("/")
+        assert target.is_file(), (f"{host}: {path} was not rendered; rendered: "
+                                  f"{sorted(str(f.relative_to(self.out)) for f in self.files)}")
+        return target.read_text()
+
+    def env(self, host: str, path: str) -> dict[str, str]:
+        parsed: dict[str, str] = NCCL_ENV.nccl_parse_env(self.read(host, path))
+        return parsed
+
+
+def _render(name: str, tmp_path_factory: pytest.TempPathFactory,
+            api_key: str | None) -> Rendered:
+    base = tmp_path_factory.mktemp(f"render-{name}")
+    path = ROOT / "inventory" / f"{name}.ini"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPARKCTL_STATE_DIR", str(base / "state"))
+        if api_key is None:
+            mp.delenv("SPARKCTL_SGLANG_API_KEY", raising=False)
+        else:
+            mp.setenv("SPARKCTL_SGLANG_API_KEY", api_key)
+        files = render(path, base / "out")
+    return Rendered(inv=inventory.load(path), out=(base / "out").resolve(), files=tuple(files),
+                    state=base / "state")
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
+    """The lab's inventory, rendered with no API key set at all."""
+    return _render("sim", tmp_path_factory, api_key=None)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
+    """The real cluster's example inventory, rendered with a sentinel API key exported."""
+    return _render("lab", tmp_path_factory, api_key=SENTINEL_KEY)
+
+
+@pytest.fixture(params=["sim", "lab"])
+def rendered(request: pytest.FixtureRequest) -> Iterator[Rendered]:
+    yield request.getfixturevalue(request.param)
+
+
+def _nodes(r: Rendered) -> tuple[Node, ...]:
+    assert len(r.inv.nodes) == 4, r.inv.nodes
+    return r.inv.nodes
+
+
+def test_one_directory_per_node_and_for_the_switch(rendered: Rendered) -> None:
+    assert rendered.inv.switch is not None
+    hosts = {p.name for p in rendered.out.iterdir()}
+    assert hosts == {n.name for n in rendered.inv.nodes} | {rendered.inv.switch.name}
+
+
+def test_netplan_addresses_and_mtu_follow_the_inventory(rendered: Rendered) -> None:
+    netplan_file = role_default("roce_fabric", "roce_fabric_netplan_file")
+    mtu = rendered.inv.cluster_var("roce_fabric_mtu",
+                                   role_default("roce_fabric", "roce_fabric_mtu"))
+    for node in _nodes(rendered):
+        ethernets = yaml.safe_load(rendered.read(node.name, netplan_file))["network"]["ethernets"]
+        for twin in ("a", "b"):
+            netdev = rendered.inv.hostvars[node.name][f"fabric_{twin}_netdev"]
+            prefix = ipaddress.ip_network(
+                rendered.inv.hostvars[node.name][f"fabric_{twin}_subnet"]).prefixlen
+            assert ethernets[netdev]["addresses"] == [f"{node.fabric_ips[twin]}/{prefix}"], node
+            assert ethernets[netdev]["mtu"] == mtu, node
+        assert set(ethernets) == {rendered.inv.hostvars[node.name]["fabric_a_netdev"],
+                                  rendered.inv.hostvars[node.name]["fabric_b_netdev"]}
+
+
+def test_nccl_files_name_both_twins_and_the_socket_interface(rendered: Rendered) -> None:
+    conf_file = role_default("nccl", "nccl_conf_file")
+    env_file = role_default("nccl", "nccl_env_file")
+    for node in _nodes(rendered):
+        a_netdev = rendered.inv.hostvars[node.name]["fabric_a_netdev"]
+        conf = rendered.env(node.name, conf_file)
+        env = rendered.env(node.name, env_file)
+        # Both twins of port 1 (rocep1s0f1 and roceP2p1s0f1), as the defaults list them.
+        assert conf["NCCL_IB_HCA"].split(",") == role_default("nccl", "nccl_ib_hca"), node
+        assert {"rocep1s0f1", "roceP2p1s0f1"} <= set(conf["NCCL_IB_HCA"].split(",")), node
+        assert conf["NCCL_SOCKET_IFNAME"] == a_netdev, node
+        # nccl.conf is the NCCL_* part of the environment file, value for value.
+        assert conf == {k: v for k, v in env.items() if k.startswith("NCCL_")}, node
+        for var in ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
+                    "OMPI_MCA_btl_tcp_if_include"):
+            assert env[var] == a_netdev, (node, var)
+
+
+def test_nccl_gid_index_is_a_declared_placeholder_when_detected_on_the_node(
+        rendered: Rendered) -> None:
+    assert role_default("nccl", "nccl_ib_gid_index") == "auto"
+    for path in (role_default("nccl", "nccl_conf_file"), role_default("nccl", "nccl_env_file")):
+        for node in _nodes(rendered):
+            text = rendered.read(node.name, path)
+            value = NCCL_ENV.nccl_parse_env(text)["NCCL_IB_GID_INDEX"]
+            assert not value.isdigit() and value.startswith("<"), (node, path, value)
+            comments = [line for line in text.splitlines() if line.startswith("#")]
+            assert any("NCCL_IB_GID_INDEX" in c and "detect" in c and "on the node" in c
+                       for c in comments), (node, path, comments)
+            # Older NCCL releases read a comment line with "=" as a variable.
+            assert not any("=" in c for c in comments), (node, path, comments)
+
+
+def test_sglang_unit_and_environment_per_rank(rendered: Rendered) -> None:
+    dist_port = role_default("sglang", "sglang_dist_port")
+    head = next(n for n in _nodes(rendered) if n.rank == 0)
+    for node in _nodes(rendered):
+        unit = rendered.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
+        (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+        assert "-m sglang.launch_server" in exec_start, exec_start
+        assert f"--node-rank {node.rank} " in exec_start, (node, exec_start)
+        assert f"--nnodes {len(rendered.inv.nodes)} " in exec_start, exec_start
+        assert f"--dist-init-addr {head.fabric_ips['a']}:{dist_port} " in exec_start, exec_start
+        assert "EnvironmentFile=/etc/sparkctl/nccl.env" in unit
+        env = rendered.env(node.name, role_default("sglang", "sglang_env_file"))
+        assert env["SGLANG_HOST_IP"] == node.fabric_ips["a"], node
+        assert env["GLOO_SOCKET_IFNAME"] == rendered.inv.hostvars[node.name]["fabric_a_netdev"]
+
+
+def test_sglang_firewall_and_its_unit(rendered: Rendered) -> None:
+    for node in _nodes(rendered):
+        rules = rendered.read(node.name, "/etc/sparkctl/sglang-firewall.nft")
+        subnets = ", ".join([rendered.inv.hostvars[node.name]["fabric_a_subnet"],
+                             rendered.inv.hostvars[node.name]["fabric_b_subnet"]])
+        assert f"elements = {{ {subnets} }}" in rules, rules
+        peers = ", ".join(f"{n.mgmt_ip}/32" for n in rendered.inv.nodes)
+        assert f"elements = {{ {peers} }}" in rules, rules
+        unit = rendered.read(node.name, "/etc/systemd/system/sparkctl-sglang-firewall.service")
+        assert "ExecStart=/usr/sbin/nft --file /etc/sparkctl/sglang-firewall.nft" in unit
+
+
+def test_secrets_file_holds_a_placeholder_readable_by_root_only(rendered: Rendered) -> None:
+    secrets_file = role_default("sglang", "sglang_secrets_file")
+    for node in _nodes(rendered):
+        env = rendered.env(node.name, secrets_file)
+        assert env == {"SGLANG_API_KEY": "<set from SPARKCTL_SGLANG_API_KEY at provision time>"}
+        mode = stat.S_IMODE((rendered.out / node.name / secrets_file.lstrip("/")).stat().st_mode)
+        assert mode == 0o600, oct(mode)
+        # The key is required by default, so the server is started with one.
+        unit = rendered.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
+        assert '--api-key "${SGLANG_API_KEY}"' in unit
+
+
+def test_no_api_key_in_any_rendered_file(lab: Rendered) -> None:
+    assert lab.files, "nothing rendered"
+    leaked = [str(f) for f in lab.files if SENTINEL_KEY.encode() in f.read_bytes()]
+    assert leaked == []
+
+
+def test_render_leaves_nothing_on_the_controller_but_its_run_record(rendered: Rendered) -> None:
+    """No key file or other state is generated: only the ansible-runner artifacts."""
+    left = sorted(p.relative_to(rendered.state).as_posix() for p in rendered.state.rglob("*")
+                  if p.is_file() and p.relative_to(rendered.state).parts[0] not in {"results"})
+    assert left == []
+
+
+def test_linux_switch_desired_state_and_boot_unit(sim: Rendered) -> None:
+    assert sim.inv.switch is not None and sim.inv.switch.os == "linux"
+    mtu = role_default("switch_mtu", "switch_mtu_value")
+    ports = [p.name for p in sim.inv.ports]
+    state = yaml.safe_load(sim.read(sim.inv.switch.name, "/etc/sparkctl/switch-ports.json"))
+    assert state == {"mtu": mtu, "ports": sorted(ports, key=lambda p: int(p[3:]))}
+    unit = sim.read(sim.inv.switch.name,
+                    "/etc/systemd/system/sparkctl-switch-port-mtu.service")
+    assert "--state-file /etc/sparkctl/switch-ports.json" in unit
+    switch_files = {f.relative_to(sim.out / sim.inv.switch.name).as_posix()
+                    for f in sim.files if f.is_relative_to(sim.out / sim.inv.switch.name)}
+    assert switch_files == {"etc/sparkctl/switch-ports.json",
+                            "etc/systemd/system/sparkctl-switch-port-mtu.service"}
+
+
+_NV_SET_MTU = re.compile(r"^nv set interface (\S+) link mtu (\d+)$")
+
+
+def test_nvue_switch_commands_cover_exactly_the_inventory_ports(lab: Rendered) -> None:
+    assert lab.inv.switch is not None and lab.inv.switch.os == "nvue"
+    switch_dir = lab.out / lab.inv.switch.name
+    assert sorted(p.name for p in switch_dir.iterdir()) == ["nvue-commands.txt"]
+    commands = [line for line in (switch_dir / "nvue-commands.txt").read_text().splitlines()
+                if line and not line.startswith("#")]
+    mtu = role_default("switch_mtu", "switch_mtu_value")
+    confirm = role_default("switch_mtu", "switch_mtu_confirm_seconds")
+    set_lines = [m for m in map(_NV_SET_MTU.match, commands) if m]
+    assert set_lines, commands
+    ported = [port for m in set_lines for port in m.group(1).split(",")]
+    assert sorted(ported) == sorted(p.name for p in lab.inv.ports)
+    assert len(ported) == len(set(ported)), ported
+    assert {int(m.group(2)) for m in set_lines} == {mtu}
+    # Staged on a clean slate, applied with the switch's own rollback, then confirmed.
+    assert commands.index("nv config detach") < commands.index(set_lines[0].group(0))
+    apply = f"nv config apply --confirm {confirm}s --assume-yes"
+    assert commands.index(set_lines[-1].group(0)) < commands.index(apply) \
+        < commands.index("nv config apply --confirm-yes")
