@@ -23,7 +23,7 @@ from typing import Any
 
 DOCUMENTATION = r"""
 ---
-module: nccl_gid_index
+module: roce_gid_index
 short_description: RoCE v2 IPv4 GID index of the given netdevs (for NCCL_IB_GID_INDEX)
 description:
   - Reads the RoCE GID table (sysfs when present, else show_gids), keeps the

@@ -29,12 +29,23 @@ options:
     type: list
     elements: str
     required: true
+  sysctls:
+    description:
+      - Sysctl keys (dotted, e.g. net.ipv4.conf.all.arp_ignore) to read from
+        /proc/sys as well, so one call returns everything the role verifies.
+    type: list
+    elements: str
+    default: []
 author: sparkctl developers
 """
 
 RETURN = r"""
 links:
   description: netdev -> {speed_mbps, link_detected, mtu, operstate, ipv4, ibdev, ibdev_state}
+  type: dict
+  returned: always
+sysctls:
+  description: key -> value as the kernel reports it (whitespace collapsed), null when absent
   type: dict
   returned: always
 """
@@ -77,6 +88,27 @@ def parse_ip_addr(text: str) -> dict[str, list[str]]:
     return out
 
 
+def sysctl_path(key: str) -> Path:
+    """/proc/sys path of a dotted key; a netdev name may itself hold dots, so
+    only net.*.conf.<dev>.* keys keep the dots of <dev> (as sysctl(8) does with '/')."""
+    parts = key.split(".")
+    if len(parts) > 5 and parts[0] == "net" and parts[2] in ("conf", "neigh"):
+        parts = [*parts[:3], ".".join(parts[3:-1]), parts[-1]]
+    return Path("/proc/sys", *parts)
+
+
+def read_sysctls(keys: list[str], root: Path = Path("/")) -> dict[str, str | None]:
+    """Values as `sysctl -n` prints them (tabs and runs of spaces become one space)."""
+    out: dict[str, str | None] = {}
+    for key in keys:
+        path = root / sysctl_path(key).relative_to("/")
+        try:
+            out[key] = " ".join(path.read_text().split())
+        except FileNotFoundError:
+            out[key] = None
+    return out
+
+
 def collect(netdevs: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Gather live state; return (links, warnings)."""
     warnings: list[str] = []
@@ -112,15 +144,18 @@ def main() -> None:
     from ansible.module_utils.basic import AnsibleModule  # noqa: PLC0415
 
     module = AnsibleModule(argument_spec={"netdevs": {"type": "list", "elements": "str",
-                                                      "required": True}},
+                                                      "required": True},
+                                          "sysctls": {"type": "list", "elements": "str",
+                                                      "default": []}},
                            supports_check_mode=True)
     try:
         links, warnings = collect(module.params["netdevs"])
+        sysctls = read_sysctls(module.params["sysctls"])
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         module.fail_json(msg=f"cannot read fabric link state: {exc}")
     for w in warnings:
         module.warn(w)
-    module.exit_json(changed=False, links=links)
+    module.exit_json(changed=False, links=links, sysctls=sysctls)
 
 
 if __name__ == "__main__":
