@@ -1,0 +1,155 @@
+#!/usr/bin/python
+"""Ansible module: read files and run read-only commands on a node, in one call.
+
+The verify steps of sparkctl's roles read many small things (a few files, their
+owners and modes, the output of ``systemctl show``, a ``--help``): as separate
+stat/slurp/command tasks that is one remote round trip each on every run, and
+on a four-node cluster most of a no-change provision. This module does them
+in one and returns raw text; the roles parse it on the controller with their
+tested filters and assert there. It never changes anything. Every sparkctl
+role depends on cluster_defaults, so the module is on the module path wherever
+a role needs it.
+"""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import os
+import pwd
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+DOCUMENTATION = r"""
+---
+module: sparkctl_probe
+short_description: Read files and run read-only commands on a node in one call
+description:
+  - For each of I(files), returns whether it exists, its type, mode, owner,
+    group, whether it is executable, and its SHA-256; for those also listed in
+    I(read), its text.
+  - Runs each command of I(commands) (name -> argv, no shell) and returns its
+    exit code, standard output and standard error.
+  - Never changes anything; supports check mode.
+options:
+  files:
+    description: Paths to look at.
+    type: list
+    elements: path
+    default: []
+  read:
+    description: Paths (also looked at) whose text is returned. Never list a secret here.
+    type: list
+    elements: path
+    default: []
+  commands:
+    description: Name -> argv of read-only commands.
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds each command may take.
+    type: int
+    default: 60
+  max_output:
+    description: Characters of each output kept (the start).
+    type: int
+    default: 65536
+author: sparkctl developers
+"""
+
+RETURN = r"""
+files:
+  description: >-
+    path -> {exists, isreg, isdir, executable, mode ("0644"), owner, group, sha256, content};
+    content only for paths in read, sha256 only for regular files.
+  type: dict
+  returned: always
+commands:
+  description: name -> {rc, stdout, stderr}; rc 127 when the program is missing, 124 on timeout.
+  type: dict
+  returned: always
+"""
+
+
+def _name(lookup: Any, ident: int) -> str:
+    try:
+        return str(lookup(ident)[0])
+    except KeyError:
+        return str(ident)
+
+
+def look(path: Path, read: bool) -> dict[str, Any]:
+    """What the roles assert about a file, from one lstat (symlinks are followed for content)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return {"exists": False}
+    info: dict[str, Any] = {
+        "exists": True,
+        "isreg": stat.S_ISREG(st.st_mode),
+        "isdir": stat.S_ISDIR(st.st_mode),
+        "executable": stat.S_ISREG(st.st_mode) and os.access(path, os.X_OK),
+        "mode": f"{stat.S_IMODE(st.st_mode):04o}",
+        "owner": _name(pwd.getpwuid, st.st_uid),
+        "group": _name(grp.getgrgid, st.st_gid),
+    }
+    if info["isreg"]:
+        data = path.read_bytes()
+        info["sha256"] = hashlib.sha256(data).hexdigest()
+        if read:
+            info["content"] = data.decode("utf-8", errors="replace")
+    return info
+
+
+def run(argv: list[str], timeout: int, limit: int) -> dict[str, Any]:
+    """rc/stdout/stderr of one command; a missing program is rc 127, a timeout rc 124."""
+    if not argv or not all(isinstance(a, str) for a in argv):
+        return {"rc": 2, "stdout": "", "stderr": f"not an argv: {argv!r}"}
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                              errors="replace")
+    except FileNotFoundError as exc:
+        return {"rc": 127, "stdout": "", "stderr": str(exc)}
+    except PermissionError as exc:
+        return {"rc": 126, "stdout": "", "stderr": str(exc)}
+    except subprocess.TimeoutExpired:
+        return {"rc": 124, "stdout": "", "stderr": f"{argv[0]} did not finish within {timeout} s"}
+    return {"rc": proc.returncode, "stdout": proc.stdout[:limit], "stderr": proc.stderr[:limit]}
+
+
+def probe(files: list[str], read: list[str], commands: dict[str, list[str]],
+          timeout: int = 60, limit: int = 65536) -> dict[str, Any]:
+    wanted = list(dict.fromkeys([*files, *read]))
+    return {
+        "files": {p: look(Path(p), p in read) for p in wanted},
+        "commands": {name: run([str(a) for a in argv] if isinstance(argv, list) else argv,
+                               timeout, limit)
+                     for name, argv in commands.items()},
+    }
+
+
+def main() -> None:
+    from ansible.module_utils.basic import AnsibleModule  # noqa: PLC0415 (tests import without it)
+
+    module = AnsibleModule(
+        argument_spec={
+            "files": {"type": "list", "elements": "path", "default": []},
+            "read": {"type": "list", "elements": "path", "default": []},
+            "commands": {"type": "dict", "default": {}},
+            "timeout": {"type": "int", "default": 60},
+            "max_output": {"type": "int", "default": 65536},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        result = probe(p["files"], p["read"], p["commands"], p["timeout"], p["max_output"])
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read: {exc}")
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
