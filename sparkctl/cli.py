@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from sparkctl import __version__, console
@@ -246,10 +247,11 @@ def main() -> None:
     except SparkctlError as exc:
         if debug:
             console.err.print_exception()
-        console.err.print(f"[bold red]error:[/bold red] {exc.message}", markup=True,
+        # Messages quote inventories ([sparks], [lab:children]): never markup.
+        console.err.print(f"[bold red]error:[/bold red] {escape(exc.message)}", markup=True,
                           highlight=False)
         if exc.hint:
-            console.err.print(f"[yellow]hint:[/yellow] {exc.hint}")
+            console.err.print(f"[yellow]hint:[/yellow] {escape(exc.hint)}", highlight=False)
         sys.exit(int(exc.code))
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 # Data (--json) goes to stdout; progress and messages to stderr so that
 # `sparkctl ... --json | jq` always gets clean JSON.
@@ -15,6 +16,6 @@ err = Console(stderr=True, soft_wrap=True, highlight=False)
 def progress(message: str) -> None:
     """One progress line: dim on a terminal, a plain line in logs."""
     if err.is_terminal:
-        err.print(f"[dim]·[/dim] {message}")
+        err.print(f"[dim]·[/dim] {escape(message)}", highlight=False)
     else:
         print(f"sparkctl: {message}", file=sys.stderr, flush=True)

@@ -134,10 +134,14 @@ def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[
         kind = "unreachable" if failure.unreachable else "failed"
         console.err.print(f"[red]{failure.host}[/red] {kind} at [bold]{failure.task}[/bold]: "
                           f"{failure.message}", highlight=False)
+    for error in result.errors:
+        console.err.print(f"ansible: {error}", style="red", highlight=False, markup=False)
     console.progress(f"runner artifacts: {result.artifact_dir}")
     if not result.ok:
         failed_hosts = sorted({f.host for f in result.failures})
         where = f" on {', '.join(failed_hosts)}" if failed_hosts else ""
+        if not failed_hosts and result.errors:
+            where = f": {result.errors[0][:300]}"
         raise SparkctlError(f"provision failed{where} (artifacts in {result.artifact_dir})",
                             result.exit_code())
     return result

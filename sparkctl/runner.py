@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -63,12 +64,15 @@ class RunResult:
     duration: float
     stats: dict[str, HostStats] = field(default_factory=dict)
     failures: list[TaskFailure] = field(default_factory=list)
+    # Errors Ansible printed outside any task (a YAML or syntax error, a bad
+    # option): a run can fail before the first task with nothing in failures.
+    errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "rc": self.rc, "duration_s": round(self.duration, 1),
                 "artifact_dir": str(self.artifact_dir),
                 "hosts": {h: asdict(s) for h, s in sorted(self.stats.items())},
-                "failures": [asdict(f) for f in self.failures]}
+                "failures": [asdict(f) for f in self.failures], "errors": self.errors}
 
     @property
     def ok(self) -> bool:
@@ -209,6 +213,32 @@ def run_playbook(
                                      "rescued", "ignored"), strict=True):
         for host, count in (raw_stats.get(key) or {}).items():
             setattr(stats.setdefault(host, HostStats()), attr, int(count))
+    errors: list[str] = []
+    if not failures and runner.status != "successful":
+        stdout = Path(runner.config.artifact_dir) / "stdout"
+        errors = ansible_errors(stdout.read_text(errors="replace") if stdout.is_file() else "")
     return RunResult(status=str(runner.status), rc=int(runner.rc if runner.rc is not None else 1),
                      artifact_dir=Path(runner.config.artifact_dir), duration=duration,
-                     stats=stats, failures=failures)
+                     stats=stats, failures=failures, errors=errors)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def ansible_errors(stdout: str) -> list[str]:
+    """Each ``[ERROR]: ...`` (or ``ERROR! ...``) of Ansible's output with its indented
+    or following detail lines up to the next blank line, ANSI colours removed."""
+    out: list[str] = []
+    current: list[str] | None = None
+    for raw in _ANSI.sub("", stdout).splitlines():
+        line = raw.rstrip()
+        if line.startswith(("[ERROR]:", "ERROR!")):
+            current = [line.removeprefix("[ERROR]:").removeprefix("ERROR!").strip()]
+            out.append("")
+        elif current is not None and line.strip():
+            current.append(line.strip())
+        else:
+            current = None
+        if current is not None:
+            out[-1] = " | ".join(current[:8])
+    return out

@@ -1,0 +1,58 @@
+"""Errors Ansible prints outside any task reach the user, and inventory text in
+messages is printed as it is (not eaten as rich markup)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sparkctl.cli import cli, main
+from sparkctl.runner import ansible_errors
+
+YAML_ERROR = ("\x1b[0;31m[ERROR]: YAML parsing failed: Colons in unquoted values must be "
+              "followed by a non-space character.\x1b[0m\n") + """\
+Origin: /work/main/roles/nvidia_driver/tasks/verify.yml:64:91
+
+62   ansible.builtin.package_facts:
+"""
+
+
+def test_yaml_error_is_found_with_its_origin() -> None:
+    errors = ansible_errors("PLAY [x]\n" + YAML_ERROR)
+    assert errors == ["YAML parsing failed: Colons in unquoted values must be followed by a "
+                      "non-space character. | Origin: /work/main/roles/nvidia_driver/tasks/"
+                      "verify.yml:64:91"]
+
+
+def test_old_style_errors_and_no_errors() -> None:
+    assert ansible_errors("ERROR! the role 'x' was not found\n\nok") == \
+        ["the role 'x' was not found"]
+    assert ansible_errors("PLAY RECAP\nspark1 : ok=3\n") == []
+
+
+def test_error_messages_keep_square_brackets(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    inv = tmp_path / "empty.ini"
+    inv.write_text("[sparks]\n")
+    argv = sys.argv
+    sys.argv = ["sparkctl", "inventory", "check", str(inv)]
+    try:
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code
+        else:
+            code = 0
+    finally:
+        sys.argv = argv
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "no hosts in group [sparks]" in err
+    assert "under a [sparks] section" in err
+
+
+def test_cli_is_importable() -> None:
+    assert CliRunner().invoke(cli, ["--help"]).exit_code == 0
