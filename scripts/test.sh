@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
+# Roles and playbooks: the production profile of .ansible-lint.
+PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint -q
 exec .venv/bin/pytest "$@"

@@ -1,5 +1,3 @@
-# NOT YET PART OF THE SUITE: rename to test_molecule.py once every scenario has run green
-# on a clean clone (see the closing note of step 2).
 """Every role's molecule scenario: ``molecule test`` in ``roles/<role>``, one test per role.
 
 Each scenario (roles/<role>/molecule/default, base config .config/molecule/)
