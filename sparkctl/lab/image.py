@@ -39,6 +39,10 @@ PACKAGES: tuple[str, ...] = (
     "python3", "python3-apt", "netplan.io", "iproute2", "iputils-ping", "ethtool",
     "openmpi-bin", "python3-mpi4py", "rsync", "iperf3", "sudo", "procps", "kmod",
     "nftables", "ca-certificates", "less", "tcpdump",
+    # Baked in (disabled, no Internet sources) so that the base role's install
+    # never starts a chronyd that asks Debian's public pool: the lab is
+    # isolated, and the base role turns chrony on with the cluster's sources.
+    "chrony",
 )
 
 # Files written into the root file system after debootstrap. Part of the recipe hash.
@@ -87,7 +91,10 @@ _MASK = ("systemd-networkd-wait-online.service", "systemd-udevd.service",
          "systemd-udev-trigger.service", "getty@tty1.service", "e2scrub_reap.service",
          "apt-daily.timer", "apt-daily-upgrade.timer", "systemd-timesyncd.service")
 
-RECIPE_VERSION = 3
+# Units installed but left off: the roles turn them on with their own config.
+_DISABLE = ("chrony.service",)
+
+RECIPE_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,8 @@ class ImageRecipe:
     def digest(self) -> str:
         blob = json.dumps({"v": RECIPE_VERSION, "suite": self.suite,
                            "packages": sorted(self.packages), "files": _FILES,
-                           "enable": _ENABLE, "mask": _MASK}, sort_keys=True)
+                           "enable": _ENABLE, "mask": _MASK, "disable": _DISABLE},
+                          sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
@@ -191,6 +199,13 @@ def build_image(podman: Podman, recipe: ImageRecipe, *, work_dir: Path, mirror: 
     progress(f"lab image built in {time.monotonic() - started:.0f} s")
 
 
+def no_public_time_sources(chrony_conf: str) -> str:
+    """chrony.conf with its pool/server/peer lines commented out (the lab has no Internet)."""
+    return "".join(f"# off in the sparkctl lab (isolated): {line}"
+                   if line.split(maxsplit=1)[:1] in (["pool"], ["server"], ["peer"]) else line
+                   for line in chrony_conf.splitlines(keepends=True))
+
+
 def _customise(root: Path, mirror: str) -> None:
     for rel, (content, mode) in _FILES.items():
         target = root / rel
@@ -203,5 +218,8 @@ def _customise(root: Path, mirror: str) -> None:
     (root / "etc/hostname").write_text("")
     run(["chroot", str(root), "systemctl", "enable", *_ENABLE], what="systemctl enable")
     run(["chroot", str(root), "systemctl", "mask", *_MASK], what="systemctl mask")
+    run(["chroot", str(root), "systemctl", "disable", *_DISABLE], what="systemctl disable")
+    chrony = root / "etc/chrony/chrony.conf"
+    chrony.write_text(no_public_time_sources(chrony.read_text()))
     for cache in root.glob("var/cache/apt/archives/*.deb"):
         cache.unlink()

@@ -181,3 +181,16 @@ def test_apt_sources_custom_mirror_serves_security_too() -> None:
 def test_apt_sources_mirror_with_trailing_slash() -> None:
     lines = _apt_sources("http://mirror.example.net/debian/").splitlines()
     assert lines[2] == "deb http://mirror.example.net/debian-security bookworm-security main"
+
+
+def test_lab_chrony_has_no_public_sources() -> None:
+    debian = ("confdir /etc/chrony/conf.d\n"
+              "# Use Debian vendor zone.\n"
+              "pool 2.debian.pool.ntp.org iburst\n"
+              "server time.example iburst\n"
+              "sourcedir /run/chrony-dhcp\n")
+    out = image.no_public_time_sources(debian)
+    live = [line for line in out.splitlines() if line and not line.startswith("#")]
+    assert live == ["confdir /etc/chrony/conf.d", "sourcedir /run/chrony-dhcp"]
+    assert "# off in the sparkctl lab (isolated): pool 2.debian.pool.ntp.org iburst" in out
+    assert image.no_public_time_sources(out) == out
