@@ -72,3 +72,32 @@ def test_bad_inventory_is_refused_before_any_host_is_touched(
     # The netplan on the nodes is still the good one.
     netplan = ssh(lab.inventory.node("spark1").mgmt_ip, "cat /etc/netplan/40-cx7.yaml").stdout
     assert "192.168.101.11/24" in netplan
+
+
+def test_netplan_change_that_cuts_the_node_off_is_rolled_back(
+        lab: LabSession, provisioned: dict[str, object], tmp_path: Path) -> None:
+    """A fabric route that steals the management path (replies to the controller
+    leave through the fabric to a gateway that does not exist): the controller
+    cannot reconnect, the node's own timer restores the previous netplan, the
+    node answers again and the run fails saying what was rolled back."""
+    node = lab.inventory.node("spark2")
+    controller = "10.77.0.1"  # the lab network's gateway: where sparkctl's SSH comes from
+    inv = tmp_path / "inventory"
+    shutil.copytree(SIM_INVENTORY.parent, inv)
+    (inv / "host_vars").mkdir(exist_ok=True)
+    (inv / "host_vars" / "spark2.yml").write_text(
+        "roce_fabric_routes_a:\n"
+        f"  - {{to: {controller}/32, via: 192.168.100.250}}\n"
+        "roce_fabric_confirm_seconds: 8\n"
+        "roce_fabric_rollback_seconds: 20\n")
+    before = ssh(node.mgmt_ip, "cat /etc/netplan/40-cx7.yaml").stdout
+    proc = sparkctl("provision", str(inv / "sim.ini"), "--limit", "spark2",
+                    "--tags", "roce_fabric", timeout=600)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "rolled back" in proc.stderr, proc.stderr[-4000:]
+    assert "40-cx7.yaml" in proc.stderr, proc.stderr[-4000:]
+    # The node answers, with the previous netplan live and no stolen route.
+    assert ssh(node.mgmt_ip, "cat /etc/netplan/40-cx7.yaml").stdout == before
+    route = ssh(node.mgmt_ip, f"ip -o route get {controller}").stdout
+    assert "dev enP7s7" in route, route
+    assert "192.168.100.250" not in ssh(node.mgmt_ip, "ip -o route show").stdout
