@@ -91,8 +91,14 @@ def test_netplan_change_that_cuts_the_node_off_is_rolled_back(
         "roce_fabric_confirm_seconds: 8\n"
         "roce_fabric_rollback_seconds: 20\n")
     before = ssh(node.mgmt_ip, "cat /etc/netplan/40-cx7.yaml").stdout
-    proc = sparkctl("provision", str(inv / "sim.ini"), "--limit", "spark2",
-                    "--tags", "roce_fabric", timeout=600)
+    try:
+        proc = sparkctl("provision", str(inv / "sim.ini"), "--limit", "spark2",
+                        "--tags", "roce_fabric", timeout=600)
+    finally:
+        # Undo what the run left behind: the role's staged copy holds the bad
+        # route until the next provision rewrites it.
+        ssh(node.mgmt_ip, "cp -p /etc/netplan/40-cx7.yaml /etc/netplan/40-cx7.yaml.sparkctl-staged",
+            check=False)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "rolled back" in proc.stderr, proc.stderr[-4000:]
     assert "40-cx7.yaml" in proc.stderr, proc.stderr[-4000:]
