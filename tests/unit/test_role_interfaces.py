@@ -20,6 +20,9 @@ this file.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +194,22 @@ def test_step_include_is_tagged(role: str, step: str) -> None:
         assert want <= applied, (
             f"roles/{role}/tasks/main.yml: the {step} include does not apply tags "
             f"{sorted(want)} to its tasks")
+
+
+# Every playbook but switch_mtu.yml (tests/unit/test_switch_mtu.py checks it
+# once per switch_os) parses against the lab inventory.
+PLAYBOOKS = sorted(p.name for p in (ROOT / "playbooks").glob("*.yml") if p.name != "switch_mtu.yml")
+
+
+@pytest.mark.parametrize("playbook", PLAYBOOKS)
+def test_playbook_passes_syntax_check(playbook: str) -> None:
+    exe = Path(sys.executable).with_name("ansible-playbook")
+    if not exe.exists():
+        found = shutil.which("ansible-playbook")
+        if found is None:
+            pytest.skip("ansible-playbook not installed")
+        exe = Path(found)
+    proc = subprocess.run([str(exe), "-i", str(ROOT / "inventory" / "sim.ini"),
+                           str(ROOT / "playbooks" / playbook), "--syntax-check"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -81,7 +81,7 @@ def _name(lookup: Any, ident: int) -> str:
 
 
 def look(path: Path, read: bool) -> dict[str, Any]:
-    """What the roles assert about a file, from one lstat (symlinks are followed for content)."""
+    """What the roles assert about a file, from one stat (symlinks followed)."""
     try:
         st = path.stat()
     except FileNotFoundError:
