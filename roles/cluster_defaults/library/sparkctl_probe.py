@@ -44,10 +44,34 @@ options:
     type: list
     elements: path
     default: []
+  secrets:
+    description: >-
+      Paths looked at like I(files) but without a hash (a hash of a file that
+      holds a short key would let anyone with the run's artifacts test guesses).
+    type: list
+    elements: path
+    default: []
   commands:
     description: Name -> argv of read-only commands.
     type: dict
     default: {}
+  users:
+    description: Account names to look up (exists, uid, gid, group, home, shell).
+    type: list
+    elements: str
+    default: []
+  units:
+    description: systemd units whose load, active and unit-file states are returned.
+    type: list
+    elements: str
+    default: []
+  packages:
+    description: >-
+      Also return the installed dpkg packages as the fact C(packages), in
+      C(ansible.builtin.package_facts)' shape (plus C(selection), hold or install),
+      so a role needs no separate package_facts round trip.
+    type: bool
+    default: false
   timeout:
     description: Seconds each command may take.
     type: int
@@ -70,7 +94,24 @@ commands:
   description: name -> {rc, stdout, stderr}; rc 127 when the program is missing, 124 on timeout.
   type: dict
   returned: always
+users:
+  description: name -> {exists, uid, gid, group (the primary group's name), home, shell}.
+  type: dict
+  returned: always
+units:
+  description: >-
+    unit -> {LoadState, ActiveState, SubState, UnitFileState, FragmentPath, Result}
+    as systemctl show reports them (empty strings where systemd is not running).
+  type: dict
+  returned: always
+ansible_facts:
+  description: C(packages) when I(packages) is true.
+  type: dict
+  returned: when packages is true
 """
+
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "FragmentPath",
+                   "Result")
 
 
 def _name(lookup: Any, ident: int) -> str:
@@ -80,7 +121,7 @@ def _name(lookup: Any, ident: int) -> str:
         return str(ident)
 
 
-def look(path: Path, read: bool) -> dict[str, Any]:
+def look(path: Path, read: bool, digest: bool = True) -> dict[str, Any]:
     """What the roles assert about a file, from one stat (symlinks followed)."""
     try:
         st = path.stat()
@@ -95,7 +136,7 @@ def look(path: Path, read: bool) -> dict[str, Any]:
         "owner": _name(pwd.getpwuid, st.st_uid),
         "group": _name(grp.getgrgid, st.st_gid),
     }
-    if info["isreg"]:
+    if info["isreg"] and digest:
         data = path.read_bytes()
         info["sha256"] = hashlib.sha256(data).hexdigest()
         if read:
@@ -119,15 +160,75 @@ def run(argv: list[str], timeout: int, limit: int) -> dict[str, Any]:
     return {"rc": proc.returncode, "stdout": proc.stdout[:limit], "stderr": proc.stderr[:limit]}
 
 
-def probe(files: list[str], read: list[str], commands: dict[str, list[str]],
-          timeout: int = 60, limit: int = 65536) -> dict[str, Any]:
-    wanted = list(dict.fromkeys([*files, *read]))
-    return {
-        "files": {p: look(Path(p), p in read) for p in wanted},
+def user(name: str) -> dict[str, Any]:
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return {"exists": False}
+    return {"exists": True, "uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir,
+            "shell": entry.pw_shell, "group": _name(grp.getgrgid, entry.pw_gid)}
+
+
+def parse_show(text: str, units: list[str]) -> dict[str, dict[str, str]]:
+    """``systemctl show -p ... U1 U2`` (one block per unit, in order, blank-line separated)."""
+    blocks = text.strip("\n").split("\n\n") if text.strip() else []
+    out: dict[str, dict[str, str]] = {}
+    for i, unit in enumerate(units):
+        props = dict.fromkeys(UNIT_PROPERTIES, "")
+        if i < len(blocks):
+            for line in blocks[i].splitlines():
+                key, sep, value = line.partition("=")
+                if sep and key in props:
+                    props[key] = value
+        out[unit] = props
+    return out
+
+
+def parse_dpkg(text: str) -> dict[str, list[dict[str, str]]]:
+    """dpkg-query -W lines (package, version, arch, status abbrev) -> package_facts' shape.
+
+    Only installed packages (current state ``i``) are kept, as package_facts does.
+    """
+    out: dict[str, list[dict[str, str]]] = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if len(fields) != 4 or len(fields[3]) < 2 or fields[3][1] != "i":
+            continue
+        name, version, arch, status = fields
+        name = name.split(":")[0]
+        out.setdefault(name, []).append({
+            "name": name, "version": version, "arch": arch, "source": "apt",
+            "selection": "hold" if status[0] == "h" else "install"})
+    return out
+
+
+def probe(files: list[str], read: list[str], commands: dict[str, list[str]],  # noqa: PLR0917
+          timeout: int = 60, limit: int = 65536, users: list[str] | None = None,
+          units: list[str] | None = None, packages: bool = False,
+          secrets: list[str] | None = None) -> dict[str, Any]:
+    hidden = set(secrets or [])
+    if hidden & set(read):
+        raise ValueError(f"listed both as secret and to read: {sorted(hidden & set(read))}")
+    wanted = list(dict.fromkeys([*files, *read, *hidden]))
+    result: dict[str, Any] = {
+        "files": {p: look(Path(p), p in read, p not in hidden) for p in wanted},
         "commands": {name: run([str(a) for a in argv] if isinstance(argv, list) else argv,
                                timeout, limit)
                      for name, argv in commands.items()},
+        "users": {name: user(name) for name in users or []},
+        "units": {},
     }
+    if units:
+        shown = run(["systemctl", "show", "--no-pager", "-p", ",".join(UNIT_PROPERTIES), *units],
+                    timeout, 1 << 20)
+        result["units"] = parse_show(shown["stdout"] if shown["rc"] == 0 else "", list(units))
+    if packages:
+        listed = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${Architecture}\t"
+                      "${db:Status-Abbrev}\n"], timeout, 1 << 24)
+        if listed["rc"] != 0:
+            raise OSError(f"dpkg-query: {listed['stderr'].strip()}")
+        result["ansible_facts"] = {"packages": parse_dpkg(listed["stdout"])}
+    return result
 
 
 def main() -> None:
@@ -140,13 +241,18 @@ def main() -> None:
             "commands": {"type": "dict", "default": {}},
             "timeout": {"type": "int", "default": 60},
             "max_output": {"type": "int", "default": 65536},
+            "users": {"type": "list", "elements": "str", "default": []},
+            "units": {"type": "list", "elements": "str", "default": []},
+            "packages": {"type": "bool", "default": False},
+            "secrets": {"type": "list", "elements": "path", "default": []},
         },
         supports_check_mode=True,
     )
     p = module.params
     try:
-        result = probe(p["files"], p["read"], p["commands"], p["timeout"], p["max_output"])
-    except OSError as exc:
+        result = probe(p["files"], p["read"], p["commands"], p["timeout"], p["max_output"],
+                       p["users"], p["units"], p["packages"], p["secrets"])
+    except (OSError, ValueError) as exc:
         module.fail_json(msg=f"cannot read: {exc}")
     module.exit_json(changed=False, **result)
 
