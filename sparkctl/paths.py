@@ -46,3 +46,9 @@ def state_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return Path.home() / ".local" / "state" / "sparkctl"
+
+
+def facts_dir(cluster: str) -> Path:
+    """Ansible's fact cache for one cluster (the lab and a real cluster both name
+    their hosts spark1..4, and one must never be handed the other's facts)."""
+    return state_dir() / "facts" / cluster

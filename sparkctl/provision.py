@@ -15,7 +15,7 @@ from rich.table import Table
 from sparkctl import console, inventory
 from sparkctl.errors import SparkctlError
 from sparkctl.lock import inventory_lock
-from sparkctl.paths import state_dir
+from sparkctl.paths import facts_dir, state_dir
 from sparkctl.runner import Event, RunResult, run_playbook
 
 
@@ -94,7 +94,7 @@ def cluster_env(cluster: str) -> dict[str, str]:
     Facts are cached per cluster: the lab and a real cluster both name their
     hosts spark1..4, and one must never be handed the other's facts.
     """
-    return {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(state_dir() / "facts" / cluster)}
+    return {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(facts_dir(cluster))}
 
 
 def summarise(result: RunResult, hosts: Sequence[str]) -> Table:

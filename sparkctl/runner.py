@@ -206,6 +206,11 @@ def run_playbook(
         quiet=True,
         event_handler=handler,
         suppress_env_files=True,
+        # Not runner's own fact cache (a fresh one in every run's artifacts):
+        # ansible.cfg's jsonfile cache in the directory the caller names per
+        # cluster (ANSIBLE_CACHE_PLUGIN_CONNECTION), so `gathering = smart`
+        # skips re-gathering facts a recent run already has.
+        fact_cache_type="sparkctl",
     )
     duration = time.monotonic() - started
     raw_stats = runner.stats or {}

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,7 @@ from sparkctl.lab import fabric, sshtrust
 from sparkctl.lab.hardware import ASSETS_DIR, STANDIN_TOOLS, LabHardware, render_dgx_release
 from sparkctl.lab.image import ensure_image
 from sparkctl.lab.podman import Podman
-from sparkctl.paths import state_dir
+from sparkctl.paths import facts_dir, state_dir
 from sparkctl.proc import require_tool, run
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class LabSpec:
     mgmt_subnet: str
     rate_mbit: int
     hardware: LabHardware
+    cluster: str = "lab"
 
     @property
     def sparks(self) -> tuple[LabHost, ...]:
@@ -105,7 +107,8 @@ class LabSpec:
             link_rate_mbit=rate,
         )
         return cls(inventory=path, hosts=tuple(hosts), switch=inv.switch.name,
-                   cables=tuple(cables), mgmt_subnet=str(subnet), rate_mbit=rate, hardware=hw)
+                   cables=tuple(cables), mgmt_subnet=str(subnet), rate_mbit=rate, hardware=hw,
+                   cluster=inv.cluster)
 
 
 def _cables(inv: inv_mod.Inventory) -> list[fabric.Cable]:
@@ -290,6 +293,9 @@ class Lab:
         for stale in (self.dir / "lab.json", self.dir / "ssh" / "known_hosts"):
             if stale.exists():
                 stale.unlink()
+        # Facts cached by the runs against these containers describe machines
+        # that no longer exist: the next lab's first run gathers afresh.
+        shutil.rmtree(facts_dir(self.spec.cluster), ignore_errors=True)
         if not quiet:
             self.progress("removed: " + (", ".join(removed) if removed else "nothing (no lab)"))
         return removed
