@@ -6,6 +6,7 @@ sources (quoted below with where they come from), on the lab's own
 """
 
 
+# ruff: noqa: E501 -- captured command output is quoted as printed (long lines)
 from __future__ import annotations
 
 from pathlib import Path
@@ -96,3 +97,85 @@ def test_template_renders_what_the_parser_reads_back() -> None:
     assert text.splitlines()[2:] == ["NCCL_IB_GID_INDEX=3",
                                      "NCCL_IB_HCA=rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1",
                                      "NCCL_SOCKET_IFNAME=enp1s0f1np1"]
+
+
+# ------------------------------------------------------------ verify: one judgement
+_USAGE = ("USAGE: {name} \n\t[-t,--nthreads <num threads>] \n\t[-g,--ngpus <gpus per thread>] \n"
+          "\t[-b,--minbytes <min size in bytes>] \n\t[-e,--maxbytes <max size in bytes>] \n")
+_ENV = {"NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "fab0"}
+_CONF = {"NCCL_IB_GID_INDEX": "3"}
+_VER = {"NCCL_VERSION": "none"}
+_BINS = ["all_reduce_perf", "all_gather_perf"]
+
+
+def _text(env: dict[str, str]) -> str:
+    return "# Managed by sparkctl\n" + "".join(f"{k}={v}\n" for k, v in env.items())
+
+
+def _nccl_reading() -> dict[str, object]:
+    files: dict[str, object] = {
+        "/etc/sparkctl/nccl.env": {"exists": True, "content": _text(_ENV)},
+        "/etc/nccl.conf": {"exists": True, "content": _text(_CONF)},
+        "/etc/sparkctl/nccl-version.env": {"exists": True, "content": _text(_VER)},
+    }
+    cmds: dict[str, object] = {"mpirun --version": {"rc": 0, "stdout": "mpirun (Open MPI) 4.1.4\n", "stderr": ""}}
+    for name in _BINS:
+        files[f"/opt/nccl-tests/build/{name}"] = {"exists": True, "executable": True}
+        cmds[name] = {"rc": 0, "stdout": _USAGE.format(name=name), "stderr": ""}
+    return {"files": files, "commands": cmds}
+
+
+def _nccl_want(**extra: object) -> dict[str, object]:
+    return {"files": {"/etc/sparkctl/nccl.env": _ENV, "/etc/nccl.conf": _CONF,
+                      "/etc/sparkctl/nccl-version.env": _VER},
+            "env_file": "/etc/sparkctl/nccl.env", "gid_index": 3,
+            "tests_dir": "/opt/nccl-tests", "binaries": _BINS, "lib_path": "", "nccl_home": "", **extra}
+
+
+def test_verify_problems_none_on_a_node_as_the_role_left_it() -> None:
+    assert envf.nccl_verify_problems(_nccl_reading(), _nccl_want()) == []
+
+
+def test_verify_problems_names_each_fault() -> None:
+    reading = _nccl_reading()
+    files = reading["files"]
+    cmds = reading["commands"]
+    assert isinstance(files, dict) and isinstance(cmds, dict)
+    files["/etc/nccl.conf"] = {"exists": False}
+    files["/etc/sparkctl/nccl.env"] = {"exists": True, "content": _text({**_ENV, "NCCL_IB_GID_INDEX": "1"})}
+    files["/opt/nccl-tests/build/all_gather_perf"] = {"exists": True, "executable": False}
+    cmds["all_reduce_perf"] = {"rc": 127, "stdout": "", "stderr": "error while loading shared libraries: libmpi.so.40"}
+    cmds["mpirun --version"] = {"rc": 0, "stdout": "HYDRA build details: MPICH 4.0\n", "stderr": ""}
+    problems = envf.nccl_verify_problems(reading, _nccl_want())
+    assert problems == [
+        "/etc/sparkctl/nccl.env: NCCL_IB_GID_INDEX='1', expected '3'",
+        "/etc/nccl.conf: missing",
+        "NCCL_IB_GID_INDEX in /etc/sparkctl/nccl.env is 1, the node's RoCE v2 IPv4 GID index is 3",
+        "/opt/nccl-tests/build/all_reduce_perf -h: rc 127: error while loading shared libraries: libmpi.so.40",
+        "/opt/nccl-tests/build/all_gather_perf: missing or not executable",
+        "mpirun --version: rc 0, HYDRA build details: MPICH 4.0",
+    ]
+
+
+def test_verify_problems_on_a_build_checks_which_libnccl_loads() -> None:
+    want = _nccl_want(lib_path="/opt/nccl/build/lib/libnccl.so.2.28.9", nccl_home="/opt/nccl/build")
+    reading = _nccl_reading()
+    files, cmds = reading["files"], reading["commands"]
+    assert isinstance(files, dict) and isinstance(cmds, dict)
+    files["/opt/nccl/build/lib/libnccl.so.2.28.9"] = {"exists": True}
+    cmds["ldd"] = {"rc": 0, "stdout": "\tlibnccl.so.2 => /usr/lib/aarch64-linux-gnu/libnccl.so.2 (0x0000ffff)\n",
+                   "stderr": ""}
+    [problem] = envf.nccl_verify_problems(reading, want)
+    assert "resolves libnccl to libnccl.so.2 => /usr/lib/aarch64-linux-gnu/libnccl.so.2" in problem
+    cmds["ldd"] = {"rc": 0, "stdout": "\tlibnccl.so.2 => /opt/nccl/build/lib/libnccl.so.2 (0x0000ffff)\n",
+                   "stderr": ""}
+    assert envf.nccl_verify_problems(reading, want) == []
+
+
+def test_verify_problems_reports_a_garbled_file_instead_of_raising() -> None:
+    reading = _nccl_reading()
+    files = reading["files"]
+    assert isinstance(files, dict)
+    files["/etc/nccl.conf"] = {"exists": True, "content": "NCCL_DEBUG INFO\n"}
+    [problem] = envf.nccl_verify_problems(reading, _nccl_want())
+    assert problem.startswith("/etc/nccl.conf: line 1 is not KEY=VALUE")
