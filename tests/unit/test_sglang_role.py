@@ -350,3 +350,87 @@ def test_secrets_template_holds_only_the_key() -> None:
     text = _render("sglang-secrets.env.j2", {"_sglang_unit": "sparkctl-sglang.service",
                                              "sglang_api_key": "lab-0123456789abcdef"})
     assert args_f.sglang_parse_env(text) == {"SGLANG_API_KEY": "lab-0123456789abcdef"}
+
+
+# --- verify: one judgement of the probe's reading --------------------------------
+
+_ENV = {"SGLANG_HOST_IP": "192.168.100.12", "GLOO_SOCKET_IFNAME": "fab0"}
+_VERSION = {"SGLANG_IMPL": "standin", "SGLANG_VERSION": "0.0-standin"}
+
+
+def _env_text(env: dict[str, str]) -> str:
+    return "# Managed by sparkctl\n" + "".join(f"{k}={v}\n" for k, v in sorted(env.items()))
+
+
+def _reading() -> dict[str, Any]:
+    root = {"exists": True, "owner": "root", "group": "root", "mode": "0644", "isreg": True}
+    return {
+        "files": {
+            "/etc/sparkctl/sglang.env": {**root, "content": _env_text(_ENV)},
+            "/etc/sparkctl/sglang-version.env": {**root, "content": _env_text(_VERSION)},
+            "/etc/systemd/system/sparkctl-sglang.service": dict(root),
+            "/etc/sparkctl/sglang-secrets.env": {**root, "mode": "0600"},
+            "/opt/sparkctl/sglang-standin/sglang/launch_server.py": dict(root),
+        },
+        "commands": {
+            "show": {"rc": 0, "stdout": SPARK2_SHOW, "stderr": ""},
+            "execstart": {"rc": 0, "stdout": SPARK2_EXECSTART + "\n", "stderr": ""},
+            "help": {"rc": 0, "stdout": "usage: --dist-init-addr --node-rank --nnodes --enable-metrics",
+                     "stderr": ""},
+        },
+    }
+
+
+def _want() -> dict[str, Any]:
+    argv = args_f.sglang_parse_execstart(SPARK2_EXECSTART)
+    return {"unit": "sparkctl-sglang.service",
+            "unit_path": "/etc/systemd/system/sparkctl-sglang.service",
+            "env_files": ["/etc/sparkctl/nccl.env", "/etc/sparkctl/sglang.env",
+                          "/etc/sparkctl/sglang-secrets.env"],
+            "restart_sec": 30, "start_limit_burst": 3, "start_limit_interval": 600,
+            "argv": argv, "node_rank": 1,
+            "env_file": "/etc/sparkctl/sglang.env", "env": _ENV,
+            "version_file": "/etc/sparkctl/sglang-version.env", "version": _VERSION,
+            "secrets_file": "/etc/sparkctl/sglang-secrets.env",
+            "installed": ["/opt/sparkctl/sglang-standin/sglang/launch_server.py"],
+            "launcher": ["/usr/bin/python3"], "method": "standin"}
+
+
+def test_verify_problems_none_on_a_node_as_the_lab_left_it() -> None:
+    assert args_f.sglang_verify_problems(_reading(), _want()) == []
+
+
+def _spoil(path: list[str], value: Any) -> dict[str, Any]:
+    reading = _reading()
+    node = reading
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return reading
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), [
+    (["commands", "show", "stdout"], SPARK2_SHOW.replace("UnitFileState=disabled", "UnitFileState=enabled"),
+     "UnitFileState=enabled (want disabled"),
+    (["commands", "show", "stdout"], SPARK2_SHOW.replace("RestartUSec=30s", "RestartUSec=100ms"),
+     "RestartUSec=100ms"),
+    (["commands", "show", "stdout"], SPARK2_SHOW.replace("EnvironmentFiles=/etc/sparkctl/nccl.env (ignore_errors=no)\n", ""),
+     "environment files ['/etc/sparkctl/sglang.env'"),
+    (["commands", "execstart", "stdout"], SPARK2_EXECSTART.replace("--node-rank 1", "--node-rank 2"),
+     "ExecStart of sparkctl-sglang.service runs"),
+    (["commands", "execstart", "stdout"], "", "no argv[] in ExecStart"),
+    (["files", "/etc/sparkctl/sglang.env", "content"], _env_text({**_ENV, "GLOO_SOCKET_IFNAME": "eth0"}),
+     "/etc/sparkctl/sglang.env: GLOO_SOCKET_IFNAME='eth0', expected 'fab0'"),
+    (["files", "/etc/sparkctl/sglang-version.env", "content"], "not an env file\n",
+     "/etc/sparkctl/sglang-version.env: line 1 is not KEY=VALUE"),
+    (["files", "/etc/sparkctl/sglang-secrets.env", "mode"], "0644",
+     "/etc/sparkctl/sglang-secrets.env is root:root mode 0644; want root:root 0600"),
+    (["files", "/opt/sparkctl/sglang-standin/sglang/launch_server.py"], {"exists": False},
+     "launch_server.py is missing (standin installation)"),
+    (["commands", "help"], {"rc": 1, "stdout": "", "stderr": "ModuleNotFoundError: No module named 'torch'"},
+     "--help: rc 1, ModuleNotFoundError"),
+])
+def test_verify_problems_names_each_fault(path: list[str], value: Any, expected: str) -> None:
+    problems = args_f.sglang_verify_problems(_spoil(path, value), _want())
+    assert len(problems) == 1, problems
+    assert expected in problems[0]

@@ -237,6 +237,97 @@ def sglang_env_diff(actual: dict[str, Any], expected: dict[str, Any]) -> list[st
     return diff
 
 
+def _file_problems(files: dict[str, Any], path: str, mode: str) -> list[str]:
+    info = files.get(path) or {"exists": False}
+    if not info.get("exists"):
+        return [f"{path} is missing"]
+    if (info.get("owner"), info.get("group"), info.get("mode")) != ("root", "root", mode):
+        return [f"{path} is {info.get('owner')}:{info.get('group')} mode {info.get('mode')}; "
+                f"want root:root {mode}"]
+    return []
+
+
+def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """Everything verify finds wrong in one sparkctl_probe reading (verify.yml), as messages.
+
+    ``read`` is the probe's result (files, commands show/execstart/help); ``want``
+    holds what the inventory implies: unit, unit_path, env_files, restart_sec,
+    start_limit_burst, start_limit_interval, argv, node_rank, env_file, env,
+    version_file, version, secrets_file, installed, launcher, method. An empty
+    list means the node is as the inventory says.
+    """
+    files: dict[str, Any] = read.get("files", {})
+    cmds: dict[str, Any] = read.get("commands", {})
+    problems: list[str] = []
+    unit = want["unit"]
+
+    show_text = str(cmds.get("show", {}).get("stdout", ""))
+    show = sglang_parse_show(show_text)
+    env_files = [re.sub(r" [(]ignore_errors=.*$", "", line.partition("=")[2])
+                 for line in show_text.splitlines() if line.startswith("EnvironmentFiles=")]
+    try:
+        timing_ok = (sglang_timespan(show.get("RestartUSec", "")) == float(want["restart_sec"])
+                     and sglang_timespan(show.get("StartLimitIntervalUSec", ""))
+                     == float(want["start_limit_interval"]))
+    except AnsibleFilterError:
+        timing_ok = False
+    if (show.get("LoadState") != "loaded" or show.get("FragmentPath") != want["unit_path"]
+            or show.get("UnitFileState") != "disabled" or show.get("Restart") != "on-failure"
+            or not timing_ok or show.get("StartLimitBurst") != str(want["start_limit_burst"])
+            or env_files != list(want["env_files"])):
+        problems.append(
+            f"{unit} reads LoadState={show.get('LoadState', '?')}, "
+            f"FragmentPath={show.get('FragmentPath', '?')} (want {want['unit_path']}), "
+            f"UnitFileState={show.get('UnitFileState', '?')} "
+            "(want disabled: `sparkctl serve` starts it), "
+            f"Restart={show.get('Restart', '?')} RestartUSec={show.get('RestartUSec', '?')} "
+            f"StartLimitBurst={show.get('StartLimitBurst', '?')} "
+            f"StartLimitIntervalUSec={show.get('StartLimitIntervalUSec', '?')} "
+            f"(want on-failure, {want['restart_sec']} s, {want['start_limit_burst']} in "
+            f"{want['start_limit_interval']} s), environment files {env_files} "
+            f"(want {list(want['env_files'])})")
+
+    want_argv = [str(a) for a in want["argv"]]
+    try:
+        argv = sglang_parse_execstart(str(cmds.get("execstart", {}).get("stdout", "")).strip())
+        args = sglang_server_args(argv)
+        rank_ok = ("--node-rank" in args
+                   and args[args.index("--node-rank") + 1] == str(want["node_rank"]))
+        if argv != want_argv or not rank_ok:
+            problems.append(f"ExecStart of {unit} runs {' '.join(argv)}; "
+                            f"expected {' '.join(want_argv)}")
+    except AnsibleFilterError as exc:
+        problems.append(f"ExecStart of {unit}: {exc}")
+
+    for path, expected in ((want["env_file"], want["env"]),
+                           (want["version_file"], want["version"])):
+        info = files.get(path) or {"exists": False}
+        if not info.get("exists"):
+            continue  # reported with the modes below
+        try:
+            actual = sglang_parse_env(info.get("content", ""))
+            problems += [f"{path}: {d}" for d in sglang_env_diff(actual, expected)]
+        except AnsibleFilterError as exc:
+            problems.append(f"{path}: {exc}")
+
+    for path, mode in ((want["env_file"], "0644"), (want["version_file"], "0644"),
+                       (want["unit_path"], "0644"), (want["secrets_file"], "0600")):
+        problems += _file_problems(files, path, mode)
+
+    problems += [f"{path} is missing ({want['method']} installation)"
+                 for path in want["installed"] if not (files.get(path) or {}).get("exists")]
+
+    helped = cmds.get("help", {})
+    flags = ("--dist-init-addr", "--node-rank", "--nnodes", "--enable-metrics")
+    if helped.get("rc") != 0 or not all(f in str(helped.get("stdout", "")) for f in flags):
+        last = (str(helped.get("stderr", "")).strip().splitlines() or [""])[-1]
+        lacks = ", ".join(f for f in flags if f not in str(helped.get("stdout", "")))
+        launcher = " ".join(map(str, want["launcher"]))
+        problems.append(f"{launcher} -m {MODULE} --help: rc {helped.get('rc')}, "
+                        + (last or f"usage lacks {lacks}"))
+    return problems
+
+
 class FilterModule:
     """Launch command, ExecStart read-back and environment-file filters."""
 
@@ -252,4 +343,5 @@ class FilterModule:
             "sglang_parse_env": sglang_parse_env,
             "sglang_env_problems": sglang_env_problems,
             "sglang_env_diff": sglang_env_diff,
+            "sglang_verify_problems": sglang_verify_problems,
         }
