@@ -8,6 +8,7 @@ Runner artifacts are kept in the results directory whose path is returned.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -50,10 +51,12 @@ class TaskFailure:
 class Event:
     """What the CLI needs of one runner event for live progress."""
 
-    kind: str  # task_start, ok, changed, failed, skipped, unreachable, play_start
+    kind: str  # task_start, ok, changed, failed, skipped, unreachable, play_start, retry
     host: str | None
     task: str | None
     message: str | None = None
+    # The attempt's module result, for retry events (an `until` loop reading progress).
+    result: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -114,6 +117,8 @@ def event_from_runner(raw: Mapping[str, Any]) -> Event | None:
         return Event("play_start", None, data.get("play"))
     if name == "playbook_on_task_start":
         return Event("task_start", None, task)
+    if name == "runner_retry":
+        return Event("retry", host, task, result=res)
     kind = {
         "runner_on_ok": "changed" if res.get("changed") else "ok",
         "runner_on_failed": "ok" if data.get("ignore_errors") else "failed",
@@ -124,6 +129,31 @@ def event_from_runner(raw: Mapping[str, Any]) -> Event | None:
         return None
     message = _message(res) if kind in {"failed", "unreachable"} else None
     return Event(kind, host, task, message)
+
+
+# Environment variables whose values are secrets (HF_TOKEN, SPARKCTL_SGLANG_API_KEY,
+# AWS_SECRET_ACCESS_KEY, ...): ansible-playbook needs them (lookups read them),
+# but ansible-runner copies its whole environment into artifacts/<ident>/command.
+SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|PRIVATE_?KEY|CREDENTIAL", re.IGNORECASE)
+REDACTED = "<redacted by sparkctl>"
+
+
+def redact_command_file(artifact_dir: Path) -> bool:
+    """Blank the secret environment values in runner's ``command`` artifact; True if it existed."""
+    path = artifact_dir / "command"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    env = data.get("env") if isinstance(data, dict) else None
+    if isinstance(env, dict):
+        for key in env:
+            if SECRET_ENV.search(str(key)) and env[key]:
+                env[key] = REDACTED
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    return True
 
 
 def _env(extra: Mapping[str, str]) -> dict[str, str]:
@@ -178,7 +208,12 @@ def run_playbook(
     stats: dict[str, HostStats] = {}
     failures: list[TaskFailure] = []
 
+    redacted = False
+
     def handler(raw: dict[str, Any]) -> bool:
+        nonlocal redacted
+        if not redacted:  # the command file is written before the first event
+            redacted = redact_command_file(results_dir / "artifacts" / "run")
         event = event_from_runner(raw)
         if event is not None:
             if event.kind in {"failed", "unreachable"} and event.host:
@@ -213,6 +248,7 @@ def run_playbook(
         fact_cache_type="sparkctl",
     )
     duration = time.monotonic() - started
+    redact_command_file(results_dir / "artifacts" / "run")
     raw_stats = runner.stats or {}
     for key, attr in zip(STAT_KEYS, ("ok", "changed", "failed", "unreachable", "skipped",
                                      "rescued", "ignored"), strict=True):

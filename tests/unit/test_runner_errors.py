@@ -3,6 +3,7 @@ messages is printed as it is (not eaten as rich markup)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -56,3 +57,20 @@ def test_error_messages_keep_square_brackets(tmp_path: Path,
 
 def test_cli_is_importable() -> None:
     assert CliRunner().invoke(cli, ["--help"]).exit_code == 0
+
+
+def test_secret_environment_values_are_blanked_in_the_command_artifact(tmp_path: Path) -> None:
+    from sparkctl.runner import REDACTED, redact_command_file  # noqa: PLC0415
+
+    command = tmp_path / "command"
+    command.write_text(json.dumps({"command": ["ansible-playbook", "site.yml"], "cwd": "/",
+                                   "env": {"HF_TOKEN": "hf_sentinel",
+                                           "SPARKCTL_SGLANG_API_KEY": "k" * 20,
+                                           "AWS_SECRET_ACCESS_KEY": "s", "PATH": "/usr/bin",
+                                           "EMPTY_TOKEN": ""}}))
+    assert redact_command_file(tmp_path)
+    env = json.loads(command.read_text())["env"]
+    assert env == {"HF_TOKEN": REDACTED, "SPARKCTL_SGLANG_API_KEY": REDACTED,
+                   "AWS_SECRET_ACCESS_KEY": REDACTED, "PATH": "/usr/bin", "EMPTY_TOKEN": ""}
+    assert "hf_sentinel" not in command.read_text()
+    assert not redact_command_file(tmp_path / "absent")
