@@ -96,6 +96,54 @@ def render(inventory_path: Path, out: Path) -> None:
         click.echo(str(path.relative_to(out.resolve())))
 
 
+def _extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
+    """-e KEY=VALUE (the value read as YAML, as ansible-playbook does) or -e '{...}'."""
+    import yaml  # noqa: PLC0415
+
+    out: dict[str, Any] = {}
+    for text in values:
+        if text.lstrip().startswith("{"):
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise SparkctlError(f"-e {text!r}: not a YAML mapping ({exc})",
+                                    ExitCode.BAD_INPUT) from None
+            if not isinstance(data, dict):
+                raise SparkctlError(f"-e {text!r}: not a mapping", ExitCode.BAD_INPUT)
+            out.update(data)
+            continue
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise SparkctlError(f"-e {text!r}: expected KEY=VALUE", ExitCode.BAD_INPUT)
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
+
+
+@cli.group("model")
+def model_group() -> None:
+    """The model on every node: fetched once, fanned out over the fabric, verified."""
+
+
+@model_group.command("sync")
+@_INVENTORY_ARG
+@click.option("--full-verify", is_flag=True,
+              help="Hash every file on every node, not only files changed since last verified.")
+@click.option("-e", "--extra-vars", "extra", multiple=True,
+              help="Override an inventory variable, e.g. -e model_cache_source=head (repeatable).")
+@click.option("-l", "--limit", help="Only these hosts or groups (Ansible pattern).")
+@click.option("--json", "as_json", is_flag=True, help="Print the run's result as JSON on stdout.")
+def model_sync(inventory_path: Path, full_verify: bool, extra: tuple[str, ...], limit: str | None,
+               as_json: bool) -> None:
+    """Put the model INVENTORY names on every node (playbooks/model_cache.yml)."""
+    from sparkctl.model import sync  # noqa: PLC0415
+
+    sync(inventory_path, full_verify=full_verify, extravars=_extra_vars(extra), limit=limit,
+         as_json=as_json)
+
+
 @cli.group("inventory")
 def inventory_group() -> None:
     """Inspect and check inventories without contacting any host."""
@@ -208,6 +256,52 @@ def lab_port(inventory: Path, port: str, rate_mbit: int | None, mtu: int | None,
     cable = the_lab.cable(port)
     the_lab.set_port(cable, rate_mbit=rate_mbit, mtu=mtu, up=up)
     console.progress(f"{cable.port} ({cable.node}:{cable.domain}) updated")
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+               "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """'1GiB', '512M', '64MiB', '1048576' -> bytes (binary units)."""
+    raw = text.strip().lower().replace(" ", "")
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = raw[len(number):]
+    try:
+        value = float(number)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a size such as 1GiB or 512M") from None
+    if unit not in _SIZE_UNITS or value <= 0:
+        raise click.BadParameter(f"{text!r} is not a size such as 1GiB or 512M")
+    return int(value * _SIZE_UNITS[unit])
+
+
+@lab.command("model")
+@_inventory_option(default_sim=True)
+@click.option("--size", default="1GiB", show_default=True, help="Total size, e.g. 64MiB, 1GiB.")
+@click.option("--files", "shards", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Number of weight shards.")
+@click.option("--node", help="Lab node that gets it (default: the head, node_rank 0).")
+@click.option("--dir", "directory", default="/srv/sparkctl-model/synthetic", show_default=True,
+              help="Directory on the node (replaced).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was made as JSON.")
+def lab_model(inventory: Path, size: str, shards: int, node: str | None, directory: str,
+              as_json: bool) -> None:
+    """Make a synthetic model (random bytes) on a lab node, to rehearse `model sync`.
+
+    Then: sparkctl model sync inventory/sim.ini -e model_cache_source=head
+    -e model_cache_head_dir=/srv/sparkctl-model/synthetic
+    """
+    from sparkctl import inventory as inv_mod  # noqa: PLC0415
+
+    the_lab = _lab(inventory)
+    head = node or next(n.name for n in inv_mod.validate(inventory).nodes if n.rank == 0)
+    made = the_lab.make_model(head, directory, parse_size(size), files=shards)
+    if as_json:
+        _print_json({"node": head, **made})
+    else:
+        console.progress(f"{head}:{made['directory']}: {len(made['files'])} files, "
+                         f"{made['size_bytes']} bytes of random weights")
 
 
 def _show_status(status: dict[str, Any]) -> None:

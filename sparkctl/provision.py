@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from rich.live import Live
 from rich.table import Table
@@ -15,6 +16,7 @@ from rich.table import Table
 from sparkctl import console, inventory
 from sparkctl.errors import SparkctlError
 from sparkctl.lock import inventory_lock
+from sparkctl.model import transfer_progress
 from sparkctl.paths import facts_dir, state_dir
 from sparkctl.runner import Event, RunResult, run_playbook
 
@@ -48,6 +50,9 @@ class Progress:
     live: Live | None = None
     lines: dict[str, _HostLine] = field(default_factory=dict)
     task: str = ""
+    # host -> bytes and rate of a model transfer in progress (retry events).
+    transfer: dict[str, str] = field(default_factory=dict)
+    _printed: float = 0.0
 
     def __post_init__(self) -> None:
         self.lines = {h: _HostLine() for h in self.hosts}
@@ -66,16 +71,31 @@ class Progress:
 
     def _table(self) -> Table:
         table = Table(title=self.task or "starting", title_justify="left", expand=False)
-        for col in ("host", "ok", "changed", "failed", "unreachable", "last task"):
+        cols = ["host", "ok", "changed", "failed", "unreachable", "last task"]
+        cols += ["transfer"] if self.transfer else []
+        for col in cols:
             table.add_column(col)
         for host, line in self.lines.items():
-            table.add_row(host, str(line.ok), str(line.changed), str(line.failed),
-                          str(line.unreachable), line.task)
+            row = [host, str(line.ok), str(line.changed), str(line.failed),
+                   str(line.unreachable), line.task]
+            table.add_row(*row, *([self.transfer.get(host, "")] if self.transfer else []))
         return table
+
+    def _retry(self, event: Event) -> None:
+        reading = transfer_progress(event.result)
+        if not reading:
+            return
+        self.transfer.update(reading)
+        if self.live is None and time.monotonic() - self._printed >= 5:
+            self._printed = time.monotonic()
+            for host, text in reading.items():
+                console.progress(f"{host}: {text}")
 
     def __call__(self, event: Event) -> None:
         if event.kind == "task_start":
             self.task = event.task or ""
+        elif event.kind == "retry":
+            self._retry(event)
         elif event.host is not None:
             line = self.lines.setdefault(event.host, _HostLine())
             line.task = event.task or ""
@@ -114,17 +134,20 @@ def summarise(result: RunResult, hosts: Sequence[str]) -> Table:
 
 def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[str] = (),
               skip_tags: Sequence[str] = (), check: bool = False, diff: bool = False,
-              playbook: str = "site.yml", as_json: bool = False) -> RunResult:
+              playbook: str = "site.yml", as_json: bool = False,
+              extravars: Mapping[str, Any] | None = None,
+              command: str = "provision") -> RunResult:
     """Validate, lock, run ``playbook`` and print the per-host summary."""
     inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
     hosts = [n.name for n in inv.nodes] + ([inv.switch.name] if inv.switch else [])
-    out_dir = results_dir(inv.cluster, "provision")
-    with inventory_lock(inventory_path, "provision"):
-        console.progress(f"provisioning {inv.cluster} ({len(hosts)} hosts) with {playbook}; "
-                         f"artifacts: {out_dir}")
+    out_dir = results_dir(inv.cluster, command)
+    with inventory_lock(inventory_path, command):
+        console.progress(f"{command.replace('-', ' ')}: {inv.cluster} ({len(hosts)} hosts) with "
+                         f"{playbook}; artifacts: {out_dir}")
         with Progress(hosts) as progress:
             result = run_playbook(playbook, inventory_path, results_dir=out_dir, limit=limit,
                                   tags=tags, skip_tags=skip_tags, check=check, diff=diff,
+                                  extravars=extravars,
                                   on_event=progress, envvars=cluster_env(inv.cluster))
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -142,6 +165,7 @@ def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[
         where = f" on {', '.join(failed_hosts)}" if failed_hosts else ""
         if not failed_hosts and result.errors:
             where = f": {result.errors[0][:300]}"
-        raise SparkctlError(f"provision failed{where} (artifacts in {result.artifact_dir})",
+        raise SparkctlError(f"{command.replace('-', ' ')} failed{where} "
+                            f"(artifacts in {result.artifact_dir})",
                             result.exit_code())
     return result

@@ -346,7 +346,53 @@ class Lab:
         raise SparkctlError(f"no switch port or node twin '{ref}' (known: {known})",
                             ExitCode.BAD_INPUT)
 
+    def make_model(self, node: str, directory: str, size_bytes: int, *, files: int = 4,
+                   owner: str = "root") -> dict[str, Any]:
+        """A synthetic model on ``node``: ``files`` shards of random bytes adding up to
+        ``size_bytes`` plus a config.json, written inside the container (the lab has no
+        internet and needs no real weights to rehearse a transfer). Replaces what was there."""
+        if size_bytes < files:
+            raise SparkctlError(f"a model of {size_bytes} bytes cannot have {files} shards",
+                                ExitCode.BAD_INPUT)
+        if node not in {h.name for h in self.spec.sparks}:
+            raise SparkctlError(f"{node} is not a Spark of the lab", ExitCode.BAD_INPUT)
+        if not directory.startswith("/"):
+            raise SparkctlError(f"{directory} is not absolute", ExitCode.BAD_INPUT)
+        self.podman.pid(node)  # running, or a clear error
+        proc = self.podman.exec(node, ["python3", "-c", _MAKE_MODEL, directory, str(size_bytes),
+                                       str(files), owner], timeout=3600)
+        made: dict[str, Any] = json.loads(proc.stdout)
+        return made
+
     def set_port(self, cable: fabric.Cable, *, rate_mbit: int | None = None,
                  mtu: int | None = None, up: bool | None = None) -> None:
         fabric.set_port(self.podman.pid(self.spec.switch), cable, rate_mbit=rate_mbit,
                         mtu=mtu, up=up)
+
+
+# Run inside a lab container by make_model (python3 is in the image).
+_MAKE_MODEL = r"""
+import json, os, shutil, sys
+root, size, shards, owner = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+shutil.rmtree(root, ignore_errors=True)
+os.makedirs(root)
+config = {"model_type": "sparkctl-synthetic", "note": "random bytes for rehearsing transfers",
+          "size_bytes": size, "shards": shards}
+with open(os.path.join(root, "config.json"), "w") as handle:
+    json.dump(config, handle, indent=1)
+out = []
+for i in range(shards):
+    name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+    left = size // shards + (size % shards if i == shards - 1 else 0)
+    with open(os.path.join(root, name), "wb") as handle:
+        while left:
+            block = os.urandom(min(left, 1 << 22))
+            handle.write(block)
+            left -= len(block)
+    out.append(name)
+for dirpath, _, names in os.walk(root):
+    shutil.chown(dirpath, owner)
+    for name in names:
+        shutil.chown(os.path.join(dirpath, name), owner)
+print(json.dumps({"directory": root, "files": ["config.json"] + out, "size_bytes": size}))
+"""

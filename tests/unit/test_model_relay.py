@@ -1,0 +1,205 @@
+"""sparkctl-model-relay (roles/model_cache/files): manifest, check, and the pipelined chain.
+
+The chain runs for real here: the sender's GNU tar, then one relay process
+per "node" (a directory under tmp_path), each reached through ``sh -c``
+instead of ssh, forwarding the stream to the next while extracting what it
+needs. Nothing is mocked but the transport.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.pathload import load_file
+
+ROLE_FILES = Path(__file__).resolve().parents[2] / "roles" / "model_cache" / "files"
+SCRIPT = ROLE_FILES / "sparkctl_model_relay.py"
+relay = load_file("sparkctl_model_relay", SCRIPT)
+
+
+def _model(root: Path, sizes: dict[str, int]) -> dict[str, bytes]:
+    out = {}
+    for rel, size in sizes.items():
+        data = hashlib.sha256(rel.encode()).digest() * (size // 32 + 1)
+        out[rel] = data[:size]
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(out[rel])
+    return out
+
+
+SIZES = {"config.json": 300, "model-00001-of-00002.safetensors": 3 << 20,
+         "model-00002-of-00002.safetensors": (2 << 20) + 17, "sub/tokenizer.json": 5000}
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> tuple[Path, dict[str, bytes], Path]:
+    root = tmp_path / "head" / "model"
+    data = _model(root, SIZES)
+    manifest = tmp_path / "head" / "manifest.json"
+    assert relay.main(["manifest", str(root), "--out", str(manifest),
+                       "--state", str(tmp_path / "head" / "state.json")]) == 0
+    return root, data, manifest
+
+
+Source = tuple[Path, dict[str, bytes], Path]
+
+
+def test_manifest_lists_every_file_with_size_and_sha256(source: Source) -> None:
+    _, data, manifest = source
+    entries = {e["path"]: e for e in json.loads(manifest.read_text())["files"]}
+    assert set(entries) == set(SIZES)
+    for rel, blob in data.items():
+        assert entries[rel]["size"] == len(blob)
+        assert entries[rel]["sha256"] == hashlib.sha256(blob).hexdigest()
+
+
+def test_manifest_reuses_hashes_of_unchanged_files(tmp_path: Path) -> None:
+    root = tmp_path / "m"
+    _model(root, SIZES)
+    state = tmp_path / "state.json"
+    first = relay.build_manifest(root, state)
+    assert first["hashed_bytes"] == sum(SIZES.values())
+    again = relay.build_manifest(root, state)
+    assert again["hashed_bytes"] == 0 and again["files"] == first["files"]
+    (root / "config.json").write_text("{}")  # a changed file is hashed again
+    assert relay.build_manifest(root, state)["hashed_bytes"] == 2
+
+
+def test_manifest_follows_snapshot_links_into_blobs(tmp_path: Path) -> None:
+    blobs = tmp_path / "models--org--m" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / "abc").write_bytes(b"weights")
+    snap = tmp_path / "models--org--m" / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True)
+    (snap / "model.safetensors").symlink_to("../../blobs/abc")
+    out = relay.build_manifest(snap, tmp_path / "s.json")
+    assert out["files"] == [{"path": "model.safetensors", "size": 7,
+                             "sha256": hashlib.sha256(b"weights").hexdigest()}]
+
+
+def test_check_finds_missing_truncated_and_corrupt_files(tmp_path: Path, source: Source) -> None:
+    _, data, manifest = source
+    node = tmp_path / "n2"
+    _model(node, SIZES)
+    (node / "config.json").unlink()
+    with (node / "model-00002-of-00002.safetensors").open("r+b") as handle:
+        handle.truncate(1000)
+    blob = bytearray(data["sub/tokenizer.json"])
+    blob[10] ^= 0xFF  # same size, one byte flipped
+    (node / "sub/tokenizer.json").write_bytes(bytes(blob))
+    need = tmp_path / "need"
+    out = relay.check(node, manifest, tmp_path / "n2state.json", need)
+    assert out["missing"] == ["config.json"]
+    assert sorted(out["bad"]) == ["model-00002-of-00002.safetensors", "sub/tokenizer.json"]
+    assert sorted(need.read_text().split()) == sorted(out["missing"] + out["bad"])
+    assert out["need_bytes"] == SIZES["config.json"] + SIZES["model-00002-of-00002.safetensors"] \
+        + SIZES["sub/tokenizer.json"]
+    assert out["free_bytes"] > 0
+
+
+def test_check_quick_mode_trusts_verified_files_until_they_change(
+        tmp_path: Path, source: Source) -> None:
+    _, _, manifest = source
+    node = tmp_path / "n2"
+    _model(node, SIZES)
+    state = tmp_path / "n2state.json"
+    need = tmp_path / "need"
+    assert relay.check(node, manifest, state, need)["hashed_bytes"] == sum(SIZES.values())
+    assert relay.check(node, manifest, state, need)["hashed_bytes"] == 0
+    # A flipped byte that keeps size and mtime is only seen by a full check.
+    path = node / "config.json"
+    st = path.stat()
+    blob = bytearray(path.read_bytes())
+    blob[0] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert relay.check(node, manifest, state, need)["bad"] == []
+    assert relay.check(node, manifest, state, need, full=True)["bad"] == ["config.json"]
+
+
+_SHA = "a" * 64
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps({"files": [{"path": "../etc/passwd", "size": 1, "sha256": _SHA}]}),
+    json.dumps({"files": [{"path": "/abs", "size": 1, "sha256": _SHA}]}),
+    json.dumps({"files": [{"path": "x", "size": "1", "sha256": "short"}]}),
+    "not json"])
+def test_a_bad_manifest_is_refused(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    with pytest.raises(relay.RelayError):
+        relay.read_manifest(path)
+
+
+def _hop(tmp_path: Path, name: str, manifest: Path) -> dict[str, Any]:
+    base = tmp_path / name
+    return {"host": name, "root": str(base / "model"), "manifest": str(manifest),
+            "state": str(base / "state.json"), "need": str(base / "need"),
+            "via": "sh -c", "relay": f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))}"}
+
+
+def _need(hop: dict[str, Any], manifest: Path) -> dict[str, Any]:
+    out: dict[str, Any] = relay.check(Path(hop["root"]), manifest, Path(hop["state"]),
+                                      Path(hop["need"]))
+    return out
+
+
+def test_chain_delivers_each_node_what_it_lacks_and_nothing_else(
+        tmp_path: Path, source: Source) -> None:
+    root, data, manifest = source
+    hops = [_hop(tmp_path, f"spark{i}", manifest) for i in (2, 3, 4)]
+    # spark3 already has everything but one shard; spark2 and spark4 have nothing.
+    _model(Path(hops[1]["root"]), SIZES)
+    (Path(hops[1]["root"]) / "model-00001-of-00002.safetensors").unlink()
+    untouched = Path(hops[1]["root"]) / "config.json"
+    before = untouched.stat().st_mtime_ns
+    needs = [_need(h, manifest) for h in hops]
+    assert [n["need"] for n in needs] == [4, 1, 4]
+    union = tmp_path / "union"
+    union.write_text("\n".join(SIZES) + "\n")
+    progress = tmp_path / "progress.json"
+    out = relay.send(root, list(SIZES), hops, progress)
+    assert out["error"] is None and out["finished"]
+    for hop in hops:
+        for rel, blob in data.items():
+            assert (Path(hop["root"]) / rel).read_bytes() == blob
+        assert _need(hop, manifest)["need"] == 0
+        assert out["hosts"][hop["host"]]["done"]
+        assert out["hosts"][hop["host"]]["bytes"] >= sum(SIZES.values())  # every hop saw the stream
+    assert untouched.stat().st_mtime_ns == before  # a file spark3 had was not rewritten
+    assert [out["hosts"][h["host"]]["files"] for h in hops] == [4, 1, 4]
+    assert json.loads(progress.read_text())["finished"] is True
+    assert not list(tmp_path.rglob("*.sparkctl-partial"))
+
+
+def test_a_hop_that_fails_stops_the_chain_with_its_name(
+        tmp_path: Path, source: Source) -> None:
+    root, _, manifest = source
+    hops = [_hop(tmp_path, f"spark{i}", manifest) for i in (2, 3)]
+    for hop in hops:
+        _need(hop, manifest)
+    hops[1]["manifest"] = str(tmp_path / "missing-manifest.json")
+    with pytest.raises(relay.RelayError,
+                       match=r"spark3 stopped reading: .*not a sparkctl model manifest"):
+        relay.send(root, list(SIZES), hops, None)
+
+
+def test_a_stream_that_does_not_match_the_manifest_leaves_no_file(
+        tmp_path: Path, source: Source) -> None:
+    root, _, manifest = source
+    hop = _hop(tmp_path, "spark2", manifest)
+    _need(hop, manifest)
+    (root / "config.json").write_text("changed on the sender after the manifest was made")
+    with pytest.raises(relay.RelayError, match=r"config\.json: received"):
+        relay.send(root, ["config.json"], [hop], None)
+    assert not (Path(hop["root"]) / "config.json").exists()
+    assert not list(Path(hop["root"]).rglob("*.sparkctl-partial"))
