@@ -82,3 +82,18 @@ def lab() -> Iterator[LabSession]:
     yield LabSession(inventory=inventory.load(SIM_INVENTORY), before=before)
     if not keep:
         sparkctl("lab", "down")
+
+
+def provision_lab() -> dict[str, object]:
+    """`sparkctl provision inventory/sim.ini --json`, asserted successful."""
+    import json  # noqa: PLC0415
+
+    proc = sparkctl("provision", str(SIM_INVENTORY), "--json", timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return dict(json.loads(proc.stdout))
+
+
+@pytest.fixture(scope="session")
+def provisioned(lab: LabSession) -> dict[str, object]:
+    """The first provision of the session's lab, shared by every module that needs it."""
+    return provision_lab()

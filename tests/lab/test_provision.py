@@ -6,28 +6,15 @@ Runs after tests/lab/test_lab.py (which checks the lab as `lab up` made it).
 from __future__ import annotations
 
 import itertools
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SIM_INVENTORY, LabSession, sparkctl
+from tests.conftest import SIM_INVENTORY, LabSession, provision_lab, sparkctl
 from tests.labhost import ssh
 
 pytestmark = pytest.mark.lab
-
-
-def _provision() -> dict[str, object]:
-    proc = sparkctl("provision", str(SIM_INVENTORY), "--json", timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return dict(json.loads(proc.stdout))
-
-
-@pytest.fixture(scope="module")
-def provisioned(lab: LabSession) -> dict[str, object]:
-    """The first provision of the fresh lab (shared by this module's tests)."""
-    return _provision()
 
 
 def test_first_provision_succeeds_on_every_host(lab: LabSession,
@@ -42,7 +29,7 @@ def test_first_provision_succeeds_on_every_host(lab: LabSession,
 
 
 def test_second_provision_changes_nothing(provisioned: dict[str, object]) -> None:
-    again = _provision()
+    again = provision_lab()
     changed = {h: s["changed"] for h, s in again["hosts"].items()}  # type: ignore[attr-defined]
     assert all(c == 0 for c in changed.values()), changed
 

@@ -1,0 +1,194 @@
+"""`sparkctl model sync` end to end on the lab: the chain over the fabric, repair, refusal, secrets.
+
+A synthetic model (`sparkctl lab model`) on the head is the source; the role
+streams it along spark2 -> spark3 -> spark4 over fabric_a. Every assertion
+reads the nodes themselves (sha256sum, stat, interface counters).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SIM_INVENTORY, LabSession, sparkctl
+from tests.labhost import ssh
+
+pytestmark = pytest.mark.lab
+
+MODEL_DIR = "/srv/sparkctl-model/synthetic"
+CACHE = "/var/lib/sparkctl/models"
+COPY = f"{CACHE}/synthetic"
+SIZE_MIB = 96
+SOURCE = ["-e", "model_cache_source=head", "-e", f"model_cache_head_dir={MODEL_DIR}"]
+
+
+def _sync(*args: str, inventory: Path = SIM_INVENTORY,
+          env: dict[str, str] | None = None) -> tuple[int, dict[str, object], str]:
+    proc = sparkctl("model", "sync", str(inventory), "--json", *SOURCE, *args, timeout=1800,
+                    env=env)
+    try:
+        result = dict(json.loads(proc.stdout))
+    except ValueError:
+        result = {}
+    return proc.returncode, result, proc.stdout + proc.stderr
+
+
+def _sums(ip: str, root: str) -> dict[str, str]:
+    """relative path -> sha256 of every file under root on a node."""
+    out = ssh(ip, f"cd {root} && find . -type f ! -name '*.sparkctl-partial' -print0 "
+                  "| xargs -0 sha256sum").stdout
+    sums = {}
+    for line in out.splitlines():
+        digest, path = line.split(maxsplit=1)
+        sums[path.removeprefix("./")] = digest
+    return sums
+
+
+def _mtimes(ip: str, root: str) -> dict[str, str]:
+    out = ssh(ip, f"cd {root} && find . -type f -printf '%P %T@\\n'").stdout
+    return dict(line.split() for line in out.splitlines())
+
+
+def _rx_bytes(ip: str, netdev: str) -> int:
+    return int(ssh(ip, f"cat /sys/class/net/{netdev}/statistics/rx_bytes").stdout)
+
+
+def _netdev_with(ip: str, address: str) -> str:
+    """The interface that carries ``address`` on the node at ``ip``."""
+    for entry in json.loads(ssh(ip, "ip -j -4 addr show").stdout):
+        if any(a.get("local") == address for a in entry.get("addr_info", [])):
+            return str(entry["ifname"])
+    raise AssertionError(f"{ip}: no interface carries {address}")
+
+
+@pytest.fixture(scope="module")
+def model(lab: LabSession, provisioned: dict[str, object]) -> Iterator[dict[str, object]]:
+    made = sparkctl("lab", "model", "--size", f"{SIZE_MIB}MiB", "--files", "4", "--dir",
+                    MODEL_DIR, "--json", check=True)
+    yield dict(json.loads(made.stdout))
+    for node in lab.inventory.nodes:  # leave the lab as the other modules expect it
+        ssh(node.mgmt_ip, f"rm -rf {CACHE} /srv/sparkctl-model /dev/shm/sparkctl-models",
+            check=False)
+
+
+@pytest.fixture(scope="module")
+def first_sync(lab: LabSession, model: dict[str, object]) -> dict[str, object]:
+    spark3 = lab.inventory.node("spark3").mgmt_ip
+    mgmt = _netdev_with(spark3, spark3)
+    before = _rx_bytes(spark3, "enp1s0f1np1"), _rx_bytes(spark3, mgmt)
+    rc, result, output = _sync()
+    assert rc == 0, output[-5000:]
+    after = _rx_bytes(spark3, "enp1s0f1np1"), _rx_bytes(spark3, mgmt)
+    return {"result": result, "fabric_rx": after[0] - before[0], "mgmt_rx": after[1] - before[1]}
+
+
+def test_sync_puts_identical_copies_on_every_node(lab: LabSession,
+                                                  first_sync: dict[str, object]) -> None:
+    head = lab.inventory.node("spark1").mgmt_ip
+    want = _sums(head, MODEL_DIR)
+    assert len(want) == 5  # config.json and four shards
+    for node in lab.inventory.nodes[1:]:
+        assert _sums(node.mgmt_ip, COPY) == want, node.name
+        assert ssh(node.mgmt_ip, f"readlink {CACHE}/current").stdout.strip() == COPY
+        manifest = json.loads(ssh(node.mgmt_ip, f"cat {CACHE}/.sparkctl/synthetic.manifest.json").stdout)
+        assert {f["path"]: f["sha256"] for f in manifest["files"]} == want
+    assert ssh(head, f"readlink {CACHE}/current").stdout.strip() == MODEL_DIR
+
+
+def test_the_model_crosses_the_fabric_not_the_management_network(
+        first_sync: dict[str, object]) -> None:
+    size = SIZE_MIB << 20
+    assert int(str(first_sync["fabric_rx"])) >= size  # spark3 received it on fabric_a
+    assert int(str(first_sync["mgmt_rx"])) < size // 4
+
+
+def test_a_second_sync_transfers_nothing(lab: LabSession, first_sync: dict[str, object]) -> None:
+    spark4 = lab.inventory.node("spark4").mgmt_ip
+    mtimes = _mtimes(spark4, COPY)
+    before = _rx_bytes(spark4, "enp1s0f1np1")
+    rc, result, output = _sync()
+    assert rc == 0, output[-5000:]
+    hosts = result["hosts"]
+    assert isinstance(hosts, dict)
+    assert {h: s["changed"] for h, s in hosts.items()} == dict.fromkeys(hosts, 0)
+    assert _rx_bytes(spark4, "enp1s0f1np1") - before < 1 << 20
+    assert _mtimes(spark4, COPY) == mtimes
+
+
+def test_a_corrupt_and_a_truncated_file_are_repaired_and_nothing_else(
+        lab: LabSession, first_sync: dict[str, object]) -> None:
+    spark2, spark3, spark4 = (lab.inventory.node(n).mgmt_ip for n in ("spark2", "spark3", "spark4"))
+    shard2 = "model-00002-of-00004.safetensors"
+    shard3 = "model-00003-of-00004.safetensors"
+    ssh(spark3, f"printf 'X' | dd of={COPY}/{shard2} bs=1 seek=4096 conv=notrunc status=none")
+    ssh(spark2, f"truncate -s 1000 {COPY}/{shard3}")
+    before = {ip: _mtimes(ip, COPY) for ip in (spark2, spark3, spark4)}
+    rc, _, output = _sync()
+    assert rc == 0, output[-5000:]
+    want = _sums(lab.inventory.node("spark1").mgmt_ip, MODEL_DIR)
+    after = {ip: _mtimes(ip, COPY) for ip in (spark2, spark3, spark4)}
+    for ip in (spark2, spark3, spark4):
+        assert _sums(ip, COPY) == want
+    changed = {ip: sorted(p for p in after[ip] if after[ip][p] != before[ip][p])
+               for ip in after}
+    assert changed == {spark2: [shard3], spark3: [shard2], spark4: []}
+
+
+def test_corruption_that_keeps_size_and_mtime_needs_full_verify(
+        lab: LabSession, first_sync: dict[str, object]) -> None:
+    spark4 = lab.inventory.node("spark4").mgmt_ip
+    shard = f"{COPY}/model-00001-of-00004.safetensors"
+    ssh(spark4, f"t=$(stat -c %y {shard}) && printf 'Y' | dd of={shard} bs=1 seek=10 "
+                f"conv=notrunc status=none && touch -d \"$t\" {shard}")
+    want = _sums(lab.inventory.node("spark1").mgmt_ip, MODEL_DIR)
+    rc, _, output = _sync()
+    assert rc == 0, output[-5000:]
+    assert _sums(spark4, COPY) != want  # the quick check trusts size and mtime, as documented
+    rc, _, output = _sync("--full-verify")
+    assert rc == 0, output[-5000:]
+    assert _sums(spark4, COPY) == want
+
+
+def test_a_node_without_room_is_refused_before_anything_is_copied(
+        lab: LabSession, first_sync: dict[str, object], tmp_path: Path) -> None:
+    # spark4's cache on its /dev/shm (a 64 MB tmpfs in the lab) cannot hold the model.
+    spark4 = lab.inventory.node("spark4").mgmt_ip
+    free = int(ssh(spark4, "df --output=avail -B1 /dev/shm | tail -1").stdout)
+    assert free < SIZE_MIB << 20
+    inventory = tmp_path / "inventory"
+    shutil.copytree(SIM_INVENTORY.parent, inventory)
+    (inventory / "host_vars").mkdir(exist_ok=True)
+    (inventory / "host_vars" / "spark4.yml").write_text(
+        "model_cache_dir: /dev/shm/sparkctl-models\n")
+    rc, _, output = _sync(inventory=inventory / "sim.ini")
+    assert rc != 0
+    assert "spark4: the model needs" in output and "GiB are free; nothing was copied" in output
+    listing = ssh(spark4, "ls -A /dev/shm/sparkctl-models/synthetic 2>/dev/null || true").stdout
+    assert "safetensors" not in listing
+
+
+def test_the_hugging_face_token_never_reaches_output_or_artifacts(
+        lab: LabSession, first_sync: dict[str, object]) -> None:
+    sentinel = "hf_sparkctlSentinel" + "7" * 20
+    env = {**os.environ, "HF_TOKEN": sentinel}
+    # A source that is not contacted: a closed port on the controller's lab address.
+    rc, _, output = _sync("-e", "model_cache_source=hf", "-e", "model_cache_hf_repo=sparkctl-lab/sentinel",
+                          "-e", "model_cache_hf_revision=" + "0123456789abcdef" * 2 + "01234567",
+                          "-e", "model_cache_hf_endpoint=http://10.77.0.1:9", env=env)
+    assert rc != 0
+    assert "downloading sparkctl-lab/sentinel@" in output, output[-3000:]
+    assert sentinel not in output
+    state = Path(os.environ.get("SPARKCTL_STATE_DIR", Path.home() / ".local/state/sparkctl"))
+    runs = sorted((state / "results" / "sim").glob("*-model-sync*"))
+    assert runs
+    for path in runs[-1].rglob("*"):
+        if path.is_file():
+            assert sentinel not in path.read_text(errors="replace"), path
+    for path in (state / "facts").rglob("*"):
+        if path.is_file():
+            assert sentinel not in path.read_text(errors="replace"), path
