@@ -7,6 +7,7 @@ reads the nodes themselves (sha256sum, stat, interface counters).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -95,7 +96,8 @@ def test_sync_puts_identical_copies_on_every_node(lab: LabSession,
     for node in lab.inventory.nodes[1:]:
         assert _sums(node.mgmt_ip, COPY) == want, node.name
         assert ssh(node.mgmt_ip, f"readlink {CACHE}/current").stdout.strip() == COPY
-        manifest = json.loads(ssh(node.mgmt_ip, f"cat {CACHE}/.sparkctl/synthetic.manifest.json").stdout)
+        manifest = json.loads(
+            ssh(node.mgmt_ip, f"cat {CACHE}/.sparkctl/synthetic.manifest.json").stdout)
         assert {f["path"]: f["sha256"] for f in manifest["files"]} == want
     assert ssh(head, f"readlink {CACHE}/current").stdout.strip() == MODEL_DIR
 
@@ -154,6 +156,25 @@ def test_corruption_that_keeps_size_and_mtime_needs_full_verify(
     assert _sums(spark4, COPY) == want
 
 
+def test_a_controller_directory_reaches_every_node_through_the_head(
+        lab: LabSession, first_sync: dict[str, object], tmp_path: Path) -> None:
+    source = tmp_path / "ctl-model"
+    (source / "sub").mkdir(parents=True)
+    blobs = {"config.json": b'{"model_type": "controller"}', "weights.bin": os.urandom(3 << 20),
+             "sub/tokenizer.bin": os.urandom(4099)}
+    for rel, data in blobs.items():
+        (source / rel).write_bytes(data)
+    rc, _, output = _sync("-e", "model_cache_source=controller",
+                          "-e", f"model_cache_controller_dir={source}")
+    assert rc == 0, output[-5000:]
+    want = {rel: hashlib.sha256(data).hexdigest() for rel, data in blobs.items()}
+    for node in lab.inventory.nodes:  # the head is the first hop and keeps a copy
+        assert _sums(node.mgmt_ip, f"{CACHE}/ctl-model") == want, node.name
+        assert ssh(node.mgmt_ip, f"readlink {CACHE}/current").stdout.strip() == f"{CACHE}/ctl-model"
+    rc, _, output = _sync()  # back to the head's model for the tests after this one
+    assert rc == 0, output[-5000:]
+
+
 def test_a_node_without_room_is_refused_before_anything_is_copied(
         lab: LabSession, first_sync: dict[str, object], tmp_path: Path) -> None:
     # spark4's cache on its /dev/shm (a 64 MB tmpfs in the lab) cannot hold the model.
@@ -177,7 +198,8 @@ def test_the_hugging_face_token_never_reaches_output_or_artifacts(
     sentinel = "hf_sparkctlSentinel" + "7" * 20
     env = {**os.environ, "HF_TOKEN": sentinel}
     # A source that is not contacted: a closed port on the controller's lab address.
-    rc, _, output = _sync("-e", "model_cache_source=hf", "-e", "model_cache_hf_repo=sparkctl-lab/sentinel",
+    rc, _, output = _sync("-e", "model_cache_source=hf",
+                          "-e", "model_cache_hf_repo=sparkctl-lab/sentinel",
                           "-e", "model_cache_hf_revision=" + "0123456789abcdef" * 2 + "01234567",
                           "-e", "model_cache_hf_endpoint=http://10.77.0.1:9", env=env)
     assert rc != 0
