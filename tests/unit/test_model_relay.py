@@ -203,3 +203,100 @@ def test_a_stream_that_does_not_match_the_manifest_leaves_no_file(
         relay.send(root, ["config.json"], [hop], None)
     assert not (Path(hop["root"]) / "config.json").exists()
     assert not list(Path(hop["root"]).rglob("*.sparkctl-partial"))
+
+
+# ------------------------------------------------------- fetch-hf (the Hub faked)
+REMOTE = {"config.json": b'{"model_type": "llama"}', "model.safetensors": os.urandom(70000),
+          "tokenizer/tokenizer.json": b"{}" * 300}
+REPO, REV = "org/tiny", "0123456789abcdef0123456789abcdef01234567"
+
+
+class FakeHub:
+    """huggingface_hub.snapshot_download as the hub cache lays it out: files are
+    blobs, the snapshot links to them; only files not already there are fetched."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+        self.fetched: list[str] = []
+        self.calls = 0
+
+    def snapshot_download(self, *, repo_id: str, revision: str, cache_dir: str,
+                          token: str | None) -> str:
+        self.calls += 1
+        repo_dir = Path(cache_dir) / f"models--{repo_id.replace('/', '--')}"
+        snap = repo_dir / "snapshots" / revision
+        for rel, data in self.files.items():
+            link = snap / rel
+            if link.exists():
+                continue
+            blob = repo_dir / "blobs" / hashlib.sha256(data).hexdigest()
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            blob.write_bytes(data)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(blob, link.parent))
+            self.fetched.append(rel)
+        return str(snap)
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> FakeHub:
+    fake = FakeHub(dict(REMOTE))
+    module = type(sys)("huggingface_hub")
+    module.snapshot_download = fake.snapshot_download  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "huggingface_hub", module)
+    return fake
+
+
+def _fetch(tmp_path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = relay.fetch_hf(REPO, REV, tmp_path / "hub", tmp_path / "m.json",
+                                         tmp_path / "state.json")
+    return out
+
+
+def test_fetch_writes_the_revision_manifest_from_the_first_download(tmp_path: Path,
+                                                                     hub: FakeHub) -> None:
+    out = _fetch(tmp_path)
+    assert out["downloaded"] and sorted(hub.fetched) == sorted(REMOTE)
+    manifest = json.loads((tmp_path / "m.json").read_text())
+    assert manifest["revision"] == REV and manifest["repo"] == REPO
+    assert {f["path"]: f["sha256"] for f in manifest["files"]} == \
+        {rel: hashlib.sha256(data).hexdigest() for rel, data in REMOTE.items()}
+    assert out["path"].endswith(f"models--org--tiny/snapshots/{REV}")
+
+
+def test_fetch_of_a_complete_copy_does_not_contact_the_hub(tmp_path: Path, hub: FakeHub) -> None:
+    _fetch(tmp_path)
+    out = _fetch(tmp_path)
+    assert out == {"path": out["path"], "downloaded": False, "repaired": []}
+    assert hub.calls == 1
+
+
+def test_fetch_downloads_a_damaged_file_again_instead_of_trusting_it(tmp_path: Path,
+                                                                     hub: FakeHub) -> None:
+    first = _fetch(tmp_path)
+    shard = Path(first["path"]) / "model.safetensors"
+    blob = shard.resolve()
+    blob.write_bytes(b"garbage" + blob.read_bytes()[7:])  # damaged on the head
+    hub.fetched.clear()
+    out = _fetch(tmp_path)
+    assert out["repaired"] == ["model.safetensors"] and hub.fetched == ["model.safetensors"]
+    assert shard.read_bytes() == REMOTE["model.safetensors"]
+    manifest = json.loads((tmp_path / "m.json").read_text())  # still the first download's
+    assert {f["path"]: f["sha256"] for f in manifest["files"]}["model.safetensors"] == \
+        hashlib.sha256(REMOTE["model.safetensors"]).hexdigest()
+
+
+def test_fetch_refuses_a_download_that_contradicts_the_manifest(tmp_path: Path,
+                                                                hub: FakeHub) -> None:
+    first = _fetch(tmp_path)
+    (Path(first["path"]) / "config.json").unlink()
+    hub.files["config.json"] = b'{"model_type": "changed upstream"}'
+    with pytest.raises(relay.RelayError, match="differs from its manifest"):
+        _fetch(tmp_path)
+
+
+def test_fetch_without_the_library_says_which_python_to_use(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(relay.RelayError, match="huggingface_hub is not installed"):
+        _fetch(tmp_path)

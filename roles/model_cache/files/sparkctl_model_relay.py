@@ -21,12 +21,15 @@ subcommands, each printing one JSON object on stdout:
     Streams the listed files as one tar stream (GNU tar) to the first node of
     the chain, over ``ssh`` by default.
 
-``fetch-hf REPO --revision SHA --cache-dir DIR``
+``fetch-hf REPO --revision SHA --cache-dir DIR --manifest FILE --state FILE``
     Downloads a Hugging Face repository at a pinned commit into DIR in the
     hub cache layout (``models--org--name/snapshots/SHA``, what
     ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE=1`` read), with ``huggingface_hub``
-    (run by the virtualenv that has it). The token comes from ``HF_TOKEN`` in
-    the environment, never from an argument, and is never printed.
+    (run by the virtualenv that has it), and writes the revision's manifest
+    from the first complete download. Later runs check the copy against that
+    manifest, contact the Hub only for files that are missing or differ, and
+    download those again. The token comes from ``HF_TOKEN`` in the
+    environment, never from an argument, and is never printed.
 
 ``recv --chain JSON``
     Run by the previous hop (through ssh). Reads the tar stream on stdin and,
@@ -493,7 +496,58 @@ def _send(root: Path, names: list[str], chain: list[dict[str, Any]],
     return {"sent_bytes": sent, **board.snapshot(finished=True)}
 
 
-def fetch_hf(repo: str, revision: str, cache_dir: Path) -> dict[str, Any]:
+def snapshot_dir(cache_dir: Path, repo: str, revision: str) -> Path:
+    """Where huggingface_hub puts ``repo`` at ``revision`` in a hub cache."""
+    return cache_dir / f"models--{repo.replace('/', '--')}" / "snapshots" / revision
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({k: v for k, v in manifest.items() if k != "hashed_bytes"},
+                              indent=1) + "\n")
+    tmp.replace(path)
+
+
+def _manifest_revision(path: Path) -> str | None:
+    try:
+        return str(json.loads(path.read_text()).get("revision") or "") or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _drop(snapshot: Path, rels: list[str]) -> None:
+    """Remove snapshot entries (and the blobs they link to) so they are downloaded again."""
+    for rel in rels:
+        entry = snapshot / rel
+        if entry.is_symlink():
+            blob = entry.resolve()
+            entry.unlink()
+            blob.unlink(missing_ok=True)
+        elif entry.exists():
+            entry.unlink()
+
+
+def fetch_hf(repo: str, revision: str, cache_dir: Path, manifest_path: Path,
+             state_path: Path) -> dict[str, Any]:
+    """The snapshot of ``repo`` at ``revision``, complete and as the manifest says.
+
+    The manifest of a revision is made once, from its first complete download,
+    and kept: a file that later differs on the head is downloaded again instead
+    of becoming the new truth. A head whose copy already matches is not asked
+    to contact the Hub at all.
+    """
+    snapshot = snapshot_dir(cache_dir, repo, revision)
+    known = _manifest_revision(manifest_path) == revision
+    if known and snapshot.is_dir():
+        need = state_path.with_name(state_path.name + ".need")
+        found = check(snapshot, manifest_path, state_path, need)
+        if found["need"] == 0:
+            return {"path": str(snapshot), "downloaded": False, "repaired": []}
+        _drop(snapshot, found["missing"] + found["bad"])
+        repaired = found["missing"] + found["bad"]
+    else:
+        repaired = []
     try:
         from huggingface_hub import snapshot_download  # noqa: PLC0415 - only in the fetch venv
     except ImportError:
@@ -501,11 +555,22 @@ def fetch_hf(repo: str, revision: str, cache_dir: Path) -> dict[str, Any]:
                          "model_cache role's virtualenv") from None
     cache_dir.mkdir(parents=True, exist_ok=True)
     try:
-        path = snapshot_download(repo_id=repo, revision=revision, cache_dir=str(cache_dir),
-                                 token=os.environ.get("HF_TOKEN") or None)
+        path = Path(snapshot_download(repo_id=repo, revision=revision, cache_dir=str(cache_dir),
+                                      token=os.environ.get("HF_TOKEN") or None))
     except Exception as exc:  # the library raises many kinds; every one ends the fetch
         raise RelayError(f"downloading {repo}@{revision}: {type(exc).__name__}: {exc}") from None
-    return {"path": str(path)}
+    if path.resolve() != snapshot.resolve():
+        raise RelayError(f"huggingface_hub put {repo}@{revision} in {path}, not {snapshot}")
+    if known:
+        found = check(snapshot, manifest_path, state_path,
+                      state_path.with_name(state_path.name + ".need"))
+        if found["need"]:
+            raise RelayError(f"the download of {repo}@{revision} differs from its manifest "
+                             f"{manifest_path}: {(found['missing'] + found['bad'])[:3]}")
+    else:
+        manifest = build_manifest(snapshot, state_path)
+        write_manifest(manifest_path, {**manifest, "repo": repo, "revision": revision})
+    return {"path": str(snapshot), "downloaded": True, "repaired": repaired}
 
 
 # ----------------------------------------------------------------------- CLI
@@ -550,15 +615,13 @@ def main(argv: Iterable[str] | None = None) -> int:
     p.add_argument("repo")
     p.add_argument("--revision", required=True)
     p.add_argument("--cache-dir", type=Path, required=True)
+    p.add_argument("--manifest", type=Path, required=True)
+    p.add_argument("--state", type=Path, required=True)
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         if args.command == "manifest":
             manifest = build_manifest(args.root, args.state)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = args.out.with_name(args.out.name + ".tmp")
-            tmp.write_text(json.dumps({k: v for k, v in manifest.items() if k != "hashed_bytes"},
-                                      indent=1) + "\n")
-            tmp.replace(args.out)
+            write_manifest(args.out, manifest)
             result: dict[str, Any] = {"files": len(manifest["files"]),
                                       "total_bytes": manifest["total_bytes"],
                                       "hashed_bytes": manifest["hashed_bytes"]}
@@ -566,7 +629,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             result = check(args.root, args.manifest, args.state, args.need_out, full=args.full,
                            link=args.link)
         elif args.command == "fetch-hf":
-            result = fetch_hf(args.repo, args.revision, args.cache_dir)
+            result = fetch_hf(args.repo, args.revision, args.cache_dir, args.manifest, args.state)
         elif args.command == "send":
             result = send(args.root, _names(args.files), _chain(args.chain), args.progress,
                           args.job)
