@@ -61,9 +61,19 @@ def sync(inventory_path: Path, *, full_verify: bool = False,
          extravars: Mapping[str, Any] | None = None, limit: str | None = None,
          tags: Sequence[str] = (), as_json: bool = False) -> RunResult:
     """Run playbooks/model_cache.yml (validated inventory, cluster lock, live progress)."""
+    from sparkctl import inventory  # noqa: PLC0415
     from sparkctl.provision import provision  # noqa: PLC0415 - provision imports this module
 
     extra = dict(extravars or {})
+    inv = inventory.validate(inventory_path)  # exit 2 naming file, host, variable
+    source = extra.get("model_cache_source", inv.cluster_var("model_cache_source", "none"))
+    if str(source) == "none":
+        raise inventory.bad_input(
+            inventory_path, None, "model_cache_source",
+            "names no model to sync (none); nothing was contacted",
+            hint="set model_cache_source to hf, head or controller in group_vars (with "
+                 "model_cache_hf_repo and model_cache_hf_revision, model_cache_head_dir or "
+                 "model_cache_controller_dir), or pass -e model_cache_source=...")
     if full_verify:
         extra["model_cache_full_verify"] = True
     return provision(inventory_path, limit=limit, tags=tags, playbook="model_cache.yml",

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 from sparkctl import __version__, cli
@@ -226,3 +227,38 @@ def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch,
     code, out, err = run_main(monkeypatch, capsys, "lab", "up")
     assert code == int(ExitCode.INTERRUPTED) == 130
     assert "Traceback" not in err + out
+
+
+SIM = str(ROOT / "inventory" / "sim.ini")
+
+
+def test_model_sync_without_a_model_is_refused_before_any_host(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        stub_tools: Path) -> None:
+    code, out, err = run_main(monkeypatch, capsys, "model", "sync", SIM)
+    assert code == ExitCode.BAD_INPUT
+    assert "variable model_cache_source" in err and "nothing was contacted" in err
+    assert "stub" not in err and "Traceback" not in err + out
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("model_cache_source", "expected KEY=VALUE"),
+    ("{not: [closed", "not a YAML mapping"),
+    ("[1, 2]=x", "expected KEY=VALUE"),
+])
+def test_model_sync_bad_extra_vars_are_usage_errors(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path,
+        extra: str, message: str) -> None:
+    code, _, err = run_main(monkeypatch, capsys, "model", "sync", SIM, "-e", extra)
+    assert code == ExitCode.BAD_INPUT
+    assert message in err
+
+
+def test_lab_model_size_is_parsed_in_binary_units() -> None:
+    assert cli.parse_size("1GiB") == 1 << 30
+    assert cli.parse_size("512M") == 512 << 20
+    assert cli.parse_size("64 MiB") == 64 << 20
+    assert cli.parse_size("1048576") == 1 << 20
+    for bad in ("lots", "-1G", "1PB", "0"):
+        with pytest.raises(click.BadParameter):
+            cli.parse_size(bad)
