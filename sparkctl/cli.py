@@ -144,6 +144,51 @@ def model_sync(inventory_path: Path, full_verify: bool, extra: tuple[str, ...], 
          as_json=as_json)
 
 
+@cli.group("report")
+def report_group() -> None:
+    """Read saved results with the same code the commands use."""
+
+
+@report_group.command("nccl")
+@click.argument("logfile", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Every row and the summary as JSON.")
+def report_nccl(logfile: Path, as_json: bool) -> None:
+    """Parse a saved nccl-tests log (e.g. from a manual mpirun) into rows and the average."""
+    from sparkctl.nccl_report import parse  # noqa: PLC0415
+
+    try:
+        text = logfile.read_text(errors="replace")
+    except OSError as exc:
+        raise SparkctlError(f"{logfile}: cannot read: {exc.strerror or exc}",
+                            ExitCode.BAD_INPUT) from None
+    report = parse(text, str(logfile))
+    if as_json:
+        _print_json(report.to_dict())
+        return
+    version = f"nccl-tests {report.version}" if report.version else "version unknown"
+    table = Table(title=f"{report.collective or 'nccl-tests'} ({version})", box=None,
+                  title_justify="left")
+    for col in ("bytes", "type", "op", "oop us", "oop GB/s", "oop wrong", "ip us", "ip GB/s",
+                "ip wrong"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in report.rows:
+        oop, ip = r.out_of_place, r.in_place
+        table.add_row(str(r.size), r.type, r.redop, f"{oop.time_us:g}", f"{oop.busbw:g}",
+                      _wrong(oop), f"{ip.time_us:g}", f"{ip.busbw:g}", _wrong(ip))
+    console.out.print(table)
+    console.out.print("oop/ip: out-of-place/in-place; GB/s: bus bandwidth")
+    console.out.print(f"average bus bandwidth {report.avg_busbw:g} GB/s; wrong results "
+                      f"{report.wrong}; out-of-bounds values {report.oob_values}")
+    for error in report.errors:
+        console.err.print(f"failure line: {error}", markup=False, highlight=False)
+
+
+def _wrong(half: Any) -> str:
+    if half.wrong is not None:
+        return str(half.wrong)
+    return f"err {half.error:g}" if half.error is not None else "N/A"
+
+
 @cli.group("inventory")
 def inventory_group() -> None:
     """Inspect and check inventories without contacting any host."""

@@ -9,6 +9,7 @@ before it, and PATH holds only stubs that fail where a check is passed.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -262,3 +263,33 @@ def test_lab_model_size_is_parsed_in_binary_units() -> None:
     for bad in ("lots", "-1G", "1PB", "0"):
         with pytest.raises(click.BadParameter):
             cli.parse_size(bad)
+
+
+def test_report_nccl_parses_a_saved_log(monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from tests.unit.test_nccl_report import MODERN  # noqa: PLC0415
+
+    log = tmp_path / "run.log"
+    log.write_text(MODERN)
+    code, out, _ = run_main(monkeypatch, capsys, "report", "nccl", str(log), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["avg_busbw"] == 11.455 and len(data["rows"]) == 3 and data["wrong"] == 0
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\xff\xfe garbage",
+                                     b"#       size count type redop\n"])
+def test_report_nccl_refuses_what_is_not_a_complete_log(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        content: bytes) -> None:
+    log = tmp_path / "bad.log"
+    log.write_bytes(content)
+    code, out, err = run_main(monkeypatch, capsys, "report", "nccl", str(log))
+    assert code == ExitCode.BAD_INPUT
+    assert str(log) in err and "Traceback" not in err + out
+
+
+def test_report_nccl_missing_file(monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run_main(monkeypatch, capsys, "report", "nccl", str(tmp_path / "absent.log"))
+    assert code == ExitCode.BAD_INPUT and "absent.log" in err
