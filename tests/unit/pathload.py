@@ -20,3 +20,19 @@ def load_file(name: str, path: Path) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def ansible_playbook() -> Path:
+    """The ansible-playbook beside this Python (the venv's), else on PATH; skips without one."""
+    import shutil  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    import pytest  # noqa: PLC0415
+
+    exe = Path(sys.executable).with_name("ansible-playbook")
+    if exe.exists():
+        return exe
+    found = shutil.which("ansible-playbook")
+    if found is None:
+        pytest.skip("ansible-playbook not installed")
+    return Path(found)

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
@@ -26,7 +25,7 @@ import pytest
 
 from sparkctl import inventory, inventory_rules
 from sparkctl.errors import ExitCode, SparkctlError
-from tests.unit.pathload import load_file
+from tests.unit.pathload import ansible_playbook, load_file
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
@@ -222,12 +221,7 @@ def _unreachable_copy(tmp_path: Path) -> Path:
 
 def _ansible_playbook(tmp_path: Path, inventory_path: Path,
                       playbook: str) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("ansible-playbook")
-    if not exe.exists():
-        found = shutil.which("ansible-playbook")
-        if found is None:
-            pytest.skip("ansible-playbook not installed")
-        exe = Path(found)
+    exe = ansible_playbook()
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
            "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),

@@ -20,14 +20,14 @@ this file.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.unit.pathload import ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES_DIR = ROOT / "roles"
@@ -203,12 +203,7 @@ PLAYBOOKS = sorted(p.name for p in (ROOT / "playbooks").glob("*.yml") if p.name 
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_playbook_passes_syntax_check(playbook: str) -> None:
-    exe = Path(sys.executable).with_name("ansible-playbook")
-    if not exe.exists():
-        found = shutil.which("ansible-playbook")
-        if found is None:
-            pytest.skip("ansible-playbook not installed")
-        exe = Path(found)
+    exe = ansible_playbook()
     proc = subprocess.run([str(exe), "-i", str(ROOT / "inventory" / "sim.ini"),
                            str(ROOT / "playbooks" / playbook), "--syntax-check"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
