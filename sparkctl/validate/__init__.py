@@ -1,0 +1,1 @@
+"""``sparkctl validate``: node assertions, the NCCL bandwidth gate, reports and baselines."""
