@@ -300,3 +300,23 @@ def test_fetch_without_the_library_says_which_python_to_use(
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     with pytest.raises(relay.RelayError, match="huggingface_hub is not installed"):
         _fetch(tmp_path)
+
+
+def test_read_only_check_writes_nothing_on_the_node(tmp_path: Path, source: Source) -> None:
+    """What validate runs: the same verdict, and no state, need list or directory written."""
+    _, _, manifest = source
+    node = tmp_path / "n2"
+    _model(node, SIZES)
+    with (node / "config.json").open("r+b") as handle:
+        handle.truncate(10)
+    state = tmp_path / "n2state.json"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert relay.main(["check", str(node), "--manifest", str(manifest), "--state", str(state),
+                       "--read-only"]) == 0
+    out = relay.check(node, manifest, state, None, read_only=True)
+    assert out["bad"] == ["config.json"] and out["missing"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no state file
+    missing_root = tmp_path / "nowhere" / "model"
+    gone = relay.check(missing_root, manifest, state, None, read_only=True)
+    assert len(gone["missing"]) == len(SIZES) and gone["free_bytes"] > 0
+    assert not (tmp_path / "nowhere").exists()

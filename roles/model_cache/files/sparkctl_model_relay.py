@@ -164,9 +164,21 @@ def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
 
 
 # --------------------------------------------------------------------- check
-def check(root: Path, manifest_path: Path, state_path: Path, need_out: Path,
-          *, full: bool = False, link: Path | None = None) -> dict[str, Any]:
-    """What this node lacks, against the manifest (see the module docstring)."""
+def _existing(path: Path) -> Path:
+    """``path`` or its nearest existing parent (for the free space of a missing directory)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check(root: Path, manifest_path: Path, state_path: Path, need_out: Path | None,
+          *, full: bool = False, link: Path | None = None,
+          read_only: bool = False) -> dict[str, Any]:
+    """What this node lacks, against the manifest (see the module docstring).
+
+    ``read_only`` (``sparkctl validate``) writes nothing: the hash state is
+    used but not updated, no need list is written and no directory is made.
+    """
     manifest = read_manifest(manifest_path)
     state = {} if full else load_state(state_path)
     new_state: dict[str, dict[str, Any]] = {}
@@ -191,12 +203,14 @@ def check(root: Path, manifest_path: Path, state_path: Path, need_out: Path,
             bad.append(rel)
             continue
         new_state[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
-    save_state(state_path, new_state)
     need = missing + bad
-    need_out.parent.mkdir(parents=True, exist_ok=True)
-    need_out.write_text("".join(f"{rel}\n" for rel in need))
-    root.mkdir(parents=True, exist_ok=True)
-    usage = shutil.disk_usage(root)
+    if not read_only:
+        save_state(state_path, new_state)
+        if need_out is not None:
+            need_out.parent.mkdir(parents=True, exist_ok=True)
+            need_out.write_text("".join(f"{rel}\n" for rel in need))
+        root.mkdir(parents=True, exist_ok=True)
+    usage = shutil.disk_usage(_existing(root))
     need_bytes = sum(manifest[rel]["size"] for rel in need)
     return {"files": len(manifest), "missing": missing, "bad": bad, "need": len(need),
             "need_bytes": need_bytes, "free_bytes": usage.free, "hashed_bytes": hashed,
@@ -599,8 +613,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     p.add_argument("root", type=Path)
     p.add_argument("--manifest", type=Path, required=True)
     p.add_argument("--state", type=Path, required=True)
-    p.add_argument("--need-out", type=Path, required=True)
+    p.add_argument("--need-out", type=Path)
     p.add_argument("--full", action="store_true")
+    p.add_argument("--read-only", action="store_true",
+                   help="write nothing (no state, no need list, no directory): validate")
     p.add_argument("--link", type=Path, help="a link whose target is reported (link_target)")
     p = sub.add_parser("send")
     p.add_argument("root", type=Path)
@@ -627,7 +643,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                                       "hashed_bytes": manifest["hashed_bytes"]}
         elif args.command == "check":
             result = check(args.root, args.manifest, args.state, args.need_out, full=args.full,
-                           link=args.link)
+                           link=args.link, read_only=args.read_only)
         elif args.command == "fetch-hf":
             result = fetch_hf(args.repo, args.revision, args.cache_dir, args.manifest, args.state)
         elif args.command == "send":
