@@ -1,0 +1,629 @@
+"""A validation run's results directory: ``report.json``, ``report.html``, baselines.
+
+``report.json`` is :meth:`Report.to_dict` (schema: docs/report-schema.md);
+:func:`load` reads one back for ``--baseline`` and refuses anything that is
+not a report this sparkctl writes, naming the file and the field.
+``report.html`` is for people: self-contained (inline CSS and SVG, no
+JavaScript, nothing fetched), so it can be mailed or attached to a ticket.
+matplotlib is imported only when a plot is drawn: the CLI starts without it.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.validate.model import (
+    OUTCOMES,
+    SCHEMA,
+    Baseline,
+    BaselineItem,
+    Check,
+    NcclRun,
+    Outcome,
+    Report,
+    Thresholds,
+)
+
+REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
+
+# A drop of exactly the tolerance passes; this absorbs float noise in (current - base) / base.
+_EPSILON = 1e-9
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+# ---------------------------------------------------------------------------
+# Numbers for people
+
+
+def human_size(n: int) -> str:
+    """``n`` bytes in 1024-based units: 8 B, 1 KiB, 32 MiB, 1.5 GiB."""
+    value = float(n)
+    unit = _UNITS[0]
+    for unit in _UNITS:
+        if abs(value) < 1024 or unit == _UNITS[-1]:
+            break
+        value /= 1024
+    if value == int(value):
+        return f"{int(value)} {unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _tick(n: int) -> str:
+    """A short axis label: 8B, 1K, 64M, 1G."""
+    return human_size(n).replace("iB", "").replace(" ", "")
+
+
+def _gbs(x: float) -> str:
+    """A bandwidth in GB/s as nccl-tests precision allows: 25, 11.98, 0.081."""
+    if x != 0 and abs(x) < 0.01:
+        return f"{x:.2g}"
+    return f"{x:.3f}".rstrip("0").rstrip(".")
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:.1f}%"
+
+
+# ---------------------------------------------------------------------------
+# report.json
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # same directory: rename is atomic
+    try:
+        with tmp.open("w", encoding="utf-8") as f:  # mode from the umask, like any other file
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write(report: Report, run_dir: Path) -> tuple[Path, Path]:
+    """Write ``report.json`` and then ``report.html`` into ``run_dir``; their paths."""
+    json_path, html_path = run_dir / REPORT_JSON, run_dir / REPORT_HTML
+    text = json.dumps(report.to_dict(), indent=2) + "\n"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_write(json_path, text)  # the record first: a broken renderer cannot lose it
+        _atomic_write(html_path, render_html(report))
+    except OSError as e:
+        raise SparkctlError(f"cannot write the report into {run_dir}: {e.strerror or e}",
+                            ExitCode.ENVIRONMENT) from e
+    return json_path, html_path
+
+
+# The shape load() insists on before Report.from_dict sees the data: a wrong
+# type deep inside must be refused with its path, not become a traceback
+# later in compare() or the renderer. Specs: a type, a tuple of allowed
+# values, [item spec], {key: spec} (keys ending in "?" optional, "*" allows
+# other keys), or _Nullable(spec).
+
+
+class _Nullable:
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+
+
+_NUM = float  # int or float (not bool) where a number is expected
+_HALF = {"time_us": _NUM, "algbw": _NUM, "busbw": _NUM, "wrong": _Nullable(int),
+         "error?": _Nullable(_NUM), "*": None}
+_ROW = {"size": int, "out_of_place": _HALF, "in_place": _HALF, "*": None}
+_NCCL_REPORT = {"rows": [_ROW], "avg_busbw?": _NUM, "oob_values?": _Nullable(int),
+                "errors?": [str], "wrong?": int, "*": None}
+_SPEC: dict[str, Any] = {
+    "schema": int, "run_id": str, "cluster": str, "inventory": str, "started": str,
+    "sparkctl_version": str, "hosts": [str], "duration_s?": _NUM, "verdict?": ("passed", "failed"),
+    "notes?": [str],
+    "thresholds": {"line_rate_gbytes": _NUM, "min_fraction": _NUM, "judged_sizes": int,
+                   "baseline_tolerance": _NUM, "min_busbw_gbytes?": _NUM},
+    "checks": [{"check": str, "host": str, "subject": _Nullable(str), "outcome": OUTCOMES,
+                "message": str, "duration_s?": _NUM}],
+    "nccl": [{"collective": str, "scope": ("all", "pair"), "hosts": [str], "outcome": OUTCOMES,
+              "message": str, "command?": [str], "log?": _Nullable(str),
+              "report?": _Nullable(_NCCL_REPORT), "duration_s?": _NUM,
+              "judged?": [{"size": int, "busbw": _NUM, "fraction": _NUM, "wrong": int}]}],
+    "localisation": [{"host": str, "subject": _Nullable(str), "message": str}],
+    "baseline?": _Nullable({"path": str, "run_id": str, "tolerance": _NUM, "outcome": OUTCOMES,
+                            "message": str,
+                            "items": [{"collective": str, "size": int, "baseline_busbw": _NUM,
+                                       "current_busbw": _NUM, "change": _NUM,
+                                       "outcome": OUTCOMES}]}),
+}
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number", type(None): "null"}.get(type(value), "?")
+
+
+def _shape(value: Any, spec: Any, where: str) -> str | None:
+    """The first place ``value`` does not fit ``spec``, as a message; None when it fits."""
+    if isinstance(spec, _Nullable):
+        return None if value is None else _shape(value, spec.spec, where)
+    if isinstance(spec, tuple):
+        return None if value in spec else \
+            f"{where} is {value!r}, not one of {', '.join(map(str, spec))}"
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"{where} is {_kind(value)}, not a list"
+        return next((p for i, item in enumerate(value)
+                     if (p := _shape(item, spec[0], f"{where}[{i}]"))), None)
+    if isinstance(spec, dict):
+        return _shape_object(value, spec, where)
+    if spec is _NUM:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, spec) and not (spec is int and isinstance(value, bool))
+    return None if ok else f"{where} is {_kind(value)}, not {_kind(spec())}"
+
+
+def _shape_object(value: Any, spec: dict[str, Any], where: str) -> str | None:
+    if not isinstance(value, dict):
+        return f"{where or 'the file'} is {_kind(value)}, not an object"
+    prefix = f"{where}." if where else ""
+    for key, sub in spec.items():
+        name = key.rstrip("?")
+        if key == "*":
+            continue
+        if name not in value:
+            if key.endswith("?"):
+                continue
+            return f"{prefix}{name} is missing"
+        problem = _shape(value[name], sub, prefix + name)
+        if problem:
+            return problem
+    extra = sorted(set(value) - {k.rstrip("?") for k in spec})
+    if extra and "*" not in spec and where:  # top level: unknown keys are ignored
+        return f"{where} has unknown field(s) {', '.join(extra)}"
+    return None
+
+
+def load(path: Path) -> Report:
+    """The report in ``path`` (a results directory or its report.json).
+
+    Anything else (missing, unreadable, not JSON, another schema, another
+    shape) is a :class:`SparkctlError` with exit code BAD_INPUT naming the file.
+    """
+    file = path / REPORT_JSON if path.is_dir() else path
+    hint = "pass a results directory of `sparkctl validate` or its report.json"
+
+    def bad(problem: str) -> SparkctlError:
+        return SparkctlError(f"{file}: {problem}", ExitCode.BAD_INPUT, hint=hint)
+
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise bad("no such file" + (" (not a validate results directory?)"
+                                    if file is not path else "")) from None
+    except UnicodeDecodeError:
+        raise bad("not a text file (not UTF-8)") from None
+    except OSError as e:
+        raise bad(f"cannot read it: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise bad(f"not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+    if not isinstance(data, dict):
+        raise bad(f"a JSON {_kind(data).split()[-1]}, not a report object")
+    if "schema" not in data or "run_id" not in data:
+        raise bad("not a sparkctl validate report (no schema/run_id field)")
+    if data["schema"] != SCHEMA:
+        raise bad(f"report schema {data['schema']!r}; this sparkctl reads schema {SCHEMA}")
+    problem = _shape(data, _SPEC, "")
+    if problem:
+        raise bad(f"not a valid report: {problem}")
+    try:
+        return Report.from_dict(data)
+    except (KeyError, TypeError, ValueError) as e:  # the shape check should have caught it
+        raise bad(f"not a valid report: {e}") from None
+
+
+# ---------------------------------------------------------------------------
+# Baselines
+
+
+def _all_runs(report: Report, collective: str) -> list[NcclRun]:
+    return [r for r in report.nccl if r.scope == "all" and r.collective == collective]
+
+
+def _compare_run(run: NcclRun, baseline: Report, tolerance: float, *,
+                 items: list[BaselineItem], skipped: list[str], failures: list[str]) -> None:
+    """Compare one all-node run's judged sizes; append to ``items``, ``skipped``, ``failures``."""
+    name = run.collective
+    if run.outcome == "error":
+        skipped.append(f"{name} (this run's measurement errored)")
+        return
+    candidates = [b for b in _all_runs(baseline, name) if b.outcome != "error"]
+    if not candidates:
+        why = "errored there" if _all_runs(baseline, name) else "not in the baseline"
+        skipped.append(f"{name} ({why})")
+        return
+    base = candidates[0].busbw_by_size()
+    mine = run.busbw_by_size()
+    for judged in run.judged:
+        size = judged.size
+        if size not in base:
+            skipped.append(f"{name} at {human_size(size)} (not in the baseline's sizes)")
+            continue
+        before, now = base[size], mine.get(size, judged.busbw)
+        if before <= 0:
+            skipped.append(f"{name} at {human_size(size)} (baseline busbw is 0)")
+            continue
+        change = (now - before) / before
+        outcome: Outcome = "failed" if change < -tolerance - _EPSILON else "passed"
+        items.append(BaselineItem(name, size, before, now, change, outcome))
+        if outcome == "failed":
+            failures.append(f"{name} at {human_size(size)}: {_gbs(now)} GB/s is "
+                            f"{_pct(-change)} below the baseline's {_gbs(before)} GB/s "
+                            f"(run {baseline.run_id})")
+
+
+def compare(current: Report, baseline: Report, baseline_path: str,
+            tolerance: float) -> Baseline:
+    """Compare the judged sizes of ``current``'s all-node runs with ``baseline``'s.
+
+    An item fails when busbw dropped by more than ``tolerance`` (a fraction:
+    0.1 is 10%). A collective or size the baseline does not have is skipped
+    and said so in the message, never failed; so is a run that errored.
+    """
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise SparkctlError(f"baseline tolerance {tolerance!r} must be a fraction >= 0 "
+                            "(0.1 is 10%)", ExitCode.BAD_INPUT)
+    items: list[BaselineItem] = []
+    skipped: list[str] = []
+    failures: list[str] = []
+    runs = [r for r in current.nccl if r.scope == "all" and r.judged]
+    for run in runs:
+        _compare_run(run, baseline, tolerance, items=items, skipped=skipped, failures=failures)
+    notes = []
+    if skipped:
+        notes.append("not compared: " + "; ".join(skipped))
+    if baseline.cluster != current.cluster:
+        notes.append(f"the baseline is of cluster {baseline.cluster!r}, "
+                     f"this run of {current.cluster!r}")
+    tail = "".join(f"; {n}" for n in notes)
+    outcome: Outcome
+    if failures:
+        outcome = "failed"
+        message = "; ".join(failures) + f" (tolerance {_pct(tolerance)})" + tail
+    elif items:
+        outcome = "passed"
+        collectives = len({i.collective for i in items})
+        message = (f"{len(items)} size(s) of {collectives} collective(s) within "
+                   f"{_pct(tolerance)} of run {baseline.run_id}") + tail
+    else:
+        outcome = "skipped"
+        why = "; ".join(notes) if runs else "this run has no all-node NCCL run with judged sizes"
+        message = f"nothing to compare with run {baseline.run_id}: {why}"
+    return Baseline(path=baseline_path, run_id=baseline.run_id, tolerance=tolerance,
+                    items=items, outcome=outcome, message=message)
+
+
+# ---------------------------------------------------------------------------
+# report.html
+
+_SEVERITY = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+_COLOURS = {"passed": "#1a7f37", "skipped": "#6e7781", "failed": "#cf222e", "error": "#8250df"}
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em auto;
+max-width:75em;padding:0 1em;color:#1f2328;line-height:1.4}
+h1{margin-bottom:.2em}h2{border-bottom:1px solid #d0d7de;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0}
+th,td{border:1px solid #d0d7de;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.verdict{display:inline-block;font-size:2em;font-weight:700;color:#fff;padding:.1em .6em;
+border-radius:.2em;letter-spacing:.05em}
+.o{font-weight:600;white-space:nowrap}.o-passed{color:#1a7f37}.o-skipped{color:#6e7781}
+.o-failed{color:#cf222e}.o-error{color:#8250df}
+td.cell-passed{background:#dafbe1}td.cell-skipped{background:#eaeef2}
+td.cell-failed{background:#ffebe9}td.cell-error{background:#fbefff}td.cell-none{color:#8c959f}
+.meta td:first-child{font-weight:600}.muted{color:#6e7781}code{font-size:.9em}
+figure{margin:.8em 0}figcaption{color:#57606a;font-size:.9em}
+svg{max-width:100%;height:auto}
+@media print{details{display:block}details>summary{display:none}}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _outcome(outcome: str) -> str:
+    return f'<span class="o o-{_e(outcome)}">{_e(outcome)}</span>'
+
+
+def _table(head: Iterable[str], rows: Iterable[Iterable[str]], numeric: Iterable[int] = ()) -> str:
+    """A table of already-escaped cells; columns in ``numeric`` align right."""
+    nums = set(numeric)
+    out = ["<table><thead><tr>", *(f"<th>{h}</th>" for h in head), "</tr></thead><tbody>"]
+    for row in rows:
+        out.append("<tr>" + "".join(f'<td class="num">{c}</td>' if i in nums else f"<td>{c}</td>"
+                                    for i, c in enumerate(row)) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _worst(checks: Iterable[Check]) -> str:
+    return max((c.outcome for c in checks), key=lambda o: _SEVERITY.get(o, 3))
+
+
+def _columns(report: Report) -> list[str]:
+    """The report's hosts, then any other host a check names, then "cluster"."""
+    seen = list(report.hosts)
+    for c in report.checks:
+        if c.host not in seen and c.host != "cluster":
+            seen.append(c.host)
+    if any(c.host == "cluster" for c in report.checks):
+        seen.append("cluster")
+    return seen
+
+
+def _matrix(report: Report) -> str:
+    if not report.checks:
+        return '<p class="muted">No node checks in this run.</p>'
+    names = list(dict.fromkeys(c.check for c in report.checks))
+    hosts = _columns(report)
+    cells: dict[tuple[str, str], list[Check]] = {}
+    for c in report.checks:
+        cells.setdefault((c.check, c.host), []).append(c)
+    out = ["<table class=\"matrix\"><thead><tr><th>check</th>",
+           *(f"<th>{_e(h)}</th>" for h in hosts), "</tr></thead><tbody>"]
+    for name in names:
+        out.append(f"<tr><th>{_e(name)}</th>")
+        for host in hosts:
+            group = cells.get((name, host))
+            if not group:
+                out.append('<td class="cell-none" title="not run on this host">&#8212;</td>')
+                continue
+            worst = _worst(group)
+            bad = [c for c in group if not c.ok]
+            shown = bad or [c for c in group if c.outcome == "skipped"] or group
+            title = "\n".join(f"{c.subject or host}: {c.outcome}: {c.message}"
+                              for c in shown[:30])
+            count = f" {len(group) - len(bad)}/{len(group)}" if len(group) > 1 else ""
+            subjects = ", ".join(_e(c.subject) for c in bad if c.subject)
+            detail = f'<br><small>{subjects}</small>' if subjects else ""
+            out.append(f'<td class="cell-{_e(worst)}" title="{_e(title)}">'
+                       f"{_outcome(worst)}{_e(count)}{detail}</td>")
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _check_list(checks: list[Check]) -> str:
+    return _table(["host", "check", "subject", "outcome", "message"],
+                  ([_e(c.host), _e(c.check), _e(c.subject or ""), _outcome(c.outcome),
+                    _e(c.message)] for c in checks))
+
+
+def _rows(run: NcclRun) -> list[Mapping[str, Any]]:
+    return sorted(run.report["rows"], key=lambda r: int(r["size"])) if run.report else []
+
+
+def _svg_inline(svg: str, prefix: str) -> str:
+    """matplotlib's SVG made fit for an HTML page that holds several of them.
+
+    The XML prolog, DOCTYPE and namespace declarations go (HTML parses inline
+    SVG without them, and they are the only URLs in the file); every id gets
+    ``prefix`` so one plot's clip paths and markers cannot shadow another's.
+    """
+    svg = svg[svg.index("<svg"):]
+    svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
+    svg = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}\1"', svg)
+    svg = re.sub(r'(href=")#([^"]+)"', rf'\1#{prefix}\2"', svg)
+    return re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}\1)", svg)
+
+
+def _plot(collective: str, runs: list[NcclRun], th: Thresholds, index: int) -> str:
+    """busbw against size for ``collective``: all-node runs bold, pairs faint; inline SVG."""
+    import matplotlib  # noqa: PLC0415 -- only when a report is drawn: keeps CLI start-up fast
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure  # noqa: PLC0415
+    from matplotlib.ticker import NullLocator  # noqa: PLC0415
+
+    fig = Figure(figsize=(8, 3.8), layout="constrained")
+    try:
+        ax = fig.add_subplot()
+        sizes: set[int] = set()
+        top = th.line_rate_gbytes
+        pair_labelled = False
+        for run in sorted(runs, key=lambda r: r.scope != "pair"):  # all-node runs drawn last
+            rows = _rows(run)
+            if not rows:
+                continue
+            x = [int(r["size"]) for r in rows]
+            oop = [float(r["out_of_place"]["busbw"]) for r in rows]
+            inp = [float(r["in_place"]["busbw"]) for r in rows]
+            sizes.update(x)
+            top = max(top, *oop, *inp)
+            if run.scope == "pair":
+                ax.plot(x, [min(a, b) for a, b in zip(oop, inp, strict=True)], color="#8c959f",
+                        alpha=0.45, linewidth=0.9,
+                        label=None if pair_labelled else "node pairs (lower of the two)")
+                pair_labelled = True
+                continue
+            ax.plot(x, oop, marker="o", markersize=3.5, color="#0969da", label="out-of-place")
+            ax.plot(x, inp, marker="s", markersize=3, color="#bf8700", linestyle="--",
+                    label="in-place")
+            judged = [j.size for j in run.judged]
+            if judged:
+                ax.axvspan(min(judged) / 1.25, max(judged) * 1.25, color="#0969da", alpha=0.07,
+                           label="judged sizes")
+        ax.axhline(th.line_rate_gbytes, color="#1f2328", linestyle="-.", linewidth=1,
+                   label=f"line rate {_gbs(th.line_rate_gbytes)} GB/s")
+        ax.axhline(th.min_busbw_gbytes, color="#cf222e", linestyle=":", linewidth=1.4,
+                   label=f"threshold {_gbs(th.min_busbw_gbytes)} GB/s")
+        ax.set_xscale("log", base=2)
+        if sizes:
+            ordered = sorted(s for s in sizes if s > 0)
+            step = max(1, math.ceil(len(ordered) / 10))
+            ticks = ordered[::-1][::step][::-1]  # thinned from the largest, which is judged
+            ax.set_xticks(ticks, [_tick(t) for t in ticks])
+            ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_ylim(0, top * 1.12 if top > 0 else 1)
+        ax.set_xlabel("message size (bytes, log2)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title(collective)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
+        buf = io.StringIO()
+        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"sparkctl{index}"}):
+            fig.savefig(buf, format="svg",
+                        metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+    finally:
+        fig.clear()
+    return _svg_inline(buf.getvalue(), f"p{index}-")
+
+
+def _half_cell(half: Mapping[str, Any]) -> list[str]:
+    wrong = half.get("wrong")
+    error = half.get("error")
+    check = "N/A" if wrong is None and error is None else \
+        (str(wrong) if wrong is not None else f"{error:g}")
+    return [_e(f"{float(half['time_us']):g}"), _e(_gbs(float(half["algbw"]))),
+            _e(_gbs(float(half["busbw"]))), _e(check)]
+
+
+def _nccl_section(report: Report) -> str:
+    th = report.thresholds
+    if not report.nccl:
+        return '<p class="muted">No NCCL runs in this run.</p>'
+    out: list[str] = []
+    collectives = list(dict.fromkeys(r.collective for r in report.nccl))
+    for index, name in enumerate(collectives):
+        runs = [r for r in report.nccl if r.collective == name]
+        alls = [r for r in runs if r.scope == "all"]
+        pairs = [r for r in runs if r.scope == "pair"]
+        out.append(f"<h3>{_e(name)}</h3>")
+        if any(_rows(r) for r in runs):
+            out.append(f"<figure>{_plot(name, runs, th, index)}<figcaption>busbw of "
+                       f"{_e(name)} against message size; line rate "
+                       f"{_e(_gbs(th.line_rate_gbytes))} GB/s, threshold "
+                       f"{_e(_gbs(th.min_busbw_gbytes))} GB/s "
+                       f"({_e(_pct(th.min_fraction))} of line rate)</figcaption></figure>")
+        else:
+            out.append('<p class="muted">No result rows to plot.</p>')
+        for run in alls:
+            out.append(f"<p>All nodes ({_e(', '.join(run.hosts))}): {_outcome(run.outcome)} "
+                       f"&#8212; {_e(run.message)}</p>")
+            if run.judged:
+                out.append(_table(
+                    ["size", "bytes", "busbw (GB/s)", "of line rate", "#wrong",
+                     f"&#8805; threshold ({_e(_gbs(th.min_busbw_gbytes))} GB/s)"],
+                    ([_e(human_size(j.size)), _e(j.size), _e(_gbs(j.busbw)), _e(_pct(j.fraction)),
+                      _e(j.wrong), "yes" if j.busbw >= th.min_busbw_gbytes else "<b>no</b>"]
+                     for j in run.judged), numeric=(1, 2, 3, 4)))
+            if run.report:
+                rep = run.report
+                extra = [f"avg busbw {_gbs(float(rep.get('avg_busbw', 0.0)))} GB/s",
+                         f"out-of-bounds values {rep.get('oob_values', 'n/a')}",
+                         f"#wrong {rep.get('wrong', 'n/a')}"]
+                out.append(f'<p class="muted">{_e("; ".join(extra))}'
+                           + (f"; log <code>{_e(run.log)}</code>" if run.log else "") + "</p>")
+                for err in rep.get("errors") or []:
+                    out.append(f'<p class="o-failed"><code>{_e(err)}</code></p>')
+                out.append("<details><summary>every row</summary>" + _table(
+                    ["size", "count", "type", "redop", "time (us)", "algbw", "busbw", "#wrong",
+                     "in-place time (us)", "algbw", "busbw", "#wrong"],
+                    ([_e(human_size(int(r["size"]))), _e(r.get("count", "")),
+                      _e(r.get("type", "")), _e(r.get("redop", "")),
+                      *_half_cell(r["out_of_place"]), *_half_cell(r["in_place"])]
+                     for r in _rows(run)), numeric=range(4, 12)) + "</details>")
+        if pairs:
+            def largest(run: NcclRun) -> str:
+                by_size = run.busbw_by_size()
+                if not by_size:
+                    return ""
+                size = max(by_size)
+                return f"{_gbs(by_size[size])} at {human_size(size)}"
+            out.append("<p>Node pairs:</p>" + _table(
+                ["pair", "outcome", "busbw (GB/s) at the largest size", "message"],
+                ([_e(" + ".join(r.hosts)), _outcome(r.outcome), _e(largest(r)), _e(r.message)]
+                 for r in pairs), numeric=(2,)))
+    return "".join(out)
+
+
+def _baseline_section(report: Report) -> str:
+    b = report.baseline
+    if b is None:
+        return '<p class="muted">No baseline comparison in this run.</p>'
+    out = [f"<p>{_outcome(b.outcome)} against run <code>{_e(b.run_id)}</code> "
+           f"(<code>{_e(b.path)}</code>), tolerance {_e(_pct(b.tolerance))}: {_e(b.message)}</p>"]
+    if b.items:
+        out.append(_table(
+            ["collective", "size", "baseline busbw (GB/s)", "busbw (GB/s)", "change", "outcome"],
+            ([_e(i.collective), _e(human_size(i.size)), _e(_gbs(i.baseline_busbw)),
+              _e(_gbs(i.current_busbw)), _e(f"{i.change * 100:+.1f}%"), _outcome(i.outcome)]
+             for i in b.items), numeric=(2, 3, 4)))
+    return "".join(out)
+
+
+def render_html(report: Report) -> str:
+    """``report.html``: one self-contained page (inline CSS and SVG, no script, no URL)."""
+    verdict = report.verdict
+    th = report.thresholds
+    title = f"sparkctl validate {report.cluster} {report.run_id}: {verdict}"
+    counts = {o: sum(1 for c in report.checks if c.outcome == o) for o in OUTCOMES}
+    meta = [("cluster", report.cluster), ("run", report.run_id), ("started", report.started),
+            ("duration", f"{report.duration_s:.1f} s"), ("hosts", ", ".join(report.hosts)),
+            ("inventory", report.inventory), ("sparkctl", report.sparkctl_version),
+            ("checks", ", ".join(f"{n} {o}" for o, n in counts.items() if n) or "none")]
+    failures = report.failed_checks()
+    skipped = [c for c in report.checks if c.outcome == "skipped"]
+    nccl_bad = [r for r in report.nccl if r.outcome in ("failed", "error")]
+    parts = [
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>sparkctl validate: {_e(report.cluster)}</h1>",
+        f'<p><span class="verdict" style="background:{_COLOURS[verdict]}">'
+        f"{_e(verdict.upper())}</span></p>",
+        '<table class="meta"><tbody>',
+        *(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in meta),
+        "</tbody></table>",
+        "<h2>Thresholds</h2>",
+        _table(["line rate", "minimum fraction", "threshold (min busbw)", "judged sizes",
+                "baseline tolerance"],
+               [[_e(f"{_gbs(th.line_rate_gbytes)} GB/s"), _e(_pct(th.min_fraction)),
+                 _e(f"{_gbs(th.min_busbw_gbytes)} GB/s"), _e(f"the {th.judged_sizes} largest"),
+                 _e(_pct(th.baseline_tolerance))]]),
+        "<h2>Node checks</h2>", _matrix(report),
+        "<h2>Failures</h2>",
+        _check_list(failures) if failures else '<p class="muted">No check failed.</p>',
+    ]
+    if nccl_bad:
+        parts.append(_table(["NCCL run", "outcome", "message"],
+                            ([_e(r.key), _outcome(r.outcome), _e(r.message)] for r in nccl_bad)))
+    if skipped:
+        parts += ["<details><summary>Skipped checks</summary>", _check_list(skipped),
+                  "</details>"]
+    parts += ["<h2>NCCL bandwidth</h2>", _nccl_section(report), "<h2>Localisation</h2>"]
+    if report.localisation:
+        parts.append(_table(["host", "subject", "finding"],
+                            ([_e(f.host), _e(f.subject or ""), _e(f.message)]
+                             for f in report.localisation)))
+    else:
+        parts.append('<p class="muted">No findings.</p>')
+    parts += ["<h2>Baseline</h2>", _baseline_section(report), "<h2>Notes</h2>"]
+    if report.notes:
+        parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in report.notes) + "</ul>")
+    else:
+        parts.append('<p class="muted">None.</p>')
+    parts.append(f'<p class="muted">report.json schema {_e(report.schema)}</p></body></html>\n')
+    return "\n".join(parts)
