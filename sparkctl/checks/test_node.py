@@ -1,0 +1,270 @@
+"""Per-node checks: one case per check, node, interface, binary.
+
+Each check reads live state over the node's one SSH connection and compares
+it with the plan (what the inventory and the roles' defaults imply). Messages
+name what was seen and what was expected; the node and interface are in the
+test id and the report's host/subject.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+
+from sparkctl.checks import parse
+from sparkctl.checks.conftest import as_root, mark_down
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def _twin(nplan: dict[str, Any], twin: str) -> dict[str, Any]:
+    return dict(next(t for t in nplan["roce_fabric"]["twins"] if t["twin"] == twin))
+
+
+def _run(host: Any, argv: list[str], timeout: int = 30) -> Any:
+    """One command, bounded: a hung tool fails its check instead of the run."""
+    return host.run(shlex.join(["timeout", str(timeout), *argv]))
+
+
+def test_reachable(request: pytest.FixtureRequest, host: Any, node: str, seen: Any) -> None:
+    try:
+        out = host.run("uname -n")
+    except RuntimeError as exc:  # testinfra's ssh backend: ssh itself failed (exit 255)
+        result = exc.args[0] if exc.args else exc
+        why = (getattr(result, "stderr", "") or str(result)).strip().splitlines()
+        mark_down(request.config, node, why[-1] if why else "ssh failed")
+        raise AssertionError(f"{node} does not answer over SSH: "
+                             f"{why[-1] if why else 'ssh failed'}") from None
+    assert out.rc == 0, f"uname -n: rc {out.rc}: {out.stderr.strip()}"
+    seen(f"answers as {out.stdout.strip()}")
+
+
+# ------------------------------------------------------------------ GPU
+def test_gpu(host: Any, nplan: dict[str, Any], seen: Any) -> None:
+    want = nplan["nvidia_driver"]
+    out = _run(host, ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    assert out.rc == 0, f"nvidia-smi: rc {out.rc}: {(out.stdout + out.stderr).strip()[:200]}"
+    gpus = parse.nvidia_smi_query(out.stdout)
+    names = [g.name for g in gpus]
+    assert any(want["gpu"] in n for n in names), f"GPU {names}, want a {want['gpu']}"
+    low = [g.driver for g in gpus if not parse.at_least(g.driver, want["min_driver"])]
+    assert not low, f"driver {low[0]} is older than the minimum {want['min_driver']}"
+    seen(f"{names[0]}, driver {gpus[0].driver} >= {want['min_driver']}")
+
+
+def test_cuda(host: Any, nplan: dict[str, Any], seen: Any) -> None:
+    want = nplan["nvidia_driver"]["min_cuda"]
+    out = _run(host, ["nvidia-smi"])
+    assert out.rc == 0, f"nvidia-smi: rc {out.rc}: {(out.stdout + out.stderr).strip()[:200]}"
+    cuda = parse.nvidia_smi_cuda(out.stdout)
+    assert parse.at_least(cuda, want), f"CUDA {cuda} is older than the minimum {want}"
+    seen(f"CUDA {cuda} >= {want}")
+
+
+# ------------------------------------------------------------------ fabric twins
+def test_twin_up(host: Any, nplan: dict[str, Any], twin: str, facts: dict[str, Any],
+                 seen: Any) -> None:
+    netdev = _twin(nplan, twin)["netdev"]
+    iface = host.interface(netdev)
+    assert iface.exists, f"{netdev} does not exist"
+    state = host.file(f"/sys/class/net/{netdev}/operstate").content_string.strip()
+    carrier = host.run(f"cat /sys/class/net/{shlex.quote(netdev)}/carrier").stdout.strip()
+    facts.setdefault("mac", {})[twin] = host.file(
+        f"/sys/class/net/{netdev}/address").content_string.strip()
+    assert state == "up" and carrier == "1", \
+        f"{netdev} is {state} (carrier {carrier or 'unknown'}): cable, switch port or link down"
+    seen(f"{netdev} up")
+
+
+def test_twin_address(host: Any, nplan: dict[str, Any], twin: str, facts: dict[str, Any],
+                      seen: Any) -> None:
+    spec = _twin(nplan, twin)
+    out = host.run("ip -j -4 addr show")
+    assert out.rc == 0, f"ip addr show: {out.stderr.strip()}"
+    every = parse.ip_addr_json(out.stdout)
+    facts["addresses"] = every  # all interfaces: the cluster's duplicate-address check
+    have = every.get(spec["netdev"], [])
+    assert spec["address"] in have, \
+        f"{spec['netdev']} has {', '.join(have) or 'no IPv4 address'}, want {spec['address']}"
+    extra = [a for a in have if a != spec["address"]]
+    assert not extra, f"{spec['netdev']} also has {', '.join(extra)} (want only {spec['address']})"
+    seen(f"{spec['netdev']} {spec['address']}")
+
+
+def test_twin_mtu(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> None:
+    netdev = _twin(nplan, twin)["netdev"]
+    want = int(nplan["roce_fabric"]["mtu"])
+    text = host.run(f"cat /sys/class/net/{shlex.quote(netdev)}/mtu").stdout.strip()
+    have = int(text) if text.isdigit() else -1
+    assert have == want, f"{netdev} MTU {have}, want {want}"
+    seen(f"{netdev} MTU {have}")
+
+
+def test_twin_speed(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> None:
+    netdev = _twin(nplan, twin)["netdev"]
+    want = int(nplan["roce_fabric"]["speed_mbps"])
+    text = host.run(f"cat /sys/class/net/{shlex.quote(netdev)}/speed").stdout.strip()
+    have = int(text) if text.lstrip("-").isdigit() else -1
+    hint = " (negotiated down: force the switch port to full speed)" \
+        if 0 < have < want else ""
+    assert have == want, f"{netdev} speed {have if have > 0 else 'unknown'} Mb/s, " \
+                         f"want {want} Mb/s{hint}"
+    seen(f"{netdev} {have} Mb/s")
+
+
+def test_roce_device(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> None:
+    spec = _twin(nplan, twin)
+    out = _run(host, ["ibdev2netdev"])
+    assert out.rc == 0, f"ibdev2netdev: rc {out.rc}: {out.stderr.strip()[:200]}"
+    mapping = parse.ibdev2netdev(out.stdout)
+    assert spec["ibdev"] in mapping, \
+        f"no RoCE device {spec['ibdev']} (have {', '.join(sorted(mapping)) or 'none'})"
+    netdev, state = mapping[spec["ibdev"]]
+    assert netdev == spec["netdev"], f"{spec['ibdev']} maps to {netdev}, want {spec['netdev']}"
+    assert state == "Up", f"{spec['ibdev']} ({netdev}) is {state}"
+    seen(f"{spec['ibdev']} -> {netdev} Up")
+
+
+# ------------------------------------------------------------------ NCCL
+def test_nccl_env(host: Any, nplan: dict[str, Any], seen: Any) -> None:
+    want = nplan["nccl"]
+    expected = {k: str(v) for k, v in want["env"].items()}
+    with as_root(host):
+        env_text = host.file(want["env_file"]).content_string
+        if expected.get("NCCL_IB_GID_INDEX") == want["gid_placeholder"]:
+            record = parse.env_file(host.file(want["record_file"]).content_string)
+            assert record.get("ROCE_GID_INDEX"), \
+                f"{want['record_file']} has no ROCE_GID_INDEX (provision the roce_fabric role)"
+            expected["NCCL_IB_GID_INDEX"] = record["ROCE_GID_INDEX"]
+        conf_text = host.file(want["conf_file"]).content_string
+    diff = parse.env_diff(parse.env_file(env_text), expected)
+    assert not diff, f"{want['env_file']}: {'; '.join(diff)}"
+    nccl_only = {k: v for k, v in expected.items() if k.startswith("NCCL_")}
+    diff = parse.env_diff(parse.env_file(conf_text), nccl_only)
+    assert not diff, f"{want['conf_file']}: {'; '.join(diff)}"
+    seen(f"{len(expected)} variables as the inventory implies "
+         f"(NCCL_IB_GID_INDEX={expected.get('NCCL_IB_GID_INDEX')})")
+
+
+def test_nccl_tests_binary(host: Any, nplan: dict[str, Any], binary: str, seen: Any) -> None:
+    path = f"{nplan['nccl']['tests_dir']}/{binary}"
+    f = host.file(path)
+    assert f.exists, f"{path} is missing"
+    assert f.mode & 0o111, f"{path} is not executable (mode {f.mode:o})"
+    seen(path)
+
+
+def test_mpirun(host: Any, seen: Any) -> None:
+    out = _run(host, ["mpirun", "--version"])
+    assert out.rc == 0, f"mpirun --version: rc {out.rc}: {(out.stderr or out.stdout).strip()[:200]}"
+    seen(out.stdout.strip().splitlines()[0] if out.stdout.strip() else "mpirun")
+
+
+def test_cluster_ssh(host: Any, plan: dict[str, Any], nplan: dict[str, Any], peer: str,
+                     seen: Any) -> None:
+    """As the cluster user, over fabric a (mpirun's path), with strict host key checking."""
+    user = nplan["base"]["cluster_user"]
+    address = plan["hosts"][peer]["fabric_a_ip"]
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", "ConnectTimeout=5", address, "true"]
+    if host.user.name != user:
+        argv = ["sudo", "-n", "-u", user, "-H", *argv]
+    out = _run(host, argv, timeout=15)
+    assert out.rc == 0, f"ssh {user}@{peer} ({address}): rc {out.rc}: " \
+                        f"{out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ''}"
+    seen(f"{user} -> {peer} ({address})")
+
+
+# ------------------------------------------------------------------ clock
+def test_clock(host: Any, nplan: dict[str, Any], settings: dict[str, Any], seen: Any) -> None:
+    out = _run(host, ["chronyc", "-n", "tracking"])
+    assert out.rc == 0, f"chronyc tracking: rc {out.rc}: {out.stderr.strip()[:200]}"
+    track = parse.chronyc_tracking(out.stdout)
+    limit_ms = float(settings["clock_max_offset_ms"])
+    assert track.leap == "Normal", f"chronyd: leap status {track.leap!r} (not synchronised)"
+    assert track.reference != "00000000", "chronyd has no reference (not synchronised)"
+    assert abs(track.offset_s) * 1000 <= limit_ms, \
+        f"clock {track.offset_s * 1000:+.1f} ms from its reference (limit {limit_ms:g} ms)"
+    seen(f"offset {track.offset_s * 1e6:+.0f} us, stratum {track.stratum}")
+
+
+# ------------------------------------------------------------------ model and service
+def _model_check(host: Any, nplan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    import json  # noqa: PLC0415
+
+    if "model_check" not in facts:
+        m = nplan["model_cache"]
+        argv = [m["relay"], "check", m["root"], "--manifest", m["manifest"], "--state", m["state"],
+                "--link", m["link"], "--read-only"]
+        with as_root(host):
+            out = _run(host, argv, timeout=600)
+        assert out.rc == 0, f"{m['relay']} check: {(out.stderr or out.stdout).strip()[-300:]}"
+        facts["model_check"] = json.loads(out.stdout)
+    return dict(facts["model_check"])
+
+
+def test_model_cache(host: Any, nplan: dict[str, Any], facts: dict[str, Any], seen: Any) -> None:
+    m = nplan["model_cache"]
+    if m["source"] == "none":
+        pytest.skip("no model configured (model_cache_source: none)")
+    have = _model_check(host, nplan, facts)
+    broken = have["missing"] + have["bad"]
+    assert not broken, (f"{m['root']}: {len(have['missing'])} missing, {len(have['bad'])} "
+                        f"damaged of {have['files']} files (first: {broken[0]}); "
+                        "run `sparkctl model sync`")
+    assert have.get("link_target") == m["root"], \
+        f"{m['link']} points at {have.get('link_target')}, want {m['root']}"
+    seen(f"{have['files']} files, {have['total_bytes'] / GiB:.2f} GiB match the manifest")
+
+
+def test_sglang_unit(host: Any, nplan: dict[str, Any], facts: dict[str, Any], seen: Any) -> None:
+    unit = nplan["sglang"]["unit"]
+    out = host.run(f"systemctl show -p LoadState,UnitFileState,ActiveState,MemoryCurrent "
+                   f"{shlex.quote(unit)}")
+    props = parse.systemctl_show(out.stdout)
+    facts["sglang"] = props
+    assert props.get("LoadState") == "loaded", \
+        f"{unit} is not installed (LoadState {props.get('LoadState', '?')})"
+    seen(f"{unit} loaded, {props.get('ActiveState', '?')}")
+
+
+def test_memory(host: Any, nplan: dict[str, Any], settings: dict[str, Any],
+                facts: dict[str, Any], seen: Any) -> None:
+    """Room for this node's share of the weights plus headroom (SGLang's own use counts as room)."""
+    mem = parse.meminfo(host.file("/proc/meminfo").content_string)
+    facts["mem_available"] = mem["MemAvailable"]
+    available = mem["MemAvailable"]
+    props = parse.systemctl_show(host.run(
+        f"systemctl show -p ActiveState,MemoryCurrent {shlex.quote(nplan['sglang']['unit'])}"
+    ).stdout)
+    if props.get("ActiveState") == "active" and props.get("MemoryCurrent", "").isdigit():
+        available += int(props["MemoryCurrent"])
+    share = 0
+    if nplan["model_cache"]["source"] != "none":
+        model = _model_check(host, nplan, facts)
+        share = int(model["total_bytes"]) // max(1, int(nplan["sglang"]["nnodes"]))
+    need = share + int(settings["mem_headroom_mb"]) * MiB
+    assert available >= need, (f"{available / GiB:.1f} GiB available, need {need / GiB:.1f} GiB "
+                               f"({share / GiB:.1f} GiB of weights + "
+                               f"{int(settings['mem_headroom_mb'])} MiB headroom)")
+    seen(f"{available / GiB:.1f} GiB available >= {need / GiB:.1f} GiB")
+
+
+def test_disk(host: Any, nplan: dict[str, Any], settings: dict[str, Any],
+              facts: dict[str, Any], seen: Any) -> None:
+    m = nplan["model_cache"]
+    headroom = int(settings["disk_headroom_mb"]) * MiB
+    if m["source"] != "none":
+        model = _model_check(host, nplan, facts)
+        free, need = int(model["free_bytes"]), int(model["need_bytes"]) + headroom
+        what = f"{int(model['need_bytes']) / GiB:.1f} GiB of model still to copy + headroom"
+    else:
+        out = host.run("df -P -B1 " + shlex.quote(m["dir"]) + " 2>/dev/null || df -P -B1 /")
+        free = int(out.stdout.splitlines()[-1].split()[3])
+        need, what = headroom, "headroom"
+    assert free >= need, f"{free / GiB:.1f} GiB free for {m['dir']}, need {need / GiB:.1f} GiB " \
+                         f"({what})"
+    seen(f"{free / GiB:.1f} GiB free")
