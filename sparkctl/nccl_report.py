@@ -1,42 +1,64 @@
 """Parse nccl-tests output (``all_reduce_perf`` and friends) into typed rows.
 
-One parser for every layout in use, found from the column header rather than
-assumed:
+One parser for every layout in use, read from the column header rather than
+assumed (tests/fixtures/nccl holds a real log of each, SOURCES.md says where
+it came from):
 
-- nccl-tests 2.x before ``root`` (``size count type redop time algbw busbw
-  error ...``): the error column is the maximum error as a float;
-- later 2.x (``... redop root time algbw busbw #wrong ...``): ``#wrong`` is a
-  count, ``N/A`` where in-place results are not checked;
-- 2.18 with ``-R``/timestamps: a trailing ``timestamp`` column (date and time).
+- the oldest nccl-tests print header and summary lines without a ``#``;
+- nccl-tests before the ``root``/``redop`` columns were common to all tests
+  (2019 and older) print only the columns a collective has: ``size count type``
+  then ``redop`` (reductions) and/or ``root`` (rooted collectives), and a float
+  ``error`` column (the maximum error) where later versions count ``#wrong``;
+- later 2.x: ``size count type redop root time algbw busbw #wrong`` twice,
+  ``N/A`` where a result is not checked, ``#wrong`` printed with ``%g`` (so a
+  large count reads ``2.68435e+08``); 2.17+ adds ``# nccl-tests version``;
+- ``-C 1`` names the time columns ``cputime``; the timestamp option adds a
+  trailing ``timestamp`` column (date and time); the newest versions can add
+  ``#bitdiff`` and per-iteration columns to each half (kept in ``Half.extra``);
+- lines may carry an MPI ``--tag-output`` prefix (``[1,0]<stdout>:``) or an
+  ``srun --label`` one (``0: ``), and be indented.
 
 A log that has no column header, no rows, a row that does not fit the header,
-or no ``Avg bus bandwidth`` line (the run was cut short) is refused with a
+rows cut out (``...``), a second run, no ``Avg bus bandwidth`` line (the run
+was cut short), or an average the rows do not add up to is refused with a
 :class:`SparkctlError` naming the line: a partial log must never become a
 number. ``sparkctl report nccl LOGFILE`` and ``validate`` use this module.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sparkctl.errors import ExitCode, SparkctlError
 
-_HEADER_START = ("size", "count", "type", "redop")
-_FAILURE = re.compile(r"Test NCCL failure|Test CUDA failure|Test failure|NCCL WARN|"
-                      r"Assertion .* failed|MPI_ABORT|mpirun noticed")
+_LEAD = ("size", "count", "type")
+_TIMES = ("time", "cputime")
+_CHECKS = ("#wrong", "error")
+_FAILURE = re.compile(r"Test NCCL failure|Test CUDA failure|Test failure|Test timeout|"
+                      r"NCCL WARN|Assertion .* failed|MPI_ABORT|mpirun noticed")
+# mpirun --tag-output ("[1,0]<stdout>:") and srun --label ("0: ") in front of each line.
+_PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))")
+_INT = re.compile(r"\d+")
+# The largest maximum error the error-column versions accept per type
+# (DeltaMaxValue in their src/common.cu); a bigger one counted out of bounds.
+_ERROR_BOUND = {"half": 1e-2, "float16": 1e-2, "bfloat16": 1e-2, "float": 1e-5,
+                "float32": 1e-5, "double": 1e-12, "float64": 1e-12}
 
 
 @dataclass(frozen=True)
 class Half:
     """One of the out-of-place / in-place measurements of a row."""
 
-    time_us: float
+    time_us: float  # the CPU time where the log has "cputime" columns (-C 1)
     algbw: float  # GB/s
     busbw: float  # GB/s
     wrong: int | None  # #wrong; None where not checked (N/A) or the log has an error column
     error: float | None = None  # the older layout's maximum error
+    extra: tuple[tuple[str, float | None], ...] = ()  # further columns (#bitdiff, i_p99, ...)
 
 
 @dataclass(frozen=True)
@@ -44,11 +66,12 @@ class Row:
     size: int  # bytes
     count: int  # elements
     type: str
-    redop: str
+    redop: str  # "none" where the layout has no redop column (it had one only for reductions)
     root: int | None
     out_of_place: Half
     in_place: Half
     line: int
+    timestamp: str | None = None  # "YYYY-MM-DD HH:MM:SS" with the timestamp column
 
 
 @dataclass(frozen=True)
@@ -59,20 +82,54 @@ class NcclReport:
     avg_busbw: float
     oob_values: int | None
     errors: list[str] = field(default_factory=list)
+    oob_verdict: str | None = None  # the word after the out-of-bounds count: "OK" or "FAILED"
+    avg_check: str | None = None  # "OK"/"FAILED" against NCCL_TESTS_MIN_BW; None if not set
+    bitwise_mismatches: int | None = None  # the newest versions' bitwise-repeatability count
+    cputime: bool = False  # the time columns are CPU time (-C 1), not GPU time
 
     @property
     def wrong(self) -> int:
-        """Results counted wrong, out-of-place and in-place, over every row."""
-        return sum((h.wrong or 0) for r in self.rows for h in (r.out_of_place, r.in_place)) \
-            + sum(1 for r in self.rows for h in (r.out_of_place, r.in_place)
-                  if h.error is not None and h.error > 0)
+        """Results counted wrong, out-of-place and in-place, over every row.
+
+        The #wrong counts where the log has them; with the older error column,
+        the halves whose maximum error exceeds what that nccl-tests accepted
+        for the type (so float rounding such as ``2e-07`` is not counted).
+        """
+        total = 0
+        for row in self.rows:
+            bound = _ERROR_BOUND.get(row.type, 0.0)
+            for half in (row.out_of_place, row.in_place):
+                total += half.wrong or 0
+                if half.error is not None and half.error > bound:
+                    total += 1
+        return total
 
     def largest(self, n: int = 1) -> list[Row]:
         """The ``n`` rows of the largest sizes (where busbw means the link, not latency)."""
         return sorted(self.rows, key=lambda r: r.size)[-n:]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "wrong": self.wrong}
+        """JSON-ready: a half's further columns become a {name: value} object."""
+        data = asdict(self)
+        for row in data["rows"]:
+            for half in (row["out_of_place"], row["in_place"]):
+                half["extra"] = dict(half["extra"])
+        return {**data, "wrong": self.wrong}
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the column header says a row holds."""
+
+    redop: bool
+    root: bool
+    half: tuple[str, ...]  # time|cputime, algbw, busbw, #wrong|error, then any extras
+    timestamp: bool
+    line: int
+
+    @property
+    def width(self) -> int:
+        return len(_LEAD) + self.redop + self.root + 2 * len(self.half) + 2 * self.timestamp
 
 
 def _bad(source: str, line: int | None, problem: str) -> SparkctlError:
@@ -81,89 +138,167 @@ def _bad(source: str, line: int | None, problem: str) -> SparkctlError:
                          hint="pass the complete output of one nccl-tests run")
 
 
-def _half(tokens: list[str], kind: str, source: str, number: int) -> Half:
+def _layout(words: list[str], source: str, number: int) -> _Layout:
+    """The layout the header words (without ``#``) describe; refused if not understood."""
+    rest = words[len(_LEAD):]
+    redop = bool(rest) and rest[0] == "redop"
+    rest = rest[redop:]
+    root = bool(rest) and rest[0] == "root"
+    rest = rest[root:]
+    timestamp = bool(rest) and rest[-1] == "timestamp"
+    rest = rest[:len(rest) - timestamp]
+    starts = [i for i, word in enumerate(rest) if word in _TIMES]
+    if len(starts) == 2 and starts[0] == 0:
+        first, second = tuple(rest[:starts[1]]), tuple(rest[starts[1]:])
+        if (first == second and len(first) >= 4 and first[1:3] == ("algbw", "busbw")
+                and first[3] in _CHECKS):
+            return _Layout(redop, root, first, timestamp, number)
+    raise _bad(source, number, "column header not understood (expected size count type "
+               f"[redop] [root], then time algbw busbw #wrong|error twice): {' '.join(words)!r}")
+
+
+def _number(token: str, what: str, source: str, number: int) -> float:
+    try:
+        return float(token)
+    except ValueError:
+        raise _bad(source, number, f"{what} {token!r} is not a number") from None
+
+
+def _half(tokens: list[str], layout: _Layout, source: str, number: int) -> Half:
     try:
         time_us, algbw, busbw = float(tokens[0]), float(tokens[1]), float(tokens[2])
     except ValueError:
         raise _bad(source, number, f"time/algbw/busbw {tokens[:3]} are not numbers") from None
-    last = tokens[3]
-    if kind == "error":
-        try:
-            return Half(time_us, algbw, busbw, None, float(last))
-        except ValueError:
-            raise _bad(source, number, f"error column {last!r} is not a number") from None
-    if last == "N/A":
-        return Half(time_us, algbw, busbw, None)
-    try:
-        return Half(time_us, algbw, busbw, int(float(last)))
-    except ValueError:
-        raise _bad(source, number, f"#wrong {last!r} is not a count") from None
+    extra = tuple((name, None if tok == "N/A" else _number(tok, name, source, number))
+                  for name, tok in zip(layout.half[4:], tokens[4:], strict=True))
+    check = tokens[3]
+    if layout.half[3] == "error":
+        return Half(time_us, algbw, busbw, None, _number(check, "error column", source, number),
+                    extra)
+    if check == "N/A":
+        return Half(time_us, algbw, busbw, None, extra=extra)
+    wrong = _number(check, "#wrong", source, number)
+    if not (math.isfinite(wrong) and wrong >= 0):
+        raise _bad(source, number, f"#wrong {check!r} is not a count")
+    return Half(time_us, algbw, busbw, round(wrong), extra=extra)
 
 
-def _row(line: str, columns: list[str], source: str, number: int) -> Row:
+def _row(line: str, layout: _Layout, source: str, number: int) -> Row:
     """One result row, read by the header's columns."""
     tokens = line.split()
-    has_root = "root" in columns
-    kind = "error" if "error" in columns else "#wrong"
-    stamped = columns[-1] == "timestamp"
-    want = 4 + has_root + 8 + (2 if stamped else 0)
-    if len(tokens) != want:
-        raise _bad(source, number, f"{len(tokens)} fields where the header has "
-                   f"{want}: {line!r} (garbled or cut off)")
+    if len(tokens) != layout.width:
+        raise _bad(source, number, f"{len(tokens)} fields where the header has {layout.width}"
+                   f" (line {layout.line}): {line!r} (garbled or cut off)")
+    lead = len(_LEAD) + layout.redop + layout.root
     try:
         size, count = int(tokens[0]), int(tokens[1])
-        root = int(tokens[4]) if has_root else None
+        root = int(tokens[lead - 1]) if layout.root else None
     except ValueError:
         raise _bad(source, number, f"size/count/root are not integers: {line!r}") from None
-    rest = tokens[4 + has_root:]
-    return Row(size, count, tokens[2], tokens[3], root, _half(rest[0:4], kind, source, number),
-               _half(rest[4:8], kind, source, number), number)
+    redop = tokens[3] if layout.redop else "none"
+    n = len(layout.half)
+    stamp = " ".join(tokens[-2:]) if layout.timestamp else None
+    return Row(size, count, tokens[2], redop, root,
+               _half(tokens[lead:lead + n], layout, source, number),
+               _half(tokens[lead + n:lead + 2 * n], layout, source, number), number, stamp)
 
 
-def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR0912
+def _summary_count(body: str, line: str, source: str, number: int) -> tuple[int, str | None]:
+    """``Out of bounds values : 4 FAILED`` (or Bitwise mismatches): the count and the verdict."""
+    words = body.split(":", 1)[1].split()
+    try:
+        return int(words[0]), (words[1] if len(words) > 1 else None)
+    except (IndexError, ValueError):
+        raise _bad(source, number, f"unreadable summary line: {line!r}") from None
+
+
+def _half_ulp(token: str) -> float:
+    """Half a unit in the last printed place of ``token`` (its rounding)."""
+    try:
+        exponent = Decimal(token).as_tuple().exponent
+    except InvalidOperation:
+        return math.inf
+    return 0.5 * 10.0 ** exponent if isinstance(exponent, int) else math.inf
+
+
+def _check_average(rows: list[Row], tokens: list[str], avg: float, source: str,
+                   number: int) -> None:
+    """nccl-tests averages the busbw of every half it printed: the rows must add up to it."""
+    mean = sum(h.busbw for r in rows for h in (r.out_of_place, r.in_place)) / (2 * len(rows))
+    slack = max(_half_ulp(t) for t in tokens) + 5e-6 * abs(avg) + 1e-9
+    if not abs(mean - avg) <= slack:
+        raise _bad(source, number, f"the 'Avg bus bandwidth' {avg:g} is not the mean of the "
+                   f"{len(rows)} row(s) above it ({mean:.6g}): rows are missing or garbled")
+
+
+def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR0912, PLR0915
     """The report in ``text``; a :class:`SparkctlError` (exit 2) for anything partial."""
-    lines = text.splitlines()
-    columns: list[str] | None = None
+    layout: _Layout | None = None
     rows: list[Row] = []
+    busbw_tokens: list[str] = []
     avg: float | None = None
+    avg_line = 0
+    avg_check: str | None = None
     oob: int | None = None
+    oob_verdict: str | None = None
+    bitwise: int | None = None
     version = collective = None
     errors: list[str] = []
-    for number, raw in enumerate(lines, start=1):
-        line = raw.strip()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = _PREFIX.sub("", raw, count=1).strip()
         if not line:
             continue
         if _FAILURE.search(line):
             errors.append(line)
-        if line.startswith("#"):
-            body = line.lstrip("#").strip()
-            words = body.split()
-            if tuple(words[:4]) == _HEADER_START:
-                columns = words
-            elif body.startswith("nccl-tests version"):
-                version = words[2] if len(words) > 2 else None
-            elif body.startswith("Collective test concluded:"):
-                collective = body.split(":", 1)[1].strip()
-            elif body.startswith("Avg bus bandwidth"):
-                try:
-                    avg = float(body.split(":", 1)[1].split()[0])
-                except (IndexError, ValueError):
-                    raise _bad(source, number, f"unreadable average: {line!r}") from None
-            elif body.startswith("Out of bounds values"):
-                try:
-                    oob = int(body.split(":", 1)[1].split()[0])
-                except (IndexError, ValueError):
-                    raise _bad(source, number, f"unreadable out-of-bounds line: {line!r}") from None
-            continue
-        if columns is None or not line[0].isdigit():
-            continue  # banners, device lines, NCCL INFO, mpirun chatter
-        rows.append(_row(line, columns, source, number))
-    if columns is None:
-        raise _bad(source, None, "no nccl-tests column header (# size count type redop ...)")
+        body = line.lstrip("#").strip()
+        words = body.split()
+        if tuple(words[:3]) == _LEAD:
+            if layout is not None:
+                raise _bad(source, number, f"a second column header (the first is on line "
+                           f"{layout.line}): the log holds more than one run")
+            layout = _layout(words, source, number)
+        elif body.startswith("nccl-tests version"):
+            version = words[2] if len(words) > 2 else None
+        elif body.startswith(("Collective test concluded:", "Collective test starting:")):
+            collective = body.split(":", 1)[1].strip() or collective
+        elif body.startswith("Avg bus bandwidth"):
+            if avg is not None:
+                raise _bad(source, number, f"a second 'Avg bus bandwidth' line (the first is on "
+                           f"line {avg_line}): the log holds more than one run")
+            parts = body.split(":", 1)[1].split() if ":" in body else []
+            try:
+                avg = float(parts[0])
+            except (IndexError, ValueError):
+                raise _bad(source, number, f"unreadable average: {line!r}") from None
+            if not math.isfinite(avg):
+                raise _bad(source, number, f"unreadable average: {line!r}")
+            avg_line, avg_check = number, (parts[1] if len(parts) > 1 else None)
+        elif body.startswith("Out of bounds values"):
+            oob, oob_verdict = _summary_count(body, line, source, number)
+        elif body.startswith("Bitwise mismatches"):
+            bitwise, _ = _summary_count(body, line, source, number)
+        elif layout is not None and not line.startswith("#"):
+            if line == "...":
+                raise _bad(source, number, "rows left out ('...'): an excerpt, not a whole log")
+            if not _INT.fullmatch(words[0]):
+                continue  # NCCL INFO/WARN lines, failure lines, mpirun chatter
+            if avg is not None:
+                raise _bad(source, number, f"a result row after the 'Avg bus bandwidth' line "
+                           f"{avg_line}: {line!r}")
+            row = _row(line, layout, source, number)
+            rows.append(row)
+            n = len(layout.half)
+            lead = len(_LEAD) + layout.redop + layout.root
+            busbw_tokens += [words[lead + 2], words[lead + n + 2]]
+    if layout is None:
+        raise _bad(source, None, "no nccl-tests column header (# size count type redop ...)"
+                   + (f"; the run failed: {errors[0]}" if errors else ""))
     if not rows:
         raise _bad(source, None, "a column header but no result rows"
                    + (f"; the run failed: {errors[0]}" if errors else ""))
     if avg is None:
         raise _bad(source, None, f"no 'Avg bus bandwidth' line after {len(rows)} row(s): "
                    "the run did not finish" + (f" ({errors[0]})" if errors else ""))
-    return NcclReport(collective, version, rows, avg, oob, errors)
+    _check_average(rows, busbw_tokens, avg, source, avg_line)
+    return NcclReport(collective, version, rows, avg, oob, errors, oob_verdict, avg_check,
+                      bitwise, layout.half[0] == "cputime")
