@@ -144,6 +144,43 @@ def model_sync(inventory_path: Path, full_verify: bool, extra: tuple[str, ...], 
          as_json=as_json)
 
 
+@cli.command()
+@_INVENTORY_ARG
+@click.option("--baseline", metavar="PATH|last-good",
+              help="Compare with an earlier run (its directory or report.json, or last-good): "
+                   "a judged size more than the tolerance below it fails.")
+@click.option("--no-nccl", is_flag=True, help="Node and fabric checks only (no nccl-tests).")
+@click.option("-c", "--collective", "collectives", multiple=True,
+              type=click.Choice(["all_reduce", "all_gather", "reduce_scatter"]),
+              help="Only these collectives (repeatable; default: validate_collectives).")
+@click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout.")
+def validate(inventory_path: Path, baseline: str | None, no_nccl: bool,
+             collectives: tuple[str, ...], as_json: bool) -> None:
+    """Check every node and the fabric, gate NCCL bandwidth, write a report.
+
+    Exit 0 when everything passes, 1 when a check, the bandwidth gate or the
+    baseline comparison fails (the report says which node, interface and
+    collective), 2 for bad input, 3 when a node cannot be reached.
+    """
+    from sparkctl.validate import run, summary  # noqa: PLC0415
+
+    report, run_dir = run.validate(run.Options(inventory=inventory_path, baseline=baseline,
+                                               nccl=not no_nccl, collectives=collectives))
+    if as_json:
+        _print_json(report.to_dict())
+    else:
+        summary.show(report)
+    console.progress(f"report: {run_dir / 'report.html'} (and report.json)")
+    if report.verdict != "passed":
+        bad = sorted({c.host for c in report.failed_checks()}
+                     | {h for r in report.nccl if r.scope == "all" and r.outcome != "passed"
+                        for h in ([f.host for f in report.localisation] or ["cluster"])})
+        unreachable = any(c.check in ("reachable", "suite") and not c.ok for c in report.checks)
+        raise SparkctlError(f"validation failed on {', '.join(bad) or report.cluster}"
+                            f" (report: {run_dir / 'report.html'})",
+                            ExitCode.UNREACHABLE if unreachable else ExitCode.CHECKS_FAILED)
+
+
 @cli.group("report")
 def report_group() -> None:
     """Read saved results with the same code the commands use."""

@@ -85,8 +85,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         for twin in twins:
             for peer in peers:
                 for binary in binaries:
-                    values = {"node": node, "twin": twin, "peer": peer, "binary": binary}
-                    combos.append(tuple(values[n] for n in names))
+                    chosen = {"node": node, "twin": twin, "peer": peer, "binary": binary}
+                    combos.append(tuple(chosen[n] for n in names))
     ids = ["-".join(v for v in combo if v) for combo in combos]
     values: list[Any] = [c[0] for c in combos] if len(names) == 1 else list(combos)
     metafunc.parametrize(",".join(names), values, ids=ids)

@@ -1,0 +1,362 @@
+"""``sparkctl validate``: the node checks, the NCCL gate, the report, the baseline.
+
+1. The inventory is checked (exit 2, nothing contacted) and the plan computed
+   from it by ``playbooks/validate_plan.yml`` (cached per input).
+2. The node checks (``sparkctl/checks``) run as one pytest process per node,
+   all nodes at once, each over one SSH connection; the cluster checks are
+   computed from what the nodes saw (duplicate addresses, neighbours).
+3. nccl-tests runs from the head for each collective; failing or slow runs
+   are localised with pairwise runs.
+4. The report (report.json, report.html) goes into the run's directory; a
+   passing run becomes ``last-good``; ``--baseline`` compares with an earlier one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkctl import __version__, console, inventory
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.lock import inventory_lock
+from sparkctl.paths import playbooks_dir, roles_dir, state_dir
+from sparkctl.provision import cluster_env, results_dir
+from sparkctl.runner import run_playbook
+from sparkctl.validate import nccl, sshconfig
+from sparkctl.validate.model import Check, Finding, NcclRun, Report, Thresholds
+
+CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
+LAB_HARDWARE = "/etc/sparkctl-lab/hardware.json"
+# Checks whose failure on the socket twin means nccl-tests cannot even start.
+_BLOCKING = {"reachable"}
+
+
+@dataclass
+class Options:
+    inventory: Path
+    baseline: str | None = None  # a run directory, a report.json, or "last-good"
+    nccl: bool = True
+    collectives: Sequence[str] = ()  # override the inventory's validate_collectives
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ plan
+def _plan_key(inv_path: Path) -> str:
+    digest = hashlib.sha256()
+    base = inv_path.resolve().parent
+    sources = [inv_path.resolve(), playbooks_dir() / "validate_plan.yml"]
+    for folder in (base / "group_vars", base / "host_vars"):
+        sources += sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    for sub in ("defaults", "vars", "meta"):
+        sources += sorted(roles_dir().glob(f"*/{sub}/*.yml"))
+    sources += sorted(roles_dir().glob("*/tasks/plan.yml"))
+    for src in sources:
+        digest.update(str(src).encode() + b"\0" + src.read_bytes() + b"\0")
+    digest.update(str(state_dir()).encode())
+    return digest.hexdigest()[:20]
+
+
+def load_plan(inv: inventory.Inventory, run_dir: Path) -> dict[str, Any]:
+    """What every node should look like: cached until an input file changes."""
+    cache = state_dir() / "plans" / f"{inv.cluster}-{_plan_key(inv.path)}.json"
+    if not cache.is_file():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        console.progress("plan: what the inventory implies for every node (validate_plan.yml)")
+        tmp = cache.with_suffix(".tmp")
+        result = run_playbook("validate_plan.yml", inv.path, results_dir=run_dir / "plan",
+                              extravars={"validate_plan_file": str(tmp)},
+                              envvars=cluster_env(inv.cluster))
+        if not result.ok or not tmp.is_file():
+            detail = "; ".join(f"{f.host}: {f.message}" for f in result.failures)
+            raise SparkctlError(f"could not compute the plan from {inv.path}: "
+                                f"{detail or result.status} (artifacts in {result.artifact_dir})",
+                                result.exit_code() if result.failures else ExitCode.BAD_INPUT)
+        tmp.replace(cache)
+    plan: dict[str, Any] = json.loads(cache.read_text())
+    (run_dir / "plan.json").write_text(json.dumps(plan, indent=1))
+    return plan
+
+
+def thresholds(plan: dict[str, Any], line_rate: float) -> Thresholds:
+    v = next(iter(plan["hosts"].values()))["validate"]
+    return Thresholds(line_rate_gbytes=line_rate, min_fraction=float(v["busbw_min_fraction"]),
+                      judged_sizes=int(v["judged_sizes"]),
+                      baseline_tolerance=float(v["baseline_tolerance"]))
+
+
+# ------------------------------------------------------------------ node checks
+def run_node_checks(plan_file: Path, ssh_config: Path, nodes: Sequence[str],
+                    run_dir: Path) -> tuple[list[Check], dict[str, dict[str, Any]], set[str]]:
+    """One pytest process per node, all at once; their results and what they saw."""
+    out_dir = run_dir / "checks"
+    out_dir.mkdir(exist_ok=True)
+
+    def one(node: str) -> tuple[str, int, str]:
+        argv = [sys.executable, "-m", "pytest", str(CHECKS_DIR), "-c",
+                str(CHECKS_DIR / "pytest.ini"), "--rootdir", str(CHECKS_DIR), "-q",
+                "--no-header", "-rN", "--sparkctl-plan", str(plan_file), "--sparkctl-node", node,
+                "--sparkctl-ssh-config", str(ssh_config),
+                "--sparkctl-out", str(out_dir / f"{node}.json")]
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
+                              timeout=900)
+        (out_dir / f"{node}.log").write_text(proc.stdout + proc.stderr)
+        return node, proc.returncode, proc.stdout + proc.stderr
+
+    checks: list[Check] = []
+    facts: dict[str, dict[str, Any]] = {}
+    down: set[str] = set()
+    with ThreadPoolExecutor(max_workers=len(nodes) or 1) as pool:
+        for node, rc, output in pool.map(one, nodes):
+            result = out_dir / f"{node}.json"
+            if rc not in (0, 1) or not result.is_file():
+                tail = [ln for ln in output.splitlines() if ln.strip()][-3:]
+                checks.append(Check("suite", node, None, "error",
+                                    f"the node checks did not run (pytest exit {rc}): "
+                                    + " | ".join(tail)))
+                down.add(node)
+                continue
+            data = json.loads(result.read_text())
+            checks += [Check(**c) for c in data["checks"]]
+            facts.update(data["facts"])
+            down |= set(data.get("down", {}))
+    return checks, facts, down
+
+
+def cluster_checks(plan: dict[str, Any], facts: dict[str, dict[str, Any]],
+                   down: set[str]) -> list[Check]:
+    """Across nodes: no address on two nodes, every neighbour is the node that owns the address."""
+    checks: list[Check] = []
+    owners: dict[str, list[str]] = {}
+    for node, seen in facts.items():
+        for ifname, addrs in seen.get("addresses", {}).items():
+            for addr in addrs:
+                ip = ipaddress.ip_interface(addr).ip
+                if ip.is_loopback or ip.is_link_local:
+                    continue  # every host has 127.0.0.1: only routable addresses must be unique
+                owners.setdefault(str(ip), []).append(f"{node} {ifname}")
+    fabric = {plan["hosts"][n][f"fabric_{t}_ip"] for n in plan["hosts"] for t in ("a", "b")}
+    dups = {a: o for a, o in owners.items() if len({x.split()[0] for x in o}) > 1}
+    if not facts:
+        checks.append(Check("unique_addresses", "cluster", None, "skipped",
+                            "no node reported its addresses"))
+    elif dups:
+        for addr, where in sorted(dups.items()):
+            checks.append(Check("unique_addresses", "cluster", addr, "failed",
+                                f"{addr} is configured on {' and '.join(where)}"))
+    else:
+        checks.append(Check("unique_addresses", "cluster", None, "passed",
+                            f"{len(owners)} addresses on {len(facts)} nodes, none twice"))
+    checks += _neighbour_checks(plan, facts, fabric)
+    if down:
+        checks.append(Check("all_nodes", "cluster", None, "failed",
+                            f"no answer from {', '.join(sorted(down))}"))
+    return checks
+
+
+def _neighbour_checks(plan: dict[str, Any], facts: dict[str, dict[str, Any]],
+                      fabric: set[str]) -> list[Check]:
+    """The MAC that answered for each fabric address must be its owner's twin."""
+    checks: list[Check] = []
+    mac_of = {plan["hosts"][n][f"fabric_{t}_ip"]: (n, t, facts.get(n, {}).get("mac", {}).get(t))
+              for n in plan["hosts"] for t in ("a", "b")}
+    wrong = []
+    for observer, seen in facts.items():
+        for addr, mac in seen.get("neigh", {}).items():
+            owner, twin, want = mac_of.get(addr, (None, None, None))
+            if addr in fabric and mac and want and mac.lower() != want.lower():
+                wrong.append(f"{observer} reached {addr} at {mac}, which is not {owner}'s "
+                             f"twin {twin} ({want}): another host answers for {owner}'s address")
+    if wrong:
+        checks += [Check("neighbours", "cluster", None, "failed", w) for w in wrong]
+    elif facts:
+        checks.append(Check("neighbours", "cluster", None, "passed",
+                            "every fabric address answered from its owner's interface"))
+    return checks
+
+
+# ------------------------------------------------------------------ line rate
+def line_rate(plan: dict[str, Any], head: str, runner: nccl.Runner) -> float:
+    """The inventory's line rate, or the lab's shaped rate read from the head's hardware.json."""
+    value = next(iter(plan["hosts"].values()))["validate"]["line_rate_gbytes"]
+    if value not in (None, "", "None"):
+        return float(value)
+    rc, out = runner(head, f"cat {LAB_HARDWARE}", 30)
+    try:
+        rate_mbit = int(json.loads(out)["link_rate_mbit"])
+    except (ValueError, KeyError, TypeError):
+        raise SparkctlError(
+            f"validate_line_rate_gbytes is not set and {head}:{LAB_HARDWARE} gives no "
+            f"link_rate_mbit (rc {rc}): set validate_line_rate_gbytes in the inventory",
+            ExitCode.BAD_INPUT) from None
+    return rate_mbit / 8 / 1000
+
+
+# ------------------------------------------------------------------ NCCL
+def _nccl_home(runner: nccl.Runner, head: str, version_file: str) -> str | None:
+    rc, out = runner(head, f"cat {version_file}", 30)
+    for line in out.splitlines() if rc == 0 else []:
+        key, _, value = line.partition("=")
+        if key == "NCCL_HOME" and value and value != "none":
+            return value
+    return None
+
+
+def nccl_gate(inv: inventory.Inventory, plan: dict[str, Any], facts: dict[str, dict[str, Any]],
+              runner: nccl.Runner, *, th: Thresholds, run_dir: Path,
+              collectives: Sequence[str]) -> tuple[list[NcclRun], list[Finding], list[str]]:
+    nodes = [n.name for n in inv.nodes]
+    head = nodes[0]
+    hp = plan["hosts"][head]
+    v, n_plan = hp["validate"], hp["nccl"]
+    mem = [int(facts[n]["mem_available"]) for n in nodes if "mem_available" in facts.get(n, {})]
+    max_bytes = nccl.sweep_max(mem, float(v["nccl_mem_fraction"]), int(v["nccl_max_bytes"]),
+                               int(v["nccl_min_bytes"]))
+    min_bytes = min(int(v["nccl_min_bytes"]), max_bytes)
+    as_root = hp["base"]["cluster_user"] == "root"
+    nccl_home = _nccl_home(runner, head, n_plan.get("version_file", "/etc/sparkctl/nccl-version"))
+    notes = [f"sweep {nccl.human(min_bytes)} .. {nccl.human(max_bytes)}: the largest buffer from "
+             f"the least available memory ({min(mem) / 2**30:.1f} GiB)" if mem else
+             f"sweep up to {nccl.human(max_bytes)} (no memory reading)"]
+
+    def launch(collective: str, hosts: Sequence[str], lo: int) -> nccl.Launch:
+        return nccl.Launch(
+            collective=collective, hosts=tuple(hosts),
+            addresses=tuple(plan["hosts"][h]["fabric_a_ip"] for h in hosts),
+            tests_dir=n_plan["tests_dir"], env_file=n_plan["env_file"],
+            env_keys=tuple(sorted(n_plan["env"])), min_bytes=lo, max_bytes=max_bytes,
+            iters=int(v["nccl_iters"]), warmup=int(v["nccl_warmup_iters"]),
+            timeout=int(v["nccl_timeout"]), as_root=as_root, nccl_home=nccl_home)
+
+    runs: list[NcclRun] = []
+    for collective in collectives:
+        console.progress(f"nccl-tests {collective}: {len(nodes)} ranks, "
+                         f"{nccl.human(min_bytes)} .. {nccl.human(max_bytes)}")
+        result = nccl.run(launch(collective, nodes, min_bytes), runner, th,
+                          run_dir / f"nccl-{collective}.log")
+        console.progress(f"nccl-tests {collective}: {result.outcome}: {result.message}")
+        runs.append(result)
+
+    findings: list[Finding] = []
+    failing = [r for r in runs if r.outcome != "passed"]
+    if failing and bool(v["localise"]) and len(nodes) > 2:
+        collective = failing[0].collective
+        top = max_bytes >> max(0, th.judged_sizes - 1)
+        console.progress(f"localising: pairwise {collective} over {len(nodes)} nodes")
+        pairs = nccl.run_pairs(lambda p: launch(collective, p, max(min_bytes, top)), runner, th,
+                               run_dir, nodes)
+        runs += pairs
+        findings = nccl.localise(pairs, nodes, lambda n: _port_of(inv, plan, n))
+    return runs, findings, notes
+
+
+def _port_of(inv: inventory.Inventory, plan: dict[str, Any], node: str) -> str | None:
+    """The socket twin's netdev and the switch port it is cabled to, when the inventory says."""
+    socket_if = plan["hosts"][node]["nccl"]["socket_ifname"]
+    twin = next((t["twin"] for t in plan["hosts"][node]["roce_fabric"]["twins"]
+                 if t["netdev"] == socket_if), "a")
+    ports = [p.name for p in inv.ports if p.node == node and p.twin in (twin, "both")]
+    return f"{socket_if} (switch port {', '.join(ports)})" if ports else socket_if
+
+
+def perftest_note(runner: nccl.Runner, head: str, setting: Any) -> list[str]:
+    """ib_write_bw needs RDMA devices: where perftest is missing, say so plainly."""
+    if str(setting).lower() in ("false", "no"):
+        return ["ib_write_bw: skipped (validate_perftest: false)"]
+    rc, _ = runner(head, "command -v ib_write_bw && ls /sys/class/infiniband", 30)
+    if rc != 0:
+        note = ("ib_write_bw: not available here (no perftest or no RDMA devices; the lab has "
+                "neither), RDMA write bandwidth not measured")
+        if str(setting).lower() in ("true", "yes"):
+            raise SparkctlError(f"{head}: {note}, but validate_perftest is true",
+                                ExitCode.CHECKS_FAILED)
+        return [note]
+    return ["ib_write_bw: installed; per-twin RDMA runs are not part of this version's gate"]
+
+
+# ------------------------------------------------------------------ the run
+def last_good_link(cluster: str) -> Path:
+    return state_dir() / "results" / cluster / "last-good"
+
+
+def validate(opts: Options) -> tuple[Report, Path]:
+    inv = inventory.validate(opts.inventory)  # exit 2 before any host is contacted
+    baseline_path = resolve_baseline(opts.baseline, inv.cluster) if opts.baseline else None
+    nodes = [n.name for n in inv.nodes]
+    run_dir = results_dir(inv.cluster, "validate")
+    run_dir.mkdir(parents=True)
+    started = time.monotonic()
+    with inventory_lock(opts.inventory, "validate"):
+        plan = load_plan(inv, run_dir)
+        ssh_cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
+        runner = nccl.ssh_runner(ssh_cfg)
+        console.progress(f"node checks on {len(nodes)} nodes, in parallel")
+        checks, facts, down = run_node_checks(run_dir / "plan.json", ssh_cfg, nodes, run_dir)
+        checks += cluster_checks(plan, facts, down)
+        rate = line_rate(plan, nodes[0], runner) if nodes[0] not in down else 0.0
+        th = thresholds(plan, rate)
+        report = Report(run_id=run_dir.name, cluster=inv.cluster, inventory=str(inv.path),
+                        started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        sparkctl_version=__version__, hosts=nodes, thresholds=th, checks=checks)
+        collectives = list(opts.collectives) or \
+            list(plan["hosts"][nodes[0]]["validate"]["collectives"])
+        socket_twin_down = sorted({c.host for c in checks if not c.ok and (
+            c.check in _BLOCKING or (c.check in ("twin_up", "mesh") and c.subject
+                                     and c.subject.split()[0] == plan["hosts"].get(
+                                         c.host, {}).get("nccl", {}).get("socket_ifname")))})
+        if not opts.nccl:
+            report.notes.append("nccl-tests: skipped (--no-nccl)")
+        elif socket_twin_down:
+            report.notes.append(f"nccl-tests: not started: {', '.join(socket_twin_down)} cannot "
+                                "carry it (see the failed checks)")
+            report.nccl = [NcclRun(c, "all", nodes, "skipped",
+                                   f"not started: {', '.join(socket_twin_down)} failed checks "
+                                   "on the socket interface") for c in collectives]
+        else:
+            runs, findings, notes = nccl_gate(inv, plan, facts, runner, th=th, run_dir=run_dir,
+                                              collectives=collectives)
+            report.nccl, report.localisation = runs, findings
+            report.notes += notes
+            report.notes += perftest_note(runner, nodes[0], plan["hosts"][nodes[0]]["validate"]
+                                          ["perftest"])
+        if baseline_path is not None:
+            from sparkctl.validate import report as report_io  # noqa: PLC0415
+
+            base = report_io.load(baseline_path)
+            report.baseline = report_io.compare(report, base, str(baseline_path),
+                                                th.baseline_tolerance)
+        report.duration_s = time.monotonic() - started
+        from sparkctl.validate import report as report_io  # noqa: PLC0415
+
+        report_io.write(report, run_dir)
+        if report.verdict == "passed":
+            link = last_good_link(inv.cluster)
+            tmp = link.with_name(".last-good.tmp")
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(run_dir.name)
+            tmp.replace(link)
+    return report, run_dir
+
+
+def resolve_baseline(value: str, cluster: str) -> Path:
+    if value == "last-good":
+        link = last_good_link(cluster)
+        if not link.exists():
+            raise SparkctlError(f"no last-good run for {cluster} yet ({link})", ExitCode.BAD_INPUT,
+                                hint="a validate run that passes becomes last-good")
+        return link.resolve()
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise SparkctlError(f"{path}: no such baseline (give a run directory, its report.json, "
+                            "or last-good)", ExitCode.BAD_INPUT)
+    return path

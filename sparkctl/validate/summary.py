@@ -1,0 +1,90 @@
+"""The terminal summary of a validation run: a check x node matrix, the failures,
+the bandwidth gate, localisation, the baseline and the verdict."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+
+from sparkctl import console
+from sparkctl.validate.model import Check, Report
+from sparkctl.validate.nccl import human
+
+_MARK = {"passed": "[green]ok[/green]", "skipped": "[dim]-[/dim]",
+         "failed": "[red]FAIL[/red]", "error": "[red]ERROR[/red]"}
+_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+def _cell(checks: list[Check]) -> str:
+    if not checks:
+        return ""
+    worst = max(checks, key=lambda c: _RANK[c.outcome])
+    bad = sum(1 for c in checks if not c.ok)
+    return _MARK[worst.outcome] + (f" {bad}/{len(checks)}" if bad and len(checks) > 1 else "")
+
+
+def show(report: Report) -> None:
+    out = console.out
+    hosts = list(report.hosts) + (["cluster"] if any(c.host == "cluster"
+                                                     for c in report.checks) else [])
+    matrix = Table(box=None, title="node checks", title_justify="left")
+    matrix.add_column("check")
+    for h in hosts:
+        matrix.add_column(h, justify="center")
+    names = list(dict.fromkeys(c.check for c in report.checks))
+    for name in names:
+        matrix.add_row(name, *(_cell([c for c in report.checks if c.check == name and c.host == h])
+                               for h in hosts))
+    out.print(matrix)
+    for c in report.failed_checks():
+        where = f"{c.host}" + (f" {c.subject}" if c.subject else "")
+        out.print(f"  [red]{c.outcome}[/red] {escape(c.check)} on [bold]{escape(where)}[/bold]: "
+                  f"{escape(c.message)}", highlight=False)
+    _gate(report)
+    _tail(report)
+
+
+def _gate(report: Report) -> None:
+    out = console.out
+    th = report.thresholds
+    if report.nccl:
+        table = Table(box=None, title=f"bandwidth gate (line rate {th.line_rate_gbytes:g} GB/s, "
+                      f"threshold {th.min_fraction:.0%} = {th.min_busbw_gbytes:.3f} GB/s)",
+                      title_justify="left")
+        for col in ("run", "size", "busbw GB/s", "of line", "result"):
+            table.add_column(col, justify="right" if col != "run" else "left")
+        for r in report.nccl:
+            name = r.collective if r.scope == "all" else f"  pair {'-'.join(r.hosts)}"
+            if not r.judged:
+                table.add_row(name, "", "", "", _MARK[r.outcome])
+            for j in r.judged:
+                table.add_row(name, human(j.size), f"{j.busbw:.3f}", f"{j.fraction:.0%}",
+                              _MARK[r.outcome])
+                name = ""
+        out.print(table)
+        for r in report.nccl:
+            if r.outcome != "passed" and r.scope == "all":
+                out.print(f"  [red]{r.outcome}[/red] {r.collective}: {escape(r.message)}",
+                          highlight=False)
+
+
+def _tail(report: Report) -> None:
+    out = console.out
+    for f in report.localisation:
+        where = f.host + (f" {f.subject}" if f.subject else "")
+        out.print(f"[yellow]localised[/yellow] [bold]{escape(where)}[/bold]: "
+                  f"{escape(f.message)}", highlight=False)
+    if report.baseline:
+        b = report.baseline
+        colour = "red" if b.outcome == "failed" else "green"
+        out.print(f"baseline {escape(b.run_id)}: [{colour}]{b.outcome}[/{colour}] "
+                  f"{escape(b.message)}", highlight=False)
+    for note in report.notes:
+        out.print(f"[dim]note: {escape(note)}[/dim]", highlight=False)
+    colour = "green" if report.verdict == "passed" else "red"
+    failed = len(report.failed_checks())
+    out.print(f"[bold {colour}]{report.verdict.upper()}[/bold {colour}] {report.cluster}: "
+              f"{len(report.checks) - failed}/{len(report.checks)} checks ok, "
+              f"{sum(1 for r in report.nccl if r.scope == 'all' and r.outcome == 'passed')}/"
+              f"{sum(1 for r in report.nccl if r.scope == 'all')} collectives pass "
+              f"({report.duration_s:.0f} s)", highlight=False)
