@@ -172,13 +172,8 @@ def validate(inventory_path: Path, baseline: str | None, no_nccl: bool,
         summary.show(report)
     console.progress(f"report: {run_dir / 'report.html'} (and report.json)")
     if report.verdict != "passed":
-        bad = sorted({c.host for c in report.failed_checks()}
-                     | {h for r in report.nccl if r.scope == "all" and r.outcome != "passed"
-                        for h in ([f.host for f in report.localisation] or ["cluster"])})
-        unreachable = any(c.check in ("reachable", "suite") and not c.ok for c in report.checks)
-        raise SparkctlError(f"validation failed on {', '.join(bad) or report.cluster}"
-                            f" (report: {run_dir / 'report.html'})",
-                            ExitCode.UNREACHABLE if unreachable else ExitCode.CHECKS_FAILED)
+        raise SparkctlError(run.failure_summary(report) + f" (report: {run_dir / 'report.html'})",
+                            run.exit_code(report))
 
 
 @cli.group("report")

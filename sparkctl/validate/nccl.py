@@ -20,7 +20,7 @@ import re
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,33 +231,50 @@ def run_pairs(make: Callable[[tuple[str, str]], Launch], runner: Runner, th: Thr
     return results
 
 
+# A pair this far below the best pair is slow even above the threshold: the
+# culprit is relative (one node's port), the threshold is absolute.
+RELATIVE_SLOW = 0.7
+
+
+def implicated(ok: Mapping[frozenset[str], bool], nodes: Sequence[str]) -> list[str]:
+    """Nodes whose every pair failed while some pair without them passed."""
+    out = []
+    for node in nodes:
+        mine = [good for pair, good in ok.items() if node in pair]
+        others = [good for pair, good in ok.items() if node not in pair]
+        if mine and not any(mine) and any(others):
+            out.append(node)
+    return out
+
+
 def localise(pairs: Sequence[NcclRun], nodes: Sequence[str],
              where: Callable[[str], str | None]) -> list[Finding]:
-    """The node(s) every failing pair shares, or the pairs themselves, or the whole fabric."""
-    bad = [r for r in pairs if r.outcome != "passed"]
-    good = [r for r in pairs if r.outcome == "passed"]
-    if not bad:
+    """The node(s) every failing or slow pair shares, or the pairs themselves, or the fabric."""
+    def busbw(r: NcclRun) -> float:
+        return min((j.busbw for j in r.judged), default=0.0)
+
+    best = max((busbw(r) for r in pairs if r.outcome == "passed"), default=0.0)
+    ok = {frozenset(r.hosts): r.outcome == "passed" and busbw(r) >= RELATIVE_SLOW * best
+          for r in pairs}
+    if all(ok.values()):
         return [Finding("cluster", None, "every pair passes on its own: the all-node run fails "
                         "only with all ranks (switch capacity, or a collective-specific problem)")]
-    if not good:
+    if not any(ok.values()):
         return [Finding("cluster", None, f"all {len(pairs)} pairs fail or are slow: a cause common "
                         "to every node (switch, MTU, NCCL environment), not one node")]
     findings = []
-    for node in nodes:
+    for node in implicated(ok, nodes):
         mine = [r for r in pairs if node in r.hosts]
-        if mine and all(r.outcome != "passed" for r in mine):
-            others = [r for r in good if node not in r.hosts]
-            ok = max((j.busbw for r in others for j in r.judged), default=0.0)
-            seen = min((j.busbw for r in mine for j in r.judged), default=0.0)
-            detail = (f"{seen:.3f} GB/s" if any(r.judged for r in mine)
-                      else mine[0].message)
-            findings.append(Finding(node, where(node), (
-                f"every pair with {node} fails or is slow ({detail}) while pairs without it "
-                f"reach {ok:.3f} GB/s: look at {node}'s fabric link"
-                + (f" and {where(node)}" if where(node) else ""))))
+        detail = (f"{min(busbw(r) for r in mine):.3f} GB/s" if all(r.judged for r in mine)
+                  else mine[0].message)
+        place = where(node)
+        findings.append(Finding(node, place, (
+            f"every pair with {node} fails or is slow ({detail}) while pairs without it "
+            f"reach {best:.3f} GB/s: look at {node}'s fabric link"
+            + (f", {place}" if place else ""))))
     if not findings:
         findings = [Finding(r.hosts[0], "-".join(r.hosts), f"pair {' - '.join(r.hosts)}: "
-                            f"{r.message}") for r in bad]
+                            f"{r.message}") for r in pairs if not ok[frozenset(r.hosts)]]
     return findings
 
 

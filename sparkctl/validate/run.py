@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,38 @@ def cluster_checks(plan: dict[str, Any], facts: dict[str, dict[str, Any]],
     return checks
 
 
+def mesh_findings(inv: inventory.Inventory, plan: dict[str, Any],
+                  checks: Sequence[Check]) -> list[Finding]:
+    """From the mesh pings: the node whose every path on a twin fails while others work."""
+    nodes = list(plan["hosts"])
+    findings = []
+    for twin in ("a", "b"):
+        netdev = {n: next(t["netdev"] for t in plan["hosts"][n]["roce_fabric"]["twins"]
+                          if t["twin"] == twin) for n in nodes}
+        ok: dict[frozenset[str], bool] = {}
+        jumbo_only: dict[str, bool] = {}
+        for c in checks:
+            if c.check != "mesh" or not c.subject or c.subject.split()[0] != netdev[c.host]:
+                continue
+            peer = c.subject.split()[-1]
+            key = frozenset((c.host, peer))
+            ok[key] = ok.get(key, True) and c.outcome == "passed"
+            if c.outcome == "failed" and "smaller MTU" in c.message:
+                jumbo_only[c.host] = jumbo_only.get(c.host, True)
+                jumbo_only[peer] = jumbo_only.get(peer, True)
+        mtu = plan["hosts"][nodes[0]]["roce_fabric"]["mtu"]
+        for node in nccl.implicated(ok, nodes):
+            ports = [p.name for p in inv.ports if p.node == node and p.twin in (twin, "both")]
+            place = f"{netdev[node]}" + (f" (switch port {', '.join(ports)})" if ports else "")
+            what = (f"{mtu}-byte frames are dropped between {node} and every peer (small pings "
+                    f"pass): the MTU on {node}'s path {place} is below {mtu}"
+                    if jumbo_only.get(node) else
+                    f"no peer reaches {node} on twin {twin} and it reaches none, while the "
+                    f"others reach each other: {node}'s link on {place}")
+            findings.append(Finding(node, place, what))
+    return findings
+
+
 def _neighbour_checks(plan: dict[str, Any], facts: dict[str, dict[str, Any]],
                       fabric: set[str]) -> list[Check]:
     """The MAC that answered for each fabric address must be its owner's twin."""
@@ -251,10 +283,13 @@ def nccl_gate(inv: inventory.Inventory, plan: dict[str, Any], facts: dict[str, d
     failing = [r for r in runs if r.outcome != "passed"]
     if failing and bool(v["localise"]) and len(nodes) > 2:
         collective = failing[0].collective
-        top = max_bytes >> max(0, th.judged_sizes - 1)
-        console.progress(f"localising: pairwise {collective} over {len(nodes)} nodes")
-        pairs = nccl.run_pairs(lambda p: launch(collective, p, max(min_bytes, top)), runner, th,
-                               run_dir, nodes)
+        # One size per pair, a quarter of the largest: enough to tell a slow port from a
+        # good one, and a quarter of the time at a quarter of the rate.
+        size = max(min_bytes, max_bytes >> 2)
+        console.progress(f"localising: pairwise {collective} at {nccl.human(size)} over "
+                         f"{len(nodes)} nodes")
+        pairs = nccl.run_pairs(lambda p: replace(launch(collective, p, size), max_bytes=size),
+                               runner, th, run_dir, nodes)
         runs += pairs
         findings = nccl.localise(pairs, nodes, lambda n: _port_of(inv, plan, n))
     return runs, findings, notes
@@ -296,6 +331,7 @@ def validate(opts: Options) -> tuple[Report, Path]:
     run_dir = results_dir(inv.cluster, "validate")
     run_dir.mkdir(parents=True)
     started = time.monotonic()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with inventory_lock(opts.inventory, "validate"):
         plan = load_plan(inv, run_dir)
         ssh_cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
@@ -303,11 +339,13 @@ def validate(opts: Options) -> tuple[Report, Path]:
         console.progress(f"node checks on {len(nodes)} nodes, in parallel")
         checks, facts, down = run_node_checks(run_dir / "plan.json", ssh_cfg, nodes, run_dir)
         checks += cluster_checks(plan, facts, down)
+        mesh = mesh_findings(inv, plan, checks)
         rate = line_rate(plan, nodes[0], runner) if nodes[0] not in down else 0.0
         th = thresholds(plan, rate)
         report = Report(run_id=run_dir.name, cluster=inv.cluster, inventory=str(inv.path),
-                        started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                        sparkctl_version=__version__, hosts=nodes, thresholds=th, checks=checks)
+                        started=stamp,
+                        sparkctl_version=__version__, hosts=nodes, thresholds=th, checks=checks,
+                        localisation=mesh)
         collectives = list(opts.collectives) or \
             list(plan["hosts"][nodes[0]]["validate"]["collectives"])
         socket_twin_down = sorted({c.host for c in checks if not c.ok and (
@@ -325,7 +363,8 @@ def validate(opts: Options) -> tuple[Report, Path]:
         else:
             runs, findings, notes = nccl_gate(inv, plan, facts, runner, th=th, run_dir=run_dir,
                                               collectives=collectives)
-            report.nccl, report.localisation = runs, findings
+            report.nccl = runs
+            report.localisation += findings
             report.notes += notes
             report.notes += perftest_note(runner, nodes[0], plan["hosts"][nodes[0]]["validate"]
                                           ["perftest"])
@@ -360,3 +399,28 @@ def resolve_baseline(value: str, cluster: str) -> Path:
         raise SparkctlError(f"{path}: no such baseline (give a run directory, its report.json, "
                             "or last-good)", ExitCode.BAD_INPUT)
     return path
+
+
+def failure_summary(report: Report) -> str:
+    """One line: where to look first (localised nodes), then what else failed."""
+    parts = []
+    found = [f for f in report.localisation if f.host != "cluster"]
+    if found:
+        parts.append("look at " + "; ".join(
+            f"{f.host}" + (f" {f.subject}" if f.subject else "") for f in found))
+    hosts = sorted({c.host for c in report.failed_checks()})
+    if hosts:
+        parts.append(f"failed checks on {', '.join(hosts)}")
+    gate = [r.collective for r in report.nccl if r.scope == "all" and r.outcome == "failed"]
+    if gate:
+        parts.append(f"bandwidth gate failed: {', '.join(gate)}")
+    if report.baseline and report.baseline.outcome == "failed":
+        parts.append(f"regression against {report.baseline.run_id}: {report.baseline.message}")
+    return f"validation failed: {'; '.join(parts) or report.cluster}"
+
+
+def exit_code(report: Report) -> ExitCode:
+    """3 when a node did not answer, else 1."""
+    if any(c.check in ("reachable", "suite") and not c.ok for c in report.checks):
+        return ExitCode.UNREACHABLE
+    return ExitCode.CHECKS_FAILED
