@@ -1,0 +1,168 @@
+"""`sparkctl validate` end to end on the lab: it passes on a provisioned lab, and it
+fails, naming the node, interface and switch port, for each fault the issue lists.
+
+Faults are injected on the lab switch as a person would cause them (`sparkctl
+lab port`): a port left at MTU 1500, a pulled cable, a port shaped to a
+quarter. Each is undone after its test, and the lab is checked healthy again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import SIM_INVENTORY, LabSession, sparkctl
+from tests.labhost import STATE, ssh
+
+pytestmark = pytest.mark.lab
+
+# swp3 carries spark2's twin a, swp4 its twin b, swp5 spark3's twin a
+# (inventory/group_vars/sim/cluster.yml).
+TWIN_A, TWIN_B = "enp1s0f1np1", "enP2p1s0f1np1"
+
+
+def _validate(*args: str) -> tuple[int, dict[str, Any], str]:
+    proc = sparkctl("validate", str(SIM_INVENTORY), "--json", *args, timeout=900)
+    try:
+        report = dict(json.loads(proc.stdout))
+    except ValueError:
+        report = {}
+    return proc.returncode, report, proc.stderr
+
+
+def _failed(report: dict[str, Any], check: str | None = None) -> list[dict[str, Any]]:
+    return [c for c in report["checks"] if c["outcome"] in ("failed", "error")
+            and (check is None or c["check"] == check)]
+
+
+def _wait_address(ip: str, netdev: str, address: str, timeout: float = 60) -> None:
+    """After a port comes back, networkd re-adds the address; wait for it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if address in ssh(ip, f"ip -4 -o addr show dev {netdev}", check=False).stdout:
+            return
+        time.sleep(1)
+    raise AssertionError(f"{netdev} on {ip} did not get {address} back")
+
+
+@pytest.fixture(scope="module")
+def healthy(lab: LabSession, provisioned: dict[str, object]) -> dict[str, Any]:
+    """The first validate of the provisioned lab: it must pass."""
+    rc, report, err = _validate()
+    assert rc == 0, f"validate failed on a provisioned lab ({rc}):\n{err[-4000:]}\n" + \
+        json.dumps(_failed(report) if report else {}, indent=1)
+    return report
+
+
+@pytest.fixture
+def port(lab: LabSession) -> Iterator[Any]:
+    """Change a switch port; every change is undone (and the address awaited) afterwards."""
+    changed: list[str] = []
+
+    def change(name: str, *args: str) -> None:
+        sparkctl("lab", "port", name, *args, check=True)
+        changed.append(name)
+
+    yield change
+    for name in changed:
+        sparkctl("lab", "port", name, "--mtu", "9216", "--up", "--rate",
+                 str(lab.inventory.cluster_var("lab_link_rate_mbit", 1000)), check=True)
+    node = {n.name: n for n in lab.inventory.nodes}
+    for n in node.values():
+        for twin, netdev in (("a", TWIN_A), ("b", TWIN_B)):
+            _wait_address(n.mgmt_ip, netdev, n.fabric_ips[twin])
+
+
+def test_validate_passes_on_a_provisioned_lab(healthy: dict[str, Any]) -> None:
+    report = healthy
+    assert report["verdict"] == "passed"
+    hosts = {c["host"] for c in report["checks"]}
+    assert hosts == {"spark1", "spark2", "spark3", "spark4", "cluster"}
+    names = {c["check"] for c in report["checks"]}
+    assert {"gpu", "cuda", "twin_up", "twin_address", "twin_mtu", "twin_speed", "roce_device",
+            "nccl_env", "nccl_tests_binary", "mpirun", "cluster_ssh", "clock", "model_cache",
+            "sglang_unit", "memory", "disk", "mesh", "unique_addresses",
+            "neighbours"} <= names
+    # Full mesh: 4 nodes x 3 peers x 2 twins, each passed.
+    mesh = [c for c in report["checks"] if c["check"] == "mesh"]
+    assert len(mesh) == 24 and all(c["outcome"] == "passed" for c in mesh)
+    runs = {r["collective"]: r for r in report["nccl"] if r["scope"] == "all"}
+    assert set(runs) == {"all_reduce", "all_gather"}
+    rate = report["thresholds"]["line_rate_gbytes"]
+    assert rate == pytest.approx(1000 / 8 / 1000)  # the lab's shaped 1000 Mbit/s
+    for run in runs.values():
+        assert run["outcome"] == "passed" and len(run["judged"]) == 2
+        rows = run["report"]["rows"]
+        assert rows and rows[-1]["size"] == 16 << 20 and run["report"]["wrong"] == 0
+        # Measured, not canned: below the shaped line rate, above the threshold.
+        for j in run["judged"]:
+            assert report["thresholds"]["min_busbw_gbytes"] <= j["busbw"] < rate * 1.05
+
+
+def test_report_files_and_last_good(healthy: dict[str, Any]) -> None:
+    run_dir = STATE / "results" / "sim" / healthy["run_id"]
+    assert json.loads((run_dir / "report.json").read_text())["run_id"] == healthy["run_id"]
+    html = (run_dir / "report.html").read_text()
+    assert html.count("<svg") >= 2 and "<script" not in html
+    assert (STATE / "results" / "sim" / "last-good").resolve() == run_dir.resolve()
+    assert (run_dir / "nccl-all_reduce.log").read_text().count("# Avg bus bandwidth") == 1
+
+
+def test_switch_port_at_mtu_1500_fails_and_names_the_node(healthy: dict[str, Any],
+                                                          port: Any) -> None:
+    port("swp5", "--mtu", "1500")  # spark3's twin a
+    rc, report, err = _validate("--no-nccl")
+    assert rc == 1, err[-2000:]
+    assert report["verdict"] == "failed"
+    mesh = _failed(report, "mesh")
+    assert mesh and all("spark3" in (c["host"], c["subject"].split()[-1]) for c in mesh)
+    assert all(c["subject"].startswith(TWIN_A) for c in mesh)
+    assert any("smaller MTU" in c["message"] for c in mesh)
+    found = [f for f in report["localisation"] if f["host"] == "spark3"]
+    assert found and TWIN_A in found[0]["subject"] and "swp5" in found[0]["subject"]
+    assert "9000" in found[0]["message"]
+    assert "spark3" in err and "swp5" in err  # the terminal line points at the port
+
+
+def test_fabric_link_down_fails_naming_node_and_interface(healthy: dict[str, Any],
+                                                          port: Any) -> None:
+    port("swp4", "--down")  # spark2's twin b: the cable pulled
+    rc, report, err = _validate("--no-nccl")
+    assert rc == 1, err[-2000:]
+    down = _failed(report, "twin_up")
+    assert [(c["host"], c["subject"]) for c in down] == [("spark2", TWIN_B)]
+    assert "carrier 0" in down[0]["message"]
+    found = [f for f in report["localisation"] if f["host"] == "spark2"]
+    assert found and TWIN_B in found[0]["subject"] and "swp4" in found[0]["subject"]
+
+
+def test_port_shaped_to_a_quarter_fails_the_gate_and_pairs_name_the_node(
+        healthy: dict[str, Any], lab: LabSession, port: Any) -> None:
+    rate = int(lab.inventory.cluster_var("lab_link_rate_mbit", 1000))
+    port("swp3", "--rate", str(rate // 4))  # spark2's twin a, which carries the traffic
+    rc, report, err = _validate("-c", "all_reduce", "--baseline", "last-good")
+    assert rc == 1, err[-2000:]
+    assert not _failed(report)  # every node check still passes: only bandwidth is wrong
+    gate = [r for r in report["nccl"] if r["scope"] == "all"]
+    assert [r["outcome"] for r in gate] == ["failed"]
+    assert "of the line rate" in gate[0]["message"]
+    pairs = [r for r in report["nccl"] if r["scope"] == "pair"]
+    assert len(pairs) == 6  # every pair of four nodes, in three rounds
+    found = [f for f in report["localisation"] if f["host"] != "cluster"]
+    assert [f["host"] for f in found] == ["spark2"]
+    assert "swp3" in found[0]["subject"]
+    base = report["baseline"]
+    assert base["outcome"] == "failed" and base["run_id"] == healthy["run_id"]
+    assert "all_reduce" in base["message"] and "MiB" in base["message"]
+    assert (STATE / "results" / "sim" / "last-good").resolve().name == healthy["run_id"]
+
+
+def test_after_the_faults_the_lab_validates_again(healthy: dict[str, Any]) -> None:
+    rc, report, err = _validate("--no-nccl")
+    assert rc == 0, err[-2000:] + json.dumps(_failed(report), indent=1)
+    assert Path(STATE / "results" / "sim" / "last-good").resolve().name == report["run_id"]
