@@ -163,6 +163,9 @@ REAL = {
         Seen(32, 0, 2147483648, (437.79, 437.89), 52.9753, 0, (0, "OK"), None, None, "sum", -1),
     "rtx3090-2node-wrong-exponent-oob-failed.log":
         Seen(27, 8, 536870912, (7.41, 7.35), 3.02663, RTX3090_WRONG, (108, "FAILED"), None, None, "sum", -1),
+    # Not published: the sparkctl lab's stand-in, 4 ranks over 1000 Mbit/s links (SOURCES.md).
+    "lab-standin-all-reduce-4ranks.log":
+        Seen(5, 1048576, 16777216, (0.11, 0.09), 0.112002, 0, (0, "OK"), "2.18.3", "all_reduce_perf", "sum", -1),
 }
 
 REFUSED = {
