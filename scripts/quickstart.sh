@@ -9,11 +9,14 @@ sparkctl=.venv/bin/sparkctl
 
 "$sparkctl" lab up
 "$sparkctl" lab status
+"$sparkctl" provision inventory/sim.ini
+"$sparkctl" validate inventory/sim.ini
 
 state=${SPARKCTL_STATE_DIR:-$HOME/.local/state/sparkctl}
 cat <<MSG
 
-The lab is up. Inventory: inventory/sim.ini
+The lab is up, provisioned and validated. Inventory: inventory/sim.ini
+  validation report:                  $state/results/sim/last-good/report.html
   lab state, SSH key and known_hosts: $state/lab/
   a shell on a node:                  $sparkctl lab ssh spark1
   take it down:                       $sparkctl lab down
