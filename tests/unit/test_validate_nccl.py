@@ -9,6 +9,7 @@ import shlex
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -437,7 +438,7 @@ def pair_run(a: str, b: str, busbw: float | None, outcome: str = "passed",
                    outcome=outcome, message=message or f"busbw {busbw}", judged=judged)  # type: ignore[arg-type]
 
 
-def all_pairs(busbw: dict[frozenset[str], tuple[float | None, str]]) -> list[NcclRun]:
+def all_pairs(busbw: Mapping[frozenset[str], tuple[float | None, str]]) -> list[NcclRun]:
     runs = []
     for round_ in nccl.pair_rounds(NODES):
         for a, b in round_:
