@@ -173,8 +173,9 @@ def run(launch: Launch, runner: Runner, th: Thresholds, log_path: Path,
         rep = nccl_report.parse(output, str(log_path))
     except SparkctlError as exc:
         reason = _failure_reason(output, rc)
+        message = reason or (f"exit status {rc}: {exc.message}" if rc else exc.message)
         return NcclRun(outcome="failed", duration_s=time.monotonic() - start,
-                       message=f"{reason or exc.message}", **common)  # type: ignore[arg-type]
+                       message=message, **common)  # type: ignore[arg-type]
     outcome, message, judged = judge(rep, launch.collective, len(launch.hosts), th)
     if rc != 0 and outcome == "passed":
         outcome, message = "failed", f"exit status {rc} after a complete log: {message}"
@@ -191,15 +192,18 @@ _REASONS = (
 
 
 def _failure_reason(output: str, rc: int) -> str | None:
-    """The line that says why a run produced no complete log."""
+    """The line that says why a run produced no complete log; None leaves it to the parser,
+    whose message names the first failure line of the log."""
     for pattern, text in _REASONS:
         for line in output.splitlines():
             if pattern.search(line):
                 return text or line.strip()[:300]
-    tail = [ln.strip() for ln in output.splitlines() if ln.strip()][-1:]
-    if rc in {124, 137}:
+    if rc == 124:
         return _REASONS[0][1]
-    return f"exit status {rc}: {tail[0][:300]}" if tail else f"exit status {rc}, no output"
+    if rc == 137:
+        return ("killed (exit 137): the time limit ran out, or the kernel's out-of-memory killer "
+                "stopped a rank (see the node's journal)")
+    return None
 
 
 # ------------------------------------------------------------------ localisation

@@ -180,9 +180,11 @@ def mesh_findings(inv: inventory.Inventory, plan: dict[str, Any],
             peer = c.subject.split()[-1]
             key = frozenset((c.host, peer))
             ok[key] = ok.get(key, True) and c.outcome == "passed"
-            if c.outcome == "failed" and "smaller MTU" in c.message:
-                jumbo_only[c.host] = jumbo_only.get(c.host, True)
-                jumbo_only[peer] = jumbo_only.get(peer, True)
+            if c.outcome != "passed":
+                # "jumbo only": every failure on the node's paths passed small pings.
+                mtu_kind = c.outcome == "failed" and "smaller MTU" in c.message
+                for who in (c.host, peer):
+                    jumbo_only[who] = jumbo_only.get(who, True) and mtu_kind
         mtu = plan["hosts"][nodes[0]]["roce_fabric"]["mtu"]
         for node in nccl.implicated(ok, nodes):
             ports = [p.name for p in inv.ports if p.node == node and p.twin in (twin, "both")]

@@ -11,6 +11,7 @@ ControlMaster per host: one SSH connection per node for the whole run.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import tempfile
 from collections.abc import Mapping
@@ -35,7 +36,11 @@ def control_dir() -> Path:
 def _options(args: str, source: str, host: str) -> list[tuple[str, str]]:
     """``-o Key=Value`` / ``-oKey=Value`` / ``-o Key Value`` pairs of an ssh argument string."""
     out: list[tuple[str, str]] = []
-    words = shlex.split(args or "")
+    try:
+        words = shlex.split(args or "")
+    except ValueError as exc:
+        raise SparkctlError(f"host {host}: variable {source}: {exc} in {args!r}",
+                            ExitCode.BAD_INPUT) from None
     i = 0
     while i < len(words):
         word = words[i]
@@ -46,15 +51,23 @@ def _options(args: str, source: str, host: str) -> list[tuple[str, str]]:
         else:
             raise SparkctlError(f"host {host}: variable {source}: sparkctl reads only -o options "
                                 f"from it, not {word!r}", ExitCode.BAD_INPUT)
-        key, sep, value = spec.partition("=")
-        if not sep:
-            key, _, value = spec.partition(" ")
-        out.append((key.strip(), value.strip()))
+        parts = re.split(r"[=\s]+", spec.strip(), maxsplit=1)
+        key, value = parts[0], parts[1] if len(parts) > 1 else ""
+        if not re.fullmatch(r"[A-Za-z]+", key) or re.search(r"[\x00-\x1f\x7f]", value):
+            raise SparkctlError(f"host {host}: variable {source}: {spec!r} is not an ssh option "
+                                "(-o Key=Value, no control characters)", ExitCode.BAD_INPUT)
+        out.append((key, value))
     return out
 
 
 def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
-    lines = [f"Host {name}", f"  HostName {hostvars.get('ansible_host', name)}"]
+    # ssh takes the first value it reads for an option: sparkctl's own come first.
+    lines = [f"Host {name}"]
+    lines += [f"  {k} {v}" for k, v in
+              (("StrictHostKeyChecking", "yes"), ("BatchMode", "yes"),
+               ("PasswordAuthentication", "no"), ("ControlMaster", "auto"),
+               ("ControlPersist", "300"), ("ControlPath", f"{control_dir()}/%C"))]
+    lines.append(f"  HostName {hostvars.get('ansible_host', name)}")
     if hostvars.get("ansible_user"):
         lines.append(f"  User {hostvars['ansible_user']}")
     if hostvars.get("ansible_port"):
@@ -67,12 +80,7 @@ def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
             if opt.lower() in _OURS:
                 continue
             lines.append(f"  {opt} {value}")
-    lines += [f"  {k} {v}" for k, v in
-              (("StrictHostKeyChecking", "yes"), ("BatchMode", "yes"),
-               ("PasswordAuthentication", "no"), ("ConnectTimeout", "10"),
-               ("ServerAliveInterval", "10"), ("ServerAliveCountMax", "3"),
-               ("ControlMaster", "auto"), ("ControlPersist", "300"),
-               ("ControlPath", f"{control_dir()}/%C"))]
+    lines += ["  ConnectTimeout 10", "  ServerAliveInterval 10", "  ServerAliveCountMax 3"]
     return lines
 
 

@@ -301,7 +301,7 @@ def test_run_a_truncated_log_fails_with_a_reason_and_keeps_the_log(tmp_path: Pat
     output = _truncated()
     result = nccl.run(launch(), FakeRunner((137, output)), th(0.4), tmp_path / "nccl-all_reduce.log")
     assert result.outcome == "failed"
-    assert result.message.startswith("no result within the time limit")
+    assert result.message.startswith("killed (exit 137)")
     assert result.report is None and result.judged == []
     assert (tmp_path / "nccl-all_reduce.log").read_text() == output
     assert result.log == "nccl-all_reduce.log" and result.command == launch().mpirun_argv()
@@ -329,11 +329,6 @@ the job to be terminated. The first process to do so was:
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "nccl.run uses `reason or exc.message`, but _failure_reason never returns None: its "
-    "fallback is the last non-blank line (a dashed separator after an Open MPI abort, the "
-    "last 'Test failure' line, or a result row), so the parser's message, which names the "
-    "first failure line and says the run did not finish, is never used"))
 @pytest.mark.parametrize(("rc", "output", "want"), [
     (0, "cut", "did not finish"),
     (3, "abort", "Test NCCL failure common.cu:1279"),
