@@ -165,10 +165,13 @@ def test_mpirun(host: Any, seen: Any) -> None:
 
 def test_cluster_ssh(host: Any, plan: dict[str, Any], nplan: dict[str, Any], peer: str,
                      seen: Any) -> None:
-    """As the cluster user, over fabric a (mpirun's path), with strict host key checking."""
+    """As the cluster user with the cluster key only, over fabric a (mpirun's path), with
+    strict host key checking."""
     user = nplan["base"]["cluster_user"]
     address = plan["hosts"][peer]["fabric_a_ip"]
+    key = f"~/.ssh/{nplan['base']['key_name']}"  # ssh expands ~ in IdentityFile itself
     argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"IdentityFile={key}", "-o", "IdentitiesOnly=yes",
             "-o", "ConnectTimeout=5", address, "true"]
     if host.user.name != user:
         argv = ["sudo", "-n", "-u", user, "-H", *argv]
