@@ -391,6 +391,7 @@ _RULES: tuple[_Rule, ...] = (
         """Look at the other ranks' logs for their own error. Keep the model on local disk of
         every node (`sparkctl model sync`, `sglang_model_path`) and check free memory there.""",
         r"other ranks that didn't finish loading",
+        r"rank \d+ did not finish loading",  # the lab's stand-in (its loading barrier)
     ),
     _rule(
         "peer_lost",
