@@ -180,7 +180,7 @@ _RULES: tuple[_Rule, ...] = (
         Spark, al-engr.com).""",
         f"""Set GLOO_SOCKET_IFNAME to the fabric interface on every node. {_FABRIC_IFNAME}
         GLOO_SOCKET_IFNAME takes one interface name, not an NCCL list such as ^lo,docker. If
-        it is already right, {_FIREWALL}; then run `sparkctl validate`.""",
+        it is already right: {_FIREWALL}; then run `sparkctl validate`.""",
         r"Gloo connectFullMesh failed",
     ),
     _rule(
@@ -438,9 +438,9 @@ _RULES: tuple[_Rule, ...] = (
         head's `fabric_a_ip`:`sglang_dist_port`): the head is not running or failed, the
         address is not reachable from this node, or a firewall drops the packets (sglang
         #2561; hpcaitech/Open-Sora #667).""",
-        f"""Check that the head's unit runs and printed 'Init torch distributed begin.'; that
-        this node reaches the head's `fabric_a_ip` over the fabric (`sparkctl validate`); and
-        that {_FIREWALL}.""",
+        f"""Check that the head's unit runs and printed 'Init torch distributed begin.', and
+        that this node reaches the head's `fabric_a_ip` over the fabric (`sparkctl
+        validate`). Also: {_FIREWALL}.""",
         r"DistNetworkError: The client socket has timed out",
         r"\[c10d\] The client socket has timed out after",
         r"The client socket has failed to connect to any network address",
