@@ -176,6 +176,80 @@ def validate(inventory_path: Path, baseline: str | None, no_nccl: bool,
                             run.exit_code(report))
 
 
+@cli.group("serve")
+def serve_group() -> None:
+    """The TP SGLang service: start it, prove it answers, stop it."""
+
+
+@serve_group.command("up")
+@_INVENTORY_ARG
+@click.option("--timeout", type=click.FloatRange(min=1), default=None,
+              help="Seconds to wait for every rank (default: sglang_serve_timeout).")
+def serve_up(inventory_path: Path, timeout: float | None) -> None:
+    """Start every rank (workers, then the head), follow their logs until /health answers.
+
+    A rank that fails or does not come up is named, with its last lines, the
+    known failure it matches and the fix; every rank is then stopped again.
+    """
+    from sparkctl.serve import up  # noqa: PLC0415
+
+    up.up(inventory_path, timeout=timeout)
+
+
+@serve_group.command("verify")
+@_INVENTORY_ARG
+@click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout.")
+def serve_verify(inventory_path: Path, as_json: bool) -> None:
+    """Health, server info (TP size, nodes), models, chat, streaming, the API key, latency."""
+    from sparkctl.serve import service  # noqa: PLC0415
+
+    service.verify_command(inventory_path, as_json=as_json)
+
+
+@serve_group.command("down")
+@_INVENTORY_ARG
+def serve_down(inventory_path: Path) -> None:
+    """Stop every rank (the head first)."""
+    from sparkctl.serve import up  # noqa: PLC0415
+
+    up.down(inventory_path)
+
+
+@serve_group.command("status")
+@_INVENTORY_ARG
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def serve_status(inventory_path: Path, as_json: bool) -> None:
+    """Each rank's unit state and the head's /health."""
+    from sparkctl.serve import up  # noqa: PLC0415
+
+    data = up.status(inventory_path)
+    if as_json:
+        _print_json(data)
+    else:
+        up.show_status(data)
+
+
+@serve_group.command("logs")
+@_INVENTORY_ARG
+@click.argument("node", required=False)
+@click.option("-n", "--lines", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("-f", "--follow", is_flag=True, help="Follow (one node only).")
+def serve_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) -> None:
+    """The journal of the SGLang unit on NODE (default: every node, rank order)."""
+    from sparkctl.serve import up  # noqa: PLC0415
+
+    up.show_logs(inventory_path, node, lines, follow)
+
+
+@cli.command("up")
+@_INVENTORY_ARG
+def up_command(inventory_path: Path) -> None:
+    """The whole job: provision, validate (stop if it fails), serve up, serve verify."""
+    from sparkctl.serve import service  # noqa: PLC0415
+
+    service.whole_job(inventory_path)
+
+
 @cli.group("report")
 def report_group() -> None:
     """Read saved results with the same code the commands use."""

@@ -1,0 +1,369 @@
+"""`sparkctl serve up|down|status|logs`: start the TP group and watch it come up.
+
+Workers start first, then the head (the unit files say so too): the head
+serves the dist-init rendezvous, and workers retry until it answers. Every
+rank's journal is followed over SSH while it starts; its lines move the rank
+through the start-up phases (sparkctl.serve.logs) and are matched against the
+known failure signatures. The wait ends when the head answers /health, when a
+rank fails (its unit exits or a fatal signature appears), or at
+``sglang_serve_timeout``; a failure names the rank, shows its last lines and
+the fix, and stops every rank again, so that the restart policy does not
+hammer a cluster that cannot start.
+"""
+
+from __future__ import annotations
+
+import queue
+import shlex
+import subprocess
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from sparkctl import console
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.lock import inventory_lock
+from sparkctl.serve import logs
+from sparkctl.serve.cluster import Cluster, open_cluster
+
+POLL_S = 3.0
+TAIL = 15
+
+
+@dataclass
+class Rank:
+    """One rank as its journal shows it: phase, last lines, signatures."""
+
+    node: str
+    rank: int
+    log: logs.RankLog = field(default_factory=logs.RankLog)
+    since: float = field(default_factory=time.monotonic)  # when the phase last advanced
+    lines: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL))
+    state: str = "starting"
+
+    def __post_init__(self) -> None:
+        self.log.rank = self.rank
+
+    @property
+    def phase(self) -> logs.Phase:
+        return self.log.progress
+
+    @property
+    def signatures(self) -> list[logs.Signature]:
+        return self.log.signatures
+
+    def feed(self, line: str) -> None:
+        self.lines.append(line)
+        before = self.log.progress
+        self.log.feed(line)
+        if self.log.progress != before:
+            self.since = time.monotonic()
+
+    def ready(self) -> None:
+        """The head answered /health: every rank is up, whatever its last line said."""
+        self.log.progress = max(self.log.progress, logs.Phase.HTTP_READY)
+
+
+class Followers:
+    """``journalctl -f`` of the unit on every node, lines into one queue."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.lines: queue.Queue[tuple[str, str]] = queue.Queue()
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self) -> None:
+        for node in self.cluster.nodes:
+            cmd = f"{self.cluster.sudo(node)}journalctl -u {shlex.quote(self.cluster.unit)} " \
+                  "-o cat -f -n 0 --no-pager"
+            proc = subprocess.Popen(["ssh", "-F", str(self.cluster.ssh_config), node, cmd],
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self.procs.append(proc)
+            threading.Thread(target=self._pump, args=(node, proc), daemon=True).start()
+        time.sleep(1.0)  # journalctl is following before anything starts
+
+    def _pump(self, node: str, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None  # noqa: S101 - Popen with stdout=PIPE
+        for line in proc.stdout:
+            self.lines.put((node, line.rstrip("\n")))
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _table(ranks: dict[str, Rank], started: float) -> Table:
+    table = Table(box=None, title=f"serve up ({time.monotonic() - started:.0f} s)",
+                  title_justify="left")
+    for col in ("rank", "node", "phase", "unit", "last line"):
+        table.add_column(col, no_wrap=col != "last line", overflow="ellipsis")
+    for r in ranks.values():
+        last = r.lines[-1] if r.lines else ""
+        table.add_row(str(r.rank), r.node, r.phase.value, r.state, escape(last[-90:]))
+    return table
+
+
+def _health(url: str, timeout: float = 5.0) -> int | None:
+    try:
+        return httpx.get(f"{url}/health", timeout=timeout).status_code
+    except httpx.HTTPError:
+        return None
+
+
+@dataclass
+class UpResult:
+    ok: bool
+    seconds: float
+    ranks: dict[str, Rank]
+    message: str
+    failed: list[str] = field(default_factory=list)
+
+
+def start_units(cluster: Cluster) -> None:
+    """Workers first, then the head; a unit left failed by an earlier try is reset."""
+    unit = shlex.quote(cluster.unit)
+    for group in (cluster.workers, [cluster.head]):
+        if not group:
+            continue
+        results = cluster.each(group, f"{{sudo}}systemctl reset-failed {unit} 2>/dev/null; "
+                                      f"{{sudo}}systemctl restart {unit}".replace(
+                                          "{sudo}", cluster.sudo(group[0])), 60)
+        bad = {n: out for n, (rc, out) in results.items() if rc != 0}
+        if bad:
+            node, out = next(iter(bad.items()))
+            raise SparkctlError(f"{node}: systemctl restart {cluster.unit} failed: "
+                                f"{out.strip()[-300:]}", ExitCode.CHECKS_FAILED,
+                                hint="provision installs the unit (role sglang)")
+
+
+def stop_units(cluster: Cluster) -> dict[str, tuple[int, str]]:
+    """The head first (no new requests), then the workers."""
+    unit = shlex.quote(cluster.unit)
+    out = cluster.each([cluster.head], f"{cluster.sudo(cluster.head)}systemctl stop {unit}", 120)
+    if cluster.workers:
+        out |= cluster.each(cluster.workers,
+                            f"{cluster.sudo(cluster.workers[0])}systemctl stop {unit}", 120)
+    return out
+
+
+class Waiter:
+    """One start-up being watched: journal lines, unit states, the head's /health."""
+
+    def __init__(self, cluster: Cluster, followers: Followers, timeout: float) -> None:
+        self.cluster, self.followers, self.timeout = cluster, followers, timeout
+        self.ranks = {n: Rank(n, cluster.rank(n)) for n in cluster.nodes}
+        self.started = time.monotonic()
+        self.next_poll = 0.0
+        self.shown: dict[str, logs.Phase] = {}
+
+    def drain(self) -> None:
+        try:
+            while True:
+                node, line = self.followers.lines.get(timeout=0.2)
+                self.ranks[node].feed(line)
+        except queue.Empty:
+            pass
+
+    def report_phases(self) -> None:
+        """Without a terminal: one line per phase change."""
+        for r in self.ranks.values():
+            if self.shown.get(r.node) != r.phase:
+                console.progress(f"rank {r.rank} ({r.node}): {r.phase.value}")
+                self.shown[r.node] = r.phase
+
+    def poll(self) -> UpResult | None:
+        states = self.cluster.unit_states()
+        for node, st in states.items():
+            self.ranks[node].state = f"{st.get('ActiveState')}/{st.get('SubState')}"
+        dead = [n for n, st in states.items()
+                if st.get("ActiveState") in ("failed", "inactive")
+                or st.get("SubState") == "auto-restart"]
+        if dead:
+            return self.result(False, "a rank's unit stopped", dead)
+        if _health(self.cluster.base_url) == 200:
+            for r in self.ranks.values():
+                r.ready()
+            return self.result(True, "ready", [])
+        return None
+
+    def step(self) -> UpResult | None:
+        self.drain()
+        fatal = [r.node for r in self.ranks.values() if any(s.fatal for s in r.signatures)]
+        if fatal:
+            return self.result(False, "a rank failed", fatal)
+        now = time.monotonic()
+        if now >= self.next_poll:
+            self.next_poll = now + POLL_S
+            done = self.poll()
+            if done is not None:
+                return done
+        if now - self.started > self.timeout:
+            return self.result(False, "timed out", self.laggards())
+        return None
+
+    def laggards(self) -> list[str]:
+        """The ranks that got least far; SGLANG_HOST_IP read from the processes themselves
+        where every rank waits after NCCL init (the message-queue hang shows in no log)."""
+        wrong = wrong_host_ip(self.cluster)
+        if wrong:
+            for node, text in wrong.items():
+                self.ranks[node].lines.append(f"sparkctl: {text}")
+            return list(wrong)
+        low = min(r.phase for r in self.ranks.values())
+        return [r.node for r in self.ranks.values() if r.phase == low]
+
+    def result(self, ok: bool, message: str, failed: list[str]) -> UpResult:
+        return UpResult(ok, time.monotonic() - self.started, self.ranks, message, failed)
+
+
+def wrong_host_ip(cluster: Cluster) -> dict[str, str]:
+    """Ranks whose running process has an SGLANG_HOST_IP other than their fabric address."""
+    unit = shlex.quote(cluster.unit)
+    cmd = (f"pid=$(systemctl show -p MainPID --value {unit}); "
+           f"{{sudo}}cat /proc/$pid/environ 2>/dev/null | tr '\\0' '\\n' | grep '^SGLANG_HOST_IP='")
+    out = {}
+    for node in cluster.nodes:
+        rc, text = cluster.run(node, cmd.replace("{sudo}", cluster.sudo(node)), 30)
+        want = str(cluster.plan["hosts"][node]["fabric_a_ip"])
+        seen = text.strip().partition("=")[2] if rc == 0 else ""
+        if rc == 0 and seen != want:
+            out[node] = (f"its process runs with SGLANG_HOST_IP={seen or '(empty)'}, not its "
+                         f"fabric address {want}")
+    return out
+
+
+def wait_up(cluster: Cluster, followers: Followers, timeout: float) -> UpResult:
+    waiter = Waiter(cluster, followers, timeout)
+    if not console.err.is_terminal:
+        while (done := waiter.step()) is None:
+            waiter.report_phases()
+        waiter.report_phases()
+        return done
+    with Live(_table(waiter.ranks, waiter.started), console=console.err, transient=True,
+              refresh_per_second=4) as live:
+        while (done := waiter.step()) is None:
+            live.update(_table(waiter.ranks, waiter.started))
+    return done
+
+
+def explain(result: UpResult, timeout: float) -> list[str]:
+    """What to tell the user about a failed start-up: rank, last lines, signature and fix."""
+    out = []
+    for node in result.failed:
+        r = result.ranks[node]
+        sigs = list(r.signatures)
+        if result.message == "timed out":
+            if any(ln.startswith("sparkctl: its process runs with SGLANG_HOST_IP")
+                   for ln in r.lines):
+                # Seen in the process itself: the message-queue hang after NCCL init.
+                hang = logs.hang_signature(logs.Phase.NCCL_READY, float("inf"), rank=r.rank)
+            else:
+                hang = logs.hang_signature(r.phase, time.monotonic() - r.since, rank=r.rank)
+            if hang is not None and hang.id not in {s.id for s in sigs}:
+                sigs.append(hang)
+        out.append(f"rank {r.rank} ({node}) {result.message} in phase {r.phase.value} "
+                   f"(unit {r.state}); its last lines:")
+        out += [f"    {line}" for line in list(r.lines)[-8:]] or ["    (no log lines)"]
+        for s in sigs:
+            out.append(f"  {s.title}: {s.explanation}")
+            out.append(f"  fix: {s.fix}")
+    return out
+
+
+def up(inventory_path: Path, *, timeout: float | None = None) -> UpResult:
+    cluster = open_cluster(inventory_path, "serve-up")
+    limit = float(timeout or cluster.sglang()["serve_timeout"])
+    with inventory_lock(inventory_path, "serve up"):
+        console.progress(f"serve up: TP={cluster.sglang()['tp_size']} over "
+                         f"{len(cluster.nodes)} nodes, head {cluster.head}, "
+                         f"waiting up to {limit:.0f} s")
+        followers = Followers(cluster)
+        followers.start()
+        try:
+            start_units(cluster)
+            result = wait_up(cluster, followers, limit)
+        finally:
+            followers.stop()
+        _save_logs(cluster, result)
+        if not result.ok:
+            lines = explain(result, limit)
+            stop_units(cluster)
+            for line in lines:
+                console.err.print(line, markup=False, highlight=False)
+            names = ", ".join(f"rank {result.ranks[n].rank} ({n})" for n in result.failed)
+            raise SparkctlError(f"serve up failed: {names} {result.message}; every rank was "
+                                f"stopped again (logs in {cluster.run_dir})",
+                                ExitCode.CHECKS_FAILED,
+                                hint=f"sparkctl serve logs {inventory_path} NODE")
+    console.out.print(f"[green]serving[/green] {cluster.model_name} with TP="
+                      f"{cluster.sglang()['tp_size']} over {len(cluster.nodes)} nodes at "
+                      f"{cluster.base_url}/v1 ({result.seconds:.0f} s)", highlight=False)
+    return result
+
+
+def _save_logs(cluster: Cluster, result: UpResult) -> None:
+    for node, r in result.ranks.items():
+        (cluster.run_dir / f"rank{r.rank}-{node}.log").write_text("\n".join(r.lines) + "\n")
+
+
+def down(inventory_path: Path) -> dict[str, str]:
+    cluster = open_cluster(inventory_path, "serve-down")
+    with inventory_lock(inventory_path, "serve down"):
+        stop_units(cluster)
+        states = cluster.unit_states()
+    still = {n: st["ActiveState"] for n, st in states.items()
+             if st["ActiveState"] not in ("inactive", "failed")}
+    if still:
+        raise SparkctlError("still running after stop: " + ", ".join(
+            f"{n} ({s})" for n, s in still.items()), ExitCode.CHECKS_FAILED)
+    console.out.print(f"stopped {cluster.unit} on {', '.join(cluster.nodes)}")
+    return {n: st["ActiveState"] for n, st in states.items()}
+
+
+def status(inventory_path: Path) -> dict[str, Any]:
+    cluster = open_cluster(inventory_path, "serve-status")
+    states = cluster.unit_states()
+    code = _health(cluster.base_url)
+    return {"endpoint": f"{cluster.base_url}/v1", "health": code,
+            "ranks": [{"rank": cluster.rank(n), "node": n, **states[n]} for n in cluster.nodes]}
+
+
+def show_status(data: dict[str, Any]) -> None:
+    table = Table(box=None)
+    for col in ("rank", "node", "state", "since", "restarts"):
+        table.add_column(col)
+    for r in data["ranks"]:
+        table.add_row(str(r["rank"]), r["node"], f"{r['ActiveState']}/{r['SubState']}",
+                      r.get("ActiveEnterTimestamp", ""), r.get("NRestarts", ""))
+    console.out.print(table)
+    health = data["health"]
+    console.out.print(f"{data['endpoint']}: /health "
+                      f"{health if health is not None else 'no answer'}", highlight=False)
+
+
+def show_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) -> None:
+    cluster = open_cluster(inventory_path, "serve-logs")
+    nodes = [cluster.inv.node(node).name] if node else cluster.nodes
+    for n in nodes:
+        cmd = (f"{cluster.sudo(n)}journalctl -u {shlex.quote(cluster.unit)} -n {int(lines)} "
+               f"--no-pager -o short-iso" + (" -f" if follow and len(nodes) == 1 else ""))
+        if follow and len(nodes) == 1:
+            subprocess.run(["ssh", "-F", str(cluster.ssh_config), n, cmd], check=False)
+            return
+        rc, out = cluster.run(n, cmd, 60)
+        console.out.print(f"[bold]== rank {cluster.rank(n)} ({n})[/bold]", highlight=False)
+        console.out.print(out.rstrip() if rc == 0 else f"(journalctl rc {rc}: {out.strip()})",
+                          markup=False, highlight=False)

@@ -1,0 +1,207 @@
+"""`sparkctl serve verify`: the endpoint end to end, as an application sees it.
+
+Through the OpenAI client (and httpx for SGLang's own endpoints), with the API
+key: /health and /health_generate, /get_server_info (tp size and node count as
+the inventory says), /v1/models lists the model, a chat completion returns
+content, a streamed completion streams, and a request without the key is
+refused. Then a few timed streamed requests: time to first token, decode
+tokens per second and end-to-end latency. Every rank's unit is checked too, so
+a stopped rank is named even when the head only says "unhealthy".
+
+Results are checks in validate's report format (report.json, report.html in
+the run's directory). A wrong-shaped or non-JSON answer is a failed check
+saying what came back, never a traceback and never a number made up.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from sparkctl import __version__
+from sparkctl.serve.cluster import Cluster
+from sparkctl.validate.model import Check, Outcome, Report, Thresholds
+
+PROMPT = "In one sentence, what does tensor parallelism split across the ranks?"
+ANSWER_ERRORS = (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError, AttributeError)
+
+
+def _fail(check: str, host: str, message: str, subject: str | None = None) -> Check:
+    return Check(check, host, subject, "failed", message)
+
+
+def _guard(check: str, host: str, fn: Callable[[], Check]) -> Check:
+    """One check; a wrong answer of any kind becomes its failure message."""
+    import openai  # noqa: PLC0415
+
+    start = time.monotonic()
+    try:
+        result = fn()
+    except openai.APIStatusError as exc:
+        result = _fail(check, host, f"HTTP {exc.status_code}: {str(exc.message)[:200]}")
+    except (openai.APIError, *ANSWER_ERRORS) as exc:
+        result = _fail(check, host, f"{type(exc).__name__}: {str(exc)[:200]}")
+    return Check(result.check, result.host, result.subject, result.outcome, result.message,
+                 round(time.monotonic() - start, 3))
+
+
+def _json(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        raise ValueError(f"HTTP {resp.status_code}, not JSON: {resp.text[:120]!r}") from None
+
+
+class Verifier:
+    def __init__(self, cluster: Cluster, key: str | None) -> None:
+        import openai  # noqa: PLC0415 - heavy, only when verifying
+
+        self.cluster, self.key, self.head = cluster, key, cluster.head
+        self.url = cluster.base_url
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or "none",
+                                    timeout=120.0, max_retries=0)
+        s = cluster.sglang()
+        self.tp, self.nnodes = int(s["tp_size"]), int(s["nnodes"])
+        self.requests, self.max_tokens = int(s["verify_requests"]), int(s["verify_max_tokens"])
+        self.figures: dict[str, float] = {}
+
+    def get(self, path: str, *, auth: bool = True, timeout: float = 30.0) -> httpx.Response:
+        return httpx.get(f"{self.url}{path}", headers=self.headers if auth else {},
+                         timeout=timeout)
+
+    # -------------------------------------------------------------- checks
+    def ranks(self) -> list[Check]:
+        states = self.cluster.unit_states()
+        out = []
+        for node in self.cluster.nodes:
+            st, rank = states[node], self.cluster.rank(node)
+            running = st.get("ActiveState") == "active" and st.get("SubState") == "running"
+            out.append(Check("rank_running", node, f"rank {rank}", "passed" if running else
+                             "failed", f"{self.cluster.unit} {st.get('ActiveState')}/"
+                             f"{st.get('SubState')}" + (f" ({st['error']})" if st.get("error")
+                                                        else "")))
+        return out
+
+    def health(self, path: str) -> Check:
+        resp = self.get(path, timeout=60.0)
+        ok = resp.status_code == 200
+        return Check(path.strip("/"), self.head, None, "passed" if ok else "failed",
+                     f"HTTP {resp.status_code}" + ("" if ok else f": {resp.text[:120]!r}"))
+
+    def server_info(self) -> Check:
+        info = _json(self.get("/get_server_info"))
+        if not isinstance(info, dict):
+            raise ValueError(f"/get_server_info returned {type(info).__name__}, not an object")
+        tp, nnodes = info.get("tp_size"), info.get("nnodes")
+        ok = tp == self.tp and nnodes == self.nnodes
+        return Check("server_info", self.head, None, "passed" if ok else "failed",
+                     f"tp_size {tp}, nnodes {nnodes} (want {self.tp}, {self.nnodes}), "
+                     f"version {info.get('version', '?')}")
+
+    def models(self) -> Check:
+        ids = [m.id for m in self.client.models.list().data]
+        want = self.cluster.model_name
+        ok = want in ids
+        return Check("models", self.head, None, "passed" if ok else "failed",
+                     f"/v1/models lists {ids}" + ("" if ok else f", not {want!r}"))
+
+    def chat(self) -> Check:
+        resp = self.client.chat.completions.create(
+            model=self.cluster.model_name, max_tokens=self.max_tokens,
+            messages=[{"role": "user", "content": PROMPT}])
+        text = resp.choices[0].message.content or ""
+        ok = bool(text.strip())
+        return Check("chat_completion", self.head, None, "passed" if ok else "failed",
+                     f"{len(text)} characters, finish_reason {resp.choices[0].finish_reason}: "
+                     f"{text[:60]!r}")
+
+    def stream(self) -> Check:
+        chunks, text = 0, ""
+        for chunk in self.client.completions.create(model=self.cluster.model_name, prompt=PROMPT,
+                                                    max_tokens=self.max_tokens, stream=True):
+            if chunk.choices and chunk.choices[0].text:
+                chunks += 1
+                text += chunk.choices[0].text
+        ok = chunks >= 2
+        return Check("streamed_completion", self.head, None, "passed" if ok else "failed",
+                     f"{chunks} chunks, {len(text)} characters")
+
+    def refused_without_key(self) -> Check:
+        if not self.key:
+            return Check("api_key", self.head, None, "skipped", "no API key configured")
+        resp = httpx.post(f"{self.url}/v1/chat/completions", timeout=30.0, json={
+            "model": self.cluster.model_name, "max_tokens": 1,
+            "messages": [{"role": "user", "content": "hello"}]})
+        ok = resp.status_code == 401
+        return Check("api_key", self.head, None, "passed" if ok else "failed",
+                     f"without the key: HTTP {resp.status_code}" + ("" if ok else
+                                                                    " (want 401)"))
+
+    def timing(self) -> Check:
+        ttft, rates, e2e = [], [], []
+        for _ in range(self.requests):
+            start = time.monotonic()
+            first: float | None = None
+            tokens = 0
+            for chunk in self.client.chat.completions.create(
+                    model=self.cluster.model_name, max_tokens=self.max_tokens, stream=True,
+                    messages=[{"role": "user", "content": PROMPT}]):
+                if chunk.choices and chunk.choices[0].delta.content:
+                    tokens += 1
+                    first = first if first is not None else time.monotonic()
+            end = time.monotonic()
+            if first is None:
+                raise ValueError("a streamed chat completion produced no content")
+            ttft.append(first - start)
+            e2e.append(end - start)
+            if tokens > 1 and end > first:
+                rates.append((tokens - 1) / (end - first))
+        self.figures = {"ttft_s": statistics.median(ttft), "e2e_s": statistics.median(e2e),
+                        "decode_tokens_per_s": statistics.median(rates) if rates else 0.0}
+        f = self.figures
+        return Check("latency", self.head, None, "passed",
+                     f"median over {self.requests} requests: time to first token "
+                     f"{f['ttft_s']:.3f} s, decode {f['decode_tokens_per_s']:.1f} tokens/s, "
+                     f"end to end {f['e2e_s']:.3f} s")
+
+    def run(self) -> list[Check]:
+        checks = self.ranks()
+        for name, fn in (("health", lambda: self.health("/health")),
+                         ("health_generate", lambda: self.health("/health_generate")),
+                         ("server_info", self.server_info), ("models", self.models),
+                         ("chat_completion", self.chat), ("streamed_completion", self.stream),
+                         ("api_key", self.refused_without_key)):
+            checks.append(_guard(name, self.head, fn))
+        if all(c.ok for c in checks):
+            checks.append(_guard("latency", self.head, self.timing))
+        else:
+            checks.append(Check("latency", self.head, None, "skipped",
+                                "not measured: the service is not healthy"))
+        return checks
+
+
+def verify(cluster: Cluster, started: str) -> Report:
+    key = cluster.api_key()
+    t0 = time.monotonic()
+    verifier = Verifier(cluster, key)
+    checks = verifier.run()
+    report = Report(run_id=cluster.run_dir.name, cluster=cluster.inv.cluster,
+                    inventory=str(cluster.inv.path), started=started,
+                    sparkctl_version=__version__, hosts=cluster.nodes,
+                    thresholds=Thresholds(0.0, 0.0, 0, 0.0), checks=checks)
+    report.notes.append(f"endpoint {cluster.base_url}/v1, model {cluster.model_name}, "
+                        f"TP={verifier.tp} over {verifier.nnodes} nodes")
+    if verifier.figures:
+        report.notes.append("serving figures: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in verifier.figures.items()))
+    report.duration_s = time.monotonic() - t0
+    return report
+
+
+def worst(checks: list[Check]) -> Outcome:
+    return "passed" if all(c.ok for c in checks) else "failed"

@@ -1,0 +1,113 @@
+"""`sparkctl up` and `sparkctl serve` end to end on the lab's SGLang stand-in.
+
+A synthetic model is synced to every node first (the stand-in loads it on
+every rank). `sparkctl up` then runs the whole job; the other tests break one
+rank on purpose, as a person or a bad interface would, and check that sparkctl
+names the rank and explains it, then put it back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import SIM_INVENTORY, LabSession, sparkctl
+from tests.labhost import ssh
+
+pytestmark = pytest.mark.lab
+
+MODEL_DIR = "/srv/sparkctl-model/served"
+CACHE = "/var/lib/sparkctl/models"
+UNIT = "sparkctl-sglang.service"
+ENV_FILE = "/etc/sparkctl/sglang.env"
+
+
+@pytest.fixture(scope="module")
+def model(lab: LabSession, provisioned: dict[str, object]) -> Iterator[None]:
+    sparkctl("lab", "model", "--size", "16MiB", "--files", "2", "--dir", MODEL_DIR, check=True)
+    sparkctl("model", "sync", str(SIM_INVENTORY), "-e", "model_cache_source=head",
+             "-e", f"model_cache_head_dir={MODEL_DIR}", check=True, timeout=900)
+    yield
+    sparkctl("serve", "down", str(SIM_INVENTORY))
+    for node in lab.inventory.nodes:
+        ssh(node.mgmt_ip, f"rm -rf {CACHE} /srv/sparkctl-model", check=False)
+
+
+@pytest.fixture(scope="module")
+def served(model: None) -> dict[str, Any]:
+    """`sparkctl up`: provision, validate, serve up, serve verify, all green."""
+    proc = sparkctl("up", str(SIM_INVENTORY), timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
+    return {"stdout": proc.stdout, "stderr": proc.stderr}
+
+
+def _verify() -> tuple[int, dict[str, Any], str]:
+    proc = sparkctl("serve", "verify", str(SIM_INVENTORY), "--json", timeout=600)
+    try:
+        report = dict(json.loads(proc.stdout))
+    except ValueError:
+        report = {}
+    return proc.returncode, report, proc.stderr
+
+
+def test_up_provisions_validates_serves_and_verifies(served: dict[str, Any]) -> None:
+    out = served["stdout"] + served["stderr"]
+    assert "up 4/4: serve verify" in out and "serving" in out
+    rc, report, err = _verify()
+    assert rc == 0, err[-3000:]
+    checks = {c["check"]: c for c in report["checks"] if c["host"] == "spark1"}
+    assert "tp_size 4, nnodes 4" in checks["server_info"]["message"]
+    assert checks["api_key"]["message"].startswith("without the key: HTTP 401")
+    assert checks["latency"]["outcome"] == "passed"
+    assert "time to first token" in checks["latency"]["message"]
+    ranks = [c for c in report["checks"] if c["check"] == "rank_running"]
+    assert sorted(c["subject"] for c in ranks) == ["rank 0", "rank 1", "rank 2", "rank 3"]
+
+
+def test_verify_names_a_stopped_rank_and_serve_up_brings_it_back(
+        lab: LabSession, served: dict[str, Any]) -> None:
+    ssh(lab.inventory.node("spark3").mgmt_ip, f"systemctl stop {UNIT}")
+    rc, report, err = _verify()
+    assert rc == 1
+    assert "spark3 (rank 2)" in err
+    failed = {(c["check"], c["host"]) for c in report["checks"] if c["outcome"] == "failed"}
+    assert ("rank_running", "spark3") in failed
+    up = sparkctl("serve", "up", str(SIM_INVENTORY), timeout=900)
+    assert up.returncode == 0, up.stderr[-4000:]
+    rc, _, err = _verify()
+    assert rc == 0, err[-3000:]
+
+
+def test_a_rank_on_the_wrong_interface_is_explained(lab: LabSession,
+                                                    served: dict[str, Any]) -> None:
+    """SGLANG_HOST_IP on the management address: start-up hangs after NCCL init."""
+    spark2 = lab.inventory.node("spark2")
+    original = ssh(spark2.mgmt_ip, f"cat {ENV_FILE}").stdout
+    assert f"SGLANG_HOST_IP={spark2.fabric_ips['a']}" in original
+    wrong = original.replace(f"SGLANG_HOST_IP={spark2.fabric_ips['a']}",
+                             f"SGLANG_HOST_IP={spark2.mgmt_ip}")
+    ssh(spark2.mgmt_ip, f"cat > {ENV_FILE} <<'EOF'\n{wrong}EOF")
+    try:
+        proc = sparkctl("serve", "up", str(SIM_INVENTORY), "--timeout", "90", timeout=900)
+        assert proc.returncode == 1
+        assert "SGLANG_HOST_IP" in proc.stderr
+        assert "rank" in proc.stderr and "every rank was stopped again" in proc.stderr
+    finally:
+        ssh(spark2.mgmt_ip, f"cat > {ENV_FILE} <<'EOF'\n{original}EOF")
+    up = sparkctl("serve", "up", str(SIM_INVENTORY), timeout=900)
+    assert up.returncode == 0, up.stderr[-4000:]
+
+
+def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:
+    proc = sparkctl("serve", "down", str(SIM_INVENTORY))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for node in lab.inventory.nodes:
+        state = ssh(node.mgmt_ip, f"systemctl is-active {UNIT}", check=False).stdout.strip()
+        assert state in ("inactive", "failed"), (node.name, state)
+    status = sparkctl("serve", "status", str(SIM_INVENTORY), "--json", check=True)
+    data = json.loads(status.stdout)
+    assert data["health"] is None
+    assert {r["ActiveState"] for r in data["ranks"]} <= {"inactive", "failed"}
