@@ -1,0 +1,138 @@
+"""serve up's waiting and explaining (sparkctl/serve/up.py), with a scripted cluster.
+
+No SSH: a fake cluster answers unit states, the head's health is a local HTTP
+server (or nothing), and journal lines are put on the followers' queue from
+real log fixtures (tests/fixtures/sglang, sources in SOURCES.md).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkctl.serve import logs, up
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
+
+
+@dataclass
+class FakeCluster:
+    base_url: str = "http://127.0.0.1:9"  # discard port: nothing answers
+    nodes: list[str] = field(default_factory=lambda: ["spark1", "spark2", "spark3", "spark4"])
+    states: dict[str, dict[str, str]] = field(default_factory=dict)
+    environ: dict[str, str] = field(default_factory=dict)  # node -> SGLANG_HOST_IP it runs with
+    unit: str = "sparkctl-sglang.service"
+
+    @property
+    def head(self) -> str:
+        return self.nodes[0]
+
+    @property
+    def plan(self) -> dict[str, Any]:
+        return {"hosts": {n: {"fabric_a_ip": f"192.168.100.{11 + i}"}
+                          for i, n in enumerate(self.nodes)}}
+
+    def rank(self, node: str) -> int:
+        return self.nodes.index(node)
+
+    def sudo(self, node: str) -> str:
+        return ""
+
+    def unit_states(self, nodes: list[str] | None = None) -> dict[str, dict[str, str]]:
+        return {n: self.states.get(n, {"ActiveState": "active", "SubState": "running"})
+                for n in self.nodes}
+
+    def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
+        if "environ" in command:
+            ip = self.environ.get(node, self.plan["hosts"][node]["fabric_a_ip"])
+            return 0, f"SGLANG_HOST_IP={ip}\n"
+        return 1, ""
+
+
+class FakeFollowers:
+    def __init__(self) -> None:
+        self.lines: queue.Queue[tuple[str, str]] = queue.Queue()
+
+    def feed(self, node: str, lines: list[str]) -> None:
+        for line in lines:
+            self.lines.put((node, line))
+
+
+def _lines(name: str) -> list[str]:
+    return (FIXTURES / name).read_text().splitlines()
+
+
+@pytest.fixture(autouse=True)
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(up, "POLL_S", 0.05)
+
+
+def test_ready_when_the_head_answers_health() -> None:
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/health" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cluster = FakeCluster(base_url=f"http://127.0.0.1:{server.server_address[1]}")
+        followers = FakeFollowers()
+        followers.feed("spark1", _lines("clean_init_to_load_sglang_pr11716.log"))
+        result = up.wait_up(cluster, followers, timeout=30)  # type: ignore[arg-type]
+    finally:
+        server.shutdown()
+    assert result.ok and result.message == "ready"
+    assert all(r.phase >= logs.Phase.HTTP_READY for r in result.ranks.values())
+
+
+def test_a_fatal_signature_ends_the_wait_and_names_the_rank() -> None:
+    cluster = FakeCluster()
+    followers = FakeFollowers()
+    followers.feed("spark3", _lines("gloo_connectfullmesh_sglang3226.log"))
+    result = up.wait_up(cluster, followers, timeout=30)  # type: ignore[arg-type]
+    assert not result.ok and result.failed == ["spark3"]
+    text = "\n".join(up.explain(result, 30))
+    assert text.startswith("rank 2 (spark3) a rank failed")
+    assert "GLOO_SOCKET_IFNAME" in text
+
+
+def test_a_unit_in_auto_restart_ends_the_wait() -> None:
+    cluster = FakeCluster(states={"spark2": {"ActiveState": "activating",
+                                             "SubState": "auto-restart"}})
+    result = up.wait_up(cluster, FakeFollowers(), timeout=30)  # type: ignore[arg-type]
+    assert not result.ok and result.failed == ["spark2"]
+    assert result.message == "a rank's unit stopped"
+
+
+def test_a_hang_after_nccl_init_names_the_rank_with_the_wrong_host_ip() -> None:
+    cluster = FakeCluster(environ={"spark2": "10.77.0.12"})
+    followers = FakeFollowers()
+    for node in cluster.nodes:  # every rank got through NCCL init, then nothing
+        followers.feed(node, _lines("clean_init_ends_sglang_pr21752.log"))
+    result = up.wait_up(cluster, followers, timeout=0.5)  # type: ignore[arg-type]
+    assert not result.ok and result.message == "timed out"
+    assert result.failed == ["spark2"]
+    text = "\n".join(up.explain(result, 0.5))
+    assert "SGLANG_HOST_IP=10.77.0.12, not its fabric address 192.168.100.12" in text
+    assert "fix:" in text and "SGLANG_HOST_IP" in text.split("fix:")[1]
+
+
+def test_a_plain_timeout_names_the_ranks_that_got_least_far() -> None:
+    cluster = FakeCluster()
+    followers = FakeFollowers()
+    for node in ("spark1", "spark2", "spark4"):
+        followers.feed(node, _lines("clean_init_to_load_sglang_pr11716.log"))
+    result = up.wait_up(cluster, followers, timeout=0.5)  # type: ignore[arg-type]
+    assert result.failed == ["spark3"]
+    assert up.explain(result, 0.5)[0].startswith("rank 2 (spark3) timed out in phase starting")
