@@ -153,9 +153,11 @@ def model_sync(inventory_path: Path, full_verify: bool, extra: tuple[str, ...], 
 @click.option("-c", "--collective", "collectives", multiple=True,
               type=click.Choice(["all_reduce", "all_gather", "reduce_scatter"]),
               help="Only these collectives (repeatable; default: validate_collectives).")
+@click.option("-e", "--extra-vars", "extra", multiple=True,
+              help="VAR=VALUE or a YAML mapping, as given to provision (e.g. the model source).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout.")
 def validate(inventory_path: Path, baseline: str | None, no_nccl: bool,
-             collectives: tuple[str, ...], as_json: bool) -> None:
+             collectives: tuple[str, ...], extra: tuple[str, ...], as_json: bool) -> None:
     """Check every node and the fabric, gate NCCL bandwidth, write a report.
 
     Exit 0 when everything passes, 1 when a check, the bandwidth gate or the
@@ -165,7 +167,8 @@ def validate(inventory_path: Path, baseline: str | None, no_nccl: bool,
     from sparkctl.validate import run, summary  # noqa: PLC0415
 
     report, run_dir = run.validate(run.Options(inventory=inventory_path, baseline=baseline,
-                                               nccl=not no_nccl, collectives=collectives))
+                                               nccl=not no_nccl, collectives=collectives,
+                                               extra=_extra_vars(extra)))
     if as_json:
         _print_json(report.to_dict())
     else:
@@ -243,11 +246,13 @@ def serve_logs(inventory_path: Path, node: str | None, lines: int, follow: bool)
 
 @cli.command("up")
 @_INVENTORY_ARG
-def up_command(inventory_path: Path) -> None:
+@click.option("-e", "--extra-vars", "extra", multiple=True,
+              help="VAR=VALUE or a YAML mapping, for provision and validate alike (repeatable).")
+def up_command(inventory_path: Path, extra: tuple[str, ...]) -> None:
     """The whole job: provision, validate (stop if it fails), serve up, serve verify."""
     from sparkctl.serve import service  # noqa: PLC0415
 
-    service.whole_job(inventory_path)
+    service.whole_job(inventory_path, _extra_vars(extra))
 
 
 @cli.group("report")

@@ -10,7 +10,7 @@ the controller from ``SPARKCTL_SGLANG_API_KEY`` or the file provision generated
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,12 +115,13 @@ class Cluster:
         return key.split()[0] if key else None
 
 
-def open_cluster(inventory_path: Path, command: str) -> Cluster:
+def open_cluster(inventory_path: Path, command: str,
+                 extravars: Mapping[str, Any] | None = None) -> Cluster:
     """Inventory checked (exit 2, nothing contacted), plan loaded, ssh_config written."""
     inv = inventory.validate(inventory_path)
     run_dir = results_dir(inv.cluster, command)
     run_dir.mkdir(parents=True)
-    plan = load_plan(inv, run_dir)
+    plan = load_plan(inv, run_dir, extravars)
     nodes = [n.name for n in inv.nodes]
     cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
     return Cluster(inv=inv, plan=plan, run_dir=run_dir, ssh_config=cfg,

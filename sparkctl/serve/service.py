@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from sparkctl import console
 from sparkctl.errors import ExitCode, SparkctlError
@@ -37,16 +39,19 @@ def verify_command(inventory_path: Path, *, as_json: bool = False) -> Report:
     return report
 
 
-def whole_job(inventory_path: Path) -> None:
-    """provision -> validate (stop on failure) -> serve up -> serve verify."""
+def whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None = None) -> None:
+    """provision -> validate (stop on failure) -> serve up -> serve verify.
+
+    ``extravars`` (-e) reach provision and the plan of validate alike."""
     from sparkctl.provision import provision  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
     console.progress("up 1/4: provision")
-    provision(inventory_path)
+    provision(inventory_path, extravars=extravars)
     console.progress("up 2/4: validate")
-    report, run_dir = run.validate(run.Options(inventory=inventory_path))
+    report, run_dir = run.validate(run.Options(inventory=inventory_path,
+                                               extra=dict(extravars or {})))
     summary.show(report)
     if report.verdict != "passed":
         raise SparkctlError(run.failure_summary(report) + f" (report: {run_dir / 'report.html'}"

@@ -51,8 +51,8 @@ class Options:
 
 
 # ------------------------------------------------------------------ plan
-def _plan_key(inv_path: Path) -> str:
-    digest = hashlib.sha256()
+def _plan_key(inv_path: Path, extravars: Mapping[str, Any] | None = None) -> str:
+    digest = hashlib.sha256(json.dumps(dict(extravars or {}), sort_keys=True).encode())
     base = inv_path.resolve().parent
     sources = [inv_path.resolve(), playbooks_dir() / "validate_plan.yml"]
     for folder in (base / "group_vars", base / "host_vars"):
@@ -66,15 +66,17 @@ def _plan_key(inv_path: Path) -> str:
     return digest.hexdigest()[:20]
 
 
-def load_plan(inv: inventory.Inventory, run_dir: Path) -> dict[str, Any]:
-    """What every node should look like: cached until an input file changes."""
-    cache = state_dir() / "plans" / f"{inv.cluster}-{_plan_key(inv.path)}.json"
+def load_plan(inv: inventory.Inventory, run_dir: Path,
+              extravars: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What every node should look like: cached until an input file (or -e) changes."""
+    cache = state_dir() / "plans" / f"{inv.cluster}-{_plan_key(inv.path, extravars)}.json"
     if not cache.is_file():
         cache.parent.mkdir(parents=True, exist_ok=True)
         console.progress("plan: what the inventory implies for every node (validate_plan.yml)")
         tmp = cache.with_suffix(".tmp")
         result = run_playbook("validate_plan.yml", inv.path, results_dir=run_dir / "plan",
-                              extravars={"validate_plan_file": str(tmp)},
+                              extravars={**dict(extravars or {}),
+                                         "validate_plan_file": str(tmp)},
                               envvars=cluster_env(inv.cluster))
         if not result.ok or not tmp.is_file():
             detail = "; ".join(f"{f.host}: {f.message}" for f in result.failures)
@@ -343,7 +345,7 @@ def validate(opts: Options) -> tuple[Report, Path]:
     started = time.monotonic()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with inventory_lock(opts.inventory, "validate"):
-        plan = load_plan(inv, run_dir)
+        plan = load_plan(inv, run_dir, opts.extra)
         ssh_cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
         runner = nccl.ssh_runner(ssh_cfg)
         console.progress(f"node checks on {len(nodes)} nodes, in parallel")
