@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import SIM_INVENTORY, LabSession, sparkctl
-from tests.labhost import ssh
+from tests.labhost import STATE, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -58,8 +58,10 @@ def _verify() -> tuple[int, dict[str, Any], str]:
 def test_up_provisions_validates_serves_and_verifies(served: dict[str, Any]) -> None:
     out = served["stdout"] + served["stderr"]
     assert "up 4/4: serve verify" in out and "serving" in out
-    # validate judged the model copies against the manifest (the source came with -e)
-    assert "model_cache" in out
+    # up's validate judged every copy of the model against its manifest (source from -e)
+    report = json.loads((STATE / "results" / "sim" / "last-good" / "report.json").read_text())
+    cache = [c for c in report["checks"] if c["check"] == "model_cache"]
+    assert len(cache) == 4 and all(c["outcome"] == "passed" for c in cache), cache
     rc, report, err = _verify()
     assert rc == 0, err[-3000:]
     checks = {c["check"]: c for c in report["checks"] if c["host"] == "spark1"}
