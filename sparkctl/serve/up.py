@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -264,16 +264,19 @@ def explain(result: UpResult, timeout: float) -> list[str]:
     out = []
     for node in result.failed:
         r = result.ranks[node]
-        sigs = list(r.signatures)
+        # Fatal signatures; passing warnings ("still retrying") only when nothing else fits.
+        sigs = [s for s in r.signatures if s.fatal]
         if result.message == "timed out":
             if any(ln.startswith("sparkctl: its process runs with SGLANG_HOST_IP")
                    for ln in r.lines):
-                # Seen in the process itself: the message-queue hang after NCCL init.
-                hang = logs.hang_signature(logs.Phase.NCCL_READY, float("inf"), rank=r.rank)
+                # Seen in the process itself, whatever the log: the message-queue hang.
+                hang: logs.Signature | None = replace(logs.SIGNATURES["host_ip_hang"],
+                                                      rank=r.rank)
             else:
                 hang = logs.hang_signature(r.phase, time.monotonic() - r.since, rank=r.rank)
             if hang is not None and hang.id not in {s.id for s in sigs}:
                 sigs.append(hang)
+        sigs = sigs or list(r.signatures)
         out.append(f"rank {r.rank} ({node}) {result.message} in phase {r.phase.value} "
                    f"(unit {r.state}); its last lines:")
         out += [f"    {line}" for line in list(r.lines)[-8:]] or ["    (no log lines)"]
