@@ -1,0 +1,58 @@
+"""Where serve finds the API key, and how the endpoint and sudo are derived (serve/cluster.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.inventory import Inventory, Node
+from sparkctl.serve.cluster import API_KEY_ENV, Cluster
+
+
+def _cluster(tmp_path: Path, *, required: bool = True, user: str = "root") -> Cluster:
+    nodes = tuple(Node(f"spark{i + 1}", i, f"10.77.0.{11 + i}",
+                       {"a": f"192.168.100.{11 + i}"}) for i in range(2))
+    inv = Inventory(path=tmp_path / "x.ini", cluster="sim", nodes=nodes, switch=None, ports=(),
+                    hostvars={n.name: {"ansible_user": user} for n in nodes})
+    sglang: dict[str, Any] = {"unit": "sparkctl-sglang.service", "port": 30000,
+                              "served_model_name": "", "model_path": "/models/current",
+                              "api_key_file": str(tmp_path / "key"),
+                              "api_key_required": required}
+    plan = {"hosts": {n.name: {"node_rank": n.rank, "sglang": sglang} for n in nodes}}
+    return Cluster(inv=inv, plan=plan, run_dir=tmp_path, ssh_config=tmp_path / "cfg",
+                   runner=lambda host, cmd, timeout: (0, ""))
+
+
+def test_the_environment_wins_over_the_file(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "key").write_text("from-file\n")
+    monkeypatch.setenv(API_KEY_ENV, "from-env")
+    assert _cluster(tmp_path).api_key() == "from-env"
+
+
+def test_the_file_is_read_without_ansibles_salt(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    (tmp_path / "key").write_text("Abc123 salt=xyz\n")
+    assert _cluster(tmp_path).api_key() == "Abc123"
+
+
+def test_a_missing_key_is_bad_input_when_required(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    with pytest.raises(SparkctlError) as err:
+        _cluster(tmp_path).api_key()
+    assert err.value.code == ExitCode.BAD_INPUT and API_KEY_ENV in err.value.message
+    assert _cluster(tmp_path, required=False).api_key() is None
+
+
+def test_endpoint_model_name_and_sudo(tmp_path: Path) -> None:
+    c = _cluster(tmp_path)
+    assert c.base_url == "http://10.77.0.11:30000"
+    assert c.model_name == "/models/current"
+    assert c.head == "spark1" and c.workers == ["spark2"]
+    assert c.sudo("spark1") == ""
+    assert _cluster(tmp_path, user="admin").sudo("spark2") == "sudo -n "
