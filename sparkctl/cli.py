@@ -188,7 +188,9 @@ def serve_group() -> None:
 @_INVENTORY_ARG
 @click.option("--timeout", type=click.FloatRange(min=1), default=None,
               help="Seconds to wait for every rank (default: sglang_serve_timeout).")
-def serve_up(inventory_path: Path, timeout: float | None) -> None:
+@click.option("--restart", is_flag=True,
+              help="Start every rank again even when the service is already healthy.")
+def serve_up(inventory_path: Path, timeout: float | None, restart: bool) -> None:
     """Start every rank (workers, then the head), follow their logs until /health answers.
 
     A rank that fails or does not come up is named, with its last lines, the
@@ -196,7 +198,7 @@ def serve_up(inventory_path: Path, timeout: float | None) -> None:
     """
     from sparkctl.serve import up  # noqa: PLC0415
 
-    up.up(inventory_path, timeout=timeout)
+    up.up(inventory_path, timeout=timeout, restart=restart)
 
 
 @serve_group.command("verify")

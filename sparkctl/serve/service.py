@@ -48,7 +48,10 @@ def whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None = None) 
     from sparkctl.validate import run  # noqa: PLC0415
 
     console.progress("up 1/4: provision")
-    provision(inventory_path, extravars=extravars)
+    provisioned = provision(inventory_path, extravars=extravars)
+    # A running service keeps the configuration it started with: start it again when
+    # provision changed anything on the nodes (unit, environment, model, network).
+    changed = sorted(h for h, st in provisioned.stats.items() if st.changed)
     console.progress("up 2/4: validate")
     report, run_dir = run.validate(run.Options(inventory=inventory_path,
                                                extra=dict(extravars or {})))
@@ -57,7 +60,8 @@ def whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None = None) 
         raise SparkctlError(run.failure_summary(report) + f" (report: {run_dir / 'report.html'}"
                             "); not starting the service on a cluster that failed validation",
                             run.exit_code(report))
-    console.progress("up 3/4: serve up")
-    up.up(inventory_path)
+    console.progress("up 3/4: serve up" + (f" (restart: provision changed {', '.join(changed)})"
+                                            if changed else ""))
+    up.up(inventory_path, restart=bool(changed))
     console.progress("up 4/4: serve verify")
     verify_command(inventory_path)

@@ -286,10 +286,23 @@ def explain(result: UpResult, timeout: float) -> list[str]:
     return out
 
 
-def up(inventory_path: Path, *, timeout: float | None = None) -> UpResult:
+def already_serving(cluster: Cluster) -> bool:
+    """Every rank running and the head healthy: nothing to start."""
+    states = cluster.unit_states()
+    running = all(st.get("ActiveState") == "active" and st.get("SubState") == "running"
+                  for st in states.values())
+    return running and _health(cluster.base_url) == 200
+
+
+def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = False) -> UpResult:
     cluster = open_cluster(inventory_path, "serve-up")
     limit = float(timeout or cluster.sglang()["serve_timeout"])
     with inventory_lock(inventory_path, "serve up"):
+        if not restart and already_serving(cluster):
+            console.out.print(f"already serving {cluster.model_name} at {cluster.base_url}/v1: "
+                              "every rank running, /health 200 (--restart starts it again)",
+                              highlight=False)
+            return UpResult(True, 0.0, {}, "already serving")
         console.progress(f"serve up: TP={cluster.sglang()['tp_size']} over "
                          f"{len(cluster.nodes)} nodes, head {cluster.head}, "
                          f"waiting up to {limit:.0f} s")
