@@ -165,6 +165,130 @@ def test_inventory_mistakes_name_what_to_fix(nodes: list[dict[str, Any]],
         args_f.sglang_launch_args(nodes, 1, **{**LAUNCH, **overrides})
 
 
+# --------------------------------------------------------- several TP groups
+# inventory/sim-two-groups.ini: sim.ini's hosts with sglang_group a (spark1,
+# spark2) and b (spark3, spark4), as _sglang_nodes builds them.
+TWO_GROUPS = [{**n, "group": "ab"[i // 2]} for i, n in enumerate(SIM_NODES)]
+TWO_LAUNCH = {**LAUNCH, "tp_size": 2, "nnodes": 2}
+
+
+def _opt(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def test_two_groups_of_two_each_have_their_own_ranks_and_head() -> None:
+    expected = {  # node_rank -> (--node-rank, --dist-init-addr, --host)
+        0: ("0", "192.168.100.11:50000", "0.0.0.0"),  # noqa: S104
+        1: ("1", "192.168.100.11:50000", "127.0.0.1"),
+        2: ("0", "192.168.100.13:50000", "0.0.0.0"),  # noqa: S104
+        3: ("1", "192.168.100.13:50000", "127.0.0.1")}
+    for rank, (group_rank, dist, host) in expected.items():
+        args = args_f.sglang_launch_args(TWO_GROUPS, rank, **TWO_LAUNCH)
+        assert (_opt(args, "--tp"), _opt(args, "--nnodes")) == ("2", "2"), args
+        assert (_opt(args, "--node-rank"), _opt(args, "--dist-init-addr"),
+                _opt(args, "--host")) == (group_rank, dist, host), (rank, args)
+        # the same words in the same order as a one-group command, values aside
+        assert args[::2] == args_f.sglang_launch_args(SIM_NODES, rank, **LAUNCH)[::2]
+    assert [args_f.sglang_tp_group(TWO_GROUPS, r) for r in (1, 2)] == [
+        {"name": "a", "head": "spark1", "rank": 1, "members": ["spark1", "spark2"], "size": 2,
+         "head_fabric_a_ip": "192.168.100.11"},
+        {"name": "b", "head": "spark3", "rank": 0, "members": ["spark3", "spark4"], "size": 2,
+         "head_fabric_a_ip": "192.168.100.13"}]
+
+
+def test_one_named_group_of_four_is_todays_command() -> None:
+    named = [{**n, "group": "main"} for n in SIM_NODES]
+    for rank in range(4):
+        assert args_f.sglang_launch_args(named, rank, **LAUNCH) == \
+            args_f.sglang_launch_args(SIM_NODES, rank, **LAUNCH)
+    assert args_f.sglang_tp_group(named, 3) == {
+        "name": "main", "head": "spark1", "rank": 3,
+        "members": ["spark1", "spark2", "spark3", "spark4"], "size": 4,
+        "head_fabric_a_ip": "192.168.100.11"}
+
+
+def test_group_ranks_follow_node_rank_not_the_inventory_order() -> None:
+    # a = spark1 + spark3, b = spark2 + spark4: b's head is spark2 (node_rank 1)
+    crossed = [{**n, "group": "ab"[i % 2]} for i, n in enumerate(SIM_NODES)]
+    args = args_f.sglang_launch_args(list(reversed(crossed)), 3, **TWO_LAUNCH)
+    assert (_opt(args, "--node-rank"), _opt(args, "--dist-init-addr")) == (
+        "1", "192.168.100.12:50000")
+    assert args_f.sglang_tp_group(list(reversed(crossed)), 2)["members"] == ["spark1", "spark3"]
+
+
+def test_a_group_of_one_has_no_rendezvous() -> None:
+    """--nnodes 1 without --dist-init-addr: SGLang meets itself on 127.0.0.1 (PortArgs)."""
+    nodes = [{**n, "group": "solo" if n["name"] == "spark4" else "trio"} for n in SIM_NODES]
+    args = args_f.sglang_launch_args(nodes, 3, **{**LAUNCH, "tp_size": 1, "nnodes": 1})
+    assert args[:10] == ["--model-path", "/var/lib/sparkctl/models/current", "--tp", "1",
+                         "--nnodes", "1", "--node-rank", "0", "--host", "0.0.0.0"]  # noqa: S104
+    assert "--dist-init-addr" not in args
+    # its fabric_a_ip is nobody's meeting point
+    nodes[3]["fabric_a_ip"] = ""
+    assert args_f.sglang_launch_args(nodes, 3, **{**LAUNCH, "tp_size": 1, "nnodes": 1}) == args
+    trio = args_f.sglang_launch_args(nodes, 2, **{**LAUNCH, "tp_size": 3, "nnodes": 3})
+    assert (_opt(trio, "--node-rank"), _opt(trio, "--dist-init-addr")) == (
+        "2", "192.168.100.11:50000")
+    # a single-Spark cluster is one group of one
+    alone = args_f.sglang_launch_args(SIM_NODES[:1], 0, **{**LAUNCH, "tp_size": 1, "nnodes": 1})
+    assert "--dist-init-addr" not in alone and _opt(alone, "--nnodes") == "1"
+    # and the stand-in takes the command as SGLang does
+    standin = ROLE / "files" / "sglang_standin"
+    sys.dont_write_bytecode = True
+    sys.path.insert(0, str(standin))
+    try:
+        from sglang import launch_server  # noqa: PLC0415 -- the stand-in is on sys.path only here
+    finally:
+        sys.path.remove(str(standin))
+    parsed = launch_server.parse_args([a if a != "${SGLANG_API_KEY}" else "k" for a in args])
+    launch_server.check_args(parsed)
+    assert (parsed["tp_size"], parsed["nnodes"], parsed["node_rank"], parsed["dist_init_addr"]) \
+        == (1, 1, 0, None)
+
+
+@pytest.mark.parametrize(("nodes", "rank", "overrides", "message"), [
+    (TWO_GROUPS, 2, {"nnodes": 4, "tp_size": 4},
+     r"sglang_nnodes is 4 but SGLang group 'b' \(spark3, spark4\) has 2 nodes"),
+    (TWO_GROUPS, 0, {"tp_size": 3},
+     r"sglang_tp_size 3 must be a multiple of the 2 nodes of SGLang group 'a' \(spark1, spark2\)"),
+    ([*TWO_GROUPS[:2], {**TWO_GROUPS[2], "fabric_a_ip": ""}, TWO_GROUPS[3]], 3, {},
+     r"spark3 \(node_rank 2, the head of SGLang group 'b' \(spark3, spark4\)\) has no IPv4 "
+     "fabric_a_ip"),
+    ([{**n, "group": "b c"} for n in SIM_NODES], 1, {"tp_size": 4, "nnodes": 4},
+     "sglang_group of spark2 is 'b c': one word"),
+    ([{**n, "group": ""} for n in SIM_NODES], 1, {"tp_size": 4, "nnodes": 4},
+     "sglang_group of spark2 is '': one word"),
+    ([{**n, "node_rank": 3 - i if i < 2 else i} for i, n in enumerate(TWO_GROUPS)], 1, {},
+     "node_rank must be 0..3, each once"),
+])
+def test_group_mistakes_name_the_group(nodes: list[dict[str, Any]], rank: int,
+                                       overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(args_f.AnsibleFilterError, match=message):
+        args_f.sglang_launch_args(nodes, rank, **{**TWO_LAUNCH, **overrides})
+
+
+def test_group_default_is_one_name_for_the_role_and_the_rules() -> None:
+    from sparkctl import inventory_rules  # noqa: PLC0415
+
+    defaults = _yaml(ROLE / "defaults" / "main.yml")
+    internal = _yaml(ROLE / "vars" / "main.yml")
+    assert defaults["sglang_group"] == internal["_sglang_default_group"] \
+        == inventory_rules.DEFAULT_SGLANG_GROUP == "main"
+    assert args_f._GROUP_NAME.pattern == inventory_rules._GROUP_NAME.pattern
+
+
+def test_plan_names_the_group_and_keeps_every_key() -> None:
+    (task,) = _yaml(ROLE / "tasks" / "plan.yml")
+    plan = task["ansible.builtin.set_fact"]["__sglang_plan"]
+    assert {"unit", "install_method", "tp_size", "nnodes", "gpus_per_node", "port", "dist_port",
+            "model_path", "served_model_name", "api_key_file", "api_key_required", "env_file",
+            "serve_timeout", "verify_requests", "verify_max_tokens"} < set(plan)
+    assert {k: plan[k] for k in ("group", "group_head", "group_rank", "group_members")} == {
+        "group": "{{ _sglang_group.name }}", "group_head": "{{ _sglang_group.head }}",
+        "group_rank": "{{ _sglang_group.rank | int }}",
+        "group_members": "{{ _sglang_group.members }}"}
+
+
 def test_exec_argv_for_each_method() -> None:
     args = ["--tp", "4"]
     assert args_f.sglang_exec_argv(args, "standin") == [
@@ -304,10 +428,15 @@ def _render(name: str, context: dict[str, Any]) -> str:
     return env.get_template(name).render(**context)
 
 
-def _unit_context(method: str) -> dict[str, Any]:
-    launch = args_f.sglang_launch_args(SIM_NODES, 0, **LAUNCH)
+def _unit_context(method: str, nodes: list[dict[str, Any]] = SIM_NODES, node_rank: int = 0,
+                  **launch: Any) -> dict[str, Any]:
+    launch = {**LAUNCH, **launch}
+    args = args_f.sglang_launch_args(nodes, node_rank, **launch)
     return {
-        "node_rank": 0, "sglang_nnodes": 4, "sglang_tp_size": 4, "_sglang_method": method,
+        "node_rank": node_rank, "sglang_nnodes": launch["nnodes"],
+        "sglang_tp_size": launch["tp_size"], "_sglang_method": method,
+        "_sglang_group": args_f.sglang_tp_group(nodes, node_rank),
+        "_sglang_several_groups": len({n.get("group") for n in nodes}) > 1,
         "_sglang_fw_unit": "sparkctl-sglang-firewall.service",
         "_sglang_engine": {"path": "/usr/bin/docker", "service": "docker.service"},
         "_sglang_container_name": "sparkctl-sglang", "_sglang_standin_dir": "/opt/sparkctl/sglang-standin",
@@ -316,7 +445,7 @@ def _unit_context(method: str) -> dict[str, Any]:
         "sglang_env_file": "/etc/sparkctl/sglang.env",
         "sglang_secrets_file": "/etc/sparkctl/sglang-secrets.env",
         "_sglang_exec_argv": args_f.sglang_exec_argv(
-            launch, method, engine_path="/usr/bin/docker", gpu_args=["--gpus", "all"],
+            args, method, engine_path="/usr/bin/docker", gpu_args=["--gpus", "all"],
             image="lmsysorg/sglang:v0.5.17-cu130-runtime")}
 
 
@@ -344,6 +473,22 @@ def test_unit_template_for_the_container() -> None:
     assert "ExecStartPre=-/usr/bin/docker rm --force sparkctl-sglang" in unit
     assert "ExecStop=/usr/bin/docker stop --time 60 sparkctl-sglang" in unit
     assert "lmsysorg/sglang:v0.5.17-cu130-runtime python3 -m sglang.launch_server" in unit
+
+
+def test_unit_template_names_its_group_only_when_there_are_several() -> None:
+    one = _render("sparkctl-sglang.service.j2", _unit_context("standin", SIM_NODES, 2))
+    assert "Description=SGLang TP=4 node rank 2 (sparkctl)" in one.splitlines()
+    assert "# SGLang tensor-parallel rank 2 of 4 (standin)." in one.splitlines()
+    assert "group" not in one
+    unit = _render("sparkctl-sglang.service.j2",
+                   _unit_context("standin", TWO_GROUPS, 3, tp_size=2, nnodes=2))
+    lines = unit.splitlines()
+    assert "Description=SGLang group b TP=2 node rank 1 (sparkctl)" in lines
+    assert "# SGLang tensor-parallel rank 1 of 2 in group b, head spark3 (standin)." in lines
+    assert ("ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path "
+            "/var/lib/sparkctl/models/current --tp 2 --nnodes 2 --node-rank 1 --dist-init-addr "
+            "192.168.100.13:50000 --host 127.0.0.1 --port 30000 --enable-metrics --dist-timeout "
+            '3600 --api-key "${SGLANG_API_KEY}"') in lines
 
 
 def test_secrets_template_holds_only_the_key() -> None:
@@ -398,6 +543,24 @@ def _want() -> dict[str, Any]:
 
 def test_verify_problems_none_on_a_node_as_the_lab_left_it() -> None:
     assert args_f.sglang_verify_problems(_reading(), _want()) == []
+
+
+def test_verify_compares_the_rank_within_the_group() -> None:
+    """spark4 of sim-two-groups.ini runs --node-rank 1: verify wants its group rank."""
+    args = args_f.sglang_launch_args(TWO_GROUPS, 3, **TWO_LAUNCH)
+    argv = args_f.sglang_exec_argv(args, "standin")
+    execstart = SPARK2_EXECSTART.replace(
+        SPARK2_EXECSTART[SPARK2_EXECSTART.index("argv[]=") + 7:
+                         SPARK2_EXECSTART.index(" ; ignore_errors")], " ".join(argv))
+    reading = _reading()
+    reading["commands"]["execstart"]["stdout"] = execstart
+    want = {**_want(), "argv": argv, "node_rank": 1}
+    assert args_f.sglang_verify_problems(reading, want) == []
+    problems = args_f.sglang_verify_problems(reading, {**want, "node_rank": 3})
+    assert len(problems) == 1 and "ExecStart of sparkctl-sglang.service runs" in problems[0]
+    (task,) = [t for t in _yaml(ROLE / "tasks" / "verify.yml")
+               if "Unit, command" in t["name"]]
+    assert "'node_rank': _sglang_group.rank" in task["vars"]["__sglang_problems"]
 
 
 def _spoil(path: list[str], value: Any) -> dict[str, Any]:

@@ -4,12 +4,20 @@ The command line of every rank follows from the inventory alone (SGLang docs,
 ``multi_node_deployment``; dgx-spark.md "SGLang across nodes")::
 
     python3 -m sglang.launch_server --model-path M --tp 4 --nnodes 4 --node-rank R
-        --dist-init-addr <fabric_a_ip of node_rank 0>:<port> --host H --port P
+        --dist-init-addr <fabric_a_ip of the group's head>:<port> --host H --port P
         --enable-metrics --dist-timeout 3600 [--served-model-name X]
         [--api-key ${SGLANG_API_KEY}] [extra args]
 
-``--tp`` is the TOTAL tensor-parallel degree across nodes; only the head
-(node_rank 0) serves HTTP on a public address. The API key never passes
+The Sparks form one or more tensor-parallel groups (``sglang_group``, one
+value per host; by default every Spark has the same one). A group's ranks are
+its members in ``node_rank`` order (``node_rank`` stays the cluster-wide,
+stable order, 0..N-1): its head is the member with the lowest node_rank,
+``--node-rank`` is the position within the group and ``--nnodes`` the group's
+size. ``--tp`` is the TOTAL tensor-parallel degree across the group's nodes;
+only the head serves HTTP on a public address. A group of one node has no
+rendezvous: SGLang with ``--nnodes 1`` and no ``--dist-init-addr`` meets
+itself on 127.0.0.1 (``PortArgs.init_new`` in sglang's server_args.py), so the
+command carries none. The API key never passes
 through here: the command carries ``${SGLANG_API_KEY}``, which systemd expands
 from the root-only environment file when it starts the unit (systemd.service,
 "Command lines": ``${FOO}`` in double quotes is one argument).
@@ -52,23 +60,67 @@ def _int(value: Any, what: str) -> int:
         raise AnsibleFilterError(f"{what} must be an integer, got {value!r}") from None
 
 
-def _head(nodes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The node with node_rank 0, after checking the ranks are exactly 0..N-1."""
+# A group name: one word of letters, digits, `_`, `.` and `-`, as it appears in
+# the plan, messages and `sparkctl serve`'s output.
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def _rank_of(node: dict[str, Any]) -> int:
+    return _int(node.get("node_rank"), f"node_rank of {node.get('name')}")
+
+
+def _group(nodes: list[dict[str, Any]], node_rank: Any) -> dict[str, Any]:
+    """The TP group of the node with ``node_rank`` (cluster-wide ranks checked to be 0..N-1).
+
+    Nodes carry ``group`` (their sglang_group); nodes without one are one group.
+    Returns name, members (node dicts in node_rank order), head (the first
+    member), rank (position of the node in the group) and ``where``, how messages
+    name the group ("the sparks group" when the whole cluster is one).
+    """
     if not nodes:
         raise AnsibleFilterError("the sparks group is empty: no node to run SGLang on")
-    ranks = sorted(_int(n.get("node_rank"), f"node_rank of {n.get('name')}") for n in nodes)
+    ranks = sorted(_rank_of(n) for n in nodes)
     if ranks != list(range(len(nodes))):
         listing = ", ".join(f"{n.get('name')}={n.get('node_rank')}" for n in nodes)
         raise AnsibleFilterError(
             f"node_rank must be 0..{len(nodes) - 1}, each once ({listing})")
-    head = next(n for n in nodes if _int(n["node_rank"], "node_rank") == 0)
-    try:
-        ipaddress.IPv4Address(str(head.get("fabric_a_ip", "")))
-    except ValueError:
+    rank = _int(node_rank, "node_rank")
+    me = next((n for n in nodes if _rank_of(n) == rank), None)
+    if me is None:
+        raise AnsibleFilterError(f"node_rank {rank} is outside 0..{len(nodes) - 1}")
+    name = me.get("group")
+    if name is not None and not _GROUP_NAME.match(str(name)):
         raise AnsibleFilterError(
-            f"{head.get('name')} (node_rank 0) has no IPv4 fabric_a_ip "
-            f"({head.get('fabric_a_ip')!r}): the ranks meet there") from None
-    return head
+            f"sglang_group of {me.get('name')} is {name!r}: one word of letters, digits, "
+            "_ . - (at most 63 characters)")
+    members = sorted((n for n in nodes if n.get("group") == name), key=_rank_of)
+    whole = len(members) == len(nodes)
+    where = "the sparks group" if whole else (
+        f"SGLang group {name!r} ({', '.join(str(n.get('name')) for n in members)})")
+    return {"name": name, "members": members, "head": members[0],
+            "rank": members.index(me), "where": where}
+
+
+def _head_address(group: dict[str, Any]) -> str:
+    """The IPv4 fabric_a_ip of the group's head, where its ranks meet."""
+    head = group["head"]
+    try:
+        return str(ipaddress.IPv4Address(str(head.get("fabric_a_ip", ""))))
+    except ValueError:
+        role = ("" if group["where"] == "the sparks group"
+                else f", the head of {group['where']}")
+        raise AnsibleFilterError(
+            f"{head.get('name')} (node_rank {head.get('node_rank')}{role}) has no IPv4 "
+            f"fabric_a_ip ({head.get('fabric_a_ip')!r}): the ranks meet there") from None
+
+
+def sglang_tp_group(nodes: list[dict[str, Any]], node_rank: Any) -> dict[str, Any]:
+    """The node's TP group for the role's vars and plan: name, head, rank, members, size."""
+    group = _group(nodes, node_rank)
+    members = [str(n.get("name")) for n in group["members"]]
+    return {"name": group["name"], "head": members[0], "rank": group["rank"],
+            "members": members, "size": len(members),
+            "head_fabric_a_ip": str(group["head"].get("fabric_a_ip", ""))}
 
 
 def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_path: str,
@@ -77,24 +129,31 @@ def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_pat
                        enable_metrics: bool = True, dist_timeout: Any = 3600,
                        served_model_name: str = "", api_key: bool = False,
                        extra_args: list[Any] | None = None) -> list[str]:
-    """launch_server arguments of the node with ``node_rank`` (without the interpreter)."""
-    head = _head(nodes)
-    rank = _int(node_rank, "node_rank")
+    """launch_server arguments of the node with ``node_rank`` (without the interpreter).
+
+    ``node_rank`` is the cluster-wide rank; the command carries the node's
+    position in its TP group (see :func:`_group`).
+    """
+    group = _group(nodes, node_rank)
+    size, where = len(group["members"]), group["where"]
     tp, n = _int(tp_size, "sglang_tp_size"), _int(nnodes, "sglang_nnodes")
-    if n != len(nodes):
-        raise AnsibleFilterError(f"sglang_nnodes is {n} but the sparks group has {len(nodes)} "
+    if n != size:
+        raise AnsibleFilterError(f"sglang_nnodes is {n} but {where} has {size} "
                                  "nodes: SGLang runs one process per node")
+    in_group = "" if where == "the sparks group" else f" of {where}"
     if tp < n or tp % n:
-        raise AnsibleFilterError(f"sglang_tp_size {tp} must be a multiple of the {n} nodes "
-                                 "(--tp is the total degree; each node holds tp/nnodes GPUs)")
-    if not 0 <= rank < n:
-        raise AnsibleFilterError(f"node_rank {rank} is outside 0..{n - 1}")
+        raise AnsibleFilterError(f"sglang_tp_size {tp} must be a multiple of the {n} nodes"
+                                 f"{in_group} (--tp is the total degree; each node holds "
+                                 "tp/nnodes GPUs)")
+    rank = group["rank"]
     dport, hport = _int(dist_port, "sglang_dist_port"), _int(port, "sglang_port")
     for value, what in ((dport, "sglang_dist_port"), (hport, "sglang_port")):
         if not 1 <= value <= 65535:
             raise AnsibleFilterError(f"{what} {value} is not a TCP port")
+    # One node meets no other: no rendezvous address (SGLang then uses 127.0.0.1).
+    dist = ["--dist-init-addr", f"{_head_address(group)}:{dport}"] if n > 1 else []
     args = ["--model-path", str(model_path), "--tp", str(tp), "--nnodes", str(n),
-            "--node-rank", str(rank), "--dist-init-addr", f"{head['fabric_a_ip']}:{dport}",
+            "--node-rank", str(rank), *dist,
             "--host", str(host if rank == 0 else worker_host), "--port", str(hport)]
     if enable_metrics:
         args.append("--enable-metrics")
@@ -334,6 +393,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_launch_args": sglang_launch_args,
+            "sglang_tp_group": sglang_tp_group,
             "sglang_exec_argv": sglang_exec_argv,
             "sglang_exec_line": sglang_exec_line,
             "sglang_parse_execstart": sglang_parse_execstart,
