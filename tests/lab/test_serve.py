@@ -97,7 +97,8 @@ def test_a_rank_on_the_wrong_interface_is_explained(lab: LabSession,
                              f"SGLANG_HOST_IP={spark2.mgmt_ip}")
     ssh(spark2.mgmt_ip, f"cat > {ENV_FILE} <<'EOF'\n{wrong}EOF")
     try:
-        proc = sparkctl("serve", "up", str(SIM_INVENTORY), "--timeout", "90", timeout=900)
+        proc = sparkctl("serve", "up", str(SIM_INVENTORY), "--restart", "--timeout", "90",
+                        timeout=900)
         assert proc.returncode == 1
         assert "SGLANG_HOST_IP" in proc.stderr
         assert "rank" in proc.stderr and "every rank was stopped again" in proc.stderr
@@ -105,6 +106,15 @@ def test_a_rank_on_the_wrong_interface_is_explained(lab: LabSession,
         ssh(spark2.mgmt_ip, f"cat > {ENV_FILE} <<'EOF'\n{original}EOF")
     up = sparkctl("serve", "up", str(SIM_INVENTORY), timeout=900)
     assert up.returncode == 0, up.stderr[-4000:]
+
+
+def test_serve_up_leaves_a_healthy_service_alone(lab: LabSession,
+                                                 served: dict[str, Any]) -> None:
+    head = lab.inventory.node("spark1").mgmt_ip
+    pid = ssh(head, f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+    proc = sparkctl("serve", "up", str(SIM_INVENTORY), check=True)
+    assert "already serving" in proc.stdout
+    assert ssh(head, f"systemctl show -p MainPID --value {UNIT}").stdout.strip() == pid
 
 
 def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:
