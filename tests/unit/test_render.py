@@ -89,6 +89,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
     return _render("lab", tmp_path_factory, api_key=SENTINEL_KEY)
 
 
+@pytest.fixture(scope="module")
+def two_groups(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
+    """inventory/sim-two-groups.ini: the lab's hosts as two SGLang TP groups of two."""
+    return _render("sim-two-groups", tmp_path_factory, api_key=None)
+
+
 @pytest.fixture(params=["sim", "lab"])
 def rendered(request: pytest.FixtureRequest) -> Iterator[Rendered]:
     yield request.getfixturevalue(request.param)
@@ -168,6 +174,45 @@ def test_sglang_unit_and_environment_per_rank(rendered: Rendered) -> None:
         env = rendered.env(node.name, role_default("sglang", "sglang_env_file"))
         assert env["SGLANG_HOST_IP"] == node.fabric_ips["a"], node
         assert env["GLOO_SOCKET_IFNAME"] == rendered.inv.hostvars[node.name]["fabric_a_netdev"]
+
+
+def _tp_groups(r: Rendered) -> dict[str, list[Node]]:
+    """sglang_group -> its Sparks in rank order (the inventory's, else the role's default)."""
+    groups: dict[str, list[Node]] = {}
+    for node in r.inv.nodes:
+        name = r.inv.hostvars[node.name].get("sglang_group", role_default("sglang", "sglang_group"))
+        groups.setdefault(str(name), []).append(node)
+    return groups
+
+
+def test_sglang_two_groups_rank_within_their_group(two_groups: Rendered) -> None:
+    dist_port = role_default("sglang", "sglang_dist_port")
+    port = role_default("sglang", "sglang_port")
+    groups = _tp_groups(two_groups)
+    assert {g: [n.name for n in m] for g, m in groups.items()} == {
+        "a": ["spark1", "spark2"], "b": ["spark3", "spark4"]}
+    for name, members in groups.items():
+        head, size = members[0], len(members)
+        for position, node in enumerate(members):
+            unit = two_groups.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
+            (exec_start,) = [ln for ln in unit.splitlines() if ln.startswith("ExecStart=")]
+            assert (f" --tp {size} --nnodes {size} --node-rank {position} --dist-init-addr "
+                    f"{head.fabric_ips['a']}:{dist_port} ") in exec_start, (node, exec_start)
+            bind = role_default("sglang", "sglang_host" if position == 0 else "sglang_worker_host")
+            assert f" --host {bind} --port {port} " in exec_start, (node, exec_start)
+            assert (f"Description=SGLang group {name} TP={size} node rank {position} (sparkctl)"
+                    in unit.splitlines()), unit
+
+
+def test_sglang_two_groups_change_nothing_but_the_units(sim: Rendered,
+                                                        two_groups: Rendered) -> None:
+    """Same hosts and addresses as sim.ini: every other file is the same, byte for byte."""
+    unit = "etc/systemd/system/sparkctl-sglang.service"
+    files = {f.relative_to(sim.out).as_posix() for f in sim.files}
+    assert {f.relative_to(two_groups.out).as_posix() for f in two_groups.files} == files
+    differ = sorted(f for f in files
+                    if (sim.out / f).read_bytes() != (two_groups.out / f).read_bytes())
+    assert differ == [f"{n.name}/{unit}" for n in sim.inv.nodes], differ
 
 
 def test_sglang_firewall_and_its_unit(rendered: Rendered) -> None:
