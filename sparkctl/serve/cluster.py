@@ -35,22 +35,50 @@ class Cluster:
 
     @property
     def nodes(self) -> list[str]:
-        """Every node, in rank order (rank 0, the head, first)."""
+        """Every node, in node_rank order."""
         return [n.name for n in self.inv.nodes]
+
+    def groups(self) -> list[Group]:
+        """The TP groups (sglang_group), each with its members in rank order, head first.
+
+        One group of every node when the plan predates groups."""
+        seen: dict[str, list[str]] = {}
+        for node in self.nodes:
+            s = self.plan["hosts"][node]["sglang"]
+            name = str(s.get("group", "main"))
+            members = [str(m) for m in s.get("group_members", self.nodes)]
+            seen.setdefault(name, members)
+        return [Group(self, name, members) for name, members in seen.items()]
+
+    def group_of(self, node: str) -> Group:
+        return next(g for g in self.groups() if node in g.members)
+
+    @property
+    def heads(self) -> list[str]:
+        return [g.head for g in self.groups()]
 
     @property
     def head(self) -> str:
-        return self.nodes[0]
+        """The first group's head (the only one with a single group)."""
+        return self.heads[0]
 
     @property
     def workers(self) -> list[str]:
-        return self.nodes[1:]
+        heads = set(self.heads)
+        return [n for n in self.nodes if n not in heads]
 
     def sglang(self, node: str | None = None) -> dict[str, Any]:
         return dict(self.plan["hosts"][node or self.head]["sglang"])
 
     def rank(self, node: str) -> int:
-        return int(self.plan["hosts"][node]["node_rank"])
+        """The rank within the node's TP group (SGLang's --node-rank)."""
+        return self.group_of(node).rank(node)
+
+    def label(self, node: str) -> str:
+        """How a rank is named: `rank 2 (spark3)`, with the group when there are several."""
+        groups = self.groups()
+        group = f"group {self.group_of(node).name} " if len(groups) > 1 else ""
+        return f"{group}rank {self.rank(node)} ({node})"
 
     @property
     def unit(self) -> str:
@@ -113,6 +141,49 @@ class Cluster:
                                 ExitCode.ENVIRONMENT) from None
         # ansible's password lookup may append " salt=..." to the file.
         return key.split()[0] if key else None
+
+
+@dataclass
+class Group:
+    """One TP group: what serve up waits for and serve verify checks, per endpoint."""
+
+    cluster: Cluster
+    name: str
+    members: list[str]  # rank order, the head first
+
+    @property
+    def head(self) -> str:
+        return self.members[0]
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self.members)
+
+    @property
+    def workers(self) -> list[str]:
+        return self.members[1:]
+
+    @property
+    def unit(self) -> str:
+        return self.cluster.unit
+
+    @property
+    def model_name(self) -> str:
+        return self.cluster.model_name
+
+    @property
+    def base_url(self) -> str:
+        node = self.cluster.inv.node(self.head)
+        return f"http://{node.mgmt_ip}:{int(self.sglang()['port'])}"
+
+    def sglang(self, node: str | None = None) -> dict[str, Any]:
+        return self.cluster.sglang(node or self.head)
+
+    def rank(self, node: str) -> int:
+        return self.members.index(node)
+
+    def unit_states(self, nodes: Sequence[str] | None = None) -> dict[str, dict[str, str]]:
+        return self.cluster.unit_states(nodes or self.members)
 
 
 def open_cluster(inventory_path: Path, command: str,

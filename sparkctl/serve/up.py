@@ -44,6 +44,7 @@ class Rank:
 
     node: str
     rank: int
+    label: str = ""
     log: logs.RankLog = field(default_factory=logs.RankLog)
     since: float = field(default_factory=time.monotonic)  # when the phase last advanced
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL))
@@ -51,6 +52,7 @@ class Rank:
 
     def __post_init__(self) -> None:
         self.log.rank = self.rank
+        self.label = self.label or f"rank {self.rank} ({self.node})"
 
     @property
     def phase(self) -> logs.Phase:
@@ -108,11 +110,11 @@ class Followers:
 def _table(ranks: dict[str, Rank], started: float) -> Table:
     table = Table(box=None, title=f"serve up ({time.monotonic() - started:.0f} s)",
                   title_justify="left")
-    for col in ("rank", "node", "phase", "unit", "last line"):
+    for col in ("rank", "phase", "unit", "last line"):
         table.add_column(col, no_wrap=col != "last line", overflow="ellipsis")
     for r in ranks.values():
         last = r.lines[-1] if r.lines else ""
-        table.add_row(str(r.rank), r.node, r.phase.value, r.state, escape(last[-90:]))
+        table.add_row(r.label, r.phase.value, r.state, escape(last[-90:]))
     return table
 
 
@@ -133,9 +135,9 @@ class UpResult:
 
 
 def start_units(cluster: Cluster) -> None:
-    """Workers first, then the head; a unit left failed by an earlier try is reset."""
+    """Every group's workers first, then the heads; a unit left failed is reset."""
     unit = shlex.quote(cluster.unit)
-    for group in (cluster.workers, [cluster.head]):
+    for group in (cluster.workers, cluster.heads):
         if not group:
             continue
         results = cluster.each(group, f"{{sudo}}systemctl reset-failed {unit} 2>/dev/null; "
@@ -150,9 +152,9 @@ def start_units(cluster: Cluster) -> None:
 
 
 def stop_units(cluster: Cluster) -> dict[str, tuple[int, str]]:
-    """The head first (no new requests), then the workers."""
+    """The heads first (no new requests), then the workers."""
     unit = shlex.quote(cluster.unit)
-    out = cluster.each([cluster.head], f"{cluster.sudo(cluster.head)}systemctl stop {unit}", 120)
+    out = cluster.each(cluster.heads, f"{cluster.sudo(cluster.head)}systemctl stop {unit}", 120)
     if cluster.workers:
         out |= cluster.each(cluster.workers,
                             f"{cluster.sudo(cluster.workers[0])}systemctl stop {unit}", 120)
@@ -164,7 +166,7 @@ class Waiter:
 
     def __init__(self, cluster: Cluster, followers: Followers, timeout: float) -> None:
         self.cluster, self.followers, self.timeout = cluster, followers, timeout
-        self.ranks = {n: Rank(n, cluster.rank(n)) for n in cluster.nodes}
+        self.ranks = {n: Rank(n, cluster.rank(n), cluster.label(n)) for n in cluster.nodes}
         self.started = time.monotonic()
         self.next_poll = 0.0
         self.shown: dict[str, logs.Phase] = {}
@@ -181,7 +183,7 @@ class Waiter:
         """Without a terminal: one line per phase change."""
         for r in self.ranks.values():
             if self.shown.get(r.node) != r.phase:
-                console.progress(f"rank {r.rank} ({r.node}): {r.phase.value}")
+                console.progress(f"{r.label}: {r.phase.value}")
                 self.shown[r.node] = r.phase
 
     def poll(self) -> UpResult | None:
@@ -193,7 +195,7 @@ class Waiter:
                 or st.get("SubState") == "auto-restart"]
         if dead:
             return self.result(False, "a rank's unit stopped", dead)
-        if _health(self.cluster.base_url) == 200:
+        if all(_health(g.base_url) == 200 for g in self.cluster.groups()):
             for r in self.ranks.values():
                 r.ready()
             return self.result(True, "ready", [])
@@ -277,7 +279,7 @@ def explain(result: UpResult, timeout: float) -> list[str]:
             if hang is not None and hang.id not in {s.id for s in sigs}:
                 sigs.append(hang)
         sigs = sigs or list(r.signatures)
-        out.append(f"rank {r.rank} ({node}) {result.message} in phase {r.phase.value} "
+        out.append(f"{r.label} {result.message} in phase {r.phase.value} "
                    f"(unit {r.state}); its last lines:")
         out += [f"    {line}" for line in list(r.lines)[-8:]] or ["    (no log lines)"]
         for s in sigs:
@@ -286,12 +288,23 @@ def explain(result: UpResult, timeout: float) -> list[str]:
     return out
 
 
+def _describe(cluster: Cluster) -> str:
+    groups = cluster.groups()
+    parts = [f"TP={g.sglang()['tp_size']} over {len(g.members)} node(s), head {g.head}"
+             + (f" (group {g.name})" if len(groups) > 1 else "") for g in groups]
+    return "; ".join(parts)
+
+
+def _endpoints(cluster: Cluster) -> str:
+    return ", ".join(f"{g.base_url}/v1" for g in cluster.groups())
+
+
 def already_serving(cluster: Cluster) -> bool:
     """Every rank running and the head healthy: nothing to start."""
     states = cluster.unit_states()
     running = all(st.get("ActiveState") == "active" and st.get("SubState") == "running"
                   for st in states.values())
-    return running and _health(cluster.base_url) == 200
+    return running and all(_health(g.base_url) == 200 for g in cluster.groups())
 
 
 def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = False) -> UpResult:
@@ -299,13 +312,11 @@ def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = Fa
     limit = float(timeout or cluster.sglang()["serve_timeout"])
     with inventory_lock(inventory_path, "serve up"):
         if not restart and already_serving(cluster):
-            console.out.print(f"already serving {cluster.model_name} at {cluster.base_url}/v1: "
+            console.out.print(f"already serving {cluster.model_name} at {_endpoints(cluster)}: "
                               "every rank running, /health 200 (--restart starts it again)",
                               highlight=False)
             return UpResult(True, 0.0, {}, "already serving")
-        console.progress(f"serve up: TP={cluster.sglang()['tp_size']} over "
-                         f"{len(cluster.nodes)} nodes, head {cluster.head}, "
-                         f"waiting up to {limit:.0f} s")
+        console.progress(f"serve up: {_describe(cluster)}, waiting up to {limit:.0f} s")
         followers = Followers(cluster)
         followers.start()
         try:
@@ -319,14 +330,13 @@ def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = Fa
             stop_units(cluster)
             for line in lines:
                 console.err.print(line, markup=False, highlight=False)
-            names = ", ".join(f"rank {result.ranks[n].rank} ({n})" for n in result.failed)
+            names = ", ".join(result.ranks[n].label for n in result.failed)
             raise SparkctlError(f"serve up failed: {names} {result.message}; every rank was "
                                 f"stopped again (logs in {cluster.run_dir})",
                                 ExitCode.CHECKS_FAILED,
                                 hint=f"sparkctl serve logs {inventory_path} NODE")
-    console.out.print(f"[green]serving[/green] {cluster.model_name} with TP="
-                      f"{cluster.sglang()['tp_size']} over {len(cluster.nodes)} nodes at "
-                      f"{cluster.base_url}/v1 ({result.seconds:.0f} s)", highlight=False)
+    console.out.print(f"[green]serving[/green] {cluster.model_name}: {_describe(cluster)} at "
+                      f"{_endpoints(cluster)} ({result.seconds:.0f} s)", highlight=False)
     return result
 
 
@@ -352,9 +362,11 @@ def down(inventory_path: Path) -> dict[str, str]:
 def status(inventory_path: Path) -> dict[str, Any]:
     cluster = open_cluster(inventory_path, "serve-status")
     states = cluster.unit_states()
-    code = _health(cluster.base_url)
-    return {"endpoint": f"{cluster.base_url}/v1", "health": code,
-            "ranks": [{"rank": cluster.rank(n), "node": n, **states[n]} for n in cluster.nodes]}
+    groups = [{"group": g.name, "head": g.head, "endpoint": f"{g.base_url}/v1",
+               "health": _health(g.base_url)} for g in cluster.groups()]
+    return {"endpoint": groups[0]["endpoint"], "health": groups[0]["health"], "groups": groups,
+            "ranks": [{"rank": cluster.rank(n), "group": cluster.group_of(n).name, "node": n,
+                       **states[n]} for n in cluster.nodes]}
 
 
 def show_status(data: dict[str, Any]) -> None:
@@ -365,9 +377,11 @@ def show_status(data: dict[str, Any]) -> None:
         table.add_row(str(r["rank"]), r["node"], f"{r['ActiveState']}/{r['SubState']}",
                       r.get("ActiveEnterTimestamp", ""), r.get("NRestarts", ""))
     console.out.print(table)
-    health = data["health"]
-    console.out.print(f"{data['endpoint']}: /health "
-                      f"{health if health is not None else 'no answer'}", highlight=False)
+    for g in data["groups"]:
+        health = g["health"]
+        name = f"group {g['group']}: " if len(data["groups"]) > 1 else ""
+        console.out.print(f"{name}{g['endpoint']}: /health "
+                          f"{health if health is not None else 'no answer'}", highlight=False)
 
 
 def show_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) -> None:
@@ -380,6 +394,6 @@ def show_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) 
             subprocess.run(["ssh", "-F", str(cluster.ssh_config), n, cmd], check=False)
             return
         rc, out = cluster.run(n, cmd, 60)
-        console.out.print(f"[bold]== rank {cluster.rank(n)} ({n})[/bold]", highlight=False)
+        console.out.print(f"[bold]== {cluster.label(n)}[/bold]", highlight=False)
         console.out.print(out.rstrip() if rc == 0 else f"(journalctl rc {rc}: {out.strip()})",
                           markup=False, highlight=False)

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from sparkctl import __version__
-from sparkctl.serve.cluster import Cluster
+from sparkctl.serve.cluster import Cluster, Group
 from sparkctl.validate.model import Check, Outcome, Report, Thresholds
 
 PROMPT = "In one sentence, what does tensor parallelism split across the ranks?"
@@ -57,7 +57,8 @@ def _json(resp: httpx.Response) -> Any:
 
 
 class Verifier:
-    def __init__(self, cluster: Cluster, key: str | None) -> None:
+    def __init__(self, cluster: Group, key: str | None) -> None:
+        """``cluster``: one TP group (its head's endpoint, its members' units)."""
         import openai  # noqa: PLC0415 - heavy, only when verifying
 
         self.cluster, self.key, self.head = cluster, key, cluster.head
@@ -191,19 +192,23 @@ class Verifier:
 
 
 def verify(cluster: Cluster, started: str) -> Report:
+    """Every TP group's endpoint (one per sglang_group), each with its own ranks."""
     key = cluster.api_key()
     t0 = time.monotonic()
-    verifier = Verifier(cluster, key)
-    checks = verifier.run()
     report = Report(run_id=cluster.run_dir.name, cluster=cluster.inv.cluster,
                     inventory=str(cluster.inv.path), started=started,
                     sparkctl_version=__version__, hosts=cluster.nodes,
-                    thresholds=Thresholds(0.0, 0.0, 0, 0.0), checks=checks)
-    report.notes.append(f"endpoint {cluster.base_url}/v1, model {cluster.model_name}, "
-                        f"TP={verifier.tp} over {verifier.nnodes} nodes")
-    if verifier.figures:
-        report.notes.append("serving figures: " + ", ".join(
-            f"{k} {v:.3f}" for k, v in verifier.figures.items()))
+                    thresholds=Thresholds(0.0, 0.0, 0, 0.0))
+    groups = cluster.groups()
+    for group in groups:
+        verifier = Verifier(group, key)
+        report.checks += verifier.run()
+        name = f"group {group.name}: " if len(groups) > 1 else ""
+        report.notes.append(f"{name}endpoint {group.base_url}/v1, model {group.model_name}, "
+                            f"TP={verifier.tp} over {verifier.nnodes} nodes")
+        if verifier.figures:
+            report.notes.append(f"{name}serving figures: " + ", ".join(
+                f"{k} {v:.3f}" for k, v in verifier.figures.items()))
     report.duration_s = time.monotonic() - t0
     return report
 

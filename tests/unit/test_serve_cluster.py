@@ -56,3 +56,28 @@ def test_endpoint_model_name_and_sudo(tmp_path: Path) -> None:
     assert c.head == "spark1" and c.workers == ["spark2"]
     assert c.sudo("spark1") == ""
     assert _cluster(tmp_path, user="admin").sudo("spark2") == "sudo -n "
+
+
+def test_two_groups_have_their_own_heads_ranks_and_endpoints(tmp_path: Path) -> None:
+    c = _cluster(tmp_path)
+    nodes = [f"spark{i}" for i in range(1, 5)]
+    c.inv = Inventory(path=tmp_path / "x.ini", cluster="sim", switch=None, ports=(),
+                      nodes=tuple(Node(n, i, f"10.77.0.{11 + i}", {}) for i, n in enumerate(nodes)),
+                      hostvars={n: {} for n in nodes})
+    base = c.plan["hosts"]["spark1"]["sglang"]
+    members = {"a": ["spark1", "spark2"], "b": ["spark3", "spark4"]}
+    c.plan = {"hosts": {n: {"node_rank": i, "sglang": {**base, "group": "ab"[i // 2],
+                                                        "group_members": members["ab"[i // 2]]}}
+                        for i, n in enumerate(nodes)}}
+    groups = c.groups()
+    assert [(g.name, g.head, g.workers) for g in groups] == [("a", "spark1", ["spark2"]),
+                                                             ("b", "spark3", ["spark4"])]
+    assert c.heads == ["spark1", "spark3"] and c.workers == ["spark2", "spark4"]
+    assert [g.base_url for g in groups] == ["http://10.77.0.11:30000", "http://10.77.0.13:30000"]
+    assert c.rank("spark4") == 1 and c.label("spark4") == "group b rank 1 (spark4)"
+
+
+def test_one_group_when_the_plan_has_none(tmp_path: Path) -> None:
+    c = _cluster(tmp_path)
+    assert [(g.name, g.members) for g in c.groups()] == [("main", ["spark1", "spark2"])]
+    assert c.label("spark2") == "rank 1 (spark2)"

@@ -41,6 +41,12 @@ class FakeCluster:
     def rank(self, node: str) -> int:
         return self.nodes.index(node)
 
+    def label(self, node: str) -> str:
+        return f"rank {self.rank(node)} ({node})"
+
+    def groups(self) -> list[Any]:
+        return [self]  # one TP group, headed by the first node
+
     def sudo(self, node: str) -> str:
         return ""
 
