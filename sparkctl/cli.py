@@ -73,15 +73,18 @@ _INVENTORY_ARG = click.argument("inventory_path", metavar="INVENTORY",
 @click.option("--skip-tags", multiple=True, help="Skip these tags (repeatable).")
 @click.option("--check", is_flag=True, help="Dry run: report what would change.")
 @click.option("--diff", is_flag=True, help="Show file differences.")
+@click.option("-e", "--extra-vars", "extra", multiple=True,
+              help="VAR=VALUE or a YAML mapping, e.g. the model source (repeatable).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result (per-host counts, failures, artifacts) as JSON on stdout.")
 def provision(inventory_path: Path, limit: str | None, tags: tuple[str, ...],
-              skip_tags: tuple[str, ...], check: bool, diff: bool, as_json: bool) -> None:
+              skip_tags: tuple[str, ...], check: bool, diff: bool, extra: tuple[str, ...],
+              as_json: bool) -> None:
     """Configure every node and the switch as INVENTORY describes (playbooks/site.yml)."""
     from sparkctl.provision import provision as run  # noqa: PLC0415
 
     run(inventory_path, limit=limit, tags=tags, skip_tags=skip_tags, check=check, diff=diff,
-        as_json=as_json)
+        as_json=as_json, extravars=_extra_vars(extra))
 
 
 @cli.command()
