@@ -86,8 +86,8 @@ class Cluster:
 
     @property
     def base_url(self) -> str:
-        """The API as the controller reaches it: the head's management address."""
-        return f"http://{self.inv.node(self.head).mgmt_ip}:{int(self.sglang()['port'])}"
+        """The first group's API as the controller reaches it (its head's management address)."""
+        return self.groups()[0].base_url
 
     @property
     def model_name(self) -> str:
@@ -104,9 +104,11 @@ class Cluster:
 
     def each(self, nodes: Sequence[str], command: str,
              timeout: int = 60) -> dict[str, tuple[int, str]]:
-        """The same command on every node at once."""
+        """The same command on every node at once; ``{sudo}`` in it becomes each node's
+        own prefix for root (:meth:`sudo`)."""
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-            futures = {n: pool.submit(self.runner, n, command, timeout) for n in nodes}
+            futures = {n: pool.submit(self.runner, n, command.replace("{sudo}", self.sudo(n)),
+                                      timeout) for n in nodes}
             return {n: f.result() for n, f in futures.items()}
 
     def unit_states(self, nodes: Sequence[str] | None = None) -> dict[str, dict[str, str]]:

@@ -141,8 +141,7 @@ def start_units(cluster: Cluster) -> None:
         if not group:
             continue
         results = cluster.each(group, f"{{sudo}}systemctl reset-failed {unit} 2>/dev/null; "
-                                      f"{{sudo}}systemctl restart {unit}".replace(
-                                          "{sudo}", cluster.sudo(group[0])), 60)
+                                      f"{{sudo}}systemctl restart {unit}", 60)
         bad = {n: out for n, (rc, out) in results.items() if rc != 0}
         if bad:
             node, out = next(iter(bad.items()))
@@ -154,10 +153,9 @@ def start_units(cluster: Cluster) -> None:
 def stop_units(cluster: Cluster) -> dict[str, tuple[int, str]]:
     """The heads first (no new requests), then the workers."""
     unit = shlex.quote(cluster.unit)
-    out = cluster.each(cluster.heads, f"{cluster.sudo(cluster.head)}systemctl stop {unit}", 120)
+    out = cluster.each(cluster.heads, f"{{sudo}}systemctl stop {unit}", 120)
     if cluster.workers:
-        out |= cluster.each(cluster.workers,
-                            f"{cluster.sudo(cluster.workers[0])}systemctl stop {unit}", 120)
+        out |= cluster.each(cluster.workers, f"{{sudo}}systemctl stop {unit}", 120)
     return out
 
 
@@ -237,8 +235,7 @@ def wrong_host_ip(cluster: Cluster) -> dict[str, str]:
     cmd = (f"pid=$(systemctl show -p MainPID --value {unit}); "
            f"{{sudo}}cat /proc/$pid/environ 2>/dev/null | tr '\\0' '\\n' | grep '^SGLANG_HOST_IP='")
     out = {}
-    for node in cluster.nodes:
-        rc, text = cluster.run(node, cmd.replace("{sudo}", cluster.sudo(node)), 30)
+    for node, (rc, text) in cluster.each(cluster.nodes, cmd, 30).items():
         want = str(cluster.plan["hosts"][node]["fabric_a_ip"])
         seen = text.strip().partition("=")[2] if rc == 0 else ""
         if rc == 0 and seen != want:

@@ -54,6 +54,10 @@ class FakeCluster:
         return {n: self.states.get(n, {"ActiveState": "active", "SubState": "running"})
                 for n in self.nodes}
 
+    def each(self, nodes: list[str], command: str,
+             timeout: int = 60) -> dict[str, tuple[int, str]]:
+        return {n: self.run(n, command.replace("{sudo}", self.sudo(n)), timeout) for n in nodes}
+
     def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
         if "environ" in command:
             ip = self.environ.get(node, self.plan["hosts"][node]["fabric_a_ip"])
