@@ -27,8 +27,6 @@ from typing import Any
 
 import pytest
 
-from sparkctl.checks.parse import Gpu  # noqa: F401  (re-exported for the checks' type hints)
-
 PLAN_KEY = pytest.StashKey[dict[str, Any]]()
 RESULTS_KEY = pytest.StashKey[list[dict[str, Any]]]()
 FACTS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()

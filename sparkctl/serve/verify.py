@@ -24,7 +24,7 @@ import httpx
 
 from sparkctl import __version__
 from sparkctl.serve.cluster import Cluster, Group
-from sparkctl.validate.model import Check, Outcome, Report, Thresholds
+from sparkctl.validate.model import Check, Report, Thresholds
 
 PROMPT = "In one sentence, what does tensor parallelism split across the ranks?"
 ANSWER_ERRORS = (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError, AttributeError)
@@ -212,6 +212,3 @@ def verify(cluster: Cluster, started: str) -> Report:
     report.duration_s = time.monotonic() - t0
     return report
 
-
-def worst(checks: list[Check]) -> Outcome:
-    return "passed" if all(c.ok for c in checks) else "failed"

@@ -382,15 +382,13 @@ def validate(opts: Options) -> tuple[Report, Path]:
                                         setting=plan["hosts"][nodes[0]]["validate"]["perftest"])
             report.checks += rdma
             report.notes += rdma_notes
-        if baseline_path is not None:
-            from sparkctl.validate import report as report_io  # noqa: PLC0415
+        from sparkctl.validate import report as report_io  # noqa: PLC0415
 
+        if baseline_path is not None:
             base = report_io.load(baseline_path)
             report.baseline = report_io.compare(report, base, str(baseline_path),
                                                 th.baseline_tolerance)
         report.duration_s = time.monotonic() - started
-        from sparkctl.validate import report as report_io  # noqa: PLC0415
-
         report_io.write(report, run_dir)
         if report.verdict == "passed":
             link = last_good_link(inv.cluster)
