@@ -1,0 +1,77 @@
+"""Two independent TP groups on the lab's four Sparks (inventory/sim-two-groups.ini).
+
+spark1+spark2 form group a, spark3+spark4 group b: each group has its own
+head, rendezvous and endpoint, TP=2 over two nodes. provision renders the
+units from that inventory; serve up starts both; serve verify checks both
+endpoints. The lab is provisioned back to one group of four afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, SIM_INVENTORY, LabSession, provision_lab, sparkctl
+from tests.labhost import ssh
+
+pytestmark = pytest.mark.lab
+
+TWO = REPO / "inventory" / "sim-two-groups.ini"
+MODEL_DIR = "/srv/sparkctl-model/groups"
+CACHE = "/var/lib/sparkctl/models"
+SOURCE = ["-e", "model_cache_source=head", "-e", f"model_cache_head_dir={MODEL_DIR}"]
+
+
+@pytest.fixture(scope="module")
+def two_groups(lab: LabSession, provisioned: dict[str, object]) -> Iterator[None]:
+    sparkctl("lab", "model", "--size", "16MiB", "--files", "2", "--dir", MODEL_DIR, check=True)
+    proc = sparkctl("provision", str(TWO), *SOURCE, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    yield
+    sparkctl("serve", "down", str(TWO))
+    for node in lab.inventory.nodes:
+        ssh(node.mgmt_ip, f"rm -rf {CACHE} /srv/sparkctl-model", check=False)
+    provision_lab()  # one group of four again, for whatever runs next
+    assert SIM_INVENTORY.is_file()
+
+
+def test_each_group_runs_its_own_rendezvous(lab: LabSession, two_groups: None) -> None:
+    for name, head_ip in (("spark2", "192.168.100.11"), ("spark4", "192.168.100.13")):
+        line = ssh(lab.inventory.node(name).mgmt_ip,
+                   "systemctl show -p ExecStart --value sparkctl-sglang.service").stdout
+        assert "--tp 2 --nnodes 2 --node-rank 1" in line, line
+        assert f"--dist-init-addr {head_ip}:" in line, line
+
+
+def test_both_groups_serve_and_verify(two_groups: None) -> None:
+    up = sparkctl("serve", "up", str(TWO), "--restart", timeout=900)
+    assert up.returncode == 0, up.stderr[-4000:]
+    assert "10.77.0.11:30000/v1" in up.stdout and "10.77.0.13:30000/v1" in up.stdout
+    proc = sparkctl("serve", "verify", str(TWO), "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(proc.stdout)
+    info = {c["host"]: c["message"] for c in report["checks"] if c["check"] == "server_info"}
+    assert set(info) == {"spark1", "spark3"}
+    assert all(m.startswith("tp_size 2, nnodes 2") for m in info.values()), info
+    ranks = {(c["host"], c["subject"]) for c in report["checks"] if c["check"] == "rank_running"}
+    assert ranks == {("spark1", "rank 0"), ("spark2", "rank 1"), ("spark3", "rank 0"),
+                     ("spark4", "rank 1")}
+    status = json.loads(sparkctl("serve", "status", str(TWO), "--json", check=True).stdout)
+    assert [(g["group"], g["head"], g["health"]) for g in status["groups"]] == \
+        [("a", "spark1", 200), ("b", "spark3", 200)]
+
+
+def test_a_stopped_rank_is_named_with_its_group(lab: LabSession, two_groups: None) -> None:
+    ssh(lab.inventory.node("spark4").mgmt_ip, "systemctl stop sparkctl-sglang.service")
+    proc = sparkctl("serve", "verify", str(TWO), "--json", timeout=600)
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    failed = {(c["check"], c["host"]) for c in report["checks"] if c["outcome"] == "failed"}
+    assert ("rank_running", "spark4") in failed
+    # group a does not depend on group b: it still answers
+    healthy = {c["host"] for c in report["checks"]
+               if c["check"] == "health" and c["outcome"] == "passed"}
+    assert healthy == {"spark1"}
