@@ -141,7 +141,7 @@ def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[
     inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
     hosts = [n.name for n in inv.nodes] + ([inv.switch.name] if inv.switch else [])
     out_dir = results_dir(inv.cluster, command)
-    with inventory_lock(inventory_path, command):
+    with inventory_lock(inv, command):
         console.progress(f"{command.replace('-', ' ')}: {inv.cluster} ({len(hosts)} hosts) with "
                          f"{playbook}; artifacts: {out_dir}")
         with Progress(hosts) as progress:

@@ -188,10 +188,11 @@ class Group:
         return self.cluster.unit_states(nodes or self.members)
 
 
-def open_cluster(inventory_path: Path, command: str,
+def open_cluster(inventory_path: Path | inventory.Inventory, command: str,
                  extravars: Mapping[str, Any] | None = None) -> Cluster:
     """Inventory checked (exit 2, nothing contacted), plan loaded, ssh_config written."""
-    inv = inventory.validate(inventory_path)
+    inv = (inventory_path if isinstance(inventory_path, inventory.Inventory)
+           else inventory.validate(inventory_path))
     run_dir = results_dir(inv.cluster, command)
     run_dir.mkdir(parents=True)
     plan = load_plan(inv, run_dir, extravars)

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sparkctl import console
+from sparkctl import console, inventory
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.lock import inventory_lock
 from sparkctl.serve.cluster import open_cluster
 from sparkctl.validate import summary
 from sparkctl.validate.model import Report
@@ -20,8 +21,11 @@ def verify_command(inventory_path: Path, *, as_json: bool = False) -> Report:
     from sparkctl.validate import report as report_io  # noqa: PLC0415
 
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    cluster = open_cluster(inventory_path, "serve-verify")
-    report = verify(cluster, stamp)
+    inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
+    # serve up restarting the ranks under a running verify would fail it for nothing
+    with inventory_lock(inv, "serve verify"):
+        cluster = open_cluster(inv, "serve-verify")
+        report = verify(cluster, stamp)
     report_io.write(report, cluster.run_dir)
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -43,6 +47,13 @@ def whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None = None) 
     """provision -> validate (stop on failure) -> serve up -> serve verify.
 
     ``extravars`` (-e) reach provision and the plan of validate alike."""
+    inv = inventory.validate(inventory_path)
+    # One lock for the whole job: no other run slips in between its steps.
+    with inventory_lock(inv, "up"):
+        _whole_job(inventory_path, extravars)
+
+
+def _whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None) -> None:
     from sparkctl.provision import provision  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415

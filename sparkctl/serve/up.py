@@ -28,7 +28,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from sparkctl import console
+from sparkctl import console, inventory
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.serve import logs
@@ -305,9 +305,10 @@ def already_serving(cluster: Cluster) -> bool:
 
 
 def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = False) -> UpResult:
-    cluster = open_cluster(inventory_path, "serve-up")
-    limit = float(timeout or cluster.sglang()["serve_timeout"])
-    with inventory_lock(inventory_path, "serve up"):
+    inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
+    with inventory_lock(inv, "serve up"):
+        cluster = open_cluster(inv, "serve-up")
+        limit = float(timeout or cluster.sglang()["serve_timeout"])
         if not restart and already_serving(cluster):
             console.out.print(f"already serving {cluster.model_name} at {_endpoints(cluster)}: "
                               "every rank running, /health 200 (--restart starts it again)",
@@ -343,8 +344,9 @@ def _save_logs(cluster: Cluster, result: UpResult) -> None:
 
 
 def down(inventory_path: Path) -> dict[str, str]:
-    cluster = open_cluster(inventory_path, "serve-down")
-    with inventory_lock(inventory_path, "serve down"):
+    inv = inventory.validate(inventory_path)
+    with inventory_lock(inv, "serve down"):
+        cluster = open_cluster(inv, "serve-down")
         stop_units(cluster)
         states = cluster.unit_states()
     still = {n: st["ActiveState"] for n, st in states.items()

@@ -344,7 +344,7 @@ def validate(opts: Options) -> tuple[Report, Path]:
     run_dir.mkdir(parents=True)
     started = time.monotonic()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    with inventory_lock(opts.inventory, "validate"):
+    with inventory_lock(inv, "validate"):
         plan = load_plan(inv, run_dir, opts.extra)
         ssh_cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
         runner = nccl.ssh_runner(ssh_cfg)
