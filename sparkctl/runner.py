@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -156,6 +157,25 @@ def redact_command_file(artifact_dir: Path) -> bool:
     return True
 
 
+def _split_secret_vars(extravars: Mapping[str, Any],
+                       private: Path) -> tuple[dict[str, Any], Path | None]:
+    """Keep secret-named extra vars (``-e sglang_api_key=...``) off the command line.
+
+    ansible-runner puts extravars on ansible-playbook's argv (visible in ``ps``)
+    and into the ``command`` artifact. Secret-named ones go into a 0600 file
+    passed as ``-e @file`` instead, removed when the run ends; the rest stay
+    inline so the artifact still records what the run was given."""
+    secret = {k: v for k, v in extravars.items() if SECRET_ENV.search(str(k))}
+    inline = {k: v for k, v in extravars.items() if k not in secret}
+    if not secret:
+        return inline, None
+    path = private / f"secret-vars-{os.getpid()}.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(secret, fh)
+    return inline, path
+
+
 def _env(extra: Mapping[str, str]) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
@@ -201,6 +221,9 @@ def run_playbook(
     private = results_dir / "runner"
     private.mkdir(parents=True, exist_ok=True)
     cmdline = []
+    inline, secret_file = _split_secret_vars(extravars or {}, private)
+    if secret_file is not None:
+        cmdline.append(f"-e @{shlex.quote(str(secret_file))}")
     if check:
         cmdline.append("--check")
     if diff:
@@ -224,29 +247,33 @@ def run_playbook(
         return True  # keep the event in the artifacts
 
     started = time.monotonic()
-    runner = ansible_runner.run(
-        private_data_dir=str(private),
-        project_dir=str(playbooks_dir()),
-        playbook=str(book),
-        inventory=str(inventory.resolve()),
-        artifact_dir=str(results_dir / "artifacts"),
-        ident="run",
-        extravars=dict(extravars or {}),
-        envvars=_env(envvars or {}),
-        limit=limit,
-        tags=",".join(tags) or None,
-        skip_tags=",".join(skip_tags) or None,
-        cmdline=" ".join(cmdline) or None,
-        verbosity=verbosity or None,
-        quiet=True,
-        event_handler=handler,
-        suppress_env_files=True,
-        # Not runner's own fact cache (a fresh one in every run's artifacts):
-        # ansible.cfg's jsonfile cache in the directory the caller names per
-        # cluster (ANSIBLE_CACHE_PLUGIN_CONNECTION), so `gathering = smart`
-        # skips re-gathering facts a recent run already has.
-        fact_cache_type="sparkctl",
-    )
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(playbooks_dir()),
+            playbook=str(book),
+            inventory=str(inventory.resolve()),
+            artifact_dir=str(results_dir / "artifacts"),
+            ident="run",
+            extravars=inline,
+            envvars=_env(envvars or {}),
+            limit=limit,
+            tags=",".join(tags) or None,
+            skip_tags=",".join(skip_tags) or None,
+            cmdline=" ".join(cmdline) or None,
+            verbosity=verbosity or None,
+            quiet=True,
+            event_handler=handler,
+            suppress_env_files=True,
+            # Not runner's own fact cache (a fresh one in every run's artifacts):
+            # ansible.cfg's jsonfile cache in the directory the caller names per
+            # cluster (ANSIBLE_CACHE_PLUGIN_CONNECTION), so `gathering = smart`
+            # skips re-gathering facts a recent run already has.
+            fact_cache_type="sparkctl",
+        )
+    finally:
+        if secret_file is not None:
+            secret_file.unlink(missing_ok=True)
     duration = time.monotonic() - started
     redact_command_file(results_dir / "artifacts" / "run")
     raw_stats = runner.stats or {}

@@ -74,3 +74,30 @@ def test_secret_environment_values_are_blanked_in_the_command_artifact(tmp_path:
                    "AWS_SECRET_ACCESS_KEY": REDACTED, "PATH": "/usr/bin", "EMPTY_TOKEN": ""}
     assert "hf_sentinel" not in command.read_text()
     assert not redact_command_file(tmp_path / "absent")
+
+
+def test_secret_extra_vars_stay_off_the_command_line_and_out_of_the_artifacts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real (controller-only) playbook run with -e secrets: the inline -e still works,
+    the secret-named one reaches Ansible through a 0600 file that is gone afterwards."""
+    from sparkctl import inventory  # noqa: PLC0415
+    from sparkctl.validate.run import load_plan  # noqa: PLC0415
+
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
+    sentinel = "sentinel-KEY-7f3a9c21d4e8b6a0"
+    key_file = tmp_path / "keys" / "secret-named-path"
+    inv = inventory.validate(Path(__file__).resolve().parents[2] / "inventory" / "sim.ini")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    plan = load_plan(inv, run_dir, {"sglang_api_key": sentinel,
+                                    "sglang_api_key_file": str(key_file),
+                                    "sglang_port": 31000})
+    sglang = plan["hosts"]["spark1"]["sglang"]
+    assert sglang["port"] == 31000  # inline -e
+    assert sglang["api_key_file"] == str(key_file)  # -e @file (secret-named)
+    command = json.loads((run_dir / "plan" / "artifacts" / "run" / "command").read_text())
+    assert any(str(a).startswith("@") for a in command["command"]), command["command"]
+    assert not list((run_dir / "plan" / "runner").glob("secret-vars-*"))
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert sentinel.encode() not in path.read_bytes(), path
