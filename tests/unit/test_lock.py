@@ -58,9 +58,9 @@ def holder() -> Iterator[list[subprocess.Popen[str]]]:
 def test_a_second_run_on_a_held_host_is_refused_naming_host_command_pid_and_since(
         holder: list[subprocess.Popen[str]]) -> None:
     holder.append(_hold("spark2=10.0.0.12"))
-    with pytest.raises(SparkctlError) as err:
-        with host_locks([("spark1", "10.0.0.11"), ("spark2", "10.0.0.12")], "validate", "x.ini"):
-            pytest.fail("entered a held lock")
+    hosts = [("spark1", "10.0.0.11"), ("spark2", "10.0.0.12")]
+    with pytest.raises(SparkctlError) as err, host_locks(hosts, "validate", "x.ini"):
+        pytest.fail("entered a held lock")
     assert err.value.code is ExitCode.LOCKED
     msg = err.value.message
     assert msg.startswith("spark2 (10.0.0.12) is in use by another sparkctl run: already "
@@ -71,9 +71,9 @@ def test_a_second_run_on_a_held_host_is_refused_naming_host_command_pid_and_sinc
 def test_all_or_nothing_a_refused_run_releases_what_it_took(
         holder: list[subprocess.Popen[str]]) -> None:
     holder.append(_hold("spark2=10.0.0.12"))
-    with pytest.raises(SparkctlError):
-        with host_locks([("spark1", "10.0.0.11"), ("spark2", "10.0.0.12")], "validate", "x"):
-            pass
+    hosts = [("spark1", "10.0.0.11"), ("spark2", "10.0.0.12")]
+    with pytest.raises(SparkctlError), host_locks(hosts, "validate", "x"):
+        pass
     # spark1 was taken first (sorted order) and must be free again for another process
     holder.append(_hold("spark1=10.0.0.11"))
 
@@ -106,13 +106,11 @@ def test_two_inventories_of_the_same_machines_conflict(
         holder: list[subprocess.Popen[str]]) -> None:
     # sim-two-groups.ini describes the same four lab Sparks as sim.ini
     holder.append(_hold("spark4=10.77.0.14"))
-    with pytest.raises(SparkctlError) as err:
-        with inventory_lock(TWO_GROUPS, "serve up"):
-            pass
+    with pytest.raises(SparkctlError) as err, inventory_lock(TWO_GROUPS, "serve up"):
+        pass
     assert "spark4 (10.77.0.14)" in err.value.message
-    with pytest.raises(SparkctlError):
-        with inventory_lock(SIM, "validate"):
-            pass
+    with pytest.raises(SparkctlError), inventory_lock(SIM, "validate"):
+        pass
 
 
 def test_cli_exits_6_and_contacts_nothing_while_another_run_holds_a_host(
