@@ -20,6 +20,8 @@ class ExitCode(IntEnum):
     ENVIRONMENT = 4  # something missing on the controller: root, podman, a tool
     LAB = 5  # the rehearsal lab could not be built, started or wired
     LOCKED = 6  # another sparkctl run holds the lock for this inventory
+    # a host offers a different SSH host key than the one recorded for it (sparkctl trust)
+    HOST_KEY_CHANGED = 7
     INTERNAL = 70  # a bug in sparkctl (EX_SOFTWARE): please report it
     INTERRUPTED = 130  # Ctrl-C
 

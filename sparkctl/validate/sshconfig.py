@@ -60,6 +60,33 @@ def _options(args: str, source: str, host: str) -> list[tuple[str, str]]:
     return out
 
 
+def inventory_options(name: str, hostvars: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The ``-o`` options of a host's ``ansible_ssh_common_args`` then ``_extra_args``."""
+    return [pair for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args")
+            for pair in _options(str(hostvars.get(var) or ""), var, name)]
+
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+def known_hosts_file(name: str, hostvars: Mapping[str, Any]) -> Path:
+    """The known_hosts file ssh records and checks ``name``'s host key in.
+
+    The first ``UserKnownHostsFile`` of the inventory's ssh options (ssh takes
+    the first value it reads, and writes to the first file of a list), else
+    ssh's default ``~/.ssh/known_hosts``.
+    """
+    value = next((v for k, v in inventory_options(name, hostvars)
+                  if k.lower() == "userknownhostsfile"), DEFAULT_KNOWN_HOSTS)
+    first = (shlex.split(value) or [DEFAULT_KNOWN_HOSTS])[0]
+    if first.lower() == "none" or first == os.devnull:
+        raise SparkctlError(f"host {name}: UserKnownHostsFile {first}: its host key would never "
+                            "be checked", ExitCode.BAD_INPUT,
+                            hint="point UserKnownHostsFile at a file, or leave it out "
+                                 f"({DEFAULT_KNOWN_HOSTS})")
+    return Path(first.replace("%d", str(Path.home()))).expanduser()
+
+
 def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
     # ssh takes the first value it reads for an option: sparkctl's own come first.
     lines = [f"Host {name}"]
@@ -75,11 +102,10 @@ def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
     key = hostvars.get("ansible_ssh_private_key_file") or hostvars.get("ansible_private_key_file")
     if key:
         lines += [f"  IdentityFile {Path(str(key)).expanduser()}", "  IdentitiesOnly yes"]
-    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-        for opt, value in _options(str(hostvars.get(var) or ""), var, name):
-            if opt.lower() in _OURS:
-                continue
-            lines.append(f"  {opt} {value}")
+    for opt, value in inventory_options(name, hostvars):
+        if opt.lower() in _OURS:
+            continue
+        lines.append(f"  {opt} {value}")
     lines += ["  ConnectTimeout 10", "  ServerAliveInterval 10", "  ServerAliveCountMax 3"]
     return lines
 
