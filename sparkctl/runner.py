@@ -17,7 +17,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,22 @@ def event_from_runner(raw: Mapping[str, Any]) -> Event | None:
     return Event(kind, host, task, message)
 
 
+_HOST_KEY_CHANGED = re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED|"
+                               r"Host key verification failed", re.IGNORECASE)
+
+
+def host_key_message(host: str, message: str, inventory: Path) -> str:
+    """For a host that is unreachable because ssh refused its host key: say so, and how to
+    look at the fingerprints and accept a legitimate change; other messages unchanged."""
+    if not _HOST_KEY_CHANGED.search(message):
+        return message
+    inv = shlex.quote(str(inventory))
+    return (f"{host}'s SSH host key does not match the one recorded for it (ssh: host key "
+            f"verification failed): see the fingerprints with `sparkctl trust {inv}`; if the "
+            "change is legitimate (reinstalled, keys regenerated), accept it with "
+            f"`sparkctl trust {inv} --accept {host}`")
+
+
 # Environment variables whose values are secrets (HF_TOKEN, SPARKCTL_SGLANG_API_KEY,
 # AWS_SECRET_ACCESS_KEY, ...): ansible-playbook needs them (lookups read them),
 # but ansible-runner copies its whole environment into artifacts/<ident>/command.
@@ -238,6 +254,9 @@ def run_playbook(
         if not redacted:  # the command file is written before the first event
             redacted = redact_command_file(results_dir / "artifacts" / "run")
         event = event_from_runner(raw)
+        if event is not None and event.kind == "unreachable" and event.host:
+            event = replace(event, message=host_key_message(event.host, event.message or "",
+                                                            inventory))
         if event is not None:
             if event.kind in {"failed", "unreachable"} and event.host:
                 failures.append(TaskFailure(event.host, event.task or "?",

@@ -101,3 +101,62 @@ def test_secret_extra_vars_stay_off_the_command_line_and_out_of_the_artifacts(
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert sentinel.encode() not in path.read_bytes(), path
+
+
+HOST_KEY_CHANGED = """\
+Failed to connect to the host via ssh: @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
+The fingerprint for the ED25519 key sent by the remote host is
+SHA256:rNb80ne+K9YHJPFCKz4eoBKnNKUZeVpzRTSqrxPHGHA.
+Offending ED25519 key in /root/.local/state/sparkctl/lab/ssh/known_hosts:2
+Host key for 10.77.0.12 has changed and you have requested strict checking.
+Host key verification failed."""
+
+
+def test_a_changed_host_key_is_named_with_the_trust_commands(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unreachable host whose key ssh refused: the failure says so and gives the
+    `sparkctl trust` commands (with the inventory as given); other failures keep theirs."""
+    import types  # noqa: PLC0415
+
+    import ansible_runner  # noqa: PLC0415
+
+    from sparkctl.runner import Event, host_key_message, run_playbook  # noqa: PLC0415
+
+    inv = Path("inventory/sim.ini")
+    assert host_key_message("spark3", "ssh: connect to host 10.77.0.13 port 22: "
+                            "Connection refused", inv).startswith("ssh: connect")
+
+    def fake_run(**kwargs: object) -> object:
+        handler = kwargs["event_handler"]
+        assert callable(handler)
+        for host, msg in (("spark2", HOST_KEY_CHANGED),
+                          ("spark4", "Host key verification failed.")):
+            handler({"event": "runner_on_unreachable",
+                     "event_data": {"host": host, "task": "Gathering Facts",
+                                    "res": {"msg": msg, "unreachable": True}}})
+        handler({"event": "runner_on_unreachable",
+                 "event_data": {"host": "spark3", "task": "Gathering Facts",
+                                "res": {"msg": "Connection timed out", "unreachable": True}}})
+        # A task's own ssh (node to node) failing is not the controller's host key.
+        handler({"event": "runner_on_failed",
+                 "event_data": {"host": "spark1", "task": "relay",
+                                "res": {"msg": "Host key verification failed."}}})
+        return types.SimpleNamespace(status="failed", rc=4, stats={"dark": {"spark2": 1}},
+                                     config=types.SimpleNamespace(artifact_dir=str(tmp_path)))
+
+    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    seen: list[Event] = []
+    result = run_playbook("site.yml", inv, results_dir=tmp_path / "r", on_event=seen.append)
+    by_host = {f.host: f.message for f in result.failures}
+    for host in ("spark2", "spark4"):
+        msg = by_host[host]
+        assert msg.startswith(f"{host}'s SSH host key does not match the one recorded"), msg
+        assert "`sparkctl trust inventory/sim.ini`" in msg
+        assert f"`sparkctl trust inventory/sim.ini --accept {host}`" in msg
+    assert by_host["spark3"] == "Connection timed out"
+    assert by_host["spark1"] == "Host key verification failed."
+    assert next(e for e in seen if e.host == "spark2").message == by_host["spark2"]
+    assert result.exit_code().name == "UNREACHABLE"
