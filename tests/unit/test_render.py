@@ -166,7 +166,8 @@ def test_sglang_unit_and_environment_per_rank(rendered: Rendered) -> None:
     for node in _nodes(rendered):
         unit = rendered.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
         (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
-        assert "-m sglang.launch_server" in exec_start, exec_start
+        # the key is required: the launcher runs sglang.launch_server with it from the env
+        assert "runpy.run_module('sglang.launch_server'" in exec_start, exec_start
         assert f"--node-rank {node.rank} " in exec_start, (node, exec_start)
         assert f"--nnodes {len(rendered.inv.nodes)} " in exec_start, exec_start
         assert f"--dist-init-addr {head.fabric_ips['a']}:{dist_port} " in exec_start, exec_start
@@ -234,9 +235,11 @@ def test_secrets_file_holds_a_placeholder_readable_by_root_only(rendered: Render
         assert env == {"SGLANG_API_KEY": "<set from SPARKCTL_SGLANG_API_KEY at provision time>"}
         mode = stat.S_IMODE((rendered.out / node.name / secrets_file.lstrip("/")).stat().st_mode)
         assert mode == 0o600, oct(mode)
-        # The key is required by default, so the server is started with one.
+        # The key is required by default, so the server is started with one, read from
+        # the environment in the process (never expanded into argv, where ps shows it).
         unit = rendered.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
-        assert '--api-key "${SGLANG_API_KEY}"' in unit
+        assert "k=os.environ.pop('SGLANG_API_KEY','')" in unit
+        assert "${SGLANG_API_KEY}" not in unit
 
 
 def test_no_api_key_in_any_rendered_file(lab: Rendered) -> None:

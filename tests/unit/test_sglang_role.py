@@ -8,6 +8,8 @@ Read-back parsers are tested on output captured from the rehearsal lab's nodes
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,7 +45,8 @@ LAUNCH = {"model_path": "/var/lib/sparkctl/models/current", "tp_size": 4, "nnode
 
 # `systemctl show -p ExecStart --value sparkctl-sglang` on spark2 while it ran
 # (the unit as this role installs it; ${SGLANG_API_KEY} is shown unexpanded).
-SPARK2_EXECSTART = "{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -m sglang.launch_server --model-path /var/lib/sparkctl/models/current --tp 4 --nnodes 4 --node-rank 1 --dist-init-addr 192.168.100.11:50000 --host 127.0.0.1 --port 30000 --enable-metrics --dist-timeout 3600 --api-key ${SGLANG_API_KEY} ; ignore_errors=no ; start_time=[Sun 2026-11-29 22:39:59 UTC] ; stop_time=[n/a] ; pid=4094 ; code=(null) ; status=0/0 }"
+# As systemd 252 prints it: argv[] joined with blanks, the launcher unquoted.
+SPARK2_EXECSTART = "{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -c {LAUNCHER} --model-path /var/lib/sparkctl/models/current --tp 4 --nnodes 4 --node-rank 1 --dist-init-addr 192.168.100.11:50000 --host 127.0.0.1 --port 30000 --enable-metrics --dist-timeout 3600 ; ignore_errors=no ; start_time=[Sun 2026-11-29 22:39:59 UTC] ; stop_time=[n/a] ; pid=4094 ; code=(null) ; status=0/0 }".replace("{LAUNCHER}", args_f.LAUNCHER)
 # The same for chrony (Debian's unit: $DAEMON_OPTS is expanded at start only).
 CHRONY_EXECSTART = "{ path=/usr/sbin/chronyd ; argv[]=/usr/sbin/chronyd $DAEMON_OPTS -x ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
 SPARK2_SHOW = """\
@@ -310,6 +313,45 @@ def test_exec_argv_for_each_method() -> None:
         args_f.sglang_exec_argv(args, "pip")
 
 
+def test_with_a_key_the_launcher_reads_it_from_the_environment_not_argv() -> None:
+    args = args_f.sglang_launch_args(SIM_NODES, 1, **{**LAUNCH, "extra_args": ["--trust-remote-code"]})
+    assert args[-3:] == ["--trust-remote-code", "--api-key", "${SGLANG_API_KEY}"]
+    argv = args_f.sglang_exec_argv(args, "standin")
+    assert argv[:3] == ["/usr/bin/python3", "-c", args_f.LAUNCHER]
+    assert "${SGLANG_API_KEY}" not in argv and argv[3:] == args[:-2]
+    assert args_f.sglang_server_args(argv) == args  # read back in the form the plan has
+    line = args_f.sglang_exec_line(argv)
+    assert f'-c "{args_f.LAUNCHER}" --model-path' in line and "$" not in line
+    for joined in (" ".join(argv), shlex.join(argv)):  # systemd 252 / newer systemd
+        execstart = f"{{ path=/usr/bin/python3 ; argv[]={joined} ; ignore_errors=no ; pid=1 }}"
+        assert args_f.sglang_parse_execstart(execstart) == argv
+    container = args_f.sglang_exec_argv(args, "container", image="img", env_files=["/s.env"])
+    assert container[container.index("img"):][:3] == ["img", "python3", "-c"]
+
+
+def test_the_launcher_runs_launch_server_as_dash_m_would_with_the_key_from_the_env(
+        tmp_path: Path) -> None:
+    """The launcher, really run: sys.argv[0] is launch_server.py (argparse's prog, which
+    the log signatures match), --api-key is the env value, the env var is gone."""
+    pkg = tmp_path / "sglang"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text(
+        "import json, os, sys\n"
+        "if __name__ == '__main__':\n"
+        "    print(json.dumps({'argv': sys.argv, 'env': 'SGLANG_API_KEY' in os.environ}))\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path), "SGLANG_API_KEY": "k" * 20}
+    out = subprocess.run([sys.executable, "-c", args_f.LAUNCHER, "--tp", "4"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    seen = json.loads(out)
+    assert seen["argv"] == [str(pkg / "launch_server.py"), "--tp", "4", "--api-key", "k" * 20]
+    assert seen["env"] is False
+    empty = subprocess.run([sys.executable, "-c", args_f.LAUNCHER, "--tp", "4"],
+                           env={**env, "SGLANG_API_KEY": ""}, capture_output=True, text=True,
+                           check=False)
+    assert empty.returncode == 1 and "SGLANG_API_KEY is empty" in empty.stderr
+
+
 def test_exec_line_quotes_for_systemd() -> None:
     line = args_f.sglang_exec_line(["/usr/bin/python3", "-m", "sglang.launch_server", "--api-key",
                                     "${SGLANG_API_KEY}", "--x", "50%", "a b", 'q"$'])
@@ -455,10 +497,10 @@ def test_unit_template_for_the_lab() -> None:
     assert [line for line in lines if line.startswith("EnvironmentFile=")] == [
         "EnvironmentFile=/etc/sparkctl/nccl.env", "EnvironmentFile=/etc/sparkctl/sglang.env",
         "EnvironmentFile=/etc/sparkctl/sglang-secrets.env"]
-    assert ("ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path "
+    assert (f'ExecStart=/usr/bin/python3 -c "{args_f.LAUNCHER}" --model-path '
             "/var/lib/sparkctl/models/current --tp 4 --nnodes 4 --node-rank 0 --dist-init-addr "
-            '192.168.100.11:50000 --host 0.0.0.0 --port 30000 --enable-metrics --dist-timeout '
-            '3600 --api-key "${SGLANG_API_KEY}"') in lines
+            "192.168.100.11:50000 --host 0.0.0.0 --port 30000 --enable-metrics --dist-timeout "
+            "3600") in lines
     for setting in ("Restart=on-failure", "RestartSec=30", "StartLimitBurst=3",
                     "StartLimitIntervalSec=600",
                     "Environment=PYTHONPATH=/opt/sparkctl/sglang-standin PYTHONDONTWRITEBYTECODE=1"):
@@ -472,7 +514,7 @@ def test_unit_template_for_the_container() -> None:
     assert "Requires=docker.service" in unit and "PYTHONPATH" not in unit
     assert "ExecStartPre=-/usr/bin/docker rm --force sparkctl-sglang" in unit
     assert "ExecStop=/usr/bin/docker stop --time 60 sparkctl-sglang" in unit
-    assert "lmsysorg/sglang:v0.5.17-cu130-runtime python3 -m sglang.launch_server" in unit
+    assert f'lmsysorg/sglang:v0.5.17-cu130-runtime python3 -c "{args_f.LAUNCHER}"' in unit
 
 
 def test_unit_template_names_its_group_only_when_there_are_several() -> None:
@@ -485,10 +527,10 @@ def test_unit_template_names_its_group_only_when_there_are_several() -> None:
     lines = unit.splitlines()
     assert "Description=SGLang group b TP=2 node rank 1 (sparkctl)" in lines
     assert "# SGLang tensor-parallel rank 1 of 2 in group b, head spark3 (standin)." in lines
-    assert ("ExecStart=/usr/bin/python3 -m sglang.launch_server --model-path "
+    assert (f'ExecStart=/usr/bin/python3 -c "{args_f.LAUNCHER}" --model-path '
             "/var/lib/sparkctl/models/current --tp 2 --nnodes 2 --node-rank 1 --dist-init-addr "
             "192.168.100.13:50000 --host 127.0.0.1 --port 30000 --enable-metrics --dist-timeout "
-            '3600 --api-key "${SGLANG_API_KEY}"') in lines
+            "3600") in lines
 
 
 def test_secrets_template_holds_only_the_key() -> None:

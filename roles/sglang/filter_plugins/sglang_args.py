@@ -17,10 +17,20 @@ size. ``--tp`` is the TOTAL tensor-parallel degree across the group's nodes;
 only the head serves HTTP on a public address. A group of one node has no
 rendezvous: SGLang with ``--nnodes 1`` and no ``--dist-init-addr`` meets
 itself on 127.0.0.1 (``PortArgs.init_new`` in sglang's server_args.py), so the
-command carries none. The API key never passes
-through here: the command carries ``${SGLANG_API_KEY}``, which systemd expands
-from the root-only environment file when it starts the unit (systemd.service,
-"Command lines": ``${FOO}`` in double quotes is one argument).
+command carries none.
+
+The API key never passes through here, and never reaches a command line:
+``${SGLANG_API_KEY}`` expanded by systemd would put it in argv, which every
+local user reads in ``ps`` (/proc/PID/cmdline is world-readable). With a key
+the unit runs ``python3 -c LAUNCHER <args>`` instead of ``-m
+sglang.launch_server``: LAUNCHER takes the key from the environment (the
+root-only EnvironmentFile; ``docker run --env-file`` in the container method),
+appends ``--api-key KEY`` to its own sys.argv in memory and runs
+sglang.launch_server through runpy, exactly as ``-m`` does (runpy sets
+sys.argv[0] to launch_server.py, and multiprocessing's spawn re-imports
+``__main__`` by the module name, as after ``-m``). The launch arguments keep
+the marker ``--api-key ${SGLANG_API_KEY}`` so the plan, the verify step and
+the read-back compare one form.
 
 Reading back: ``systemctl show -p ExecStart --value`` prints
 ``{ path=... ; argv[]=... ; ignore_errors=no ; ... }``; the verify step parses
@@ -43,6 +53,13 @@ except ImportError:  # unit tests import this file without Ansible installed
 
 MODULE = "sglang.launch_server"
 API_KEY_REF = "${SGLANG_API_KEY}"
+# One line of Python without blanks systemd would split differently, $, %,
+# double quotes or backslashes (see _systemd_word); an empty key stops it.
+LAUNCHER = ("import os,runpy,sys; "
+            "k=os.environ.pop('SGLANG_API_KEY','') or sys.exit('sparkctl: SGLANG_API_KEY is "
+            "empty: see the unit EnvironmentFile'); "
+            "sys.argv+=['--api-key',k]; "
+            f"runpy.run_module('{MODULE}',run_name='__main__',alter_sys=True)")
 # Words a launch argument may contain: systemd, docker and the shell read them
 # alike (no blanks, quotes, backslashes, $, %, or #).
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_.,:/=@+-]+$")
@@ -160,9 +177,9 @@ def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_pat
     args += ["--dist-timeout", str(_int(dist_timeout, "sglang_dist_timeout"))]
     if served_model_name:
         args += ["--served-model-name", str(served_model_name)]
-    if api_key:
-        args += ["--api-key", API_KEY_REF]
     args += [str(a) for a in (extra_args or [])]
+    if api_key:  # last: the launcher appends the real key at the end of argv
+        args += ["--api-key", API_KEY_REF]
     bad = [a for a in args if a != API_KEY_REF and not _SAFE_WORD.match(a)]
     if bad:
         raise AnsibleFilterError(
@@ -176,8 +193,18 @@ def sglang_exec_argv(launch_args: list[str], method: str, *, python: str = "/usr
                      container_name: str = "sparkctl-sglang", image: str = "",
                      env_files: list[str] | None = None, mounts: list[str] | None = None,
                      container_args: list[str] | None = None) -> list[str]:
-    """The unit's whole ExecStart argv for an installation method."""
-    server = [python, "-m", MODULE, *launch_args]
+    """The unit's whole ExecStart argv for an installation method.
+
+    ``--api-key ${SGLANG_API_KEY}`` in ``launch_args`` becomes the LAUNCHER
+    (module docstring): the key is read from the environment, not argv."""
+    launch_args = [str(a) for a in launch_args]
+    entry = ["-m", MODULE]
+    for i in range(len(launch_args) - 1):
+        if launch_args[i:i + 2] == ["--api-key", API_KEY_REF]:
+            launch_args = launch_args[:i] + launch_args[i + 2:]
+            entry = ["-c", LAUNCHER]
+            break
+    server = [python, *entry, *launch_args]
     if method in ("venv", "standin"):
         return server
     if method != "container":
@@ -192,7 +219,7 @@ def sglang_exec_argv(launch_args: list[str], method: str, *, python: str = "/usr
         argv += ["--volume", mount]
     argv += [*(container_args or []), image]
     # Inside the image `python3` is the interpreter with sglang installed.
-    return [*argv, "python3", "-m", MODULE, *launch_args]
+    return [*argv, "python3", *entry, *launch_args]
 
 
 def _systemd_word(word: str) -> str:
@@ -215,15 +242,22 @@ def sglang_parse_execstart(text: str) -> list[str]:
     match = _ARGV.search(str(text))
     if match is None:
         raise AnsibleFilterError(f"no argv[] in ExecStart {str(text)[:200]!r}: is the unit loaded?")
-    return shlex.split(match.group("argv"))
+    # systemd 252 (Debian 12) joins argv[] with blanks and no quoting, newer ones
+    # quote words with blanks: take the launcher out as one word either way.
+    line, token = match.group("argv"), "@SPARKCTL_LAUNCHER@"
+    for form in (f'"{LAUNCHER}"', shlex.quote(LAUNCHER), LAUNCHER):
+        line = line.replace(form, token)
+    return [LAUNCHER if word == token else word for word in shlex.split(line)]
 
 
 def sglang_server_args(argv: list[str]) -> list[str]:
-    """The arguments after ``-m sglang.launch_server`` (an error if it is not there)."""
+    """The arguments after ``-m sglang.launch_server`` or the LAUNCHER (error if neither)."""
     argv = [str(a) for a in argv]
     for i in range(len(argv) - 1):
         if argv[i] == "-m" and argv[i + 1] == MODULE:
             return argv[i + 2:]
+        if argv[i] == "-c" and argv[i + 1] == LAUNCHER:  # the key comes from the environment
+            return [*argv[i + 2:], "--api-key", API_KEY_REF]
     raise AnsibleFilterError(f"the command does not run -m {MODULE}: {argv}")
 
 
