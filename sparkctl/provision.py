@@ -132,6 +132,24 @@ def summarise(result: RunResult, hosts: Sequence[str]) -> Table:
     return table
 
 
+def failure_message(result: RunResult, what: str) -> str:
+    """One line: which hosts failed or could not be reached, and what was changed anyway."""
+    unreachable = sorted({f.host for f in result.failures if f.unreachable}
+                         | {h for h, s in result.stats.items() if s.unreachable})
+    failed = sorted({f.host for f in result.failures if not f.unreachable})
+    changed = sorted(h for h, s in result.stats.items() if s.changed)
+    if unreachable:
+        # any_errors_fatal: the run stopped for every host at that task.
+        done = (f"changed before it stopped: {', '.join(changed)}" if changed
+                else "no host was changed")
+        return (f"{what} stopped for the whole cluster: {', '.join(unreachable)} did not "
+                f"answer over SSH; {done} (artifacts in {result.artifact_dir})")
+    where = f" on {', '.join(failed)}" if failed else ""
+    if not failed and result.errors:
+        where = f": {result.errors[0][:300]}"
+    return f"{what} failed{where} (artifacts in {result.artifact_dir})"
+
+
 def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[str] = (),
               skip_tags: Sequence[str] = (), check: bool = False, diff: bool = False,
               playbook: str = "site.yml", as_json: bool = False,
@@ -161,11 +179,6 @@ def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[
         console.err.print(f"ansible: {error}", style="red", highlight=False, markup=False)
     console.progress(f"runner artifacts: {result.artifact_dir}")
     if not result.ok:
-        failed_hosts = sorted({f.host for f in result.failures})
-        where = f" on {', '.join(failed_hosts)}" if failed_hosts else ""
-        if not failed_hosts and result.errors:
-            where = f": {result.errors[0][:300]}"
-        raise SparkctlError(f"{command.replace('-', ' ')} failed{where} "
-                            f"(artifacts in {result.artifact_dir})",
+        raise SparkctlError(failure_message(result, command.replace("-", " ")),
                             result.exit_code())
     return result

@@ -103,6 +103,26 @@ def test_secret_extra_vars_stay_off_the_command_line_and_out_of_the_artifacts(
             assert sentinel.encode() not in path.read_bytes(), path
 
 
+def test_an_unreachable_host_is_named_and_the_message_says_what_changed(tmp_path: Path) -> None:
+    from sparkctl.provision import failure_message  # noqa: PLC0415
+    from sparkctl.runner import HostStats, RunResult, TaskFailure  # noqa: PLC0415
+
+    stopped = RunResult("failed", 4, tmp_path, 3.0,
+                        stats={"spark1": HostStats(ok=1), "spark3": HostStats(unreachable=1)},
+                        failures=[TaskFailure("spark3", "Every host answers over SSH",
+                                              "ssh: connect to host 10.77.0.13 port 22: "
+                                              "Connection refused", unreachable=True)])
+    assert RunResult.exit_code(stopped).name == "UNREACHABLE"
+    msg = failure_message(stopped, "provision")
+    assert msg.startswith("provision stopped for the whole cluster: spark3 did not answer "
+                          "over SSH; no host was changed"), msg
+    stopped.stats["spark1"].changed = 2
+    assert "changed before it stopped: spark1" in failure_message(stopped, "provision")
+    failed = RunResult("failed", 2, tmp_path, 3.0, stats={"spark2": HostStats(failed=1)},
+                       failures=[TaskFailure("spark2", "t", "boom")])
+    assert failure_message(failed, "model sync").startswith("model sync failed on spark2 (")
+
+
 HOST_KEY_CHANGED = """\
 Failed to connect to the host via ssh: @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
 @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
