@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sparkctl import inventory
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.provision import results_dir
+from sparkctl.runner import REDACTED
 from sparkctl.validate import nccl, sshconfig
 from sparkctl.validate.run import load_plan
 
@@ -32,6 +33,7 @@ class Cluster:
     run_dir: Path
     ssh_config: Path
     runner: nccl.Runner
+    _secret_values: list[str] | None = field(default=None, repr=False)
 
     @property
     def nodes(self) -> list[str]:
@@ -143,6 +145,30 @@ class Cluster:
                                 ExitCode.ENVIRONMENT) from None
         # ansible's password lookup may append " salt=..." to the file.
         return key.split()[0] if key else None
+
+    def redact(self, text: str) -> str:
+        """``text`` from a node's log with the API key and HF token blanked.
+
+        SGLang logs its ServerArgs at start-up; whether a version masks api_key
+        there is not sparkctl's to assume, so every line sparkctl prints or
+        keeps (serve up, serve logs, saved rank logs) goes through here."""
+        for secret in self._secrets():
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def _secrets(self) -> list[str]:
+        cached = self._secret_values
+        if cached is None:
+            cached = [os.environ[v] for v in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+                      if len(os.environ.get(v, "")) >= 8]
+            try:
+                key = self.api_key()
+            except SparkctlError:
+                key = None
+            if key and len(key) >= 8:
+                cached.append(key)
+            self._secret_values = cached
+        return cached
 
 
 @dataclass

@@ -95,7 +95,7 @@ class Followers:
     def _pump(self, node: str, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None  # noqa: S101 - Popen with stdout=PIPE
         for line in proc.stdout:
-            self.lines.put((node, line.rstrip("\n")))
+            self.lines.put((node, self.cluster.redact(line.rstrip("\n"))))
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -390,9 +390,15 @@ def show_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) 
         cmd = (f"{cluster.sudo(n)}journalctl -u {shlex.quote(cluster.unit)} -n {int(lines)} "
                f"--no-pager -o short-iso" + (" -f" if follow and len(nodes) == 1 else ""))
         if follow and len(nodes) == 1:
-            subprocess.run(["ssh", "-F", str(cluster.ssh_config), n, cmd], check=False)
+            with subprocess.Popen(["ssh", "-F", str(cluster.ssh_config), n, cmd],
+                                  stdout=subprocess.PIPE, text=True) as proc:
+                assert proc.stdout is not None  # noqa: S101 - Popen with stdout=PIPE
+                for line in proc.stdout:
+                    console.out.print(cluster.redact(line.rstrip("\n")), markup=False,
+                                      highlight=False)
             return
         rc, out = cluster.run(n, cmd, 60)
         console.out.print(f"[bold]== {cluster.label(n)}[/bold]", highlight=False)
-        console.out.print(out.rstrip() if rc == 0 else f"(journalctl rc {rc}: {out.strip()})",
+        console.out.print(cluster.redact(out.rstrip() if rc == 0 else
+                                         f"(journalctl rc {rc}: {out.strip()})"),
                           markup=False, highlight=False)

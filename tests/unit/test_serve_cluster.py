@@ -81,3 +81,19 @@ def test_one_group_when_the_plan_has_none(tmp_path: Path) -> None:
     c = _cluster(tmp_path)
     assert [(g.name, g.members) for g in c.groups()] == [("main", ["spark1", "spark2"])]
     assert c.label("spark2") == "rank 1 (spark2)"
+
+
+def test_log_lines_lose_the_api_key_and_the_hf_token(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    monkeypatch.setenv("HF_TOKEN", "hf_abcdefghij0123")
+    (tmp_path / "key").write_text("Key0123456789abcdef salt=xyz\n")
+    cluster = _cluster(tmp_path)
+    line = ("server_args=ServerArgs(model_path='/m', api_key='Key0123456789abcdef', "
+            "hf='hf_abcdefghij0123')")
+    assert cluster.redact(line) == ("server_args=ServerArgs(model_path='/m', "
+                                    "api_key='<redacted by sparkctl>', "
+                                    "hf='<redacted by sparkctl>')")
+    # without a key file (and not required) there is nothing to hide but the token
+    monkeypatch.delenv("HF_TOKEN")
+    assert _cluster(tmp_path / "none", required=False).redact("plain line") == "plain line"
