@@ -10,10 +10,12 @@ host and the variable.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import logging
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -69,6 +71,8 @@ class Inventory:
     hostvars: Mapping[str, Mapping[str, Any]] = field(repr=False)
     groups: Mapping[str, list[str]] = field(repr=False, default_factory=dict)
     origins: Mapping[tuple[str, str], str] = field(repr=False, default_factory=dict)
+    # Decrypted vault values: never part of a message (see :func:`redact`).
+    secrets: frozenset[str] = field(repr=False, default=frozenset())
 
     def node(self, name: str) -> Node:
         for node in self.nodes:
@@ -110,22 +114,31 @@ HostVars = dict[str, dict[str, Any]]
 
 Origins = dict[tuple[str, str], str]
 
+VAULT_HINT = ("set ANSIBLE_VAULT_PASSWORD_FILE to a file holding the vault password "
+              "(or vault_password_file in ansible.cfg)")
+
+
+def redact(text: str, secrets: frozenset[str] | set[str]) -> str:
+    """``text`` with every decrypted vault value blanked (longest first)."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, "<vault-encrypted value>")
+    return text
+
 
 def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostVars, Origins]:
     """Load ``path`` with ansible-core.
 
     Returns (cluster group, groups, templated hostvars, (host, var) -> "file:line").
     """
-    if not path.exists():
-        raise SparkctlError(f"{path}: inventory file not found", ExitCode.BAD_INPUT)
-    if not path.is_file():
-        raise SparkctlError(f"{path}: not a file (give the inventory file, e.g. inventory/sim.ini)",
-                            ExitCode.BAD_INPUT)
-    try:
-        path.read_bytes()
-    except OSError as exc:
-        raise SparkctlError(f"{path}: cannot read inventory: {exc.strerror}",
-                            ExitCode.BAD_INPUT) from exc
+    cluster, groups, hostvars, origins, _ = _load_ansible_inventory(path)
+    return cluster, groups, hostvars, origins
+
+
+def _load_ansible_inventory(path: Path,
+                            ) -> tuple[str, dict[str, list[str]], HostVars, Origins, set[str]]:
+    """:func:`load_ansible_inventory`, and the decrypted vault values it met."""
+    _check_readable(path)
 
     # An unparsable inventory must be an error, not a warning and an empty
     # inventory. Set before ansible's constants are first imported.
@@ -147,10 +160,13 @@ def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostV
     ansible_constants.INVENTORY_ANY_UNPARSED_IS_FAILED = True
     ansible_constants.INVENTORY_UNPARSED_WARNING = False
     loader = DataLoader()
+    have_password = _set_vault_secrets(loader)
+    secrets: set[str] = set()
     try:
         inv = InventoryManager(loader=loader, sources=[str(path.resolve())])
-        vm = VariableManager(loader=loader, inventory=inv)
         groups = {name: [h.name for h in g.get_hosts()] for name, g in inv.groups.items()}
+        _check_vars_files(path.resolve().parent, [*groups, *(h.name for h in inv.get_hosts())])
+        vm = VariableManager(loader=loader, inventory=inv)
         hostvars: dict[str, dict[str, Any]] = {}
         origins: Origins = {}
         for host in inv.get_hosts():
@@ -166,16 +182,233 @@ def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostV
                     origins[(host.name, key)] = where
                 try:
                     resolved[key] = templar.template(value)
+                    secrets.update(str(templar.template(enc)) for enc in _encrypted(value))
                 except AnsibleError as exc:
+                    if _is_vault_error(exc):
+                        raise bad_input(path, host.name, key, _vault_problem(have_password),
+                                        value=value, hint=VAULT_HINT) from None
                     raise bad_input(path, host.name, key, f"cannot be templated: {exc}",
                                     value=value) from exc
             resolved["inventory_hostname"] = host.name
             hostvars[host.name] = resolved
     except AnsibleError as exc:
-        raise SparkctlError(f"{path}: {_first_line(exc)}", ExitCode.BAD_INPUT) from exc
+        ini = _ini_problem(path, loader) if "failed to parse inventory source" in str(exc) \
+            else None
+        if ini is not None:
+            raise SparkctlError(f"{ini[0]}: cannot parse the inventory: {ini[1]}",
+                                ExitCode.BAD_INPUT) from exc
+        where = _error_origin(exc)
+        raise SparkctlError(f"{where or path}: {_first_line(exc)}", ExitCode.BAD_INPUT) from exc
 
     cluster = _cluster_group(path, groups)
-    return cluster, groups, hostvars, origins
+    return cluster, groups, hostvars, origins, secrets
+
+
+# Files Ansible's host_group_vars plugin reads from group_vars/ and host_vars/.
+_VARS_SUFFIXES = {"", ".yml", ".yaml", ".json"}
+
+
+def _check_readable(path: Path) -> None:
+    """The inventory file exists, is a file and can be read."""
+    if path.is_symlink() and not path.exists():
+        raise SparkctlError(f"{path}: cannot read inventory: it links to {path.readlink()}, "
+                            "which does not exist", ExitCode.BAD_INPUT)
+    if not path.exists():
+        raise SparkctlError(f"{path}: inventory file not found", ExitCode.BAD_INPUT)
+    if not path.is_file():
+        raise SparkctlError(f"{path}: not a file (give the inventory file, e.g. inventory/sim.ini)",
+                            ExitCode.BAD_INPUT)
+    try:
+        path.read_bytes()
+    except OSError as exc:
+        raise SparkctlError(f"{path}: cannot read inventory: {exc.strerror}",
+                            ExitCode.BAD_INPUT) from exc
+
+
+def _check_vars_files(base: Path, names: Iterable[str]) -> None:
+    """Every group_vars/ and host_vars/ file Ansible would read for ``names`` can be read.
+
+    Ansible skips a vars file it cannot open (a link to nowhere) without a word,
+    so the settings in it would silently not apply.
+    """
+    for folder in ("group_vars", "host_vars"):
+        top = base / folder
+        if not top.is_dir():
+            continue
+        for name in names:
+            for candidate in _vars_files(top, name):
+                _check_vars_file(candidate)
+
+
+def _vars_files(top: Path, name: str) -> list[Path]:
+    """``top/NAME``, ``top/NAME.yml`` (.yaml, .json), and the files in ``top/NAME/``."""
+    found = [top / f"{name}{suffix}" for suffix in sorted(_VARS_SUFFIXES)]
+    folder = top / name
+    if folder.is_dir():
+        found += [p for p in sorted(folder.rglob("*"))
+                  if p.suffix in _VARS_SUFFIXES and not p.name.startswith(".")]
+    return [p for p in found if (p.is_symlink() or p.exists()) and not p.is_dir()]
+
+
+def _check_vars_file(candidate: Path) -> None:
+    if candidate.is_symlink() and not candidate.exists():
+        raise SparkctlError(f"{candidate}: cannot read vars file: it links to "
+                            f"{candidate.readlink()}, which does not exist", ExitCode.BAD_INPUT,
+                            hint="fix the link or remove it; its variables would not be applied")
+    try:
+        with candidate.open("rb"):
+            pass
+    except OSError as exc:
+        raise SparkctlError(f"{candidate}: cannot read vars file: {exc.strerror}",
+                            ExitCode.BAD_INPUT) from exc
+
+
+def _ini_problem(path: Path, loader: Any) -> tuple[str, str] | None:
+    """("FILE:LINE", what is wrong) of an INI inventory Ansible could not parse, or None.
+
+    Ansible only says it "completely failed to parse" the source (the reason goes
+    to a warning, without the line): parse the file again with its INI plugin,
+    noting the line it stopped at.
+    """
+    from ansible.inventory.data import InventoryData  # noqa: PLC0415
+    from ansible.plugins.inventory.ini import InventoryModule  # noqa: PLC0415
+
+    class LineNoting(InventoryModule):  # type: ignore[misc]
+        line: int | None = None
+
+        def _parse(self, lines: list[str]) -> None:
+            try:
+                super()._parse(lines)
+            except Exception:
+                origin = getattr(self, "_origin", None)
+                self.line = getattr(origin, "line_num", None)
+                raise
+
+    if path.suffix.lower() in {".yml", ".yaml", ".json", ".toml"}:
+        return None
+    plugin = LineNoting()
+    try:
+        if not plugin.verify_file(str(path)):
+            return None
+        plugin.parse(InventoryData(), loader, str(path))
+    except Exception as exc:  # Ansible's parser raises its own errors and Python's
+        cause = _first_line(exc.__cause__ or exc).removeprefix("Failed to parse inventory: ")
+        kind = re.search(r"has unknown type: (\S+)", cause)
+        close = difflib.get_close_matches(kind.group(1), ["children", "vars", "hosts"], n=1) \
+            if kind else []
+        if close:
+            cause += f" (did you mean {close[0]}?)"
+        lines = path.read_text(errors="replace").splitlines()
+        if not (plugin.line and 0 < plugin.line <= len(lines)):
+            return str(path), cause
+        text = lines[plugin.line - 1].strip()
+        if text.startswith("[") and "]" not in text:
+            cause = f"section header {text!r} has no closing ]"
+        return f"{path}:{plugin.line}", cause
+    return None
+
+
+def _set_vault_secrets(loader: Any) -> bool:
+    """Give ``loader`` the vault passwords Ansible itself would use; True if there are any.
+
+    As ansible-playbook without --vault-id: ``vault_identity_list`` (ID@FILE) then
+    ``vault_password_file`` of Ansible's configuration, each also set by its
+    environment variable (ANSIBLE_VAULT_IDENTITY_LIST, ANSIBLE_VAULT_PASSWORD_FILE),
+    read now (not when ansible.constants was imported). Prompts are skipped: nothing
+    here is interactive. A password file that cannot be used is bad input.
+    """
+    from ansible import constants as ansible_constants  # noqa: PLC0415
+    from ansible.errors import AnsibleError  # noqa: PLC0415
+    from ansible.parsing.vault import (  # noqa: PLC0415
+        VaultSecretsContext,
+        get_file_vault_secret,
+    )
+
+    config = ansible_constants.config
+    sources: list[tuple[str | None, str, str]] = []  # (vault id, file, where it was set)
+    ids, ids_origin = config.get_config_value_and_origin("DEFAULT_VAULT_IDENTITY_LIST")
+    for slug in ids or []:
+        name, at, source = str(slug).partition("@")  # ID@SOURCE, or SOURCE alone
+        if not at:
+            name, source = "", str(slug)
+        sources.append((name or None, source, str(ids_origin)))
+    pw_file, pw_origin = config.get_config_value_and_origin("DEFAULT_VAULT_PASSWORD_FILE")
+    if pw_file:
+        sources.append((None, str(pw_file), str(pw_origin)))
+    secrets: list[tuple[str, Any]] = []
+    for vault_id, source, origin in sources:
+        if source in {"prompt", "prompt_ask_vault_pass"}:
+            continue
+        try:
+            secret = get_file_vault_secret(filename=source, vault_id=vault_id, loader=loader)
+            secret.load()
+        except AnsibleError as exc:
+            raise SparkctlError(f"{source}: cannot use this vault password file (set by "
+                                f"{origin}): {_first_line(exc)}", ExitCode.BAD_INPUT,
+                                hint=VAULT_HINT) from None
+        secrets.append((vault_id or ansible_constants.DEFAULT_VAULT_IDENTITY, secret))
+    loader.set_vault_secrets(secrets)
+    # Decryption asks the process-wide context (ansible-core 2.19), which can be
+    # initialized once only: later loads in this process replace its secrets.
+    context = VaultSecretsContext.current(optional=True)
+    if context is None:
+        VaultSecretsContext.initialize(VaultSecretsContext(secrets))
+    else:
+        context.secrets = secrets
+    return bool(secrets)
+
+
+def _encrypted(value: Any) -> list[Any]:
+    """The vault-encrypted strings in ``value`` (a value, or lists and mappings of them)."""
+    from ansible.parsing.vault import EncryptedString  # noqa: PLC0415
+
+    if isinstance(value, EncryptedString):
+        return [value]
+    if isinstance(value, Mapping):
+        return [enc for item in value.values() for enc in _encrypted(item)]
+    if isinstance(value, list | tuple):
+        return [enc for item in value for enc in _encrypted(item)]
+    return []
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling."""
+    out: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in out):
+        out.append(current)
+        current = current.__cause__ or current.__context__
+    return out
+
+
+def _is_vault_error(exc: BaseException) -> bool:
+    from ansible.parsing.vault import AnsibleVaultError  # noqa: PLC0415
+
+    return any(isinstance(e, AnsibleVaultError) or "undecryptable" in str(e).lower()
+               for e in _chain(exc))
+
+
+def _vault_problem(have_password: bool) -> str:
+    if have_password:
+        return "is vault-encrypted and none of the vault passwords given decrypts it"
+    return "is vault-encrypted and no vault password is available"
+
+
+def _error_origin(exc: BaseException) -> str | None:
+    """"file:line:column" of what an Ansible error is about (a YAML file's syntax error),
+    when Ansible says: the error, or one it was raised from, carries the origin."""
+    try:
+        from ansible._internal._datatag._tags import Origin  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - other ansible-core versions
+        return None
+    for error in _chain(exc):
+        obj = getattr(error, "obj", None)
+        if isinstance(obj, Origin):
+            return str(obj)
+        where = origin_of(obj) if obj is not None else None
+        if where:
+            return where
+    return None
 
 
 _ANSIBLE_READY: list[bool] = []
@@ -188,7 +421,7 @@ def _init_ansible(init: Callable[[], None]) -> None:
         _ANSIBLE_READY.append(True)
 
 
-def _first_line(exc: Exception) -> str:
+def _first_line(exc: BaseException) -> str:
     """Ansible's errors carry a multi-line story; its first lines say what is wrong."""
     text = getattr(exc, "message", None) or str(exc)
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
@@ -235,7 +468,19 @@ def _int(value: Any) -> int:
 def load(path: Path) -> Inventory:
     """Load the inventory and build the typed cluster model."""
     path = Path(path)
-    cluster, groups, hostvars, origins = load_ansible_inventory(path)
+    cluster, groups, hostvars, origins, secrets = _load_ansible_inventory(path)
+    try:
+        return _build(path, cluster, groups=groups, hostvars=hostvars, origins=origins,
+                      secrets=frozenset(secrets))
+    except SparkctlError as exc:
+        if not secrets:
+            raise
+        raise SparkctlError(redact(exc.message, secrets), exc.code,
+                            hint=exc.hint and redact(exc.hint, secrets)) from None
+
+
+def _build(path: Path, cluster: str, *, groups: dict[str, list[str]], hostvars: HostVars,
+           origins: Origins, secrets: frozenset[str]) -> Inventory:
     nodes: list[Node] = []
     for name in groups[SPARKS_GROUP]:
         hv = hostvars[name]
@@ -260,7 +505,9 @@ def load(path: Path) -> Inventory:
         switch = Switch(name=name,
                         mgmt_ip=_get(path, hv, name, "ansible_host", convert=_ipv4,
                                      what="an IPv4 address"),
-                        os=_get(path, hv, name, "switch_os", convert=str, what="a switch OS name"))
+                        os=_get(path, hv, name, "switch_os", convert=str,
+                                what=f"the switch's OS: "
+                                     f"{', '.join(inventory_rules.SWITCH_OSES)}"))
 
     ports: list[SwitchPort] = []
     raw_ports = _plain(hostvars[nodes[0].name].get("switch_ports", {})) if nodes else {}
@@ -273,7 +520,7 @@ def load(path: Path) -> Inventory:
                                 twin=str(spec.get("twin", "both"))))
     return Inventory(path=path, cluster=cluster, nodes=tuple(nodes), switch=switch,
                      ports=tuple(ports), hostvars={k: _plain(v) for k, v in hostvars.items()},
-                     groups=groups, origins=origins)
+                     groups=groups, origins=origins, secrets=secrets)
 
 
 def _defined_in(path: Path, var: str) -> str | None:
@@ -315,5 +562,5 @@ def validate(path: Path) -> Inventory:
             line += f" ({p.hint})"
         lines.append(line)
     count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
-    raise SparkctlError(f"{path}: {count} in the inventory; no host was contacted\n  "
-                        + "\n  ".join(lines), ExitCode.BAD_INPUT)
+    raise SparkctlError(redact(f"{path}: {count} in the inventory; no host was contacted\n  "
+                               + "\n  ".join(lines), inv.secrets), ExitCode.BAD_INPUT)

@@ -204,6 +204,11 @@ def _env(extra: Mapping[str, str]) -> dict[str, str]:
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
     }
+    # The vault password the inventory check decrypted `!vault` values with;
+    # absolute, as ansible-playbook runs in another directory.
+    vault_password_file = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE")
+    if vault_password_file:
+        env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(Path(vault_password_file).expanduser().absolute())
     env.update(extra)
     return env
 
