@@ -27,6 +27,24 @@ TWINS = ("a", "b")
 SWITCH_OSES = ("linux", "nvue", "sonic")
 PASSWORD_VARS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password",
                  "ansible_become_password", "ansible_become_pass", "ansible_sudo_pass")
+# Connection variables that would turn host key checking off (a boolean false).
+HOST_KEY_CHECKING_VARS = ("ansible_host_key_checking", "ansible_ssh_host_key_checking",
+                          "ansible_paramiko_host_key_checking",
+                          "ansible_libssh_host_key_checking")
+# ... that would accept and record unknown keys (paramiko, network_cli: a boolean true).
+HOST_KEY_AUTO_ADD_VARS = ("ansible_paramiko_host_key_auto_add", "ansible_host_key_auto_add")
+# ssh argument strings that could carry -o StrictHostKeyChecking / UserKnownHostsFile.
+SSH_ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args",
+                 "ansible_scp_extra_args", "ansible_sftp_extra_args")
+_WEAK_SSH_OPTIONS = (
+    (re.compile(r"StrictHostKeyChecking[\s\"']*[=\s][\s\"']*(no|off|false|accept-new)\b",
+                re.IGNORECASE), "would accept host keys it does not know"),
+    (re.compile(r"UserKnownHostsFile[\s\"']*[=\s][\s\"']*(/dev/null|none)(?![\w/.-])",
+                re.IGNORECASE), "would keep no known host key to check against"),
+)
+_TRUE_WORDS = frozenset({"true", "yes", "on", "1", "y", "t"})
+_FALSE_WORDS = frozenset({"false", "no", "off", "0", "n", "f"})
+TRUST_HINT = "run `sparkctl trust INVENTORY` to record the hosts' keys"
 # Variables the rules check themselves (and whose defaults are in cluster_defaults).
 HOST_VARS = ("node_rank", "fabric_a_ip", "fabric_b_ip")
 # The sglang role's TP group of a Spark without sglang_group (its default).
@@ -211,6 +229,7 @@ def check_topology(groups: Mapping[str, list[str]],
                                 f"({', '.join(switches)}); sparkctl drives one fabric switch"))
     first = hostvars[sparks[0]]
     problems += _check_passwords(sparks + switches, hostvars)
+    problems += _check_host_keys(sparks + switches, hostvars)
     mgmt, found = _check_mgmt(sparks + switches, hostvars)
     problems += found
     nets, found = _check_subnets(first)
@@ -232,6 +251,51 @@ def _check_passwords(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]]
                     hint="use SSH key authentication (ansible_ssh_private_key_file) "
                          "and sudo without a stored password")
             for host in hosts for var in PASSWORD_VARS if var in hostvars[host]]
+
+
+def _boolean(value: Any) -> bool | None:
+    """``value`` as Ansible reads a boolean setting (True, "yes", 1, ...); None if it is not one."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE_WORDS:
+        return True
+    if text in _FALSE_WORDS:
+        return False
+    return None
+
+
+def _host_key_weakness(var: str, value: Any) -> str | None:
+    """How ``var: value`` would weaken host key checking, or None if it does not."""
+    if var in HOST_KEY_CHECKING_VARS and _boolean(value) is not True:
+        return f"{value!r} would turn host key checking off"
+    if var in HOST_KEY_AUTO_ADD_VARS and _boolean(value) is not False:
+        return f"{value!r} would accept and record host keys it does not know"
+    if var in SSH_ARGS_VARS:
+        text = " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+        for pattern, effect in _WEAK_SSH_OPTIONS:
+            found = pattern.search(text)
+            if found:
+                return f"{' '.join(found.group(0).split())!r} {effect}"
+    return None
+
+
+def _check_host_keys(hosts: list[str],
+                     hostvars: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """No inventory variable may weaken host key checking.
+
+    A setting every host shares (group_vars) is reported once, for all hosts.
+    """
+    problems: list[Problem] = []
+    these = {host: hostvars[host] for host in hosts}
+    for var in (*HOST_KEY_CHECKING_VARS, *HOST_KEY_AUTO_ADD_VARS, *SSH_ARGS_VARS):
+        weak = [(host, text) for host in hosts if var in these[host]
+                and (text := _host_key_weakness(var, these[host][var])) is not None]
+        everywhere = len(weak) == len(hosts) and _same_everywhere(these, var)
+        for host, text in weak[:1] if everywhere else weak:
+            problems.append(Problem(None if everywhere else host, var,
+                                    f"{text}; host key checking stays on", hint=TRUST_HINT))
+    return problems
 
 
 def _check_mgmt(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]],
@@ -331,8 +395,10 @@ def _check_switch(sparks: list[str], switches: list[str],
             problems.append(Problem(sw, "switch_os", f"missing (the switch's OS: "
                                     f"{', '.join(SWITCH_OSES)})"))
         elif not _in(os_name, SWITCH_OSES):
+            close = difflib.get_close_matches(str(os_name).lower(), SWITCH_OSES, n=1)
             problems.append(Problem(sw, "switch_os", f"{os_name!r} is not a supported switch OS "
-                                    f"({', '.join(SWITCH_OSES)})"))
+                                    f"({', '.join(SWITCH_OSES)})",
+                                    hint=f"did you mean {close[0]}?" if close else None))
     ports = hostvars[sparks[0]].get("switch_ports", {})
     if not isinstance(ports, Mapping):
         return [*problems, Problem(None, "switch_ports", "must be a mapping of port name -> "
