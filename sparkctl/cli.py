@@ -193,7 +193,10 @@ def serve_group() -> None:
               help="Seconds to wait for every rank (default: sglang_serve_timeout).")
 @click.option("--restart", is_flag=True,
               help="Start every rank again even when the service is already healthy.")
-def serve_up(inventory_path: Path, timeout: float | None, restart: bool) -> None:
+@click.option("-e", "--extra-vars", "extra", multiple=True,
+              help="The -e given to provision, e.g. -e sglang_api_key=... (repeatable).")
+def serve_up(inventory_path: Path, timeout: float | None, restart: bool,
+             extra: tuple[str, ...]) -> None:
     """Start every rank (workers, then the head), follow their logs until /health answers.
 
     A rank that fails or does not come up is named, with its last lines, the
@@ -201,17 +204,19 @@ def serve_up(inventory_path: Path, timeout: float | None, restart: bool) -> None
     """
     from sparkctl.serve import up  # noqa: PLC0415
 
-    up.up(inventory_path, timeout=timeout, restart=restart)
+    up.up(inventory_path, timeout=timeout, restart=restart, extravars=_extra_vars(extra))
 
 
 @serve_group.command("verify")
 @_INVENTORY_ARG
 @click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout.")
-def serve_verify(inventory_path: Path, as_json: bool) -> None:
+@click.option("-e", "--extra-vars", "extra", multiple=True,
+              help="The -e given to provision, e.g. -e sglang_api_key=... (repeatable).")
+def serve_verify(inventory_path: Path, as_json: bool, extra: tuple[str, ...]) -> None:
     """Health, server info (TP size, nodes), models, chat, streaming, the API key, latency."""
     from sparkctl.serve import service  # noqa: PLC0415
 
-    service.verify_command(inventory_path, as_json=as_json)
+    service.verify_command(inventory_path, as_json=as_json, extravars=_extra_vars(extra))
 
 
 @serve_group.command("down")

@@ -33,6 +33,7 @@ class Cluster:
     run_dir: Path
     ssh_config: Path
     runner: nccl.Runner
+    extravars: Mapping[str, Any] = field(default_factory=dict, repr=False)
     _secret_values: list[str] | None = field(default=None, repr=False)
 
     @property
@@ -126,7 +127,17 @@ class Cluster:
         return states
 
     def api_key(self) -> str | None:
-        """SPARKCTL_SGLANG_API_KEY, else the controller's key file; None when not required."""
+        """The key provision gave the nodes, found in Ansible's order of precedence.
+
+        ``-e sglang_api_key=...``, then ``sglang_api_key`` set in the inventory
+        (plain or Ansible Vault, already decrypted and templated by the
+        inventory loader) on the first head, then the role default's sources:
+        SPARKCTL_SGLANG_API_KEY, else the controller's key file. None when no
+        key is required and there is none."""
+        for source in (self.extravars, self.inv.hostvars.get(self.heads[0], {})):
+            value = source.get("sglang_api_key")
+            if value is not None and str(value).strip():
+                return str(value).strip()
         if os.environ.get(API_KEY_ENV):
             return os.environ[API_KEY_ENV]
         s = self.sglang()
@@ -225,4 +236,5 @@ def open_cluster(inventory_path: Path | inventory.Inventory, command: str,
     nodes = [n.name for n in inv.nodes]
     cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
     return Cluster(inv=inv, plan=plan, run_dir=run_dir, ssh_config=cfg,
+                   extravars=dict(extravars or {}),
                    runner=nccl.ssh_runner(cfg))

@@ -16,7 +16,8 @@ from sparkctl.validate import summary
 from sparkctl.validate.model import Report
 
 
-def verify_command(inventory_path: Path, *, as_json: bool = False) -> Report:
+def verify_command(inventory_path: Path, *, as_json: bool = False,
+                   extravars: Mapping[str, Any] | None = None) -> Report:
     from sparkctl.serve.verify import verify  # noqa: PLC0415
     from sparkctl.validate import report as report_io  # noqa: PLC0415
 
@@ -24,7 +25,7 @@ def verify_command(inventory_path: Path, *, as_json: bool = False) -> Report:
     inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
     # serve up restarting the ranks under a running verify would fail it for nothing
     with inventory_lock(inv, "serve verify"):
-        cluster = open_cluster(inv, "serve-verify")
+        cluster = open_cluster(inv, "serve-verify", extravars)
         report = verify(cluster, stamp)
     report_io.write(report, cluster.run_dir)
     if as_json:
@@ -73,6 +74,6 @@ def _whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None) -> Non
                             run.exit_code(report))
     console.progress("up 3/4: serve up" + (f" (restart: provision changed {', '.join(changed)})"
                                             if changed else ""))
-    up.up(inventory_path, restart=bool(changed))
+    up.up(inventory_path, restart=bool(changed), extravars=extravars)
     console.progress("up 4/4: serve verify")
-    verify_command(inventory_path)
+    verify_command(inventory_path, extravars=extravars)

@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -304,10 +305,11 @@ def already_serving(cluster: Cluster) -> bool:
     return running and all(_health(g.base_url) == 200 for g in cluster.groups())
 
 
-def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = False) -> UpResult:
+def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = False,
+       extravars: Mapping[str, Any] | None = None) -> UpResult:
     inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
     with inventory_lock(inv, "serve up"):
-        cluster = open_cluster(inv, "serve-up")
+        cluster = open_cluster(inv, "serve-up", extravars)
         limit = float(timeout or cluster.sglang()["serve_timeout"])
         if not restart and already_serving(cluster):
             console.out.print(f"already serving {cluster.model_name} at {_endpoints(cluster)}: "

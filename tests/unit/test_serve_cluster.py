@@ -97,3 +97,16 @@ def test_log_lines_lose_the_api_key_and_the_hf_token(tmp_path: Path,
     # without a key file (and not required) there is nothing to hide but the token
     monkeypatch.delenv("HF_TOKEN")
     assert _cluster(tmp_path / "none", required=False).redact("plain line") == "plain line"
+
+
+def test_the_key_follows_ansibles_precedence(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """-e, then the inventory (vault values arrive decrypted), then env, then the file."""
+    (tmp_path / "key").write_text("from-file\n")
+    monkeypatch.setenv(API_KEY_ENV, "from-env")
+    cluster = _cluster(tmp_path)
+    assert cluster.api_key() == "from-env"
+    cluster.inv.hostvars["spark1"]["sglang_api_key"] = "from-inventory"  # type: ignore[index]
+    assert cluster.api_key() == "from-inventory"
+    cluster.extravars = {"sglang_api_key": "from-extra-vars"}
+    assert cluster.api_key() == "from-extra-vars"
