@@ -5,8 +5,9 @@ key: /health and /health_generate, /get_server_info (tp size and node count as
 the inventory says), /v1/models lists the model, a chat completion returns
 content, a streamed completion streams, and a request without the key is
 refused. Then a few timed streamed requests: time to first token, decode
-tokens per second and end-to-end latency. Every rank's unit is checked too, so
-a stopped rank is named even when the head only says "unhealthy".
+tokens per second (of the tokens the stream's usage counts) and end-to-end
+latency. Every rank's unit is checked too, so a stopped rank is named even
+when the head only says "unhealthy".
 
 Results are checks in validate's report format (report.json, report.html in
 the run's directory). A wrong-shaped or non-JSON answer is a failed check
@@ -15,6 +16,7 @@ saying what came back, never a traceback and never a number made up.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -43,6 +45,8 @@ def _guard(check: str, host: str, fn: Callable[[], Check]) -> Check:
         result = fn()
     except openai.APIStatusError as exc:
         result = _fail(check, host, f"HTTP {exc.status_code}: {str(exc.message)[:200]}")
+    except json.JSONDecodeError as exc:  # the OpenAI client's, of a body or a streamed event
+        result = _fail(check, host, f"not JSON ({exc.msg}): {exc.doc[:120]!r}")
     except (openai.APIError, *ANSWER_ERRORS) as exc:
         result = _fail(check, host, f"{type(exc).__name__}: {str(exc)[:200]}")
     return Check(result.check, result.host, result.subject, result.outcome, result.message,
@@ -54,6 +58,28 @@ def _json(resp: httpx.Response) -> Any:
         return resp.json()
     except ValueError:
         raise ValueError(f"HTTP {resp.status_code}, not JSON: {resp.text[:120]!r}") from None
+
+
+def _parsed(raw: Any, what: str) -> Any:
+    """The OpenAI client's object of a ``with_raw_response`` answer, once it is a JSON object."""
+    body = _json(raw.http_response)
+    if not isinstance(body, dict):
+        raise ValueError(f"{what} returned {type(body).__name__}, not an object: "
+                         f"{raw.http_response.text[:120]!r}")
+    return raw.parse()
+
+
+def _completion_tokens(usage: Any, chunks: int, max_tokens: int) -> int:
+    """A stream's ``usage.completion_tokens``, if it is a count its content chunks agree with
+    (each chunk carries at least one token, and there are at most max_tokens)."""
+    if usage is None:
+        raise ValueError("the stream sent no usage (stream_options include_usage): no token "
+                         "count for a decode rate")
+    n = getattr(usage, "completion_tokens", None)
+    if type(n) is not int or not chunks <= n <= max_tokens:
+        raise ValueError(f"usage.completion_tokens {n!r} for {chunks} content chunk(s) and "
+                         f"max_tokens {max_tokens}: not a token count")
+    return int(n)
 
 
 class Verifier:
@@ -95,30 +121,44 @@ class Verifier:
                      f"HTTP {resp.status_code}" + ("" if ok else f": {resp.text[:120]!r}"))
 
     def server_info(self) -> Check:
-        info = _json(self.get("/get_server_info"))
+        resp = self.get("/get_server_info")
+        info = _json(resp)
         if not isinstance(info, dict):
-            raise ValueError(f"/get_server_info returned {type(info).__name__}, not an object")
+            raise ValueError(f"/get_server_info returned {type(info).__name__}, not an object: "
+                             f"{resp.text[:120]!r}")
         tp, nnodes = info.get("tp_size"), info.get("nnodes")
-        ok = tp == self.tp and nnodes == self.nnodes
+        # a count, not "4" or 4.0 or true: what came back is shown as it came (repr)
+        ok = type(tp) is int and type(nnodes) is int and (tp, nnodes) == (self.tp, self.nnodes)
         return Check("server_info", self.head, None, "passed" if ok else "failed",
-                     f"tp_size {tp}, nnodes {nnodes} (want {self.tp}, {self.nnodes}), "
-                     f"version {info.get('version', '?')}")
+                     f"tp_size {tp!r}, nnodes {nnodes!r} (want {self.tp}, {self.nnodes}), "
+                     f"version {str(info.get('version', '?'))[:40]}")
 
     def models(self) -> Check:
-        ids = [m.id for m in self.client.models.list().data]
+        raw = self.client.models.with_raw_response.list()
+        data = _parsed(raw, "/v1/models").data
+        if not isinstance(data, list):
+            raise ValueError(f"/v1/models 'data' is {type(data).__name__}, not a list: "
+                             f"{raw.http_response.text[:120]!r}")
+        ids = [getattr(m, "id", m) for m in data]
         want = self.cluster.model_name
         ok = want in ids
         return Check("models", self.head, None, "passed" if ok else "failed",
                      f"/v1/models lists {ids}" + ("" if ok else f", not {want!r}"))
 
     def chat(self) -> Check:
-        resp = self.client.chat.completions.create(
+        raw = self.client.chat.completions.with_raw_response.create(
             model=self.cluster.model_name, max_tokens=self.max_tokens,
             messages=[{"role": "user", "content": PROMPT}])
-        text = resp.choices[0].message.content or ""
+        choices = _parsed(raw, "/v1/chat/completions").choices
+        if not isinstance(choices, list) or not choices or not hasattr(choices[0], "message"):
+            raise ValueError(f"no choices in the answer: {raw.http_response.text[:120]!r}")
+        text = getattr(choices[0].message, "content", None) or ""
+        if not isinstance(text, str):
+            raise ValueError(f"message.content is {type(text).__name__}, not text: "
+                             f"{raw.http_response.text[:120]!r}")
         ok = bool(text.strip())
         return Check("chat_completion", self.head, None, "passed" if ok else "failed",
-                     f"{len(text)} characters, finish_reason {resp.choices[0].finish_reason}: "
+                     f"{len(text)} characters, finish_reason {choices[0].finish_reason}: "
                      f"{text[:60]!r}")
 
     def stream(self) -> Check:
@@ -148,24 +188,29 @@ class Verifier:
         for _ in range(self.requests):
             start = time.monotonic()
             first: float | None = None
-            tokens = 0
+            chunks, usage = 0, None
             # ignore_eos (an SGLang sampling parameter, as its bench_serving uses): every
-            # request decodes max_tokens, so the rate is measured over the same length.
+            # request decodes max_tokens, so the rate is measured over the same length;
+            # the usage chunk (include_usage) says how many tokens that was.
             for chunk in self.client.chat.completions.create(
                     model=self.cluster.model_name, max_tokens=self.max_tokens, stream=True,
+                    stream_options={"include_usage": True},
                     messages=[{"role": "user", "content": PROMPT}],
                     extra_body={"ignore_eos": True}):
+                if chunk.usage is not None:
+                    usage = chunk.usage
                 if chunk.choices and chunk.choices[0].delta.content:
-                    tokens += 1
+                    chunks += 1
                     first = first if first is not None else time.monotonic()
             end = time.monotonic()
             if first is None:
                 raise ValueError("a streamed chat completion produced no content")
+            tokens = _completion_tokens(usage, chunks, self.max_tokens)
+            if tokens < 2 or end <= first:
+                raise ValueError(f"a streamed chat completion gave {tokens} token(s) with "
+                                 f"ignore_eos and max_tokens {self.max_tokens}: no decode rate")
             ttft.append(first - start)
             e2e.append(end - start)
-            if tokens < 2:
-                raise ValueError(f"a streamed chat completion gave {tokens} chunk(s) with "
-                                 f"ignore_eos and max_tokens {self.max_tokens}: no decode rate")
             rates.append((tokens - 1) / (end - first))
         self.figures = {"ttft_s": statistics.median(ttft), "e2e_s": statistics.median(e2e),
                         "decode_tokens_per_s": statistics.median(rates)}
