@@ -22,7 +22,11 @@ A log that has no column header, no rows, a row that does not fit the header,
 rows cut out (``...``), a second run, no ``Avg bus bandwidth`` line (the run
 was cut short), or an average the rows do not add up to is refused with a
 :class:`SparkctlError` naming the line: a partial log must never become a
-number. ``sparkctl report nccl LOGFILE`` and ``validate`` use this module.
+number. So is a row nccl-tests cannot have printed: a negative or fractional
+size, a negative count, a time or bandwidth that is negative, ``nan`` or
+``inf``, or a size and type whose element count contradicts an earlier row
+(``-N`` cycles repeat rows, with the same counts). ``sparkctl report nccl
+LOGFILE`` and ``validate`` use this module.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ _FAILURE = re.compile(r"Test NCCL failure|Test CUDA failure|Test failure|Test ti
 # mpirun --tag-output ("[1,0]<stdout>:") and srun --label ("0: ") in front of each line.
 _PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))")
 _INT = re.compile(r"\d+")
+# A first word that is a number but not a byte count: a row, garbled (not chatter).
+_NUMERIC = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 # The largest maximum error the error-column versions accept per type
 # (DeltaMaxValue in their src/common.cu); a bigger one counted out of bounds.
 _ERROR_BOUND = {"half": 1e-2, "float16": 1e-2, "bfloat16": 1e-2, "float": 1e-5,
@@ -169,12 +175,19 @@ def _half(tokens: list[str], layout: _Layout, source: str, number: int) -> Half:
         time_us, algbw, busbw = float(tokens[0]), float(tokens[1]), float(tokens[2])
     except ValueError:
         raise _bad(source, number, f"time/algbw/busbw {tokens[:3]} are not numbers") from None
+    for name, token, value in zip(layout.half[:3], tokens, (time_us, algbw, busbw),
+                                  strict=False):
+        if not (math.isfinite(value) and value >= 0):
+            raise _bad(source, number, f"{name} {token!r} is not a measurement (negative, nan "
+                       "or inf): a garbled row")
     extra = tuple((name, None if tok == "N/A" else _number(tok, name, source, number))
                   for name, tok in zip(layout.half[4:], tokens[4:], strict=True))
     check = tokens[3]
     if layout.half[3] == "error":
-        return Half(time_us, algbw, busbw, None, _number(check, "error column", source, number),
-                    extra)
+        error = _number(check, "error column", source, number)
+        if not error >= 0:  # inf is a (very) wrong result; nan or below 0 is no maximum error
+            raise _bad(source, number, f"error column {check!r} is not a maximum error")
+        return Half(time_us, algbw, busbw, None, error, extra)
     if check == "N/A":
         return Half(time_us, algbw, busbw, None, extra=extra)
     wrong = _number(check, "#wrong", source, number)
@@ -195,6 +208,8 @@ def _row(line: str, layout: _Layout, source: str, number: int) -> Row:
         root = int(tokens[lead - 1]) if layout.root else None
     except ValueError:
         raise _bad(source, number, f"size/count/root are not integers: {line!r}") from None
+    if count < 0:
+        raise _bad(source, number, f"count {count} is negative: {line!r}")
     redop = tokens[3] if layout.redop else "none"
     n = len(layout.half)
     stamp = " ".join(tokens[-2:]) if layout.timestamp else None
@@ -242,6 +257,7 @@ def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR
     oob: int | None = None
     oob_verdict: str | None = None
     bitwise: int | None = None
+    counts: dict[tuple[int, str, str, int | None], Row] = {}
     version = collective = None
     errors: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -281,11 +297,19 @@ def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR
             if line == "...":
                 raise _bad(source, number, "rows left out ('...'): an excerpt, not a whole log")
             if not _INT.fullmatch(words[0]):
+                if _NUMERIC.fullmatch(words[0]):
+                    raise _bad(source, number, f"size {words[0]!r} is not a byte count: "
+                               f"{line!r}")
                 continue  # NCCL INFO/WARN lines, failure lines, mpirun chatter
             if avg is not None:
                 raise _bad(source, number, f"a result row after the 'Avg bus bandwidth' line "
                            f"{avg_line}: {line!r}")
             row = _row(line, layout, source, number)
+            earlier = counts.setdefault((row.size, row.type, row.redop, row.root), row)
+            if earlier.count != row.count:
+                raise _bad(source, number, f"{row.size} bytes of {row.type} are {row.count} "
+                           f"elements here and {earlier.count} on line {earlier.line}: rows "
+                           "that contradict each other")
             rows.append(row)
             n = len(layout.half)
             lead = len(_LEAD) + layout.redop + layout.root

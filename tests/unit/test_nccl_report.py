@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,12 +104,33 @@ def test_timestamp_column() -> None:
     (MODERN.split("     1048576", maxsplit=1)[0] + "spark2: Test NCCL failure common.cu:1080 'unhandled system error'\n",
      "the run failed: spark2: Test NCCL failure"),
     (MODERN.replace("# Avg bus bandwidth    : 11.4550", "# Avg bus bandwidth    : nan-ish"), "unreadable average"),
+    # rows nccl-tests cannot have printed, refused even where the average still adds up
+    (MODERN.replace("10.69   10.69      0", "10.69     inf      0"), "run.log:12: busbw 'inf' is not a measurement"),
+    (MODERN.replace("10.69   10.69      0", "10.69     nan      0"), "run.log:12: busbw 'nan' is not a measurement"),
+    (MODERN.replace("10.69   10.69      0    97.55   10.75   10.75", "10.69  -10.69      0    97.55   10.75   32.13"), "run.log:12: busbw '-10.69' is not a measurement"),
+    (MODERN.replace("    98.10   10.69", "   -98.10   10.69"), "run.log:12: time '-98.10' is not a measurement"),
+    (MODERN.replace("262144     float", "-262144     float"), "run.log:12: count -262144 is negative"),
+    (MODERN.replace("# Out of bounds", "    -1048576        262144     float     sum      -1    98.10   10.69   11.455      0    97.55   10.75   11.455      0\n# Out of bounds"),
+     "run.log:15: size '-1048576' is not a byte count"),
+    (MODERN.replace("     1048576        262144", "     1.048e6        262144"), "run.log:12: size '1.048e6' is not a byte count"),
+    (MODERN.replace("     2097152        524288", "     1048576        131072"),
+     "run.log:13: 1048576 bytes of float are 131072 elements here and 262144 on line 12: rows that contradict each other"),
+    (OLD.replace("164.46  5e-07", "164.46    nan"), "run.log:6: error column 'nan' is not a maximum error"),
 ])
 def test_partial_or_garbled_logs_are_refused(text: str, message: str) -> None:
     with pytest.raises(SparkctlError, match=re.escape(message)) as info:
         parse(text, "run.log")
     assert info.value.code == ExitCode.BAD_INPUT
     assert str(info.value).startswith("run.log")
+
+
+def test_run_cycles_repeat_rows_with_the_same_counts() -> None:
+    """``-N 2`` prints the sweep twice under one header; one average over both cycles."""
+    rows = [line for line in MODERN.splitlines() if line.startswith("     ")]
+    text = MODERN.replace(rows[-1], "\n".join([rows[-1], *rows]))
+    report = parse(text)
+    assert [r.size for r in report.rows] == [1048576, 2097152, 4194304] * 2
+    assert report.avg_busbw == 11.455
 
 
 def test_a_failure_line_in_a_complete_log_is_reported() -> None:
@@ -314,3 +336,104 @@ def test_headers_that_are_not_understood_are_refused(header: str, message: str) 
     assert text != MODERN
     with pytest.raises(SparkctlError, match=re.escape(f"run.log:10: {message}")):
         parse(text, "run.log")
+
+
+# ------------------------------------------------ sparkctl report nccl FILE
+# The command as typed (sparkctl.cli.main, its error handling and exit codes),
+# on every fixture and on logs broken in ways the cases above do not cover end
+# to end. test_cli.py already runs it on an empty file, binary garbage, a
+# header it does not understand and a missing file.
+
+
+def report_nccl(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                path: Path) -> tuple[int, str, str]:
+    from sparkctl import cli  # noqa: PLC0415
+
+    monkeypatch.delenv("SPARKCTL_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", ["sparkctl", "report", "nccl", str(path)])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "internal error" not in err
+    return code, out, err
+
+
+FIGURE = re.compile(r"\d+(?:\.\d+)?\s*GB/s|average bus bandwidth \d")
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.log")))
+def test_report_nccl_on_every_fixture(monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str], name: str) -> None:
+    code, out, err = report_nccl(monkeypatch, capsys, FIXTURES / name)
+    if name in REAL:
+        seen = REAL[name]
+        assert code == 0, err
+        assert f"average bus bandwidth {seen.avg:g} GB/s; wrong results {seen.wrong}" in out
+        assert f"{max(seen.largest_busbw):g}" in out  # the largest size's row is in the table
+        return
+    refused = next(key for key in REFUSED if key.split(":")[0] == name)
+    assert code == ExitCode.BAD_INPUT
+    assert f"error: {FIXTURES / refused}: {REFUSED[refused][:40]}" in err, err
+    assert not FIGURE.search(out + err), out
+
+
+ROWS = [line for line in MODERN.splitlines() if line.startswith("     ")]
+
+# name: (the log, "FILE" or "FILE:line" in the message, what the message says)
+BROKEN: dict[str, tuple[str, str, str]] = {
+    "header-but-no-rows": (MODERN.replace("\n".join(ROWS) + "\n", ""), "FILE",
+                           "a column header but no result rows"),
+    "time-not-a-number": (MODERN.replace("   180.33   11.63", "   fast   11.63"), "FILE:13",
+                          "time/algbw/busbw ['fast', '11.63', '11.63'] are not numbers"),
+    "row-with-fewer-columns": (MODERN.replace(ROWS[1], ROWS[1].rsplit(None, 4)[0]), "FILE:13",
+                               "9 fields where the header has 13 (line 10)"),
+    "busbw-nan": (MODERN.replace("11.98   11.98", "11.98     nan"), "FILE:14",
+                  "busbw 'nan' is not a measurement"),
+    "busbw-inf": (MODERN.replace("12.02   12.02", "12.02     inf"), "FILE:14",
+                  "busbw 'inf' is not a measurement"),
+    "busbw-negative": (MODERN.replace("10.69   10.69", "10.69  -10.69"), "FILE:12",
+                       "busbw '-10.69' is not a measurement"),
+    "size-negative": (MODERN.replace("     1048576        262144", "    -1048576        262144"),
+                      "FILE:12", "size '-1048576' is not a byte count"),
+    "cut-mid-row": (MODERN[:MODERN.index(ROWS[1]) + 60], "FILE:13",
+                    "6 fields where the header has 13"),
+    "same-size-other-count": (MODERN.replace(ROWS[1], ROWS[1] + "\n" + ROWS[1].replace(
+        "524288", "524289")), "FILE:14", "2097152 bytes of float are 524289 elements here and "
+                                         "524288 on line 13: rows that contradict each other"),
+    "same-size-other-busbw": (MODERN.replace(ROWS[1], ROWS[1] + "\n" + ROWS[1].replace(
+        "11.63   11.63", "11.63   99.99")), "FILE:17", "the 'Avg bus bandwidth' 11.455 is not "
+                                                       "the mean of the 4 row(s)"),
+    "utf16-log": (MODERN, "FILE", "no nccl-tests column header"),  # written UTF-16 below
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_report_nccl_refuses_a_broken_log_naming_where(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        case: str) -> None:
+    text, where, says = BROKEN[case]
+    log = tmp_path / f"{case}.log"
+    if case == "utf16-log":
+        log.write_bytes(text.encode("utf-16"))
+    else:
+        log.write_text(text)
+    assert case == "utf16-log" or text != MODERN
+    code, out, err = report_nccl(monkeypatch, capsys, log)
+    assert code == ExitCode.BAD_INPUT, (out, err)
+    assert f"error: {where.replace('FILE', str(log))}: {says}" in err, err
+    assert not FIGURE.search(out), out
+
+
+def test_report_nccl_refuses_a_directory(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    logs = tmp_path / "logs.d"
+    logs.mkdir()
+    (logs / "run.log").write_text(MODERN)
+    code, out, err = report_nccl(monkeypatch, capsys, logs)
+    assert code == ExitCode.BAD_INPUT
+    assert f"'{logs}' is a directory" in err, err
+    assert not FIGURE.search(out)
