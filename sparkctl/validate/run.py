@@ -420,9 +420,15 @@ def failure_summary(report: Report) -> str:
     if found:
         parts.append("look at " + "; ".join(
             f"{f.host}" + (f" {f.subject}" if f.subject else "") for f in found))
-    hosts = sorted({c.host for c in report.failed_checks()})
-    if hosts:
-        parts.append(f"failed checks on {', '.join(hosts)}")
+    by_host: dict[str, list[str]] = {}
+    for c in report.failed_checks():
+        names = by_host.setdefault(c.host, [])
+        if c.check not in names:
+            names.append(c.check)
+    if by_host:
+        parts.append("failed checks on " + ", ".join(
+            f"{host} ({', '.join(names[:4])}{f' +{len(names) - 4} more' if len(names) > 4 else ''})"
+            for host, names in sorted(by_host.items())))
     gate = [r.collective for r in report.nccl if r.scope == "all" and r.outcome == "failed"]
     if gate:
         parts.append(f"bandwidth gate failed: {', '.join(gate)}")

@@ -316,7 +316,7 @@ def test_failure_summary_where_to_look_first() -> None:
         baseline=baseline("failed"))
     assert run.failure_summary(rep) == (
         "validation failed: look at spark3 enp1s0f1np1 (switch port swp3); failed checks on "
-        "cluster, spark3; bandwidth gate failed: all_reduce, all_gather; regression against "
+        "cluster (neighbours), spark3 (mesh); bandwidth gate failed: all_reduce, all_gather; regression against "
         "20261129T070000Z-validate: all_reduce 16 MiB: 0.050 GB/s, 55% below 0.110")
 
 
