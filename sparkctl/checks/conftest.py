@@ -27,11 +27,16 @@ from typing import Any
 
 import pytest
 
-PLAN_KEY = pytest.StashKey[dict[str, Any]]()
-RESULTS_KEY = pytest.StashKey[list[dict[str, Any]]]()
-FACTS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
-DOWN_KEY = pytest.StashKey[dict[str, str]]()
-HOSTS_KEY = pytest.StashKey[dict[str, Any]]()
+from sparkctl.checks.state import (
+    DOWN_KEY,
+    FACTS_KEY,
+    HOSTS_KEY,
+    PLAN_KEY,
+    RESULTS_KEY,
+    mark_down,
+)
+
+__all__ = ["as_root", "mark_down"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -150,10 +155,6 @@ def seen(request: pytest.FixtureRequest) -> Any:
     def record(text: str) -> None:
         request.node.user_properties.append(("seen", text))
     return record
-
-
-def mark_down(config: pytest.Config, node: str, why: str) -> None:
-    config.stash[DOWN_KEY][node] = why
 
 
 @contextlib.contextmanager

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from sparkctl.checks import parse
-from sparkctl.checks.conftest import as_root, mark_down
+from sparkctl.checks.conftest import as_root
+from sparkctl.checks.state import mark_down
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -25,8 +26,18 @@ def _twin(nplan: dict[str, Any], twin: str) -> dict[str, Any]:
 
 
 def _run(host: Any, argv: list[str], timeout: int = 30) -> Any:
-    """One command, bounded: a hung tool fails its check instead of the run."""
-    return host.run(shlex.join(["timeout", str(timeout), *argv]))
+    """One command, bounded: a hung tool fails its check instead of the run.
+
+    testinfra's ssh backend raises on exit 255, taking it for its own ssh
+    failing; a command that is itself ssh (cluster_ssh) exits 255 too, so the
+    result is returned and the check reports ssh's own last line."""
+    try:
+        return host.run(shlex.join(["timeout", str(timeout), *argv]))
+    except RuntimeError as exc:
+        result = exc.args[0] if exc.args else None
+        if hasattr(result, "rc") and hasattr(result, "stderr"):
+            return result
+        raise
 
 
 def test_reachable(request: pytest.FixtureRequest, host: Any, node: str, seen: Any) -> None:

@@ -179,6 +179,8 @@ def mesh_findings(inv: inventory.Inventory, plan: dict[str, Any],
         for c in checks:
             if c.check != "mesh" or not c.subject or c.subject.split()[0] != netdev[c.host]:
                 continue
+            if c.outcome == "skipped":  # its node did not answer: no evidence either way
+                continue
             peer = c.subject.split()[-1]
             key = frozenset((c.host, peer))
             ok[key] = ok.get(key, True) and c.outcome == "passed"
@@ -351,7 +353,10 @@ def validate(opts: Options) -> tuple[Report, Path]:
         console.progress(f"node checks on {len(nodes)} nodes, in parallel")
         checks, facts, down = run_node_checks(run_dir / "plan.json", ssh_cfg, nodes, run_dir)
         checks += cluster_checks(plan, facts, down)
-        mesh = mesh_findings(inv, plan, checks)
+        # A node that did not answer comes first: nothing else about it is known.
+        mesh = [Finding(c.host, f"({c.message.removeprefix(c.host + ' ')})", c.message)
+                for c in checks if c.check in _BLOCKING and c.host in down and not c.ok]
+        mesh += mesh_findings(inv, plan, checks)
         rate = line_rate(plan, nodes[0], runner) if nodes[0] not in down else 0.0
         th = thresholds(plan, rate)
         report = Report(run_id=run_dir.name, cluster=inv.cluster, inventory=str(inv.path),

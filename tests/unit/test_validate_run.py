@@ -250,6 +250,35 @@ def test_mesh_port_carrying_both_twins_and_a_node_without_ports() -> None:
     assert [(f.host, f.subject) for f in findings] == [("spark2", "enp1s0f1np1")]
 
 
+def test_mesh_of_a_node_that_did_not_answer_blames_no_link() -> None:
+    """spark2 refused over management: its own pings are skipped, the peers reach it."""
+    checks = [Check(c.check, c.host, c.subject, "skipped", "spark2 did not answer")
+              if c.host == "spark2" else c for c in mesh_checks()]
+    assert run.mesh_findings(inv_with(PORTS), make_plan(), checks) == []
+
+
+def test_a_node_that_does_not_answer_is_marked_down_and_its_checks_skipped(
+        tmp_path: Path) -> None:
+    """The real check suite against a closed port: reachable fails with ssh's reason, every
+    other check of the node is skipped (the plugin and the tests share the down list)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(make_plan()))
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host spark2\n  HostName 127.0.0.1\n  Port 9\n  BatchMode yes\n"
+                   f"  StrictHostKeyChecking yes\n  UserKnownHostsFile {tmp_path}/kh\n"
+                   f"  ControlMaster auto\n  ControlPath {tmp_path}/cm-%C\n"
+                   "  ConnectTimeout 3\n")
+    checks, _, down = run.run_node_checks(plan, cfg, ["spark2"], tmp_path / "run")
+    assert down == {"spark2"}
+    reach = by_check(checks, "reachable")
+    assert [(c.outcome, c.message) for c in reach] == [
+        ("failed", "spark2 does not answer over SSH: ssh: connect to host 127.0.0.1 port 9: "
+                   "Connection refused")]
+    others = [c for c in checks if c.check != "reachable"]
+    assert len(others) > 10 and {c.outcome for c in others} == {"skipped"}, \
+        {(c.check, c.outcome, c.message[:80]) for c in others if c.outcome != "skipped"}
+
+
 def test_mesh_every_path_failing_is_not_one_node() -> None:
     checks = [Check(c.check, c.host, c.subject, "failed", "smaller MTU")
               if c.subject and c.subject.startswith("enp1s0f1np1") else c for c in mesh_checks()]
@@ -316,8 +345,9 @@ def test_failure_summary_where_to_look_first() -> None:
         baseline=baseline("failed"))
     assert run.failure_summary(rep) == (
         "validation failed: look at spark3 enp1s0f1np1 (switch port swp3); failed checks on "
-        "cluster (neighbours), spark3 (mesh); bandwidth gate failed: all_reduce, all_gather; regression against "
-        "20261129T070000Z-validate: all_reduce 16 MiB: 0.050 GB/s, 55% below 0.110")
+        "cluster (neighbours), spark3 (mesh); bandwidth gate failed: all_reduce, all_gather; "
+        "regression against 20261129T070000Z-validate: all_reduce 16 MiB: 0.050 GB/s, "
+        "55% below 0.110")
 
 
 def test_failure_summary_of_a_finding_without_subject_and_of_nothing() -> None:
