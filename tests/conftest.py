@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import pytest
 
 from sparkctl import inventory
 from sparkctl.inventory import Inventory
-from tests.labhost import HostSnapshot
+from tests.labhost import HostSnapshot, cluster_state, state_diff
 
 REPO = Path(__file__).resolve().parent.parent
 SIM_INVENTORY = REPO / "inventory" / "sim.ini"
@@ -97,3 +97,18 @@ def provision_lab() -> dict[str, object]:
 def provisioned(lab: LabSession) -> dict[str, object]:
     """The first provision of the session's lab, shared by every module that needs it."""
     return provision_lab()
+
+
+@pytest.fixture
+def snapshot(lab: LabSession) -> Callable[[], dict[str, object]]:
+    """Live state of the lab's nodes and switch (tests.labhost.cluster_state), for fault
+    tests: the command under test must not change it, the undo must restore it."""
+    assert lab.inventory.switch is not None
+    nodes = {n.name: n.mgmt_ip for n in lab.inventory.nodes}
+    switch = lab.inventory.switch.mgmt_ip
+    return lambda: cluster_state(nodes, switch)
+
+
+def assert_unchanged(before: dict[str, object], after: dict[str, object], what: str) -> None:
+    diffs = state_diff(before, after)
+    assert not diffs, f"{what} changed the cluster:\n" + "\n".join(diffs[:40])

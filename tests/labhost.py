@@ -58,3 +58,70 @@ def ssh(host_ip: str, command: str, *, check: bool = True,
         raise AssertionError(f"{host_ip}: `{command}` exited {proc.returncode}: "
                              f"{proc.stderr.strip()}")
     return proc
+
+
+# ------------------------------------------------------------- fault tests
+# What a fault test compares before and after a sparkctl command: the live state
+# sparkctl could change on the nodes and the switch. Volatile values (counters,
+# lifetimes, IPv6 link-local addresses) are left out so two snapshots of an
+# untouched cluster are equal.
+_NODE_STATE = (
+    "ip -j addr; echo '@@'; "
+    "find /etc/netplan /etc/sparkctl /etc/systemd/system /etc/ssh/ssh_known_hosts "
+    "-maxdepth 1 -type f \\( -path '/etc/netplan/*' -o -path '/etc/sparkctl/*' "
+    "-o -name 'sparkctl-*' -o -name ssh_known_hosts \\) -exec sha256sum {} + | sort -k2; "
+    "echo '@@'; systemctl is-active sparkctl-sglang.service || true; echo '@@'; "
+    "find /var/lib/sparkctl/models -type f -printf '%p %s %T@\\n' 2>/dev/null | sort; true")
+_SWITCH_STATE = "ip -j link; echo '@@'; tc qdisc show | sort"
+
+
+def _links(text: str, *, addresses: bool) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for link in json.loads(text or "[]"):
+        if link.get("ifname") == "lo":
+            continue
+        entry: dict[str, object] = {"mtu": link.get("mtu"), "state": link.get("operstate"),
+                                    "flags": sorted(f for f in link.get("flags", [])
+                                                    if f in ("UP", "LOWER_UP"))}
+        if addresses:
+            entry["inet"] = sorted(f"{a['local']}/{a['prefixlen']}"
+                                   for a in link.get("addr_info", []) if a.get("family") == "inet")
+        out[link["ifname"]] = entry
+    return out
+
+
+def cluster_state(nodes: dict[str, str], switch: str) -> dict[str, object]:
+    """Live state of every node (name -> mgmt address) and the switch, in one ssh each."""
+    state: dict[str, object] = {}
+    for name, ip in nodes.items():
+        parts = ssh(ip, _NODE_STATE).stdout.split("@@\n")
+        state[name] = {"links": _links(parts[0], addresses=True),
+                       "files": parts[1].splitlines(), "sglang": parts[2].strip(),
+                       "models": parts[3].splitlines()}
+    links, qdiscs = ssh(switch, _SWITCH_STATE).stdout.split("@@\n")
+    # `qdisc tbf 8003: root ...`: the handle is new each time a rate is set again
+    state["switch"] = {"links": _links(links, addresses=False),
+                       "qdisc": [re.sub(r"^(qdisc \S+) \S+:", r"\1", q)
+                                 for q in qdiscs.splitlines()]}
+    return state
+
+
+def state_diff(before: dict[str, object], after: dict[str, object]) -> list[str]:
+    """Human-readable differences between two cluster_state() snapshots ([] when equal)."""
+    diffs: list[str] = []
+
+    def walk(a: object, b: object, where: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b), key=str):
+                walk(a.get(key), b.get(key), f"{where}/{key}")
+        elif isinstance(a, list) and isinstance(b, list) and all(
+                isinstance(x, str) for x in [*a, *b]):
+            for gone in sorted(set(a) - set(b)):
+                diffs.append(f"{where}: - {gone}")
+            for new in sorted(set(b) - set(a)):
+                diffs.append(f"{where}: + {new}")
+        elif a != b:
+            diffs.append(f"{where}: {a!r} -> {b!r}")
+
+    walk(before, after, "")
+    return diffs

@@ -11,12 +11,12 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SIM_INVENTORY, LabSession, sparkctl
+from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
 from tests.labhost import ssh
 
 pytestmark = pytest.mark.lab
@@ -139,6 +139,29 @@ def test_a_corrupt_and_a_truncated_file_are_repaired_and_nothing_else(
     changed = {ip: sorted(p for p in after[ip] if after[ip][p] != before[ip][p])
                for ip in after}
     assert changed == {spark2: [shard3], spark3: [shard2], spark4: []}
+
+
+@pytest.mark.fault
+def test_a_truncated_file_is_found_by_validate_and_repaired_by_model_sync(
+        lab: LabSession, first_sync: dict[str, object],
+        snapshot: Callable[[], dict[str, object]]) -> None:
+    spark2 = lab.inventory.node("spark2").mgmt_ip
+    shard = "model-00004-of-00004.safetensors"
+    ssh(spark2, f"truncate -s 4096 {COPY}/{shard}")
+    faulted = snapshot()
+    proc = sparkctl("validate", str(SIM_INVENTORY), "--no-nccl", "--json", *SOURCE, timeout=900)
+    assert_unchanged(faulted, snapshot(), "validate")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    bad = [c for c in report["checks"] if c["outcome"] in ("failed", "error")]
+    assert [(c["check"], c["host"]) for c in bad] == [("model_cache", "spark2")], bad
+    assert "1 damaged" in bad[0]["message"] and shard in bad[0]["message"], bad[0]
+    assert "spark2" in proc.stderr and "model_cache" in proc.stderr
+    rc, _, output = _sync()
+    assert rc == 0, output[-5000:]
+    assert _sums(spark2, COPY) == _sums(lab.inventory.node("spark1").mgmt_ip, MODEL_DIR)
+    again = sparkctl("validate", str(SIM_INVENTORY), "--no-nccl", "--json", *SOURCE, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
 
 
 def test_corruption_that_keeps_size_and_mtime_needs_full_verify(

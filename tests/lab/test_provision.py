@@ -6,12 +6,15 @@ Runs after tests/lab/test_lab.py (which checks the lab as `lab up` made it).
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SIM_INVENTORY, LabSession, provision_lab, sparkctl
+from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, provision_lab, sparkctl
 from tests.labhost import ssh
 
 pytestmark = pytest.mark.lab
@@ -26,12 +29,6 @@ def test_first_provision_succeeds_on_every_host(lab: LabSession,
         assert stats["failed"] == 0 and stats["unreachable"] == 0, (name, stats)
     assert provisioned["failures"] == []
     assert Path(str(provisioned["artifact_dir"])).is_dir()
-
-
-def test_second_provision_changes_nothing(provisioned: dict[str, object]) -> None:
-    again = provision_lab()
-    changed = {h: s["changed"] for h, s in again["hosts"].items()}  # type: ignore[attr-defined]
-    assert all(c == 0 for c in changed.values()), changed
 
 
 def test_jumbo_frames_pass_between_every_pair_on_both_twins(
@@ -61,8 +58,43 @@ def test_bad_inventory_is_refused_before_any_host_is_touched(
     assert "192.168.101.11/24" in netplan
 
 
+Snapshot = Callable[[], dict[str, object]]
+
+
+@pytest.mark.fault
+def test_a_node_unreachable_over_management_stops_provision_for_every_host(
+        lab: LabSession, provisioned: dict[str, object], snapshot: Snapshot) -> None:
+    """spark3's SSH port refused from the controller (its management path cut, the
+    node itself running): provision stops for the whole cluster before changing any
+    host and names spark3; once spark3 answers again a re-run completes and changes
+    nothing. That re-run is also the idempotency test of provision: a second full run
+    after the session's first changes nothing on any host."""
+    node = lab.inventory.node("spark3")
+    rule = ["OUTPUT", "-d", node.mgmt_ip, "-p", "tcp", "--dport", "22",
+            "-j", "REJECT", "--reject-with", "tcp-reset"]
+    before = snapshot()
+    subprocess.run(["iptables", "-I", *rule], check=True)
+    try:
+        proc = sparkctl("provision", str(SIM_INVENTORY), "--json", timeout=900)
+    finally:
+        subprocess.run(["iptables", "-D", *rule], check=True)
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    assert result["hosts"]["spark3"]["unreachable"] == 1
+    assert all(s["changed"] == 0 for s in result["hosts"].values()), result["hosts"]
+    assert [f["host"] for f in result["failures"]] == ["spark3"]
+    assert ("provision stopped for the whole cluster: spark3 did not answer over SSH; "
+            "no host was changed") in proc.stderr, proc.stderr[-3000:]
+    assert_unchanged(before, snapshot(), "the stopped provision")
+    again = provision_lab()
+    changed = {h: s["changed"] for h, s in again["hosts"].items()}  # type: ignore[attr-defined]
+    assert all(c == 0 for c in changed.values()), changed
+
+
+@pytest.mark.fault
 def test_netplan_change_that_cuts_the_node_off_is_rolled_back(
-        lab: LabSession, provisioned: dict[str, object], tmp_path: Path) -> None:
+        lab: LabSession, provisioned: dict[str, object], tmp_path: Path,
+        snapshot: Snapshot) -> None:
     """A fabric route that steals the management path (replies to the controller
     leave through the fabric to a gateway that does not exist): the controller
     cannot reconnect, the node's own timer restores the previous netplan, the
@@ -78,6 +110,7 @@ def test_netplan_change_that_cuts_the_node_off_is_rolled_back(
         "roce_fabric_confirm_seconds: 8\n"
         "roce_fabric_rollback_seconds: 20\n")
     before = ssh(node.mgmt_ip, "cat /etc/netplan/40-cx7.yaml").stdout
+    state = snapshot()
     try:
         proc = sparkctl("provision", str(inv / "sim.ini"), "--limit", "spark2",
                         "--tags", "roce_fabric", timeout=600)
@@ -94,3 +127,9 @@ def test_netplan_change_that_cuts_the_node_off_is_rolled_back(
     route = ssh(node.mgmt_ip, f"ip -o route get {controller}").stdout
     assert "dev enP7s7" in route, route
     assert "192.168.100.250" not in ssh(node.mgmt_ip, "ip -o route show").stdout
+    # Within its bound: the node's own record of how long the bad change was live.
+    guard = json.loads(ssh(node.mgmt_ip, "/usr/local/sbin/sparkctl-net-guard status").stdout)
+    record = guard["last_rollback"]
+    assert not guard["armed"] and record["armed_for_seconds"] == 20
+    assert record["after_seconds"] <= 20 + 5, record
+    assert_unchanged(state, snapshot(), "the rolled-back provision")

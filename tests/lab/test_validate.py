@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import SIM_INVENTORY, LabSession, sparkctl
+from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
 from tests.labhost import STATE, ssh
 
 pytestmark = pytest.mark.lab
@@ -59,10 +59,15 @@ def healthy(lab: LabSession, provisioned: dict[str, object]) -> dict[str, Any]:
     return report
 
 
+Snapshot = Callable[[], dict[str, object]]
+
+
 @pytest.fixture
-def port(lab: LabSession) -> Iterator[Any]:
-    """Change a switch port; every change is undone (and the address awaited) afterwards."""
+def port(lab: LabSession, snapshot: Snapshot) -> Iterator[Any]:
+    """Change a switch port; every change is undone (and the address awaited) afterwards,
+    and the cluster is then as it was before the fault."""
     changed: list[str] = []
+    before = snapshot()
 
     def change(name: str, *args: str) -> None:
         sparkctl("lab", "port", name, *args, check=True)
@@ -76,6 +81,7 @@ def port(lab: LabSession) -> Iterator[Any]:
     for n in node.values():
         for twin, netdev in (("a", TWIN_A), ("b", TWIN_B)):
             _wait_address(n.mgmt_ip, netdev, n.fabric_ips[twin])
+    assert_unchanged(before, snapshot(), "undoing the fault")
 
 
 def test_validate_passes_on_a_provisioned_lab(healthy: dict[str, Any]) -> None:
@@ -113,10 +119,13 @@ def test_report_files_and_last_good(healthy: dict[str, Any]) -> None:
     assert (run_dir / "nccl-all_reduce.log").read_text().count("# Avg bus bandwidth") == 1
 
 
-def test_switch_port_at_mtu_1500_fails_and_names_the_node(healthy: dict[str, Any],
-                                                          port: Any) -> None:
+@pytest.mark.fault
+def test_switch_port_at_mtu_1500_fails_and_names_the_node(healthy: dict[str, Any], port: Any,
+                                                          snapshot: Snapshot) -> None:
     port("swp5", "--mtu", "1500")  # spark3's twin a
+    faulted = snapshot()
     rc, report, err = _validate("--no-nccl")
+    assert_unchanged(faulted, snapshot(), "validate")
     assert rc == 1, err[-2000:]
     assert report["verdict"] == "failed"
     mesh = _failed(report, "mesh")
@@ -129,23 +138,57 @@ def test_switch_port_at_mtu_1500_fails_and_names_the_node(healthy: dict[str, Any
     assert "spark3" in err and "swp5" in err  # the terminal line points at the port
 
 
-def test_fabric_link_down_fails_naming_node_and_interface(healthy: dict[str, Any],
-                                                          port: Any) -> None:
+@pytest.mark.fault
+def test_fabric_link_down_fails_naming_node_and_interface(healthy: dict[str, Any], port: Any,
+                                                          snapshot: Snapshot) -> None:
     port("swp4", "--down")  # spark2's twin b: the cable pulled
+    faulted = snapshot()
     rc, report, err = _validate("--no-nccl")
+    assert_unchanged(faulted, snapshot(), "validate")
     assert rc == 1, err[-2000:]
     down = _failed(report, "twin_up")
     assert [(c["host"], c["subject"]) for c in down] == [("spark2", TWIN_B)]
     assert "carrier 0" in down[0]["message"]
     found = [f for f in report["localisation"] if f["host"] == "spark2"]
     assert found and TWIN_B in found[0]["subject"] and "swp4" in found[0]["subject"]
+    assert "spark2" in err and TWIN_B in err
 
 
+@pytest.mark.fault
+def test_a_fabric_address_changed_behind_sparkctls_back_is_named(
+        healthy: dict[str, Any], lab: LabSession, snapshot: Snapshot) -> None:
+    node = lab.inventory.node("spark4")
+    good, wrong = node.fabric_ips["a"], "192.168.100.44"
+    before = snapshot()
+    prefix = next(a.split("/")[1] for a in before["spark4"]["links"][TWIN_A]["inet"]  # type: ignore[index]
+                  if a.startswith(good + "/"))
+    ssh(node.mgmt_ip, f"ip addr del {good}/{prefix} dev {TWIN_A} && "
+                      f"ip addr add {wrong}/{prefix} dev {TWIN_A}")
+    try:
+        faulted = snapshot()
+        rc, report, err = _validate("--no-nccl")
+        assert_unchanged(faulted, snapshot(), "validate")
+    finally:
+        ssh(node.mgmt_ip, f"ip addr del {wrong}/{prefix} dev {TWIN_A}; "
+                          f"ip addr replace {good}/{prefix} dev {TWIN_A}", check=False)
+    assert_unchanged(before, snapshot(), "undoing the fault")
+    assert rc == 1, err[-2000:]
+    wrong_addr = _failed(report, "twin_address")
+    assert [(c["host"], c["subject"]) for c in wrong_addr] == [("spark4", TWIN_A)]
+    assert good in wrong_addr[0]["message"] and wrong in wrong_addr[0]["message"]
+    # the peers cannot reach spark4's twin a: the mesh is localised to spark4 alone
+    assert {f["host"] for f in report["localisation"]} == {"spark4"}
+    assert "spark4" in err and TWIN_A in err
+
+
+@pytest.mark.fault
 def test_port_shaped_to_a_quarter_fails_the_gate_and_pairs_name_the_node(
-        healthy: dict[str, Any], lab: LabSession, port: Any) -> None:
+        healthy: dict[str, Any], lab: LabSession, port: Any, snapshot: Snapshot) -> None:
     rate = int(lab.inventory.cluster_var("lab_link_rate_mbit", 1000))
     port("swp3", "--rate", str(rate // 4))  # spark2's twin a, which carries the traffic
+    faulted = snapshot()
     rc, report, err = _validate("-c", "all_reduce", "--baseline", "last-good")
+    assert_unchanged(faulted, snapshot(), "validate")
     assert rc == 1, err[-2000:]
     assert not _failed(report)  # every node check still passes: only bandwidth is wrong
     gate = [r for r in report["nccl"] if r["scope"] == "all"]
@@ -156,6 +199,7 @@ def test_port_shaped_to_a_quarter_fails_the_gate_and_pairs_name_the_node(
     found = [f for f in report["localisation"] if f["host"] != "cluster"]
     assert [f["host"] for f in found] == ["spark2"]
     assert "swp3" in found[0]["subject"]
+    assert "spark2" in err
     base = report["baseline"]
     assert base["outcome"] == "failed" and base["run_id"] == healthy["run_id"]
     assert "all_reduce" in base["message"] and "MiB" in base["message"]
