@@ -8,13 +8,15 @@ names the rank and explains it, then put it back.
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import SIM_INVENTORY, LabSession, sparkctl
+from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
 from tests.labhost import STATE, ssh
 
 pytestmark = pytest.mark.lab
@@ -26,6 +28,18 @@ ENV_FILE = "/etc/sparkctl/sglang.env"
 
 
 SOURCE = ["-e", "model_cache_source=head", "-e", f"model_cache_head_dir={MODEL_DIR}"]
+# Sentinel secrets: this module serves with them, then looks for them everywhere
+# sparkctl writes or prints (tests/lab/test_serve.py::test_secrets_never_reach_*).
+API_KEY = "sentinelAPIKEY-4c1e9a7f20b3d5e8"
+HF_TOKEN = "hf_sentinelTOKEN8d2b61f0a9c4e7"  # noqa: S105 - a sentinel, not a secret
+SECRET_ENV = {**os.environ, "SPARKCTL_SGLANG_API_KEY": API_KEY, "HF_TOKEN": HF_TOKEN}
+OUTPUTS: list[str] = []  # every stdout and stderr of this module's sparkctl runs
+
+
+def _run(*args: str, timeout: float = 900) -> Any:
+    proc = sparkctl(*args, timeout=timeout, env=SECRET_ENV)
+    OUTPUTS.extend((proc.stdout, proc.stderr))
+    return proc
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +55,13 @@ def model(lab: LabSession, provisioned: dict[str, object]) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def served(model: None) -> dict[str, Any]:
     """`sparkctl up`: provision, validate, serve up, serve verify, all green."""
-    proc = sparkctl("up", str(SIM_INVENTORY), *SOURCE, timeout=1800)
+    proc = _run("up", str(SIM_INVENTORY), *SOURCE, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
     return {"stdout": proc.stdout, "stderr": proc.stderr}
 
 
 def _verify() -> tuple[int, dict[str, Any], str]:
-    proc = sparkctl("serve", "verify", str(SIM_INVENTORY), "--json", timeout=600)
+    proc = _run("serve", "verify", str(SIM_INVENTORY), "--json", timeout=600)
     try:
         report = dict(json.loads(proc.stdout))
     except ValueError:
@@ -73,18 +87,24 @@ def test_up_provisions_validates_serves_and_verifies(served: dict[str, Any]) -> 
     assert sorted(c["subject"] for c in ranks) == ["rank 0", "rank 1", "rank 2", "rank 3"]
 
 
+@pytest.mark.fault
 def test_verify_names_a_stopped_rank_and_serve_up_brings_it_back(
-        lab: LabSession, served: dict[str, Any]) -> None:
+        lab: LabSession, served: dict[str, Any],
+        snapshot: Callable[[], dict[str, object]]) -> None:
+    before = snapshot()
     ssh(lab.inventory.node("spark3").mgmt_ip, f"systemctl stop {UNIT}")
+    faulted = snapshot()
     rc, report, err = _verify()
+    assert_unchanged(faulted, snapshot(), "serve verify")
     assert rc == 1
     assert "spark3 (rank 2)" in err
     failed = {(c["check"], c["host"]) for c in report["checks"] if c["outcome"] == "failed"}
     assert ("rank_running", "spark3") in failed
-    up = sparkctl("serve", "up", str(SIM_INVENTORY), timeout=900)
+    up = _run("serve", "up", str(SIM_INVENTORY))
     assert up.returncode == 0, up.stderr[-4000:]
     rc, _, err = _verify()
     assert rc == 0, err[-3000:]
+    assert_unchanged(before, snapshot(), "serve up after the fault")
 
 
 def test_a_rank_on_the_wrong_interface_is_explained(lab: LabSession,
@@ -97,14 +117,13 @@ def test_a_rank_on_the_wrong_interface_is_explained(lab: LabSession,
                              f"SGLANG_HOST_IP={spark2.mgmt_ip}")
     ssh(spark2.mgmt_ip, f"cat > {ENV_FILE} <<'EOF'\n{wrong}EOF")
     try:
-        proc = sparkctl("serve", "up", str(SIM_INVENTORY), "--restart", "--timeout", "90",
-                        timeout=900)
+        proc = _run("serve", "up", str(SIM_INVENTORY), "--restart", "--timeout", "60")
         assert proc.returncode == 1
         assert "SGLANG_HOST_IP" in proc.stderr
         assert "rank" in proc.stderr and "every rank was stopped again" in proc.stderr
     finally:
         ssh(spark2.mgmt_ip, f"cat > {ENV_FILE} <<'EOF'\n{original}EOF")
-    up = sparkctl("serve", "up", str(SIM_INVENTORY), timeout=900)
+    up = _run("serve", "up", str(SIM_INVENTORY))
     assert up.returncode == 0, up.stderr[-4000:]
 
 
@@ -112,9 +131,44 @@ def test_serve_up_leaves_a_healthy_service_alone(lab: LabSession,
                                                  served: dict[str, Any]) -> None:
     head = lab.inventory.node("spark1").mgmt_ip
     pid = ssh(head, f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
-    proc = sparkctl("serve", "up", str(SIM_INVENTORY), check=True)
-    assert "already serving" in proc.stdout
+    proc = _run("serve", "up", str(SIM_INVENTORY))
+    assert proc.returncode == 0 and "already serving" in proc.stdout
     assert ssh(head, f"systemctl show -p MainPID --value {UNIT}").stdout.strip() == pid
+
+
+def test_secrets_never_reach_output_artifacts_reports_or_argv(
+        lab: LabSession, served: dict[str, Any]) -> None:
+    """Sentinel API key and HF token were in the environment of every sparkctl run of
+    this module (up = provision + validate + serve up + verify, verify, serve up, logs):
+    on the nodes the key is only in the root-only secrets file and the server's memory;
+    it is in no output and no file sparkctl keeps on the controller."""
+    logs = _run("serve", "logs", str(SIM_INVENTORY), "-n", "200")
+    assert logs.returncode == 0, logs.stderr[-2000:]
+    for text in OUTPUTS:
+        assert API_KEY not in text and HF_TOKEN not in text
+    kept = [p for p in STATE.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert any(p.name == "command" for p in kept)  # runner artifacts are among them
+    for path in kept:
+        data = path.read_bytes()
+        assert API_KEY.encode() not in data and HF_TOKEN.encode() not in data, path
+    for node in lab.inventory.nodes:
+        st = ssh(node.mgmt_ip, "stat -c '%a %U %G' /etc/sparkctl/sglang-secrets.env").stdout
+        assert st.split() == ["600", "root", "root"], (node.name, st)
+        assert ssh(node.mgmt_ip, "grep -c SGLANG_API_KEY= /etc/sparkctl/sglang-secrets.env"
+                   ).stdout.strip() == "1"
+        # the pattern travels base64-encoded, so this grep's own command line has no key
+        pattern = base64.b64encode(API_KEY.encode()).decode()
+        holders = ssh(node.mgmt_ip, f"echo {pattern} | base64 -d > /run/sparkctl-pattern && "
+                                    "grep -rlF -f /run/sparkctl-pattern /etc /var/lib/sparkctl "
+                                    "/proc/[0-9]*/cmdline 2>/dev/null; "
+                                    "rm -f /run/sparkctl-pattern").stdout.split()
+        assert holders == ["/etc/sparkctl/sglang-secrets.env"], (node.name, holders)
+        journal = ssh(node.mgmt_ip, "journalctl -u sparkctl-sglang.service --no-pager -o cat"
+                      ).stdout
+        assert API_KEY not in journal, node.name
+    # and the key does work: the served endpoint takes it (verify's api_key check)
+    rc, _, err = _verify()
+    assert rc == 0, err[-2000:]
 
 
 def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:
