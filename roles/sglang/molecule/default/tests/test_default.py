@@ -11,8 +11,8 @@ rank (over both twins and the management network) and from the controller.
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shlex
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +24,11 @@ import yaml
 from testinfra.utils.ansible_runner import AnsibleRunner
 
 ROLE = Path(__file__).resolve().parents[3]
+_SPEC = importlib.util.spec_from_file_location("sglang_args", ROLE / "filter_plugins" /
+                                               "sglang_args.py")
+assert _SPEC is not None and _SPEC.loader is not None
+ARGS_FILTERS = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(ARGS_FILTERS)
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
 SPARKS = INVENTORY.get_hosts("sparks")
@@ -55,9 +60,10 @@ def read_env(host: Any, path: str) -> dict[str, str]:
 
 
 def exec_start(host: Any) -> list[str]:
-    """argv of the unit's ExecStart as systemd loaded it."""
+    """argv of the unit's ExecStart as systemd loaded it, read back by the role's own
+    filter (it keeps the launcher of the API key one word; see sglang_args.py)."""
     show = host.check_output("systemctl show -p ExecStart --value %s", UNIT)
-    return shlex.split(show.split("argv[]=", 1)[1].split(" ;", 1)[0])
+    return list(ARGS_FILTERS.sglang_parse_execstart(show))
 
 
 def option(argv: list[str], flag: str) -> str:
@@ -98,7 +104,6 @@ def test_unit_loads_nccl_then_own_environment_then_key(host: Any) -> None:
     ("--dist-init-addr", f"{HOSTVARS[HEAD]['fabric_a_ip']}:{DIST_PORT}"),
     ("--port", str(API_PORT)),
     ("--model-path", DEFAULTS["sglang_model_path"]),
-    ("--api-key", "${SGLANG_API_KEY}"),
 ])
 def test_launch_argument(host: Any, flag: str, expected: str) -> None:
     assert option(exec_start(host), flag) == expected
@@ -106,7 +111,13 @@ def test_launch_argument(host: Any, flag: str, expected: str) -> None:
 
 def test_rank_and_bind_address(host: Any) -> None:
     argv = exec_start(host)
-    assert argv[:3] == ["/usr/bin/python3", "-m", "sglang.launch_server"]
+    # The key is required: the launcher takes it from the root-only environment and
+    # runs sglang.launch_server; no key and no ${SGLANG_API_KEY} on the command line.
+    assert argv[:2] == ["/usr/bin/python3", "-c"]
+    assert "os.environ.pop('SGLANG_API_KEY'" in argv[2]
+    assert "runpy.run_module('sglang.launch_server'" in argv[2]
+    assert "--api-key" not in argv[3:] and not any("SGLANG_API_KEY" in a for a in argv[3:])
+    assert HOSTVARS[name_of(host)]["sglang_api_key"] not in " ".join(argv)
     assert option(argv, "--node-rank") == str(HOSTVARS[name_of(host)]["node_rank"])
     # Only the head serves the HTTP API beyond loopback.
     expected = DEFAULTS["sglang_host"] if name_of(host) == HEAD else DEFAULTS["sglang_worker_host"]
