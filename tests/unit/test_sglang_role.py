@@ -44,8 +44,8 @@ LAUNCH = {"model_path": "/var/lib/sparkctl/models/current", "tp_size": 4, "nnode
           "api_key": True, "extra_args": []}
 
 # `systemctl show -p ExecStart --value sparkctl-sglang` on spark2 while it ran
-# (the unit as this role installs it; ${SGLANG_API_KEY} is shown unexpanded).
-# As systemd 252 prints it: argv[] joined with blanks, the launcher unquoted.
+# (the unit as this role installs it, with the launcher that reads the API key from
+# the environment). As systemd 252 prints it: argv[] joined with blanks, unquoted.
 SPARK2_EXECSTART = "{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -c {LAUNCHER} --model-path /var/lib/sparkctl/models/current --tp 4 --nnodes 4 --node-rank 1 --dist-init-addr 192.168.100.11:50000 --host 127.0.0.1 --port 30000 --enable-metrics --dist-timeout 3600 ; ignore_errors=no ; start_time=[Sun 2026-11-29 22:39:59 UTC] ; stop_time=[n/a] ; pid=4094 ; code=(null) ; status=0/0 }".replace("{LAUNCHER}", args_f.LAUNCHER)
 # The same for chrony (Debian's unit: $DAEMON_OPTS is expanded at start only).
 CHRONY_EXECSTART = "{ path=/usr/sbin/chronyd ; argv[]=/usr/sbin/chronyd $DAEMON_OPTS -x ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
