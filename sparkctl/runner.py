@@ -136,12 +136,21 @@ _HOST_KEY_CHANGED = re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED|"
                                r"Host key verification failed", re.IGNORECASE)
 
 
+# OpenSSH with StrictHostKeyChecking=yes and no entry: "No ED25519 host key is known
+# for 10.77.0.13 and you have requested strict checking."
+_HOST_KEY_UNKNOWN = re.compile(r"No \S+ host key is known for", re.IGNORECASE)
+
+
 def host_key_message(host: str, message: str, inventory: Path) -> str:
     """For a host that is unreachable because ssh refused its host key: say so, and how to
     look at the fingerprints and accept a legitimate change; other messages unchanged."""
     if not _HOST_KEY_CHANGED.search(message):
         return message
     inv = shlex.quote(str(inventory))
+    if _HOST_KEY_UNKNOWN.search(message):  # never recorded: first contact, not a change
+        return (f"{host} has no recorded SSH host key (ssh: host key verification failed): "
+                f"record it with `sparkctl trust {inv}` and compare the fingerprint it "
+                "prints with the machine's console")
     return (f"{host}'s SSH host key does not match the one recorded for it (ssh: host key "
             f"verification failed): see the fingerprints with `sparkctl trust {inv}`; if the "
             "change is legitimate (reinstalled, keys regenerated), accept it with "

@@ -148,6 +148,11 @@ def test_a_changed_host_key_is_named_with_the_trust_commands(
     inv = Path("inventory/sim.ini")
     assert host_key_message("spark3", "ssh: connect to host 10.77.0.13 port 22: "
                             "Connection refused", inv).startswith("ssh: connect")
+    unknown = host_key_message("spark3", "No ED25519 host key is known for 10.77.0.13 and you "
+                               "have requested strict checking.\r\nHost key verification "
+                               "failed.", inv)
+    assert unknown.startswith("spark3 has no recorded SSH host key") and \
+        "`sparkctl trust inventory/sim.ini`" in unknown and "--accept" not in unknown
 
     def fake_run(**kwargs: object) -> object:
         handler = kwargs["event_handler"]
