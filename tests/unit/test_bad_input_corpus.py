@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkctl import cli
 from sparkctl.errors import ExitCode
+from tests.unit.cli_run import check_cli
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
@@ -68,19 +68,6 @@ def materialise(case: Path, tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]
         make_unreadable(dest / expect["unreadable"])
     (ini,) = dest.glob("*.ini")
     return dest, ini, expect
-
-
-def check_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-              path: Path) -> tuple[int, str]:
-    """``sparkctl inventory check PATH`` in-process: (exit code, stdout + stderr)."""
-    monkeypatch.setattr(sys, "argv", ["sparkctl", "inventory", "check", str(path)])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out + out.err
 
 
 def assert_names_the_problem(output: str, dest: Path, expect: dict[str, Any]) -> None:

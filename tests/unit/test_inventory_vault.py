@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import cli, inventory, runner
+from sparkctl import inventory, runner
+from tests.unit.cli_run import check_cli
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
@@ -60,18 +61,6 @@ def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
     for name in VAULT_ENV:
         monkeypatch.delenv(name, raising=False)
-
-
-def check_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-              path: Path) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["sparkctl", "inventory", "check", str(path)])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out + out.err
 
 
 def test_passes_with_the_password_file_and_never_shows_the_value(

@@ -1,0 +1,23 @@
+"""Running the sparkctl CLI in-process from unit tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkctl import cli
+
+
+def check_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+              path: Path) -> tuple[int, str]:
+    """``sparkctl inventory check PATH`` in-process: (exit code, stdout + stderr)."""
+    monkeypatch.setattr(sys, "argv", ["sparkctl", "inventory", "check", str(path)])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out + out.err
