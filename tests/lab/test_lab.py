@@ -242,15 +242,33 @@ def test_ibdev2netdev_follows_the_link(lab: LabSession) -> None:
 # ---------------------------------------------------------------- teardown
 @pytest.mark.lab_teardown
 def test_lab_down_leaves_nothing_behind(lab: LabSession) -> None:
+    """``lab down`` leaves nothing of the lab and removes nothing that is not the lab's.
+
+    The host is shared: other tests of this session (molecule scenarios) and
+    whatever ran before it may create or remove their own containers and
+    networks meanwhile - a CI machine once started this session with a killed
+    run's molecule instances still there, which the molecule scenario of the
+    same name then replaced. So "nothing behind" is "nothing that was not
+    there before ``lab up``", and "nothing else touched" is checked against
+    the state just before ``lab down``.
+    """
     if lab.before is None:
         pytest.skip("SPARKCTL_KEEP_LAB=1 reused a running lab: no clean 'before' to compare")
+    ours = {node.name for node in lab.inventory.nodes} | {"lab-switch"}
+    pre_down = HostSnapshot.take()
+    assert ours <= pre_down.containers, pre_down.containers
     down = sparkctl("lab", "down", check=True)
     assert "container spark1" in down.stderr
     after = HostSnapshot.take()
-    assert after.containers == lab.before.containers
-    assert after.networks == lab.before.networks
-    assert after.links == lab.before.links
-    assert after.firewall == lab.before.firewall
+    # nothing of the lab is left
+    assert after.containers - lab.before.containers == set()
+    assert after.networks - lab.before.networks == set()
+    assert after.links - lab.before.links == set()
+    assert set(after.firewall) - set(lab.before.firewall) == set()
+    assert not ours & after.containers
+    # and what was not the lab's is still there
+    assert pre_down.containers - ours <= after.containers
+    assert pre_down.networks - {"sparkctl-lab"} <= after.networks
     status = sparkctl("lab", "status", "--json")
     assert status.returncode == 1
     assert json.loads(status.stdout)["up"] is False
