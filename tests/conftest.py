@@ -14,7 +14,7 @@ import pytest
 
 from sparkctl import inventory
 from sparkctl.inventory import Inventory
-from tests.labhost import HostSnapshot, cluster_state, state_diff
+from tests.labhost import HostSnapshot, cluster_state, remove_stale_fault_rules, state_diff
 
 REPO = Path(__file__).resolve().parent.parent
 SIM_INVENTORY = REPO / "inventory" / "sim.ini"
@@ -73,6 +73,10 @@ def lab() -> Iterator[LabSession]:
         pytest.skip(reason)
     keep = os.environ.get("SPARKCTL_KEEP_LAB") == "1"
     before: HostSnapshot | None = None
+    # A run killed mid-test may have left a fault test's firewall rule behind
+    # (it would cut spark3 off for the whole session): remove it first.
+    for rule in remove_stale_fault_rules():
+        print(f"removed a fault rule left by an interrupted run: {rule}", file=sys.stderr)
     if not (keep and sparkctl("lab", "status").returncode == 0):
         sparkctl("lab", "down", check=True)
         before = HostSnapshot.take()

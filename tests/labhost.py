@@ -22,6 +22,28 @@ def _out(cmd: list[str]) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=False, env=env).stdout
 
 
+# Firewall rules a fault test inserts on the controller carry this comment, so
+# a run killed before its ``finally`` (CI machines are reused) leaves nothing
+# that the next session cannot recognise and remove before it starts.
+FAULT_RULE_COMMENT = "sparkctl-fault-test"
+
+
+def fault_rule(chain: str, match: list[str], target: list[str]) -> list[str]:
+    """An ``iptables`` rule body (chain first) tagged as a fault test's own."""
+    return [chain, *match, "-m", "comment", "--comment", FAULT_RULE_COMMENT, *target]
+
+
+def remove_stale_fault_rules() -> list[str]:
+    """Delete the fault-test rules an interrupted run left behind; return them."""
+    if not shutil.which("iptables-save"):
+        return []
+    stale = [line for line in _out(["iptables-save"]).splitlines()
+             if line.startswith("-A ") and f"--comment {FAULT_RULE_COMMENT}" in line]
+    for line in stale:
+        subprocess.run(["iptables", "-D", *line.split()[1:]], check=True)
+    return stale
+
+
 @dataclass(frozen=True)
 class HostSnapshot:
     """Host-side state a lab creates: links, containers, networks, firewall rules."""

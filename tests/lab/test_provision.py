@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, provision_lab, sparkctl
-from tests.labhost import ssh
+from tests.labhost import fault_rule, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -70,8 +70,8 @@ def test_a_node_unreachable_over_management_stops_provision_for_every_host(
     nothing. That re-run is also the idempotency test of provision: a second full run
     after the session's first changes nothing on any host."""
     node = lab.inventory.node("spark3")
-    rule = ["OUTPUT", "-d", node.mgmt_ip, "-p", "tcp", "--dport", "22",
-            "-j", "REJECT", "--reject-with", "tcp-reset"]
+    rule = fault_rule("OUTPUT", ["-d", node.mgmt_ip, "-p", "tcp", "--dport", "22"],
+                      ["-j", "REJECT", "--reject-with", "tcp-reset"])
     before = snapshot()
     subprocess.run(["iptables", "-I", *rule], check=True)
     try:
