@@ -308,13 +308,61 @@ def _ini_problem(path: Path, loader: Any) -> tuple[str, str] | None:
     return None
 
 
-def _set_vault_secrets(loader: Any) -> bool:
-    """Give ``loader`` the vault passwords Ansible itself would use; True if there are any.
+_PROMPTS = frozenset({"prompt", "prompt_ask_vault_pass"})
 
-    As ansible-playbook without --vault-id: ``vault_identity_list`` (ID@FILE) then
-    ``vault_password_file`` of Ansible's configuration, each also set by its
-    environment variable (ANSIBLE_VAULT_IDENTITY_LIST, ANSIBLE_VAULT_PASSWORD_FILE),
-    read now (not when ansible.constants was imported). Prompts are skipped: nothing
+
+def _vault_sources() -> tuple[list[tuple[str | None, str, str]], tuple[str, str] | None]:
+    """The vault passwords Ansible's configuration names, read now.
+
+    ``vault_identity_list`` (ID@SOURCE or SOURCE) and ``vault_password_file``,
+    each also set by its environment variable (ANSIBLE_VAULT_IDENTITY_LIST,
+    ANSIBLE_VAULT_PASSWORD_FILE) and read at this call, not when
+    ansible.constants was imported. Returns the identities as (vault id or None,
+    source, where it was set) and the password file as (source, where it was
+    set), None when unset.
+    """
+    from ansible import constants as ansible_constants  # noqa: PLC0415
+
+    config = ansible_constants.config
+    identities: list[tuple[str | None, str, str]] = []
+    ids, ids_origin = config.get_config_value_and_origin("DEFAULT_VAULT_IDENTITY_LIST")
+    for slug in ids or []:
+        name, at, source = str(slug).partition("@")
+        if not at:
+            name, source = "", str(slug)
+        identities.append((name or None, source, str(ids_origin)))
+    pw_file, pw_origin = config.get_config_value_and_origin("DEFAULT_VAULT_PASSWORD_FILE")
+    return identities, (str(pw_file), str(pw_origin)) if pw_file else None
+
+
+def vault_environment() -> dict[str, str]:
+    """The environment that gives ansible-playbook the vault passwords this process
+    decrypts the inventory with.
+
+    The runner points ANSIBLE_CONFIG at sparkctl's own ansible.cfg, so a
+    ``vault_password_file`` found in the user's ansible.cfg (or ~/.ansible.cfg)
+    would otherwise pass ``inventory check`` and be missing from the playbooks.
+    Paths are made absolute: ansible-playbook runs in another directory. Prompts
+    are left out, as here: no run is interactive.
+    """
+    identities, pw_file = _vault_sources()
+    env: dict[str, str] = {}
+    slugs = [f"{vault_id}@{_absolute(source)}" if vault_id else _absolute(source)
+             for vault_id, source, _ in identities if source not in _PROMPTS]
+    if slugs:
+        env["ANSIBLE_VAULT_IDENTITY_LIST"] = ",".join(slugs)
+    if pw_file and pw_file[0] not in _PROMPTS:
+        env["ANSIBLE_VAULT_PASSWORD_FILE"] = _absolute(pw_file[0])
+    return env
+
+
+def _absolute(source: str) -> str:
+    return str(Path(source).expanduser().absolute())
+
+
+def _set_vault_secrets(loader: Any) -> bool:
+    """Give ``loader`` the vault passwords Ansible itself would use
+    (:func:`_vault_sources`); True if there are any. Prompts are skipped: nothing
     here is interactive. A password file that cannot be used is bad input.
     """
     from ansible import constants as ansible_constants  # noqa: PLC0415
@@ -324,20 +372,11 @@ def _set_vault_secrets(loader: Any) -> bool:
         get_file_vault_secret,
     )
 
-    config = ansible_constants.config
-    sources: list[tuple[str | None, str, str]] = []  # (vault id, file, where it was set)
-    ids, ids_origin = config.get_config_value_and_origin("DEFAULT_VAULT_IDENTITY_LIST")
-    for slug in ids or []:
-        name, at, source = str(slug).partition("@")  # ID@SOURCE, or SOURCE alone
-        if not at:
-            name, source = "", str(slug)
-        sources.append((name or None, source, str(ids_origin)))
-    pw_file, pw_origin = config.get_config_value_and_origin("DEFAULT_VAULT_PASSWORD_FILE")
-    if pw_file:
-        sources.append((None, str(pw_file), str(pw_origin)))
+    identities, pw_file = _vault_sources()
+    sources = identities + ([(None, *pw_file)] if pw_file else [])
     secrets: list[tuple[str, Any]] = []
     for vault_id, source, origin in sources:
-        if source in {"prompt", "prompt_ask_vault_pass"}:
+        if source in _PROMPTS:
             continue
         try:
             secret = get_file_vault_secret(filename=source, vault_id=vault_id, loader=loader)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.inventory import vault_environment
 from sparkctl.paths import data_dir, playbooks_dir, roles_dir
 
 log = logging.getLogger(__name__)
@@ -213,11 +214,8 @@ def _env(extra: Mapping[str, str]) -> dict[str, str]:
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
     }
-    # The vault password the inventory check decrypted `!vault` values with;
-    # absolute, as ansible-playbook runs in another directory.
-    vault_password_file = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE")
-    if vault_password_file:
-        env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(Path(vault_password_file).expanduser().absolute())
+    # The vault passwords the inventory check decrypted `!vault` values with.
+    env.update(vault_environment())
     env.update(extra)
     return env
 

@@ -165,3 +165,44 @@ def test_runner_passes_the_vault_password_file_to_ansible(
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", "vault-password")
     # ansible-playbook runs in the playbooks directory: the path must not be relative.
     assert runner._env({})["ANSIBLE_VAULT_PASSWORD_FILE"] == str(tmp_path / "vault-password")
+
+
+def test_the_playbooks_get_the_password_the_check_used(tmp_path: Path) -> None:
+    """A vault_password_file in the user's ansible.cfg reaches ansible-playbook.
+
+    The runner points ANSIBLE_CONFIG at sparkctl's own ansible.cfg, so before
+    the runner passed on what the check found, `inventory check` passed and the
+    playbooks failed to decrypt. playbooks/preflight.yml runs on the controller
+    only and templates every role variable, the vaulted key among them. A fresh
+    process: Ansible reads ANSIBLE_CONFIG once, at import.
+    """
+    copy = Copy(tmp_path)
+    cfg = tmp_path / "user" / "ansible.cfg"
+    cfg.parent.mkdir()
+    # relative to the file that says it, as Ansible reads a path setting
+    cfg.write_text("[defaults]\nvault_password_file = ../vault-password\n")
+    env = {k: v for k, v in os.environ.items() if k not in VAULT_ENV}
+    env.update(ANSIBLE_CONFIG=str(cfg), SPARKCTL_STATE_DIR=str(tmp_path / "state"))
+    script = (
+        "import sys; from pathlib import Path; from sparkctl import inventory, runner\n"
+        "inv, out = Path(sys.argv[1]), Path(sys.argv[2])\n"
+        "inventory.load(inv)\n"
+        "r = runner.run_playbook('preflight.yml', inv, results_dir=out)\n"
+        "print(r.status, r.rc, [f.message for f in r.failures])\n"
+        "sys.exit(0 if r.ok else 1)\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(copy.path), str(tmp_path / "run")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, check=False,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.startswith("successful 0"), proc.stdout
+    assert copy.plaintext not in proc.stdout + proc.stderr
+
+
+def test_the_runner_passes_identities_and_the_password_file_as_absolute_paths(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ANSIBLE_VAULT_IDENTITY_LIST", "prod@prod-pw,prompt,dev@~/dev-pw")
+    env = runner._env({})
+    assert env["ANSIBLE_VAULT_IDENTITY_LIST"] == (
+        f"prod@{tmp_path / 'prod-pw'},dev@{Path.home() / 'dev-pw'}")
+    assert "ANSIBLE_VAULT_PASSWORD_FILE" not in env
