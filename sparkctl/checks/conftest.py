@@ -27,16 +27,7 @@ from typing import Any
 
 import pytest
 
-from sparkctl.checks.state import (
-    DOWN_KEY,
-    FACTS_KEY,
-    HOSTS_KEY,
-    PLAN_KEY,
-    RESULTS_KEY,
-    mark_down,
-)
-
-__all__ = ["as_root", "mark_down"]
+from sparkctl.checks.state import DOWN_KEY, FACTS_KEY, HOSTS_KEY, PLAN_KEY, RESULTS_KEY
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
