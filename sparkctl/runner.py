@@ -202,13 +202,15 @@ def _split_secret_vars(extravars: Mapping[str, Any],
     return inline, path
 
 
+def _path() -> str:
+    """PATH for ansible-runner, which starts `ansible-playbook` by name: the one
+    installed beside sparkctl first, even when the venv is not activated."""
+    return f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
 def _env(extra: Mapping[str, str]) -> dict[str, str]:
-    venv_bin = str(Path(sys.executable).parent)
-    path = os.environ.get("PATH", "")
     env = {
-        # ansible-runner starts `ansible-playbook` by name: make it the one
-        # installed beside sparkctl even when the venv is not activated.
-        "PATH": f"{venv_bin}{os.pathsep}{path}",
+        "PATH": _path(),
         "ANSIBLE_CONFIG": str(data_dir() / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(roles_dir()),
         "ANSIBLE_FORCE_COLOR": "0",
@@ -236,7 +238,7 @@ def run_playbook(
     verbosity: int = 0,
 ) -> RunResult:
     """Run ``playbooks/<playbook>`` against ``inventory``; artifacts go to ``results_dir``."""
-    if shutil.which("ansible-playbook", path=_env({})["PATH"]) is None:
+    if shutil.which("ansible-playbook", path=_path()) is None:
         raise SparkctlError("ansible-playbook is not installed beside sparkctl",
                             ExitCode.ENVIRONMENT, hint="pip install sparkctl (it brings ansible)")
     book = playbooks_dir() / playbook
