@@ -17,6 +17,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from sparkctl.lab.lab import NETWORK as LAB_NETWORK
 from tests.conftest import REPO, SIM_INVENTORY, LabSession, sparkctl
 from tests.labhost import SSH_DIR, HostSnapshot, ssh
 
@@ -254,7 +255,8 @@ def test_lab_down_leaves_nothing_behind(lab: LabSession) -> None:
     """
     if lab.before is None:
         pytest.skip("SPARKCTL_KEEP_LAB=1 reused a running lab: no clean 'before' to compare")
-    ours = {node.name for node in lab.inventory.nodes} | {"lab-switch"}
+    switch = lab.inventory.switch
+    ours = {node.name for node in lab.inventory.nodes} | ({switch.name} if switch else set())
     pre_down = HostSnapshot.take()
     assert ours <= pre_down.containers, pre_down.containers
     down = sparkctl("lab", "down", check=True)
@@ -268,7 +270,7 @@ def test_lab_down_leaves_nothing_behind(lab: LabSession) -> None:
     assert not ours & after.containers
     # and what was not the lab's is still there
     assert pre_down.containers - ours <= after.containers
-    assert pre_down.networks - {"sparkctl-lab"} <= after.networks
+    assert pre_down.networks - {LAB_NETWORK} <= after.networks
     status = sparkctl("lab", "status", "--json")
     assert status.returncode == 1
     assert json.loads(status.stdout)["up"] is False
