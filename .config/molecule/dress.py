@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from sparkctl.errors import SparkctlError  # noqa: E402
 from sparkctl.lab import fabric, sshtrust  # noqa: E402
 from sparkctl.lab.hardware import (  # noqa: E402
-    ASSETS_DIR,
+    STANDINS_DIR,
     HARDWARE_JSON_PATH,
     STANDIN_TOOLS,
     LabHardware,
@@ -122,7 +122,7 @@ def dress_spark(podman: Podman, name: str, hardware: LabHardware) -> None:
     podman.write_file(name, HARDWARE_JSON_PATH, hardware.to_json(name))
     podman.write_file(name, "/etc/dgx-release", render_dgx_release(name))
     for tool, target in STANDIN_TOOLS.items():
-        podman.write_file(name, target, (ASSETS_DIR / tool).read_text(), mode="0755")
+        podman.write_file(name, target, (STANDINS_DIR / tool).read_text(), mode="0755")
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,7 @@
 """Simulated DGX Spark hardware for the rehearsal lab.
 
 Lab nodes are Debian bookworm containers without a GPU or RDMA. The stand-in
-tools in :data:`ASSETS_DIR` (``nvidia-smi``, ``ibdev2netdev``, ``show_gids``)
+tools in :data:`STANDINS_DIR` (``nvidia-smi``, ``ibdev2netdev``, ``show_gids``)
 make them answer like a DGX Spark; they read the node's ``hardware.json``,
 which :meth:`LabHardware.to_json` writes, and compute everything else from live
 state (clock, sysfs, /proc, ``ip``). This module also renders the node's
@@ -32,7 +32,7 @@ IP_JSON_ENV: Final = "SPARKCTL_LAB_IP_JSON"
 """Environment variable naming a file of ``ip -j -4 addr show`` output that
 ``show_gids`` reads instead of running ``ip`` (tests)."""
 
-ASSETS_DIR: Final = Path(__file__).resolve().parent / "assets"
+STANDINS_DIR: Final = Path(__file__).resolve().parent / "standins"
 """Directory holding the stand-in tool scripts."""
 
 STANDIN_TOOLS: Final[dict[str, str]] = {
@@ -40,7 +40,7 @@ STANDIN_TOOLS: Final[dict[str, str]] = {
     "ibdev2netdev": "/usr/bin/ibdev2netdev",
     "show_gids": "/usr/bin/show_gids",
 }
-"""Stand-in script name (in :data:`ASSETS_DIR`) -> install path on a lab node."""
+"""Stand-in script name (in :data:`STANDINS_DIR`) -> install path on a lab node."""
 
 GB10_PCI_BUS_ID: Final = "0000000F:01:00.0"
 """Bus id nvidia-smi reports for the GB10 on every DGX Spark."""

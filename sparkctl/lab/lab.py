@@ -25,7 +25,7 @@ from typing import Any
 from sparkctl import inventory as inv_mod
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lab import fabric, sshtrust
-from sparkctl.lab.hardware import ASSETS_DIR, STANDIN_TOOLS, LabHardware, render_dgx_release
+from sparkctl.lab.hardware import STANDINS_DIR, STANDIN_TOOLS, LabHardware, render_dgx_release
 from sparkctl.lab.image import ensure_image
 from sparkctl.lab.podman import Podman
 from sparkctl.paths import facts_dir, state_dir
@@ -268,7 +268,7 @@ class Lab:
             self.podman.write_file(host.name, HW_FILE, self.spec.hardware.to_json(host.name))
             self.podman.write_file(host.name, "/etc/dgx-release", render_dgx_release(host.name))
             for tool, target in STANDIN_TOOLS.items():
-                self.podman.write_file(host.name, target, (ASSETS_DIR / tool).read_text(),
+                self.podman.write_file(host.name, target, (STANDINS_DIR / tool).read_text(),
                                        mode="0755")
 
     def _write_state(self, image: str) -> None:

@@ -15,7 +15,7 @@ Every pattern here was taken from real logs, not guessed; the fixtures in
 ``tests/fixtures/sglang`` hold the excerpts and ``SOURCES.md`` says where
 each one comes from (SGLang, NCCL and PyTorch issues, SGLang's source, and
 reports from DGX Spark pairs). The lab's SGLang stand-in
-(``roles/sglang/files/sglang_standin``) prints the same lines, plus a few
+(``sparkctl/lab/standins/sglang``) prints the same lines, plus a few
 of its own that are matched here too (noted where they are).
 
 Pure functions over strings: no I/O, no clock. The caller measures how

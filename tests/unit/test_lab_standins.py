@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.lab.hardware import (
-    ASSETS_DIR,
+    STANDINS_DIR,
     HARDWARE_JSON_SCHEMA,
     SPARK_ROCE_PORTS,
     STANDIN_TOOLS,
@@ -82,7 +82,7 @@ class Node:
 
     def run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, str(ASSETS_DIR / tool), *args],
+            [sys.executable, str(STANDINS_DIR / tool), *args],
             capture_output=True,
             text=True,
             env=self.env(),
@@ -633,7 +633,7 @@ def test_dgx_release_has_the_dgx_os_7_spark_keys() -> None:
 # ------------------------------------------------------------- the assets
 @pytest.mark.parametrize("tool", sorted(STANDIN_TOOLS))
 def test_standin_scripts_are_executable_stdlib_python(tool: str) -> None:
-    path = ASSETS_DIR / tool
+    path = STANDINS_DIR / tool
     assert STANDIN_TOOLS[tool] == f"/usr/bin/{tool}"
     assert os.access(path, os.X_OK)
     source = path.read_text()

@@ -1,4 +1,4 @@
-"""The lab's nccl-tests stand-in (roles/nccl/files/nccl_tests_standin.py).
+"""The lab's nccl-tests stand-in (sparkctl/lab/standins/nccl_tests.py).
 
 Expected strings are copied from real nccl-tests logs, not recomputed with the
 code under test:
@@ -32,7 +32,7 @@ import pytest
 from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "roles" / "nccl" / "files" / "nccl_tests_standin.py"
+SCRIPT = REPO / "sparkctl" / "lab" / "standins" / "nccl_tests.py"
 
 
 def _load() -> ModuleType:

@@ -21,7 +21,7 @@ from sparkctl.serve.logs import Phase, RankLog, Signature
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sglang"
-STANDIN = REPO / "roles" / "sglang" / "files" / "sglang_standin" / "sglang" / "launch_server.py"
+STANDIN = REPO / "sparkctl" / "lab" / "standins" / "sglang" / "launch_server.py"
 
 P = Phase
 

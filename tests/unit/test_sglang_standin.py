@@ -1,4 +1,4 @@
-"""The lab's SGLang stand-in (roles/sglang/files/sglang_standin): ranks, endpoints, failures.
+"""The lab's SGLang stand-in (sparkctl/lab/standins/sglang): ranks, endpoints, failures.
 
 Each test starts real ranks as subprocesses (``python3 -m sglang.launch_server``
 with the stand-in on PYTHONPATH, as the unit runs it) on loopback: every
@@ -31,15 +31,11 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-STANDIN = REPO / "roles" / "sglang" / "files" / "sglang_standin"
+STANDIN = REPO / "sparkctl" / "lab" / "standins"
 KEY = "unit-test-key-0123456789"
 
-sys.dont_write_bytecode = True  # no __pycache__ in the role's files/
-sys.path.insert(0, str(STANDIN))
-from sglang import launch_server as ls  # noqa: E402
-from sglang.version import __version__  # noqa: E402
-
-sys.path.remove(str(STANDIN))
+from sparkctl.lab.standins.sglang import launch_server as ls  # noqa: E402
+from sparkctl.lab.standins.sglang.version import __version__  # noqa: E402
 
 
 def _loopback_nodes_work() -> bool:

@@ -5,6 +5,6 @@ sglang.launch_server`` with exactly the arguments of the real server (see
 launch_server.py). It is not SGLang and serves no model.
 """
 
-from sglang.version import __version__
+from .version import __version__
 
 __all__ = ["__version__"]
