@@ -9,6 +9,7 @@ needs. Nothing is mocked but the transport.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shlex
@@ -219,10 +220,20 @@ class FakeHub:
         self.files = files
         self.fetched: list[str] = []
         self.calls = 0
+        self.tokens: list[str | bool | None] = []
+        self.env_tokens: list[str | None] = []
+        self.say: list[str] = []  # written on stderr by the "library", one write each
+        self.error: Exception | None = None
 
     def snapshot_download(self, *, repo_id: str, revision: str, cache_dir: str,
-                          token: str | None) -> str:
+                          token: str | bool | None) -> str:
         self.calls += 1
+        self.tokens.append(token)
+        self.env_tokens.append(os.environ.get("HF_TOKEN"))
+        for chunk in self.say:
+            sys.stderr.write(chunk)
+        if self.error is not None:
+            raise self.error
         repo_dir = Path(cache_dir) / f"models--{repo_id.replace('/', '--')}"
         snap = repo_dir / "snapshots" / revision
         for rel, data in self.files.items():
@@ -320,3 +331,95 @@ def test_read_only_check_writes_nothing_on_the_node(tmp_path: Path, source: Sour
     gone = relay.check(missing_root, manifest, state, None, read_only=True)
     assert len(gone["missing"]) == len(SIZES) and gone["free_bytes"] > 0
     assert not (tmp_path / "nowhere").exists()
+
+
+# ------------------------------------------- fetch-hf: the token, off the command line
+TOKEN = "hf_" + os.urandom(18).hex()  # a new one every run
+
+
+def _fetch_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdin: bytes | None,
+                capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    argv = ["fetch-hf", REPO, "--revision", REV, "--cache-dir", str(tmp_path / "hub"),
+            "--manifest", str(tmp_path / "m.json"), "--state", str(tmp_path / "state.json")]
+    if stdin is not None:
+        argv.append("--token-stdin")
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    rc = relay.main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("stdin", [TOKEN.encode() + b"\n", TOKEN.encode(),
+                                   b"  " + TOKEN.encode() + b"\r\n\n"])
+def test_token_stdin_goes_to_the_library_only(
+        tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], stdin: bytes) -> None:
+    """What Ansible's ``stdin:`` hands over (with or without its newline) is the token the
+    library gets as ``token=``; it is not put into the environment children inherit."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    rc, out, err = _fetch_main(tmp_path, monkeypatch, stdin, capsys)
+    assert rc == 0, err
+    assert hub.tokens == [TOKEN] and hub.env_tokens == [None]
+    assert "HF_TOKEN" not in os.environ
+    assert json.loads(out)["downloaded"] is True
+    assert TOKEN not in out + err
+
+
+def test_empty_token_stdin_is_anonymous_even_with_hf_token_set(
+        tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_fromTheEnvironment")
+    rc, _, err = _fetch_main(tmp_path, monkeypatch, b"\n", capsys)
+    assert rc == 0, err
+    assert hub.tokens == [False]  # token=False: the library looks for no token elsewhere
+
+
+def test_without_token_stdin_hf_token_still_works(
+        tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    rc, _, err = _fetch_main(tmp_path, monkeypatch, None, capsys)
+    assert rc == 0, err
+    assert hub.tokens == [TOKEN]
+    monkeypatch.delenv("HF_TOKEN")
+    (tmp_path / "m.json").unlink()
+    rc, _, err = _fetch_main(tmp_path, monkeypatch, None, capsys)
+    assert rc == 0, err
+    assert hub.tokens[-1] is None  # nothing set: the library's own lookup, as before
+
+
+@pytest.mark.parametrize("env", [False, True])
+def test_the_token_is_masked_in_errors_and_in_what_the_library_prints(
+        tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], env: bool) -> None:
+    """A library (or a mirror's error page) that repeats the token does not get it printed,
+    even when it writes it in two pieces."""
+    hub.say = [f"warning: sending Bearer {TOKEN[:9]}", f"{TOKEN[9:]} to the mirror\n"]
+    hub.error = OSError(f"401 for Authorization: Bearer {TOKEN} (mirror echo)")
+    if env:
+        monkeypatch.setenv("HF_TOKEN", TOKEN)
+        rc, out, err = _fetch_main(tmp_path, monkeypatch, None, capsys)
+    else:
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        rc, out, err = _fetch_main(tmp_path, monkeypatch, TOKEN.encode() + b"\n", capsys)
+    assert rc == 1
+    assert TOKEN not in out + err
+    assert "warning: sending Bearer <token> to the mirror" in err
+    assert "OSError: 401 for Authorization: Bearer <token> (mirror echo)" in err
+    assert sys.stderr is not None and not isinstance(sys.stderr, relay.MaskedStream)
+
+
+@pytest.mark.parametrize("case", [
+    (TOKEN.encode() + b"\nsecond-line\n", "more than one line"),
+    (b"hf_with space\n", "spaces or control characters"),
+    (b"hf_tab\there\n", "spaces or control characters"),
+    ("hf_n\u00f6t_ascii\n".encode(), "not ASCII"),
+    (b"x" * 5000, "more than 4096 bytes")])
+def test_a_bad_token_stdin_is_refused_without_echoing_it(
+        tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], case: tuple[bytes, str]) -> None:
+    stdin, why = case
+    rc, out, err = _fetch_main(tmp_path, monkeypatch, stdin, capsys)
+    assert rc == 1 and why in err and hub.calls == 0
+    first = stdin.decode(errors="replace").splitlines()[0].strip()
+    assert first not in err and out == ""

@@ -21,15 +21,23 @@ subcommands, each printing one JSON object on stdout:
     Streams the listed files as one tar stream (GNU tar) to the first node of
     the chain, over ``ssh`` by default.
 
-``fetch-hf REPO --revision SHA --cache-dir DIR --manifest FILE --state FILE``
+``fetch-hf REPO --revision SHA --cache-dir DIR --manifest FILE --state FILE [--token-stdin]``
     Downloads a Hugging Face repository at a pinned commit into DIR in the
     hub cache layout (``models--org--name/snapshots/SHA``, what
     ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE=1`` read), with ``huggingface_hub``
     (run by the virtualenv that has it), and writes the revision's manifest
     from the first complete download. Later runs check the copy against that
     manifest, contact the Hub only for files that are missing or differ, and
-    download those again. The token comes from ``HF_TOKEN`` in the
-    environment, never from an argument, and is never printed.
+    download those again. With ``--token-stdin`` the token is the first line
+    of stdin (empty: anonymous, and no token found elsewhere is used either);
+    otherwise it is ``HF_TOKEN`` from the environment. It is never an argument
+    and never printed: it goes to huggingface_hub as its ``token=`` argument
+    only (the library puts it in its requests' headers, in this process; it
+    starts no other program), and every message and every line the library
+    writes on stdout/stderr during the download has it replaced by ``<token>``.
+    The environment variable shows in ``/proc/PID/environ`` of the relay and
+    in the command line of the shell that set it (``HF_TOKEN=... python3``,
+    how Ansible's ``environment:`` works); stdin shows nowhere.
 
 ``recv --chain JSON``
     Run by the previous hop (through ssh). Reads the tar stream on stdin and,
@@ -53,6 +61,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import io
 import json
 import os
 import shlex
@@ -67,6 +76,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 CHUNK = 1 << 20
+TOKEN_LIMIT = 4096  # bytes --token-stdin reads at most (HF tokens are ~40 characters)
+MASK = "<token>"
 PROGRESS_EVERY = 0.5  # seconds between progress lines
 DEFAULT_VIA = "ssh -T -o BatchMode=yes -o Compression=no {host}"
 RELAY = "sparkctl-model-relay"
@@ -542,15 +553,113 @@ def _drop(snapshot: Path, rels: list[str]) -> None:
             entry.unlink()
 
 
+def read_token(stream: IO[bytes]) -> str:
+    """The token handed over on stdin: its one line, stripped (empty: anonymous).
+
+    Ansible's ``stdin:`` adds a newline (``stdin_add_newline``), hence the
+    strip. Nothing read here is ever echoed, not even in an error.
+    """
+    data = stream.read(TOKEN_LIMIT + 1)
+    if len(data) > TOKEN_LIMIT:
+        raise RelayError(f"--token-stdin: more than {TOKEN_LIMIT} bytes on stdin; it reads one "
+                         "line holding the token")
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise RelayError("--token-stdin: the token on stdin is not ASCII") from None
+    lines = text.splitlines()
+    if any(line.strip() for line in lines[1:]):
+        raise RelayError("--token-stdin: stdin holds more than one line; it reads one line "
+                         "holding the token")
+    token = lines[0].strip() if lines else ""
+    # It goes into an "authorization: Bearer ..." header: no spaces or control characters.
+    if any(not 0x21 <= ord(c) <= 0x7E for c in token):
+        raise RelayError("--token-stdin: the token on stdin contains spaces or control "
+                         "characters")
+    return token
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret (longest first) replaced by ``<token>``."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
+class MaskedStream(io.TextIOBase):
+    """A text stream that writes to ``target`` with the secrets masked.
+
+    Text is passed on at line ends (``\\n``, or the ``\\r`` of progress bars), so a
+    secret split across two writes is still seen whole.
+    """
+
+    def __init__(self, target: IO[str], secrets: Iterable[str]) -> None:
+        super().__init__()
+        self.target = target
+        self.secrets = [s for s in secrets if s]
+        self.pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self.target.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.target, "encoding", None) or "utf-8"
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        cut = max(self.pending.rfind("\n"), self.pending.rfind("\r"))
+        if cut >= 0:
+            self.target.write(mask(self.pending[:cut + 1], self.secrets))
+            self.target.flush()
+            self.pending = self.pending[cut + 1:]
+        return len(text)
+
+    def flush(self) -> None:
+        pass  # a flush mid-line would pass on half a secret; line ends flush
+
+    def drain(self) -> None:
+        if self.pending:
+            self.target.write(mask(self.pending, self.secrets))
+            self.pending = ""
+        self.target.flush()
+
+
+@contextlib.contextmanager
+def masked_output(secrets: list[str]) -> Iterator[None]:
+    """sys.stdout and sys.stderr masked while the library runs (its logging handler and
+    progress bars take the stream current when they are made: the masked one)."""
+    saved = sys.stdout, sys.stderr
+    out, err = MaskedStream(sys.stdout, secrets), MaskedStream(sys.stderr, secrets)
+    sys.stdout, sys.stderr = out, err
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        out.drain()
+        err.drain()
+
+
 def fetch_hf(repo: str, revision: str, cache_dir: Path, manifest_path: Path,
-             state_path: Path) -> dict[str, Any]:
+             state_path: Path, *, token: str | None = None) -> dict[str, Any]:
     """The snapshot of ``repo`` at ``revision``, complete and as the manifest says.
 
     The manifest of a revision is made once, from its first complete download,
     and kept: a file that later differs on the head is downloaded again instead
     of becoming the new truth. A head whose copy already matches is not asked
     to contact the Hub at all.
+
+    ``token``: None takes ``HF_TOKEN`` from the environment (the library then
+    also looks for a saved token, as it always did); a string is the token
+    (``--token-stdin``), and the empty string means anonymous (``token=False``:
+    no token from anywhere else either).
     """
+    env_token = os.environ.get("HF_TOKEN") or None
+    secrets = [t for t in (token, env_token) if t]
+    hf_token: str | bool | None = (env_token if token is None else (token or False))
     snapshot = snapshot_dir(cache_dir, repo, revision)
     known = _manifest_revision(manifest_path) == revision
     if known and snapshot.is_dir():
@@ -562,17 +671,22 @@ def fetch_hf(repo: str, revision: str, cache_dir: Path, manifest_path: Path,
         repaired = found["missing"] + found["bad"]
     else:
         repaired = []
-    try:
-        from huggingface_hub import snapshot_download  # noqa: PLC0415 - only in the fetch venv
-    except ImportError:
-        raise RelayError("huggingface_hub is not installed for this Python; run it with the "
-                         "model_cache role's virtualenv") from None
     cache_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        path = Path(snapshot_download(repo_id=repo, revision=revision, cache_dir=str(cache_dir),
-                                      token=os.environ.get("HF_TOKEN") or None))
-    except Exception as exc:  # the library raises many kinds; every one ends the fetch
-        raise RelayError(f"downloading {repo}@{revision}: {type(exc).__name__}: {exc}") from None
+    with masked_output(secrets):
+        try:
+            from huggingface_hub import snapshot_download  # noqa: PLC0415 - only in the fetch venv
+        except ImportError:
+            raise RelayError("huggingface_hub is not installed for this Python; run it with the "
+                             "model_cache role's virtualenv") from None
+        try:
+            path = Path(snapshot_download(repo_id=repo, revision=revision,
+                                          cache_dir=str(cache_dir), token=hf_token))
+        except Exception as exc:  # the library raises many kinds; every one ends the fetch
+            # One line: the library's messages span several, and the role reports the
+            # last line of stderr (tasks/configure.yml, "Say why the download failed").
+            text = " ".join(str(exc).split())
+            raise RelayError(mask(f"downloading {repo}@{revision}: {type(exc).__name__}: {text}",
+                                  secrets)) from None
     if path.resolve() != snapshot.resolve():
         raise RelayError(f"huggingface_hub put {repo}@{revision} in {path}, not {snapshot}")
     if known:
@@ -633,7 +747,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     p.add_argument("--cache-dir", type=Path, required=True)
     p.add_argument("--manifest", type=Path, required=True)
     p.add_argument("--state", type=Path, required=True)
+    p.add_argument("--token-stdin", action="store_true",
+                   help="read the token from the first line of stdin (empty: anonymous) "
+                   "instead of HF_TOKEN")
     args = parser.parse_args(list(argv) if argv is not None else None)
+    secrets = [os.environ.get("HF_TOKEN", "")]
     try:
         if args.command == "manifest":
             manifest = build_manifest(args.root, args.state)
@@ -645,14 +763,17 @@ def main(argv: Iterable[str] | None = None) -> int:
             result = check(args.root, args.manifest, args.state, args.need_out, full=args.full,
                            link=args.link, read_only=args.read_only)
         elif args.command == "fetch-hf":
-            result = fetch_hf(args.repo, args.revision, args.cache_dir, args.manifest, args.state)
+            token = read_token(sys.stdin.buffer) if args.token_stdin else None
+            secrets.append(token or "")
+            result = fetch_hf(args.repo, args.revision, args.cache_dir, args.manifest, args.state,
+                              token=token)
         elif args.command == "send":
             result = send(args.root, _names(args.files), _chain(args.chain), args.progress,
                           args.job)
         else:
             result = recv(_chain(args.chain), sys.stdin.buffer, sys.stderr)
     except (RelayError, OSError, tarfile.TarError) as exc:
-        print(f"{RELAY}: {exc}", file=sys.stderr)
+        print(mask(f"{RELAY}: {exc}", secrets), file=sys.stderr)
         return 1
     print(json.dumps(result))
     return 0
