@@ -540,7 +540,7 @@ def _check_tp_group(name: str, members: list[str],
         if not (_is_int(tp) and tp >= 1 and _is_int(gpus)) or tp == n * gpus:
             continue
         if tp % n:
-            text = (f"TP {tp} is not a multiple of the {sparks} of {group} (--tp is the "
+            text = (f"TP {tp} is not a multiple of the {sparks} of {group} (--tp-size is the "
                     "total degree; each node holds tp/nnodes GPUs)")
         else:
             text = f"TP {tp} does not match the {sparks} of {group} x {gpus} GPU(s) per node"

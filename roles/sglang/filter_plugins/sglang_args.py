@@ -3,44 +3,46 @@
 The command line of every rank follows from the inventory alone (SGLang docs,
 ``multi_node_deployment``; dgx-spark.md "SGLang across nodes")::
 
-    python3 -m sglang.launch_server --model-path M --tp 4 --nnodes 4 --node-rank R
-        --dist-init-addr <fabric_a_ip of the group's head>:<port> --host H --port P
-        --enable-metrics --dist-timeout 3600 [--served-model-name X]
-        [--api-key ${SGLANG_API_KEY}] [extra args]
+    python3 LAUNCHER [--secrets-file F] -- --model-path M --tp-size 4 --nnodes 4
+        --node-rank R --dist-init-addr <fabric_a_ip of the group's head>:<port>
+        --host H --port P --enable-metrics --dist-timeout 3600
+        [--served-model-name X] [--ssl-certfile C --ssl-keyfile K] [extra args]
+
+``--tp-size`` is the flag's own name in the release's parser (sglang 0.5.17
+``srt/server_args.py``: the flags are the ServerArgs field names with
+dashes); ``--tp`` only works as an argparse abbreviation of it.
 
 The Sparks form one or more tensor-parallel groups (``sglang_group``, one
 value per host; by default every Spark has the same one). A group's ranks are
 its members in ``node_rank`` order (``node_rank`` stays the cluster-wide,
 stable order, 0..N-1): its head is the member with the lowest node_rank,
 ``--node-rank`` is the position within the group and ``--nnodes`` the group's
-size. ``--tp`` is the TOTAL tensor-parallel degree across the group's nodes;
-only the head serves HTTP on a public address. A group of one node has no
-rendezvous: SGLang with ``--nnodes 1`` and no ``--dist-init-addr`` meets
+size. ``--tp-size`` is the TOTAL tensor-parallel degree across the group's
+nodes; only the head serves HTTP on a public address. A group of one node has
+no rendezvous: SGLang with ``--nnodes 1`` and no ``--dist-init-addr`` meets
 itself on 127.0.0.1 (``PortArgs.init_new`` in sglang's server_args.py), so the
 command carries none.
 
-The API key never passes through here, and never reaches a command line:
-``${SGLANG_API_KEY}`` expanded by systemd would put it in argv, which every
-local user reads in ``ps`` (/proc/PID/cmdline is world-readable). With a key
-the unit runs ``python3 -c LAUNCHER <args>`` instead of ``-m
-sglang.launch_server``: LAUNCHER takes the key from the environment (the
-root-only EnvironmentFile; ``docker run --env-file`` in the container method),
-appends ``--api-key KEY`` to its own sys.argv in memory and runs
-sglang.launch_server through runpy, exactly as ``-m`` does (runpy sets
-sys.argv[0] to launch_server.py, and multiprocessing's spawn re-imports
-``__main__`` by the module name, as after ``-m``). The launch arguments keep
-the marker ``--api-key ${SGLANG_API_KEY}`` so the plan, the verify step and
-the read-back compare one form.
+The API key never passes through here, and never reaches a command line (``ps``
+shows every process's arguments to every local user), the container's
+environment (``docker inspect`` shows it) or the journal (SGLang logs its
+ServerArgs with the key): the unit runs the role's launcher
+(files/sglang_launcher.py), which reads the key from the secrets file, hands
+it to SGLang in memory and blanks it from the server's output. The launch
+arguments keep the marker ``--api-key ${SGLANG_API_KEY}`` at their end, so the
+plan, the verify step and the read-back compare one form: with the marker,
+the launcher gets ``--secrets-file``.
 
 Reading back: ``systemctl show -p ExecStart --value`` prints
 ``{ path=... ; argv[]=... ; ignore_errors=no ; ... }``; the verify step parses
-it here and compares the arguments after ``-m sglang.launch_server`` with the
-ones computed for the node.
+it here and compares the arguments the launcher hands to SGLang with the ones
+computed for the node.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import shlex
 from typing import Any
@@ -55,11 +57,9 @@ MODULE = "sglang.launch_server"
 API_KEY_REF = "${SGLANG_API_KEY}"
 # One line of Python without blanks systemd would split differently, $, %,
 # double quotes or backslashes (see _systemd_word); an empty key stops it.
-LAUNCHER = ("import os,runpy,sys; "
-            "k=os.environ.pop('SGLANG_API_KEY','') or sys.exit('sparkctl: SGLANG_API_KEY is "
-            "empty: see the unit EnvironmentFile'); "
-            "sys.argv+=['--api-key',k]; "
-            f"runpy.run_module('{MODULE}',run_name='__main__',alter_sys=True)")
+# The launcher's file name (files/sglang_launcher.py, installed by the role):
+# what the read-back looks for in a unit's argv.
+LAUNCHER_NAME = "sglang-launcher.py"
 # Words a launch argument may contain: systemd, docker and the shell read them
 # alike (no blanks, quotes, backslashes, $, %, or #).
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_.,:/=@+-]+$")
@@ -145,6 +145,7 @@ def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_pat
                        host: str = "0.0.0.0", worker_host: str = "127.0.0.1",  # noqa: S104
                        enable_metrics: bool = True, dist_timeout: Any = 3600,
                        served_model_name: str = "", api_key: bool = False,
+                       ssl_certfile: str = "", ssl_keyfile: str = "",
                        extra_args: list[Any] | None = None) -> list[str]:
     """launch_server arguments of the node with ``node_rank`` (without the interpreter).
 
@@ -160,7 +161,7 @@ def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_pat
     in_group = "" if where == "the sparks group" else f" of {where}"
     if tp < n or tp % n:
         raise AnsibleFilterError(f"sglang_tp_size {tp} must be a multiple of the {n} nodes"
-                                 f"{in_group} (--tp is the total degree; each node holds "
+                                 f"{in_group} (--tp-size is the total degree; each node holds "
                                  "tp/nnodes GPUs)")
     rank = group["rank"]
     dport, hport = _int(dist_port, "sglang_dist_port"), _int(port, "sglang_port")
@@ -169,7 +170,7 @@ def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_pat
             raise AnsibleFilterError(f"{what} {value} is not a TCP port")
     # One node meets no other: no rendezvous address (SGLang then uses 127.0.0.1).
     dist = ["--dist-init-addr", f"{_head_address(group)}:{dport}"] if n > 1 else []
-    args = ["--model-path", str(model_path), "--tp", str(tp), "--nnodes", str(n),
+    args = ["--model-path", str(model_path), "--tp-size", str(tp), "--nnodes", str(n),
             "--node-rank", str(rank), *dist,
             "--host", str(host if rank == 0 else worker_host), "--port", str(hport)]
     if enable_metrics:
@@ -177,6 +178,12 @@ def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_pat
     args += ["--dist-timeout", str(_int(dist_timeout, "sglang_dist_timeout"))]
     if served_model_name:
         args += ["--served-model-name", str(served_model_name)]
+    if bool(ssl_certfile) != bool(ssl_keyfile):
+        raise AnsibleFilterError("sglang_tls_certfile and sglang_tls_keyfile go together: "
+                                 "set both (TLS on the API) or neither")
+    if ssl_certfile:
+        # uvicorn's TLS (sglang 0.5.17 server_args.py: --ssl-certfile/--ssl-keyfile).
+        args += ["--ssl-certfile", str(ssl_certfile), "--ssl-keyfile", str(ssl_keyfile)]
     args += [str(a) for a in (extra_args or [])]
     if api_key:  # last: the launcher appends the real key at the end of argv
         args += ["--api-key", API_KEY_REF]
@@ -189,23 +196,28 @@ def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_pat
 
 
 def sglang_exec_argv(launch_args: list[str], method: str, *, python: str = "/usr/bin/python3",
+                     launcher: str = "/usr/local/lib/sparkctl/" + LAUNCHER_NAME,
+                     secrets_file: str = "/etc/sparkctl/sglang-secrets.env",
                      engine_path: str = "/usr/bin/docker", gpu_args: list[str] | None = None,
                      container_name: str = "sparkctl-sglang", image: str = "",
                      env_files: list[str] | None = None, mounts: list[str] | None = None,
-                     container_args: list[str] | None = None) -> list[str]:
+                     container_args: list[str] | None = None, user: str = "") -> list[str]:
     """The unit's whole ExecStart argv for an installation method.
 
-    ``--api-key ${SGLANG_API_KEY}`` in ``launch_args`` becomes the LAUNCHER
-    (module docstring): the key is read from the environment, not argv."""
+    The server is started by the launcher (module docstring); ``--api-key
+    ${SGLANG_API_KEY}`` in ``launch_args`` becomes ``--secrets-file FILE`` of
+    the launcher, which reads the key there. The container method runs the
+    same launcher inside the image: every path it names must be mounted
+    (``mounts``), because a container sees nothing of the host but its mounts."""
     launch_args = [str(a) for a in launch_args]
-    entry = ["-m", MODULE]
+    own: list[str] = []
     for i in range(len(launch_args) - 1):
         if launch_args[i:i + 2] == ["--api-key", API_KEY_REF]:
             launch_args = launch_args[:i] + launch_args[i + 2:]
-            entry = ["-c", LAUNCHER]
+            own = ["--secrets-file", str(secrets_file)]
             break
-    server = [python, *entry, *launch_args]
-    if method in ("venv", "standin"):
+    server = [python, str(launcher), *own, "--", *launch_args]
+    if method == "venv":
         return server
     if method != "container":
         raise AnsibleFilterError(f"unknown installation method {method!r}")
@@ -213,18 +225,18 @@ def sglang_exec_argv(launch_args: list[str], method: str, *, python: str = "/usr
         raise AnsibleFilterError("the container method needs sglang_image")
     argv = [engine_path, "run", "--rm", "--name", container_name, "--network", "host",
             "--ipc", "host", *(gpu_args or [])]
+    if user:
+        argv += ["--user", str(user)]
     for env_file in env_files or []:
         argv += ["--env-file", env_file]
     for mount in mounts or []:
         argv += ["--volume", mount]
     argv += [*(container_args or []), image]
     # Inside the image `python3` is the interpreter with sglang installed.
-    return [*argv, "python3", *entry, *launch_args]
+    return [*argv, "python3", *server[1:]]
 
 
 def _systemd_word(word: str) -> str:
-    if word == API_KEY_REF:
-        return f'"{API_KEY_REF}"'
     escaped = word.replace("\\", "\\\\").replace('"', '\\"')
     escaped = escaped.replace("$", "$$").replace("%", "%%")
     if escaped == word and _SAFE_WORD.match(word):
@@ -233,7 +245,7 @@ def _systemd_word(word: str) -> str:
 
 
 def sglang_exec_line(argv: list[str]) -> str:
-    """argv -> one systemd ExecStart= value ($ and % escaped, the key reference quoted)."""
+    """argv -> one systemd ExecStart= value ($ and % escaped, odd words quoted)."""
     return " ".join(_systemd_word(str(w)) for w in argv)
 
 
@@ -243,22 +255,46 @@ def sglang_parse_execstart(text: str) -> list[str]:
     if match is None:
         raise AnsibleFilterError(f"no argv[] in ExecStart {str(text)[:200]!r}: is the unit loaded?")
     # systemd 252 (Debian 12) joins argv[] with blanks and no quoting, newer ones
-    # quote words with blanks: take the launcher out as one word either way.
-    line, token = match.group("argv"), "@SPARKCTL_LAUNCHER@"
-    for form in (f'"{LAUNCHER}"', shlex.quote(LAUNCHER), LAUNCHER):
-        line = line.replace(form, token)
-    return [LAUNCHER if word == token else word for word in shlex.split(line)]
+    # quote words with blanks; the unit's words have none (_SAFE_WORD).
+    return shlex.split(match.group("argv"))
 
 
 def sglang_server_args(argv: list[str]) -> list[str]:
-    """The arguments after ``-m sglang.launch_server`` or the LAUNCHER (error if neither)."""
+    """The arguments SGLang gets: those after the launcher's ``--`` (with the key
+    marker when it reads a secrets file), or after ``-m sglang.launch_server``."""
     argv = [str(a) for a in argv]
-    for i in range(len(argv) - 1):
-        if argv[i] == "-m" and argv[i + 1] == MODULE:
+    for i, word in enumerate(argv):
+        if word == "-m" and argv[i + 1:i + 2] == [MODULE]:
             return argv[i + 2:]
-        if argv[i] == "-c" and argv[i + 1] == LAUNCHER:  # the key comes from the environment
-            return [*argv[i + 2:], "--api-key", API_KEY_REF]
-    raise AnsibleFilterError(f"the command does not run -m {MODULE}: {argv}")
+        if word.rsplit("/", 1)[-1] == LAUNCHER_NAME:
+            rest = argv[i + 1:]
+            if "--" not in rest:
+                break
+            split = rest.index("--")
+            key = ["--api-key", API_KEY_REF] if "--secrets-file" in rest[:split] else []
+            return [*rest[split + 1:], *key]
+    raise AnsibleFilterError(f"the command runs neither {LAUNCHER_NAME} nor -m {MODULE}: {argv}")
+
+
+def sglang_repo_digest(text: str, repository: str) -> str:
+    """The ``sha256:...`` of ``repository`` in ``docker image inspect --format
+    '{{json .RepoDigests}}'`` output (``["lmsysorg/sglang@sha256:..."]``), or ``""``.
+
+    docker lists Docker Hub images by their short name and others with their
+    registry (``docker.io/`` may prefix either form); an image built or loaded
+    locally has none ("null" or [])."""
+    try:
+        digests = json.loads(str(text).strip() or "null") or []
+    except ValueError:
+        raise AnsibleFilterError(f"RepoDigests is not JSON: {str(text)[:200]!r}") from None
+    if not isinstance(digests, list):
+        raise AnsibleFilterError(f"RepoDigests is not a list: {str(text)[:200]!r}")
+    want = {repository, f"docker.io/{repository}", f"docker.io/library/{repository}"}
+    for entry in digests:
+        name, sep, digest = str(entry).partition("@")
+        if sep and name in want and re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            return digest
+    return ""
 
 
 def sglang_parse_show(text: str) -> dict[str, str]:
@@ -330,13 +366,14 @@ def sglang_env_diff(actual: dict[str, Any], expected: dict[str, Any]) -> list[st
     return diff
 
 
-def _file_problems(files: dict[str, Any], path: str, mode: str) -> list[str]:
+def _file_problems(files: dict[str, Any], path: str, mode: str,
+                   group: str = "root") -> list[str]:
     info = files.get(path) or {"exists": False}
     if not info.get("exists"):
         return [f"{path} is missing"]
-    if (info.get("owner"), info.get("group"), info.get("mode")) != ("root", "root", mode):
+    if (info.get("owner"), info.get("group"), info.get("mode")) != ("root", group, mode):
         return [f"{path} is {info.get('owner')}:{info.get('group')} mode {info.get('mode')}; "
-                f"want root:root {mode}"]
+                f"want root:{group} {mode}"]
     return []
 
 
@@ -346,7 +383,7 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
     ``read`` is the probe's result (files, commands show/execstart/help); ``want``
     holds what the inventory implies: unit, unit_path, env_files, restart_sec,
     start_limit_burst, start_limit_interval, argv, node_rank, env_file, env,
-    version_file, version, secrets_file, installed, launcher, method. An empty
+    version_file, version, secrets_file, secrets_group, installed, launcher, method. An empty
     list means the node is as the inventory says.
     """
     files: dict[str, Any] = read.get("files", {})
@@ -403,9 +440,15 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
         except AnsibleFilterError as exc:
             problems.append(f"{path}: {exc}")
 
-    for path, mode in ((want["env_file"], "0644"), (want["version_file"], "0644"),
-                       (want["unit_path"], "0644"), (want["secrets_file"], "0600")):
-        problems += _file_problems(files, path, mode)
+    # The secrets file: root's, readable by the server's group only (the launcher
+    # reads it as the server's user); root's alone where the server runs as root.
+    secrets_group = str(want.get("secrets_group") or "root")
+    for path, mode, group in ((want["env_file"], "0644", "root"),
+                              (want["version_file"], "0644", "root"),
+                              (want["unit_path"], "0644", "root"),
+                              (want["secrets_file"], "0640" if secrets_group != "root" else "0600",
+                               secrets_group)):
+        problems += _file_problems(files, path, mode, group)
 
     problems += [f"{path} is missing ({want['method']} installation)"
                  for path in want["installed"] if not (files.get(path) or {}).get("exists")]
@@ -433,6 +476,7 @@ class FilterModule:
             "sglang_parse_execstart": sglang_parse_execstart,
             "sglang_server_args": sglang_server_args,
             "sglang_parse_show": sglang_parse_show,
+            "sglang_repo_digest": sglang_repo_digest,
             "sglang_timespan": sglang_timespan,
             "sglang_parse_env": sglang_parse_env,
             "sglang_env_problems": sglang_env_problems,

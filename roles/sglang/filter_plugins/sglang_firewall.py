@@ -97,15 +97,42 @@ def sglang_nft_expected(fabric_cidrs: list[Any], fabric_ports: list[Any], api_po
         sets[PEERS_SET] = peers
         rules.append(f"ip saddr @{PEERS_SET} tcp dport {fabric_text} accept")
     rules.append(f"tcp dport {fabric_text} drop")
+    # The API is never open by omission: an empty list is a mistake, and
+    # 0.0.0.0/0 says "from anywhere" on purpose.
     api_nets = _networks(list(api_cidrs or []))
-    if api_nets:
-        sets[API_SET] = api_nets
-        rules += [f"ip saddr @{API_SET} tcp dport {_port_text(api)} accept",
-                  f"tcp dport {_port_text(api)} drop"]
+    if not api_nets:
+        raise AnsibleFilterError("sglang_api_allowed_cidrs is empty: list the networks the API "
+                                 "may be reached from (by default the management subnets of the "
+                                 "Sparks), or [0.0.0.0/0] to open it to every address")
+    sets[API_SET] = api_nets
+    rules += [f"ip saddr @{API_SET} tcp dport {_port_text(api)} accept",
+              f"tcp dport {_port_text(api)} drop"]
     return {"chain": {"type": "filter", "hook": "input", "policy": "accept"},
             "sets": sets, "rules": rules,
             "dropped_ports": [list(iv) for iv in merge_intervals(port_ranges + (api if api_nets
                                                                             else []))]}
+
+
+def sglang_mgmt_subnets(addresses: list[Any], prefix: Any = 24) -> list[str]:
+    """The /``prefix`` networks around the Sparks' management addresses, sorted, once each.
+
+    The inventory gives each Spark's ``ansible_host`` but not its netmask; the
+    API's default sources are the networks those addresses imply, where the
+    controller that provisions them (and runs ``sparkctl serve verify``) usually is."""
+    try:
+        bits = int(prefix)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(f"prefix {prefix!r} is not an integer") from None
+    if not 8 <= bits <= 32:
+        raise AnsibleFilterError(f"prefix {bits} is not within 8-32")
+    nets = set()
+    for address in addresses:
+        try:
+            nets.add(ipaddress.IPv4Network(f"{ipaddress.IPv4Address(str(address))}/{bits}",
+                                           strict=False))
+        except ValueError:
+            raise AnsibleFilterError(f"{address!r} is not an IPv4 management address") from None
+    return [str(n) for n in sorted(nets)]
 
 
 def _value(right: Any) -> str:
@@ -227,4 +254,5 @@ class FilterModule:
             "sglang_nft_rules": sglang_nft_rules,
             "sglang_nft_diff": sglang_nft_diff,
             "sglang_nft_drops_port": sglang_nft_drops_port,
+            "sglang_mgmt_subnets": sglang_mgmt_subnets,
         }
