@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +64,26 @@ def cli(ctx: click.Context, debug: bool) -> None:
 # --------------------------------------------------------------- provision
 _INVENTORY_ARG = click.argument("inventory_path", metavar="INVENTORY",
                                 type=click.Path(path_type=Path, dir_okay=False))
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _digest(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not _DIGEST.fullmatch(value):
+        raise click.BadParameter(f"{value!r} is not a digest sha256:<64 hex digits>")
+    return value
+
+
+_ACCEPT_DIGEST = click.option(
+    "--accept-image-digest", "accept_digest", metavar="sha256:...", callback=_digest,
+    help="The SGLang image's tag moved to this digest: move the cluster to it (once; "
+         "pin it with sglang_image_digest to keep it).")
+
+
+def _with_accept(extra: tuple[str, ...], accept_digest: str | None) -> dict[str, Any]:
+    extravars = _extra_vars(extra)
+    if accept_digest:
+        extravars["sglang_image_accept_digest"] = accept_digest
+    return extravars
 
 
 @cli.command()
@@ -75,16 +96,17 @@ _INVENTORY_ARG = click.argument("inventory_path", metavar="INVENTORY",
 @click.option("--diff", is_flag=True, help="Show file differences.")
 @click.option("-e", "--extra-vars", "extra", multiple=True,
               help="VAR=VALUE or a YAML mapping, e.g. the model source (repeatable).")
+@_ACCEPT_DIGEST
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result (per-host counts, failures, artifacts) as JSON on stdout.")
 def provision(inventory_path: Path, limit: str | None, tags: tuple[str, ...],
               skip_tags: tuple[str, ...], check: bool, diff: bool, extra: tuple[str, ...],
-              as_json: bool) -> None:
+              accept_digest: str | None, as_json: bool) -> None:
     """Configure every node and the switch as INVENTORY describes (playbooks/site.yml)."""
     from sparkctl.provision import provision as run  # noqa: PLC0415
 
     run(inventory_path, limit=limit, tags=tags, skip_tags=skip_tags, check=check, diff=diff,
-        as_json=as_json, extravars=_extra_vars(extra))
+        as_json=as_json, extravars=_with_accept(extra, accept_digest))
 
 
 @cli.command()
@@ -194,7 +216,8 @@ def serve_group() -> None:
 @click.option("--restart", is_flag=True,
               help="Start every rank again even when the service is already healthy.")
 @click.option("-e", "--extra-vars", "extra", multiple=True,
-              help="The -e given to provision, e.g. -e sglang_api_key=... (repeatable).")
+              help="The -e given to provision, e.g. -e sglang_port=30001 (repeatable; the API key "
+                   "belongs in Ansible Vault or SPARKCTL_SGLANG_API_KEY, not on a command line).")
 def serve_up(inventory_path: Path, timeout: float | None, restart: bool,
              extra: tuple[str, ...]) -> None:
     """Start every rank (workers, then the head), follow their logs until /health answers.
@@ -211,7 +234,8 @@ def serve_up(inventory_path: Path, timeout: float | None, restart: bool,
 @_INVENTORY_ARG
 @click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout.")
 @click.option("-e", "--extra-vars", "extra", multiple=True,
-              help="The -e given to provision, e.g. -e sglang_api_key=... (repeatable).")
+              help="The -e given to provision, e.g. -e sglang_port=30001 (repeatable; the API key "
+                   "belongs in Ansible Vault or SPARKCTL_SGLANG_API_KEY, not on a command line).")
 def serve_verify(inventory_path: Path, as_json: bool, extra: tuple[str, ...]) -> None:
     """Health, server info (TP size, nodes), models, chat, streaming, the API key, latency."""
     from sparkctl.serve import service  # noqa: PLC0415
@@ -258,11 +282,12 @@ def serve_logs(inventory_path: Path, node: str | None, lines: int, follow: bool)
 @_INVENTORY_ARG
 @click.option("-e", "--extra-vars", "extra", multiple=True,
               help="VAR=VALUE or a YAML mapping, for provision and validate alike (repeatable).")
-def up_command(inventory_path: Path, extra: tuple[str, ...]) -> None:
+@_ACCEPT_DIGEST
+def up_command(inventory_path: Path, extra: tuple[str, ...], accept_digest: str | None) -> None:
     """The whole job: provision, validate (stop if it fails), serve up, serve verify."""
     from sparkctl.serve import service  # noqa: PLC0415
 
-    service.whole_job(inventory_path, _extra_vars(extra))
+    service.whole_job(inventory_path, _with_accept(extra, accept_digest))
 
 
 @cli.group("report")

@@ -147,6 +147,27 @@ def env_file(text: str) -> dict[str, str]:
     return env
 
 
+def environ(text: str) -> dict[str, str]:
+    """A process environment: ``/proc/PID/environ`` (NUL-separated ``KEY=VALUE``) or a
+    container's ``docker inspect --format '{{json .Config.Env}}'`` (a JSON list of them)."""
+    stripped = text.strip()
+    if stripped.startswith("["):
+        try:
+            items = json.loads(stripped)
+        except ValueError:
+            raise ValueError(f"Config.Env is not JSON: {stripped[:120]!r}") from None
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise ValueError(f"Config.Env is not a list of strings: {stripped[:120]!r}")
+    else:
+        items = [i for i in text.split("\0") if i]
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if sep and key:
+            out[key] = value
+    return out
+
+
 def env_diff(actual: dict[str, str], expected: dict[str, str]) -> list[str]:
     """What differs, one phrase per variable (missing, unexpected, other value)."""
     diff = [f"{k} missing (want {expected[k]!r})" for k in sorted(expected.keys() - actual.keys())]

@@ -213,7 +213,15 @@ class Group:
     @property
     def base_url(self) -> str:
         node = self.cluster.inv.node(self.head)
-        return f"http://{node.mgmt_ip}:{int(self.sglang()['port'])}"
+        scheme = "https" if self.sglang().get("tls") else "http"
+        return f"{scheme}://{node.mgmt_ip}:{int(self.sglang()['port'])}"
+
+    @property
+    def tls_ca_file(self) -> str | None:
+        """The CA the head's certificate is checked against (None: plain http, or the
+        system's CAs)."""
+        s = self.sglang()
+        return str(s["tls_ca_file"]) if s.get("tls") and s.get("tls_ca_file") else None
 
     def sglang(self, node: str | None = None) -> dict[str, Any]:
         return self.cluster.sglang(node or self.head)

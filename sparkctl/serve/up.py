@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sparkctl import console, inventory
+from sparkctl.checks import parse
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.serve import logs
@@ -230,15 +231,29 @@ class Waiter:
         return UpResult(ok, time.monotonic() - self.started, self.ranks, message, failed)
 
 
-def wrong_host_ip(cluster: Cluster) -> dict[str, str]:
-    """Ranks whose running process has an SGLANG_HOST_IP other than their fabric address."""
+def server_env_command(cluster: Cluster) -> str:
+    """How to read the server's own environment on a node: the container's (docker hands it
+    only -e/--env-file variables; the unit's MainPID is the docker CLI), or the venv unit's
+    process. ``{sudo}`` is each node's prefix for root (:meth:`Cluster.each`)."""
+    s = cluster.sglang()
+    if s.get("install_method") == "container":
+        fmt = shlex.quote("{{json .Config.Env}}")
+        return (f"{{sudo}}{shlex.quote(str(s['engine']))} inspect --format {fmt} "
+                f"{shlex.quote(str(s['container_name']))}")
     unit = shlex.quote(cluster.unit)
-    cmd = (f"pid=$(systemctl show -p MainPID --value {unit}); "
-           f"{{sudo}}cat /proc/$pid/environ 2>/dev/null | tr '\\0' '\\n' | grep '^SGLANG_HOST_IP='")
+    return (f"pid=$(systemctl show -p MainPID --value {unit}); "
+            "{sudo}cat /proc/$pid/environ")
+
+
+def wrong_host_ip(cluster: Cluster) -> dict[str, str]:
+    """Ranks whose running server has an SGLANG_HOST_IP other than their fabric address."""
     out = {}
-    for node, (rc, text) in cluster.each(cluster.nodes, cmd, 30).items():
+    for node, (rc, text) in cluster.each(cluster.nodes, server_env_command(cluster), 30).items():
         want = str(cluster.plan["hosts"][node]["fabric_a_ip"])
-        seen = text.strip().partition("=")[2] if rc == 0 else ""
+        try:
+            seen = parse.environ(text).get("SGLANG_HOST_IP", "") if rc == 0 else ""
+        except ValueError:
+            continue
         if rc == 0 and seen != want:
             out[node] = (f"its process runs with SGLANG_HOST_IP={seen or '(empty)'}, not its "
                          f"fabric address {want}")

@@ -1,8 +1,9 @@
 """`sparkctl serve verify`: the endpoint end to end, as an application sees it.
 
 Through the OpenAI client (and httpx for SGLang's own endpoints), with the API
-key: /health and /health_generate, /get_server_info (tp size and node count as
-the inventory says), /v1/models lists the model, a chat completion returns
+key: /health and /health_generate, /server_info (tp size and node count as
+the inventory says; /get_server_info for a release that predates the name),
+/v1/models lists the model, a chat completion returns
 content, a streamed completion streams, and a request without the key is
 refused. Then a few timed streamed requests: time to first token, decode
 tokens per second (of the tokens the stream's usage counts) and end-to-end
@@ -11,7 +12,10 @@ when the head only says "unhealthy".
 
 Results are checks in validate's report format (report.json, report.html in
 the run's directory). A wrong-shaped or non-JSON answer is a failed check
-saying what came back, never a traceback and never a number made up.
+saying what came back, never a traceback and never a number made up. What
+came back passes through the cluster's redaction first: SGLang's /server_info
+returns its server args, ``api_key`` and ``admin_api_key`` among them (sglang
+0.5.17 ``srt/entrypoints/http_server.py``, the server_info handler).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -90,16 +95,26 @@ class Verifier:
         self.cluster, self.key, self.head = cluster, key, cluster.head
         self.url = cluster.base_url
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        # https: the server's certificate checked against the inventory's CA file.
+        self.tls_verify: str | bool = cluster.tls_ca_file or True
+        self.http = httpx.Client(verify=self.tls_verify, timeout=30.0)
         self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or "none",
-                                    timeout=120.0, max_retries=0)
+                                    timeout=120.0, max_retries=0,
+                                    http_client=httpx.Client(verify=self.tls_verify,
+                                                             timeout=120.0))
         s = cluster.sglang()
         self.tp, self.nnodes = int(s["tp_size"]), int(s["nnodes"])
         self.requests, self.max_tokens = int(s["verify_requests"]), int(s["verify_max_tokens"])
         self.figures: dict[str, float] = {}
 
     def get(self, path: str, *, auth: bool = True, timeout: float = 30.0) -> httpx.Response:
-        return httpx.get(f"{self.url}{path}", headers=self.headers if auth else {},
-                         timeout=timeout)
+        return self.http.get(f"{self.url}{path}", headers=self.headers if auth else {},
+                             timeout=timeout)
+
+    def get_current(self, path: str, deprecated: str) -> httpx.Response:
+        """``path``, or its deprecated name where the pinned release predates it (404)."""
+        resp = self.get(path)
+        return self.get(deprecated) if resp.status_code == 404 else resp
 
     # -------------------------------------------------------------- checks
     def ranks(self) -> list[Check]:
@@ -121,10 +136,10 @@ class Verifier:
                      f"HTTP {resp.status_code}" + ("" if ok else f": {resp.text[:120]!r}"))
 
     def server_info(self) -> Check:
-        resp = self.get("/get_server_info")
+        resp = self.get_current("/server_info", "/get_server_info")
         info = _json(resp)
         if not isinstance(info, dict):
-            raise ValueError(f"/get_server_info returned {type(info).__name__}, not an object: "
+            raise ValueError(f"{resp.url.path} returned {type(info).__name__}, not an object: "
                              f"{resp.text[:120]!r}")
         tp, nnodes = info.get("tp_size"), info.get("nnodes")
         # a count, not "4" or 4.0 or true: what came back is shown as it came (repr)
@@ -175,7 +190,7 @@ class Verifier:
     def refused_without_key(self) -> Check:
         if not self.key:
             return Check("api_key", self.head, None, "skipped", "no API key configured")
-        resp = httpx.post(f"{self.url}/v1/chat/completions", timeout=30.0, json={
+        resp = self.http.post(f"{self.url}/v1/chat/completions", timeout=30.0, json={
             "model": self.cluster.model_name, "max_tokens": 1,
             "messages": [{"role": "user", "content": "hello"}]})
         ok = resp.status_code == 401
@@ -247,7 +262,7 @@ def verify(cluster: Cluster, started: str) -> Report:
     groups = cluster.groups()
     for group in groups:
         verifier = Verifier(group, key)
-        report.checks += verifier.run()
+        report.checks += [replace(c, message=cluster.redact(c.message)) for c in verifier.run()]
         name = f"group {group.name}: " if len(groups) > 1 else ""
         report.notes.append(f"{name}endpoint {group.base_url}/v1, model {group.model_name}, "
                             f"TP={verifier.tp} over {verifier.nnodes} nodes")
