@@ -1,4 +1,4 @@
-"""Read an SGLang rank's start-up log: how far it got, and what went wrong.
+"""Read an SGLang rank's start-up log: how far it got, what went wrong, which NCCL transport.
 
 ``sparkctl serve up`` follows every rank's journal
 (``journalctl -u sparkctl-sglang.service -o cat -f``) while the
@@ -8,15 +8,21 @@ tensor-parallel group starts. Each line may announce a start-up
 sparkctl's terms (inventory variables, environment variables, commands).
 A rank that stops making progress is diagnosed by :func:`hang_signature`
 from the phase it is stuck in, because the worst multi-node failure prints
-nothing at all: with ``SGLANG_HOST_IP`` off the fabric, start-up hangs
-after NCCL init succeeded, for ever.
+nothing at all: with TP0's ``SGLANG_HOST_IP`` off the fabric, start-up hangs
+after "CustomAllreduce is disabled because this process group spans across
+nodes.", for ever. :func:`nccl_transport` reads NCCL's own INFO lines
+(NCCL_DEBUG=INFO) to tell whether the data goes over RDMA (``ib``) or TCP
+sockets (``socket``).
 
-Every pattern here was taken from real logs, not guessed; the fixtures in
-``tests/fixtures/sglang`` hold the excerpts and ``SOURCES.md`` says where
-each one comes from (SGLang, NCCL and PyTorch issues, SGLang's source, and
-reports from DGX Spark pairs). The lab's SGLang stand-in
-(``sparkctl/lab/standins/sglang``) prints the same lines, plus a few
-of its own that are matched here too (noted where they are).
+Every marker here is data with its origin: a :class:`Pattern` carries its
+:class:`Source`\\ s (``sglang:<path below the package>:<line>`` in the pinned
+0.5.17 wheel, with the literal source text found there; ``sglang@0.4.6:`` an
+older release that printed another form; ``nccl:``, ``torch:``, ``gloo:``,
+``uvicorn:``, ``transformers:``, ``huggingface_hub:``, ``linux:``; issues as
+``issue:owner/repo#N``) and example lines it must match, real ones from
+``tests/fixtures/sglang`` where there is one. ``tests/contract/
+test_release_logs.py`` holds every ``sglang:`` citation against the
+installed release, so a new pin says what changed.
 
 Pure functions over strings: no I/O, no clock. The caller measures how
 long a rank has been in its phase and asks :func:`hang_signature`.
@@ -38,19 +44,19 @@ class Phase(Enum):
 
     Members compare by that order (``Phase.DIST_INIT < Phase.NCCL_READY``);
     ``FAILED`` sorts after everything, so "furthest phase" is simply ``max``.
-    Worker ranks (node rank > 0) end at ``KV_CACHE`` or ``ENGINE_READY``: only
-    rank 0 serves HTTP.
+    Ranks other than TP0 end at ``ENGINE_READY`` (their health server is up):
+    only TP0 serves the API.
     """
 
     STARTING = "starting"  # server_args logged; imports, tokenizer, config
     DIST_INIT = "dist_init"  # "Init torch distributed begin.": rendezvous, Gloo, NCCL
-    NCCL_READY = "nccl_ready"  # NCCL communicator up ("Init COMPLETE", custom allreduce off)
+    NCCL_READY = "nccl_ready"  # NCCL communicator up ("Init COMPLETE", CustomAllreduce off)
     WEIGHTS_LOADING = "weights_loading"  # "Load weight begin."
     WEIGHTS_LOADED = "weights_loaded"  # "Load weight end."
     KV_CACHE = "kv_cache"  # "KV Cache is allocated.", "Memory pool end."
-    CUDA_GRAPH = "cuda_graph"  # "Capture cuda graph begin." (capture in progress)
-    ENGINE_READY = "engine_ready"  # "Capture cuda graph end.", "max_total_num_tokens="
-    HTTP_READY = "http_ready"  # "Uvicorn running on ..." (rank 0)
+    CUDA_GRAPH = "cuda_graph"  # "Capture target prefill/decode CUDA graph begin."
+    ENGINE_READY = "engine_ready"  # decode capture end, "max_total_num_tokens=", health server
+    HTTP_READY = "http_ready"  # "Uvicorn running on ..." (TP0)
     READY = "ready"  # "The server is fired up and ready to roll!" (warm-up done)
     FAILED = "failed"
 
@@ -74,7 +80,7 @@ class Signature:
     ``line`` is the log line it was recognised in (empty for a hang, which no
     line announces); ``rank`` the TP rank when known. ``fatal`` is False for
     warnings that often precede a failure but do not end start-up by
-    themselves (e.g. c10d retrying to reach the rendezvous).
+    themselves (e.g. NCCL retrying a connect).
     """
 
     id: str
@@ -86,30 +92,225 @@ class Signature:
     fatal: bool = True
 
 
+# ------------------------------------------------------------------- sources
+@dataclass(frozen=True)
+class Source:
+    """Where a marker comes from: ``ref`` (see the module doc) and, for SGLang's own
+    source, the literal ``text`` pieces that occur at or near the cited line."""
+
+    ref: str
+    text: tuple[str, ...] = ()
+
+    @property
+    def origin(self) -> str:
+        return self.ref.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A regular expression over one log line, its sources and lines it must match."""
+
+    regex: str
+    sources: tuple[Source, ...]
+    examples: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def compiled(self) -> re.Pattern[str]:
+        return re.compile(self.regex)
+
+    def search(self, line: str) -> bool:
+        return self.compiled.search(line) is not None
+
+
+def S(ref: str, *text: str) -> Source:
+    return Source(ref, text)
+
+
+def _p(regex: str, *sources: Source, ex: tuple[str, ...] | str = ()) -> Pattern:
+    return Pattern(regex, sources, (ex,) if isinstance(ex, str) else ex)
+
+
+_CA = "srt/distributed/device_communicators/custom_all_reduce_utils.py"
+_CG = "srt/model_executor/model_runner_components/cuda_graph_setup.py"
+_HTTP = "srt/entrypoints/http_server.py"
+
 # ------------------------------------------------------------------ phases
-_PHASE_PATTERNS: tuple[tuple[Phase, re.Pattern[str]], ...] = tuple(
-    (phase, re.compile(pattern)) for phase, pattern in (
-        (Phase.READY, r"The server is fired up and ready to roll"),
-        (Phase.HTTP_READY, r"Uvicorn running on "),
-        (Phase.ENGINE_READY, r"Capture cuda graph end\b|\bmax_total_num_tokens="),
-        (Phase.CUDA_GRAPH, r"Capture cuda graph (?:begin|bs)\b|Capturing batches \("),
-        (Phase.KV_CACHE, r"KV Cache is allocated\.|Memory pool end\.|Mamba Cache is allocated\."),
-        (Phase.WEIGHTS_LOADED, r"Load weight end\."),
-        (Phase.WEIGHTS_LOADING, r"Load weight begin\.|Loading safetensors checkpoint shards"),
-        (Phase.NCCL_READY, r"Init torch distributed ends\.|Custom (?:quick )?allreduce is "
-                           r"disabled|- Init COMPLETE"),
-        (Phase.DIST_INIT, r"Init torch distributed begin\.|sglang is using nccl==|"
-                          r"NCCL INFO Bootstrap ?: Using|\[Gloo\] Rank \d+ is connected to"),
-        (Phase.STARTING, r"server_args=ServerArgs\("),
-    )
+_PHASE_PATTERNS: tuple[tuple[Phase, Pattern], ...] = (
+    (Phase.READY, _p(
+        r"The server is fired up and ready to roll!",
+        S(f"sglang:{_HTTP}:2355", 'logger.info("The server is fired up and ready to roll!")'),
+        ex="[2025-12-03 05:10:07] The server is fired up and ready to roll!")),
+    (Phase.HTTP_READY, _p(
+        r"Uvicorn running on ",
+        S("uvicorn:uvicorn/server.py (Server._log_started_message)"),
+        S(f"sglang:{_HTTP}:2602", "uvicorn.run("),
+        ex="[2025-11-30 11:18:46] INFO:     Uvicorn running on http://127.0.0.1:30000 (Press "
+           "CTRL+C to quit)")),
+    (Phase.ENGINE_READY, _p(
+        r"Capture (?:target|draft) (?:decode|verify) (?:CUDA|CPU|NPU|XPU) graph end\.",
+        S(f"sglang:{_CG}:453", 'f"Capture {capture_name} {graph_backend[model_runner.device]} '
+          'end. "'),
+        S(f"sglang:{_CG}:425", 'capture_name = f"{role} decode"', '"cuda": "CUDA graph"'),
+        ex="[2026-03-08 12:29:19 TP1] Capture target decode CUDA graph end. elapsed=2.91 s, "
+           "mem usage=0.41 GB, avail mem=99.80 GB.")),
+    (Phase.ENGINE_READY, _p(
+        r"Capture cuda graph end\b",
+        S("sglang@0.4.6:srt/model_executor/model_runner.py:970", "Capture cuda graph end."),
+        ex="[2024-12-13 01:45:01 TP0] Capture cuda graph end. Time elapsed: 2.19 s")),
+    (Phase.ENGINE_READY, _p(
+        r"\bmax_total_num_tokens=\d+",
+        S("sglang:srt/managers/scheduler.py:1069",
+          'f"max_total_num_tokens={self.max_total_num_tokens}, "'),
+        ex="[2025-11-30 11:18:40 TP0] max_total_num_tokens=1030645, chunked_prefill_size=8192, "
+           "max_prefill_tokens=16384, max_running_requests=4096, context_len=131072, "
+           "available_gpu_mem=15.82 GB")),
+    # The release's ranks other than TP0, once their scheduler is up (engine.py:1124).
+    (Phase.ENGINE_READY, _p(
+        r"Dummy health check server started in background thread at ",
+        S("sglang:srt/utils/common.py:3166",
+          'f"Dummy health check server started in background thread at '),
+        ex="[2026-03-08 12:29:21] Dummy health check server started in background thread at "
+           "127.0.0.1:30000")),
+    (Phase.CUDA_GRAPH, _p(
+        r"Capture (?:target|draft) (?:prefill|decode|verify) (?:CUDA|CPU|NPU|XPU) graph begin\.",
+        S(f"sglang:{_CG}:430", 'f"Capture {capture_name} {graph_backend[model_runner.device]} '
+          'begin. "'),
+        S(f"sglang:{_CG}:363", 'f"Capture {capture_name} CUDA graph begin. "'),
+        ex=("[2026-03-08 12:29:18 TP0] Capture target decode CUDA graph begin. backend=full, "
+            "num_tokens_per_req=1, bs=[1, 2, 4, 8], avail mem=100.21 GB",
+            "[2026-03-08 12:29:18 TP2] Capture target prefill CUDA graph begin. "
+            "backend=breakable, num_tokens=[4, 8], avail mem=100.30 GB"))),
+    (Phase.CUDA_GRAPH, _p(
+        r"Capture (?:target|draft) prefill CUDA graph end\.",
+        S(f"sglang:{_CG}:374", 'f"Capture {capture_name} CUDA graph end. "'),
+        ex="[2026-03-08 12:29:18 TP0] Capture target prefill CUDA graph end. elapsed=1.02 s, "
+           "mem usage=0.09 GB, avail mem=100.21 GB.")),
+    (Phase.CUDA_GRAPH, _p(
+        r"Capturing (?:batches|num tokens) \(",
+        S("sglang:srt/model_executor/runner/decode_cuda_graph_runner.py:904",
+          'f"Capturing batches ({bs=} {avail_mem=:.2f} GB)"'),
+        S("sglang:srt/model_executor/runner/prefill_cuda_graph_runner.py:1327",
+          'f"Capturing num tokens ({num_tokens=} {avail_mem=:.2f} GB)"'),
+        ex="  0%|          | 0/36 [00:00<?, ?it/s]\rCapturing batches (bs=256 avail_mem=99.80 "
+           "GB):   0%|          | 0/36 [00:00<?, ?it/s]")),
+    (Phase.CUDA_GRAPH, _p(
+        r"Capture cuda graph (?:begin|bs)\b",
+        S("sglang@0.4.6:srt/model_executor/model_runner.py:965", "Capture cuda graph begin."),
+        ex="[2025-03-27 21:33:31 TP0] Capture cuda graph begin. This can take up to several "
+           "minutes. avail mem=12.41 GB")),
+    (Phase.KV_CACHE, _p(
+        r"KV Cache is allocated\.",
+        S("sglang:srt/mem_cache/memory_pool.py:1670", 'else "KV Cache"',
+          'f"{cache_name} is allocated. dtype: {self.dtype}, "'),
+        S("sglang@0.4.6:srt/mem_cache/memory_pool.py:243", "KV Cache is allocated. #tokens: "),
+        ex=("[2026-03-08 12:29:18 TP1] KV Cache is allocated. dtype: torch.bfloat16, #tokens: "
+            "163840, K size: 2.50 GB, V size: 2.50 GB",
+            "[2025-03-27 21:33:31 TP0] KV Cache is allocated. #tokens: 1290355, K size: 38.46 "
+            "GB, V size: 38.46 GB"))),
+    (Phase.KV_CACHE, _p(
+        r"Memory pool end\.",
+        S("sglang:srt/mem_cache/kv_cache_configurator.py:258", 'f"Memory pool end. "'),
+        ex="[2024-12-13 01:44:59 TP0] Memory pool end. avail mem=2.44 GB")),
+    (Phase.KV_CACHE, _p(
+        r"Mamba Cache is allocated\.",
+        S("sglang:srt/mem_cache/memory_pool.py:789", 'f"Mamba Cache is allocated. "'),
+        ex="[2026-03-08 12:29:18 TP0] Mamba Cache is allocated. max_mamba_cache_size: 656, "
+           "conv_state size: 0.56GB, ssm_state size: 15.57GB ")),
+    (Phase.WEIGHTS_LOADED, _p(
+        r"Load weight end\.",
+        S("sglang:srt/model_executor/model_runner.py:1100", 'f"Load weight end. "'),
+        ex="[2026-03-08 12:29:18 TP1] Load weight end. elapsed=2.91 s, type=LlamaForCausalLM, "
+           "avail mem=109.80 GB, mem usage=0.12 GB.")),
+    (Phase.WEIGHTS_LOADING, _p(
+        r"Load weight begin\.",
+        S("sglang:srt/model_executor/model_runner.py:1012", 'f"Load weight begin. avail mem='),
+        ex="[2025-10-17 02:45:09 TP7] Load weight begin. avail mem=77.95 GB")),
+    (Phase.WEIGHTS_LOADING, _p(
+        r"(?:Multi-thread loading shards|Loading safetensors checkpoint shards): ",
+        S("sglang:srt/model_loader/weight_utils.py:1088", 'desc="Multi-thread loading shards"'),
+        S("sglang:srt/model_loader/weight_utils.py:982",
+          'desc="Loading safetensors checkpoint shards"'),
+        ex="Multi-thread loading shards:   0% Completed | 0/2 [00:00<?, ?it/s]")),
+    (Phase.NCCL_READY, _p(
+        r"Init torch distributed ends\.",
+        S("sglang:srt/distributed/bootstrap.py:127", 'f"Init torch distributed ends. elapsed='),
+        ex="[2026-03-25 16:44:54 TP1] Init torch distributed ends. elapsed=0.37 s, mem usage="
+           "0.88 GB")),
+    # Every reason the custom all-reduce gives up (the cross-node one on Sparks);
+    # "Custom allreduce is disabled ..." is the older releases' wording.
+    (Phase.NCCL_READY, _p(
+        r"CustomAll[Rr]educe(?:V2)? is disabled|Custom (?:quick )?allreduce is disabled",
+        S(f"sglang:{_CA}:482", 'f"{cls_name} is disabled because this process group" '
+          '" spans across nodes."'),
+        S("sglang:srt/distributed/device_communicators/custom_all_reduce.py:91",
+          'cls_name="CustomAllreduce"'),
+        S(f"sglang:{_CA}:514", 'f"{cls_name} is disabled because it\'s not supported on"'),
+        S("sglang:srt/distributed/device_communicators/quick_all_reduce.py:100",
+          '"Custom quick allreduce is disabled because "'),
+        S("sglang@0.4.6:srt/distributed/device_communicators/custom_all_reduce.py:187",
+          '"Custom allreduce is disabled because this process group"'),
+        ex=("[2026-03-08 12:29:15 TP1] CustomAllreduce is disabled because this process group "
+            "spans across nodes.",
+            "[2025-04-01 09:58:02 TP0] Custom allreduce is disabled because this process group "
+            "spans across nodes."))),
+    (Phase.NCCL_READY, _p(
+        r"- Init COMPLETE",
+        S("nccl:src/init.cc:1598@v2.28.9-1"),
+        ex="node01:322:322 [3] NCCL INFO ncclCommInitRank comm 0x55f5be32f460 rank 3 nranks 16 "
+           "cudaDev 3 nvmlDev 3 busId 5a000 commId 0x4e2671c9674e940d - Init COMPLETE")),
+    (Phase.DIST_INIT, _p(
+        r"Init torch distributed begin\.",
+        S("sglang:srt/distributed/bootstrap.py:62", 'logger.info("Init torch distributed begin.")'),
+        ex="[2026-07-14 07:49:04 TP3 EP3] Init torch distributed begin.")),
+    (Phase.DIST_INIT, _p(
+        r"sglang is using nccl==",
+        S("sglang:srt/distributed/device_communicators/pynccl.py:84", '"sglang is using nccl==%s"'),
+        ex="[2026-07-14 07:49:05 TP0 EP0] sglang is using nccl==2.28.9")),
+    (Phase.DIST_INIT, _p(
+        r"NCCL INFO Bootstrap ?: Using",
+        S("nccl:src/bootstrap.cc:121@v2.28.9-1"),
+        ex=("bm-220ab4v:175:175 [0] NCCL INFO Bootstrap: Using bond0:172.16.0.124<0>",
+            "node5:236:236 [2] NCCL INFO Bootstrap : Using bond0:10.0.0.3<0>"))),
+    (Phase.DIST_INIT, _p(
+        r"\[Gloo\] Rank \d+ is connected to",
+        S("gloo:gloo/rendezvous/context.cc (Context::connectFullMesh)"),
+        ex="[Gloo] Rank 1 is connected to 3 peer ranks. Expected number of connected peer ranks "
+           "is : 3")),
+    (Phase.STARTING, _p(
+        r"server_args=ServerArgs\(",
+        S("sglang:srt/entrypoints/engine.py:1059", 'logger.info(f"{server_args=}")'),
+        S("sglang:srt/server_args.py:438", "@dataclasses.dataclass"),
+        ex="[2026-03-08 12:29:13] server_args=ServerArgs(model_path='/var/lib/sparkctl/models/"
+           "current', tokenizer_path='/var/lib/sparkctl/models/current', tokenizer_mode='auto')")),
 )
 
 # Lines that end start-up without a signature of their own (the signature, if
 # any, is on a nearby line: the exception at the end of the traceback).
-_GENERIC_FAILURE = re.compile(
-    r"Scheduler hit an exception|Received sigquit from a child process|"
-    r"Initialization failed\.|scheduler died|\bDistBackendError\b|"
-    r"\bnccl(?:System|Internal|InvalidUsage|Unhandled\w*)Error\b|RuntimeError: NCCL error"
+_GENERIC_FAILURES: tuple[Pattern, ...] = (
+    _p(r"Received sigquit from a child process",
+       S("sglang:srt/entrypoints/engine.py:1651",
+         '"Received sigquit from a child process. It usually means the child failed."'),
+       ex="[2025-04-21 10:02:11] Received sigquit from a child process. It usually means the "
+          "child failed."),
+    _p(r"SIGQUIT received\. .*It usually means one child failed",
+       S("sglang:srt/managers/tokenizer_manager.py:3755",
+         'f"SIGQUIT received. {signum=}, {frame=}. It usually means one child failed."'),
+       ex="[2026-03-08 14:00:05] SIGQUIT received. signum=None, frame=None. It usually means "
+          "one child failed."),
+    _p(r"\bDistBackendError\b",
+       S("torch:torch/distributed/distributed_c10d.py (DistBackendError)"),
+       ex="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+          "NCCLUtils.hpp:268, unhandled system error (run with NCCL_DEBUG=INFO for details), "
+          "NCCL version 2.21.5"),
+    _p(r"\bnccl(?:System|Internal|InvalidUsage|Unhandled\w*)Error\b",
+       S("torch:torch/csrc/distributed/c10d/NCCLUtils.cpp (getNcclErrorDetailStr)"),
+       ex="ncclSystemError: System call (e.g. socket, malloc) or external library call failed "
+          "or device error."),
+    _p(r"RuntimeError: NCCL error",
+       S("sglang:srt/distributed/device_communicators/pynccl_wrapper.py:461",
+         'raise RuntimeError(f"NCCL error: {error_str}")'),
+       ex="RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for "
+          "details)"),
 )
 
 
@@ -120,7 +321,7 @@ class _Rule:
     title: str
     explanation: str
     fix: str
-    patterns: tuple[re.Pattern[str], ...] = ()
+    patterns: tuple[Pattern, ...] = ()
     fatal: bool = True
 
     def signature(self, line: str = "", rank: int | None = None) -> Signature:
@@ -130,10 +331,10 @@ class _Rule:
         return any(p.search(line) for p in self.patterns)
 
 
-def _rule(id_: str, title: str, explanation: str, fix: str, *patterns: str,
+def _rule(id_: str, title: str, explanation: str, fix: str, *patterns: Pattern,
           fatal: bool = True) -> _Rule:
-    return _Rule(id_, title, " ".join(explanation.split()), " ".join(fix.split()),
-                 tuple(re.compile(p) for p in patterns), fatal)
+    return _Rule(id_, title, " ".join(explanation.split()), " ".join(fix.split()), patterns,
+                 fatal)
 
 
 _FABRIC_IFNAME = (
@@ -147,28 +348,34 @@ _FIREWALL = (
     "subnets (`sglang_firewall_fabric_cidrs`) on the rendezvous ports and the ephemeral range "
     "(`sglang_firewall_fabric_ports`, 32768-60999)"
 )
+_NCCL_SOCKET = "nccl:src/misc/socket.cc"
 
 _RULES: tuple[_Rule, ...] = (
     _rule(
         "host_ip_hang",
         "Start-up hangs after NCCL init: SGLang's cross-node message queue is off the fabric",
-        """NCCL and Gloo came up (NCCL 'Init COMPLETE', 'Custom allreduce is disabled because
-        this process group spans across nodes.') but 'Init torch distributed ends' never
-        follows. Next SGLang opens a ZeroMQ message queue between the nodes at the address
-        get_ip() picks: SGLANG_HOST_IP if set, else the default route's source address, which
-        on a Spark is the management NIC or Wi-Fi, not the ConnectX-7 fabric. The other ranks
-        cannot reach it and every rank waits in MessageQueue.wait_until_ready() without an
-        error (MiaAI-Lab/Qwen3.8-Flash-Next-Dual-DGX-Sparks #3, fixed by PR #9). A c10d
-        timeout after NCCL was up is the same hang ending at --dist-timeout.""",
-        """Set SGLANG_HOST_IP on every node to that node's own fabric address. sparkctl writes
-        it from the per-host inventory variable `fabric_a_ip` into /etc/sparkctl/sglang.env
-        (sglang role): check `grep SGLANG_HOST_IP /etc/sparkctl/sglang.env` on each node and
-        that the address is on `fabric_a_netdev` (`ip -4 addr show dev <fabric_a_netdev>`).
-        Correct `fabric_a_ip` (or set SGLANG_HOST_IP in that host's `sglang_env_extra`),
-        re-run `sparkctl provision`, and check the fabric with `sparkctl validate`.""",
-        # The lab's stand-in ends this hang at --dist-timeout with its own message; the real
-        # server prints nothing (see hang_signature).
-        r"MessageQueue\.wait_until_ready",
+        """NCCL and Gloo came up ('CustomAllreduce is disabled because this process group spans
+        across nodes.') but 'Init torch distributed ends' never follows. Next the TP group's
+        message queue connects every rank to TP0's address, which TP0 takes from
+        get_local_ip_auto(): SGLANG_HOST_IP if set, else the default route's source address,
+        which on a Spark is the management NIC or Wi-Fi, not the ConnectX-7 fabric
+        (sglang srt/distributed/device_communicators/shm_broadcast.py:196). The other ranks
+        cannot reach it and every rank waits in MessageQueue.wait_until_ready() without a
+        timeout or a log line (MiaAI-Lab/Qwen3.8-Flash-Next-Dual-DGX-Sparks #3, fixed by PR #9).
+        A c10d timeout after NCCL was up is the same hang ending at --dist-timeout.""",
+        """Set SGLANG_HOST_IP to each node's own fabric address; the one that decides is the
+        head's (TP0 binds the queue there). sparkctl writes it from the per-host inventory
+        variable `fabric_a_ip` into /etc/sparkctl/sglang.env (sglang role): check `grep
+        SGLANG_HOST_IP /etc/sparkctl/sglang.env` on the head and that the address is on
+        `fabric_a_netdev` (`ip -4 addr show dev <fabric_a_netdev>`). Correct `fabric_a_ip` (or
+        set SGLANG_HOST_IP in that host's `sglang_env_extra`), re-run `sparkctl provision`, and
+        check the fabric with `sparkctl validate`.""",
+        # Only a stack dump shows where it waits (faulthandler, py-spy).
+        _p(r'shm_broadcast\.py", line \d+,? in wait_until_ready',
+           S("sglang:srt/distributed/device_communicators/shm_broadcast.py:314",
+             "def wait_until_ready(self):"),
+           ex='  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/distributed/'
+              'device_communicators/shm_broadcast.py", line 344 in wait_until_ready'),
     ),
     _rule(
         "gloo_connect_full_mesh",
@@ -181,7 +388,11 @@ _RULES: tuple[_Rule, ...] = (
         f"""Set GLOO_SOCKET_IFNAME to the fabric interface on every node. {_FABRIC_IFNAME}
         GLOO_SOCKET_IFNAME takes one interface name, not an NCCL list such as ^lo,docker. If
         it is already right: {_FIREWALL}; then run `sparkctl validate`.""",
-        r"Gloo connectFullMesh failed",
+        _p(r"Gloo connectFullMesh failed",
+           S("torch:torch/csrc/distributed/c10d/ProcessGroupGloo.cpp"),
+           S("issue:sgl-project/sglang#3226"),
+           ex="[rank10]:[E130 18:11:34.707542570 ProcessGroupGloo.cpp:143] Gloo connectFullMesh "
+              "failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error"),
     ),
     _rule(
         "gloo_no_address",
@@ -192,7 +403,9 @@ _RULES: tuple[_Rule, ...] = (
         f"""GLOO_SOCKET_IFNAME must be the one fabric netdev that carries this node's
         `fabric_a_ip`. {_FABRIC_IFNAME} Check `ip -4 addr show dev <fabric_a_netdev>`; if the
         address is missing, `sparkctl provision` configures the fabric.""",
-        r"Unable to find address for: ",
+        _p(r"Unable to find address for: ",
+           S("gloo:gloo/transport/tcp/device.cc:84"), S("issue:aws-samples/aws-do-eks#51"),
+           ex="ifa != nullptr. Unable to find address for: ^lo"),
     ),
     _rule(
         "gloo_loopback",
@@ -201,7 +414,13 @@ _RULES: tuple[_Rule, ...] = (
         127.0.0.1; the other nodes will then connect to their own loopback and Gloo
         connectFullMesh fails (wtdcode/vllm-backport #14, aws-samples/aws-do-eks #50).""",
         f"""Set GLOO_SOCKET_IFNAME to the fabric interface on every node. {_FABRIC_IFNAME}""",
-        r"Unable to resolve hostname to a \(local\) address",
+        _p(r"Unable to resolve hostname to a \(local\) address",
+           S("torch:torch/csrc/distributed/c10d/ProcessGroupGloo.cpp"),
+           S("issue:wtdcode/vllm-backport#14"),
+           ex="[rank7]:[W806 14:25:27.650991133 ProcessGroupGloo.cpp:524] Warning: Unable to "
+              "resolve hostname to a (local) address. Using the loopback address as fallback. "
+              "Manually set the network interface to bind to with GLOO_SOCKET_IFNAME. "
+              "(function operator())"),
         fatal=False,
     ),
     _rule(
@@ -213,19 +432,36 @@ _RULES: tuple[_Rule, ...] = (
         f"""NCCL_SOCKET_IFNAME must name the fabric netdev, up and carrying `fabric_a_ip`.
         {_FABRIC_IFNAME} Check `ip -4 addr show dev <fabric_a_netdev>` on the node and run
         `sparkctl provision` if the fabric is not configured.""",
-        r"Bootstrap : no (?:NCCL_SOCKET_IFNAME )?(?:socket )?interface found",
-        r"is neither AF_INET\(2\) nor AF_INET6\(10\)",
+        _p(r"Bootstrap : no (?:NCCL_SOCKET_IFNAME )?(?:socket )?interface found",
+           S("nccl:src/bootstrap.cc:114@v2.28.9-1"),
+           ex="spark-2:4242:4242 [0] bootstrap.cc:114 NCCL WARN Bootstrap : no socket interface "
+              "found"),
+        _p(r"NET/Socket : no interface found",
+           S("nccl:src/transport/net_socket.cc:60@v2.28.9-1"),
+           ex="spark-2:4242:4242 [0] transport/net_socket.cc:60 NCCL WARN NET/Socket : no "
+              "interface found"),
+        _p(r"is neither AF_INET\(2\) nor AF_INET6\(10\)",
+           S("nccl:src/misc/socket.cc:819@v2.28.9-1"), S("issue:NVIDIA/nccl#1837"),
+           ex="[trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is neither "
+              "AF_INET(2) nor AF_INET6(10)"),
     ),
     _rule(
         "nccl_connect_retrying",
         "NCCL cannot connect to a peer yet and is retrying",
-        """NCCL retries a failed socket connect (34 times, about a minute) before it gives up.
-        'No route to host' means the socket interface cannot reach the peer's address (wrong
-        NCCL_SOCKET_IFNAME); 'Connection refused' that nothing listens there yet or a firewall
-        rejects (hiyouga/LlamaFactory #8045).""",
+        """NCCL retries a refused, unreachable or timed-out socket connect 34 times, sleeping
+        n x 100 ms (about a minute, NCCL_SOCKET_RETRY_CNT / NCCL_SOCKET_RETRY_SLEEP_MSEC)
+        before it gives up. 'No route to host' means the socket interface cannot reach the
+        peer's address (wrong NCCL_SOCKET_IFNAME); 'Connection refused' that nothing listens
+        there yet or a firewall rejects (hiyouga/LlamaFactory #8045).""",
         f"""If it does not clear: NCCL_SOCKET_IFNAME must be the fabric netdev on every node.
         {_FABRIC_IFNAME} Also {_FIREWALL}.""",
-        r"socket\w*Connect: connect returned .*retrying",
+        _p(r"socket\w*Connect: connect (?:to \S+ )?returned .*retrying",
+           S(f"{_NCCL_SOCKET}:587@v2.28.9-1"), S("issue:hiyouga/LlamaFactory#8045"),
+           ex=("spark-1:4242:4250 [0] NCCL INFO socketPollConnect: connect to "
+               "192.168.100.12<41234> returned Connection refused, retrying (3/34) after sleep "
+               "for 300 msec",
+               "NCCL INFO socketPollConnect: connect returned No route to host, retrying "
+               "(26/34) after sleep for 2600 msec")),
         fatal=False,
     ),
     _rule(
@@ -238,65 +474,64 @@ _RULES: tuple[_Rule, ...] = (
         f"""Set NCCL_SOCKET_IFNAME to the fabric interface on every node. {_FABRIC_IFNAME}
         Every node's `fabric_a_ip` must be on that interface, inside `fabric_a_subnet`. Then
         run `sparkctl validate` (its NCCL test uses the same environment).""",
-        r"socket\w*Connect: Connect to .*No route to host",
+        _p(r"socket\w*Connect: [Cc]onnect to .*No route to host",
+           S(f"{_NCCL_SOCKET}:582@v2.28.9-1"), S("issue:sgl-project/sglang#3820"),
+           ex=("spark-1:4242:4250 [0] misc/socket.cc:582 NCCL WARN socketPollConnect: connect "
+               "to 192.168.100.12<41234> returned No route to host, exceeded error retry count "
+               "after 35 attempts",
+               "NCCL WARN socketPollConnect: Connect to 10.0.0.4<56849> returned 113(No route "
+               "to host) errno 115(Operation now in progress)")),
     ),
     _rule(
         "nccl_connect_failed",
         "NCCL could not connect to a peer",
-        """A socket connect between ranks failed: 'Connection refused' means nothing listens
-        on that port (the peer died, or a firewall rejects); 'Connection timed out' or
-        'Software caused connection abort' means packets are dropped on the way (sglang
-        #5594).""",
+        """A socket connect between ranks failed for good: 'Connection refused' after every
+        retry means nothing listens on that port (the peer died, or a firewall rejects);
+        'Connection timed out' or 'Software caused connection abort' means packets are
+        dropped on the way (sglang #5594).""",
         f"""Look at the peer rank's log first. Then: {_FIREWALL}; NCCL_SOCKET_IFNAME must be
         the fabric netdev ({_FABRIC_IFNAME}); test the links with `sparkctl validate`.""",
-        r"socket\w*Connect: Connect to \S+ (?:returned|failed)",
-        # the lab's stand-in, on a worker whose NCCL peer never connected
-        r"no connection from rank 0 within --dist-timeout",
+        _p(r"socket\w*Connect: [Cc]onnect to \S+ (?:returned .*exceeded error retry count|"
+           r"returned \d+\(|failed)",
+           S(f"{_NCCL_SOCKET}:582@v2.28.9-1"), S(f"{_NCCL_SOCKET}:596@v2.28.9-1"),
+           S("issue:sgl-project/sglang#5594"),
+           ex=("NCCL WARN socketStartConnect: Connect to 10.0.0.82<38455> failed : Software "
+               "caused connection abort",
+               "spark-1:4242:4250 [0] misc/socket.cc:582 NCCL WARN socketPollConnect: connect "
+               "to 192.168.100.12<41234> returned Connection refused, exceeded error retry "
+               "count after 35 attempts")),
     ),
     _rule(
         "rendezvous_incomplete",
         "Not every rank joined the rendezvous",
         """The head waited --dist-timeout at --dist-init-addr and only some of the --nnodes
-        ranks arrived (sglang #507: '1/4 clients joined'): the others were not started,
-        failed early, or cannot reach the head.""",
+        ranks arrived (torch's TCPStore; sglang #507: '1/4 clients joined'): the others were
+        not started, failed early, or cannot reach the head.""",
         f"""Look at the missing ranks' journals (`journalctl -u sparkctl-sglang.service`) for
         their own error. Every host in the `sparks` group must run the unit; the workers must
         reach the head's `fabric_a_ip` on `sglang_dist_port`: {_FIREWALL}. `sparkctl
         validate` tests the fabric; `sglang_dist_timeout` sets how long the head waits.""",
-        r"waiting for clients\. \d+/\d+ clients joined",
-        r"DistStoreError: \d+/\d+ clients joined",
-    ),
-    _rule(
-        "rank_mismatch",
-        "The head refused a rank (different topology or model)",
-        """The lab's stand-in checks what real SGLang leaves to fail later: a rank whose
-        --nnodes/--tp, node rank or model config.json differ from the head's is refused.""",
-        """Every node must run the same `sglang_tp_size` and `sglang_nnodes` and the same model
-        (`sparkctl model sync`), with a unique `node_rank` per host; `sparkctl inventory
-        check`, then `sparkctl provision`.""",
-        r"DistStoreError: the head refused this rank",
-    ),
-    _rule(
-        "rank_rejected",
-        "The head rejected a rank that tried to join",
-        """The lab's stand-in logs this on the head when a rank with a different topology or
-        model tries to join; the head keeps waiting for the right one.""",
-        """Every node must run the same `sglang_tp_size` and `sglang_nnodes` and the same model
-        (`sparkctl model sync`), with a unique `node_rank` per host.""",
-        r"Rejected a rank from ",
-        fatal=False,
+        _p(r"waiting for clients\. \d+/\d+ clients joined",
+           S("torch:torch/csrc/distributed/c10d/TCPStore.cpp (TCPStore::waitForWorkers)"),
+           S("issue:sgl-project/sglang#507"),
+           ex="torch.distributed.DistStoreError: Timed out after 601 seconds waiting for "
+              "clients. 1/4 clients joined."),
     ),
     _rule(
         "address_not_local",
         "An address the server binds is not this node's",
-        """A bind failed with 'Cannot assign requested address': the address is not configured
-        on this node. It is the head's --dist-init-addr (the head's `fabric_a_ip`),
-        SGLANG_HOST_IP (ZeroMQ, this node's `fabric_a_ip`; sglang #4877) or --host.""",
+        """A bind failed with 'Cannot assign requested address' (EADDRNOTAVAIL): the address
+        is not configured on this node. It is the head's --dist-init-addr (the head's
+        `fabric_a_ip`), SGLANG_HOST_IP (the message queue's ZeroMQ bind on TP0, this node's
+        `fabric_a_ip`; sglang #4877) or --host.""",
         """Check that `ip -4 addr show dev <fabric_a_netdev>` carries this node's `fabric_a_ip`
         (`sparkctl provision` configures the fabric) and that the inventory gives each host
         its own `fabric_a_ip`; the HTTP address is `sglang_host` on the head and
         `sglang_worker_host` elsewhere.""",
-        r"[Cc]annot assign requested address",
+        _p(r"[Cc]annot assign requested address",
+           S("linux:strerror(EADDRNOTAVAIL)"), S("issue:sgl-project/sglang#4877"),
+           ex="(APIServer pid=396) zmq.error.ZMQError: Cannot assign requested address "
+              "(addr='tcp://10.27.91.102:13345')"),
     ),
     _rule(
         "port_in_use",
@@ -309,7 +544,11 @@ _RULES: tuple[_Rule, ...] = (
         a leftover container in `docker ps`) and stop it, or choose another `sglang_port`
         (HTTP, default 30000) or `sglang_dist_port` (rendezvous, default 50000; the head also
         uses the ports just above it) in the inventory.""",
-        r"[Aa]ddress already in use",
+        _p(r"[Aa]ddress already in use",
+           S("linux:strerror(EADDRINUSE)"), S("uvicorn:uvicorn/server.py (Server.startup)"),
+           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketListenOp)"),
+           ex="ERROR (uvicorn.error):  [Errno 98] error while attempting to bind on address "
+              "('0.0.0.0', 7878): address already in use"),
     ),
     _rule(
         "model_not_found",
@@ -320,144 +559,287 @@ _RULES: tuple[_Rule, ...] = (
         """The path is `sglang_model_path` (default /var/lib/sparkctl/models/current). Copy the
         model to every node with `sparkctl model sync` and check `ls
         <sglang_model_path>/config.json` on each.""",
-        r"HFValidationError: Repo id must be in the form",
-        r"We couldn't connect to 'https://huggingface\.co'",
-        r"is not a valid JSON file",
+        _p(r"HFValidationError: Repo id must be in the form",
+           S("huggingface_hub:src/huggingface_hub/utils/_validators.py (validate_repo_id)"),
+           ex="huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' "
+              "or 'namespace/repo_name': '~/models/deepseek-llm-7b-chat'. Use `repo_type` "
+              "argument if needed."),
+        _p(r"We couldn't connect to 'https://huggingface\.co'",
+           S("transformers:src/transformers/utils/hub.py (cached_files)"),
+           ex="OSError: We couldn't connect to 'https://huggingface.co' to load this file, "
+              "couldn't find it in the cached files and it looks like Qwen/Qwen3-8B is not the "
+              "path to a directory containing a file named config.json."),
+        _p(r"is not a valid JSON file",
+           S("transformers:src/transformers/configuration_utils.py (_dict_from_json_file)"),
+           ex="OSError: It looks like the config file at '/var/lib/sparkctl/models/current/"
+              "config.json' is not a valid JSON file."),
     ),
     _rule(
         "launch_args",
         "SGLang refused its command line",
-        """A flag does not exist in the installed SGLang or is misspelt (SGLang's flags use
-        dashes: --reasoning-parser, not --reasoning_parser; sglang #12818), or the multi-node
-        topology is inconsistent (node rank outside 0..nnodes-1, --tp not a multiple of
-        --nnodes, no --dist-init-addr).""",
+        """A flag does not exist in the installed SGLang, is misspelt (SGLang's flags use
+        dashes: --reasoning-parser, not --reasoning_parser; sglang #12818) or has a bad value,
+        or the topology is inconsistent (--tp not a multiple of --nnodes).""",
         """Extra flags come from `sglang_extra_args` (one list item per word): check them
         against `python3 -m sglang.launch_server --help` of the pinned `sglang_version` /
         `sglang_image`. The topology comes from `node_rank` (per host), `sglang_nnodes` and
         `sglang_tp_size`: `sparkctl inventory check`.""",
-        r"error: unrecognized arguments",
-        r"launch_server\.py: error: ",
-        r"please provide --dist-init-addr",
-        r"node_rank \d+ is not in \[",
-        r"must be divisible by nnodes",
+        _p(r"error: unrecognized arguments",
+           S("python:Lib/argparse.py (ArgumentParser.parse_args)"),
+           ex="sglang serve: error: unrecognized arguments: --reasoning_parser kimi_k2"),
+        _p(r"sglang serve: error: ",
+           S("sglang:srt/server_args.py:9355", 'argparse.ArgumentParser(prog="sglang serve")'),
+           ex="sglang serve: error: argument --port: invalid int value: 'x'"),
+        _p(r"launch_server\.py: error: ",
+           S("sglang@0.4.6:srt/server_args.py:1259", "parser = argparse.ArgumentParser()"),
+           S("issue:sgl-project/sglang#12818"),
+           ex="launch_server.py: error: unrecognized arguments: --reasoning_parser kimi_k2"),
+        _p(r"tp_size must be divisible by number of nodes",
+           S("sglang:srt/server_args.py:8704", '"tp_size must be divisible by number of nodes"'),
+           ex="AssertionError: tp_size must be divisible by number of nodes"),
     ),
     _rule(
         "kv_cache_no_memory",
         "No memory left for the KV cache",
         """After the weights are loaded there is no room for the KV cache at this
         --mem-fraction-static. SGLang sizes the cache as total memory x fraction minus what
-        is used, so its message says to *increase* the fraction (sglang #4330, PR #23181;
-        gpustack #3831). On a Spark the 128 GB are shared with the OS and every other
-        process.""",
+        is used, so its message says to *increase* the fraction (sglang #4330; gpustack
+        #3831). On a Spark the 128 GB are shared with the OS and every other process.""",
         """Raise `--mem-fraction-static` through `sglang_extra_args` (e.g. ["--mem-fraction-static",
         "0.85"]), or shrink what the cache must hold (`--context-length`,
         `--max-running-requests`), or serve a smaller / more quantised model; free unified
         memory on the node (other processes, a crashed container that kept its memory).""",
-        r"Not enough memory\. Please try to increase --mem-fraction-static",
-        r"Not enough memory to allocate KV cache",
+        _p(r"Not enough memory\. Please try to increase --mem-fraction-static",
+           S("sglang:srt/model_executor/pool_configurator.py:64",
+             '"Not enough memory. Please try to increase --mem-fraction-static."'),
+           ex="RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+              "Current value: mem_fraction_static=0.2"),
     ),
     _rule(
         "cuda_oom",
         "CUDA out of memory",
         """An allocation failed: the static pool (weights + KV cache, --mem-fraction-static)
         left too little for activations or CUDA graph capture (sglang #5285: 'Capture cuda
-        graph failed: CUDA out of memory'). On a Spark the GPU shares its 128 GB with the OS
-        and every other process on the node.""",
+        graph failed: CUDA out of memory'), or a running batch outgrew the pool ('Prefill/
+        Decode out of memory'). On a Spark the GPU shares its 128 GB with the OS and every
+        other process on the node.""",
         """Lower the static reservation: add `--mem-fraction-static` with a value below the
         one in the log's server_args (e.g. 0.8) to `sglang_extra_args`; during CUDA graph
-        capture also lower `--cuda-graph-max-bs`, or cap `--max-running-requests` /
+        capture also lower `--cuda-graph-max-bs-decode` (e.g. 16) or, as a last resort, add
+        `--cuda-graph-backend-decode=disabled`; cap `--max-running-requests` /
         `--context-length`. Stop other memory users on the node.""",
-        r"CUDA out of memory",
-        r"\bOutOfMemoryError\b",
+        _p(r"CUDA out of memory",
+           S("torch:c10/cuda/CUDACachingAllocator.cpp"),
+           ex="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 "
+              "has a total capacity of 119.70 GiB"),
+        _p(r"\bOutOfMemoryError\b",
+           S("torch:torch/cuda/memory.py (torch.OutOfMemoryError)"),
+           ex="torch.OutOfMemoryError: CUDA out of memory."),
+        _p(r"Capture cuda graph failed",
+           S("sglang:srt/model_executor/runner/decode_cuda_graph_runner.py:418",
+             'f"Capture cuda graph failed: {e}\\n"'),
+           ex="Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate "
+              "448.00 MiB. GPU 7 has a total capacity of 95.00"),
+        _p(r"(?:Prefill|Decode) out of memory\. Try to lower your batch size",
+           S("sglang:srt/mem_cache/allocation.py:240",
+             'f"Prefill out of memory. Try to lower your batch size.\\n"'),
+           S("sglang:srt/mem_cache/allocation.py:527",
+             'f"Decode out of memory. Try to lower your batch size.\\n"'),
+           ex="RuntimeError: Decode out of memory. Try to lower your batch size."),
+    ),
+    _rule(
+        "scheduler_killed",
+        "A scheduler process was killed during start-up (on a Spark: the OOM killer)",
+        """The rank's scheduler process died without a Python error; exit code -9 is SIGKILL,
+        which on a Spark's unified memory is usually the kernel's OOM killer taking the
+        largest process when weights, KV cache and the OS do not fit (SGLang's own hint:
+        `dmesg -T | grep -i oom`).""",
+        """Check `dmesg -T | grep -i oom` on the node. Lower `--mem-fraction-static` in
+        `sglang_extra_args`, cap `--context-length` / `--max-running-requests`, or serve a
+        smaller model; stop other memory users (leftover containers: `docker ps`).""",
+        _p(r"scheduler died during initialization",
+           S("sglang:srt/entrypoints/engine.py:1681",
+             'f"Rank {rank} scheduler died during initialization "'),
+           S("issue:MiaAI-Lab/Qwen3.8-Flash-Next-Dual-DGX-Sparks#3"),
+           ex="RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If "
+              "exit code is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | "
+              "grep -i oom` to check."),
     ),
     _rule(
         "memory_unbalanced",
         "Free memory differs between the ranks",
-        """SGLang refuses to start when one rank has noticeably less free memory than the
-        others: something else holds memory on that node (sglang #1533). On a Spark a crashed
-        or hard-stopped container can keep its unified memory after it exits, so the next
-        start fails with this (al-engr.com, 2x DGX Spark).""",
+        """One rank has noticeably less free memory than the others: something else holds
+        memory on that node (sglang #1533). On a Spark a crashed or hard-stopped container
+        can keep its unified memory after it exits, so the next start fails with this
+        (al-engr.com, 2x DGX Spark). The pinned release only warns unless
+        SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK is set.""",
         """On the node with less free memory, stop leftover servers and containers
         (`systemctl status sparkctl-sglang.service`, `docker ps`) and other memory users;
         reboot it if the memory does not come back; then `sparkctl serve up` again.""",
-        r"The memory capacity is unbalanced",
+        _p(r"The memory capacity is unbalanced",
+           S("sglang:srt/distributed/bootstrap.py:264", '"The memory capacity is unbalanced. '),
+           ex="The memory capacity is unbalanced. Some GPUs may be occupied by other processes."),
     ),
     _rule(
         "unbalanced_loading",
         "Other ranks did not finish loading the weights",
-        """This rank loaded its weights, but the others did not reach the barrier in time:
-        another rank failed (often out of memory) or is slow, e.g. reading the model from a
-        slow disk (sglang #4503, kvcache-ai/ktransformers #1666).""",
+        """This rank loaded its weights, but the others did not reach the barrier within 480 s
+        (dist_barrier_after_load): another rank failed (often out of memory) or is slow,
+        e.g. reading the model from a slow disk (sglang #4503, kvcache-ai/ktransformers
+        #1666).""",
         """Look at the other ranks' logs for their own error. Keep the model on local disk of
         every node (`sparkctl model sync`, `sglang_model_path`) and check free memory there.""",
-        r"other ranks that didn't finish loading",
-        r"rank \d+ did not finish loading",  # the lab's stand-in (its loading barrier)
+        _p(r"other ranks that didn't finish loading",
+           S("sglang:srt/model_executor/model_runner_components/load_model_utils.py:335",
+             "but there are other ranks that didn't finish loading."),
+           ex="ValueError: TP rank 1 could finish the model loading, but there are other ranks "
+              "that didn't finish loading. It is likely due to unexpected failures (e.g., OOM) "
+              "or a slow node."),
     ),
     _rule(
         "peer_lost",
         "A peer rank went away (process exit or network error)",
         """A collective lost a peer: another rank exited, or the fabric link between them
-        dropped (NCCL 'ncclRemoteError: ... remote process exiting prematurely', 'Connection
-        closed by remote peer'; Gloo's monitoredBarrier naming the faulty rank, sglang
-        #5602).""",
+        dropped (NCCL 'remote process exited or there was a network error', 'Connection
+        closed by remote peer'; Gloo's 'Connection closed by peer' and monitoredBarrier naming
+        the faulty rank, sglang #5602), or a forward pass stopped for --watchdog-timeout.""",
         """Look at the other ranks' logs first and fix their error. If every rank was healthy,
         test the links with `sparkctl validate` (link speed, MTU, RoCE).""",
-        r"\bncclRemoteError\b",
-        r"remote process exited or there was a network error",
-        r"Connection closed by remote peer",
-        r"received errors while waiting for send/recv from rank",
-        r"Scheduler watchdog timeout",
+        _p(r"\bncclRemoteError\b",
+           S("torch:torch/csrc/distributed/c10d/NCCLUtils.cpp (getNcclErrorDetailStr)"),
+           ex="ncclRemoteError: A call failed possibly due to a network error or a remote "
+              "process exiting prematurely."),
+        _p(r"remote process exited or there was a network error",
+           S("nccl:src/init.cc:2691@v2.28.9-1"),
+           ex="RuntimeError: NCCL error: remote process exited or there was a network error"),
+        _p(r"Connection closed by (?:remote )?peer",
+           S(f"{_NCCL_SOCKET}:71@v2.28.9-1"), S("gloo:gloo/transport/tcp/pair.cc (Pair::read)"),
+           ex=("spark-1:4242:4250 [0] misc/socket.cc:71 NCCL WARN socketProgress: Connection "
+               "closed by remote peer spark-2<41234>",
+               "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+               "Connection closed by peer [10.0.1.9]:45459")),
+        _p(r"received errors while waiting for send/recv from rank",
+           S("torch:torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (monitoredBarrier)"),
+           S("issue:sgl-project/sglang#5602"),
+           ex="Rank 3 successfully reached monitoredBarrier, but received errors while waiting "
+              "for send/recv from rank 0. Please check rank 0 logs for faulty rank."),
+        _p(r"Scheduler watchdog timeout",
+           S("sglang:srt/utils/watchdog.py:154", 'f"{self.debug_name} watchdog timeout "'),
+           S("sglang:srt/managers/scheduler_components/invariant_checker.py:482",
+             'debug_name="Scheduler"'),
+           ex="[2026-03-08 14:00:00 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, "
+              "self.soft=False)"),
     ),
     _rule(
         "warmup_failed",
         "The server's warm-up request failed",
-        """Rank 0 serves HTTP, but its own warm-up generation failed (sglang #2468: a 502 to
-        the warm-up request): the request did not reach the server (an HTTP proxy from
-        http_proxy/https_proxy answered), or the tensor-parallel group could not finish a
-        forward pass because a rank or a link is down.""",
+        """TP0 serves HTTP, but its own warm-up request (GET /model_info, then POST /generate)
+        failed (sglang #2468: a 502 to the warm-up request): the request did not reach the
+        server (an HTTP proxy from http_proxy/https_proxy answered), or the tensor-parallel
+        group could not finish a forward pass because a rank or a link is down. The release
+        then kills the server.""",
         """Look at the other ranks' logs for an error. Keep proxies out of the unit's
         environment or put 127.0.0.1,localhost in NO_PROXY through `sglang_env_extra`; test
         the links with `sparkctl validate`.""",
-        r"Initialization failed\. warmup error",
+        _p(r"Initialization failed\. warmup error",
+           S(f"sglang:{_HTTP}:2324", 'f"Initialization failed. warmup error: {last_traceback}"'),
+           S(f"sglang:{_HTTP}:2185", 'f"Initialization failed. warmup error: {last_traceback}"'),
+           ex="[2024-12-13 01:47:34] Initialization failed. warmup error: Traceback (most recent "
+              "call last):"),
     ),
     _rule(
         "health_check_failed",
         "/health did not get a token in time",
         """The health check's one-token generation did not come back within
         SGLANG_HEALTH_CHECK_TIMEOUT (20 s by default): the server is busy with a long prefill,
-        or the tensor-parallel group is stuck (SGLang http_server.py).""",
+        or the tensor-parallel group is stuck.""",
         """If another rank logged an error, fix that. If the server is only busy, raise
         SGLANG_HEALTH_CHECK_TIMEOUT through `sglang_env_extra`.""",
-        r"Health check failed\. Server couldn't get a response from detokenizer",
+        _p(r"Health check failed\. Server couldn't get a response from detokenizer",
+           S(f"sglang:{_HTTP}:714",
+             'f"Health check failed. Server couldn\'t get a response from detokenizer for last "'),
+           ex="[2026-03-08 14:00:00] Health check failed. Server couldn't get a response from "
+              "detokenizer for last 20 seconds. tic start time: 13:59:40. last_heartbeat time: "
+              "13:59:12"),
         fatal=False,
     ),
     _rule(
         "dist_init_unreachable",
         "This rank cannot reach the rendezvous (--dist-init-addr)",
         """torch.distributed gave up connecting to the TCPStore at --dist-init-addr (the
-        head's `fabric_a_ip`:`sglang_dist_port`): the head is not running or failed, the
-        address is not reachable from this node, or a firewall drops the packets (sglang
-        #2561; hpcaitech/Open-Sora #667).""",
+        head's `fabric_a_ip`:`sglang_dist_port`), or lost it: the head is not running or
+        failed, the address is not reachable from this node, or a firewall drops the packets
+        (sglang #2561; hpcaitech/Open-Sora #667).""",
         f"""Check that the head's unit runs and printed 'Init torch distributed begin.', and
         that this node reaches the head's `fabric_a_ip` over the fabric (`sparkctl
         validate`). Also: {_FIREWALL}.""",
-        r"DistNetworkError: The client socket has timed out",
-        r"\[c10d\] The client socket has timed out after",
-        r"The client socket has failed to connect to any network address",
-        r"TCP client failed to connect/validate to host \S+ - timed out",
-        r"DistNetworkError: failed to recv",
-        r"\[c10d\] waitForInput: .*timed out after",
+        _p(r"\[c10d\] The client socket has timed out after|DistNetworkError: The client socket "
+           r"has timed out after",
+           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::throwTimeoutError)"),
+           S("issue:sgl-project/sglang#2561"),
+           ex="[E1226 15:44:25.497183572 socket.cpp:1011] [c10d] The client socket has timed out "
+              "after 600000ms while trying to connect to (sws-8h100grid-05, 8000)."),
+        _p(r"The client socket has failed to connect to any network address",
+           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::run)"),
+           ex="[E socket.cpp:753] [c10d] The client socket has failed to connect to any network "
+              "address of (6841231, 47389)."),
+        _p(r"TCP client failed to connect/validate to host \S+ - timed out",
+           S("torch:torch/csrc/distributed/c10d/TCPStore.cpp (TCPClient::connect)"),
+           ex="[E1226 15:54:25.497497753 TCPStore.cpp:358] [c10d] TCP client failed to "
+              "connect/validate to host sws-8h100grid-05:8000 - timed out (try=1, "
+              "timeout=600000ms): The client socket has timed out after 600000ms"),
+        _p(r"DistNetworkError: [Ff]ailed to recv",
+           S("torch:torch/csrc/distributed/c10d/Utils.hpp (recvBytes)"),
+           ex="torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was "
+              "likely closed. Did the remote server shutdown or crash?"),
+        _p(r"\[c10d\] waitForInput: .*timed out after",
+           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketImpl::waitForInput)"),
+           S("issue:sgl-project/sglang#7478"),
+           ex="[rank0]:[E623 15:37:03.781413227 socket.cpp:460] [c10d] waitForInput: poll for "
+              "socket SocketImpl(fd=56, addr=[::ffff:10.0.0.1]:41234) returned 0, likely a "
+              "timeout, timed out after 1800000ms"),
     ),
     _rule(
         "dist_init_retrying",
         "This rank cannot reach the rendezvous yet and is retrying",
-        """torch.distributed keeps retrying the TCPStore at --dist-init-addr. Normal for a few
-        seconds while the head starts (workers start first); a problem if it goes on.""",
+        """torch.distributed keeps retrying the TCPStore at --dist-init-addr. A refused
+        connect is retried without a word while the head starts (workers start first); this
+        warning is printed for other errors (no route, timed out), a problem if it goes on.""",
         f"""If it does not clear: the head must be running; this node must reach the head's
         `fabric_a_ip` on `sglang_dist_port` over the fabric; {_FIREWALL}.""",
-        r"\[c10d\] The client socket has failed to connect to",
-        r"TCP client failed to connect/validate to host \S+ - retrying",
+        _p(r"\[c10d\] The client socket has failed to connect to \[",
+           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::tryConnect)"),
+           S("issue:hpcaitech/Open-Sora#667"),
+           ex="[W socket.cpp:697] [c10d] The client socket has failed to connect to "
+              "[::ffff:0.104.99.143]:47389 (errno: 110 - Connection timed out)."),
+        _p(r"\[c10d\] The client socket has failed to connect to \d",
+           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::tryConnect)"),
+           ex="[W socket.cpp:697] [c10d] The client socket has failed to connect to "
+              "0.104.99.143:47389 (errno: 110 - Connection timed out)."),
+        _p(r"TCP client failed to connect/validate to host \S+ - retrying",
+           S("torch:torch/csrc/distributed/c10d/TCPStore.cpp (TCPClient::connect)"),
+           ex="[W1226 15:44:25.497497753 TCPStore.cpp:358] [c10d] TCP client failed to "
+              "connect/validate to host sws-8h100grid-05:8000 - retrying (try=0, timeout="
+              "600000ms, delay=82879ms)"),
         fatal=False,
+    ),
+    # Last, so that a specific error on the same line wins; the traceback's last
+    # line, a few lines below, names the cause.
+    _rule(
+        "scheduler_exception",
+        "A rank's scheduler raised during start-up",
+        """The scheduler process (distributed init, weight loading, memory pool, CUDA graphs)
+        raised an exception; SGLang logs the traceback, SIGQUITs its main process, and the
+        rank is killed (exit by SIGKILL). The cause is the traceback's last line, in the
+        rank's log right below; a known one is named as well.""",
+        """Read the last line of the traceback in `sparkctl serve logs <inventory> <node>` (or
+        `journalctl -u sparkctl-sglang.service` on the node) and fix that; if it is a network
+        error, also look at the other ranks' logs and run `sparkctl validate`.""",
+        _p(r"Scheduler hit an exception",
+           S("sglang:srt/managers/scheduler.py:4951",
+             'logger.error(f"Scheduler hit an exception: {traceback}")'),
+           ex="[2025-01-30 18:11:34 TP10] Scheduler hit an exception: Traceback (most recent "
+              "call last):"),
     ),
 )
 
@@ -466,10 +848,11 @@ _HANG_RULES: dict[str, _Rule] = {r.id: r for r in (
         "dist_init_hang",
         "Start-up stalls at the distributed rendezvous",
         """The rank has not got past torch.distributed init: it waits for all --nnodes ranks
-        at --dist-init-addr (the head's `fabric_a_ip`:`sglang_dist_port`), or for Gloo/NCCL
-        connections that are being dropped. Typical causes: a rank not started or already
-        failed, the head's address unreachable from a node, a firewall, or NCCL/Gloo on an
-        interface that cannot reach the others (sglang #958: 'stopped at Init nccl begin').""",
+        at --dist-init-addr (the head's `fabric_a_ip`:`sglang_dist_port`; a refused connect
+        is retried without a log line), or for Gloo/NCCL connections that are being dropped.
+        Typical causes: a rank not started or already failed, the head's address unreachable
+        from a node, a firewall, or NCCL/Gloo on an interface that cannot reach the others
+        (sglang #958: 'stopped at Init nccl begin').""",
         f"""Check that every rank printed 'Init torch distributed begin.' and look at the ones
         that did not. NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME must be the fabric netdev
         ({_FABRIC_IFNAME}); {_FIREWALL}. `sparkctl validate` tests the fabric between all
@@ -478,27 +861,81 @@ _HANG_RULES: dict[str, _Rule] = {r.id: r for r in (
     _rule(
         "cuda_graph_hang",
         "CUDA graph capture does not finish",
-        """No progress since 'Capture cuda graph begin': multi-node CUDA graph capture can
-        deadlock on an NCCL collective inside the graph; on 2x DGX Spark both nodes sat at
-        0/36 batch sizes after 34 minutes, GPUs spinning (al-engr.com, SGLang v0.5.12, citing
-        sglang #19991).""",
-        """Add `--disable-cuda-graph` to `sglang_extra_args` (the same report found the
-        SGLANG_DISABLE_CUDA_GRAPH environment variable had no effect in v0.5.12), or capture
-        fewer batch sizes with a smaller `--cuda-graph-max-bs`.""",
+        """No progress since 'Capture target ... CUDA graph begin': multi-node CUDA graph
+        capture can deadlock on an NCCL collective inside the graph; on 2x DGX Spark both
+        nodes sat at 0/36 batch sizes after 34 minutes, GPUs spinning (al-engr.com, SGLang
+        v0.5.12, citing sglang #19991). The capture bar is TP0's only and reaches the journal
+        when it ends.""",
+        """Capture fewer batch sizes with a smaller `--cuda-graph-max-bs-decode`, or disable
+        the capture: add `--cuda-graph-backend-decode=disabled` (and
+        `--cuda-graph-backend-prefill=disabled`) to `sglang_extra_args` (the same report found
+        the SGLANG_DISABLE_CUDA_GRAPH environment variable had no effect).""",
     ),
 )}
 
-_BY_ID: dict[str, _Rule] = {r.id: r for r in (*_RULES, *_HANG_RULES.values())}
+# ------------------------------------------------------------ NCCL transport
+#: NCCL's own lines that say which network a communicator uses (NCCL_DEBUG=INFO).
+TRANSPORT_PATTERNS: Mapping[str, tuple[Pattern, ...]] = MappingProxyType({
+    "ib": (
+        _p(r"NCCL INFO Using network IB\b", S("nccl:src/init.cc:428@v2.28.9-1"),
+           ex="spark-1:4242:4242 [0] NCCL INFO Using network IB"),
+        _p(r"NCCL INFO Assigned NET plugin IB to comm", S("nccl:src/plugin/net.cc:244@v2.28.9-1"),
+           ex="spark-1:4242:4242 [0] NCCL INFO Assigned NET plugin IB to comm"),
+        _p(r"NCCL INFO Channel \d+(?:/\d+)? : .* via NET/IB/",
+           S("nccl:src/transport/net.cc:313@v2.28.9-1"),
+           ex="spark-1:4242:4242 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via "
+              "NET/IB/0/GDRDMA"),
+    ),
+    "socket": (
+        _p(r"NCCL INFO Using network Socket\b", S("nccl:src/init.cc:428@v2.28.9-1"),
+           ex="spark-1:4242:4242 [0] NCCL INFO Using network Socket"),
+        _p(r"NCCL INFO Assigned NET plugin Socket to comm",
+           S("nccl:src/plugin/net.cc:244@v2.28.9-1"),
+           ex="spark-1:4242:4242 [0] NCCL INFO Assigned NET plugin Socket to comm"),
+        _p(r"NCCL INFO Channel \d+(?:/\d+)? : .* via NET/Socket/",
+           S("nccl:src/transport/net.cc:313@v2.28.9-1"),
+           ex="spark-1:4242:4242 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via "
+              "NET/Socket/0"),
+        # No RDMA device at all: NCCL falls back to sockets.
+        _p(r"NCCL INFO NET/IB : No device found\.", S("nccl:src/transport/net_ib.cc:826@v2.28.9-1"),
+           ex="spark-1:4242:4242 [0] NCCL INFO NET/IB : No device found."),
+    ),
+})
+
+_TRANSPORT_RULE = _rule(
+    "nccl_socket_transport",
+    "NCCL moves the data over TCP sockets, not RDMA",
+    """NCCL's INFO lines show the Socket transport ('Using network Socket', 'via NET/Socket',
+    or 'NET/IB : No device found.'): the ConnectX-7 RoCE devices were not usable, so
+    all-reduces go over TCP at a fraction of the 200 Gb/s. Causes: NCCL_IB_HCA names devices
+    that do not exist or are down, the RDMA stack is missing in the container (no
+    /dev/infiniband, no libibverbs), or the GID index does not match the fabric address.""",
+    """Check the devices on every node with `ibv_devinfo` and `sparkctl validate` (RoCE, GID
+    index); the NCCL environment comes from the nccl role (`nccl_ib_hca`, `nccl_ib_gid_index`
+    in /etc/sparkctl/nccl.env); the container method must pass /dev/infiniband and run with
+    LimitMEMLOCK=infinity; then `sparkctl provision` and `sparkctl serve up` again.""",
+)
+
+_BY_ID: dict[str, _Rule] = {r.id: r for r in (*_RULES, *_HANG_RULES.values(), _TRANSPORT_RULE)}
 
 #: Every signature this module can report, by id (``line`` and ``rank`` empty).
 SIGNATURES: Mapping[str, Signature] = MappingProxyType(
     {id_: rule.signature() for id_, rule in _BY_ID.items()})
 
+#: Every pattern with what it stands for: a phase's value, a signature id, ``failure``
+#: (ends start-up without a signature) or ``transport:ib`` / ``transport:socket``.
+PATTERNS: tuple[tuple[str, Pattern], ...] = (
+    *((phase.value, p) for phase, p in _PHASE_PATTERNS),
+    *(("failure", p) for p in _GENERIC_FAILURES),
+    *((rule.id, p) for rule in _RULES for p in rule.patterns),
+    *((f"transport:{kind}", p) for kind, ps in TRANSPORT_PATTERNS.items() for p in ps),
+)
+
 #: Seconds without progress after which :func:`hang_signature` calls a phase a hang.
 #: STARTING covers imports and tokenizer loading (a minute or two on a Spark);
 #: the rendezvous and NCCL init take seconds once every rank is up; after
 #: NCCL is ready 'Init torch distributed ends' follows at once; CUDA graph
-#: capture "can take up to several minutes" (SGLang's own log line).
+#: capture takes minutes for the default batch sizes.
 HANG_AFTER: Mapping[Phase, float] = MappingProxyType({
     Phase.STARTING: 600.0,
     Phase.DIST_INIT: 300.0,
@@ -530,10 +967,11 @@ def phase_of(line: str) -> Phase | None:
     """The phase a log line announces; ``FAILED`` for a line that ends start-up.
 
     Warnings (a :class:`Signature` with ``fatal=False``) and ordinary lines,
-    e.g. ``NCCL INFO`` chatter, announce nothing and give None.
+    e.g. ``NCCL INFO`` chatter or the deprecated-endpoint warning, announce
+    nothing and give None.
     """
     rule = _rule_for(line)
-    if (rule is not None and rule.fatal) or _GENERIC_FAILURE.search(line):
+    if (rule is not None and rule.fatal) or any(p.search(line) for p in _GENERIC_FAILURES):
         return Phase.FAILED
     for phase, pattern in _PHASE_PATTERNS:
         if pattern.search(line):
@@ -541,9 +979,40 @@ def phase_of(line: str) -> Phase | None:
     return None
 
 
+def _transport_of(line: str) -> str | None:
+    for kind, patterns in TRANSPORT_PATTERNS.items():
+        if any(p.search(line) for p in patterns):
+            return kind
+    return None
+
+
+def nccl_transport(lines: Iterable[str]) -> str | None:
+    """The network NCCL uses, from its INFO lines: ``'socket'`` if any line shows the Socket
+    transport (or no IB device), else ``'ib'`` if one shows IB, else None (NCCL_DEBUG below
+    INFO, or a line of neither kind). One socket communicator is enough to call it sockets:
+    where RDMA is expected, it is the one that makes the group slow."""
+    seen: set[str] = set()
+    for line in lines:
+        kind = _transport_of(line)
+        if kind:
+            seen.add(kind)
+    if "socket" in seen:
+        return "socket"
+    return "ib" if "ib" in seen else None
+
+
+def transport_signature(transport: str | None, *, expected: str = "ib",
+                        rank: int | None = None, line: str = "") -> Signature | None:
+    """``nccl_socket_transport`` when NCCL uses sockets where ``expected`` is ``'ib'``."""
+    if expected == "ib" and transport == "socket":
+        return _TRANSPORT_RULE.signature(line, rank)
+    return None
+
+
 @dataclass
 class RankLog:
-    """One rank's log as it streams in: its phase and the signatures seen so far.
+    """One rank's log as it streams in: its phase, the signatures seen so far, and the NCCL
+    transport its INFO lines showed.
 
     Feeding lines one at a time gives the same answer as :func:`match` over
     the whole log, including what only context can tell: a c10d timeout after
@@ -556,10 +1025,14 @@ class RankLog:
     progress: Phase = Phase.STARTING  # furthest phase short of FAILED
     milestones: list[Phase] = field(default_factory=list)
     signatures: list[Signature] = field(default_factory=list)
+    transport: str | None = None  # as nccl_transport() over the lines fed so far
 
     def feed(self, line: str) -> list[Signature]:
         """Take one line; return the signatures it adds (new ids only)."""
         line = line.rstrip("\r\n")
+        kind = _transport_of(line)
+        if kind and self.transport != "socket":
+            self.transport = kind
         phase = phase_of(line)
         rule = _rule_for(line)
         if rule is not None and rule.id == "dist_init_unreachable" \
@@ -614,8 +1087,8 @@ def hang_signature(last_phase: Phase, seconds: float, *, rank: int | None = None
     address, port or firewall. After NCCL init succeeded (``NCCL_READY``):
     the ``SGLANG_HOST_IP`` message-queue hang. During CUDA graph capture: the
     multi-node capture deadlock. None while the wait is still plausible
-    (:data:`HANG_AFTER`), and for phases where waiting is normal (a worker
-    rank rests at ``KV_CACHE``/``ENGINE_READY``; large models load for long).
+    (:data:`HANG_AFTER`), and for phases where waiting is normal (a rank other
+    than TP0 rests at ``ENGINE_READY``; large models load for long).
     ``line`` is the rank's last log line, kept in the signature.
     """
     limit = HANG_AFTER.get(last_phase)

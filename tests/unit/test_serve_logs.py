@@ -1,11 +1,12 @@
 """sparkctl.serve.logs: start-up phases and failure signatures in SGLang rank logs.
 
 The fixtures are real log excerpts (tests/fixtures/sglang, SOURCES.md says
-where each comes from); the expected phases and signatures of each are
-written out here, not derived from the code under test. The lab stand-in's
-lines are copied from its source with its placeholders filled in, and each
-case names the piece of the source it comes from, so a changed stand-in
-breaks the test rather than silently escaping it.
+where each comes from); the expected phases, signatures and NCCL transport
+of each are written out here, not derived from the code under test. The lab
+stand-in's lines are rendered from its catalogue of the release's strings
+(sparkctl/lab/standins/sglang/release.py) with the prefixes it prints, and
+every message of that catalogue has a case, so a changed or added stand-in
+line breaks the test rather than silently escaping it.
 """
 
 # ruff: noqa: E501 -- log lines are quoted as the programs print them
@@ -16,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl.lab.standins.sglang import release as rel
 from sparkctl.serve import logs
 from sparkctl.serve.logs import Phase, RankLog, Signature
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sglang"
-STANDIN = REPO / "sparkctl" / "lab" / "standins" / "sglang" / "launch_server.py"
 
 P = Phase
 
@@ -38,15 +39,23 @@ EXPECTED: dict[str, tuple[list[Phase], list[str]]] = {
     "hang_after_nccl_init_sglang4978.log": ([P.NCCL_READY], []),
     "hang_at_dist_init_sglang30609.log": ([P.DIST_INIT], []),
     # ... until torch's store times out, 30 minutes later: the same hang, named
-    "hang_after_nccl_init_sglang7478.log": ([P.DIST_INIT, P.NCCL_READY, P.FAILED], ["host_ip_hang"]),
-    # failures
-    "gloo_connectfullmesh_sglang3226.log": ([P.DIST_INIT, P.FAILED], ["gloo_connect_full_mesh"]),
+    "hang_after_nccl_init_sglang7478.log": ([P.DIST_INIT, P.NCCL_READY, P.FAILED],
+                                            ["host_ip_hang", "scheduler_exception"]),
+    # NCCL's transport lines: neither a phase nor a failure (nccl_transport reads them)
+    "nccl_socket_transport_sglang3398.log": ([], []),
+    "nccl_via_socket_nccl952.log": ([], []),
+    "nccl_ib_transport_nccl707.log": ([], []),
+    # failures ("Scheduler hit an exception" on the release's traceback line as well)
+    "gloo_connectfullmesh_sglang3226.log": ([P.DIST_INIT, P.FAILED],
+                                            ["gloo_connect_full_mesh", "scheduler_exception"]),
     "gloo_loopback_vllm_backport14.log": ([], ["gloo_loopback"]),
     "gloo_no_address_awsdoeks51.log": ([P.FAILED], ["gloo_no_address"]),
-    "nccl_no_route_sglang3820.log": ([P.DIST_INIT, P.FAILED], ["nccl_no_route"]),
+    "nccl_no_route_sglang3820.log": ([P.DIST_INIT, P.FAILED],
+                                     ["nccl_no_route", "scheduler_exception"]),
     "nccl_no_route_hkproj1.log": ([P.FAILED], ["nccl_no_route"]),
     "nccl_connect_retrying_llamafactory8045.log": ([], ["nccl_connect_retrying"]),
-    "nccl_connect_abort_sglang5594.log": ([P.FAILED], ["nccl_connect_failed"]),
+    "nccl_connect_abort_sglang5594.log": ([P.FAILED],
+                                          ["nccl_connect_failed", "scheduler_exception"]),
     "nccl_no_interface_nccl1837.log": ([P.FAILED], ["nccl_no_interface"]),
     "dist_init_timeout_sglang2561.log": ([P.FAILED], ["dist_init_unreachable", "dist_init_retrying"]),
     "dist_init_connect_opensora667.log": ([P.FAILED], ["dist_init_retrying", "dist_init_unreachable"]),
@@ -61,8 +70,9 @@ EXPECTED: dict[str, tuple[list[Phase], list[str]]] = {
     "cuda_oom_cuda_graph_sglang5285.log": ([P.FAILED], ["cuda_oom"]),
     "cuda_oom_torch_fireredtts2_17.log": ([P.FAILED], ["cuda_oom"]),
     "memory_unbalanced_sglang1533.log": ([P.FAILED], ["memory_unbalanced"]),
-    "unbalanced_loading_ktransformers1666.log": ([P.FAILED], ["unbalanced_loading"]),
-    "peer_lost_sglang5602.log": ([P.FAILED], ["peer_lost"]),
+    "unbalanced_loading_ktransformers1666.log": ([P.FAILED],
+                                                 ["unbalanced_loading", "scheduler_exception"]),
+    "peer_lost_sglang5602.log": ([P.FAILED], ["peer_lost", "scheduler_exception"]),
     "peer_lost_ncclremote_stanford_alpaca207.log": ([P.FAILED], ["peer_lost"]),
     "warmup_failed_sglang2468.log": ([P.WEIGHTS_LOADED, P.KV_CACHE, P.CUDA_GRAPH, P.ENGINE_READY,
                                       P.HTTP_READY, P.FAILED], ["warmup_failed"]),
@@ -71,9 +81,10 @@ EXPECTED: dict[str, tuple[list[Phase], list[str]]] = {
 # What each signature's fix must name: the inventory variable, environment
 # variable, flag or command that fixes it.
 FIX_NAMES: dict[str, tuple[str, ...]] = {
-    "host_ip_hang": ("SGLANG_HOST_IP", "`fabric_a_ip`", "sparkctl validate"),
+    "host_ip_hang": ("SGLANG_HOST_IP", "head", "`fabric_a_ip`", "sparkctl validate"),
     "dist_init_hang": ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "`sglang_firewall_fabric_cidrs`", "sparkctl validate"),
-    "cuda_graph_hang": ("--disable-cuda-graph", "`sglang_extra_args`"),
+    "cuda_graph_hang": ("--cuda-graph-backend-decode=disabled", "--cuda-graph-max-bs-decode",
+                        "`sglang_extra_args`"),
     "gloo_connect_full_mesh": ("GLOO_SOCKET_IFNAME", "`nccl_socket_ifname`", "`fabric_a_netdev`"),
     "gloo_no_address": ("GLOO_SOCKET_IFNAME", "`fabric_a_netdev`"),
     "gloo_loopback": ("GLOO_SOCKET_IFNAME", "`nccl_socket_ifname`"),
@@ -82,14 +93,16 @@ FIX_NAMES: dict[str, tuple[str, ...]] = {
     "nccl_no_route": ("NCCL_SOCKET_IFNAME", "`nccl_socket_ifname`", "`fabric_a_subnet`", "sparkctl validate"),
     "nccl_connect_failed": ("`sglang_firewall_fabric_ports`", "NCCL_SOCKET_IFNAME"),
     "rendezvous_incomplete": ("`sglang_dist_port`", "`sglang_dist_timeout`"),
-    "rank_mismatch": ("`sglang_tp_size`", "`node_rank`", "sparkctl model sync"),
-    "rank_rejected": ("`sglang_nnodes`", "`node_rank`"),
     "address_not_local": ("`fabric_a_ip`", "`sglang_host`"),
     "port_in_use": ("`sglang_port`", "`sglang_dist_port`"),
     "model_not_found": ("`sglang_model_path`", "sparkctl model sync"),
     "launch_args": ("`sglang_extra_args`", "`sglang_tp_size`", "sparkctl inventory check"),
     "kv_cache_no_memory": ("--mem-fraction-static", "`sglang_extra_args`"),
-    "cuda_oom": ("--mem-fraction-static", "`sglang_extra_args`", "--cuda-graph-max-bs"),
+    "cuda_oom": ("--mem-fraction-static", "`sglang_extra_args`", "--cuda-graph-max-bs-decode",
+                 "--cuda-graph-backend-decode=disabled"),
+    "scheduler_killed": ("dmesg -T | grep -i oom", "--mem-fraction-static"),
+    "scheduler_exception": ("sparkctl serve logs", "sparkctl validate"),
+    "nccl_socket_transport": ("`nccl_ib_hca`", "`nccl_ib_gid_index`", "sparkctl validate"),
     "memory_unbalanced": ("sparkctl-sglang.service", "docker ps"),
     "unbalanced_loading": ("`sglang_model_path`", "sparkctl model sync"),
     "peer_lost": ("sparkctl validate",),
@@ -145,6 +158,11 @@ def test_clean_start_up_has_no_failure(name: str) -> None:
     "[2025-06-23 15:06:59 TP0] Found nccl from library libnccl.so.2",
     "[2025-06-23 15:07:01 TP6] Connecting to tcp://127.0.0.1:57063",
     "[2025-11-30 11:18:06] Endpoint '/get_model_info' is deprecated and will be removed in a future version. Please use '/model_info' instead.",
+    "[2026-03-08 12:30:01] Endpoint '/get_server_info' is deprecated and will be removed in a future version. Please use '/server_info' instead.",
+    "\x1b[1;33m'--disable-cuda-graph' is deprecated and will be removed in a future release. Use '--cuda-graph-backend-{decode,prefill}=disabled' instead.\x1b[0m",
+    "spark-1:4242:4242 [0] NCCL INFO NET/IB : No device found.",
+    "spark-1:4242:4242 [0] NCCL INFO Using network Socket",
+    "spark-1:4242:4242 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0",
     "2025-03-27 21:33:31,320 - INFO - flashinfer.jit: Prebuilt kernels not found, using JIT backend",
 ])
 def test_info_lines_are_neither_phase_nor_failure(line: str) -> None:
@@ -179,8 +197,8 @@ def test_signature_texts_are_single_paragraphs() -> None:
 
 def test_warnings_are_not_fatal_and_do_not_fail_the_rank() -> None:
     warnings = {i for i, s in logs.SIGNATURES.items() if not s.fatal}
-    assert warnings == {"gloo_loopback", "nccl_connect_retrying", "rank_rejected",
-                        "health_check_failed", "dist_init_retrying"}
+    assert warnings == {"gloo_loopback", "nccl_connect_retrying", "health_check_failed",
+                        "dist_init_retrying"}
     for name in ("gloo_loopback_vllm_backport14.log", "nccl_connect_retrying_llamafactory8045.log"):
         assert all(logs.phase_of(line) is None for line in _lines(name))
 
@@ -193,10 +211,11 @@ def test_match_keeps_the_first_line_per_id_in_order_of_appearance() -> None:
 
 
 def test_rank_from_prefix_or_argument() -> None:
-    assert [s.rank for s in logs.match(_lines("gloo_connectfullmesh_sglang3226.log"))] == [10]
-    assert [s.rank for s in logs.match(_lines("peer_lost_sglang5602.log"))] == [3]
-    assert [s.rank for s in logs.match(_lines("nccl_no_route_sglang3820.log"))] == [None]
-    assert [s.rank for s in logs.match(_lines("nccl_no_route_sglang3820.log"), rank=2)] == [2]
+    assert [s.rank for s in logs.match(_lines("gloo_connectfullmesh_sglang3226.log"))] == [10, 10]
+    assert [s.rank for s in logs.match(_lines("peer_lost_sglang5602.log"))] == [3, 3]
+    # NCCL's lines name no TP rank; the scheduler's traceback line does
+    assert [s.rank for s in logs.match(_lines("nccl_no_route_sglang3820.log"))] == [None, 14]
+    assert [s.rank for s in logs.match(_lines("nccl_no_route_sglang3820.log"), rank=2)] == [2, 2]
     assert logs.rank_of("[2026-07-14 07:49:04 TP3 EP3] Init torch distributed begin.") == 3
     assert logs.rank_of("[2026-01-21 19:39:12 DP1 TP0] x") == 0
     assert logs.rank_of("[rank7]:[W806 14:25:27.650991133 ProcessGroupGloo.cpp:524] Warning") == 7
@@ -217,7 +236,7 @@ def test_a_c10d_timeout_is_the_host_ip_hang_only_after_nccl_was_up() -> None:
     lines = _lines("hang_after_nccl_init_sglang7478.log")
     timeout = next(line for line in lines if "timed out after" in line)
     assert [s.id for s in logs.match([timeout])] == ["dist_init_unreachable"]
-    assert [s.id for s in logs.match(lines)] == ["host_ip_hang"]
+    assert [s.id for s in logs.match(lines)] == ["host_ip_hang", "scheduler_exception"]
 
 
 # -------------------------------------------------------------------- hangs
@@ -253,7 +272,7 @@ def test_hang_in_cuda_graph_capture() -> None:
     assert logs.hang_signature(phase, 120) is None
     sig = logs.hang_signature(phase, 34 * 60)
     assert sig is not None and sig.id == "cuda_graph_hang"
-    assert "--disable-cuda-graph" in sig.fix
+    assert "--cuda-graph-backend-decode=disabled" in sig.fix
 
 
 @pytest.mark.parametrize("phase", [Phase.WEIGHTS_LOADING, Phase.WEIGHTS_LOADED, Phase.KV_CACHE,
@@ -273,172 +292,313 @@ def test_phase_order() -> None:
     assert [p.value for p in order[:3]] == ["starting", "dist_init", "nccl_ready"]
 
 
-# --------------------------------------------------- the lab's SGLang stand-in
-STANDIN_TEXT = STANDIN.read_text()
+# The release's deprecated flags (sglang srt/server_args.py:8316-8336): advice must name
+# their replacements only.
+DEPRECATED_FLAGS = ("--disable-cuda-graph", "--cuda-graph-max-bs", "--cuda-graph-bs",
+                    "--disable-piecewise-cuda-graph", "--enable-breakable-cuda-graph")
 
-# (line as the stand-in prints it, a piece of its source that prints it,
-#  expected phase, expected signature id)
+
+def test_no_advice_names_a_deprecated_flag() -> None:
+    for sig in logs.SIGNATURES.values():
+        for flag in DEPRECATED_FLAGS:
+            assert not re.search(re.escape(flag) + r"(?![-\w])", sig.fix), (sig.id, flag)
+
+
+# --------------------------------------------------------------- patterns as data
+def test_every_pattern_has_sources_and_matches_its_examples() -> None:
+    owners = {owner for owner, _ in logs.PATTERNS}
+    assert {p.value for p in Phase if p not in (Phase.FAILED,)} <= owners
+    assert {i for i, s in logs.SIGNATURES.items() if i not in (
+        "dist_init_hang", "cuda_graph_hang", "nccl_socket_transport")} <= owners
+    for owner, pattern in logs.PATTERNS:
+        assert pattern.sources and pattern.examples, (owner, pattern.regex)
+        for source in pattern.sources:
+            assert source.origin in ("sglang", "sglang@0.4.6", "nccl", "torch", "gloo",
+                                     "uvicorn", "transformers", "huggingface_hub", "linux",
+                                     "python", "issue"), source.ref
+            if source.origin == "sglang":
+                assert re.fullmatch(r"sglang:srt/[\w/]+\.py:\d+", source.ref), source.ref
+                assert source.text, source.ref  # what the contract test looks for there
+        for example in pattern.examples:
+            assert pattern.search(example), (owner, example)
+
+
+def test_a_pattern_means_what_its_owner_says() -> None:
+    for owner, pattern in logs.PATTERNS:
+        for example in pattern.examples:
+            if owner in {p.value for p in Phase}:
+                assert logs.phase_of(example) is Phase(owner), (owner, example)
+            elif owner == "failure":
+                assert logs.phase_of(example) is Phase.FAILED, example
+            elif owner.startswith("transport:"):
+                assert logs.nccl_transport([example]) == owner.split(":")[1], example
+            else:
+                assert owner in [s.id for s in logs.match([example])], (owner, example)
+
+
+# ------------------------------------------------------------ NCCL transport
+TRANSPORT = {"nccl_socket_transport_sglang3398.log": "socket",
+             "nccl_via_socket_nccl952.log": "socket", "nccl_ib_transport_nccl707.log": "ib",
+             "hang_after_nccl_init_sglang7478.log": None, "nccl_no_route_sglang3820.log": None}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPORT))
+def test_nccl_transport_from_ncclss_own_lines(name: str) -> None:
+    lines = _lines(name)
+    assert logs.nccl_transport(lines) == TRANSPORT[name]
+    log = RankLog()
+    for line in lines:
+        log.feed(line)
+    assert log.transport == TRANSPORT[name]
+
+
+def test_one_socket_communicator_makes_it_sockets() -> None:
+    ib, socket_ = _lines("nccl_ib_transport_nccl707.log"), _lines("nccl_via_socket_nccl952.log")
+    assert logs.nccl_transport(ib + socket_) == logs.nccl_transport(socket_ + ib) == "socket"
+    sig = logs.transport_signature(logs.nccl_transport(socket_), rank=2)
+    assert sig is not None and (sig.id, sig.rank, sig.fatal) == ("nccl_socket_transport", 2, True)
+    assert logs.transport_signature("ib") is None
+    assert logs.transport_signature("socket", expected="socket") is None
+    assert logs.transport_signature(None) is None
+
+
+# --------------------------------------------------- the lab's SGLang stand-in
+STAMP = "[2026-03-08 12:29:13"
+NCCL_HEAD = "spark-2:4242:4250 [0] "
+
+
+def _tp(rank: int, msg: rel.Msg, **fields: object) -> str:
+    """A scheduler line of a TP=4 group (srt/managers/scheduler.py:4853 prefix)."""
+    return f"{STAMP}{rel.tp_prefix(rank, 4)}] {msg(**fields)}"
+
+
+def _main(msg: rel.Msg, **fields: object) -> str:
+    return f"{STAMP}] {msg(**fields)}"
+
+
+def _info(msg: rel.Msg, **fields: object) -> str:
+    return f"{NCCL_HEAD}NCCL INFO {msg(**fields)}"
+
+
+def _warn(msg: rel.Msg, where: str, **fields: object) -> str:
+    return f"{STAMP}] {NCCL_HEAD}{where} NCCL WARN {msg(**fields)}"
+
+
+def _c10d(level: str, msg: rel.Msg, where: str, rank: int | None = None,
+          **fields: object) -> str:
+    head = f"[rank{rank}]:" if rank is not None else ""
+    return f"{head}[{level}0308 12:29:13.123456789 {where}] {msg(**fields)}"
+
+
+_REFUSED = {"strerror": "Connection refused"}
+_ADDR = {"addr": "192.168.100.12<41234>"}
+
+# (message name, the line as the stand-in prints it, expected phase, expected signature id)
 STANDIN_LINES: list[tuple[str, str, Phase | None, str | None]] = [
-    # start-up, in order (run(), Node.resolve_addresses(), gloo_mesh(), nccl_links(), serve())
-    ("[2025-03-08 12:29:13] server_args=ServerArgs(model_path='/var/lib/sparkctl/models/current', tp_size=4, nnodes=4, node_rank=1)",
-     'log(f"server_args={args_repr(args)}")', Phase.STARTING, None),
-    ("[2025-03-08 12:29:13 TP1] Init torch distributed begin.",
-     'log("Init torch distributed begin.", node.tp)', Phase.DIST_INIT, None),
-    ("spark-2:4242:4242 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to enp1s0f1np1",
-     'f"NCCL_SOCKET_IFNAME set by environment to {spec}"', None, None),
-    ("spark-2:4242:4242 [0] NCCL INFO Bootstrap : Using enp1s0f1np1:192.168.100.12<0>",
-     'f"Bootstrap : Using {self.nccl_if}:{self.nccl_ip}<0>"', Phase.DIST_INIT, None),
-    ("[2025-03-08 12:29:14 TP0] Waiting for node rank(s) 2, 3 at 192.168.100.11:50000 (5 s of --dist-timeout)",
-     'f"Waiting for node rank(s) {', None, None),
-    ("[2025-03-08 12:29:14 TP0] Node rank 1 (spark-2, 192.168.100.12) joined the rendezvous (2/4)",
-     'joined the rendezvous', None, None),
-    ("[Gloo] Rank 1 is connected to 3 peer ranks. Expected number of connected peer ranks is : 3",
-     'emit(f"[Gloo] Rank {self.tp} is connected to {len(peers)} peer ranks. Expected number',
-     Phase.DIST_INIT, None),
-    ("spark-2:4242:4250 [0] NCCL INFO comm 0x5a1b2c3d4e5f rank 1 nranks 4 cudaDev 0 nvmlDev 0 busId f01000 commId 0x8c1d2e3f4a5b6c7d - Init COMPLETE",
-     'nvmlDev 0 busId f01000 commId 0x{comm_id:x} - Init COMPLETE"', Phase.NCCL_READY, None),
-    ("[2025-03-08 12:29:15 TP1] Custom allreduce is disabled because this process group spans across nodes.",
-     'log("Custom allreduce is disabled because this process group spans across nodes.", node.tp)',
-     Phase.NCCL_READY, None),
-    ("[2025-03-08 12:29:15 TP1] Init torch distributed ends. elapsed=1.52 s, mem usage=0.00 GB",
-     'log(f"Init torch distributed ends. elapsed=', Phase.NCCL_READY, None),
-    ("[2025-03-08 12:29:15 TP1] Load weight begin. avail mem=110.25 GB",
-     'log(f"Load weight begin. avail mem=', Phase.WEIGHTS_LOADING, None),
-    ("[2025-03-08 12:29:18 TP1] Load weight end. elapsed=2.91 s, type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=109.80 GB, mem usage=0.12 GB.",
-     'log(f"Load weight end. elapsed=', Phase.WEIGHTS_LOADED, None),
-    ("[2025-03-08 12:29:18 TP1] KV Cache is allocated. #tokens: 163840, K size: 0.00 GB, V size: 0.00 GB",
-     'log(f"KV Cache is allocated. #tokens: ', Phase.KV_CACHE, None),
-    ("[2025-03-08 12:29:18 TP0] max_total_num_tokens=163840, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=64, context_len=8192, available_gpu_mem=109.80 GB",
-     'log(f"max_total_num_tokens=', Phase.ENGINE_READY, None),
-    ("[2025-03-08 12:29:18] Started server process [4242]",
-     'log(f"Started server process [{os.getpid()}]")', None, None),
-    ("[2025-03-08 12:29:18] Application startup complete.",
-     'log("Application startup complete.")', None, None),
-    ("[2025-03-08 12:29:18] Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
-     'log(f"Uvicorn running on http://', Phase.HTTP_READY, None),
-    ("[2025-03-08 12:29:19] The server is fired up and ready to roll!",
-     'log("The server is fired up and ready to roll!")', Phase.READY, None),
-    ("[2025-03-08 13:00:00] Received sigterm; shutting down.",
-     'log("Received sigterm; shutting down.")', None, None),
+    # start-up, in the release's order
+    ("LAUNCH_DEPRECATED", rel.LAUNCH_DEPRECATED().splitlines()[0], None, None),
+    ("PY_WARNING", rel.PY_WARNING(filename="/opt/sglang/launch_server.py", lineno=139,
+                                  category="UserWarning", message="x", line="warnings.warn("),
+     None, None),
+    ("DEPRECATED_FLAG", rel.DEPRECATED_FLAG(option="--cuda-graph-max-bs",
+                                            replacement=" Use '--cuda-graph-max-bs-decode' "
+                                            "instead."), None, None),
+    ("SERVER_ARGS", _main(rel.SERVER_ARGS, server_args="ServerArgs(model_path='/m', "
+                                                       "api_key='k')"), P.STARTING, None),
+    ("INIT_DIST_BEGIN", _tp(1, rel.INIT_DIST_BEGIN), P.DIST_INIT, None),
+    ("GLOO_CONNECTED", rel.GLOO_CONNECTED(rank=1, peers=3), P.DIST_INIT, None),
+    ("SGLANG_NCCL", _tp(0, rel.SGLANG_NCCL, version=rel.NCCL_VERSION), P.DIST_INIT, None),
+    ("NCCL_IFNAME_ENV", _info(rel.NCCL_IFNAME_ENV, spec="enp1s0f1np1"), None, None),
+    ("NCCL_BOOTSTRAP", _info(rel.NCCL_BOOTSTRAP, ifname="enp1s0f1np1", ip="192.168.100.12"),
+     P.DIST_INIT, None),
+    ("NCCL_VERSION_LINE", _info(rel.NCCL_VERSION_LINE, version=rel.NCCL_VERSION), None, None),
+    ("NCCL_IB_NONE", _info(rel.NCCL_IB_NONE), None, None),
+    ("NCCL_PLUGIN_FAILED", _info(rel.NCCL_PLUGIN_FAILED, name="IB"), None, None),
+    ("NCCL_SOCKET_USING", _info(rel.NCCL_SOCKET_USING, ifname="enp1s0f1np1",
+                                ip="192.168.100.12"), None, None),
+    ("NCCL_PLUGIN_INIT", _info(rel.NCCL_PLUGIN_INIT, name="Socket"), None, None),
+    ("NCCL_PLUGIN_ASSIGNED", _info(rel.NCCL_PLUGIN_ASSIGNED, name="Socket"), None, None),
+    ("NCCL_USING_NETWORK", _info(rel.NCCL_USING_NETWORK, name="Socket"), None, None),
+    ("NCCL_CHANNEL", _info(rel.NCCL_CHANNEL, channel=0, src=0, dst=1, way="receive",
+                           name="Socket"), None, None),
+    ("NCCL_INIT_COMPLETE", _info(rel.NCCL_INIT_COMPLETE, comm=0x5A1B2C3D4E5F, rank=1, nranks=4,
+                                 comm_id=0x8C1D2E3F4A5B6C7D), P.NCCL_READY, None),
+    ("CUSTOM_AR_CROSS_NODE", _tp(1, rel.CUSTOM_AR_CROSS_NODE), P.NCCL_READY, None),
+    ("INIT_DIST_END", _tp(1, rel.INIT_DIST_END, elapsed=1.52, mem=0.0), P.NCCL_READY, None),
+    ("LOAD_BEGIN", _tp(1, rel.LOAD_BEGIN, avail=110.25), P.WEIGHTS_LOADING, None),
+    ("LOAD_SHARDS", "\r" + rel.meter(0, 4, 0.0, rel.LOAD_SHARDS(), sglang_format=True),
+     P.WEIGHTS_LOADING, None),
+    ("SGLANG_BAR", "\r" + rel.meter(4, 4, 9.5, rel.LOAD_SHARDS(), sglang_format=True),
+     P.WEIGHTS_LOADING, None),
+    ("LOAD_END", _tp(1, rel.LOAD_END, elapsed=2.91, arch="LlamaForCausalLM", avail=109.8,
+                     usage=0.12), P.WEIGHTS_LOADED, None),
+    ("KV_ALLOCATED", _tp(1, rel.KV_ALLOCATED, dtype="torch.bfloat16", tokens=163840, k=2.5,
+                         v=2.5), P.KV_CACHE, None),
+    ("MEMORY_POOL_END", _tp(1, rel.MEMORY_POOL_END, avail=104.8), P.KV_CACHE, None),
+    ("CAPTURE_PREFILL_BEGIN", _tp(0, rel.CAPTURE_PREFILL_BEGIN, backend="breakable",
+                                  num_tokens=[4, 8], avail=104.8), P.CUDA_GRAPH, None),
+    ("TQDM_BAR_NO_DESC", "\r" + rel.meter(0, 2, 0.0), None, None),
+    ("CAPTURING_NUM_TOKENS", "\r" + rel.meter(0, 2, 0.0, rel.CAPTURING_NUM_TOKENS(
+        num_tokens=8, avail=104.8)), P.CUDA_GRAPH, None),
+    ("CAPTURE_PREFILL_END", _tp(0, rel.CAPTURE_PREFILL_END, elapsed=1.0, usage=0.1, avail=104.7),
+     P.CUDA_GRAPH, None),
+    ("CAPTURE_DECODE_BEGIN", _tp(0, rel.CAPTURE_DECODE_BEGIN, backend="full", bs=[1, 2],
+                                 avail=104.7), P.CUDA_GRAPH, None),
+    ("CAPTURING_BATCHES", "\r" + rel.meter(0, 2, 0.0) + "\r" + rel.meter(1, 2, 0.5, rel.CAPTURING_BATCHES(
+        bs=1, avail=104.7)), P.CUDA_GRAPH, None),
+    ("TQDM_BAR", "\r" + rel.meter(2, 2, 1.0, rel.CAPTURING_BATCHES(bs=1, avail=104.6)),
+     P.CUDA_GRAPH, None),
+    ("CAPTURE_DECODE_END", _tp(2, rel.CAPTURE_DECODE_END, elapsed=2.0, usage=0.4, avail=104.2),
+     P.ENGINE_READY, None),
+    ("MAX_TOTAL_TOKENS", _tp(0, rel.MAX_TOTAL_TOKENS, tokens=163840, chunked=8192, prefill=16384,
+                             running=64, context=8192, avail=104.2), P.ENGINE_READY, None),
+    ("DUMMY_HEALTH", _main(rel.DUMMY_HEALTH, host="127.0.0.1", port=30000), P.ENGINE_READY, None),
+    ("UVICORN_STARTED", _main(rel.UVICORN_STARTED, pid=4242), None, None),
+    ("UVICORN_LIFESPAN", _main(rel.UVICORN_LIFESPAN), None, None),
+    ("UVICORN_LIFESPAN_DONE", _main(rel.UVICORN_LIFESPAN_DONE), None, None),
+    ("UVICORN_RUNNING", _main(rel.UVICORN_RUNNING, scheme="https", host="10.77.0.11",
+                                               port=30000), P.HTTP_READY,
+     None),
+    ("UVICORN_ACCESS", _main(rel.UVICORN_ACCESS, client="127.0.0.1:40418", method="GET",
+                             path="/model_info", status=200, phrase="OK"), None, None),
+    ("FIRED_UP", _main(rel.FIRED_UP), P.READY, None),
+    ("SSL_ENABLED", _main(rel.SSL_ENABLED, certfile="/etc/sparkctl/tls/sglang.crt",
+                          keyfile="/etc/sparkctl/tls/sglang.key"), None, None),
+    ("SSL_VERIFY_OFF", _main(rel.SSL_VERIFY_OFF), None, None),
+    # serving, stopping: nothing to diagnose
+    ("DEPRECATED_ENDPOINT", _main(rel.DEPRECATED_ENDPOINT, old="/get_server_info",
+                                  new="/server_info"), None, None),
+    ("DEPRECATED_MODEL_INFO", _main(rel.DEPRECATED_MODEL_INFO, old="/get_model_info",
+                                    new="/model_info"), None, None),
+    ("DEPRECATED_LOAD", _main(rel.DEPRECATED_LOAD, old="/get_load", new="/v1/loads"), None,
+     None),
+    ("PREFILL_BATCH", _tp(0, rel.PREFILL_BATCH, new=1, tokens=7, usage=0.0, running=0, queued=0,
+                          throughput=812.3), None, None),
+    ("DECODE_BATCH", _tp(0, rel.DECODE_BATCH, running=1, tokens=40, usage=0.0, throughput=25.3,
+                         queued=0), None, None),
+    ("SIGTERM_RECEIVED", _main(rel.SIGTERM_RECEIVED), None, None),
+    ("GRACEFUL_EXIT", _main(rel.GRACEFUL_EXIT, n=0, rids=[]), None, None),
+    ("KILL_TREE", _main(rel.KILL_TREE, parent=4242, include=False, pid=4242), None, None),
+    ("UVICORN_SHUTDOWN", _main(rel.UVICORN_SHUTDOWN), None, None),
+    ("UVICORN_SHUTDOWN_DONE", _main(rel.UVICORN_SHUTDOWN_DONE), None, None),
+    ("DUMMY_HEALTH_STOPPED", _main(rel.DUMMY_HEALTH_STOPPED, host="127.0.0.1", port=30000),
+     None, None),
     # Gloo
-    ("[rank1]:[E ProcessGroupGloo.cpp:143] Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:40123",
-     'Gloo connectFullMesh failed with "', Phase.FAILED, "gloo_connect_full_mesh"),
-    ("RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
-     'f"RuntimeError: Gloo connectFullMesh failed with {detail}"', Phase.FAILED, "gloo_connect_full_mesh"),
-    ("[rank1]:[W ProcessGroupGloo.cpp:721] Warning: Unable to resolve hostname to a (local) address. Using the loopback address as fallback. Manually set the network interface to bind to with GLOO_SOCKET_IFNAME. (function operator())",
-     '"hostname to a (local) address. Using the loopback address as fallback. Manually "',
-     None, "gloo_loopback"),
-    ("RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. Unable to find address for: enp1s0f1np1",
-     'f"device.cc:83] ifa != nullptr. Unable to find address for: {name}"', Phase.FAILED, "gloo_no_address"),
+    ("GLOO_FULL_MESH", _c10d("E", rel.GLOO_FULL_MESH, "ProcessGroupGloo.cpp:143", 1,
+                             detail="timed out connecting: SO_ERROR: Connection refused, "
+                             "remote=[127.0.0.1]:40123"), P.FAILED, "gloo_connect_full_mesh"),
+    ("GLOO_LOOPBACK", _c10d("W", rel.GLOO_LOOPBACK, "ProcessGroupGloo.cpp:524", 1), None,
+     "gloo_loopback"),
+    ("GLOO_NO_ADDRESS", "RuntimeError: " + rel.GLOO_NO_ADDRESS(name="enp1s0f1np1"), P.FAILED,
+     "gloo_no_address"),
+    ("GLOO_PEER_CLOSED", "RuntimeError: " + rel.GLOO_PEER_CLOSED(ip="192.168.100.11", port=4242),
+     P.FAILED, "peer_lost"),
     # NCCL
-    ("spark-2:4242:4242 [0] misc/socket.cc:384 NCCL WARN Bootstrap : no socket interface found",
-     'nccl("WARN", "Bootstrap : no socket interface found", "misc/socket.cc:384 ")',
-     Phase.FAILED, "nccl_no_interface"),
-    ("torch.distributed.DistBackendError: NCCL error: internal error - please report this issue to the NCCL developers, NCCL version 2.27.3",
-     '"torch.distributed.DistBackendError: NCCL error: internal error - please report "',
-     Phase.FAILED, None),
-    ("spark-1:4242:4250 [0] NCCL INFO socketPollConnect: connect returned Connection refused, retrying (3/34) after sleep for 300 msec",
-     'f"socketPollConnect: connect returned {os.strerror(code)}, "', None, "nccl_connect_retrying"),
-    ("spark-1:4242:4250 [0] misc/socket.cc:533 NCCL WARN socketPollConnect: Connect to 192.168.100.12<41234> returned 113(No route to host) errno 115(Operation now in progress)",
-     'nccl("WARN", f"socketPollConnect: Connect to {ip}<{port}> returned {code}"',
-     Phase.FAILED, "nccl_no_route"),
-    ("spark-1:4242:4250 [0] misc/socket.cc:533 NCCL WARN socketPollConnect: Connect to 192.168.100.12<41234> returned 111(Connection refused) errno 115(Operation now in progress)",
-     'nccl("WARN", f"socketPollConnect: Connect to {ip}<{port}> returned {code}"',
-     Phase.FAILED, "nccl_connect_failed"),
-    ("spark-1:4242:4250 [0] NCCL INFO misc/socket.cc:570 -> 2",
-     'for where in ("misc/socket.cc:570"', None, None),
-    ("[2025-03-08 12:29:40 TP0] Scheduler hit an exception: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details)",
-     '"../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error "',
-     Phase.FAILED, None),
-    ("no connection from rank 0 within --dist-timeout (TimeoutError)",
-     'f"no connection from rank 0 within --dist-timeout "', Phase.FAILED, "nccl_connect_failed"),
-    # SGLang's cross-node message queue (SGLANG_HOST_IP)
-    ("[2025-03-08 13:29:15 TP1] Scheduler hit an exception: TimeoutError: MessageQueue.wait_until_ready: no answer from tcp://10.0.0.51:45678 within --dist-timeout (SGLANG_HOST_IP must be each node's fabric address)",
-     'f"exception: TimeoutError: MessageQueue.wait_until_ready: no answer from "',
-     Phase.FAILED, "host_ip_hang"),
-    ("[2025-03-08 13:29:15 TP0] Scheduler hit an exception: TimeoutError: MessageQueue.wait_until_ready: readers [1, 2, 3] did not connect to tcp://10.0.0.50:45678 within --dist-timeout (SGLANG_HOST_IP must be this node's fabric address)",
-     '"an exception: TimeoutError: MessageQueue.wait_until_ready: "', Phase.FAILED, "host_ip_hang"),
-    ("zmq.error.ZMQError: Cannot assign requested address (addr='tcp://10.0.0.99:0')",
-     'Fatal(f"zmq.error.ZMQError: {os.strerror(os_errno(err))} "', Phase.FAILED, "address_not_local"),
-    # rendezvous
-    ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 50000, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
-     '"listen on any local network address. port: {self.dist_port}, "', Phase.FAILED, "port_in_use"),
-    ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. port: 50000, useIpv6: false, code: -99, name: EADDRNOTAVAIL, message: cannot assign requested address",
-     '"listen on any local network address. port: {self.dist_port}, "', Phase.FAILED, "address_not_local"),
-    ("torch.distributed.DistStoreError: Timed out after 3600 seconds waiting for clients. 2/4 clients joined.",
-     '"waiting for clients. {len(self.world)}/{self.nnodes} clients "', Phase.FAILED, "rendezvous_incomplete"),
-    ("[W socket.cpp:663] [c10d] The client socket has failed to connect to [192.168.100.11]:50000 (errno: 111 - Connection refused).",
-     'emit(f"[W socket.cpp:663] [c10d] The client socket has failed to connect to "',
-     None, "dist_init_retrying"),
-    ("torch.distributed.DistNetworkError: The client socket has timed out after 3600s while trying to connect to (192.168.100.11, 50000).",
-     'Fatal("torch.distributed.DistNetworkError: The client socket has timed out "',
-     Phase.FAILED, "dist_init_unreachable"),
-    ("torch.distributed.DistNetworkError: failed to recv, got 0 bytes (ConnectionResetError: [Errno 104] Connection reset by peer)",
-     'f"torch.distributed.DistNetworkError: failed to recv, got 0 bytes "', Phase.FAILED, "dist_init_unreachable"),
-    ("torch.distributed.DistStoreError: the head refused this rank: the model's config.json differs from the head's",
-     '"torch.distributed.DistStoreError: the head refused this rank: "', Phase.FAILED, "rank_mismatch"),
-    ("[2025-03-08 12:29:16 TP0] Rejected a rank from 192.168.100.13: node rank 1 has joined already (from 192.168.100.12)",
-     'log(f"Rejected a rank from {peer}: {problem}", self.tp)', None, "rank_rejected"),
+    ("NCCL_NO_IFACE", _warn(rel.NCCL_NO_IFACE, "bootstrap.cc:114"), P.FAILED,
+     "nccl_no_interface"),
+    ("NCCL_CONNECT_RETRY", _info(rel.NCCL_CONNECT_RETRY, **_ADDR, **_REFUSED, n=3, ms=300), None,
+     "nccl_connect_retrying"),
+    ("NCCL_CONNECT_EXCEEDED", _warn(rel.NCCL_CONNECT_EXCEEDED, "misc/socket.cc:582", **_ADDR,
+                                    strerror="No route to host", n=35), P.FAILED,
+     "nccl_no_route"),
+    ("NCCL_CONNECT_EXCEEDED", _warn(rel.NCCL_CONNECT_EXCEEDED, "misc/socket.cc:582", **_ADDR,
+                                    **_REFUSED, n=35), P.FAILED, "nccl_connect_failed"),
+    ("NCCL_CONNECT_FAILED", _warn(rel.NCCL_CONNECT_FAILED, "misc/socket.cc:596", **_ADDR,
+                                  strerror="Network is unreachable"), P.FAILED,
+     "nccl_connect_failed"),
+    ("NCCL_UNWIND", _info(rel.NCCL_UNWIND, where="misc/socket.cc:661", code=2), None, None),
+    ("NCCL_ERROR", "RuntimeError: " + rel.NCCL_ERROR(error=rel.NCCL_SYSTEM_ERROR), P.FAILED,
+     None),
+    ("NCCL_ERROR", "RuntimeError: " + rel.NCCL_ERROR(error=rel.NCCL_REMOTE_ERROR), P.FAILED,
+     "peer_lost"),
+    ("NCCL_PEER_CLOSED", _warn(rel.NCCL_PEER_CLOSED, "misc/socket.cc:71", **_ADDR), P.FAILED,
+     "peer_lost"),
+    # the rendezvous (torch) and the message queue (ZeroMQ)
+    ("DIST_LISTEN_FAILED", "torch.distributed.DistNetworkError: " + rel.DIST_LISTEN_FAILED(
+        port=50000, code=98, name="EADDRINUSE", message="address already in use"), P.FAILED,
+     "port_in_use"),
+    ("DIST_LISTEN_FAILED", "torch.distributed.DistNetworkError: " + rel.DIST_LISTEN_FAILED(
+        port=50000, code=99, name="EADDRNOTAVAIL", message="cannot assign requested address"),
+     P.FAILED, "address_not_local"),
+    ("DIST_CLIENTS_JOINED", "torch.distributed.DistStoreError: " + rel.DIST_CLIENTS_JOINED(
+        seconds=3601, joined=2, world=4), P.FAILED, "rendezvous_incomplete"),
+    ("C10D_CONNECT_FAILED", _c10d("W", rel.C10D_CONNECT_FAILED, "socket.cpp:697",
+                                  host="192.168.100.11", port=50000, errno=113,
+                                  strerror="No route to host"), None, "dist_init_retrying"),
+    ("C10D_CONNECT_TIMEOUT", _c10d("E", rel.C10D_CONNECT_TIMEOUT, "socket.cpp:1011", ms=3600000,
+                                   host="192.168.100.11", port=50000), P.FAILED,
+     "dist_init_unreachable"),
+    ("DIST_CLIENT_TIMEOUT", "torch.distributed.DistNetworkError: " + rel.DIST_CLIENT_TIMEOUT(
+        ms=3600000, host="192.168.100.11", port=50000), P.FAILED, "dist_init_unreachable"),
+    ("DIST_RECV_CLOSED", "torch.distributed.DistNetworkError: " + rel.DIST_RECV_CLOSED(),
+     P.FAILED, "dist_init_unreachable"),
     # arguments and model
-    ("AssertionError: please provide --dist-init-addr as host:port of head node",
-     'Fatal("AssertionError: please provide --dist-init-addr as host:port of head node")',
-     Phase.FAILED, "launch_args"),
-    ("AssertionError: node_rank 4 is not in [0, nnodes=4)",
-     'f"AssertionError: node_rank {args[\'node_rank\']} is not in "', Phase.FAILED, "launch_args"),
-    ("AssertionError: tp_size 6 must be divisible by nnodes 4",
-     'f"AssertionError: tp_size {args[\'tp_size\']} must be divisible by "', Phase.FAILED, "launch_args"),
-    ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': '/var/lib/sparkctl/models/current'. Use `repo_type` argument if needed.",
-     'Fatal("huggingface_hub.errors.HFValidationError: Repo id must be in the form "',
-     Phase.FAILED, "model_not_found"),
-    ("OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the cached files. (HF_HUB_OFFLINE is set: Qwen/Qwen3-8B must be in the local cache)",
-     '"OSError: We couldn\'t connect to \'https://huggingface.co\' to load the files, "',
-     Phase.FAILED, "model_not_found"),
-    ("OSError: It looks like the config file at '/var/lib/sparkctl/models/current/config.json' is not a valid JSON file. (Expecting value: line 1 column 1 (char 0))",
-     'f"OSError: It looks like the config file at \'{config}\' is not a valid JSON "', Phase.FAILED, "model_not_found"),
-    ("[2025-03-08 12:29:30 TP0] Scheduler hit an exception: rank 2 did not finish loading: Connection reset by peer",
-     'f"exception: rank {peer} did not finish loading: "', Phase.FAILED, "unbalanced_loading"),
+    ("TP_NODES", "AssertionError: " + rel.TP_NODES(), P.FAILED, "launch_args"),
+    ("HF_REPO_ID", "huggingface_hub.errors.HFValidationError: " + rel.HF_REPO_ID(
+        path="/var/lib/sparkctl/models/current"), P.FAILED, "model_not_found"),
+    ("HF_OFFLINE", "OSError: " + rel.HF_OFFLINE(path="Qwen/Qwen3-8B").splitlines()[0], P.FAILED,
+     "model_not_found"),
+    ("HF_BAD_JSON", "OSError: " + rel.HF_BAD_JSON(path="/m/config.json"), P.FAILED,
+     "model_not_found"),
+    ("UNBALANCED_LOADING", "ValueError: " + rel.UNBALANCED_LOADING(tp_rank=0), P.FAILED,
+     "unbalanced_loading"),
+    ("MONITORED_BARRIER_PEER", rel.MONITORED_BARRIER_PEER(rank=3), P.FAILED, "peer_lost"),
     # serving
-    ("[Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): address already in use",
-     'raise Fatal(f"[Errno {code}] error while attempting to bind on address "', Phase.FAILED, "port_in_use"),
-    ("[2025-03-08 14:00:00 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
-     'log(f"Scheduler watchdog timeout (self.watchdog_timeout=', Phase.FAILED, "peer_lost"),
-    ("spark-1:4242:4250 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer 192.168.100.12<41234>",
-     'f"socketProgress: Connection closed by remote peer {ip}<{port}>"', Phase.FAILED, "peer_lost"),
-    ("ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
-     'emit("ncclRemoteError: A call failed possibly due to a network error or a remote "',
-     Phase.FAILED, "peer_lost"),
-    ("[2025-03-08 14:00:00] Health check failed. Server couldn't get a response from detokenizer for last 20 seconds.",
-     'log(f"Health check failed. Server couldn\'t get a response from detokenizer for last "',
+    ("UVICORN_BIND_ERROR", _main(rel.UVICORN_BIND_ERROR, errno=98, host="10.77.0.11", port=30000,
+                                 message="address already in use"), P.FAILED, "port_in_use"),
+    ("UVICORN_BIND_ERROR_ROOT", _main(rel.UVICORN_BIND_ERROR_ROOT, errno=98, host="127.0.0.1",
+                                      port=30000, message="address already in use"), P.FAILED,
+     "port_in_use"),
+    ("WATCHDOG_TIMEOUT", _tp(0, rel.WATCHDOG_TIMEOUT, timeout=300), P.FAILED, "peer_lost"),
+    ("HEALTH_FAILED", _main(rel.HEALTH_FAILED, timeout=20, tic="14:00:00", last="13:59:20"),
      None, "health_check_failed"),
-    ("[2025-03-08 12:29:40] Initialization failed. warmup error: the scheduler did not answer (watchdog)",
-     'log(f"Initialization failed. warmup error: {err}")', Phase.FAILED, "warmup_failed"),
+    ("WARMUP_FAILED", _main(rel.WARMUP_FAILED, traceback="Traceback (most recent call last):"),
+     P.FAILED, "warmup_failed"),
+    ("SCHEDULER_EXCEPTION", _tp(1, rel.SCHEDULER_EXCEPTION,
+                                traceback="Traceback (most recent call last):"), P.FAILED,
+     "scheduler_exception"),
+    ("SIGQUIT_CHILD", _main(rel.SIGQUIT_CHILD), P.FAILED, None),
+    # Python's traceback lines around the error line: nothing of their own
+    ("TRACEBACK_HEAD", rel.TRACEBACK_HEAD(), None, None),
+    ("TRACEBACK_FRAME", rel.TRACEBACK_FRAME(file="/opt/sglang/rendezvous.py", line=312,
+                                            func="gloo_mesh"), None, None),
+    ("TRACEBACK_CODE", rel.TRACEBACK_CODE(code="self._gloo_failure('no error')"), None, None),
+    ("TRACEBACK_CARET", rel.TRACEBACK_CARET(carets="^^^^^^^^^^"), None, None),
+    ("TRACEBACK_LAST", rel.TRACEBACK_LAST(exc_type="ValueError", message="x"), None, None),
 ]
 
 
-@pytest.mark.parametrize(("line", "source", "phase", "sig_id"), STANDIN_LINES,
-                         ids=[f"{i:02d}" for i in range(len(STANDIN_LINES))])
-def test_standin_lines(line: str, source: str, phase: Phase | None, sig_id: str | None) -> None:
-    assert source in STANDIN_TEXT, "the stand-in no longer prints this line"
+@pytest.mark.parametrize(("name", "line", "phase", "sig_id"), STANDIN_LINES,
+                         ids=[f"{i:02d}-{c[0]}" for i, c in enumerate(STANDIN_LINES)])
+def test_standin_lines(name: str, line: str, phase: Phase | None, sig_id: str | None) -> None:
+    assert isinstance(getattr(rel, name), rel.Msg)
     assert logs.phase_of(line) is phase
     assert [s.id for s in logs.match([line])] == ([sig_id] if sig_id else [])
 
 
+def test_every_standin_message_has_a_case() -> None:
+    assert {name for name, *_ in STANDIN_LINES} == set(rel.messages())
+
+
 def test_standin_start_up_reaches_every_phase_it_prints() -> None:
-    start = [line for line, _, phase, _ in STANDIN_LINES[:19] if phase is not None]
+    start = [line for name, line, *_ in STANDIN_LINES[:STANDIN_LINES.index(next(
+        c for c in STANDIN_LINES if c[0] == "FIRED_UP")) + 1]]
     assert logs.milestones(start) == [Phase.STARTING, Phase.DIST_INIT, Phase.NCCL_READY,
                                       Phase.WEIGHTS_LOADING, Phase.WEIGHTS_LOADED,
-                                      Phase.KV_CACHE, Phase.ENGINE_READY, Phase.HTTP_READY,
-                                      Phase.READY]
-    assert logs.match(line for line, *_ in STANDIN_LINES[:19]) == []
+                                      Phase.KV_CACHE, Phase.CUDA_GRAPH, Phase.ENGINE_READY,
+                                      Phase.HTTP_READY, Phase.READY]
+    assert logs.match(start) == []
+    assert logs.nccl_transport(start) == "socket"  # the lab has no RDMA device
 
 
-def _standin(fragment: str) -> str:
-    return next(line for line, *_ in STANDIN_LINES if fragment in line)
+def _standin(name: str) -> str:
+    return next(line for n, line, *_ in STANDIN_LINES if n == name)
 
 
-def test_standin_queue_timeout_after_nccl_ready_is_the_host_ip_hang() -> None:
-    worker = [_standin("Init torch distributed begin."), _standin("Init COMPLETE"),
-              _standin("spans across nodes"), _standin("no answer from tcp://")]
-    assert logs.milestones(worker) == [Phase.DIST_INIT, Phase.NCCL_READY, Phase.FAILED]
-    assert [s.id for s in logs.match(worker, rank=1)] == ["host_ip_hang"]
-    assert re.search(r"`fabric_a_ip`", logs.match(worker)[0].fix)
+def test_standin_rank_that_stops_after_customallreduce_is_the_host_ip_hang() -> None:
+    worker = [_standin("INIT_DIST_BEGIN"), _standin("NCCL_INIT_COMPLETE"),
+              _standin("CUSTOM_AR_CROSS_NODE")]
+    assert logs.milestones(worker) == [Phase.DIST_INIT, Phase.NCCL_READY]
+    assert logs.match(worker) == []
+    sig = logs.hang_signature(logs.furthest_phase(worker), 130, rank=1, line=worker[-1])
+    assert sig is not None and sig.id == "host_ip_hang" and "`fabric_a_ip`" in sig.fix

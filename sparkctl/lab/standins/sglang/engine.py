@@ -1,0 +1,557 @@
+"""The model side of a rank: config, weights, memory pool, CUDA graph capture, forward passes.
+
+The lab's Sparks have no GPU, so the model is a toy whose every token needs
+every rank: per layer TP0 sends a hidden-state-sized vector to every rank
+and combines their partial results (two all-reduces per layer, as
+Megatron-style TP does), so a dead rank or a broken link fails generation
+and ``/health``. Concurrent requests share forward passes (continuous
+batching up to ``--max-running-requests``): figures of a toy model, not of
+SGLang. What the rank logs on the way (weights, KV cache, capture) is the
+release's, in the release's order (release.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import queue
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import args as server_args
+from . import release as r
+from .rendezvous import (
+    FRAME_SIZE,
+    MAGIC,
+    OP_PING,
+    OP_REPLY,
+    OP_STEP,
+    Node,
+    frame,
+    os_errno,
+    recv_exact,
+    unframe,
+)
+
+HEALTH_CHECK_TIMEOUT = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+GB = 1 << 30
+
+# A small fixed vocabulary: tokens are words chosen by hashing, so outputs
+# are a deterministic function of the prompt (and of every rank's partial).
+_WORDS = """
+the a of to and in is for on with as by at from that this it be are was can will
+cluster node rank tensor parallel model token fabric switch link port spark memory
+unified kernel driver network packet frame route address subnet bridge queue stream
+server client request response latency throughput bandwidth gigabit twin device
+layer weight bias attention head vector matrix sum reduce gather scatter broadcast
+barrier timeout retry error signal start stop ready load save cache page block
+time clock second minute hour day light green blue red quiet steady fast slow
+river mountain forest field stone cloud rain wind sun moon star sky sea shore
+path road bridge tower city market garden house door window table chair book
+word line text story answer question reason idea plan test check proof value
+"""
+VOCAB = tuple(_WORDS.split())
+EOS_PERIOD = 48  # one draw in EOS_PERIOD ends a generation without a length cap
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
+class EngineError(Exception):
+    """The tensor-parallel group cannot compute (a rank or a link is gone)."""
+
+
+# ---------------------------------------------------------------------- model
+@dataclass
+class Model:
+    """What the ranks know about the model (from config.json, or toy defaults)."""
+
+    path: str
+    architecture: str = "LlamaForCausalLM"
+    model_type: str | None = None
+    dtype: str = "bfloat16"
+    hidden_size: int = 1024
+    num_layers: int = 4
+    num_heads: int = 8
+    num_kv_heads: int = 8
+    context_len: int = 8192
+    vocab_size: int = 32000
+    eos_token_id: int = 2
+    weight_bytes: int = 0
+    weight_files: int = 0
+    signature: str = "no-config"
+
+    @property
+    def hidden_bytes(self) -> int:
+        """Bytes of one token's hidden state in bf16: what a decode all-reduce moves."""
+        return self.hidden_size * 2
+
+    @property
+    def rounds(self) -> int:
+        """All-reduces per forward pass: attention and MLP of every layer."""
+        return 2 * self.num_layers
+
+    def kv_bytes_per_token(self, tp_size: int) -> int:
+        """K (or V) bytes per token on one rank: layers x local KV heads x head dim x 2 bytes."""
+        head_dim = max(1, self.hidden_size // max(1, self.num_heads))
+        return self.num_layers * max(1, self.num_kv_heads // tp_size) * head_dim * 2
+
+
+def load_model_config(path: str, context_length: int | None) -> Model:
+    """Check the model path and read config.json, failing as transformers does."""
+    root = Path(path)
+    if not root.is_dir():
+        if path.startswith(("/", ".", "~")):
+            raise r.HFValidationError(r.HF_REPO_ID(path=path))
+        raise OSError(r.HF_OFFLINE(path=path))
+    model = Model(path=path)
+    config = root / "config.json"
+    if config.is_file():
+        raw = config.read_bytes()
+        try:
+            cfg = json.loads(raw)
+        except ValueError:
+            raise OSError(r.HF_BAD_JSON(path=config)) from None
+        model.signature = hashlib.sha256(raw).hexdigest()[:16]
+        model.architecture = (cfg.get("architectures") or [model.architecture])[0]
+        model.model_type = cfg.get("model_type")
+        model.dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or model.dtype)
+        model.hidden_size = max(8, int(cfg.get("hidden_size", model.hidden_size)))
+        model.num_layers = max(1, int(cfg.get("num_hidden_layers", model.num_layers)))
+        model.num_heads = max(1, int(cfg.get("num_attention_heads", model.num_heads)))
+        model.num_kv_heads = max(1, int(cfg.get("num_key_value_heads", model.num_heads)))
+        model.context_len = int(cfg.get("max_position_embeddings", model.context_len))
+        model.vocab_size = int(cfg.get("vocab_size", model.vocab_size))
+        eos = cfg.get("eos_token_id", model.eos_token_id)
+        model.eos_token_id = int(eos[0] if isinstance(eos, list) and eos else eos or 2)
+    if context_length:
+        model.context_len = context_length
+    files = [f for f in root.iterdir() if f.is_file() and f.suffix in WEIGHT_SUFFIXES]
+    model.weight_bytes = sum(f.stat().st_size for f in files)
+    model.weight_files = len(files)
+    return model
+
+
+def mem_available_gb() -> float:
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / (1024 * 1024)
+    return 0.0
+
+
+def tokenize(text: str) -> list[str]:
+    return _TOKEN_RE.findall(text)
+
+
+def layer_key(model: Model, rank: int, layer: int) -> int:
+    """This rank's shard of layer ``layer``: a fixed pseudo-random vector."""
+    seed = f"{model.signature}/{rank}/{layer}".encode()
+    return int.from_bytes(hashlib.shake_256(seed).digest(model.hidden_bytes), "big")
+
+
+def partial(payload: bytes, key: int, key_len: int) -> bytes:
+    """A rank's partial result for one all-reduce: its shard applied to the input."""
+    reps = max(1, len(payload) // key_len)
+    tiled = int.from_bytes(key.to_bytes(key_len, "big") * reps, "big")
+    return (int.from_bytes(payload, "big") ^ tiled).to_bytes(len(payload), "big")
+
+
+# ------------------------------------------------------------- start-up steps
+def load_weights(node: Node, model: Model) -> None:
+    """ModelRunner.load_model: read every weight file through (the I/O of a real load), with
+    the multi-thread loader's bar on global rank 0 (weight_utils.py:1084), then the barrier."""
+    args = node.args
+    began = time.monotonic()
+    before = mem_available_gb()
+    r.log(r.LOAD_BEGIN, node.prefix, avail=before)
+    files = sorted(f for f in Path(model.path).iterdir()
+                   if f.is_file() and f.suffix in WEIGHT_SUFFIXES)
+    bar = r.Progress(len(files), sglang_format=True, desc=r.LOAD_SHARDS()) \
+        if node.rank == 0 and files else None
+    for f in files:
+        with f.open("rb") as fh:
+            while fh.read(1 << 22):
+                pass
+        if bar:
+            bar.update()
+    if bar:
+        bar.close()
+    shard = model.weight_bytes / args["tp_size"] / GB
+    r.log(r.LOAD_END, node.prefix, elapsed=time.monotonic() - began, arch=model.architecture,
+          avail=mem_available_gb(), usage=shard)
+    node.barrier_after_load()
+
+
+def max_total_tokens(args: dict[str, Any], model: Model) -> int:
+    return int(args["max_total_tokens"] or 20 * model.context_len)
+
+
+def max_running_requests(args: dict[str, Any]) -> int:
+    return int(args["max_running_requests"] or 64)
+
+
+def alloc_memory_pool(node: Node, model: Model) -> int:
+    """The KV pool's two log lines (memory_pool.py:1670, kv_cache_configurator.py:258)."""
+    tokens = max_total_tokens(node.args, model)
+    size_gb = tokens * model.kv_bytes_per_token(node.args["tp_size"]) / GB
+    r.log(r.KV_ALLOCATED, node.prefix, dtype=f"torch.{model.dtype}", tokens=tokens, k=size_gb,
+          v=size_gb)
+    r.log(r.MEMORY_POOL_END, node.prefix, avail=mem_available_gb())
+    return tokens
+
+
+def capture_cuda_graphs(node: Node, model: Model) -> None:
+    """capture_cuda_graphs (cuda_graph_setup.py:104): prefill (breakable, the CUDA default),
+    then decode (full), each with its begin/end lines on every rank and the tqdm bar on TP0.
+    Each shape runs one toy forward of that many tokens on this rank."""
+    args = node.args
+    if args["disable_cuda_graph"]:
+        return
+    runs = max_running_requests(args)
+    prefill_backend = args["cuda_graph_backend_prefill"] or "breakable"
+    if args["disable_prefill_cuda_graph"]:
+        prefill_backend = "disabled"
+    decode_backend = args["cuda_graph_backend_decode"] or "full"
+    if args["disable_decode_cuda_graph"]:
+        decode_backend = "disabled"
+    if prefill_backend != "disabled":
+        sizes = args["cuda_graph_bs_prefill"] or server_args.prefill_capture_sizes(
+            args["cuda_graph_max_bs_prefill"] or args["chunked_prefill_size"])
+        sizes = sorted(s for s in sizes if s <= runs * model.context_len)
+        _capture(node, model, sizes, prefill=True, backend=prefill_backend)
+    if decode_backend != "disabled":
+        max_bs = args["cuda_graph_max_bs_decode"] or (512 if args["tp_size"] >= 4 else 256)
+        sizes = args["cuda_graph_bs_decode"] or server_args.decode_capture_sizes(max_bs)
+        sizes = sorted({*(s for s in sizes if s <= runs), *([runs] if max(sizes) > runs else [])})
+        _capture(node, model, sizes, prefill=False, backend=decode_backend)
+
+
+def _capture(node: Node, model: Model, sizes: list[int], prefill: bool, backend: str) -> None:
+    began, before = time.monotonic(), mem_available_gb()
+    if prefill:
+        r.log(r.CAPTURE_PREFILL_BEGIN, node.prefix, backend=backend, num_tokens=sizes,
+              avail=before)
+    else:
+        r.log(r.CAPTURE_DECODE_BEGIN, node.prefix, backend=backend, bs=sizes, avail=before)
+    # tqdm on TP rank 0 only (decode_cuda_graph_runner.py:886); largest shape first.
+    bar = r.Progress(len(sizes)) if node.tp == 0 else None
+    key = layer_key(model, node.rank, 0)
+    for size in reversed(sizes):
+        if bar:
+            avail = mem_available_gb()
+            bar.set_description(r.CAPTURING_NUM_TOKENS(num_tokens=size, avail=avail) if prefill
+                                else r.CAPTURING_BATCHES(bs=size, avail=avail))
+        partial(bytes(model.hidden_bytes * min(size, 64)), key, model.hidden_bytes)
+        if bar:
+            bar.update()
+    if bar:
+        bar.close()
+    after = mem_available_gb()
+    msg = r.CAPTURE_PREFILL_END if prefill else r.CAPTURE_DECODE_END
+    r.log(msg, node.prefix, elapsed=time.monotonic() - began, usage=max(0.0, before - after),
+          avail=after)
+
+
+# ---------------------------------------------------------------- the engine
+@dataclass
+class Stats:
+    """Counters behind /metrics and the batch log lines."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    requests: int = 0
+    ttft: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+    recent: deque[tuple[float, int]] = field(default_factory=deque)
+    forward_steps: int = 0
+    last_receive: float = field(default_factory=time.time)
+
+    def throughput(self, window: float = 10.0) -> float:
+        now = time.monotonic()
+        while self.recent and now - self.recent[0][0] > window:
+            self.recent.popleft()
+        if not self.recent:
+            return 0.0
+        return sum(n for _, n in self.recent) / max(now - self.recent[0][0], 1.0)
+
+
+@dataclass
+class Sampling:
+    """The sampling parameters the toy model honours (it is greedy: temperature is moot)."""
+
+    max_new: int | None = None
+    stops: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+
+
+@dataclass
+class Seq:
+    """One sequence in the running batch; its tokens go to ``out``."""
+
+    state: bytes
+    prompt_len: int
+    cap: int
+    stops: list[str]
+    ignore_eos: bool = False
+    counted: bool = True  # health checks are not request metrics (log_metrics=False)
+    out: queue.Queue[Any] = field(default_factory=queue.Queue)
+    text: str = ""
+    produced: int = 0
+    prefilled: bool = False
+    done: bool = False
+    began: float = field(default_factory=time.monotonic)
+
+
+class Engine:
+    """TP0's scheduler: continuous batching, one forward pass per step for every running
+    sequence, each pass ``2 x num_hidden_layers`` all-reduces over all ranks."""
+
+    def __init__(self, node: Node, model: Model, total_tokens: int) -> None:
+        self.node, self.model = node, model
+        self.cv = threading.Condition()
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.stats = Stats()
+        self.broken: str | None = None
+        self.status = "Starting"
+        self.seq = 0
+        self.keys = [layer_key(model, 0, layer) for layer in range(model.rounds)]
+        self.watchdog = float(node.args["watchdog_timeout"])
+        self.max_running = max_running_requests(node.args)
+        self.max_total_tokens = total_tokens
+        self.startup_time = time.time()
+
+    def start(self) -> None:
+        threading.Thread(target=self._loop, name="scheduler", daemon=True).start()
+
+    # -- the group -----------------------------------------------------------------
+    def _round(self, payload: bytes, layer: int) -> bytes:
+        """One all-reduce: send to every rank, add up every rank's partial result."""
+        self.seq += 1
+        header = frame(OP_STEP, self.seq, layer, len(payload))
+        peers = sorted(self.node.links)
+        total = int.from_bytes(partial(payload, self.keys[layer], self.model.hidden_bytes), "big")
+        for peer in peers:
+            self._io(peer, lambda s: s.sendall(header + payload))
+        for peer in peers:
+            reply = self._io(peer, lambda s: recv_exact(s, FRAME_SIZE))
+            magic, op, seq, _, length = unframe(reply)
+            if magic != MAGIC or op != OP_REPLY or seq != self.seq or length != len(payload):
+                raise self._break(peer, "unexpected reply")
+            total += int.from_bytes(self._io(peer, lambda s, n=length: recv_exact(s, n)), "big")
+        return (total % (1 << (8 * len(payload)))).to_bytes(len(payload), "big")
+
+    def _io(self, peer: int, action: Any) -> Any:
+        sock = self.node.links[peer]
+        sock.settimeout(self.watchdog)
+        try:
+            return action(sock)
+        except TimeoutError as err:
+            if err.errno is not None:  # ETIMEDOUT from the kernel: TCP gave up on the peer
+                raise self._break(peer, os.strerror(err.errno)) from None
+            r.log(r.WATCHDOG_TIMEOUT, self.node.prefix, timeout=self.watchdog)
+            raise self._break(peer, "watchdog timeout") from None
+        except OSError as err:
+            raise self._break(peer, os.strerror(os_errno(err))) from None
+
+    def _break(self, peer: int, why: str) -> EngineError:
+        ip, port = self.node.world[peer]["nccl"]
+        if self.broken is None:
+            self.broken = f"rank {peer} ({self.node.world[peer]['host']}, {ip}): {why}"
+            self.status = "UnHealthy"
+            r.nccl_warn(r.NCCL_PEER_CLOSED, "misc/socket.cc:71", addr=f"{ip}<{port}>")
+        return EngineError(f"{r.NCCL_ERROR(error=r.NCCL_REMOTE_ERROR)} ({self.broken})")
+
+    def forward(self, x: bytes) -> bytes:
+        for layer in range(self.model.rounds):
+            x = self._round(x, layer)
+        return x
+
+    # -- the scheduler -------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self.cv:
+                while not self.waiting and not self.running:
+                    self.cv.wait()
+                while self.waiting and len(self.running) < self.max_running:
+                    self.running.append(self.waiting.popleft())
+                batch = [s for s in self.running if not s.done]
+                queued = len(self.waiting)
+            if not batch:
+                with self.cv:
+                    self.running = []
+                continue
+            new = [s for s in batch if not s.prefilled]
+            started = time.monotonic()
+            # A prefill moves a slice of the prompt's hidden states, a decode one token's.
+            widths = [1 if s.prefilled else min(max(1, s.prompt_len), 32) for s in batch]
+            hb = self.model.hidden_bytes
+            x = b"".join(hashlib.shake_256(s.state).digest(hb * w) for s, w in zip(
+                batch, widths, strict=True))
+            try:
+                out = self.forward(x)
+            except EngineError as err:
+                with self.cv:
+                    for s in [*self.running, *self.waiting]:
+                        s.out.put(err)
+                    self.running, self.waiting = [], deque()
+                continue
+            self.stats.last_receive = time.time()
+            if new and any(s.counted for s in new):
+                tokens = sum(s.prompt_len for s in new)
+                r.log(r.PREFILL_BATCH, self.node.prefix, new=len(new), tokens=tokens,
+                      usage=self._usage(), running=len(batch) - len(new), queued=queued,
+                      throughput=tokens / max(time.monotonic() - started, 1e-6))
+            offset = 0
+            for s, w in zip(batch, widths, strict=True):
+                self._advance(s, out[offset:offset + 64])
+                offset += hb * w
+            with self.cv:
+                self.running = [s for s in self.running if not s.done]
+            self._decode_log(len(batch), queued)
+
+    def _usage(self) -> float:
+        with self.cv:
+            used = sum(s.prompt_len + s.produced for s in self.running)
+        return used / max(1, self.max_total_tokens)
+
+    def _advance(self, s: Seq, head: bytes) -> None:
+        """One token of ``s`` from its slice of the last all-reduce."""
+        draw = hashlib.blake2b(s.state + head, digest_size=16).digest()
+        s.state = draw + s.state[:16]
+        s.prefilled = True
+        s.produced += 1
+        if s.counted:
+            with self.cv:
+                self.stats.generation_tokens += 1
+                self.stats.recent.append((time.monotonic(), 1))
+                if s.produced == 1:
+                    self.stats.ttft.append(time.monotonic() - s.began)
+        eos = int.from_bytes(draw[:4], "big") % EOS_PERIOD == 0
+        if eos and s.produced > 1 and not s.ignore_eos:
+            self._finish(s, {"type": "stop", "matched": self.model.eos_token_id})
+            return
+        word = VOCAB[int.from_bytes(draw[4:8], "big") % len(VOCAB)]
+        piece = word if not s.text else " " + word
+        hit = next((stop for stop in s.stops if stop and stop in s.text + piece), None)
+        if hit is not None:
+            cut = (s.text + piece).index(hit)
+            if cut > len(s.text):
+                s.out.put(((s.text + piece)[len(s.text):cut], None))
+            self._finish(s, {"type": "stop", "matched": hit})
+            return
+        s.text += piece
+        s.out.put((piece, None))
+        if s.produced >= s.cap:
+            self._finish(s, {"type": "length", "length": s.produced})
+
+    def _finish(self, s: Seq, reason: dict[str, Any]) -> None:
+        s.done = True
+        s.out.put(("", reason))
+        if s.counted:
+            with self.cv:
+                self.stats.e2e.append(time.monotonic() - s.began)
+
+    def _decode_log(self, running: int, queued: int) -> None:
+        with self.cv:
+            self.stats.forward_steps += 1
+            steps = self.stats.forward_steps
+            tokens = sum(s.prompt_len + s.produced for s in self.running)
+        interval = int(self.node.args["decode_log_interval"])
+        if interval > 0 and steps % interval == 0:
+            r.log(r.DECODE_BATCH, self.node.prefix, running=running, tokens=tokens,
+                  usage=tokens / max(1, self.max_total_tokens),
+                  throughput=self.stats.throughput(), queued=queued)
+
+    def submit(self, s: Seq) -> None:
+        with self.cv:
+            if self.broken:
+                raise EngineError(f"{r.NCCL_ERROR(error=r.NCCL_REMOTE_ERROR)} ({self.broken})")
+            if s.counted:
+                self.stats.requests += 1
+                self.stats.prompt_tokens += s.prompt_len
+            self.waiting.append(s)
+            self.cv.notify()
+
+    @property
+    def load(self) -> tuple[int, int]:
+        with self.cv:
+            return len(self.running), len(self.waiting)
+
+    # -- requests ------------------------------------------------------------------
+    def generate(self, prompt: str, sampling: Sampling,
+                 index: int = 0) -> Iterator[tuple[str, dict[str, Any] | None]]:
+        """Yield (text piece, None) per token, then ("", finish_reason)."""
+        prompt_len = len(tokenize(prompt))
+        limit = self.model.context_len - prompt_len
+        max_new = sampling.max_new
+        s = Seq(state=hashlib.blake2b(f"{index}\x00{prompt}".encode(), digest_size=32).digest(),
+                prompt_len=prompt_len, cap=min(max_new, limit) if max_new else limit,
+                stops=sampling.stops, ignore_eos=sampling.ignore_eos)
+        self.submit(s)
+        try:
+            while True:
+                item = s.out.get(timeout=self.watchdog + 60)
+                if isinstance(item, EngineError):
+                    raise item
+                yield item
+                if item[1] is not None:
+                    return
+        except queue.Empty:
+            raise EngineError("the scheduler did not answer (watchdog)") from None
+        finally:
+            s.done = True  # a client that went away frees its slot in the batch
+
+    def health(self) -> bool:
+        """/health: a one-token generation must finish within SGLANG_HEALTH_CHECK_TIMEOUT."""
+        if self.status == "Starting" or self.broken:
+            return False
+        tic = time.time()
+        s = Seq(state=b"HEALTH_CHECK_%d" % time.time_ns(), prompt_len=1, cap=1, stops=[],
+                counted=False)
+        try:
+            self.submit(s)
+            item = s.out.get(timeout=HEALTH_CHECK_TIMEOUT)
+        except (EngineError, queue.Empty):
+            item = None
+        finally:
+            s.done = True
+        if not isinstance(item, tuple):
+            r.log(r.HEALTH_FAILED, timeout=HEALTH_CHECK_TIMEOUT,
+                  tic=time.strftime("%H:%M:%S", time.localtime(tic)),
+                  last=time.strftime("%H:%M:%S", time.localtime(self.stats.last_receive)))
+            self.status = "UnHealthy"
+            return False
+        self.status = "Up"
+        return True
+
+
+def worker_loop(node: Node, model: Model) -> None:
+    """A rank other than TP0: answer every all-reduce round of TP0. When TP0 goes away the
+    rank stays where the release's does: waiting for TP0's next broadcast, for ever."""
+    keys = [layer_key(model, node.rank, layer) for layer in range(model.rounds)]
+    conn = node.links[0]
+    while True:
+        try:
+            magic, op, seq, layer, length = unframe(recv_exact(conn, FRAME_SIZE))
+            if magic != MAGIC:
+                raise ConnectionResetError(errno.EPROTO, "protocol error")
+            if op == OP_PING:
+                conn.sendall(frame(OP_REPLY, seq))
+                continue
+            payload = recv_exact(conn, length)
+            reply = partial(payload, keys[layer % len(keys)], model.hidden_bytes)
+            conn.sendall(frame(OP_REPLY, seq, layer, len(reply)) + reply)
+        except OSError:
+            break
+    while True:
+        time.sleep(3600)
