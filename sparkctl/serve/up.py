@@ -331,6 +331,7 @@ def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = Fa
                               "every rank running, /health 200 (--restart starts it again)",
                               highlight=False)
             return UpResult(True, 0.0, {}, "already serving")
+        check_model_visible(cluster)
         console.progress(f"serve up: {_describe(cluster)}, waiting up to {limit:.0f} s")
         followers = Followers(cluster)
         followers.start()
@@ -353,6 +354,33 @@ def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = Fa
     console.out.print(f"[green]serving[/green] {cluster.model_name}: {_describe(cluster)} at "
                       f"{_endpoints(cluster)} ({result.seconds:.0f} s)", highlight=False)
     return result
+
+
+def _inside(path: str, mounts: list[str]) -> bool:
+    return any(path == m.rstrip("/") or path.startswith(m.rstrip("/") + "/") for m in mounts)
+
+
+def check_model_visible(cluster: Cluster) -> None:
+    """Every node's model path resolves inside what the server's container mounts.
+
+    A container sees nothing of the host but its mounts: a model link that points out of
+    them (e.g. at the head's own copy, read in place with model_cache_source head, after a
+    provision that did not know that source) fails every rank with "Repo id must be in the
+    form ..." only once SGLang starts. Found here first, naming the node and the path."""
+    s = cluster.sglang()
+    mounts = [str(m) for m in s.get("model_mounts", ["/"])]
+    path = str(s["model_path"])
+    resolved = cluster.each(cluster.nodes, f"readlink -f -- {shlex.quote(path)}", 30)
+    outside = {node: out.strip() for node, (rc, out) in resolved.items()
+               if rc == 0 and out.strip() and not _inside(out.strip(), mounts)}
+    if outside:
+        where = "; ".join(f"{node}: {path} -> {target}" for node, target in outside.items())
+        raise SparkctlError(
+            f"the model is outside what the server's container sees ({', '.join(mounts)}): "
+            f"{where}", ExitCode.CHECKS_FAILED,
+            hint="provision with the same model source as model sync (e.g. -e "
+                 "model_cache_source=head -e model_cache_head_dir=DIR), or add the directory "
+                 "to sglang_model_mounts, then sparkctl provision")
 
 
 def _save_logs(cluster: Cluster, result: UpResult) -> None:

@@ -8,7 +8,10 @@ Read-back parsers are tested on output captured from the rehearsal lab's nodes
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,25 +47,24 @@ LAUNCH = {"model_path": "/var/lib/sparkctl/models/current", "tp_size": 4, "nnode
           "api_key": True, "extra_args": []}
 
 # `systemctl show -p ExecStart --value sparkctl-sglang` on spark2 while it ran
-# (the unit as this role installs it, with the launcher that reads the API key from
-# the environment). As systemd 252 prints it: argv[] joined with blanks, unquoted.
-SPARK2_EXECSTART = "{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -c {LAUNCHER} --model-path /var/lib/sparkctl/models/current --tp 4 --nnodes 4 --node-rank 1 --dist-init-addr 192.168.100.11:50000 --host 127.0.0.1 --port 30000 --enable-metrics --dist-timeout 3600 ; ignore_errors=no ; start_time=[Sun 2026-11-29 22:39:59 UTC] ; stop_time=[n/a] ; pid=4094 ; code=(null) ; status=0/0 }".replace("{LAUNCHER}", args_f.LAUNCHER)
+# (the container unit as this role installs it in the lab, the launcher reading
+# the API key from the mounted secrets file). As systemd 252 prints it: argv[]
+# joined with blanks, unquoted.
+SPARK2_EXECSTART = "{ path=/usr/bin/docker ; argv[]=/usr/bin/docker run --rm --name sparkctl-sglang --network host --ipc host --gpus all --user 475:475 --env-file /etc/sparkctl/nccl.env --env-file /etc/sparkctl/sglang.env --volume /var/lib/sparkctl/models:/var/lib/sparkctl/models:ro --volume /srv/sparkctl-model/served:/srv/sparkctl-model/served:ro --volume /usr/local/lib/sparkctl/sglang-launcher.py:/usr/local/lib/sparkctl/sglang-launcher.py:ro --volume /etc/sparkctl/sglang-secrets.env:/etc/sparkctl/sglang-secrets.env:ro --volume /var/lib/sparkctl/sglang:/var/lib/sparkctl/sglang --pull never --ulimit memlock=-1 lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:835d68f665a2c49804ca899216ea6a5a054661d8ab77e5a9b6f5c4cf4d1d6fae python3 /usr/local/lib/sparkctl/sglang-launcher.py --secrets-file /etc/sparkctl/sglang-secrets.env -- --model-path /var/lib/sparkctl/models/current --tp-size 4 --nnodes 4 --node-rank 1 --dist-init-addr 192.168.100.11:50000 --host 127.0.0.1 --port 30000 --enable-metrics --dist-timeout 3600 ; ignore_errors=no ; start_time=[Tue 2026-12-01 11:56:26 UTC] ; stop_time=[n/a] ; pid=1038 ; code=(null) ; status=0/0 }"
 # The same for chrony (Debian's unit: $DAEMON_OPTS is expanded at start only).
 CHRONY_EXECSTART = "{ path=/usr/sbin/chronyd ; argv[]=/usr/sbin/chronyd $DAEMON_OPTS -x ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
 SPARK2_SHOW = """\
 Restart=on-failure
 RestartUSec=30s
-EnvironmentFiles=/etc/sparkctl/nccl.env (ignore_errors=no)
-EnvironmentFiles=/etc/sparkctl/sglang.env (ignore_errors=no)
-EnvironmentFiles=/etc/sparkctl/sglang-secrets.env (ignore_errors=no)
 LoadState=loaded
 FragmentPath=/etc/systemd/system/sparkctl-sglang.service
 UnitFileState=disabled
 StartLimitIntervalUSec=10min
 StartLimitBurst=3
 """
-# `nft -j list table inet sparkctl` on spark2 after the role ran.
-SPARK2_NFT = '{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}}, {"table": {"family": "inet", "name": "sparkctl", "handle": 2}}, {"set": {"family": "inet", "name": "sglang_fabric_v4", "table": "sparkctl", "type": "ipv4_addr", "handle": 5, "flags": ["interval"], "elem": [{"prefix": {"addr": "192.168.100.0", "len": 24}}, {"prefix": {"addr": "192.168.101.0", "len": 24}}]}}, {"chain": {"family": "inet", "table": "sparkctl", "name": "sglang_input", "handle": 4, "type": "filter", "hook": "input", "prio": 0, "policy": "accept"}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 6, "expr": [{"match": {"op": "==", "left": {"meta": {"key": "iif"}}, "right": "lo"}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 7, "expr": [{"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["established", "related"]}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 9, "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "@sglang_fabric_v4"}}, {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": {"set": [{"range": [32768, 60999]}]}}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 11, "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": {"set": [{"range": [32768, 60999]}]}}}, {"counter": {"packets": 0, "bytes": 0}}, {"drop": null}]}}]}'
+# `nft -j list table inet sparkctl` on spark2 after the role ran (inventory/sim.ini: the
+# Sparks' management addresses as peers, the API open to their /24).
+SPARK2_NFT = '{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}}, {"table": {"family": "inet", "name": "sparkctl", "handle": 2}}, {"set": {"family": "inet", "name": "sglang_fabric_v4", "table": "sparkctl", "type": "ipv4_addr", "handle": 6, "flags": ["interval"], "elem": [{"prefix": {"addr": "192.168.100.0", "len": 24}}, {"prefix": {"addr": "192.168.101.0", "len": 24}}]}}, {"set": {"family": "inet", "name": "sglang_peers_v4", "table": "sparkctl", "type": "ipv4_addr", "handle": 7, "flags": ["interval"], "elem": ["10.77.0.11", "10.77.0.12", "10.77.0.13", "10.77.0.14"]}}, {"set": {"family": "inet", "name": "sglang_api_v4", "table": "sparkctl", "type": "ipv4_addr", "handle": 8, "flags": ["interval"], "elem": [{"prefix": {"addr": "10.77.0.0", "len": 24}}]}}, {"chain": {"family": "inet", "table": "sparkctl", "name": "sglang_input", "handle": 5, "type": "filter", "hook": "input", "prio": 0, "policy": "accept"}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 9, "expr": [{"match": {"op": "==", "left": {"meta": {"key": "iif"}}, "right": "lo"}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 10, "expr": [{"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["established", "related"]}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 12, "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "@sglang_fabric_v4"}}, {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": {"set": [{"range": [32768, 60999]}]}}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 14, "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "@sglang_peers_v4"}}, {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": {"set": [{"range": [32768, 60999]}]}}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 16, "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": {"set": [{"range": [32768, 60999]}]}}}, {"counter": {"packets": 0, "bytes": 0}}, {"drop": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 17, "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}}, "right": "@sglang_api_v4"}}, {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 30000}}, {"accept": null}]}}, {"rule": {"family": "inet", "table": "sparkctl", "chain": "sglang_input", "handle": 18, "expr": [{"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 30000}}, {"counter": {"packets": 0, "bytes": 0}}, {"drop": null}]}}]}'
 FABRIC = ["192.168.100.0/24", "192.168.101.0/24"]
 FABRIC_PORTS = ["50000-50015", "32768-60999"]
 
@@ -106,16 +108,22 @@ def test_image_is_pinned_to_a_cuda13_release_tag() -> None:
     assert "latest" not in tag
 
 
-def test_standin_files_listed_for_the_copy_exist() -> None:
-    files = _yaml(ROLE / "vars" / "main.yml")["_sglang_standin_files"]
-    root = ROLE / "files" / "sglang_standin"
-    assert sorted(files) == sorted(str(p.relative_to(root)) for p in root.rglob("*.py"))
+def test_the_role_carries_no_simulator() -> None:
+    """The lab's stand-ins live in sparkctl/lab/standins and the lab puts them on its nodes;
+    the role installs only what a Spark runs, the same way everywhere."""
+    files = sorted(p.relative_to(ROLE).as_posix() for p in ROLE.rglob("*") if p.is_file()
+                   and "molecule" not in p.parts and "__pycache__" not in p.parts)
+    assert [f for f in files if f.startswith("files/")] == ["files/sglang_launcher.py"]
+    for name in files:
+        text = (ROLE / name).read_text()
+        assert "sparkctl/lab" not in text and "standin" not in text, name
+        assert "when: lab" not in text and "hw_profile ==" not in text, name
 
 
 # ------------------------------------------------------------ launch command
 def test_head_and_worker_commands_from_the_lab_inventory() -> None:
     head = args_f.sglang_launch_args(SIM_NODES, 0, **LAUNCH)
-    assert head == ["--model-path", "/var/lib/sparkctl/models/current", "--tp", "4",
+    assert head == ["--model-path", "/var/lib/sparkctl/models/current", "--tp-size", "4",
                     "--nnodes", "4", "--node-rank", "0",
                     "--dist-init-addr", "192.168.100.11:50000", "--host", "0.0.0.0",  # noqa: S104
                     "--port", "30000", "--enable-metrics", "--dist-timeout", "3600",
@@ -135,21 +143,32 @@ def test_optional_arguments() -> None:
                          "--trust-remote-code"]
 
 
+def _standin_parse(args: list[str]) -> dict[str, Any]:
+    """The lab stand-in's parser on ``args`` (the real release's: tests/contract)."""
+    from sparkctl.lab.standins.sglang.launch_server import build_parser  # noqa: PLC0415
+
+    return vars(build_parser().parse_args(
+        [a if a != "${SGLANG_API_KEY}" else "k" * 16 for a in args]))
+
+
 def test_the_standin_accepts_the_command_it_is_installed_with() -> None:
     """The stand-in's parser takes what the filter computes, and reads it back the same."""
-    standin = ROLE / "files" / "sglang_standin"
-    sys.dont_write_bytecode = True
-    sys.path.insert(0, str(standin))
-    try:
-        from sglang import launch_server  # noqa: PLC0415 -- the stand-in is on sys.path only here
-    finally:
-        sys.path.remove(str(standin))
     args = args_f.sglang_launch_args(SIM_NODES, 3, **{
         **LAUNCH, "served_model_name": "m", "extra_args": ["--context-length", "32768"]})
-    parsed = launch_server.parse_args([a if a != "${SGLANG_API_KEY}" else "k" for a in args])
+    parsed = _standin_parse(args)
     assert (parsed["tp_size"], parsed["nnodes"], parsed["node_rank"], parsed["dist_init_addr"],
             parsed["dist_timeout"], parsed["context_length"], parsed["served_model_name"]) == (
         4, 4, 3, "192.168.100.11:50000", 3600, 32768, "m")
+
+
+def test_tls_adds_uvicorns_certificate_flags_and_needs_both() -> None:
+    args = args_f.sglang_launch_args(SIM_NODES, 0, **{
+        **LAUNCH, "ssl_certfile": "/etc/sparkctl/tls/sglang.crt",
+        "ssl_keyfile": "/etc/sparkctl/tls/sglang.key"})
+    assert (_opt(args, "--ssl-certfile"), _opt(args, "--ssl-keyfile")) == (
+        "/etc/sparkctl/tls/sglang.crt", "/etc/sparkctl/tls/sglang.key")
+    with pytest.raises(args_f.AnsibleFilterError, match="go together"):
+        args_f.sglang_launch_args(SIM_NODES, 0, **{**LAUNCH, "ssl_certfile": "/c.crt"})
 
 
 @pytest.mark.parametrize(("nodes", "overrides", "message"), [
@@ -187,7 +206,7 @@ def test_two_groups_of_two_each_have_their_own_ranks_and_head() -> None:
         3: ("1", "192.168.100.13:50000", "127.0.0.1")}
     for rank, (group_rank, dist, host) in expected.items():
         args = args_f.sglang_launch_args(TWO_GROUPS, rank, **TWO_LAUNCH)
-        assert (_opt(args, "--tp"), _opt(args, "--nnodes")) == ("2", "2"), args
+        assert (_opt(args, "--tp-size"), _opt(args, "--nnodes")) == ("2", "2"), args
         assert (_opt(args, "--node-rank"), _opt(args, "--dist-init-addr"),
                 _opt(args, "--host")) == (group_rank, dist, host), (rank, args)
         # the same words in the same order as a one-group command, values aside
@@ -223,7 +242,7 @@ def test_a_group_of_one_has_no_rendezvous() -> None:
     """--nnodes 1 without --dist-init-addr: SGLang meets itself on 127.0.0.1 (PortArgs)."""
     nodes = [{**n, "group": "solo" if n["name"] == "spark4" else "trio"} for n in SIM_NODES]
     args = args_f.sglang_launch_args(nodes, 3, **{**LAUNCH, "tp_size": 1, "nnodes": 1})
-    assert args[:10] == ["--model-path", "/var/lib/sparkctl/models/current", "--tp", "1",
+    assert args[:10] == ["--model-path", "/var/lib/sparkctl/models/current", "--tp-size", "1",
                          "--nnodes", "1", "--node-rank", "0", "--host", "0.0.0.0"]  # noqa: S104
     assert "--dist-init-addr" not in args
     # its fabric_a_ip is nobody's meeting point
@@ -236,15 +255,7 @@ def test_a_group_of_one_has_no_rendezvous() -> None:
     alone = args_f.sglang_launch_args(SIM_NODES[:1], 0, **{**LAUNCH, "tp_size": 1, "nnodes": 1})
     assert "--dist-init-addr" not in alone and _opt(alone, "--nnodes") == "1"
     # and the stand-in takes the command as SGLang does
-    standin = ROLE / "files" / "sglang_standin"
-    sys.dont_write_bytecode = True
-    sys.path.insert(0, str(standin))
-    try:
-        from sglang import launch_server  # noqa: PLC0415 -- the stand-in is on sys.path only here
-    finally:
-        sys.path.remove(str(standin))
-    parsed = launch_server.parse_args([a if a != "${SGLANG_API_KEY}" else "k" for a in args])
-    launch_server.check_args(parsed)
+    parsed = _standin_parse(args)
     assert (parsed["tp_size"], parsed["nnodes"], parsed["node_rank"], parsed["dist_init_addr"]) \
         == (1, 1, 0, None)
 
@@ -285,88 +296,177 @@ def test_plan_names_the_group_and_keeps_every_key() -> None:
     plan = task["ansible.builtin.set_fact"]["__sglang_plan"]
     assert {"unit", "install_method", "tp_size", "nnodes", "gpus_per_node", "port", "dist_port",
             "model_path", "served_model_name", "api_key_file", "api_key_required", "env_file",
-            "serve_timeout", "verify_requests", "verify_max_tokens"} < set(plan)
+            "serve_timeout", "verify_requests", "verify_max_tokens", "tls", "tls_ca_file",
+            "api_allowed_cidrs", "rdma_expected"} < set(plan)
     assert {k: plan[k] for k in ("group", "group_head", "group_rank", "group_members")} == {
         "group": "{{ _sglang_group.name }}", "group_head": "{{ _sglang_group.head }}",
         "group_rank": "{{ _sglang_group.rank | int }}",
         "group_members": "{{ _sglang_group.members }}"}
 
 
+LAUNCHER_PATH = "/usr/local/lib/sparkctl/sglang-launcher.py"
+LAUNCHER_FILE = ROLE / "files" / "sglang_launcher.py"
+SECRETS = "/etc/sparkctl/sglang-secrets.env"
+
+
 def test_exec_argv_for_each_method() -> None:
-    args = ["--tp", "4"]
-    assert args_f.sglang_exec_argv(args, "standin") == [
-        "/usr/bin/python3", "-m", "sglang.launch_server", "--tp", "4"]
-    assert args_f.sglang_exec_argv(args, "venv", python="/opt/v/bin/python3")[0] == "/opt/v/bin/python3"
+    args = ["--tp-size", "4"]
+    assert args_f.sglang_exec_argv(args, "venv", python="/opt/v/bin/python3") == [
+        "/opt/v/bin/python3", LAUNCHER_PATH, "--", "--tp-size", "4"]
     argv = args_f.sglang_exec_argv(
         args, "container", engine_path="/usr/bin/docker", gpu_args=["--gpus", "all"],
         image="lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc", env_files=["/a.env", "/b.env"],
-        mounts=["/m:/m:ro"], container_args=["--pull", "never"])
+        mounts=["/m:/m:ro"], container_args=["--pull", "never"], user="475:475")
     assert argv[:9] == ["/usr/bin/docker", "run", "--rm", "--name", "sparkctl-sglang",
                         "--network", "host", "--ipc", "host"]
-    assert argv[9:11] == ["--gpus", "all"]
-    assert argv[11:15] == ["--env-file", "/a.env", "--env-file", "/b.env"]
-    assert argv[15:17] == ["--volume", "/m:/m:ro"]
+    assert argv[9:13] == ["--gpus", "all", "--user", "475:475"]
+    assert argv[13:17] == ["--env-file", "/a.env", "--env-file", "/b.env"]
+    assert argv[17:19] == ["--volume", "/m:/m:ro"]
     tail = argv[argv.index("lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc"):]
-    assert tail == ["lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc", "python3", "-m",
-                    "sglang.launch_server", "--tp", "4"]
+    assert tail == ["lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc", "python3", LAUNCHER_PATH,
+                    "--", "--tp-size", "4"]
     with pytest.raises(args_f.AnsibleFilterError, match="unknown installation method"):
-        args_f.sglang_exec_argv(args, "pip")
+        args_f.sglang_exec_argv(args, "standin")
 
 
-def test_with_a_key_the_launcher_reads_it_from_the_environment_not_argv() -> None:
+def test_with_a_key_the_launcher_reads_it_from_the_secrets_file_not_argv() -> None:
     args = args_f.sglang_launch_args(SIM_NODES, 1, **{**LAUNCH, "extra_args": ["--trust-remote-code"]})
     assert args[-3:] == ["--trust-remote-code", "--api-key", "${SGLANG_API_KEY}"]
-    argv = args_f.sglang_exec_argv(args, "standin")
-    assert argv[:3] == ["/usr/bin/python3", "-c", args_f.LAUNCHER]
-    assert "${SGLANG_API_KEY}" not in argv and argv[3:] == args[:-2]
+    argv = args_f.sglang_exec_argv(args, "venv", python="/opt/v/bin/python3", secrets_file=SECRETS)
+    assert argv[:5] == ["/opt/v/bin/python3", LAUNCHER_PATH, "--secrets-file", SECRETS, "--"]
+    assert "${SGLANG_API_KEY}" not in argv and argv[5:] == args[:-2]
     assert args_f.sglang_server_args(argv) == args  # read back in the form the plan has
     line = args_f.sglang_exec_line(argv)
-    assert f'-c "{args_f.LAUNCHER}" --model-path' in line and "$" not in line
+    assert "$" not in line and '"' not in line
     for joined in (" ".join(argv), shlex.join(argv)):  # systemd 252 / newer systemd
-        execstart = f"{{ path=/usr/bin/python3 ; argv[]={joined} ; ignore_errors=no ; pid=1 }}"
+        execstart = f"{{ path=/opt/v/bin/python3 ; argv[]={joined} ; ignore_errors=no ; pid=1 }}"
         assert args_f.sglang_parse_execstart(execstart) == argv
     container = args_f.sglang_exec_argv(args, "container", image="img", env_files=["/s.env"])
-    assert container[container.index("img"):][:3] == ["img", "python3", "-c"]
+    assert container[container.index("img"):][:5] == [
+        "img", "python3", LAUNCHER_PATH, "--secrets-file", SECRETS]
+    assert args_f.sglang_server_args(container) == args
+    without = args_f.sglang_launch_args(SIM_NODES, 1, **{**LAUNCH, "api_key": False})
+    assert args_f.sglang_server_args(args_f.sglang_exec_argv(without, "venv")) == without
 
 
-def test_the_launcher_runs_launch_server_as_dash_m_would_with_the_key_from_the_env(
-        tmp_path: Path) -> None:
-    """The launcher, really run: sys.argv[0] is launch_server.py (argparse's prog, which
-    the log signatures match), --api-key is the env value, the env var is gone."""
-    pkg = tmp_path / "sglang"
+def _fake_sglang(root: Path, body: str) -> None:
+    pkg = root / "sglang"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "launch_server.py").write_text(
+    (pkg / "launch_server.py").write_text(body)
+
+
+def _launch(tmp_path: Path, *argv: str, timeout: float = 30,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(LAUNCHER_FILE), *argv], capture_output=True,
+                          text=True, timeout=timeout, check=False,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path),
+                               "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
+
+
+def test_the_launcher_runs_launch_server_as_dash_m_would_with_the_key_from_the_file(
+        tmp_path: Path) -> None:
+    """The launcher, really run: sys.argv[0] is launch_server.py (argparse's prog), __name__ is
+    __main__, --api-key is the file's value, which is in no environment variable."""
+    # what the server sees goes to a file: its output is redacted on the way out
+    _fake_sglang(tmp_path, (
         "import json, os, sys\n"
         "if __name__ == '__main__':\n"
-        "    print(json.dumps({'argv': sys.argv, 'env': 'SGLANG_API_KEY' in os.environ}))\n")
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path), "SGLANG_API_KEY": "k" * 20}
-    out = subprocess.run([sys.executable, "-c", args_f.LAUNCHER, "--tp", "4"], env=env,
-                         capture_output=True, text=True, check=True).stdout
-    seen = json.loads(out)
-    assert seen["argv"] == [str(pkg / "launch_server.py"), "--tp", "4", "--api-key", "k" * 20]
-    assert seen["env"] is False
-    empty = subprocess.run([sys.executable, "-c", args_f.LAUNCHER, "--tp", "4"],
-                           env={**env, "SGLANG_API_KEY": ""}, capture_output=True, text=True,
-                           check=False)
-    assert empty.returncode == 1 and "SGLANG_API_KEY is empty" in empty.stderr
+        "    with open(os.environ['SEEN'], 'w') as f:\n"
+        "        json.dump({'argv': sys.argv, 'spec': __spec__.name,\n"
+        "                   'env': [k for k, v in os.environ.items() if 'k' * 20 in v]}, f)\n"))
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("# comment\nSGLANG_API_KEY=" + "k" * 20 + "\n")
+    proc = _launch(tmp_path, "--secrets-file", str(secrets), "--", "--tp-size", "4",
+                   env={"SEEN": str(tmp_path / "seen.json")})
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen["argv"] == [str(tmp_path / "sglang" / "launch_server.py"), "--tp-size", "4",
+                            "--api-key", "k" * 20]
+    assert (seen["spec"], seen["env"]) == ("sglang.launch_server", [])
+
+
+def test_the_launcher_blanks_the_key_from_everything_the_server_prints(tmp_path: Path) -> None:
+    """SGLang logs server_args=ServerArgs(... api_key='KEY' ...): the journal never gets it,
+    not on stdout, not on stderr, not in a \\r progress line, not in a line longer than a read."""
+    key = "k3y-" + "z" * 28
+    _fake_sglang(tmp_path, (
+        "import sys, os\n"
+        "k = sys.argv[sys.argv.index('--api-key') + 1]\n"
+        "print(f\"[2026-12-01 10:00:00] server_args=ServerArgs(model_path='/m', api_key='{k}', \"\n"
+        "      f\"admin_api_key=None)\", flush=True)\n"
+        "sys.stderr.write('warn ' + k + '\\n'); sys.stderr.flush()\n"
+        "for i in range(3): sys.stdout.write(f'\\rCapturing batches {i} ' + k); sys.stdout.flush()\n"
+        "os.write(1, b'x' * 200000 + k.encode() + b'y' * 10 + b'\\n')\n"
+        "print('tail without newline ' + k, end='')\n"))
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text(f"SGLANG_API_KEY={key}\n")
+    proc = _launch(tmp_path, "--secrets-file", str(secrets), "--", "--port", "1")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert key not in out
+    assert "api_key='<redacted>'" in out and "warn <redacted>" in out
+    assert out.count("Capturing batches") == 3 and "<redacted>yyyyyyyyyy" in out
+    assert out.endswith("tail without newline <redacted>")
+
+
+def test_the_launcher_refuses_a_missing_or_empty_key(tmp_path: Path) -> None:
+    _fake_sglang(tmp_path, "raise SystemExit('must not run')\n")
+    empty = tmp_path / "empty.env"
+    empty.write_text("SGLANG_API_KEY=\n")
+    for argv, message in ((["--secrets-file", str(empty), "--"], "SGLANG_API_KEY is empty"),
+                          (["--secrets-file", str(tmp_path / "none"), "--"],
+                           "cannot read the secrets file"),
+                          (["--tp-size", "4"], "usage: sglang-launcher.py"),
+                          (["--api-key", "x", "--"], "unknown launcher options")):
+        proc = _launch(tmp_path, *argv)
+        assert (proc.returncode, "must not run" in proc.stderr) == (2, False), proc.stderr
+        assert message in proc.stderr
+
+
+def test_the_launcher_as_pid_1_forwards_sigterm_and_passes_the_exit_status(
+        tmp_path: Path) -> None:
+    """docker stop sends SIGTERM to the container's PID 1; the kernel drops signals that PID 1
+    has no handler for. The launcher forwards it, and exits with the server's own status."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare for a PID namespace")
+    _fake_sglang(tmp_path, (
+        "import signal, sys, time\n"
+        "def bye(signum, frame):\n"
+        "    print('server got', signum, flush=True); sys.exit(3)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"))
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", sys.executable, str(LAUNCHER_FILE), "--"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"})
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        launcher = int(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                      text=True, check=True).stdout.split()[0])
+        os.kill(launcher, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert f"server got {int(signal.SIGTERM)}" in out
+    assert proc.returncode == 3
 
 
 def test_exec_line_quotes_for_systemd() -> None:
-    line = args_f.sglang_exec_line(["/usr/bin/python3", "-m", "sglang.launch_server", "--api-key",
-                                    "${SGLANG_API_KEY}", "--x", "50%", "a b", 'q"$'])
-    assert line == ('/usr/bin/python3 -m sglang.launch_server --api-key "${SGLANG_API_KEY}" '
-                    '--x "50%%" "a b" "q\\"$$"')
+    line = args_f.sglang_exec_line(["/usr/bin/python3", LAUNCHER_PATH, "--", "--x", "50%", "a b",
+                                    'q"$'])
+    assert line == (f'/usr/bin/python3 {LAUNCHER_PATH} -- --x "50%%" "a b" "q\\"$$"')
 
 
 def test_execstart_read_back_from_systemd() -> None:
     argv = args_f.sglang_parse_execstart(SPARK2_EXECSTART)
-    expected = args_f.sglang_launch_args(SIM_NODES, 1, **LAUNCH)
-    assert argv == args_f.sglang_exec_argv(expected, "standin")
-    assert args_f.sglang_server_args(argv) == expected
+    assert argv[:2] == ["/usr/bin/docker", "run"]
+    assert args_f.sglang_server_args(argv) == args_f.sglang_launch_args(SIM_NODES, 1, **LAUNCH)
     assert args_f.sglang_parse_execstart(CHRONY_EXECSTART) == [
         "/usr/sbin/chronyd", "$DAEMON_OPTS", "-x"]
-    with pytest.raises(args_f.AnsibleFilterError, match=r"does not run -m sglang\.launch_server"):
+    with pytest.raises(args_f.AnsibleFilterError, match=r"runs neither sglang-launcher\.py"):
         args_f.sglang_server_args(["/usr/sbin/chronyd", "-x"])
     with pytest.raises(args_f.AnsibleFilterError, match="is the unit loaded"):
         args_f.sglang_parse_execstart("")
@@ -402,27 +502,44 @@ def test_env_files_parse_check_and_diff() -> None:
 
 
 # ------------------------------------------------------------------ firewall
+PEERS = ["10.77.0.11", "10.77.0.12", "10.77.0.13", "10.77.0.14"]
+API = ["10.77.0.0/24"]
+
+
 def test_live_firewall_read_back_matches_the_wanted_one() -> None:
     live = fw.sglang_nft_rules(SPARK2_NFT)
-    wanted = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, [])
+    wanted = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, API, PEERS)
     assert live["rules"] == [
         'iif "lo" accept', "ct state established,related accept",
         "ip saddr @sglang_fabric_v4 tcp dport 32768-60999 accept",
-        "tcp dport 32768-60999 drop"]
-    assert live["sets"] == {"sglang_fabric_v4": FABRIC}
+        "ip saddr @sglang_peers_v4 tcp dport 32768-60999 accept",
+        "tcp dport 32768-60999 drop",
+        "ip saddr @sglang_api_v4 tcp dport 30000 accept", "tcp dport 30000 drop"]
+    assert live["sets"] == {"sglang_fabric_v4": FABRIC, "sglang_api_v4": API,
+                            "sglang_peers_v4": [f"{a}/32" for a in PEERS]}
     assert fw.sglang_nft_diff(live, wanted) == []
     assert not fw.sglang_nft_drops_port(live, 22)
-    assert fw.sglang_nft_drops_port(live, 50000) and not fw.sglang_nft_drops_port(live, 30000)
+    assert fw.sglang_nft_drops_port(live, 50000) and fw.sglang_nft_drops_port(live, 30000)
+
+
+def _nft_item(data: dict[str, Any], kind: str, name_or_handle: Any) -> dict[str, Any]:
+    for item in data["nftables"]:
+        body = item.get(kind)
+        if body and name_or_handle in (body.get("name"), body.get("handle")):
+            return body
+    raise KeyError(name_or_handle)
 
 
 def test_firewall_differences_are_named() -> None:
     data = json.loads(SPARK2_NFT)
-    data["nftables"][2]["set"]["elem"].pop()
-    data["nftables"][3]["chain"]["policy"] = "drop"
-    data["nftables"][7]["rule"]["expr"][0]["match"]["right"] = 22
+    _nft_item(data, "set", "sglang_fabric_v4")["elem"].pop()
+    _nft_item(data, "chain", "sglang_input")["policy"] = "drop"
+    drop = next(i["rule"] for i in data["nftables"]
+                if "rule" in i and "counter" in str(i["rule"]["expr"]) and "32768" in str(i))
+    drop["expr"][0]["match"]["right"] = 22
     diff = fw.sglang_nft_diff(fw.sglang_nft_rules(json.dumps(data)),
-                              fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, []))
-    assert len(diff) == 3
+                              fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, API, PEERS))
+    assert len(diff) == 3, diff
     assert "'policy': 'drop'" in diff[0]
     assert "set sglang_fabric_v4 holds ['192.168.100.0/24']" in diff[1]
     assert "tcp dport 22 drop" in diff[2]
@@ -432,31 +549,47 @@ def test_firewall_differences_are_named() -> None:
 
 
 def test_peer_sparks_may_reach_the_ports_for_open_mpi() -> None:
-    wanted = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, [],
-                                    ["10.77.0.11", "10.77.0.12", "10.77.0.13", "10.77.0.14"])
-    assert wanted["sets"]["sglang_peers_v4"] == [
-        "10.77.0.11/32", "10.77.0.12/32", "10.77.0.13/32", "10.77.0.14/32"]
-    assert wanted["rules"][2:] == [
+    wanted = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, API, PEERS)
+    assert wanted["sets"]["sglang_peers_v4"] == [f"{a}/32" for a in PEERS]
+    assert wanted["rules"][2:5] == [
         "ip saddr @sglang_fabric_v4 tcp dport 32768-60999 accept",
         "ip saddr @sglang_peers_v4 tcp dport 32768-60999 accept",
         "tcp dport 32768-60999 drop"]
-    # the live chain without the peers' rule differs, and says how
-    live = fw.sglang_nft_rules(SPARK2_NFT)
-    assert [d.split(",")[0] for d in fw.sglang_nft_diff(live, wanted)] == [
-        "set sglang_peers_v4 holds None", "rules are ['iif \"lo\" accept'"]
+    # without peers the chain differs from the live one, and says how
+    alone = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, API, [])
+    assert [d.split(",")[0] for d in fw.sglang_nft_diff(fw.sglang_nft_rules(SPARK2_NFT), alone)
+            ] == ["set sglang_peers_v4 holds ['10.77.0.11/32'", "rules are ['iif \"lo\" accept'"]
 
 
-def test_api_sources_and_bad_port_specs() -> None:
+def test_the_api_answers_only_the_sources_it_is_given() -> None:
     wanted = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, ["10.77.0.0/24", "10.77.0.5"])
     assert wanted["sets"]["sglang_api_v4"] == ["10.77.0.0/24", "10.77.0.5/32"]
     assert wanted["rules"][-2:] == ["ip saddr @sglang_api_v4 tcp dport 30000 accept",
                                     "tcp dport 30000 drop"]
+    # never open by omission: an empty list is refused, 0.0.0.0/0 opens it on purpose
+    with pytest.raises(fw.AnsibleFilterError, match="sglang_api_allowed_cidrs is empty"):
+        fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, [])
+    anywhere = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, ["0.0.0.0/0"])
+    assert anywhere["sets"]["sglang_api_v4"] == ["0.0.0.0/0"]
+
+
+def test_the_api_default_is_the_sparks_management_networks() -> None:
+    defaults = _yaml(ROLE / "defaults" / "main.yml")
+    assert "sglang_mgmt_subnets(24)" in defaults["sglang_api_allowed_cidrs"]
+    assert fw.sglang_mgmt_subnets(["198.51.100.11", "198.51.100.14", "10.77.0.12"]) == [
+        "10.77.0.0/24", "198.51.100.0/24"]
+    assert fw.sglang_mgmt_subnets(["10.1.2.3"], 16) == ["10.1.0.0/16"]
+    with pytest.raises(fw.AnsibleFilterError, match="not an IPv4 management address"):
+        fw.sglang_mgmt_subnets(["spark1.example"])
+
+
+def test_bad_port_specs() -> None:
     with pytest.raises(fw.AnsibleFilterError, match="lies inside sglang_firewall_fabric_ports"):
-        fw.sglang_nft_expected(FABRIC, ["30000-30010"], 30000, [])
+        fw.sglang_nft_expected(FABRIC, ["30000-30010"], 30000, API)
     with pytest.raises(fw.AnsibleFilterError, match="not a port"):
-        fw.sglang_nft_expected(FABRIC, ["ssh"], 30000, [])
+        fw.sglang_nft_expected(FABRIC, ["ssh"], 30000, API)
     with pytest.raises(fw.AnsibleFilterError, match="not an IPv4"):
-        fw.sglang_nft_expected(["fabric"], FABRIC_PORTS, 30000, [])
+        fw.sglang_nft_expected(["fabric"], FABRIC_PORTS, 30000, API)
     assert fw.merge_intervals([(50000, 50015), (32768, 60999), (61000, 61000)]) == [(32768, 61000)]
 
 
@@ -470,71 +603,111 @@ def _render(name: str, context: dict[str, Any]) -> str:
     return env.get_template(name).render(**context)
 
 
-def _unit_context(method: str, nodes: list[dict[str, Any]] = SIM_NODES, node_rank: int = 0,
+IMAGE = "lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:" + "ab" * 32
+
+
+def _unit_context(method: str, nodes: list[dict[str, Any]] = SIM_NODES, node_rank: int = 0, *,
+                  firewall: bool = True, user: str = "sparkctl-sglang", digest: str = "",
                   **launch: Any) -> dict[str, Any]:
+    """The unit template's variables as vars/main.yml computes them for a node."""
     launch = {**LAUNCH, **launch}
     args = args_f.sglang_launch_args(nodes, node_rank, **launch)
+    env_files = ["/etc/sparkctl/nccl.env", "/etc/sparkctl/sglang.env"]
     return {
         "node_rank": node_rank, "sglang_nnodes": launch["nnodes"],
         "sglang_tp_size": launch["tp_size"], "_sglang_method": method,
         "_sglang_group": args_f.sglang_tp_group(nodes, node_rank),
         "_sglang_several_groups": len({n.get("group") for n in nodes}) > 1,
-        "_sglang_fw_unit": "sparkctl-sglang-firewall.service",
+        "_sglang_fw_unit": "sparkctl-sglang-firewall.service", "sglang_firewall_enabled": firewall,
         "_sglang_engine": {"path": "/usr/bin/docker", "service": "docker.service"},
-        "_sglang_container_name": "sparkctl-sglang", "_sglang_standin_dir": "/opt/sparkctl/sglang-standin",
+        "_sglang_container_name": "sparkctl-sglang",
+        "_sglang_unit_env_files": env_files if method == "venv" else [],
+        "sglang_user": user, "_sglang_group_name": user or "root",
+        "sglang_image": IMAGE.split("@", maxsplit=1)[0], "sglang_image_digest": digest,
+        "sglang_version_file": "/etc/sparkctl/sglang-version",
         "sglang_start_limit_burst": 3, "sglang_start_limit_interval": 600,
         "sglang_restart_sec": 30, "sglang_nccl_env_file": "/etc/sparkctl/nccl.env",
         "sglang_env_file": "/etc/sparkctl/sglang.env",
-        "sglang_secrets_file": "/etc/sparkctl/sglang-secrets.env",
+        "sglang_secrets_file": SECRETS,
         "_sglang_exec_argv": args_f.sglang_exec_argv(
-            args, method, engine_path="/usr/bin/docker", gpu_args=["--gpus", "all"],
-            image="lmsysorg/sglang:v0.5.17-cu130-runtime")}
+            args, method, python="/opt/sparkctl/sglang-venv/bin/python3" if method == "venv"
+            else "python3", engine_path="/usr/bin/docker", gpu_args=["--gpus", "all"],
+            image=IMAGE, env_files=env_files, user="475:475" if user else "",
+            mounts=["/var/lib/sparkctl/models:/var/lib/sparkctl/models:ro"])}
 
 
-def test_unit_template_for_the_lab() -> None:
-    unit = _render("sparkctl-sglang.service.j2", _unit_context("standin"))
+def _execstart(unit: str) -> list[str]:
+    (line,) = [ln for ln in unit.splitlines() if ln.startswith("ExecStart=")]
+    return shlex.split(line.removeprefix("ExecStart=").replace("%%", "%").replace("$$", "$"))
+
+
+def test_unit_template_for_the_container_the_lab_and_a_spark_share() -> None:
+    unit = _render("sparkctl-sglang.service.j2", _unit_context("container"))
     lines = unit.splitlines()
-    assert [line for line in lines if line.startswith("EnvironmentFile=")] == [
-        "EnvironmentFile=/etc/sparkctl/nccl.env", "EnvironmentFile=/etc/sparkctl/sglang.env",
-        "EnvironmentFile=/etc/sparkctl/sglang-secrets.env"]
-    assert (f'ExecStart=/usr/bin/python3 -c "{args_f.LAUNCHER}" --model-path '
-            "/var/lib/sparkctl/models/current --tp 4 --nnodes 4 --node-rank 0 --dist-init-addr "
-            "192.168.100.11:50000 --host 0.0.0.0 --port 30000 --enable-metrics --dist-timeout "
-            "3600") in lines
+    # docker hands a container only --env-file/-e variables: no EnvironmentFile= at all,
+    # and the key in neither
+    assert not [ln for ln in lines if ln.startswith(("EnvironmentFile=", "Environment="))]
+    argv = _execstart(unit)
+    assert argv[:2] == ["/usr/bin/docker", "run"]
+    assert argv[argv.index("--user") + 1] == "475:475"
+    assert [argv[i + 1] for i, w in enumerate(argv) if w == "--env-file"] == [
+        "/etc/sparkctl/nccl.env", "/etc/sparkctl/sglang.env"]
+    assert argv[argv.index(IMAGE):][:5] == [IMAGE, "python3", LAUNCHER_PATH, "--secrets-file",
+                                            SECRETS]
+    assert args_f.sglang_server_args(argv)[-2:] == ["--api-key", "${SGLANG_API_KEY}"]
+    assert "ExecStartPre=-/usr/bin/docker rm --force sparkctl-sglang" in lines
+    assert "ExecStop=/usr/bin/docker stop --time 60 sparkctl-sglang" in lines
+    assert "Requires=docker.service" in lines and "User=sparkctl-sglang" not in lines
     for setting in ("Restart=on-failure", "RestartSec=30", "StartLimitBurst=3",
-                    "StartLimitIntervalSec=600",
-                    "Environment=PYTHONPATH=/opt/sparkctl/sglang-standin PYTHONDONTWRITEBYTECODE=1"):
+                    "StartLimitIntervalSec=600"):
         assert setting in lines, setting
     assert unit.index("StartLimitBurst=3") < unit.index("[Service]")  # a [Unit] setting
-    assert "docker" not in unit
+    # the digest recorded at the first pull is what runs, and the unit says so
+    assert "# The image is the digest this node pulled for lmsysorg/sglang:v0.5.17-cu130-runtime" \
+        in unit
+    pinned = _render("sparkctl-sglang.service.j2", _unit_context("container", digest="sha256:x"))
+    assert "digest this node pulled" not in pinned
 
 
-def test_unit_template_for_the_container() -> None:
-    unit = _render("sparkctl-sglang.service.j2", _unit_context("container"))
-    assert "Requires=docker.service" in unit and "PYTHONPATH" not in unit
-    assert "ExecStartPre=-/usr/bin/docker rm --force sparkctl-sglang" in unit
-    assert "ExecStop=/usr/bin/docker stop --time 60 sparkctl-sglang" in unit
-    assert f'lmsysorg/sglang:v0.5.17-cu130-runtime python3 -c "{args_f.LAUNCHER}"' in unit
+def test_the_unit_is_bound_to_its_firewall_fail_closed() -> None:
+    lines = _render("sparkctl-sglang.service.j2", _unit_context("container")).splitlines()
+    assert "BindsTo=sparkctl-sglang-firewall.service" in lines
+    assert "After=sparkctl-sglang-firewall.service" in lines
+    open_ = _render("sparkctl-sglang.service.j2", _unit_context("container", firewall=False))
+    assert "sparkctl-sglang-firewall" not in open_
+
+
+def test_unit_template_for_the_venv_runs_as_the_servers_user() -> None:
+    lines = _render("sparkctl-sglang.service.j2", _unit_context("venv")).splitlines()
+    assert [ln for ln in lines if ln.startswith("EnvironmentFile=")] == [
+        "EnvironmentFile=/etc/sparkctl/nccl.env", "EnvironmentFile=/etc/sparkctl/sglang.env"]
+    assert "User=sparkctl-sglang" in lines and "Group=sparkctl-sglang" in lines
+    assert _execstart("\n".join(lines))[:4] == [
+        "/opt/sparkctl/sglang-venv/bin/python3", LAUNCHER_PATH, "--secrets-file", SECRETS]
+    root = _render("sparkctl-sglang.service.j2", _unit_context("venv", user="")).splitlines()
+    assert not [ln for ln in root if ln.startswith(("User=", "Group="))]
+    assert "docker" not in "\n".join(lines)
 
 
 def test_unit_template_names_its_group_only_when_there_are_several() -> None:
-    one = _render("sparkctl-sglang.service.j2", _unit_context("standin", SIM_NODES, 2))
+    one = _render("sparkctl-sglang.service.j2", _unit_context("container", SIM_NODES, 2))
     assert "Description=SGLang TP=4 node rank 2 (sparkctl)" in one.splitlines()
-    assert "# SGLang tensor-parallel rank 2 of 4 (standin)." in one.splitlines()
-    assert "group" not in one
+    assert "# SGLang tensor-parallel rank 2 of 4 (container)." in one.splitlines()
+    assert "group" not in one.replace("readable by group", "")
     unit = _render("sparkctl-sglang.service.j2",
-                   _unit_context("standin", TWO_GROUPS, 3, tp_size=2, nnodes=2))
+                   _unit_context("container", TWO_GROUPS, 3, tp_size=2, nnodes=2))
     lines = unit.splitlines()
     assert "Description=SGLang group b TP=2 node rank 1 (sparkctl)" in lines
-    assert "# SGLang tensor-parallel rank 1 of 2 in group b, head spark3 (standin)." in lines
-    assert (f'ExecStart=/usr/bin/python3 -c "{args_f.LAUNCHER}" --model-path '
-            "/var/lib/sparkctl/models/current --tp 2 --nnodes 2 --node-rank 1 --dist-init-addr "
-            "192.168.100.13:50000 --host 127.0.0.1 --port 30000 --enable-metrics --dist-timeout "
-            "3600") in lines
+    assert "# SGLang tensor-parallel rank 1 of 2 in group b, head spark3 (container)." in lines
+    args = args_f.sglang_server_args(_execstart(unit))
+    assert (_opt(args, "--tp-size"), _opt(args, "--nnodes"), _opt(args, "--node-rank"),
+            _opt(args, "--dist-init-addr"), _opt(args, "--host")) == (
+        "2", "2", "1", "192.168.100.13:50000", "127.0.0.1")
 
 
 def test_secrets_template_holds_only_the_key() -> None:
-    text = _render("sglang-secrets.env.j2", {"_sglang_unit": "sparkctl-sglang.service",
+    text = _render("sglang-secrets.env.j2", {"_sglang_group_name": "sparkctl-sglang",
+                                             "_sglang_launcher_path": LAUNCHER_PATH,
                                              "sglang_api_key": "lab-0123456789abcdef"})
     assert args_f.sglang_parse_env(text) == {"SGLANG_API_KEY": "lab-0123456789abcdef"}
 
@@ -542,7 +715,7 @@ def test_secrets_template_holds_only_the_key() -> None:
 # --- verify: one judgement of the probe's reading --------------------------------
 
 _ENV = {"SGLANG_HOST_IP": "192.168.100.12", "GLOO_SOCKET_IFNAME": "fab0"}
-_VERSION = {"SGLANG_IMPL": "standin", "SGLANG_VERSION": "0.0-standin"}
+_VERSION = {"SGLANG_IMPL": "container", "SGLANG_VERSION": "0.5.17", "SGLANG_IMAGE": IMAGE}
 
 
 def _env_text(env: dict[str, str]) -> str:
@@ -556,8 +729,9 @@ def _reading() -> dict[str, Any]:
             "/etc/sparkctl/sglang.env": {**root, "content": _env_text(_ENV)},
             "/etc/sparkctl/sglang-version.env": {**root, "content": _env_text(_VERSION)},
             "/etc/systemd/system/sparkctl-sglang.service": dict(root),
-            "/etc/sparkctl/sglang-secrets.env": {**root, "mode": "0600"},
-            "/opt/sparkctl/sglang-standin/sglang/launch_server.py": dict(root),
+            SECRETS: {**root, "group": "sparkctl-sglang", "mode": "0640"},
+            "/usr/bin/docker": {**root, "mode": "0755"},
+            LAUNCHER_PATH: dict(root),
         },
         "commands": {
             "show": {"rc": 0, "stdout": SPARK2_SHOW, "stderr": ""},
@@ -572,15 +746,15 @@ def _want() -> dict[str, Any]:
     argv = args_f.sglang_parse_execstart(SPARK2_EXECSTART)
     return {"unit": "sparkctl-sglang.service",
             "unit_path": "/etc/systemd/system/sparkctl-sglang.service",
-            "env_files": ["/etc/sparkctl/nccl.env", "/etc/sparkctl/sglang.env",
-                          "/etc/sparkctl/sglang-secrets.env"],
+            "env_files": [],
             "restart_sec": 30, "start_limit_burst": 3, "start_limit_interval": 600,
             "argv": argv, "node_rank": 1,
             "env_file": "/etc/sparkctl/sglang.env", "env": _ENV,
             "version_file": "/etc/sparkctl/sglang-version.env", "version": _VERSION,
-            "secrets_file": "/etc/sparkctl/sglang-secrets.env",
-            "installed": ["/opt/sparkctl/sglang-standin/sglang/launch_server.py"],
-            "launcher": ["/usr/bin/python3"], "method": "standin"}
+            "secrets_file": SECRETS, "secrets_group": "sparkctl-sglang",
+            "installed": ["/usr/bin/docker", LAUNCHER_PATH],
+            "launcher": ["/usr/bin/docker", "run", "--rm", "--pull", "never", "--gpus", "all",
+                         IMAGE, "python3"], "method": "container"}
 
 
 def test_verify_problems_none_on_a_node_as_the_lab_left_it() -> None:
@@ -590,7 +764,7 @@ def test_verify_problems_none_on_a_node_as_the_lab_left_it() -> None:
 def test_verify_compares_the_rank_within_the_group() -> None:
     """spark4 of sim-two-groups.ini runs --node-rank 1: verify wants its group rank."""
     args = args_f.sglang_launch_args(TWO_GROUPS, 3, **TWO_LAUNCH)
-    argv = args_f.sglang_exec_argv(args, "standin")
+    argv = args_f.sglang_exec_argv(args, "container", image=IMAGE)
     execstart = SPARK2_EXECSTART.replace(
         SPARK2_EXECSTART[SPARK2_EXECSTART.index("argv[]=") + 7:
                          SPARK2_EXECSTART.index(" ; ignore_errors")], " ".join(argv))
@@ -619,8 +793,8 @@ def _spoil(path: list[str], value: Any) -> dict[str, Any]:
      "UnitFileState=enabled (want disabled"),
     (["commands", "show", "stdout"], SPARK2_SHOW.replace("RestartUSec=30s", "RestartUSec=100ms"),
      "RestartUSec=100ms"),
-    (["commands", "show", "stdout"], SPARK2_SHOW.replace("EnvironmentFiles=/etc/sparkctl/nccl.env (ignore_errors=no)\n", ""),
-     "environment files ['/etc/sparkctl/sglang.env'"),
+    (["commands", "show", "stdout"], SPARK2_SHOW + "EnvironmentFiles=/etc/sparkctl/sglang-secrets.env (ignore_errors=no)\n",
+     "environment files ['/etc/sparkctl/sglang-secrets.env'] (want [])"),
     (["commands", "execstart", "stdout"], SPARK2_EXECSTART.replace("--node-rank 1", "--node-rank 2"),
      "ExecStart of sparkctl-sglang.service runs"),
     (["commands", "execstart", "stdout"], "", "no argv[] in ExecStart"),
@@ -628,10 +802,12 @@ def _spoil(path: list[str], value: Any) -> dict[str, Any]:
      "/etc/sparkctl/sglang.env: GLOO_SOCKET_IFNAME='eth0', expected 'fab0'"),
     (["files", "/etc/sparkctl/sglang-version.env", "content"], "not an env file\n",
      "/etc/sparkctl/sglang-version.env: line 1 is not KEY=VALUE"),
-    (["files", "/etc/sparkctl/sglang-secrets.env", "mode"], "0644",
-     "/etc/sparkctl/sglang-secrets.env is root:root mode 0644; want root:root 0600"),
-    (["files", "/opt/sparkctl/sglang-standin/sglang/launch_server.py"], {"exists": False},
-     "launch_server.py is missing (standin installation)"),
+    (["files", SECRETS, "mode"], "0644",
+     f"{SECRETS} is root:sparkctl-sglang mode 0644; want root:sparkctl-sglang 0640"),
+    (["files", SECRETS, "group"], "root",
+     f"{SECRETS} is root:root mode 0640; want root:sparkctl-sglang 0640"),
+    (["files", LAUNCHER_PATH], {"exists": False},
+     "sglang-launcher.py is missing (container installation)"),
     (["commands", "help"], {"rc": 1, "stdout": "", "stderr": "ModuleNotFoundError: No module named 'torch'"},
      "--help: rc 1, ModuleNotFoundError"),
 ])

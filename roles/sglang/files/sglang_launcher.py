@@ -41,6 +41,7 @@ Standard library only; runs on the image's Python (3.10 or newer).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import select
@@ -81,7 +82,7 @@ def parse_argv(argv: list[str]) -> tuple[str | None, list[str]]:
 def read_key(path: str) -> str:
     """SGLANG_API_KEY from a KEY=VALUE file (comments and blank lines skipped)."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:  # noqa: PTH123 - the image's Python 3.10+
             text = handle.read()
     except OSError as exc:
         raise UsageError(f"cannot read the secrets file {path}: {exc.strerror}") from None
@@ -165,13 +166,8 @@ def _status(wait_status: int) -> int:
     return os.WEXITSTATUS(wait_status)
 
 
-def main(argv: list[str]) -> int:
-    try:
-        secrets_file, args = parse_argv(argv)
-        key = read_key(secrets_file) if secrets_file else None
-    except UsageError as exc:
-        print(f"sparkctl sglang launcher: {exc}", file=sys.stderr)
-        return 2
+def _spawn(args: list[str], key: str | None) -> tuple[int, int]:
+    """The server as a child whose stdout and stderr are a pipe: (pid, read end)."""
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -185,50 +181,64 @@ def main(argv: list[str]) -> int:
             signal.signal(signum, signal.SIG_DFL)
         _run_server(args, key)
     os.close(write_end)
+    return child, read_end
+
+
+def _reap(child: int) -> int | None:
+    """Reap the server and, as PID 1, anyone orphaned to us: the server's status, if it ended."""
+    status = None
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status
+        if pid == 0:
+            return status
+        if pid == child:
+            status = _status(wait_status)
+
+
+def _relay(child: int, read_end: int, redactor: Redactor) -> int:
+    """Pass the server's output on, redacted, until it and its stragglers are done."""
+    status: int | None = None
+    exited_at: float | None = None
+    while True:
+        if exited_at is not None and time.monotonic() - exited_at > LINGER:
+            break  # processes the server left behind; as PID 1 our exit ends them
+        ready, _, _ = select.select([read_end], [], [], 1.0)
+        if ready:
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break  # every writer closed the pipe
+            _write_all(1, redactor.feed(chunk))
+        if status is None:
+            status = _reap(child)
+            if status is not None:
+                exited_at = time.monotonic()
+    _write_all(1, redactor.flush())
+    os.close(read_end)
+    if status is None:
+        _, wait_status = os.waitpid(child, 0)
+        status = _status(wait_status)
+    return status
+
+
+def main(argv: list[str]) -> int:
+    try:
+        secrets_file, args = parse_argv(argv)
+        key = read_key(secrets_file) if secrets_file else None
+    except UsageError as exc:
+        print(f"sparkctl sglang launcher: {exc}", file=sys.stderr)
+        return 2
+    child, read_end = _spawn(args, key)
 
     def forward(signum: int, _frame: object) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
-        except ProcessLookupError:
-            pass
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
-    redactor = Redactor([key.encode()] if key else [])
-    status: int | None = None
-    exited_at: float | None = None
-    open_pipe = True
-    while open_pipe or status is None:
-        if open_pipe and exited_at is not None and time.monotonic() - exited_at > LINGER:
-            _write_all(1, redactor.flush())
-            break
-        if open_pipe:
-            ready, _, _ = select.select([read_end], [], [], 1.0)
-            if ready:
-                chunk = os.read(read_end, 1 << 16)
-                if chunk:
-                    _write_all(1, redactor.feed(chunk))
-                else:
-                    open_pipe = False
-                    _write_all(1, redactor.flush())
-        else:
-            # Every writer closed the pipe; only the exit status is missing.
-            _, wait_status = os.waitpid(child, 0)
-            status = _status(wait_status)
-            break
-        # Reap the server and, as PID 1, anyone orphaned to us.
-        while True:
-            try:
-                pid, wait_status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                pid = 0
-            if pid == 0:
-                break
-            if pid == child:
-                status = _status(wait_status)
-                exited_at = time.monotonic()
-    os.close(read_end)
-    return status if status is not None else 1
+    return _relay(child, read_end, Redactor([key.encode()] if key else []))
 
 
 if __name__ == "__main__":

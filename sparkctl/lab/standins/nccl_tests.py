@@ -55,6 +55,7 @@ bytearrays and array.array, which mpi4py takes as they are.
 from __future__ import annotations
 
 import getopt
+import io
 import ipaddress
 import json
 import math
@@ -605,7 +606,7 @@ def value_at(index: int, rank: int, rep: int, op: str) -> int:
     return (index + 3 * rank + rep) % period_of(op) + 1
 
 
-def tiled(typecode: str, period: list[int], start: int, count: int) -> array:
+def tiled(typecode: str, period: list[int], start: int, count: int) -> array[Any]:
     """``count`` elements of the periodic sequence ``period``, beginning at index ``start``."""
     if count <= 0:
         return array(typecode)
@@ -616,14 +617,14 @@ def tiled(typecode: str, period: list[int], start: int, count: int) -> array:
 
 
 def input_values(dt: DType, start: int, count: int, *, rank: int, rep: int,
-                 op: str) -> array:
+                 op: str) -> array[Any]:
     """A rank's input elements ``start .. start+count``."""
     p = period_of(op)
     return tiled(dt.typecode, [value_at(j, rank, rep, op) for j in range(p)], start, count)
 
 
 def expected_values(dt: DType, start: int, count: int, *, nranks: int, rep: int,
-                    op: str) -> array:
+                    op: str) -> array[Any]:
     """Reduction over all ranks of elements ``start .. start+count``."""
     p = period_of(op)
     fold = REDUCE[op]
@@ -631,7 +632,7 @@ def expected_values(dt: DType, start: int, count: int, *, nranks: int, rep: int,
     return tiled(dt.typecode, period, start, count)
 
 
-def count_wrong(result: memoryview, expected: array) -> int:
+def count_wrong(result: memoryview, expected: array[Any]) -> int:
     """Elements of ``result`` (raw bytes) that differ from ``expected``."""
     want = memoryview(expected).cast("B")
     if result.nbytes != want.nbytes:
@@ -707,7 +708,7 @@ class Run:
             self.comm.Barrier()
 
     # ---- data
-    def init_data(self, dt: DType, op: str, param: int, in_place: bool) -> array:
+    def init_data(self, dt: DType, op: str, param: int, in_place: bool) -> array[Any]:
         """Fill this rank's input; return the result expected at the start of recvbuf."""
         n, rank, size, rep = self.nranks, self.rank, dt.size, self.rep
         prog = self.coll.program
@@ -719,17 +720,17 @@ class Run:
             return expected_values(dt, 0, param, nranks=n, rep=rep, op=op)
         if prog == "all_gather_perf":
             self.recvbuf[:param * size * n] = bytes(param * size * n)
-            data = input_values(dt, 0, param, rank=rank, rep=rep, op=op).tobytes()
+            chunk = input_values(dt, 0, param, rank=rank, rep=rep, op=op).tobytes()
             if in_place:
-                self.recvbuf[rank * param * size:(rank + 1) * param * size] = data
+                self.recvbuf[rank * param * size:(rank + 1) * param * size] = chunk
             else:
-                self.sendbuf[:param * size] = data
+                self.sendbuf[:param * size] = chunk
             expected = array(dt.typecode)
             for r in range(n):
                 expected.extend(input_values(dt, 0, param, rank=r, rep=rep, op=op))
             return expected
-        data = input_values(dt, 0, param * n, rank=rank, rep=rep, op=op).tobytes()
-        (self.recvbuf if in_place else self.sendbuf)[:param * size * n] = data
+        block = input_values(dt, 0, param * n, rank=rank, rep=rep, op=op).tobytes()
+        (self.recvbuf if in_place else self.sendbuf)[:param * size * n] = block
         if not in_place:
             self.recvbuf[:param * size] = bytes(param * size)
         return expected_values(dt, rank * param, param, nranks=n, rep=rep, op=op)
@@ -856,7 +857,7 @@ def fail(host: str, message: str, status: int, detail: str = "") -> Exit:
 def load_mpi(prog: str) -> Any:
     """mpi4py's MPI module without initialising MPI (the dynamic loader's step)."""
     try:
-        import mpi4py  # noqa: PLC0415 (import failure is a reported condition)
+        import mpi4py  # type: ignore[import-not-found]  # noqa: PLC0415 (a failure is reported)
 
         mpi4py.rc.initialize = False
         mpi4py.rc.finalize = False
@@ -1064,7 +1065,8 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"{prog} ({STANDIN}): install me as one of {', '.join(COLLS)}; the "
                          "program name picks the collective\n")
         return TEST_INVALID_USAGE
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         mpi = load_mpi(prog)
         opts = parse_args(prog, argv[1:])
