@@ -452,3 +452,16 @@ def test_neigh_mac_unresolved_is_none() -> None:
     assert parse.neigh_mac("") is None
     assert parse.neigh_mac("[]") is None
     assert parse.neigh_mac("Cannot find device \"enp9s0\"") is None
+
+
+def test_environ_reads_proc_and_docker_inspect_alike() -> None:
+    # /proc/PID/environ: NUL-separated; docker inspect --format '{{json .Config.Env}}': a list
+    proc = "PATH=/usr/bin\0SGLANG_HOST_IP=192.168.100.12\0EMPTY=\0X=a=b\0"
+    docker = '["PATH=/usr/bin","SGLANG_HOST_IP=192.168.100.12","EMPTY=","X=a=b"]\n'
+    want = {"PATH": "/usr/bin", "SGLANG_HOST_IP": "192.168.100.12", "EMPTY": "", "X": "a=b"}
+    assert parse.environ(proc) == parse.environ(docker) == want
+    assert parse.environ("") == {}
+    with pytest.raises(ValueError, match=r"Config\.Env is not JSON"):
+        parse.environ('["PATH=/usr/bin"')
+    with pytest.raises(ValueError, match="not a list of strings"):
+        parse.environ("[1, 2]")

@@ -7,6 +7,7 @@ real log fixtures (tests/fixtures/sglang, sources in SOURCES.md).
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sparkctl.errors import SparkctlError
 from sparkctl.serve import logs, up
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
@@ -41,6 +43,10 @@ class FakeCluster:
     def rank(self, node: str) -> int:
         return self.nodes.index(node)
 
+    def sglang(self, node: str | None = None) -> dict[str, Any]:
+        return {"install_method": "container", "engine": "/usr/bin/docker",
+                "container_name": "sparkctl-sglang"}
+
     def label(self, node: str) -> str:
         return f"rank {self.rank(node)} ({node})"
 
@@ -59,9 +65,11 @@ class FakeCluster:
         return {n: self.run(n, command.replace("{sudo}", self.sudo(n)), timeout) for n in nodes}
 
     def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
-        if "environ" in command:
+        if command.startswith("/usr/bin/docker inspect --format '{{json .Config.Env}}' "
+                              "sparkctl-sglang"):
+            # the container's environment as docker inspect prints it (a JSON list)
             ip = self.environ.get(node, self.plan["hosts"][node]["fabric_a_ip"])
-            return 0, f"SGLANG_HOST_IP={ip}\n"
+            return 0, json.dumps(["PATH=/usr/bin", f"SGLANG_HOST_IP={ip}", "HOME=/x"]) + "\n"
         return 1, ""
 
 
@@ -146,3 +154,27 @@ def test_a_plain_timeout_names_the_ranks_that_got_least_far() -> None:
     result = up.wait_up(cluster, followers, timeout=0.5)  # type: ignore[arg-type]
     assert result.failed == ["spark3"]
     assert up.explain(result, 0.5)[0].startswith("rank 2 (spark3) timed out in phase starting")
+
+
+@dataclass
+class _MountCluster(FakeCluster):
+    targets: dict[str, str] = field(default_factory=dict)
+
+    def sglang(self, node: str | None = None) -> dict[str, Any]:
+        return {"model_path": "/var/lib/sparkctl/models/current",
+                "model_mounts": ["/var/lib/sparkctl/models", "/srv/models/"]}
+
+    def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
+        assert command == "readlink -f -- /var/lib/sparkctl/models/current", command
+        return (0, self.targets[node] + "\n") if node in self.targets else (1, "")
+
+
+def test_a_model_outside_the_containers_mounts_is_refused_before_any_rank_starts() -> None:
+    inside = dict.fromkeys(("spark1", "spark2", "spark3", "spark4"), "/var/lib/sparkctl/models/llm")
+    up.check_model_visible(_MountCluster(targets={**inside, "spark1": "/srv/models/llm"}))
+    up.check_model_visible(_MountCluster(targets={"spark2": inside["spark2"]}))  # not synced
+    with pytest.raises(SparkctlError, match=r"spark3: /var/lib/sparkctl/models/current -> "
+                                            r"/srv/other/llm") as err:
+        up.check_model_visible(_MountCluster(targets={**inside, "spark3": "/srv/other/llm",
+                                                          "spark4": "/srv/modelsX/llm"}))
+    assert "spark4" in str(err.value) and "spark1" not in str(err.value)

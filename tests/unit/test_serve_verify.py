@@ -52,6 +52,7 @@ class FakeCluster:
     nodes: list[str] = field(default_factory=lambda: ["spark1", "spark2"])
     unit: str = "sparkctl-sglang.service"
     model_name: str = "toy"
+    tls_ca_file: str | None = None
 
     @property
     def head(self) -> str:
@@ -207,7 +208,8 @@ UNAUTHORIZED = Answer(401, {"error": "Unauthorized"})
 SGLANG: dict[Route, Answer] = {
     "health": Answer(body=b"", content_type="text/plain"),
     "health_generate": Answer(body=b"", content_type="text/plain"),
-    "server_info": Answer(body={"tp_size": 2, "nnodes": 2, "version": "0.5.4"}),
+    "server_info": Answer(body={"tp_size": 2, "nnodes": 2, "version": "0.5.17"}),
+    "old_server_info": Answer(body={"tp_size": 2, "nnodes": 2, "version": "0.4.6"}),
     "models": Answer(body={"object": "list", "data": [
         {"id": "toy", "object": "model", "created": 1, "owned_by": "sglang"}]}),
     "chat": Answer(body=CHAT),
@@ -230,8 +232,11 @@ class _Sglang(BaseHTTPRequestHandler):
     def _route(self, body: dict[str, Any]) -> Route:
         path = self.path.split("?")[0]
         if self.command == "GET":
+            # /server_info is the release's name; /get_server_info the deprecated one
+            # (sglang 0.5.17 srt/entrypoints/http_server.py), kept by older pins.
             return {"/health": "health", "/health_generate": "health_generate",
-                    "/get_server_info": "server_info", "/v1/models": "models"}.get(path, "?")
+                    "/server_info": "server_info", "/get_server_info": "old_server_info",
+                    "/v1/models": "models"}.get(path, "?")
         if "Authorization" not in self.headers:
             return "no_key"
         kind = "chat" if path == "/v1/chat/completions" else "completion"
@@ -338,6 +343,27 @@ def test_the_fake_server_passes_every_check(tmp_path: Path, api_key: str) -> Non
     assert any(n.startswith("serving figures: ttft_s") for n in report.notes)
 
 
+def test_server_info_falls_back_to_the_deprecated_name_only_where_it_is_missing(
+        tmp_path: Path, api_key: str) -> None:
+    with fake_sglang({}) as port:
+        current = _by_name(_verify(tmp_path, port).checks)["server_info"]
+    assert current.outcome == "passed" and "version 0.5.17" in current.message
+    with fake_sglang({"server_info": Answer(404, {"detail": "Not Found"})}) as port:
+        older = _by_name(_verify(tmp_path, port).checks)["server_info"]
+    assert older.outcome == "passed" and "version 0.4.6" in older.message
+
+
+def test_what_server_info_returns_of_the_key_never_reaches_the_report(
+        tmp_path: Path, api_key: str) -> None:
+    """The release's /server_info carries api_key and admin_api_key (its server args)."""
+    answer = Answer(body=[{"tp_size": 2, "api_key": api_key, "admin_api_key": None}])
+    with fake_sglang({"server_info": answer}) as port:
+        report = _verify(tmp_path, port)
+    info = _by_name(report.checks)["server_info"]
+    assert info.outcome == "failed" and "returned list" in info.message
+    assert api_key not in json.dumps(report.to_dict()) and "<redacted by sparkctl>" in info.message
+
+
 def _truncated(text: str) -> Answer:
     return Answer(body=text.encode())
 
@@ -360,7 +386,7 @@ MALFORMED: dict[str, tuple[dict[Route, Any], dict[str, str]]] = {
     "json-array": (
         {"server_info": Answer(body=[2, 2]), "models": Answer(body=[{"id": "toy"}]),
          "chat": Answer(body=[CHAT])},
-        {"server_info": "/get_server_info returned list, not an object: '[2, 2]'",
+        {"server_info": "/server_info returned list, not an object: '[2, 2]'",
          "models": "/v1/models returned list, not an object: '[{\"id\": \"toy\"}]'",
          "chat_completion": "/v1/chat/completions returned list, not an object"}),
     "tp-size-a-string": (
@@ -453,9 +479,9 @@ def test_a_server_that_never_answers_times_out_every_check(
     # verify waits up to 30-120 s per request (httpx timeout=..., the OpenAI client's
     # timeout=120.0): a fifth of a second each here, the same code path.
     for name in ("get", "post"):
-        real = getattr(httpx, name)
-        monkeypatch.setattr(httpx, name, functools.partial(
-            lambda real, *a, **k: real(*a, **{**k, "timeout": 0.2}), real))
+        real = getattr(httpx.Client, name)
+        monkeypatch.setattr(httpx.Client, name, functools.partialmethod(
+            lambda self, real, *a, **k: real(self, *a, **{**k, "timeout": 0.2}), real))
     client = openai.OpenAI
     monkeypatch.setattr(openai, "OpenAI", lambda **k: client(**{**k, "timeout": 0.2}))
     start = time.monotonic()
