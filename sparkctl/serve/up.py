@@ -51,6 +51,8 @@ class Rank:
     since: float = field(default_factory=time.monotonic)  # when the phase last advanced
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL))
     state: str = "starting"
+    # RDMA expected (cluster_hw.rdma): NCCL's INFO lines must not show the Socket transport.
+    rdma_expected: bool = False
 
     def __post_init__(self) -> None:
         self.log.rank = self.rank
@@ -70,6 +72,12 @@ class Rank:
         self.log.feed(line)
         if self.log.progress != before:
             self.since = time.monotonic()
+        # NCCL falling back to sockets starts and serves, at a fraction of the fabric's
+        # speed: where RDMA is expected that is a failed start-up, said as such.
+        sig = logs.transport_signature(self.log.transport if self.rdma_expected else None,
+                                       rank=self.rank, line=line)
+        if sig is not None and all(s.id != sig.id for s in self.log.signatures):
+            self.log.signatures.append(sig)
 
     def ready(self) -> None:
         """The head answered /health: every rank is up, whatever its last line said."""
@@ -120,9 +128,9 @@ def _table(ranks: dict[str, Rank], started: float) -> Table:
     return table
 
 
-def _health(url: str, timeout: float = 5.0) -> int | None:
+def _health(url: str, ca_file: str | None = None, timeout: float = 5.0) -> int | None:
     try:
-        return httpx.get(f"{url}/health", timeout=timeout).status_code
+        return httpx.get(f"{url}/health", timeout=timeout, verify=ca_file or True).status_code
     except httpx.HTTPError:
         return None
 
@@ -166,7 +174,9 @@ class Waiter:
 
     def __init__(self, cluster: Cluster, followers: Followers, timeout: float) -> None:
         self.cluster, self.followers, self.timeout = cluster, followers, timeout
-        self.ranks = {n: Rank(n, cluster.rank(n), cluster.label(n)) for n in cluster.nodes}
+        rdma = bool(cluster.sglang().get("rdma_expected", False))
+        self.ranks = {n: Rank(n, cluster.rank(n), cluster.label(n), rdma_expected=rdma)
+                      for n in cluster.nodes}
         self.started = time.monotonic()
         self.next_poll = 0.0
         self.shown: dict[str, logs.Phase] = {}
@@ -195,7 +205,7 @@ class Waiter:
                 or st.get("SubState") == "auto-restart"]
         if dead:
             return self.result(False, "a rank's unit stopped", dead)
-        if all(_health(g.base_url) == 200 for g in self.cluster.groups()):
+        if all(_health(g.base_url, g.tls_ca_file) == 200 for g in self.cluster.groups()):
             for r in self.ranks.values():
                 r.ready()
             return self.result(True, "ready", [])
@@ -317,7 +327,7 @@ def already_serving(cluster: Cluster) -> bool:
     states = cluster.unit_states()
     running = all(st.get("ActiveState") == "active" and st.get("SubState") == "running"
                   for st in states.values())
-    return running and all(_health(g.base_url) == 200 for g in cluster.groups())
+    return running and all(_health(g.base_url, g.tls_ca_file) == 200 for g in cluster.groups())
 
 
 def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = False,
@@ -407,7 +417,7 @@ def status(inventory_path: Path) -> dict[str, Any]:
     cluster = open_cluster(inventory_path, "serve-status")
     states = cluster.unit_states()
     groups = [{"group": g.name, "head": g.head, "endpoint": f"{g.base_url}/v1",
-               "health": _health(g.base_url)} for g in cluster.groups()]
+               "health": _health(g.base_url, g.tls_ca_file)} for g in cluster.groups()]
     return {"endpoint": groups[0]["endpoint"], "health": groups[0]["health"], "groups": groups,
             "ranks": [{"rank": cluster.rank(n), "group": cluster.group_of(n).name, "node": n,
                        **states[n]} for n in cluster.nodes]}

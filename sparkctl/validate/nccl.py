@@ -161,8 +161,23 @@ def human(size: int) -> str:
     return f"{size} B"
 
 
+def transport_problem(output: str, rdma_expected: bool) -> str | None:
+    """Why a run's transport fails the gate: NCCL on sockets where RDMA is expected.
+
+    NCCL falls back to TCP silently (no usable RoCE device, no /dev/infiniband in a
+    container) and still completes, about 2.5x slower; its INFO lines (NCCL_DEBUG=INFO,
+    NCCL_DEBUG_SUBSYS INIT,NET, set by the nccl role) say which network it chose."""
+    from sparkctl.serve.logs import nccl_transport  # noqa: PLC0415 - NCCL's lines, one parser
+
+    if rdma_expected and nccl_transport(output.splitlines()) == "socket":
+        return ("NCCL used the Socket transport, not RDMA (its INFO lines: 'Using network "
+                "Socket' / 'via NET/Socket' / 'NET/IB : No device found.'): the RoCE devices "
+                "in NCCL_IB_HCA were not usable; check ibv_devinfo and the roce_device checks")
+    return None
+
+
 def run(launch: Launch, runner: Runner, th: Thresholds, log_path: Path,
-        scope: str = "all") -> NcclRun:
+        scope: str = "all", *, rdma_expected: bool = False) -> NcclRun:
     """Start one nccl-tests run, keep its log, parse and judge it."""
     start = time.monotonic()
     rc, output = runner(launch.hosts[0], launch.remote_command(), launch.timeout)
@@ -177,6 +192,9 @@ def run(launch: Launch, runner: Runner, th: Thresholds, log_path: Path,
         return NcclRun(outcome="failed", duration_s=time.monotonic() - start,
                        message=message, **common)  # type: ignore[arg-type]
     outcome, message, judged = judge(rep, launch.collective, len(launch.hosts), th)
+    problem = transport_problem(output, rdma_expected)
+    if problem:
+        outcome, message = "failed", f"{problem} ({message})"
     if rc != 0 and outcome == "passed":
         outcome, message = "failed", f"exit status {rc} after a complete log: {message}"
     return NcclRun(outcome=outcome, message=message, report=rep.to_dict(), judged=judged,

@@ -281,7 +281,8 @@ def nccl_gate(inv: inventory.Inventory, plan: dict[str, Any], facts: dict[str, d
         console.progress(f"nccl-tests {collective}: {len(nodes)} ranks, "
                          f"{nccl.human(min_bytes)} .. {nccl.human(max_bytes)}")
         result = nccl.run(launch(collective, nodes, min_bytes), runner, th,
-                          run_dir / f"nccl-{collective}.log")
+                          run_dir / f"nccl-{collective}.log",
+                          rdma_expected=bool(n_plan.get("rdma_expected", False)))
         console.progress(f"nccl-tests {collective}: {result.outcome}: {result.message}")
         runs.append(result)
 

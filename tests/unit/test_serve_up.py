@@ -30,6 +30,8 @@ class FakeCluster:
     states: dict[str, dict[str, str]] = field(default_factory=dict)
     environ: dict[str, str] = field(default_factory=dict)  # node -> SGLANG_HOST_IP it runs with
     unit: str = "sparkctl-sglang.service"
+    tls_ca_file: str | None = None
+    rdma_expected: bool = False
 
     @property
     def head(self) -> str:
@@ -45,7 +47,7 @@ class FakeCluster:
 
     def sglang(self, node: str | None = None) -> dict[str, Any]:
         return {"install_method": "container", "engine": "/usr/bin/docker",
-                "container_name": "sparkctl-sglang"}
+                "container_name": "sparkctl-sglang", "rdma_expected": self.rdma_expected}
 
     def label(self, node: str) -> str:
         return f"rank {self.rank(node)} ({node})"
@@ -123,6 +125,28 @@ def test_a_fatal_signature_ends_the_wait_and_names_the_rank() -> None:
     text = "\n".join(up.explain(result, 30))
     assert text.startswith("rank 2 (spark3) a rank failed")
     assert "GLOO_SOCKET_IFNAME" in text
+
+
+@pytest.mark.parametrize(("rdma", "log", "failed"), [
+    (True, "nccl_socket_transport_sglang3398.log", ["spark2"]),
+    (True, "nccl_ib_transport_nccl707.log", []),
+    (False, "nccl_socket_transport_sglang3398.log", []),  # the lab: no RDMA, sockets expected
+])
+def test_sockets_where_rdma_is_expected_fail_the_start_up(rdma: bool, log: str,
+                                                          failed: list[str]) -> None:
+    """NCCL's silent fallback to TCP (no /dev/infiniband in the container, RDMA unusable)
+    serves, about 2.5x slower: on a real profile serve up fails it and says why."""
+    cluster = FakeCluster(rdma_expected=rdma)
+    followers = FakeFollowers()
+    followers.feed("spark2", _lines(log))
+    result = up.wait_up(cluster, followers, timeout=2)  # type: ignore[arg-type]
+    assert not result.ok
+    if failed:
+        assert (result.message, result.failed) == ("a rank failed", failed)
+        text = "\n".join(up.explain(result, 2))
+        assert "NCCL moves the data over TCP sockets, not RDMA" in text and "/dev/infiniband" in text
+    else:
+        assert result.message == "timed out"
 
 
 def test_a_unit_in_auto_restart_ends_the_wait() -> None:

@@ -285,6 +285,35 @@ def test_run_a_complete_log_passes_with_its_rows(tmp_path: Path) -> None:
     assert result.duration_s >= 0
 
 
+SGLANG_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
+
+
+def _with_nccl_info(log: str, fixture: str) -> str:
+    """The lab log with NCCL's INFO lines (real ones, tests/fixtures/sglang/SOURCES.md) where
+    NCCL_DEBUG=INFO prints them: after the header, before the table."""
+    lines = log.splitlines(keepends=True)
+    info = (SGLANG_FIXTURES / fixture).read_text()
+    at = next(i for i, line in enumerate(lines) if "out-of-place" in line)
+    return "".join(lines[:at]) + info + "".join(lines[at:])
+
+
+@pytest.mark.parametrize(("fixture", "rdma", "outcome"), [
+    ("nccl_via_socket_nccl952.log", True, "failed"),
+    ("nccl_ib_transport_nccl707.log", True, "passed"),
+    ("nccl_via_socket_nccl952.log", False, "passed"),  # the lab: no RDMA, sockets expected
+])
+def test_sockets_where_rdma_is_expected_fail_the_gate(tmp_path: Path, fixture: str, rdma: bool,
+                                                      outcome: str) -> None:
+    output = _with_nccl_info(LAB_LOG, fixture)
+    result = nccl.run(launch(), FakeRunner((0, output)), th(0.4), tmp_path / "x.log",
+                      rdma_expected=rdma)
+    assert result.outcome == outcome, result.message
+    assert result.report is not None and len(result.report["rows"]) == 5  # INFO lines skipped
+    if outcome == "failed":
+        assert result.message.startswith("NCCL used the Socket transport, not RDMA")
+        assert "busbw 0.092 GB/s at 16 MiB" in result.message
+
+
 def test_run_a_complete_log_with_a_bad_exit_status_fails(tmp_path: Path) -> None:
     result = nccl.run(launch(), FakeRunner((1, LAB_LOG)), th(0.4), tmp_path / "x.log")
     assert result.outcome == "failed"

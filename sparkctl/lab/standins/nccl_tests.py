@@ -915,9 +915,42 @@ def device_report(run: Run, local_rank: int, transport: str, algorithms: str) ->
         lines.append(device_line(run.rank * opts.nthreads * opts.ngpus + i, os.getpid(),
                                  run.host, dev, pci=pci, name=name))
     gathered = run.comm.gather("\n".join(lines), root=0)
+    info = run.comm.gather("\n".join(nccl_info_lines(run, local_rank)), root=0)
     if run.rank == 0:
         for block in gathered:
             sys.stdout.write(block + "\n")
+        for block in info:
+            if block:
+                sys.stdout.write(block + "\n")
+
+
+def nccl_info_lines(run: Run, local_rank: int) -> list[str]:
+    """What NCCL prints of its network choice at NCCL_DEBUG=INFO (INIT and NET subsystems):
+    a lab node has no RDMA device, so NCCL takes sockets, as the stand-in does.
+
+    Format strings of NCCL v2.28.9-1 (NVIDIA/nccl): the prefix "%s:%d:%d [%d] NCCL INFO "
+    (src/debug.cc: hostname, pid, tid, cudaDev); "NET/IB : No device found."
+    (src/transport/net_ib.cc:826); "NET/Socket : Using%s" with " [%d]%s:%s" entries
+    (src/transport/net_socket.cc:76); "Using network %s" (src/init.cc:428); "Channel %02d/%d
+    : %d[%d] -> %d[%d] [send] via NET/%s/%d" (src/transport/net.cc:313)."""
+    if os.environ.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        return []
+    subsys = {s.strip().upper() for s in os.environ.get("NCCL_DEBUG_SUBSYS", "INIT").split(",")}
+    if not subsys & {"INIT", "NET", "ALL"}:
+        return []
+    pid = os.getpid()
+    prefix = f"{run.host}:{pid}:{pid} [{local_rank}] NCCL INFO "
+    want = os.environ.get("NCCL_SOCKET_IFNAME", "").lstrip("=").split(",")[0]
+    addrs = ipv4_by_interface()
+    name = next((n for n in addrs if want and n.startswith(want) and addrs[n]), None)
+    using = f" [0]{name}:{addrs[name][0].ip}<0>" if name else ""
+    n = run.comm.Get_size()
+    peer = (run.rank + 1) % n
+    lines = ["NET/IB : No device found.", f"NET/Socket : Using{using}", "Using network Socket"]
+    if n > 1:
+        lines.append(f"Channel 00/0 : {run.rank}[{local_rank}] -> {peer}[0] [send] via "
+                     "NET/Socket/0")
+    return [prefix + line for line in lines]
 
 
 def execute(run: Run, runs: list[tuple[DType, str, str]], notes: list[str]) -> int:
