@@ -12,9 +12,10 @@ exactly as ``sparkctl lab up`` dresses a node:
   without one, two Sparks cabled back to back (twin a to twin a, b to b) and a
   lone Spark's twins cabled to each other; every Spark also gets the uncabled
   port-0 pair, left down;
-- on every Spark: ``/etc/sparkctl-lab/hardware.json``
-  (``LabHardware.to_json``), ``/etc/dgx-release`` (``render_dgx_release``) and
-  the stand-ins ``nvidia-smi``, ``ibdev2netdev``, ``show_gids``;
+- on every Spark: everything ``sparkctl.lab.standins.PLACEMENTS`` lists
+  (``/etc/sparkctl-lab/hardware.json``, ``/etc/dgx-release``, nvidia-smi,
+  ibdev2netdev, show_gids, docker and docker.service, the nccl-tests
+  binaries, the image registry), by the lab's own ``standins.dress``;
 - for instances Ansible reaches over SSH: an authorised client key and the
   recorded host keys, host key checking strict (``sparkctl.lab.sshtrust``).
 
@@ -34,14 +35,12 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from sparkctl.errors import SparkctlError  # noqa: E402
-from sparkctl.lab import fabric, sshtrust  # noqa: E402
-from sparkctl.lab.hardware import (  # noqa: E402
-    STANDINS_DIR,
-    HARDWARE_JSON_PATH,
-    STANDIN_TOOLS,
-    LabHardware,
-    render_dgx_release,
+from sparkctl.lab import (  # noqa: E402
+    fabric,
+    sshtrust,
+    standins,
 )
+from sparkctl.lab.hardware import HARDWARE_JSON_PATH, LabHardware  # noqa: E402
 from sparkctl.lab.lab import Lab, LabHost  # noqa: E402
 from sparkctl.lab.podman import Podman  # noqa: E402
 from sparkctl.proc import run  # noqa: E402
@@ -118,11 +117,12 @@ def wire_switch(sparks: list[str], switch: str, ports: dict[str, Any], *,
     return [f"{c.node}:{c.node_if} -- {switch}:{c.port} ({c.bridge})" for c in cables]
 
 
-def dress_spark(podman: Podman, name: str, hardware: LabHardware) -> None:
-    podman.write_file(name, HARDWARE_JSON_PATH, hardware.to_json(name))
-    podman.write_file(name, "/etc/dgx-release", render_dgx_release(name))
-    for tool, target in STANDIN_TOOLS.items():
-        podman.write_file(name, target, (STANDINS_DIR / tool).read_text(), mode="0755")
+def dress_spark(podman: Podman, name: str, hardware: LabHardware,
+                settings: standins.NodeSettings | None = None) -> None:
+    """Dress one instance as ``sparkctl lab up`` dresses a Spark (the same table,
+    sparkctl.lab.standins.PLACEMENTS). ``settings`` default to the roles'
+    defaults (nccl_tests_dir, sglang_image)."""
+    standins.dress(podman, name, hardware, settings or standins.NodeSettings.from_values())
 
 
 def main(argv: list[str]) -> int:

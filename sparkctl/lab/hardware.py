@@ -1,7 +1,8 @@
 """Simulated DGX Spark hardware for the rehearsal lab.
 
 Lab nodes are Debian bookworm containers without a GPU or RDMA. The stand-in
-tools in :data:`STANDINS_DIR` (``nvidia-smi``, ``ibdev2netdev``, ``show_gids``)
+tools of :mod:`sparkctl.lab.standins` (``nvidia-smi``, ``ibdev2netdev``,
+``show_gids``, ``docker``; that package's ``PLACEMENTS`` says where each goes)
 make them answer like a DGX Spark; they read the node's ``hardware.json``,
 which :meth:`LabHardware.to_json` writes, and compute everything else from live
 state (clock, sysfs, /proc, ``ip``). This module also renders the node's
@@ -16,7 +17,6 @@ import hashlib
 import json
 import uuid
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Final
 
 HARDWARE_JSON_PATH: Final = "/etc/sparkctl-lab/hardware.json"
@@ -31,16 +31,6 @@ SYSFS_ENV: Final = "SPARKCTL_LAB_SYSFS"
 IP_JSON_ENV: Final = "SPARKCTL_LAB_IP_JSON"
 """Environment variable naming a file of ``ip -j -4 addr show`` output that
 ``show_gids`` reads instead of running ``ip`` (tests)."""
-
-STANDINS_DIR: Final = Path(__file__).resolve().parent / "standins"
-"""Directory holding the stand-in tool scripts."""
-
-STANDIN_TOOLS: Final[dict[str, str]] = {
-    "nvidia-smi": "/usr/bin/nvidia-smi",
-    "ibdev2netdev": "/usr/bin/ibdev2netdev",
-    "show_gids": "/usr/bin/show_gids",
-}
-"""Stand-in script name (in :data:`STANDINS_DIR`) -> install path on a lab node."""
 
 GB10_PCI_BUS_ID: Final = "0000000F:01:00.0"
 """Bus id nvidia-smi reports for the GB10 on every DGX Spark."""

@@ -24,8 +24,8 @@ from typing import Any
 
 from sparkctl import inventory as inv_mod
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.lab import fabric, sshtrust
-from sparkctl.lab.hardware import STANDINS_DIR, STANDIN_TOOLS, LabHardware, render_dgx_release
+from sparkctl.lab import fabric, sshtrust, standins
+from sparkctl.lab.hardware import LabHardware
 from sparkctl.lab.image import ensure_image
 from sparkctl.lab.podman import Podman
 from sparkctl.paths import facts_dir, state_dir
@@ -258,18 +258,17 @@ class Lab:
         fabric.wire(self.spec.cables, node_pids, switch_pid, self.spec.rate_mbit)
 
     def _dress(self) -> None:
-        """Make each node look like a Spark: release file, GPU and RoCE tools, hosts file."""
+        """Make each node look like a Spark: the hosts file, and on the Sparks every
+        stand-in of :data:`sparkctl.lab.standins.PLACEMENTS` (release file,
+        hardware.json, GPU/RoCE tools, docker and its image registry, nccl-tests)."""
         hosts_lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
         hosts_lines += [f"{h.mgmt_ip} {h.name}" for h in self.spec.hosts]
         hosts_file = "\n".join(hosts_lines) + "\n"
         for host in self.spec.hosts:
             self.podman.write_file(host.name, "/etc/hosts", hosts_file)
+        settings = standins.NodeSettings.from_inventory(inv_mod.load(self.spec.inventory))
         for host in self.spec.sparks:
-            self.podman.write_file(host.name, HW_FILE, self.spec.hardware.to_json(host.name))
-            self.podman.write_file(host.name, "/etc/dgx-release", render_dgx_release(host.name))
-            for tool, target in STANDIN_TOOLS.items():
-                self.podman.write_file(host.name, target, (STANDINS_DIR / tool).read_text(),
-                                       mode="0755")
+            standins.dress(self.podman, host.name, self.spec.hardware, settings)
 
     def _write_state(self, image: str) -> None:
         state = {"inventory": str(self.spec.inventory.resolve()), "image": image,
