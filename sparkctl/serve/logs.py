@@ -551,6 +551,75 @@ _RULES: tuple[_Rule, ...] = (
               "('0.0.0.0', 7878): address already in use"),
     ),
     _rule(
+        "launcher_secrets",
+        "The server got no API key: its secrets file did not reach it",
+        """sparkctl's launcher (the unit's command, inside the container with the container
+        method) reads SGLANG_API_KEY from the secrets file and stops when the file is not
+        there or holds no key. In the container it sees only what the unit mounts: a unit that
+        does not mount the file (or hands the key to docker's own environment, which docker
+        never passes on) gets here on every rank.""",
+        """`sparkctl provision` writes the file (`sglang_secrets_file`, root's and readable by
+        `sglang_user`'s group) and the unit that mounts it read-only; check `ls -l
+        /etc/sparkctl/sglang-secrets.env` and that ExecStart of sparkctl-sglang.service has
+        `--volume /etc/sparkctl/sglang-secrets.env:...:ro` (`systemctl cat
+        sparkctl-sglang.service`); no drop-in may replace ExecStart.""",
+        _p(r"sparkctl sglang launcher: (?:cannot read the secrets file|SGLANG_API_KEY is empty)",
+           S("sparkctl:roles/sglang/files/sglang_launcher.py (read_key)"),
+           ex="sparkctl sglang launcher: cannot read the secrets file "
+              "/etc/sparkctl/sglang-secrets.env: No such file or directory"),
+    ),
+    _rule(
+        "image_missing",
+        "The pinned image is not on this node",
+        """The unit runs the image by its digest with --pull never (a start never downloads
+        tens of GB by surprise), and docker does not have it: provision pulls it, and someone
+        removed it since (docker image prune / rmi), or this node was never provisioned with
+        this digest.""",
+        """Run `sparkctl provision` (it pulls the pinned digest where it is missing; `-t
+        sglang` is enough), then `sparkctl serve up`; check with `docker image inspect
+        <sglang_image>@<digest>` on the node.""",
+        _p(r"Error response from daemon: No such image: ",
+           S("docker:moby daemon/errors.go (errNotFound, No such image: %s)"),
+           ex="docker: Error response from daemon: No such image: "
+              "lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:835d68f665a2c49804ca899216ea6a5a05"
+              "4661d8ab77e5a9b6f5c4cf4d1d6fae."),
+    ),
+    _rule(
+        "gpu_runtime",
+        "docker cannot give the container the GPU",
+        """`docker run --gpus all` needs the NVIDIA container runtime: without it dockerd finds
+        no device driver for the GPU capability; with it but the driver not loaded, its hook
+        fails in NVML (NVIDIA/nvidia-container-toolkit #230, #260). On a Spark the driver is
+        missing after a kernel update without the matching nvidia module package.""",
+        """Check `nvidia-smi` on the node (`sparkctl validate` checks gpu and cuda): load or
+        reinstall the driver for the running kernel; DGX OS ships the NVIDIA container toolkit
+        (`nvidia-ctk runtime configure --runtime=docker` and a docker restart if it was
+        removed).""",
+        _p(r'could not select device driver "" with capabilities: \[\[gpu\]\]',
+           S("docker:moby daemon/devices.go (errConflictingDeviceDriver)"),
+           S("issue:NVIDIA/nvidia-container-toolkit#230"),
+           ex='docker: Error response from daemon: could not select device driver "" with '
+              'capabilities: [[gpu]].'),
+        _p(r"nvidia-container-cli: initialization error: nvml error: driver not loaded",
+           S("issue:NVIDIA/nvidia-container-toolkit#260"),
+           ex="nvidia-container-cli: initialization error: nvml error: driver not loaded: "
+              "unknown."),
+    ),
+    _rule(
+        "rdma_device_missing",
+        "The RoCE devices are not on this node",
+        """The unit passes /dev/infiniband to the container so that NCCL can use RDMA, and
+        the node has no such directory: the RDMA drivers (mlx5_ib, ib_uverbs) are not
+        loaded, or the ConnectX-7 is not up.""",
+        """Check `ibdev2netdev` and `ls /dev/infiniband` on the node and run `sparkctl
+        validate` (roce_device); load the modules (`modprobe mlx5_ib ib_uverbs`) or reboot
+        after a driver update, then `sparkctl serve up`.""",
+        _p(r'error gathering device information while adding custom device "/dev/infiniband"',
+           S("docker:moby daemon/oci_linux.go (devicesFromPath)"),
+           ex='docker: Error response from daemon: error gathering device information while '
+              'adding custom device "/dev/infiniband": no such file or directory.'),
+    ),
+    _rule(
         "model_not_found",
         "The model is not on this node",
         """`--model-path` is not a local model directory: SGLang (transformers) then takes it

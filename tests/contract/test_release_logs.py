@@ -36,7 +36,10 @@ pytestmark = pytest.mark.contract
 WINDOW = 15  # lines either side of the cited one
 # Origins a citation may name besides the release (see logs.py and release.py).
 OTHER_ORIGINS = {"sglang@0.4.6", "nccl", "torch", "gloo", "uvicorn", "tqdm", "transformers",
-                 "huggingface_hub", "linux", "python", "zmq", "issue", "fixture"}
+                 "huggingface_hub", "linux", "python", "zmq", "issue", "fixture",
+                 # the container around the server (docker CLI and moby daemon) and
+                 # sparkctl's own launcher inside it (roles/sglang/files/sglang_launcher.py)
+                 "docker", "sparkctl"}
 
 
 def _citations() -> Iterator[tuple[str, str, tuple[str, ...]]]:

@@ -82,6 +82,10 @@ EXPECTED: dict[str, tuple[list[Phase], list[str]]] = {
 # variable, flag or command that fixes it.
 FIX_NAMES: dict[str, tuple[str, ...]] = {
     "host_ip_hang": ("SGLANG_HOST_IP", "head", "`fabric_a_ip`", "sparkctl validate"),
+    "launcher_secrets": ("`sglang_secrets_file`", "`sglang_user`", "--volume", "sparkctl provision"),
+    "image_missing": ("sparkctl provision", "docker image inspect"),
+    "gpu_runtime": ("nvidia-smi", "sparkctl validate", "nvidia-ctk runtime configure"),
+    "rdma_device_missing": ("ibdev2netdev", "/dev/infiniband", "sparkctl validate"),
     "dist_init_hang": ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "`sglang_firewall_fabric_cidrs`", "sparkctl validate"),
     "cuda_graph_hang": ("--cuda-graph-backend-decode=disabled", "--cuda-graph-max-bs-decode",
                         "`sglang_extra_args`"),
@@ -315,7 +319,7 @@ def test_every_pattern_has_sources_and_matches_its_examples() -> None:
         for source in pattern.sources:
             assert source.origin in ("sglang", "sglang@0.4.6", "nccl", "torch", "gloo",
                                      "uvicorn", "transformers", "huggingface_hub", "linux",
-                                     "python", "issue"), source.ref
+                                     "python", "issue", "docker", "sparkctl"), source.ref
             if source.origin == "sglang":
                 assert re.fullmatch(r"sglang:srt/[\w/]+\.py:\d+", source.ref), source.ref
                 assert source.text, source.ref  # what the contract test looks for there
@@ -602,3 +606,22 @@ def test_standin_rank_that_stops_after_customallreduce_is_the_host_ip_hang() -> 
     assert logs.match(worker) == []
     sig = logs.hang_signature(logs.furthest_phase(worker), 130, rank=1, line=worker[-1])
     assert sig is not None and sig.id == "host_ip_hang" and "`fabric_a_ip`" in sig.fix
+
+
+@pytest.mark.parametrize(("line", "sig_id"), [
+    # sparkctl's launcher inside a container that was not given the secrets file
+    ("sparkctl sglang launcher: cannot read the secrets file /etc/sparkctl/sglang-secrets.env: "
+     "No such file or directory", "launcher_secrets"),
+    ("sparkctl sglang launcher: SGLANG_API_KEY is empty or missing in /x.env", "launcher_secrets"),
+    # docker's own words (moby daemon/errors.go, oci_linux.go; nvidia-container-toolkit #260)
+    ("docker: Error response from daemon: No such image: lmsysorg/sglang:v0.5.17-cu130-runtime"
+     "@sha256:" + "ab" * 32 + ".", "image_missing"),
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: '
+     "[[gpu]].", "gpu_runtime"),
+    ('docker: Error response from daemon: error gathering device information while adding '
+     'custom device "/dev/infiniband": no such file or directory.', "rdma_device_missing"),
+])
+def test_the_container_around_the_server_is_explained(line: str, sig_id: str) -> None:
+    (sig,) = logs.match([line])
+    assert (sig.id, sig.fatal) == (sig_id, True)
+    assert logs.phase_of(line) is Phase.FAILED
