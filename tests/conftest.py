@@ -1,20 +1,25 @@
-"""Shared fixtures: the rehearsal lab is brought up once per test session."""
+"""Shared fixtures: the rehearsal lab is brought up once per test session, and every
+example inventory is rendered (``sparkctl render``) at most once per session."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from sparkctl import inventory
 from sparkctl.inventory import Inventory
 from tests.labhost import HostSnapshot, cluster_state, remove_stale_fault_rules, state_diff
+from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parent.parent
 SIM_INVENTORY = REPO / "inventory" / "sim.ini"
@@ -116,3 +121,82 @@ def snapshot(lab: LabSession) -> Callable[[], dict[str, object]]:
 def assert_unchanged(before: dict[str, object], after: dict[str, object], what: str) -> None:
     diffs = state_diff(before, after)
     assert not diffs, f"{what} changed the cluster:\n" + "\n".join(diffs[:40])
+
+
+# ----------------------------------------------------------- sparkctl render
+# Valid for the sglang role's key rule (16+ characters of A-Z a-z 0-9 ._~+/=:-),
+# so a render that wrote the key would write exactly this.
+SENTINEL_KEY = "sentinel-api-key-5f0c2d9b7e"
+# The environment each inventory is rendered in: lab.ini (the real cluster's
+# example) with the sentinel exported as the API key, which must appear in no
+# rendered file; the lab's inventories with NO key in the environment at all.
+RENDER_API_KEYS: dict[str, str | None] = {"lab": SENTINEL_KEY, "sim": None,
+                                          "sim-two-groups": None}
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The output of ``sparkctl.render.render`` for one inventory/NAME.ini."""
+
+    inv: Inventory
+    out: Path
+    files: tuple[Path, ...]
+    state: Path  # SPARKCTL_STATE_DIR of the run
+
+    def read(self, host: str, path: str) -> str:
+        """A rendered file by host and its absolute path on that host."""
+        target = self.out / host / path.lstrip("/")
+        assert target.is_file(), (f"{host}: {path} was not rendered; rendered: "
+                                  f"{sorted(str(f.relative_to(self.out)) for f in self.files)}")
+        return target.read_text()
+
+    def env(self, host: str, path: str) -> dict[str, str]:
+        """A rendered environment file, read by the nccl role's own parser."""
+        parsed: dict[str, str] = _nccl_env_filters().nccl_parse_env(self.read(host, path))
+        return parsed
+
+
+@functools.cache
+def _nccl_env_filters() -> ModuleType:
+    return load_file("nccl_env_filters", REPO / "roles" / "nccl" / "filter_plugins" / "nccl_env.py")
+
+
+def _render(name: str, tmp_path_factory: pytest.TempPathFactory) -> Rendered:
+    from sparkctl.render import render  # noqa: PLC0415 -- ansible-runner, only when rendering
+
+    if name not in RENDER_API_KEYS:
+        raise KeyError(f"no render environment for inventory/{name}.ini: add it to "
+                       "RENDER_API_KEYS in tests/conftest.py")
+    api_key = RENDER_API_KEYS[name]
+    base = tmp_path_factory.mktemp(f"render-{name}")
+    path = REPO / "inventory" / f"{name}.ini"
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "AnsibleCollectionFinder has already been configured",
+                                UserWarning)
+        mp.setenv("SPARKCTL_STATE_DIR", str(base / "state"))
+        if api_key is None:
+            mp.delenv("SPARKCTL_SGLANG_API_KEY", raising=False)
+        else:
+            mp.setenv("SPARKCTL_SGLANG_API_KEY", api_key)
+        files = render(path, base / "out")
+    return Rendered(inv=inventory.load(path), out=(base / "out").resolve(), files=tuple(files),
+                    state=base / "state")
+
+
+@pytest.fixture(scope="session")
+def rendered_inventory(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Rendered]:
+    """``rendered_inventory("sim")``: inventory/sim.ini rendered once for the whole session.
+
+    A render takes about a minute of CPU (every task of playbooks/render.yml
+    through ansible-runner), and the unit and contract suites read the same
+    output: each inventory is rendered on first use, in its environment from
+    RENDER_API_KEYS, and shared from then on (tests only read it).
+    """
+    done: dict[str, Rendered] = {}
+
+    def get(name: str) -> Rendered:
+        if name not in done:
+            done[name] = _render(name, tmp_path_factory)
+        return done[name]
+
+    return get
