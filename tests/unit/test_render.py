@@ -2,12 +2,12 @@
 
 The real command (``sparkctl.render.render``, i.e. playbooks/render.yml through
 ansible-runner, every task on the controller) runs once per inventory for the
-module: ``inventory/sim.ini`` (the lab: linux switch, stand-in SGLang) with NO
-API key in the environment, and ``inventory/lab.ini`` (the real cluster's
-example: NVUE switch, SGLang container) with a sentinel API key exported, which
-must not appear in any rendered file. Every expectation is computed from the
-inventory (sparkctl's own loader) and the roles' defaults, never copied from
-the rendered output.
+session (tests/conftest.py ``rendered_inventory``): ``inventory/sim.ini`` (the
+lab: linux switch, stand-in SGLang) with NO API key in the environment, and
+``inventory/lab.ini`` (the real cluster's example: NVUE switch, SGLang
+container) with a sentinel API key exported, which must not appear in any
+rendered file. Every expectation is computed from the inventory (sparkctl's
+own loader) and the roles' defaults, never copied from the rendered output.
 """
 
 from __future__ import annotations
@@ -15,17 +15,15 @@ from __future__ import annotations
 import ipaddress
 import re
 import stat
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from sparkctl import inventory
-from sparkctl.inventory import Inventory, Node
-from sparkctl.render import render
+from sparkctl.inventory import Node
+from tests.conftest import SENTINEL_KEY, Rendered
 from tests.unit.pathload import load_file
 
 pytestmark = pytest.mark.filterwarnings(
@@ -33,9 +31,6 @@ pytestmark = pytest.mark.filterwarnings(
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
-# Valid for the sglang role's key rule (16+ characters of A-Z a-z 0-9 ._~+/=:-),
-# so a render that wrote the key would write exactly this.
-SENTINEL_KEY = "sentinel-api-key-5f0c2d9b7e"
 NCCL_ENV = load_file("nccl_env_filters", ROLES / "nccl" / "filter_plugins" / "nccl_env.py")
 
 
@@ -43,56 +38,24 @@ def role_default(role: str, name: str) -> Any:
     return yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())[name]
 
 
-@dataclass(frozen=True)
-class Rendered:
-    inv: Inventory
-    out: Path
-    files: tuple[Path, ...]
-    state: Path  # SPARKCTL_STATE_DIR of the run
-
-    def read(self, host: str, path: str) -> str:
-        """A rendered file by host and its absolute path on that host."""
-        target = self.out / host / path.lstrip("/")
-        assert target.is_file(), (f"{host}: {path} was not rendered; rendered: "
-                                  f"{sorted(str(f.relative_to(self.out)) for f in self.files)}")
-        return target.read_text()
-
-    def env(self, host: str, path: str) -> dict[str, str]:
-        parsed: dict[str, str] = NCCL_ENV.nccl_parse_env(self.read(host, path))
-        return parsed
-
-
-def _render(name: str, tmp_path_factory: pytest.TempPathFactory,
-            api_key: str | None) -> Rendered:
-    base = tmp_path_factory.mktemp(f"render-{name}")
-    path = ROOT / "inventory" / f"{name}.ini"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPARKCTL_STATE_DIR", str(base / "state"))
-        if api_key is None:
-            mp.delenv("SPARKCTL_SGLANG_API_KEY", raising=False)
-        else:
-            mp.setenv("SPARKCTL_SGLANG_API_KEY", api_key)
-        files = render(path, base / "out")
-    return Rendered(inv=inventory.load(path), out=(base / "out").resolve(), files=tuple(files),
-                    state=base / "state")
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
+# Each inventory is rendered once per session (tests/conftest.py rendered_inventory),
+# in the environment described there; the contract suite reads the same output.
+@pytest.fixture
+def sim(rendered_inventory: Callable[[str], Rendered]) -> Rendered:
     """The lab's inventory, rendered with no API key set at all."""
-    return _render("sim", tmp_path_factory, api_key=None)
+    return rendered_inventory("sim")
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
+@pytest.fixture
+def lab(rendered_inventory: Callable[[str], Rendered]) -> Rendered:
     """The real cluster's example inventory, rendered with a sentinel API key exported."""
-    return _render("lab", tmp_path_factory, api_key=SENTINEL_KEY)
+    return rendered_inventory("lab")
 
 
-@pytest.fixture(scope="module")
-def two_groups(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
+@pytest.fixture
+def two_groups(rendered_inventory: Callable[[str], Rendered]) -> Rendered:
     """inventory/sim-two-groups.ini: the lab's hosts as two SGLang TP groups of two."""
-    return _render("sim-two-groups", tmp_path_factory, api_key=None)
+    return rendered_inventory("sim-two-groups")
 
 
 @pytest.fixture(params=["sim", "lab"])
@@ -166,12 +129,23 @@ def test_sglang_unit_and_environment_per_rank(rendered: Rendered) -> None:
     for node in _nodes(rendered):
         unit = rendered.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
         (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
-        # the key is required: the launcher runs sglang.launch_server with it from the env
-        assert "runpy.run_module('sglang.launch_server'" in exec_start, exec_start
+        # the key is required: the launcher reads it from the mounted secrets file
+        launcher = ("python3 /usr/local/lib/sparkctl/sglang-launcher.py --secrets-file "
+                    f"{role_default('sglang', 'sglang_secrets_file')} -- ")
+        assert launcher in exec_start, exec_start
         assert f"--node-rank {node.rank} " in exec_start, (node, exec_start)
         assert f"--nnodes {len(rendered.inv.nodes)} " in exec_start, exec_start
         assert f"--dist-init-addr {head.fabric_ips['a']}:{dist_port} " in exec_start, exec_start
-        assert "EnvironmentFile=/etc/sparkctl/nccl.env" in unit
+        # the container method on every profile: the container's environment is docker's
+        # --env-file, never the unit's EnvironmentFile= (docker does not pass that on)
+        assert "EnvironmentFile=" not in unit
+        assert ("--env-file /etc/sparkctl/nccl.env --env-file "
+                f"{role_default('sglang', 'sglang_env_file')} ") in exec_start
+        # the image by its digest: not pinned in these inventories, so the one provision
+        # pulls (render cannot know it and says so)
+        image = role_default("sglang", "sglang_image")
+        assert f'"{image}@<digest-pulled-at-provision>" python3 ' in exec_start
+        assert f"# The image is the digest this node pulled for {image}" in unit
         env = rendered.env(node.name, role_default("sglang", "sglang_env_file"))
         assert env["SGLANG_HOST_IP"] == node.fabric_ips["a"], node
         assert env["GLOO_SOCKET_IFNAME"] == rendered.inv.hostvars[node.name]["fabric_a_netdev"]
@@ -197,7 +171,7 @@ def test_sglang_two_groups_rank_within_their_group(two_groups: Rendered) -> None
         for position, node in enumerate(members):
             unit = two_groups.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
             (exec_start,) = [ln for ln in unit.splitlines() if ln.startswith("ExecStart=")]
-            assert (f" --tp {size} --nnodes {size} --node-rank {position} --dist-init-addr "
+            assert (f" --tp-size {size} --nnodes {size} --node-rank {position} --dist-init-addr "
                     f"{head.fabric_ips['a']}:{dist_port} ") in exec_start, (node, exec_start)
             bind = role_default("sglang", "sglang_host" if position == 0 else "sglang_worker_host")
             assert f" --host {bind} --port {port} " in exec_start, (node, exec_start)
@@ -235,11 +209,13 @@ def test_secrets_file_holds_a_placeholder_readable_by_root_only(rendered: Render
         assert env == {"SGLANG_API_KEY": "<set from SPARKCTL_SGLANG_API_KEY at provision time>"}
         mode = stat.S_IMODE((rendered.out / node.name / secrets_file.lstrip("/")).stat().st_mode)
         assert mode == 0o600, oct(mode)
-        # The key is required by default, so the server is started with one, read from
-        # the environment in the process (never expanded into argv, where ps shows it).
+        # The key is required by default, so the server is started with one, read by the
+        # launcher from the file (never expanded into argv, where ps shows it, nor into
+        # an environment, which docker inspect shows).
         unit = rendered.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
-        assert "k=os.environ.pop('SGLANG_API_KEY','')" in unit
-        assert "${SGLANG_API_KEY}" not in unit
+        assert f"--secrets-file {secrets_file} -- " in unit
+        assert f"--volume {secrets_file}:{secrets_file}:ro " in unit
+        assert "SGLANG_API_KEY" not in unit
 
 
 def test_no_api_key_in_any_rendered_file(lab: Rendered) -> None:
