@@ -45,9 +45,17 @@ def lab_unavailable() -> str | None:
     return None
 
 
+def _phase(item: pytest.Item) -> tuple[bool, int]:
+    """Unit tests first, then the contract suite (its venv and its aarch64 resolutions are
+    built in the background meanwhile, tests/contract/conftest.py), then the rest; tests
+    marked lab_teardown take the shared lab down: they run last."""
+    parts = Path(str(item.path)).resolve().relative_to(REPO).parts
+    group = {"unit": 0, "contract": 1}.get(parts[1] if len(parts) > 2 else "", 2)
+    return item.get_closest_marker("lab_teardown") is not None, group
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked lab_teardown take the shared lab down: they run last."""
-    items.sort(key=lambda item: item.get_closest_marker("lab_teardown") is not None)
+    items.sort(key=_phase)
 
 
 def pytest_configure(config: pytest.Config) -> None:

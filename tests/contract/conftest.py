@@ -40,8 +40,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,13 +264,52 @@ def release_from(venv: Path, stubs: Path = STUBS) -> SGLangRelease:
                          package_dir=Path(found[1]).parent, stubs=stubs)
 
 
+class Background:
+    """Work the contract suite needs, started when collection ends and joined on first use.
+
+    The venv build (minutes on a fresh machine: downloads and unpacking) and the aarch64
+    resolutions (network round trips) wait on the disk and the network, not on the tests:
+    the unit tests, which run before the contract suite (tests/conftest.py), overlap them."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as exc:  # re-raised in the test that needs it
+            self.error = exc
+
+    def join(self) -> Any:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+BACKGROUND: dict[str, Background] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    here = Path(__file__).resolve().parent
+    if not any(Path(str(i.path)).resolve().is_relative_to(here) for i in session.items):
+        return
+    from tests.contract import test_resolution  # noqa: PLC0415 - its own helpers
+
+    BACKGROUND["venv"] = Background(lambda: ensure_venv(sglang_pin()))
+    BACKGROUND["resolutions"] = Background(test_resolution.resolve_wanted)
+
+
 @pytest.fixture(scope="session")
 def sglang_release() -> SGLangRelease:
     """The pinned SGLang release in its cached venv (built on first use; a failure FAILS)."""
     pin = sglang_pin()
     began = time.monotonic()
     try:
-        venv = ensure_venv(pin)
+        venv = BACKGROUND["venv"].join() if "venv" in BACKGROUND else ensure_venv(pin)
     except (BuildError, subprocess.SubprocessError, OSError) as exc:
         pytest.fail(f"could not build the contract venv for sglang=={pin}: {exc}",
                     pytrace=False)

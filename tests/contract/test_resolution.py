@@ -153,10 +153,18 @@ def resolve_all(requirements: list[str]) -> dict[str, Resolution]:
     return done
 
 
-@pytest.fixture(scope="module")
-def resolutions() -> dict[str, Resolution]:
+def resolve_wanted() -> dict[str, Resolution]:
+    """The venv requirement and its [all] form, resolved for a Spark."""
     requirement = venv_requirement()
     return resolve_all([requirement, _with_all(requirement)])
+
+
+@pytest.fixture(scope="module")
+def resolutions() -> dict[str, Resolution]:
+    from tests.contract.conftest import BACKGROUND  # noqa: PLC0415 - started at collection
+
+    wanted = BACKGROUND.get("resolutions")
+    return wanted.join() if wanted is not None else resolve_wanted()  # type: ignore[no-any-return]
 
 
 def _with_all(requirement: str) -> str:
