@@ -64,8 +64,9 @@ def test_layer_puts_the_standin_where_the_image_has_sglang() -> None:
     layer = _layer(registry.build_image(ROLE_IMAGE).data)
     project = registry.SGLANG_PYTHON_DIR.lstrip("/")
     source = registry.SGLANG_STANDIN_DIR
-    expected = {p.relative_to(source).as_posix(): p.read_bytes() for p in source.rglob("*.py")
-                if "__pycache__" not in p.parts}
+    # every file of the package (its data file of the release's ServerArgs defaults too)
+    expected = {p.relative_to(source).as_posix(): p.read_bytes() for p in source.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
     shipped = {name[len(project) + len("/sglang/"):]: data for name, (data, _, _) in layer.items()
                if name.startswith(f"{project}/sglang/") and data is not None}
     assert shipped == expected

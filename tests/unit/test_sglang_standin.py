@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "sparkctl" / "lab" / "standins"
 KEY = "unit-test-key-0123456789"
 
+from sparkctl.lab.standins.sglang import args as ls_args  # noqa: E402
 from sparkctl.lab.standins.sglang import launch_server as ls  # noqa: E402
 from sparkctl.lab.standins.sglang.version import __version__  # noqa: E402
 
@@ -150,7 +151,7 @@ def cluster(tmp_path: Path, model: Path, nnodes: int, *, start: list[int] | None
         for rank in ranks:
             c.logs[rank] = tmp_path / f"rank{rank}.log"
             cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model),
-                   "--tp", str(nnodes), "--nnodes", str(nnodes), "--node-rank", str(rank),
+                   "--tp-size", str(nnodes), "--nnodes", str(nnodes), "--node-rank", str(rank),
                    "--dist-init-addr", dist, "--host", f"127.0.0.{rank + 1}", "--port",
                    str(c.port),
                    "--enable-metrics", "--dist-timeout", str(timeout), "--api-key", KEY,
@@ -185,7 +186,7 @@ def _chat(c: Cluster, content: str, **extra: Any) -> tuple[int, Any]:
 # ------------------------------------------------------------- command line
 def test_unknown_flag_is_rejected_like_sglang(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--model-path",
-                           str(tmp_path), "--tp", "4", "--no-such-flag", "1"],
+                           str(tmp_path), "--tp-size", "4", "--no-such-flag", "1"],
                           env=_env(0), capture_output=True, text=True, timeout=30, check=False)
     assert proc.returncode == 2
     # prepare_server_args: argparse.ArgumentParser(prog="sglang serve") (server_args.py:9355)
@@ -211,7 +212,7 @@ def test_help_shows_the_flags_the_unit_uses() -> None:
 
 
 def test_real_flag_names_and_aliases_parse() -> None:
-    args = ls.parse_args(["--model", "/m", "--tp", "4", "--nnodes", "4", "--node-rank", "2",
+    args = ls.parse_args(["--model", "/m", "--tp-size", "4", "--nnodes", "4", "--node-rank", "2",
                           "--nccl-init-addr", "192.168.100.11:50000", "--trust-remote-code",
                           "--mem-fraction-static", "0.8", "--context-length", "32768",
                           "--enable-metrics", "--dist-timeout", "3600", "--api-key", "k"])
@@ -232,9 +233,9 @@ def test_real_flag_names_and_aliases_parse() -> None:
 def test_topology_is_checked_as_the_release_checks_it() -> None:
     # ServerArgs.check_server_args (server_args.py:8701); the release has no check that a
     # multi-node group was given --dist-init-addr (it meets on host:nccl_port instead).
-    ls.check_args(ls.parse_args(["--model-path", "/m", "--tp", "2", "--nnodes", "2"]))
+    ls.check_args(ls.parse_args(["--model-path", "/m", "--tp-size", "2", "--nnodes", "2"]))
     with pytest.raises(AssertionError, match=r"^tp_size must be divisible by number of nodes$"):
-        ls.check_args(ls.parse_args(["--model-path", "/m", "--tp", "3", "--nnodes", "2",
+        ls.check_args(ls.parse_args(["--model-path", "/m", "--tp-size", "3", "--nnodes", "2",
                                      "--dist-init-addr", "10.0.0.1:5000"]))
 
 
@@ -257,11 +258,63 @@ def test_deprecated_cuda_graph_flags_warn_and_map_to_the_current_ones() -> None:
 
 
 def test_server_args_line_is_the_release_repr_with_the_key() -> None:
-    # engine.py:1059 logs f"{server_args=}": the dataclass repr, api_key in clear
+    # engine.py:1059 logs f"{server_args=}": the dataclass repr, every field in the
+    # dataclass's order (sglang 0.5.17 srt/server_args.py:483-517 for the first eight),
+    # the ones the stand-in does not parse with their defaults, api_key in clear
     line = ls.server_args_repr(ls.parse_args(["--model-path", "/m", "--api-key", "secret-key"]))
     assert line.startswith("ServerArgs(model_path='/m', tokenizer_path='/m', "
-                           "tokenizer_mode='auto', skip_tokenizer_init=False, load_format='auto', ")
+                           "tokenizer_mode='auto', tokenizer_backend='huggingface', "
+                           "tokenizer_worker_num=1, detokenizer_worker_num=1, "
+                           "skip_tokenizer_init=False, load_format='auto', ")
     assert "api_key='secret-key', admin_api_key=None, served_model_name='/m'" in line
+    assert ", hicache_ratio=2.0, " in line and ", enable_lora=None, " in line  # :2600, :2761
+    assert line.endswith(")") and line.count("=") >= 458
+
+
+def _release_fields() -> dict[str, Any]:
+    """The data file as written by scripts/sglang_server_args.py (held to the release by
+    tests/contract/test_server_args_data.py)."""
+    fields = json.loads(ls_args.SERVER_ARGS_FILE.read_text())["fields"]
+    assert isinstance(fields, dict)
+    return fields
+
+
+def test_parsed_args_are_every_release_field_parsed_or_defaulted() -> None:
+    release = _release_fields()
+    args = ls.parse_args(["--model-path", "/m", "--tp-size", "2", "--nnodes", "2",
+                          "--dist-timeout", "60"])
+    assert list(args) == list(release)  # every field, in the dataclass's order
+    # the fields the stand-in parses come in the same order as the release has them
+    assert [name for name in release if name in ls_args.FIELDS] == list(ls_args.FIELDS)
+    assert (args["tp_size"], args["nnodes"], args["dist_timeout"]) == (2, 2, 60)
+    unparsed = {name: value for name, value in args.items() if name not in ls_args.FIELDS}
+    assert len(unparsed) == len(release) - len(ls_args.FIELDS) > 300
+    assert unparsed == {name: release[name] for name in unparsed}
+    # sglang 0.5.17 srt/server_args.py:511, :2600, :2761, :1474 (a default_factory)
+    assert (args["tokenizer_worker_num"], args["hicache_ratio"], args["enable_lora"]) == (
+        1, 2.0, None)
+    assert isinstance(args["uvicorn_access_log_exclude_prefixes"], list)
+
+
+def test_server_args_data_of_another_release_or_shape_is_refused(tmp_path: Path) -> None:
+    good = json.loads(ls_args.SERVER_ARGS_FILE.read_text())
+    path = tmp_path / "server_args.json"
+    with pytest.raises(ls_args.ServerArgsDataError, match="No such file"):
+        ls_args.load_release_defaults(path)
+    path.write_text(json.dumps({**good, "sglang": "0.4.6"}))
+    with pytest.raises(ls_args.ServerArgsDataError,
+                       match=r"the fields of sglang '0\.4\.6', the stand-in answers for "):
+        ls_args.load_release_defaults(path)
+    path.write_text(json.dumps({**good, "fields": []}))
+    with pytest.raises(ls_args.ServerArgsDataError, match='no "fields" mapping'):
+        ls_args.load_release_defaults(path)
+    path.write_text(json.dumps({**good, "fields": {
+        k: v for k, v in good["fields"].items() if k != "tp_size"}}))
+    with pytest.raises(ls_args.ServerArgsDataError, match=r"parses \['tp_size'\], which"):
+        ls_args.load_release_defaults(path)
+    path.write_text("{")
+    with pytest.raises(ls_args.ServerArgsDataError, match="regenerate it with scripts/"):
+        ls_args.load_release_defaults(path)
 
 
 def test_version_is_the_roles_pinned_release() -> None:
@@ -398,6 +451,14 @@ def test_four_ranks_meet_and_serve_sglangs_endpoints(tmp_path: Path, model_dir: 
                 server["model_path"], server["served_model_name"], server["dist_timeout"]) == (
             4, 4, 0, c.port, str(model_dir), "toy", 20)
         assert server["api_key"] == KEY and "admin_api_key" in server
+        # every ServerArgs field; the unparsed ones with the release's defaults
+        # (srt/server_args.py:511 and :2600), the scheduler's and the handler's own keys
+        release = _release_fields()
+        assert set(server) == set(release) | {
+            "status", "max_total_num_tokens", "max_req_input_len", "startup_time",
+            "internal_states", "version", "kv_events"}
+        assert (server["tokenizer_worker_num"], server["hicache_ratio"]) == (1, 2.0)
+        assert all(server[k] == v for k, v in release.items() if k not in ls_args.FIELDS)
         assert server["admin_api_key"] is None
         assert server["dist_init_addr"].startswith("127.0.0.1:")
         assert server["enable_metrics"] is True and server["version"] == __version__
@@ -469,6 +530,17 @@ def test_four_ranks_meet_and_serve_sglangs_endpoints(tmp_path: Path, model_dir: 
                                                                "max_tokens": 3, "stream": True})
         events = _sse(raw)
         assert events[-1] == "[DONE]" and json.loads(events[0])["object"] == "text_completion"
+        # the completions' usage chunk goes out without its null fields
+        # (serving_completions.py:460 exclude_none=True); the chat's above keeps them
+        raw = c.request("POST", "/v1/completions", {
+            "prompt": "Once upon", "max_tokens": 3, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}})[2]
+        final = json.loads(_sse(raw)[-2])
+        assert final["choices"] == [] and "sglext" not in final
+        assert final["usage"] == {"prompt_tokens": final["usage"]["prompt_tokens"],
+                                  "total_tokens": final["usage"]["prompt_tokens"] + 3,
+                                  "completion_tokens": 3, "reasoning_tokens": 0}
+        assert "prompt_tokens_details" in usage and usage["prompt_tokens_details"] is None
 
         # SGLang's native /generate
         status, gen = c.json("POST", "/generate", {"text": "Hello", "sampling_params": {

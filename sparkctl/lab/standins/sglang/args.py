@@ -10,9 +10,19 @@ release knows and the stand-in does not is refused here (exit 2) and
 accepted there: add it here, from the release, when the roles need it.
 A contract test compares the parser with the installed release's.
 
+``parse_args`` gives every field of the release's ``ServerArgs``, in the
+dataclass's order: the parsed value for the flags above, the release's
+dataclass default for every other field. Those defaults are data, generated
+from the pinned release's dataclass by scripts/sglang_server_args.py into
+``server_args_<version>.json`` beside this file (regenerate it when the pin
+moves; tests/contract/test_server_args_data.py fails until then). What the
+release's ``__post_init__`` resolves from the GPU, the model and the
+environment for those fields (attention backends, ...) the stand-in cannot
+know: it reports the default, as the dataclass declares it.
+
 ``server_args_repr`` is the dataclass repr the release logs
 (``logger.info(f"{server_args=}")``, sglang:srt/entrypoints/engine.py:1059):
-the fields in the release's order, api_key and admin_api_key included in
+every field in the release's order, api_key and admin_api_key included in
 clear, as the release prints them. The launcher and ``sparkctl`` keep the
 key out of argv and redact the journal; the stand-in does not hide it.
 """
@@ -25,9 +35,11 @@ import os
 import re
 from collections.abc import Sequence
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from . import release
+from .version import __version__
 
 # The release's parser choices that come from registries
 # (sglang:srt/parser/reasoning_parser.py:1628 ReasoningParser.DetectorMap,
@@ -45,8 +57,8 @@ TOOL_CALL_PARSERS = [
     "gigachat3", "gemma4", "inkling"]
 CUDA_GRAPH_BACKENDS = ["full", "breakable", "tc_piecewise", "disabled"]  # Backend.ALL
 
-# The ServerArgs fields the stand-in knows, in the dataclass's order
-# (dataclasses.fields(ServerArgs) of 0.5.17): the order of the logged repr.
+# The ServerArgs fields the stand-in parses, in the dataclass's order
+# (dataclasses.fields(ServerArgs) of 0.5.17; a unit test holds them to the data file's).
 FIELDS = (
     "model_path", "tokenizer_path", "tokenizer_mode", "skip_tokenizer_init", "load_format",
     "model_loader_extra_config", "trust_remote_code", "context_length", "is_embedding",
@@ -74,6 +86,34 @@ FIELDS = (
     "enable_hierarchical_cache", "disaggregation_mode", "download_dir",
     "delete_ckpt_after_loading", "enable_deterministic_inference", "enable_memory_saver",
     "disable_outlines_disk_cache")
+
+# Every ServerArgs field of the release this stand-in answers for, with its
+# dataclass default (scripts/sglang_server_args.py writes the file).
+SERVER_ARGS_FILE = Path(__file__).with_name(f"server_args_{__version__.replace('.', '_')}.json")
+
+
+class ServerArgsDataError(Exception):
+    """The data file is missing, is another release's, or is not the generator's shape."""
+
+
+def load_release_defaults(path: Path = SERVER_ARGS_FILE) -> dict[str, Any]:
+    """Field -> default of the release's ServerArgs, in the dataclass's order."""
+    regenerate = "regenerate it with scripts/sglang_server_args.py"
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ServerArgsDataError(f"{path}: {err}; {regenerate}") from None
+    fields = document.get("fields") if isinstance(document, dict) else None
+    if not isinstance(fields, dict) or not fields:
+        raise ServerArgsDataError(f"{path}: no \"fields\" mapping; {regenerate}")
+    if document.get("sglang") != __version__:
+        raise ServerArgsDataError(f"{path}: the fields of sglang {document.get('sglang')!r}, "
+                                  f"the stand-in answers for {__version__}; {regenerate}")
+    unknown = [name for name in FIELDS if name not in fields]
+    if unknown:
+        raise ServerArgsDataError(f"{path}: the stand-in parses {unknown}, which the release's "
+                                  "ServerArgs does not have")
+    return dict(fields)
 
 
 def human_readable_int(value: str) -> int:
@@ -384,7 +424,9 @@ def prefill_capture_sizes(max_bs: int) -> list[int]:
 def parse_args(argv: list[str]) -> dict[str, Any]:
     """ServerArgs as the release resolves what the stand-in models (argparse exits 2)."""
     ns = vars(build_parser().parse_args(argv))
-    args: dict[str, Any] = {name: ns.get(name) for name in FIELDS}
+    # The release's order and defaults; the parsed fields replace theirs in place.
+    args = load_release_defaults()
+    args.update({name: ns.get(name) for name in FIELDS})
     args["disable_cuda_graph"] = bool(ns.get("disable_cuda_graph"))
     # ServerArgs.__post_init__ (sglang:srt/server_args.py): the tokenizer is the
     # model's, the served name the model path, a random seed, the device.
@@ -410,5 +452,6 @@ def check_args(args: dict[str, Any]) -> None:
 
 
 def server_args_repr(args: dict[str, Any]) -> str:
-    """The dataclass repr the release logs: every field as repr(), keys included, in clear."""
-    return "ServerArgs(" + ", ".join(f"{name}={args[name]!r}" for name in FIELDS) + ")"
+    """The dataclass repr the release logs: every field as repr(), keys included, in clear
+    (``args`` as parse_args gives it: every field, in the dataclass's order)."""
+    return "ServerArgs(" + ", ".join(f"{name}={value!r}" for name, value in args.items()) + ")"

@@ -48,8 +48,20 @@ class BadRequest(Exception):
 
 
 def _usage(prompt: int, completion: int) -> dict[str, Any]:
+    """UsageInfo as UsageProcessor.calculate_token_usage builds it (openai/usage_processor.py:
+    95): no prompt_tokens_details without a cached or multimodal count, and the stand-in
+    caches nothing (enable_cache_report reports only counts above 0, :13)."""
     return {"prompt_tokens": prompt, "total_tokens": prompt + completion,
             "completion_tokens": completion, "prompt_tokens_details": None, "reasoning_tokens": 0}
+
+
+def _exclude_none(obj: Any) -> Any:
+    """``model_dump_json(exclude_none=True)``: every None-valued field dropped, at every depth."""
+    if isinstance(obj, dict):
+        return {k: _exclude_none(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_exclude_none(v) for v in obj]
+    return obj
 
 
 def _stops(body: dict[str, Any]) -> list[str]:
@@ -111,8 +123,9 @@ class App:
                 "root": name, "parent": None, "max_model_len": self.model.context_len}
 
     def server_info(self) -> dict[str, Any]:
-        """/server_info (http_server.py:781): every server arg (dataclasses.asdict, the keys
-        in clear), the scheduler's init info, the internal state per DP rank, the version."""
+        """/server_info (http_server.py:781): every ServerArgs field (dataclasses.asdict,
+        :793; args.parse_args gives them all, the keys in clear), the scheduler's init info
+        (scheduler.py:1614 get_init_info), the internal state per DP rank, the version."""
         engine, model = self.engine, self.model
         tokens = engine.max_total_tokens
         max_req_len = min(model.context_len - 1, tokens - 1)  # tp_worker.py:509
@@ -242,10 +255,13 @@ class Handler(BaseHTTPRequestHandler):
         if body or status != 200 or ctype != "application/json":
             self.send_header("content-type", ctype)
         self.send_header("content-length", str(len(body)))
+        # uvicorn logs the access line on http.response.start, before a byte of the
+        # response goes out (uvicorn 0.54.0 protocols/http/httptools_impl.py:482, the
+        # write at :524): a client that logs on the answer logs after it.
+        self._access(status)
         self.end_headers()
         if body:
             self.wfile.write(body)
-        self._access(status)
 
     def _json(self, status: int, obj: Any) -> None:
         self._send(status, json.dumps(obj).encode())
@@ -341,8 +357,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("transfer-encoding", "chunked")
+        self._access(200)  # before the headers go out, as in _send
         self.end_headers()
-        self._access(200)
 
     def _chunk(self, data: str) -> None:
         raw = data.encode()
@@ -452,8 +468,13 @@ class Handler(BaseHTTPRequestHandler):
                     self._sse(reply.chunk(index, {"role": None, "content": None}
                                           if reply.chat else "", done))
             if include_usage:
-                self._sse({**reply.head(reply.chunk_obj), "choices": [],
-                           "usage": _usage(reply.prompt_tokens, completion)})
+                usage_chunk = {**reply.head(reply.chunk_obj), "choices": [],
+                               "usage": _usage(reply.prompt_tokens, completion)}
+                # The completions' usage chunk alone is dumped without its null fields
+                # (serving_completions.py:460 model_dump_json(exclude_none=True)); the
+                # chat's is dumped in full (serving_chat.py:1692), as are the answers
+                # that are not streamed (FastAPI's jsonable_encoder, no exclude options).
+                self._sse(usage_chunk if reply.chat else _exclude_none(usage_chunk))
         except EngineError as err:
             if not started:
                 raise
