@@ -436,3 +436,25 @@ def move_lab_tag(podman: Podman, nodes: Iterable[str], ref: ImageRef | str,
 def restore_lab_tag(podman: Podman, nodes: Iterable[str], ref: ImageRef | str) -> str:
     """Point the tag back at the original image on the lab nodes; the original digest."""
     return move_lab_tag(podman, nodes, ref, variant="")
+
+
+def point_lab_tag(podman: Podman, nodes: Iterable[str], ref: ImageRef | str, digest: str) -> None:
+    """Point the tag at ``digest`` again on the lab nodes, whose blob is still there (blobs
+    stay when a tag moves): undoes :func:`move_lab_tag` exactly, even when the stand-in's
+    sources changed since ``lab up`` (rebuilding the original would give another digest)."""
+    from sparkctl.lab import standins  # noqa: PLC0415 - standins imports this module
+
+    ref = ImageRef.parse(ref) if isinstance(ref, str) else ref
+    blob = f"{REGISTRY_DIR}/blobs/sha256/{digest.removeprefix('sha256:')}"
+    for node in nodes:
+        current = podman.exec(node, ["sh", "-c", f'cat "{REGISTRY_DIR}/{INDEX_NAME}" 2>/dev/null; '
+                                                 f'test -f "{blob}" || echo NOBLOB'],
+                              check=False).stdout
+        if current.rstrip().endswith("NOBLOB"):
+            raise RegistryError(f"{node}: the registry has no blob {digest} to point "
+                                f"{ref.key} at")
+        entries = parse_index(current, f"{node}:{INDEX_NAME}")
+        entries[ref.key] = digest
+        text = (json.dumps(entries, indent=2, sort_keys=True) + "\n").encode()
+        standins.install(podman, node, [standins.NodeFile(f"{REGISTRY_DIR}/{INDEX_NAME}", text,
+                                                          0o644)], units=False)

@@ -7,10 +7,14 @@ reads the nodes themselves (sha256sum, stat, interface counters).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -216,24 +220,90 @@ def test_a_node_without_room_is_refused_before_anything_is_copied(
     assert "safetensors" not in listing
 
 
-def test_the_hugging_face_token_never_reaches_output_or_artifacts(
-        lab: LabSession, first_sync: dict[str, object]) -> None:
-    sentinel = "hf_sparkctlSentinel" + "7" * 20
-    env = {**os.environ, "HF_TOKEN": sentinel}
-    # A source that is not contacted: a closed port on the controller's lab address.
-    rc, _, output = _sync("-e", "model_cache_source=hf",
-                          "-e", "model_cache_hf_repo=sparkctl-lab/sentinel",
-                          "-e", "model_cache_hf_revision=" + "0123456789abcdef" * 2 + "01234567",
-                          "-e", "model_cache_hf_endpoint=http://10.77.0.1:9", env=env)
-    assert rc != 0
-    assert "downloading sparkctl-lab/sentinel@" in output, output[-3000:]
-    assert sentinel not in output
+HUB = "/var/lib/sparkctl-lab/hub"
+HUB_PORT = 8080
+HUB_UNIT = "sparkctl-lab-hub"
+HF_REPO = "sparkctl-lab/sentinel"
+
+
+@pytest.fixture
+def lab_hub(lab: LabSession) -> Iterator[tuple[str, str, str]]:
+    """The lab's Hugging Face Hub (sparkctl/lab/standins/hfhub.py) on lab-switch, where
+    huggingface.co is for a Spark: one repository of 3 MiB, a token required, bodies served
+    at 256 KiB/s so that a download lasts long enough to be watched. Yields (endpoint,
+    commit, token); removes the Hub and its files afterwards."""
+    assert lab.inventory.switch is not None
+    switch = lab.inventory.switch.mgmt_ip
+    token = "hf_sparkctlSentinel" + "7" * 20
+    script = (Path(__file__).resolve().parents[2] / "sparkctl" / "lab" / "standins" /
+              "hfhub.py").read_text()
+    ssh(switch, f"mkdir -p {HUB}/src && cat > {HUB}/hfhub.py <<'PYEOF'\n{script}PYEOF\n")
+    ssh(switch, f"cd {HUB}/src && head -c 3145728 /dev/urandom > model.safetensors && "
+                "echo '{\"model_type\": \"sparkctl-synthetic\"}' > config.json && "
+                f"umask 077 && printf %s {token} > {HUB}/token")
+    made = json.loads(ssh(switch, f"python3 {HUB}/hfhub.py make-repo {HUB}/src --root "
+                                  f"{HUB}/repos --repo {HF_REPO}").stdout.splitlines()[-1])
+    ssh(switch, f"systemd-run --unit={HUB_UNIT} python3 {HUB}/hfhub.py --root {HUB}/repos "
+                f"--bind {switch} --port {HUB_PORT} --token-file {HUB}/token --rate 262144")
+    ssh(switch, f"for i in $(seq 50); do ss -Hltn 'sport = :{HUB_PORT}' | grep -q . && exit 0; "
+                "sleep 0.1; done; exit 1")
+    try:
+        yield f"http://{switch}:{HUB_PORT}", str(made["commit"]), token
+    finally:
+        ssh(switch, f"systemctl stop {HUB_UNIT}; rm -rf {HUB}", check=False)
+        for node in lab.inventory.nodes:
+            ssh(node.mgmt_ip, f"rm -rf {CACHE}/hub {CACHE}/.sparkctl/*sentinel*", check=False)
+
+
+def test_the_hugging_face_token_never_reaches_a_command_line_output_or_artifacts(
+        lab: LabSession, first_sync: dict[str, object],
+        lab_hub: tuple[str, str, str]) -> None:
+    """A real download (huggingface_hub's snapshot_download on the head, from the lab Hub):
+    while it runs, no process on the head has the token in its command line (world-readable
+    in /proc) - Ansible's environment: would put it there; and afterwards it is in no output,
+    artifact or fact."""
+    endpoint, commit, token = lab_hub
+    head = lab.inventory.node("spark1").mgmt_ip
+    pattern = base64.b64encode(token.encode()).decode()
+    ssh(head, f"echo {pattern} | base64 -d > /run/sparkctl-pattern")
+    env = {**os.environ, "HF_TOKEN": token}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkctl", "model", "sync", str(SIM_INVENTORY), "--json",
+         "-e", "model_cache_source=hf", "-e", f"model_cache_hf_repo={HF_REPO}",
+         "-e", f"model_cache_hf_revision={commit}", "-e", f"model_cache_hf_endpoint={endpoint}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    samples = during = 0
+    holders: set[str] = set()
+    try:
+        while proc.poll() is None:
+            out = ssh(head, "grep -lF -f /run/sparkctl-pattern /proc/[0-9]*/cmdline 2>/dev/null; "
+                            "echo @@; grep -l fetch-hf /proc/[0-9]*/cmdline 2>/dev/null; true",
+                      timeout=30).stdout
+            found, fetching = out.split("@@")
+            holders |= set(found.split())
+            samples += 1
+            during += bool(fetching.split())
+            time.sleep(0.3)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        ssh(head, "rm -f /run/sparkctl-pattern", check=False)
+    assert proc.returncode == 0, stdout[-2000:] + stderr[-4000:]
+    assert during >= 3, f"only {during} of {samples} samples saw the download running"
+    assert holders == set(), holders
+    # the snapshot is on every node, byte for byte the Hub's
+    snapshot = f"{CACHE}/hub/models--{HF_REPO.replace('/', '--')}/snapshots/{commit}"
+    sums = {n.name: _sums(n.mgmt_ip, snapshot) for n in lab.inventory.nodes}
+    assert set(sums["spark1"]) == {"config.json", "model.safetensors"}
+    assert all(s == sums["spark1"] for s in sums.values()), sums
+    assert token not in stdout + stderr
     state = Path(os.environ.get("SPARKCTL_STATE_DIR", Path.home() / ".local/state/sparkctl"))
     runs = sorted((state / "results" / "sim").glob("*-model-sync*"))
     assert runs
     for path in runs[-1].rglob("*"):
         if path.is_file():
-            assert sentinel not in path.read_text(errors="replace"), path
+            assert token not in path.read_text(errors="replace"), path
     for path in (state / "facts").rglob("*"):
         if path.is_file():
-            assert sentinel not in path.read_text(errors="replace"), path
+            assert token not in path.read_text(errors="replace"), path

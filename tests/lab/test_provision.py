@@ -133,3 +133,56 @@ def test_netplan_change_that_cuts_the_node_off_is_rolled_back(
     assert not guard["armed"] and record["armed_for_seconds"] == 20
     assert record["after_seconds"] <= 20 + 5, record
     assert_unchanged(state, snapshot(), "the rolled-back provision")
+
+
+def _image_record(ip: str) -> str:
+    """SGLANG_IMAGE of the node's version record: the image by the digest its unit runs."""
+    text = ssh(ip, "cat /etc/sparkctl/sglang-version").stdout
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("SGLANG_IMAGE=")]
+    return line.partition("=")[2]
+
+
+def _unit_image(ip: str) -> str:
+    argv = ssh(ip, "systemctl show -p ExecStart --value sparkctl-sglang.service").stdout.split()
+    return next(w for w in argv if w.startswith("lmsysorg/sglang:"))
+
+
+@pytest.mark.fault
+def test_a_moved_image_tag_stops_provision_until_pinned_or_accepted(
+        lab: LabSession, provisioned: dict[str, object],
+        snapshot: Callable[[], dict[str, object]]) -> None:
+    """Tags move; the unit runs the digest the first pull recorded. When the registry's tag
+    resolves to another digest, provision stops naming both and the way forward, changes no
+    unit; --accept-image-digest moves the cluster to exactly that digest."""
+    from sparkctl.lab import registry  # noqa: PLC0415
+    from sparkctl.lab.podman import Podman  # noqa: PLC0415
+
+    nodes = [n.name for n in lab.inventory.nodes]
+    spark1 = lab.inventory.node("spark1").mgmt_ip
+    ref = registry.lab_image_ref(lab.inventory)
+    recorded = _image_record(spark1)
+    old = recorded.partition("@")[2]
+    assert recorded == f"{ref}@{old}" == _unit_image(spark1)
+    before = snapshot()
+    podman = Podman()
+    new = registry.move_lab_tag(podman, nodes, ref)
+    assert new != old
+    try:
+        proc = sparkctl("provision", str(SIM_INVENTORY), "-t", "sglang")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1, out[-3000:]
+        assert f"{ref} now resolves to {new}, but this node was provisioned with {old}" in out
+        assert f"--accept-image-digest {new}" in out and "sglang_image_digest" in out
+        assert_unchanged(before, snapshot(), "provision with a moved tag")
+        moved = sparkctl("provision", str(SIM_INVENTORY), "-t", "sglang",
+                         "--accept-image-digest", new)
+        assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
+        for node in lab.inventory.nodes:
+            assert _image_record(node.mgmt_ip) == f"{ref}@{new}" == _unit_image(node.mgmt_ip)
+    finally:
+        registry.point_lab_tag(podman, nodes, ref, old)
+        back = sparkctl("provision", str(SIM_INVENTORY), "-t", "sglang",
+                        "--accept-image-digest", old)
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+    assert _image_record(spark1) == recorded
+    assert_unchanged(before, snapshot(), "provision back to the first digest")

@@ -1,9 +1,11 @@
-"""`sparkctl up` and `sparkctl serve` end to end on the lab's SGLang stand-in.
+"""`sparkctl up` and `sparkctl serve` end to end, on the install path of a real Spark.
 
-A synthetic model is synced to every node first (the stand-in loads it on
-every rank). `sparkctl up` then runs the whole job; the other tests break one
-rank on purpose, as a person or a bad interface would, and check that sparkctl
-names the rank and explains it, then put it back.
+The sglang role installs the pinned image and its unit exactly as on a Spark
+(the container method): the lab's docker stand-in runs it, and the image holds
+the lab's SGLang stand-in. A synthetic model is synced to every node first (the
+stand-in loads it on every rank). `sparkctl up` then runs the whole job; the
+other tests break one rank on purpose, as a person or a bad interface would,
+and check that sparkctl names the rank and explains it, then put it back.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ pytestmark = pytest.mark.lab
 MODEL_DIR = "/srv/sparkctl-model/served"
 CACHE = "/var/lib/sparkctl/models"
 UNIT = "sparkctl-sglang.service"
+FW_UNIT = "sparkctl-sglang-firewall.service"
 ENV_FILE = "/etc/sparkctl/sglang.env"
+SECRETS = "/etc/sparkctl/sglang-secrets.env"
+DROP_IN = f"/etc/systemd/system/{UNIT}.d/zz-sparkctl-test.conf"
 
 
 SOURCE = ["-e", "model_cache_source=head", "-e", f"model_cache_head_dir={MODEL_DIR}"]
@@ -109,8 +114,9 @@ def test_verify_names_a_stopped_rank_and_serve_up_brings_it_back(
 
 def test_a_rank_on_the_wrong_interface_is_explained(lab: LabSession,
                                                     served: dict[str, Any]) -> None:
-    """SGLANG_HOST_IP on the management address: start-up hangs after NCCL init."""
-    spark2 = lab.inventory.node("spark2")
+    """SGLANG_HOST_IP of the head on the management address: start-up hangs after NCCL
+    init, for ever (the other ranks connect to the head's address, shm_broadcast.py)."""
+    spark2 = lab.inventory.node("spark1")
     original = ssh(spark2.mgmt_ip, f"cat {ENV_FILE}").stdout
     assert f"SGLANG_HOST_IP={spark2.fabric_ips['a']}" in original
     wrong = original.replace(f"SGLANG_HOST_IP={spark2.fabric_ips['a']}",
@@ -152,20 +158,28 @@ def test_secrets_never_reach_output_artifacts_reports_or_argv(
         data = path.read_bytes()
         assert API_KEY.encode() not in data and HF_TOKEN.encode() not in data, path
     for node in lab.inventory.nodes:
-        st = ssh(node.mgmt_ip, "stat -c '%a %U %G' /etc/sparkctl/sglang-secrets.env").stdout
-        assert st.split() == ["600", "root", "root"], (node.name, st)
-        assert ssh(node.mgmt_ip, "grep -c SGLANG_API_KEY= /etc/sparkctl/sglang-secrets.env"
-                   ).stdout.strip() == "1"
-        # the pattern travels base64-encoded, so this grep's own command line has no key
+        st = ssh(node.mgmt_ip, f"stat -c '%a %U %G' {SECRETS}").stdout
+        assert st.split() == ["640", "root", "sparkctl-sglang"], (node.name, st)
+        assert ssh(node.mgmt_ip, f"grep -c SGLANG_API_KEY= {SECRETS}").stdout.strip() == "1"
+        # the pattern travels base64-encoded, so this grep's own command line has no key;
+        # every process's argv and environment (the container's processes among them)
         pattern = base64.b64encode(API_KEY.encode()).decode()
         holders = ssh(node.mgmt_ip, f"echo {pattern} | base64 -d > /run/sparkctl-pattern && "
                                     "grep -rlF -f /run/sparkctl-pattern /etc /var/lib/sparkctl "
-                                    "/proc/[0-9]*/cmdline 2>/dev/null; "
+                                    "/var/lib/docker "
+                                    "/proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null; "
                                     "rm -f /run/sparkctl-pattern").stdout.split()
-        assert holders == ["/etc/sparkctl/sglang-secrets.env"], (node.name, holders)
-        journal = ssh(node.mgmt_ip, "journalctl -u sparkctl-sglang.service --no-pager -o cat"
-                      ).stdout
+        assert holders == [SECRETS], (node.name, holders)
+        # SGLang logs server_args=ServerArgs(... api_key='...') (the stand-in as the
+        # release): the launcher blanked it before the journal and docker's log got it
+        journal = ssh(node.mgmt_ip, f"journalctl -u {UNIT} --no-pager -o cat").stdout
+        assert "server_args=ServerArgs(" in journal and "api_key='<redacted>'" in journal, \
+            node.name
         assert API_KEY not in journal, node.name
+        docker = ssh(node.mgmt_ip, "docker inspect sparkctl-sglang; docker logs sparkctl-sglang"
+                     ).stdout
+        assert '"Env": [' in docker and "SGLANG_HOST_IP=" in docker, node.name
+        assert API_KEY not in docker, node.name
     # and the key does work: the served endpoint takes it (verify's api_key check)
     rc, _, err = _verify()
     assert rc == 0, err[-2000:]
@@ -181,3 +195,71 @@ def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:
     data = json.loads(status.stdout)
     assert data["health"] is None
     assert {r["ActiveState"] for r in data["ranks"]} <= {"inactive", "failed"}
+
+
+def _drop_in(node_ip: str, text: str) -> None:
+    ssh(node_ip, f"mkdir -p {DROP_IN.rsplit('/', 1)[0]} && cat > {DROP_IN} <<'EOF'\n{text}EOF\n"
+                 "systemctl daemon-reload")
+
+
+def _no_drop_in(node_ip: str) -> None:
+    ssh(node_ip, f"rm -rf {DROP_IN.rsplit('/', 1)[0]} && systemctl daemon-reload")
+
+
+@pytest.mark.fault
+def test_a_unit_whose_secret_does_not_reach_the_container_fails_as_on_a_spark(
+        lab: LabSession, served: dict[str, Any],
+        snapshot: Callable[[], dict[str, object]]) -> None:
+    """The composition of the old unit: the key in systemd's EnvironmentFile= only, and
+    the container not given the file. docker passes a container only -e/--env-file, and
+    only --volume paths: the rank's launcher finds no key, as on a real Spark, and serve up
+    names the rank with the launcher's own words."""
+    spark3 = lab.inventory.node("spark3").mgmt_ip
+    execstart = ssh(spark3, f"systemctl show -p ExecStart --value {UNIT}").stdout
+    argv = execstart.split("argv[]=", 1)[1].split(" ; ignore_errors", 1)[0].split()
+    mount = f"{SECRETS}:{SECRETS}:ro"
+    i = argv.index(mount)
+    assert argv[i - 1] == "--volume"
+    without = argv[:i - 1] + argv[i + 1:]
+    before = snapshot()
+    _drop_in(spark3, f"[Service]\nEnvironmentFile={SECRETS}\nExecStart=\n"
+                     f"ExecStart={' '.join(without)}\n")
+    try:
+        proc = _run("serve", "up", str(SIM_INVENTORY), "--restart", "--timeout", "120")
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        assert "rank 2 (spark3)" in proc.stderr
+        assert "sparkctl sglang launcher: cannot read the secrets file" in proc.stderr
+        assert "its secrets file did not reach it" in proc.stderr
+        assert API_KEY not in proc.stdout + proc.stderr
+    finally:
+        _no_drop_in(spark3)
+    up = _run("serve", "up", str(SIM_INVENTORY))
+    assert up.returncode == 0, up.stderr[-4000:]
+    assert_unchanged(before, snapshot(), "serve up after the secret reached the container again")
+
+
+@pytest.mark.fault
+def test_the_firewall_stopped_takes_sglang_down_with_it(
+        lab: LabSession, served: dict[str, Any],
+        snapshot: Callable[[], dict[str, object]]) -> None:
+    """Fail closed: the unit is bound to its firewall (BindsTo=), so nothing serves
+    unfiltered; serve verify names the rank. Starting the unit starts the firewall first
+    (BindsTo= implies Requires=, with After=): serve up brings both back."""
+    spark4 = lab.inventory.node("spark4").mgmt_ip
+    before = snapshot()
+    ssh(spark4, f"systemctl stop {FW_UNIT}")
+    try:
+        state = ssh(spark4, f"systemctl is-active {UNIT}", check=False).stdout.strip()
+        assert state in ("inactive", "failed"), state
+        rc, report, err = _verify()
+        assert rc == 1 and "spark4 (rank 3)" in err, err[-2000:]
+        failed = {(c["check"], c["host"]) for c in report["checks"] if c["outcome"] == "failed"}
+        assert ("rank_running", "spark4") in failed
+        up = _run("serve", "up", str(SIM_INVENTORY))
+        assert up.returncode == 0, up.stderr[-4000:]
+        assert ssh(spark4, f"systemctl is-active {FW_UNIT}").stdout.strip() == "active"
+    finally:
+        ssh(spark4, f"systemctl start {FW_UNIT}")
+    up = _run("serve", "up", str(SIM_INVENTORY))
+    assert up.returncode == 0, up.stderr[-4000:]
+    assert_unchanged(before, snapshot(), "serve up after the firewall came back")
