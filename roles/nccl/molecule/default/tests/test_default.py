@@ -80,14 +80,21 @@ def test_nccl_conf_holds_the_nccl_variables_only(host: Any) -> None:
 
 def test_env_file_holds_exactly_the_roles_variables(host: Any) -> None:
     assert host.file(ENV_FILE).mode == 0o644
-    assert set(read_env(host, ENV_FILE)) == {
-        *SOCKET_VARS, "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_SUBNET_AWARE_ROUTING"}
+    env = read_env(host, ENV_FILE)
+    assert set(env) == {
+        *SOCKET_VARS, "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_SUBNET_AWARE_ROUTING",
+        "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"}
+    # INFO with INIT,NET: NCCL says which network it chose (serve up and validate read it)
+    assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == (
+        DEFAULTS["nccl_debug"], DEFAULTS["nccl_debug_subsys"])
 
 
-def test_version_record_names_the_standins(host: Any) -> None:
+def test_version_record_names_a_prebuilt_nccl_tests(host: Any) -> None:
+    """The sim profile builds nothing: the lab put its nccl-tests stand-ins at the build's
+    paths (sparkctl/lab/standins), and the role found and verified them."""
     assert read_env(host, VERSION_FILE) == {
         "NCCL_VERSION": "none", "NCCL_HOME": "none", "NVCC_GENCODE": "none",
-        "NCCL_TESTS_IMPL": "standin", "NCCL_TESTS_VERSION": DEFAULTS["nccl_tests_version"],
+        "NCCL_TESTS_IMPL": "prebuilt", "NCCL_TESTS_VERSION": DEFAULTS["nccl_tests_version"],
         "NCCL_TESTS_DIR": TESTS_DIR}
 
 
