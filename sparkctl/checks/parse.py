@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +146,30 @@ def env_file(text: str) -> dict[str, str]:
             raise ValueError(f"line {number} is not KEY=VALUE: {line!r}")
         env[key] = value
     return env
+
+
+_EXEC_ARGV = re.compile(r"argv\[\]=(?P<argv>.*?) ; ignore_errors=")
+
+
+def execstart_argv(text: str) -> list[str]:
+    """argv of the first command in ``systemctl show -p ExecStart --value`` output
+    (``{ path=... ; argv[]=... ; ignore_errors=no ; ... }``); [] when there is none.
+
+    systemd 252 (Debian 12) joins argv[] with blanks and no quoting, newer releases quote
+    words with blanks; the role's words have none. The role reads the same output with its
+    filter sglang_parse_execstart (roles/sglang/filter_plugins/sglang_args.py)."""
+    match = _EXEC_ARGV.search(text)
+    return shlex.split(match.group("argv")) if match else []
+
+
+def container_mounts(argv: list[str]) -> list[tuple[str, str]]:
+    """(host path, container path) of every ``--volume``/``-v`` bind of a ``docker run`` argv."""
+    out = []
+    for i, word in enumerate(argv[:-1]):
+        if word in ("--volume", "-v"):
+            src, _, rest = argv[i + 1].partition(":")
+            out.append((src, rest.split(":", 1)[0] or src))
+    return out
 
 
 def environ(text: str) -> dict[str, str]:

@@ -371,23 +371,32 @@ def _inside(path: str, mounts: list[str]) -> bool:
 
 
 def check_model_visible(cluster: Cluster) -> None:
-    """Every node's model path resolves inside what the server's container mounts.
+    """Every node's model path resolves inside what its server's container mounts.
 
     A container sees nothing of the host but its mounts: a model link that points out of
     them (e.g. at the head's own copy, read in place with model_cache_source head, after a
     provision that did not know that source) fails every rank with "Repo id must be in the
-    form ..." only once SGLang starts. Found here first, naming the node and the path."""
-    s = cluster.sglang()
-    mounts = [str(m) for m in s.get("model_mounts", ["/"])]
-    path = str(s["model_path"])
-    resolved = cluster.each(cluster.nodes, f"readlink -f -- {shlex.quote(path)}", 30)
-    outside = {node: out.strip() for node, (rc, out) in resolved.items()
-               if rc == 0 and out.strip() and not _inside(out.strip(), mounts)}
+    form ..." only once SGLang starts. The mounts are the unit's own, as systemd has loaded
+    it on the node (a venv unit runs on the host and sees everything)."""
+    path = str(cluster.sglang()["model_path"])
+    cmd = (f"systemctl show -p ExecStart --value {shlex.quote(cluster.unit)}; echo @@; "
+           f"readlink -f -- {shlex.quote(path)}")
+    outside = {}
+    for node, (rc, out) in cluster.each(cluster.nodes, cmd, 30).items():
+        execstart, _, target = out.partition("@@")
+        argv, target = parse.execstart_argv(execstart), target.strip()
+        if rc != 0 or not target or "run" not in argv[:3]:
+            continue  # no model yet, or not a container
+        # same-path binds only: the link's target is an absolute host path
+        mounts = [src for src, dst in parse.container_mounts(argv) if src == dst]
+        if not _inside(target, mounts):
+            outside[node] = (target, mounts)
     if outside:
-        where = "; ".join(f"{node}: {path} -> {target}" for node, target in outside.items())
+        where = "; ".join(f"{node}: {path} -> {target} (mounted: {', '.join(mounts)})"
+                          for node, (target, mounts) in outside.items())
         raise SparkctlError(
-            f"the model is outside what the server's container sees ({', '.join(mounts)}): "
-            f"{where}", ExitCode.CHECKS_FAILED,
+            f"the model is outside what the server's container sees: {where}",
+            ExitCode.CHECKS_FAILED,
             hint="provision with the same model source as model sync (e.g. -e "
                  "model_cache_source=head -e model_cache_head_dir=DIR), or add the directory "
                  "to sglang_model_mounts, then sparkctl provision")

@@ -465,3 +465,12 @@ def test_environ_reads_proc_and_docker_inspect_alike() -> None:
         parse.environ('["PATH=/usr/bin"')
     with pytest.raises(ValueError, match="not a list of strings"):
         parse.environ("[1, 2]")
+
+
+def test_execstart_argv_and_the_containers_binds() -> None:
+    text = ("{ path=/usr/bin/docker ; argv[]=/usr/bin/docker run --rm -v /m:/m:ro --volume "
+            "/h:/c --volume /x:/x python3 -c x ; ignore_errors=no ; start_time=[n/a] ; pid=0 }")
+    argv = parse.execstart_argv(text)
+    assert argv[:3] == ["/usr/bin/docker", "run", "--rm"] and argv[-2:] == ["-c", "x"]
+    assert parse.container_mounts(argv) == [("/m", "/m"), ("/h", "/c"), ("/x", "/x")]
+    assert parse.execstart_argv("") == [] and parse.container_mounts([]) == []

@@ -181,25 +181,40 @@ def test_a_plain_timeout_names_the_ranks_that_got_least_far() -> None:
     assert up.explain(result, 0.5)[0].startswith("rank 2 (spark3) timed out in phase starting")
 
 
+# `systemctl show -p ExecStart --value` of the container unit (systemd 252, as captured in
+# tests/unit/test_sglang_role.py), cut to the words that matter here.
+_EXECSTART = ("{ path=/usr/bin/docker ; argv[]=/usr/bin/docker run --rm --name sparkctl-sglang "
+              "--network host --volume /var/lib/sparkctl/models:/var/lib/sparkctl/models:ro "
+              "--volume /srv/models/:/srv/models/:ro --volume /a:/b:ro "
+              "lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:" + "ab" * 32 + " python3 "
+              "/usr/local/lib/sparkctl/sglang-launcher.py -- --model-path "
+              "/var/lib/sparkctl/models/current ; ignore_errors=no ; pid=0 }")
+
+
 @dataclass
 class _MountCluster(FakeCluster):
     targets: dict[str, str] = field(default_factory=dict)
+    execstart: str = _EXECSTART
 
     def sglang(self, node: str | None = None) -> dict[str, Any]:
-        return {"model_path": "/var/lib/sparkctl/models/current",
-                "model_mounts": ["/var/lib/sparkctl/models", "/srv/models/"]}
+        return {"model_path": "/var/lib/sparkctl/models/current"}
 
     def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
-        assert command == "readlink -f -- /var/lib/sparkctl/models/current", command
-        return (0, self.targets[node] + "\n") if node in self.targets else (1, "")
+        assert command == ("systemctl show -p ExecStart --value sparkctl-sglang.service; "
+                           "echo @@; readlink -f -- /var/lib/sparkctl/models/current"), command
+        return 0, f"{self.execstart}\n@@\n{self.targets.get(node, '')}\n"
 
 
 def test_a_model_outside_the_containers_mounts_is_refused_before_any_rank_starts() -> None:
     inside = dict.fromkeys(("spark1", "spark2", "spark3", "spark4"), "/var/lib/sparkctl/models/llm")
     up.check_model_visible(_MountCluster(targets={**inside, "spark1": "/srv/models/llm"}))
     up.check_model_visible(_MountCluster(targets={"spark2": inside["spark2"]}))  # not synced
+    # a host path mounted elsewhere in the container does not make the link's target visible
     with pytest.raises(SparkctlError, match=r"spark3: /var/lib/sparkctl/models/current -> "
-                                            r"/srv/other/llm") as err:
+                                            r"/srv/other/llm \(mounted: ") as err:
         up.check_model_visible(_MountCluster(targets={**inside, "spark3": "/srv/other/llm",
-                                                          "spark4": "/srv/modelsX/llm"}))
+                                                      "spark4": "/a/llm"}))
     assert "spark4" in str(err.value) and "spark1" not in str(err.value)
+    # a venv unit runs on the host: nothing to check
+    venv = "{ path=/opt/v/bin/python3 ; argv[]=/opt/v/bin/python3 /l.py -- ; ignore_errors=no }"
+    up.check_model_visible(_MountCluster(targets={"spark1": "/x/y"}, execstart=venv))
