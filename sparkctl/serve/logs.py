@@ -910,6 +910,44 @@ _RULES: tuple[_Rule, ...] = (
            ex="[2025-01-30 18:11:34 TP10] Scheduler hit an exception: Traceback (most recent "
               "call last):"),
     ),
+    _rule(
+        "rdma_register_failed",
+        "NCCL cannot register memory for RDMA",
+        """ibv_reg_mr failed with ENOMEM: the process may lock too little memory (a container
+        without --ulimit memlock=-1: NVIDIA/nccl-tests #206, 8192 KiB), or, on DGX OS's HWE
+        kernel 7.0 (7.0.0-1019-nvidia), Kexec HandOver leaves no CMA for the registration even
+        with unlimited memlock; /proc/meminfo then shows CmaTotal: 0 kB with a CmaFree above it
+        (MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark #259, luxingcom/aicad-nccl-optimization
+        #1).""",
+        """Check `ulimit -l` inside the container (the unit passes `--ulimit memlock=-1` and
+        LimitMEMLOCK=infinity) and `grep Cma /proc/meminfo` on the node; on kernel 7.0 boot with
+        the kernel parameter kho=off, or the 6.17 kernel, then `sparkctl validate` and `sparkctl
+        serve up`.""",
+        _p(r"Call to ibv_reg_mr\w* failed with error Cannot allocate memory",
+           S("nccl:src/misc/ibvwrap.cc:40@v2.28.3-1"), S("issue:NVIDIA/nccl-tests#206"),
+           S("issue:MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark#259"),
+           ex="spark-1:4242:4250 [0] misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 "
+              "failed with error Cannot allocate memory"),
+    ),
+    _rule(
+        "rdma_completion_error",
+        "RDMA work requests fail between the nodes (GID index or MTU)",
+        """The ConnectX-7s cannot complete RoCE transfers with each other: status 12 is a retry
+        timeout ('the NICs can't talk to each other using RoCE', NVIDIA/nccl #426). On Sparks
+        the causes are a GID index that does not point at the twin's IPv4 RoCE v2 GID (the table
+        can be reshuffled by interface events), or a twin whose MTU differs from its peer's (a
+        firmware update reset one NIC to 1500).""",
+        """Let NCCL use the index sparkctl detects (`nccl_ib_gid_index: auto`), run `sparkctl
+        provision` so it is detected again, and `sparkctl validate` (roce_device, twin_mtu and the
+        full-MTU mesh pings name the twin).""",
+        _p(r"NET/IB ?: Got completion (?:from peer \S+ )?with (?:error|status=)\s*\d+",
+           S("nccl:src/transport/net_ib.cc:2470@v2.28.3-1"), S("issue:NVIDIA/nccl#426"),
+           ex=("spark-2:4242:4260 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got "
+               "completion with error 12, opcode 1, len 0, vendor err 129",
+               "spark-2:4242:4260 [0] transport/net_ib.cc:2470 NCCL WARN NET/IB: Got completion "
+               "from peer 192.168.100.12<45678> with status=12 opcode=0 len=0 vendor err 129 "
+               "(Send) hca rocep1s0f1")),
+    ),
 )
 
 _HANG_RULES: dict[str, _Rule] = {r.id: r for r in (

@@ -82,6 +82,8 @@ EXPECTED: dict[str, tuple[list[Phase], list[str]]] = {
 # variable, flag or command that fixes it.
 FIX_NAMES: dict[str, tuple[str, ...]] = {
     "host_ip_hang": ("SGLANG_HOST_IP", "head", "`fabric_a_ip`", "sparkctl validate"),
+    "rdma_register_failed": ("ulimit -l", "--ulimit memlock=-1", "kho=off", "sparkctl validate"),
+    "rdma_completion_error": ("`nccl_ib_gid_index: auto`", "sparkctl validate", "twin_mtu"),
     "launcher_secrets": ("`sglang_secrets_file`", "`sglang_user`", "--volume", "sparkctl provision"),
     "image_missing": ("sparkctl provision", "docker image inspect"),
     "gpu_runtime": ("nvidia-smi", "sparkctl validate", "nvidia-ctk runtime configure"),
@@ -609,6 +611,11 @@ def test_standin_rank_that_stops_after_customallreduce_is_the_host_ip_hang() -> 
 
 
 @pytest.mark.parametrize(("line", "sig_id"), [
+    # NCCL's verbs wrapper and IB transport (NVIDIA/nccl-tests #206, NVIDIA/nccl #426)
+    ("spark-1:4242:4250 [0] misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with "
+     "error Cannot allocate memory", "rdma_register_failed"),
+    ("10-0-0-1:5000:5050 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got completion with "
+     "error 12, opcode 1, len 0, vendor err 129", "rdma_completion_error"),
     # sparkctl's launcher inside a container that was not given the secrets file
     ("sparkctl sglang launcher: cannot read the secrets file /etc/sparkctl/sglang-secrets.env: "
      "No such file or directory", "launcher_secrets"),
@@ -621,7 +628,7 @@ def test_standin_rank_that_stops_after_customallreduce_is_the_host_ip_hang() -> 
     ('docker: Error response from daemon: error gathering device information while adding '
      'custom device "/dev/infiniband": no such file or directory.', "rdma_device_missing"),
 ])
-def test_the_container_around_the_server_is_explained(line: str, sig_id: str) -> None:
+def test_the_container_and_rdma_failures_are_explained(line: str, sig_id: str) -> None:
     (sig,) = logs.match([line])
     assert (sig.id, sig.fatal) == (sig_id, True)
     assert logs.phase_of(line) is Phase.FAILED
