@@ -10,6 +10,7 @@ the controller from ``SPARKCTL_SGLANG_API_KEY`` or the file provision generated
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +25,11 @@ from sparkctl.validate import nccl, sshconfig
 from sparkctl.validate.run import load_plan
 
 API_KEY_ENV = "SPARKCTL_SGLANG_API_KEY"
+
+
+def tls_context(ca_file: str | None) -> ssl.SSLContext | bool:
+    """What httpx checks the server's certificate with: the inventory's CA, else the system's."""
+    return ssl.create_default_context(cafile=ca_file) if ca_file else True
 
 
 @dataclass

@@ -34,7 +34,7 @@ from sparkctl.checks import parse
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.serve import logs
-from sparkctl.serve.cluster import Cluster, open_cluster
+from sparkctl.serve.cluster import Cluster, open_cluster, tls_context
 
 POLL_S = 3.0
 TAIL = 15
@@ -130,7 +130,8 @@ def _table(ranks: dict[str, Rank], started: float) -> Table:
 
 def _health(url: str, ca_file: str | None = None, timeout: float = 5.0) -> int | None:
     try:
-        return httpx.get(f"{url}/health", timeout=timeout, verify=ca_file or True).status_code
+        return httpx.get(f"{url}/health", timeout=timeout,
+                         verify=tls_context(ca_file)).status_code
     except httpx.HTTPError:
         return None
 

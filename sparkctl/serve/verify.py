@@ -21,6 +21,7 @@ returns its server args, ``api_key`` and ``admin_api_key`` among them (sglang
 from __future__ import annotations
 
 import json
+import ssl
 import statistics
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from typing import Any
 import httpx
 
 from sparkctl import __version__
-from sparkctl.serve.cluster import Cluster, Group
+from sparkctl.serve.cluster import Cluster, Group, tls_context
 from sparkctl.validate.model import Check, Report, Thresholds
 
 PROMPT = "In one sentence, what does tensor parallelism split across the ranks?"
@@ -53,7 +54,11 @@ def _guard(check: str, host: str, fn: Callable[[], Check]) -> Check:
     except json.JSONDecodeError as exc:  # the OpenAI client's, of a body or a streamed event
         result = _fail(check, host, f"not JSON ({exc.msg}): {exc.doc[:120]!r}")
     except (openai.APIError, *ANSWER_ERRORS) as exc:
-        result = _fail(check, host, f"{type(exc).__name__}: {str(exc)[:200]}")
+        # The client's "Connection error." hides why (refused, timed out, a certificate
+        # that the CA does not vouch for): say its cause too.
+        cause = f" ({type(exc.__cause__).__name__}: {str(exc.__cause__)[:160]})" \
+            if isinstance(exc, openai.APIConnectionError) and exc.__cause__ else ""
+        result = _fail(check, host, f"{type(exc).__name__}: {str(exc)[:200]}{cause}")
     return Check(result.check, result.host, result.subject, result.outcome, result.message,
                  round(time.monotonic() - start, 3))
 
@@ -96,7 +101,7 @@ class Verifier:
         self.url = cluster.base_url
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         # https: the server's certificate checked against the inventory's CA file.
-        self.tls_verify: str | bool = cluster.tls_ca_file or True
+        self.tls_verify: ssl.SSLContext | bool = tls_context(cluster.tls_ca_file)
         self.http = httpx.Client(verify=self.tls_verify, timeout=30.0)
         self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or "none",
                                     timeout=120.0, max_retries=0,

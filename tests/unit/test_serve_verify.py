@@ -18,6 +18,7 @@ import functools
 import json
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -89,6 +90,32 @@ def test_a_healthy_group_passes_every_check(tmp_path: Path, model_dir: Path) -> 
     assert int(named["streamed_completion"].message.split()[0]) >= 2  # chunks, streamed
     assert v.figures["ttft_s"] > 0 and v.figures["decode_tokens_per_s"] > 0
     assert v.figures["e2e_s"] >= v.figures["ttft_s"]
+
+
+@needs_loopback
+def test_verify_speaks_https_and_checks_the_server_against_the_ca(tmp_path: Path,
+                                                                   model_dir: Path) -> None:
+    """TLS on the API (sglang_tls_certfile/keyfile): verify talks https and trusts only the
+    inventory's CA (sglang_tls_ca_file); another CA fails every HTTP check, saying why."""
+    crt, key, other = tmp_path / "s.crt", tmp_path / "s.key", tmp_path / "other.crt"
+    for cert, keyfile in ((crt, key), (other, tmp_path / "other.key")):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", str(keyfile), "-out", str(cert)],
+                       capture_output=True, timeout=60, check=True)
+    with cluster(tmp_path, model_dir, 2,
+                 extra=["--ssl-certfile", str(crt), "--ssl-keyfile", str(key)]) as c:
+        _up(c)
+        alive = {"spark1": True, "spark2": True}
+        good = FakeCluster(f"https://127.0.0.1:{c.port}", alive, tls_ca_file=str(crt))
+        checks = Verifier(good, KEY).run()  # type: ignore[arg-type]
+        assert [(x.check, x.message) for x in checks if not x.ok] == []
+        wrong = FakeCluster(f"https://127.0.0.1:{c.port}", alive, tls_ca_file=str(other))
+        named = _by_name(Verifier(wrong, KEY).run())  # type: ignore[arg-type]
+    for check in ("health", "server_info", "models", "chat_completion"):
+        assert named[check].outcome == "failed", check
+        assert "CERTIFICATE_VERIFY_FAILED" in named[check].message or \
+            "certificate verify failed" in named[check].message.lower(), named[check].message
 
 
 @needs_loopback
