@@ -37,6 +37,8 @@ from sparkctl.serve import logs
 from sparkctl.serve.cluster import Cluster, open_cluster, tls_context
 
 POLL_S = 3.0
+# Seconds a stopped unit's last journal lines get to arrive before it is explained.
+SETTLE_S = 2.0
 TAIL = 15
 
 
@@ -205,6 +207,11 @@ class Waiter:
                 if st.get("ActiveState") in ("failed", "inactive")
                 or st.get("SubState") == "auto-restart"]
         if dead:
+            # The unit's state can be read before its last lines (the reason it stopped)
+            # have come through journalctl -f and ssh: give them a moment.
+            settle = time.monotonic() + SETTLE_S
+            while time.monotonic() < settle:
+                self.drain()
             return self.result(False, "a rank's unit stopped", dead)
         if all(_health(g.base_url, g.tls_ca_file) == 200 for g in self.cluster.groups()):
             for r in self.ranks.values():

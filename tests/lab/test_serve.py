@@ -185,18 +185,6 @@ def test_secrets_never_reach_output_artifacts_reports_or_argv(
     assert rc == 0, err[-2000:]
 
 
-def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:
-    proc = sparkctl("serve", "down", str(SIM_INVENTORY))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for node in lab.inventory.nodes:
-        state = ssh(node.mgmt_ip, f"systemctl is-active {UNIT}", check=False).stdout.strip()
-        assert state in ("inactive", "failed"), (node.name, state)
-    status = sparkctl("serve", "status", str(SIM_INVENTORY), "--json", check=True)
-    data = json.loads(status.stdout)
-    assert data["health"] is None
-    assert {r["ActiveState"] for r in data["ranks"]} <= {"inactive", "failed"}
-
-
 def _drop_in(node_ip: str, text: str) -> None:
     ssh(node_ip, f"mkdir -p {DROP_IN.rsplit('/', 1)[0]} && cat > {DROP_IN} <<'EOF'\n{text}EOF\n"
                  "systemctl daemon-reload")
@@ -263,3 +251,15 @@ def test_the_firewall_stopped_takes_sglang_down_with_it(
     up = _run("serve", "up", str(SIM_INVENTORY))
     assert up.returncode == 0, up.stderr[-4000:]
     assert_unchanged(before, snapshot(), "serve up after the firewall came back")
+
+
+def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:
+    proc = sparkctl("serve", "down", str(SIM_INVENTORY))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for node in lab.inventory.nodes:
+        state = ssh(node.mgmt_ip, f"systemctl is-active {UNIT}", check=False).stdout.strip()
+        assert state in ("inactive", "failed"), (node.name, state)
+    status = sparkctl("serve", "status", str(SIM_INVENTORY), "--json", check=True)
+    data = json.loads(status.stdout)
+    assert data["health"] is None
+    assert {r["ActiveState"] for r in data["ranks"]} <= {"inactive", "failed"}

@@ -150,6 +150,21 @@ def test_sockets_where_rdma_is_expected_fail_the_start_up(rdma: bool, log: str,
         assert result.message == "timed out"
 
 
+def test_a_stopped_units_last_lines_are_waited_for_before_it_is_explained() -> None:
+    """systemd says the unit stopped before journalctl -f over ssh has delivered why."""
+    cluster = FakeCluster(states={"spark3": {"ActiveState": "activating",
+                                             "SubState": "auto-restart"}})
+    followers = FakeFollowers()
+    late = threading.Timer(0.5, followers.feed, ("spark3", [
+        "sparkctl sglang launcher: cannot read the secrets file /etc/sparkctl/sglang-secrets.env:"
+        " No such file or directory"]))
+    late.start()
+    result = up.wait_up(cluster, followers, timeout=30)  # type: ignore[arg-type]
+    late.join()
+    assert (result.ok, result.failed) == (False, ["spark3"])
+    assert "its secrets file did not reach it" in "\n".join(up.explain(result, 30))
+
+
 def test_a_unit_in_auto_restart_ends_the_wait() -> None:
     cluster = FakeCluster(states={"spark2": {"ActiveState": "activating",
                                              "SubState": "auto-restart"}})
