@@ -243,6 +243,46 @@ def check_topology(groups: Mapping[str, list[str]],
     problems += _check_fabric_ips(sparks, hostvars, nets)
     problems += _check_switch(sparks, switches, hostvars)
     problems += _check_tp(sparks, hostvars)
+    problems += _check_api_sources(sparks, hostvars)
+    return problems
+
+
+def _network(value: Any) -> bool:
+    """An IPv4 address or network, host bits allowed (nft takes 10.77.0.5/24 as the /24)."""
+    try:
+        ipaddress.IPv4Network(str(value).strip(), strict=False)
+    except ValueError:
+        return False
+    return isinstance(value, str)
+
+
+def _check_api_sources(sparks: list[str],
+                       hostvars: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """sglang_api_allowed_cidrs, where the inventory sets it: IPv4 networks, never empty.
+
+    The API is never open by omission (the sglang role's firewall refuses [] too, but only
+    once provision has reached it): ``["0.0.0.0/0"]`` opens it on purpose."""
+    problems: list[Problem] = []
+    var = "sglang_api_allowed_cidrs"
+    hint = ('list the networks the API may be reached from, or ["0.0.0.0/0"] for every '
+            "address; leave it unset for the Sparks' management networks")
+    for host in sparks:
+        if var not in hostvars[host]:
+            continue
+        value = plain(hostvars[host][var])
+        if isinstance(value, str) and "{{" in value:
+            continue  # a template, left to the role
+        if not isinstance(value, list) or not value:
+            what = "an empty list: the API would answer from anywhere" if value == [] else \
+                f"{value!r}, not a list of IPv4 networks"
+            problems.append(Problem(host, var, f"is {what}", hint=hint))
+            continue
+        bad = [v for v in value if not _network(v)]
+        if bad:
+            problems.append(Problem(host, var, f"{bad!r} are not IPv4 networks or addresses",
+                                    hint=hint))
+    if problems and _same_everywhere({h: hostvars[h] for h in sparks}, var):
+        return [replace(problems[0], host=None)]
     return problems
 
 
