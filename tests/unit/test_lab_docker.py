@@ -591,3 +591,26 @@ def test_merge_env_replaces_in_place_and_appends() -> None:
 def test_where_systemd_runs_the_shim_gets_a_docker_scope() -> None:
     command = DOCKER._shim_command("ab" * 32, [3, 4, 5])
     assert command[1:3] == ["--scope", "--quiet"] and f"--unit=docker-{'ab' * 32}.scope" in command
+
+
+def test_images_and_ps_list_in_table_json_and_template_form(node: Node) -> None:
+    """The listing commands share docker/cli's formatter: a table with its header, json
+    lines, or one rendered template per row."""
+    repo, _, tag = IMAGE.rpartition(":")
+    table = node.docker("images")
+    assert table.returncode == 0, table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split()[:2] == ["REPOSITORY", "TAG"]
+    assert any(r.split()[:2] == [repo, tag] for r in rows), table.stdout
+    lines = node.docker("images", "--format", "json").stdout.splitlines()
+    assert {(json.loads(x)["Repository"], json.loads(x)["Tag"]) for x in lines} >= {(repo, tag)}
+    assert f"{repo}:{tag}" in node.docker("images", "--format",
+                                          "{{.Repository}}:{{.Tag}}").stdout.split()
+    assert node.docker("run", "-d", "--name", "lister", IMAGE, "sleep", "60").returncode == 0
+    try:
+        ps = node.docker("ps", "--filter", "name=lister", "--format", "table {{.Names}}")
+        assert ps.stdout.split() == ["NAMES", "lister"], ps.stdout
+        bad = node.docker("ps", "--format", "{{.Nope | frob}}")
+        assert bad.returncode != 0 and "stand-in" in bad.stderr
+    finally:
+        node.docker("rm", "--force", "lister")

@@ -2595,7 +2595,7 @@ PS_DEFAULT = "table {{.ID}}\t{{.Image}}\t{{.Command}}\t{{.RunningFor}}\t{{.Statu
              "{{.Ports}}\t{{.Names}}"
 
 
-def cmd_ps(args: Sequence[str]) -> int:  # noqa: PLR0912
+def cmd_ps(args: Sequence[str]) -> int:
     usage = "docker ps [OPTIONS]"
     flags = [Flag("all", "a"), Flag("filter", "f", "list"), Flag("format", "", "str"),
              Flag("quiet", "q"), Flag("no-trunc"), Flag("last", "n", "int", -1),
@@ -2646,7 +2646,12 @@ def cmd_ps(args: Sequence[str]) -> int:  # noqa: PLR0912
         for row in rows:
             print(row["ID"])
         return 0
-    template = p["format"] or PS_DEFAULT
+    return _list_output(rows, p["format"] or PS_DEFAULT, PS_HEADERS)
+
+
+def _list_output(rows: list[dict[str, Any]], template: str, headers: dict[str, str]) -> int:
+    """``ps`` and ``images``: json lines, a table, or one rendered template per row
+    (docker/cli cli/command/formatter)."""
     try:
         if template == "json":
             for row in rows:
@@ -2654,7 +2659,7 @@ def cmd_ps(args: Sequence[str]) -> int:  # noqa: PLR0912
             return 0
         check_template(template)
         if template.startswith("table"):
-            sys.stdout.write(_table(rows, template, PS_HEADERS))
+            sys.stdout.write(_table(rows, template, headers))
         else:
             for row in rows:
                 print(render(template, row))
@@ -2760,21 +2765,7 @@ def cmd_images(args: Sequence[str]) -> int:
         return 0
     default = "table {{.Repository}}\t{{.Tag}}\t" + ("{{.Digest}}\t" if p["digests"] else "") + \
               "{{.ID}}\t{{.CreatedSince}}\t{{.Size}}"
-    template = p["format"] or default
-    try:
-        if template == "json":
-            for row in rows:
-                print(go_json(row))
-            return 0
-        check_template(template)
-        if template.startswith("table"):
-            sys.stdout.write(_table(rows, template, IMAGE_HEADERS))
-        else:
-            for row in rows:
-                print(render(template, row))
-    except TemplateError as exc:
-        raise DockerError(str(exc)) from None
-    return 0
+    return _list_output(rows, p["format"] or default, IMAGE_HEADERS)
 
 
 def cmd_pull(args: Sequence[str]) -> int:
