@@ -42,7 +42,7 @@ def test_each_group_runs_its_own_rendezvous(lab: LabSession, two_groups: None) -
     for name, head_ip in (("spark2", "192.168.100.11"), ("spark4", "192.168.100.13")):
         line = ssh(lab.inventory.node(name).mgmt_ip,
                    "systemctl show -p ExecStart --value sparkctl-sglang.service").stdout
-        assert "--tp 2 --nnodes 2 --node-rank 1" in line, line
+        assert "--tp-size 2 --nnodes 2 --node-rank 1" in line, line
         assert f"--dist-init-addr {head_ip}:" in line, line
 
 

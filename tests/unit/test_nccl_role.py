@@ -52,7 +52,7 @@ def test_internal_vars_are_underscored_and_role_depends_on_cluster_defaults() ->
 
 
 def test_standin_prints_the_pinned_nccl_tests_release() -> None:
-    standin = (ROLE / "files" / "nccl_tests_standin.py").read_text()
+    standin = (REPO / "sparkctl" / "lab" / "standins" / "nccl_tests.py").read_text()
     pinned = str(_yaml(ROLE / "defaults" / "main.yml")["nccl_tests_version"]).lstrip("v")
     assert f'NCCL_TESTS_VERSION = "{pinned}"' in standin
 

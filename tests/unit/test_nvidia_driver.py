@@ -31,7 +31,7 @@ pytestmark = pytest.mark.filterwarnings(
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "nvidia_driver"
 MODULE_PATH = ROLE / "library" / "nvidia_gpu_info.py"
-STANDIN = ROOT / "sparkctl" / "lab" / "assets" / "nvidia-smi"
+STANDIN = ROOT / "sparkctl" / "lab" / "standins" / "nvidia-smi"
 
 
 def load_module() -> ModuleType:

@@ -151,7 +151,7 @@ def test_gid_to_ipv4() -> None:
 
 def test_lab_show_gids_standin_output_parses(tmp_path: Path) -> None:
     """The lab's show_gids stand-in (what the role reads in the lab) gives index 3."""
-    assets = REPO / "sparkctl" / "lab" / "assets"
+    assets = REPO / "sparkctl" / "lab" / "standins"
     hw = {"roce": [{"ibdev": "rocep1s0f1", "port": 1, "netdev": "enp1s0f1np1"},
                    {"ibdev": "roceP2p1s0f1", "port": 1, "netdev": "enP2p1s0f1np1"}]}
     (tmp_path / "hardware.json").write_text(json.dumps(hw))
