@@ -86,8 +86,8 @@ def make_plan(nodes: list[str] = NODES, *, line_rate: Any = None, perftest: Any 
     return {"cluster": "sim",
             "cluster_hw": {"clock_control": False, "cuda_arch": "none",
                            "line_rate_gbytes": line_rate, "link_speed_mbps": 10000,
-                           "nccl_tests_impl": "standin", "netplan_apply": "networkd",
-                           "sglang_impl": "standin"},
+                           "nccl_tests_impl": "prebuilt", "netplan_apply": "networkd",
+                           "sglang_impl": "container"},
             "hosts": hosts}
 
 
