@@ -54,12 +54,15 @@ class Options:
 def _plan_key(inv_path: Path, extravars: Mapping[str, Any] | None = None) -> str:
     digest = hashlib.sha256(json.dumps(dict(extravars or {}), sort_keys=True).encode())
     base = inv_path.resolve().parent
-    sources = [inv_path.resolve(), playbooks_dir() / "validate_plan.yml"]
+    sources = [inv_path.resolve()]
     for folder in (base / "group_vars", base / "host_vars"):
         sources += sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
-    for sub in ("defaults", "vars", "meta"):
-        sources += sorted(roles_dir().glob(f"*/{sub}/*.yml"))
-    sources += sorted(roles_dir().glob("*/tasks/plan.yml"))
+    # The whole roles tree and every playbook: the plan play reads role defaults and vars,
+    # runs plan.yml tasks, and calls filter_plugins/, library/ and module_utils/ code
+    # (a filter edit once left a stale plan). Bytecode caches are not inputs.
+    for tree in (roles_dir(), playbooks_dir()):
+        sources += sorted(p for p in tree.rglob("*")
+                          if p.is_file() and "__pycache__" not in p.parts)
     for src in sources:
         digest.update(str(src).encode() + b"\0" + src.read_bytes() + b"\0")
     digest.update(str(state_dir()).encode())

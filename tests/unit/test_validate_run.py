@@ -557,6 +557,23 @@ def test_plan_key_is_stable_and_follows_the_inventory(state: Path, tmp_path: Pat
     fourth = run._plan_key(ini)
     assert fourth not in (first, second, third)
 
+    # A filter plugin (not a defaults file) changes the plan too: the key follows it.
+    roles, roles_dir = tmp_path / "roles-copy", run.roles_dir
+    shutil.copytree(roles_dir(), roles, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(run, "roles_dir", lambda: roles)
+    copied = run._plan_key(ini)
+    assert copied != fourth  # the paths are part of the key
+    plugin = next(roles.glob("*/filter_plugins/*.py"))
+    plugin.write_text(plugin.read_text() + "\n# an edit\n")
+    assert run._plan_key(ini) != copied
+    (plugin.parent / "__pycache__").mkdir(exist_ok=True)
+    (plugin.parent / "__pycache__" / "x.pyc").write_bytes(b"bytecode")
+    edited = run._plan_key(ini)
+    (plugin.parent / "__pycache__" / "x.pyc").write_bytes(b"other bytecode")
+    assert run._plan_key(ini) == edited
+    monkeypatch.setattr(run, "roles_dir", roles_dir)
+    assert run._plan_key(ini) == fourth
+
     # Plans are cached per state directory (the lab and a real cluster keep theirs apart).
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "other-state"))
     assert run._plan_key(ini) != fourth
