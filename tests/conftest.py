@@ -18,6 +18,7 @@ import pytest
 
 from sparkctl import inventory
 from sparkctl.inventory import Inventory
+from tests.background import wait_for
 from tests.labhost import HostSnapshot, cluster_state, remove_stale_fault_rules, state_diff
 from tests.unit.pathload import load_file
 
@@ -84,6 +85,10 @@ def lab() -> Iterator[LabSession]:
         if os.environ.get("SPARKCTL_REQUIRE_LAB") == "1":
             pytest.fail(f"lab tests required but {reason}")
         pytest.skip(reason)
+    # The molecule scenarios run beside the unit tests (tests/molecule/conftest.py); the
+    # lab starts once they are over, so its snapshot and its bandwidth tests have the host
+    # to themselves.
+    wait_for("molecule")
     keep = os.environ.get("SPARKCTL_KEEP_LAB") == "1"
     before: HostSnapshot | None = None
     # A run killed mid-test may have left a fault test's firewall rule behind

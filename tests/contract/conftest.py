@@ -40,9 +40,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +49,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests.background import Background
 
 REPO = Path(__file__).resolve().parents[2]
 STUBS = Path(__file__).resolve().parent / "stubs"
@@ -262,32 +263,6 @@ def release_from(venv: Path, stubs: Path = STUBS) -> SGLangRelease:
                          "print(json.dumps([importlib.metadata.version('sglang'), s.origin]))")
     return SGLangRelease(version=found[0], venv=venv, python=venv / "bin" / "python",
                          package_dir=Path(found[1]).parent, stubs=stubs)
-
-
-class Background:
-    """Work the contract suite needs, started when collection ends and joined on first use.
-
-    The venv build (minutes on a fresh machine: downloads and unpacking) and the aarch64
-    resolutions (network round trips) wait on the disk and the network, not on the tests:
-    the unit tests, which run before the contract suite (tests/conftest.py), overlap them."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self.thread.start()
-
-    def _run(self, fn: Callable[[], Any]) -> None:
-        try:
-            self.result = fn()
-        except BaseException as exc:  # re-raised in the test that needs it
-            self.error = exc
-
-    def join(self) -> Any:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 BACKGROUND: dict[str, Background] = {}

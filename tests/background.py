@@ -1,0 +1,55 @@
+"""Work the suite starts when collection ends and joins where it is needed.
+
+The unit tests run first (tests/conftest.py orders the phases) and keep one of the
+machine's cores busy; what later phases need and what waits on the disk, the network
+or a second core runs beside them: the contract venv and its aarch64 resolutions
+(tests/contract/conftest.py) and the molecule scenarios (tests/molecule/conftest.py).
+A test that needs a result joins it; an error raised in the background is raised
+again there, so a failure is reported by the test it belongs to.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class Background:
+    """One piece of work on a daemon thread, started at once, joined on first use."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as exc:  # re-raised in the test that needs it
+            self.error = exc
+
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> Any:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise TimeoutError(f"background work still running after {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+# Background work other phases must wait for, by name: the lab fixture waits for the
+# molecule scenarios before it takes its "before" snapshot of the host and brings up the
+# lab, so no scenario's containers share the host with the lab's bandwidth tests.
+RUNNING: dict[str, Background] = {}
+
+
+def wait_for(name: str) -> None:
+    """Wait until the named background work is over (its errors belong to its tests)."""
+    work = RUNNING.get(name)
+    if work is not None:
+        work.thread.join()
