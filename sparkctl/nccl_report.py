@@ -27,6 +27,12 @@ size, a negative count, a time or bandwidth that is negative, ``nan`` or
 ``inf``, or a size and type whose element count contradicts an earlier row
 (``-N`` cycles repeat rows, with the same counts). ``sparkctl report nccl
 LOGFILE`` and ``validate`` use this module.
+
+Besides the table, the parse keeps what says which NCCL ran on which GPUs:
+the NCCL library version (``nccl-library=22809`` on the version line of
+2.17+, NCCL's own ``NCCL version 2.28.9+cuda13.0`` INFO line with
+``NCCL_DEBUG=INFO``) and one :class:`Rank` per ``#  Rank  0 Group  0 Pid ...
+on HOST device  0 [BUS] NAME`` line (older layouts have no ``Group``).
 """
 
 from __future__ import annotations
@@ -51,6 +57,13 @@ _INT = re.compile(r"\d+")
 _NUMERIC = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 # The largest maximum error the error-column versions accept per type
 # (DeltaMaxValue in their src/common.cu); a bigger one counted out of bounds.
+# "#  Rank  0 Group  0 Pid 548419 on spark-fb97 device  0 [000f:01:00] NVIDIA GB10";
+# before 2.x's groups: "Rank  0 Pid 1821213 on AI-A100-Beethoven01 device  0 [0x00] ...".
+_RANK = re.compile(r"^Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
+                   r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$")
+# NCCL's own banner (NCCL_DEBUG=INFO): "NCCL version 2.28.9+cuda13.0", with or without
+# the "host:pid:tid [dev] NCCL INFO " in front.
+_NCCL_BANNER = re.compile(r"(?:^|NCCL INFO )NCCL version (\d+\.\d+\.\d+)")
 _ERROR_BOUND = {"half": 1e-2, "float16": 1e-2, "bfloat16": 1e-2, "float": 1e-5,
                 "float32": 1e-5, "double": 1e-12, "float64": 1e-12}
 
@@ -81,6 +94,30 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Rank:
+    """One ``Rank`` line of the header: which process ran on which host and GPU."""
+
+    rank: int
+    group: int | None
+    pid: int
+    host: str
+    device: int
+    bus_id: str  # "000f:01:00"; "0x01" in older layouts
+    name: str  # "NVIDIA GB10"
+
+
+def nccl_version_from_code(code: int) -> str | None:
+    """``NCCL_VERSION_CODE`` as a version: 22809 -> 2.28.9 (from 2.9 on it is
+    major*10000 + minor*100 + patch; before, major*1000 + minor*100 + patch, nccl.h).
+    0 (the lab's stand-in, no NCCL) is None."""
+    if code <= 0:
+        return None
+    if code >= 20900:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+
+
+@dataclass(frozen=True)
 class NcclReport:
     collective: str | None
     version: str | None
@@ -92,6 +129,26 @@ class NcclReport:
     avg_check: str | None = None  # "OK"/"FAILED" against NCCL_TESTS_MIN_BW; None if not set
     bitwise_mismatches: int | None = None  # the newest versions' bitwise-repeatability count
     cputime: bool = False  # the time columns are CPU time (-C 1), not GPU time
+    nccl_library: str | None = None  # "2.28.9": the version line's nccl-library= code
+    nccl_headers: str | None = None  # the NCCL nccl-tests was compiled against
+    nccl_banner: list[str] = field(default_factory=list)  # versions NCCL's INFO lines name
+    ranks: list[Rank] = field(default_factory=list)
+
+    @property
+    def nccl_versions(self) -> list[str]:
+        """Every NCCL version the log names (library code and INFO banner), in order."""
+        seen = ([self.nccl_library] if self.nccl_library else []) + self.nccl_banner
+        return list(dict.fromkeys(seen))
+
+    @property
+    def hosts(self) -> list[str]:
+        """The distinct hosts of the Rank lines, in rank order."""
+        return list(dict.fromkeys(r.host for r in self.ranks))
+
+    @property
+    def devices(self) -> list[tuple[str, str]]:
+        """The distinct GPUs (host, bus id) of the Rank lines."""
+        return list(dict.fromkeys((r.host, r.bus_id) for r in self.ranks))
 
     @property
     def wrong(self) -> int:
@@ -120,7 +177,8 @@ class NcclReport:
         for row in data["rows"]:
             for half in (row["out_of_place"], row["in_place"]):
                 half["extra"] = dict(half["extra"])
-        return {**data, "wrong": self.wrong}
+        return {**data, "wrong": self.wrong, "hosts": self.hosts,
+                "devices": [list(d) for d in self.devices]}
 
 
 @dataclass(frozen=True)
@@ -259,6 +317,9 @@ def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR
     bitwise: int | None = None
     counts: dict[tuple[int, str, str, int | None], Row] = {}
     version = collective = None
+    library = headers = None
+    banner: list[str] = []
+    ranks: list[Rank] = []
     errors: list[str] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _PREFIX.sub("", raw, count=1).strip()
@@ -266,6 +327,8 @@ def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR
             continue
         if _FAILURE.search(line):
             errors.append(line)
+        if found := _NCCL_BANNER.search(line):
+            banner.append(found.group(1))
         body = line.lstrip("#").strip()
         words = body.split()
         if tuple(words[:3]) == _LEAD:
@@ -275,6 +338,13 @@ def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR
             layout = _layout(words, source, number)
         elif body.startswith("nccl-tests version"):
             version = words[2] if len(words) > 2 else None
+            codes = dict(w.split("=", 1) for w in words if "=" in w)
+            library = _version_code(codes.get("nccl-library"))
+            headers = _version_code(codes.get("nccl-headers"))
+        elif layout is None and (rank := _RANK.match(body)):
+            ranks.append(Rank(int(rank.group(1)), int(rank.group(2)) if rank.group(2) else None,
+                              int(rank.group(3)), rank.group(4), int(rank.group(5)),
+                              rank.group(6), rank.group(7).strip()))
         elif body.startswith(("Collective test concluded:", "Collective test starting:")):
             collective = body.split(":", 1)[1].strip() or collective
         elif body.startswith("Avg bus bandwidth"):
@@ -325,4 +395,9 @@ def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR
                    "the run did not finish" + (f" ({errors[0]})" if errors else ""))
     _check_average(rows, busbw_tokens, avg, source, avg_line)
     return NcclReport(collective, version, rows, avg, oob, errors, oob_verdict, avg_check,
-                      bitwise, layout.half[0] == "cputime")
+                      bitwise, layout.half[0] == "cputime", library, headers,
+                      list(dict.fromkeys(banner)), ranks)
+
+
+def _version_code(token: str | None) -> str | None:
+    return nccl_version_from_code(int(token)) if token and token.isdigit() else None
