@@ -1,9 +1,12 @@
-"""roles/nvidia_driver: the nvidia_gpu_info module, the role's interface and its Jinja.
+"""roles/nvidia_driver: its modules, its hold set, the role's interface and its Jinja.
 
 The module's parsers are fed real nvidia-smi output, copied from public
 reports with the source named at each sample; the whole module is also run as
 Ansible runs it (a subprocess with a JSON argument file) against the lab's
 nvidia-smi stand-in, with the GPU present and with the driver "not loaded".
+The hold set, the kernel/module check and the nvcc check are fed real package
+names and real modinfo, uname and nvcc outputs (tests/fixtures/<tool>/, each
+with its SOURCES.md).
 """
 
 from __future__ import annotations
@@ -336,6 +339,9 @@ def test_every_default_is_documented_with_the_same_value() -> None:
 
 def test_defaults_are_what_the_cluster_needs() -> None:
     assert DEFAULTS["nvidia_driver_min_version"] == "580.0"
+    assert DEFAULTS["nvidia_driver_kernel_flavour"] == "nvidia-hwe-24.04"
+    assert DEFAULTS["nvidia_driver_nvcc"] == "/usr/local/cuda/bin/nvcc"  # DGX OS: not on PATH
+    assert DEFAULTS["nvidia_driver_min_nvcc"] == "13.0"
     assert DEFAULTS["nvidia_driver_min_cuda"] == "13.0"
     assert DEFAULTS["nvidia_driver_expected_gpu"] == "GB10"
     assert DEFAULTS["nvidia_driver_allow_reboot"] is False
@@ -363,66 +369,187 @@ def test_no_shell_in_the_role() -> None:
 # Ansible's own templating, run in a child process: importing ansible.template
 # here would load ansible's constants in the test process, before
 # sparkctl.inventory sets the environment it needs for that (see the report).
+# The role's filter plugins are loaded as a role's are, and the role's vars
+# are templates themselves (trusted, as Ansible trusts a role's vars files).
 _RENDER = """
 import json, sys
 from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import init_plugin_loader
+from ansible.plugins.loader import filter_loader, init_plugin_loader
 from ansible.template import Templar, trust_as_template
 init_plugin_loader()
+filter_loader.add_directory(sys.argv[1])
+def trust(value):
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [trust(v) for v in value]
+    if isinstance(value, dict):
+        return {k: trust(v) for k, v in value.items()}
+    return value
 out = []
 for expression, variables in json.load(sys.stdin):
-    templar = Templar(loader=DataLoader(), variables=variables)
+    templar = Templar(loader=DataLoader(), variables=trust(variables))
     out.append(templar.template(trust_as_template(expression)))
 json.dump(out, sys.stdout)
 """
 
+VARS = yaml_file(ROLE / "vars" / "main.yml")
+FILTERS = load_file("nvidia_hold", ROLE / "filter_plugins" / "nvidia_hold.py")
+FIXTURES = ROOT / "tests" / "fixtures"
+
 
 def render(*cases: tuple[str, dict[str, Any]]) -> list[Any]:
-    """Each (expression, extra variables) templated with the role's defaults."""
-    payload = json.dumps([[expr, {**DEFAULTS, **extra}] for expr, extra in cases])
-    proc = subprocess.run([sys.executable, "-c", _RENDER], input=payload, capture_output=True,
-                          text=True, timeout=120, check=False)
+    """Each (expression, extra variables) templated with the role's defaults and vars."""
+    payload = json.dumps([[expr, {**DEFAULTS, **VARS, **extra}] for expr, extra in cases])
+    proc = subprocess.run([sys.executable, "-c", _RENDER, str(ROLE / "filter_plugins")],
+                          input=payload, capture_output=True, text=True, timeout=120,
+                          check=False)
     assert proc.returncode == 0, proc.stderr
     result: list[Any] = json.loads(proc.stdout)
     return result
 
 
-HOLD_REGEX = yaml_file(ROLE / "vars" / "main.yml")["_nvidia_driver_hold_regex"]
+def fixture(tool: str, name: str) -> str:
+    return (FIXTURES / tool / name).read_text()
 
 
-def hold_matches(names: list[str], patterns: list[str] | None = None) -> list[str]:
-    extra: dict[str, Any] = {} if patterns is None else {"nvidia_driver_hold_packages": patterns}
-    (pattern,) = render((HOLD_REGEX, extra))
-    (matched,) = render(("{{ names | select('match', pattern) | list }}",
-                         {"names": names, "pattern": pattern}))
+def dpkg_l_names(text: str) -> list[str]:
+    """Package names of `dpkg -l` lines ("ii  name[:arch]  version  arch  description")."""
+    return [line.split()[1].split(":")[0] for line in text.splitlines() if line.startswith("ii ")]
+
+
+def name_version_pairs(text: str) -> dict[str, str]:
+    """`name=version` words (apt-get install arguments, package baselines)."""
+    pairs = (w.split("=", 1) for w in text.split() if "=" in w and not w.startswith("-"))
+    return dict(pairs)
+
+
+# Real names: an Ubuntu 24.04 580.95.05 node's `dpkg -l` and three DGX Spark
+# package lists (tests/fixtures/dpkg/SOURCES.md).
+UBUNTU_580 = dpkg_l_names(fixture("dpkg", "ubuntu-24.04-580.95.05-dpkg-l.txt"))
+SPARK_BASELINE = name_version_pairs(fixture("dpkg", "dgx-spark-package-baseline.txt"))
+SPARK_MOVE_1014 = name_version_pairs(fixture("dpkg", "dgx-spark-apt-get-install-1014.txt"))
+SPARK_UNMET = re.findall(r"^ (\S+) +: Depends: (\S+)",
+                         fixture("dpkg", "dgx-spark-apt-unmet-depends.txt"), re.M)
+
+
+def hold_set(**extra: Any) -> list[str]:
+    (patterns,) = render(("{{ _nvidia_driver_hold_set }}", extra))
+    return list(patterns)
+
+
+def hold_matches(names: list[str], **extra: Any) -> list[str]:
+    """What configure would hold: names matching _nvidia_driver_hold_regex (Jinja's `match`)."""
+    (matched,) = render(("{{ names | select('match', _nvidia_driver_hold_regex) | sort }}",
+                         {"names": names, **extra}))
     return list(matched)
 
 
-def test_default_hold_patterns_match_driver_cuda_and_nccl_only() -> None:
-    # Package names of DGX OS 7 / NVIDIA's CUDA repository for the 580 branch.
-    held = ["nvidia-driver-580-open", "nvidia-dkms-580-open", "nvidia-utils-580",
-            "nvidia-kernel-common-580", "nvidia-compute-utils-580", "libnvidia-compute-580",
-            "xserver-xorg-video-nvidia-580", "cuda-toolkit-13-0", "cuda-drivers-580",
-            "libnccl2", "libnccl-dev"]
-    kept = ["nvidia-container-toolkit", "nvidia-persistenced", "libnccl2-dbg", "less",
-            "libcudnn9-cuda-13", "linux-image-6.11.0-1016-nvidia"]
-    assert hold_matches(held + kept) == held
+def test_the_hold_set_is_the_driver_and_the_kernel_with_its_modules() -> None:
+    patterns = hold_set()
+    assert patterns[:len(DEFAULTS["nvidia_driver_hold_packages"])] == \
+        DEFAULTS["nvidia_driver_hold_packages"]
+    assert patterns[len(DEFAULTS["nvidia_driver_hold_packages"]):] == [
+        "linux-nvidia-hwe-24.04", "linux-image-nvidia-hwe-24.04",
+        "linux-headers-nvidia-hwe-24.04", "linux-tools-nvidia-hwe-24.04",
+        "linux-modules-nvidia-fs-nvidia-hwe-24.04", "linux-modules-nvidia-580-open-*"]
 
 
-def test_hold_patterns_are_globs_not_regexes() -> None:
+def test_the_hold_set_follows_branch_and_flavour() -> None:
+    patterns = hold_set(nvidia_driver_branch="590",
+                        nvidia_driver_kernel_flavour="generic-hwe-24.04")
+    assert "linux-modules-nvidia-590-open-*" in patterns
+    assert "linux-image-generic-hwe-24.04" in patterns
+    assert not [p for p in patterns if "580" in p or "nvidia-hwe" in p]
+
+
+def test_every_package_that_moves_a_spark_kernel_or_driver_is_held() -> None:
+    # The whole set an operator moved together to 6.17.0-1014 / 580.142, the
+    # baseline of four Sparks, and both packages of apt's unmet-dependency
+    # report: all in the hold set (dgx-spark-ota-update-meta aside).
+    moved = [n for n in SPARK_MOVE_1014 if n != "dgx-spark-ota-update-meta"]
+    stranded = [pkg for pkg, _ in SPARK_UNMET] + [dep for _, dep in SPARK_UNMET]
+    names = sorted(set(moved) | {"linux-nvidia-hwe-24.04", "linux-image-nvidia-hwe-24.04",
+                                 "linux-modules-nvidia-580-open-nvidia-hwe-24.04",
+                                 "nvidia-driver-580-open"} | set(stranded))
+    assert hold_matches(names) == names
+    assert "linux-modules-nvidia-580-open-6.17.0-1014-nvidia" in names
+    assert "nvidia-kernel-common-580" in names
+
+
+def test_the_rest_of_a_spark_is_not_held() -> None:
+    others = [n for n in SPARK_BASELINE if not n.startswith(("linux-", "nvidia-"))]
+    assert others == ["dgx-dashboard", "dgx-oobe", "fwupd", "tailscale"]
+    kept = [*others, "dgx-spark-ota-update-meta", "linux-firmware", "gcc-13", "libnccl2-dbg",
+            "nvidia-container-toolkit", "linux-image-6.17.0-1014-nvidia", "openssh-server"]
+    assert hold_matches(kept) == []
+
+
+def test_on_ubuntu_580_the_driver_and_its_modules_are_held_and_other_nvidia_tools_are_not() -> None:
+    # The generic-hwe flavour of plain Ubuntu, set as a site would.
+    held = hold_matches(UBUNTU_580, nvidia_driver_kernel_flavour="generic-hwe-24.04")
+    assert set(UBUNTU_580) - set(held) == {
+        "nsight-compute-2025.4.0", "nvidia-prime", "nvidia-settings", "screen-resolution-extra"}
+    assert {"linux-modules-nvidia-580-open-6.14.0-37-generic",
+            "linux-modules-nvidia-580-open-generic-hwe-24.04", "nvidia-kernel-common-580",
+            "nvidia-driver-580-open", "libnvidia-compute-580"} <= set(held)
+
+
+def test_patterns_are_globs_not_regexes() -> None:
     names = ["less", "lesspipe", "g++-12", "g++-13", "gxx-12", "libfoo.so", "libfooxso"]
-    assert hold_matches(names, ["les?", "g++-1?", "lib*.so"]) == [
-        "less", "g++-12", "g++-13", "libfoo.so"]
-    assert hold_matches(names, ["nothing-*"]) == []
+    assert FILTERS.nvidia_hold_select(names, ["les?", "g++-1?", "lib*.so"]) == [
+        "g++-12", "g++-13", "less", "libfoo.so"]
+    assert FILTERS.nvidia_hold_select(names, ["nothing-*"]) == []
+    assert FILTERS.nvidia_hold_regex("linux-nvidia-hwe-24.04") == "^linux-nvidia-hwe-24[.]04$"
+    assert "\\" not in "".join(FILTERS.nvidia_hold_regex(p) for p in hold_set())
 
 
-def test_unattended_upgrades_blacklist_file() -> None:
+@pytest.mark.parametrize("bad", ['nvidia-"; };', "nvidia driver", "Nvidia-*", "-x", "a",
+                                 "nvidia-$", "nvidia\\-"])
+def test_what_is_not_a_package_name_never_reaches_a_file(bad: str) -> None:
+    assert FILTERS.nvidia_hold_pattern_problems([bad, "libnccl2"]) == [repr(bad)]
+    with pytest.raises(ValueError, match="is not a package name pattern"):
+        FILTERS.nvidia_hold_regex(bad)
+
+
+def blacklist_entries(text: str) -> list[str]:
+    """The quoted entries of the Package-Blacklist block, as apt-config would list them."""
+    block = text[text.index("Unattended-Upgrade::Package-Blacklist {"):]
+    return re.findall(r'^\s+"([^"]*)";$', block[:block.index("};")], re.M)
+
+
+def rendered_blacklist(**extra: Any) -> str:
     source = (ROLE / "templates" / "51sparkctl-nvidia-hold.j2").read_text()
+    (text,) = render((source, {"ansible_managed": "Ansible managed", **extra}))
+    return str(text)
+
+
+def test_unattended_upgrades_blacklist_is_the_hold_set() -> None:
+    text = rendered_blacklist()
+    entries = blacklist_entries(text)
+    assert entries == [FILTERS.nvidia_hold_regex(p) for p in hold_set()]
+    assert all(line.startswith("//") for line in text.splitlines()
+               if line.strip() and "Package-Blacklist" not in line and line.strip() != "};"
+               and not line.startswith("    \""))
+
+
+def test_the_blacklist_read_as_unattended_upgrades_reads_it_selects_what_dpkg_holds() -> None:
+    # unattended-upgrades matches each entry with Python's re.match (from the
+    # start of the name); the hold uses Jinja's `match` on the joined regex.
+    entries = blacklist_entries(rendered_blacklist())
+    names = sorted({*UBUNTU_580, *SPARK_BASELINE, *SPARK_MOVE_1014,
+                    *(p for p, _ in SPARK_UNMET), "libnccl2-dbg", "cuda-toolkit-13-0",
+                    "linux-modules-nvidia-580-open-6.17.0-1029-nvidia", "libc6"})
+    by_blacklist = sorted(n for n in names if any(re.match(e, n) for e in entries))
+    assert by_blacklist == hold_matches(names)
+    assert "libnccl2-dbg" not in by_blacklist  # the $ of "libnccl2$"
+
+
+def test_hold_list_file_names_the_set_one_pattern_a_line() -> None:
+    source = (ROLE / "templates" / "nvidia-hold.list.j2").read_text()
     (text,) = render((source, {"ansible_managed": "Ansible managed"}))
-    body = " ".join(line.strip() for line in text.splitlines()
-                    if line.strip() and not line.startswith("//"))
-    assert body == ('Unattended-Upgrade::Package-Blacklist { "nvidia-"; "libnvidia-"; '
-                    '"cuda-"; "libnccl"; };')
+    lines = [line for line in str(text).splitlines() if line and not line.startswith("#")]
+    assert lines == hold_set()
 
 
 def test_playbook_runs_preflight_first_then_the_role_on_the_sparks() -> None:
@@ -432,9 +559,280 @@ def test_playbook_runs_preflight_first_then_the_role_on_the_sparks() -> None:
     assert plays[1]["roles"][0]["role"] == "nvidia_driver"
 
 
+def test_render_playbook_renders_this_role() -> None:
+    tasks = yaml_file(ROOT / "playbooks" / "render.yml")[1]["tasks"]
+    assert {"name": "nvidia_driver", "tasks_from": "render.yml"} in [
+        t["ansible.builtin.include_role"] for t in tasks]
+
+
 def test_module_documentation_is_valid_yaml() -> None:
     doc = yaml.safe_load(textwrap.dedent(M.DOCUMENTATION))
     assert doc["module"] == "nvidia_gpu_info"
     assert set(doc["options"]) == {"nvidia_smi", "node_name"}
     assert set(yaml.safe_load(M.RETURN)) == {
         "gpus", "gpu_count", "driver_version", "cuda_version", "nvidia_smi"}
+
+
+# --------------------------------------------------- the hardware profiles
+PROFILES = yaml_file(ROOT / "roles" / "cluster_defaults" / "vars" / "main.yml")[
+    "_cluster_defaults_hw_profiles"]
+
+
+def test_a_spark_is_compute_capability_12_1_with_cuda_and_its_own_kernel() -> None:
+    spark = PROFILES["dgx_spark"]
+    assert spark["compute_capability"] == "12.1"
+    assert spark["cuda_arch"] == "sm_" + spark["compute_capability"].replace(".", "")
+    assert spark["cuda_toolkit"] is True
+    assert spark["own_kernel"] is True
+
+
+def test_the_lab_profile_says_what_its_stand_ins_produce() -> None:
+    sim = PROFILES["sim"]
+    # The nvidia-smi stand-in's compute_cap field.
+    assert '"compute_cap": ("compute_cap", "12.1", None)' in STANDIN.read_text()
+    assert sim["compute_capability"] == "12.1"
+    # No nvcc and no kernel of its own on a lab node: nothing stands in for them.
+    standins = load_file("lab_standins", ROOT / "sparkctl" / "lab" / "standins" / "__init__.py")
+    targets = {t for p in standins.PLACEMENTS for t in p.targets}
+    assert DEFAULTS["nvidia_driver_nvcc"] not in targets and sim["cuda_toolkit"] is False
+    assert not any("modinfo" in t or t.startswith("/boot") for t in targets)
+    assert sim["own_kernel"] is False
+
+
+# ------------------------------------------------ nvidia_kernel_modules
+KM = load_file("nvidia_kernel_modules", ROLE / "library" / "nvidia_kernel_modules.py")
+GRUB_CFG = fixture("grub", "dgx-os-two-kernels.grub.cfg")
+GB10_MODINFO = fixture("modinfo", "gb10-580.142-6.17.0-1014-nvidia.txt")
+NOT_FOUND = fixture("modinfo", "not-found.txt")
+PREFIX = "linux-modules-nvidia-580-open-"
+
+
+def test_upstream_version_of_real_debian_versions() -> None:
+    assert KM.upstream_version("580.95.05-0ubuntu0.24.04.3") == "580.95.05"
+    assert KM.upstream_version("580.142-0ubuntu0.24.04.1") == "580.142"
+    assert KM.upstream_version("1:1.1.13-1ubuntu0.1") == "1.1.13"
+    assert KM.upstream_version("580.159.03-0ubuntu192.0.2.10") == "580.159.03"
+    assert KM.upstream_version("") is None
+
+
+def test_modinfo_of_a_spark() -> None:
+    assert KM.parse_modinfo(GB10_MODINFO) == {
+        "filename": "/lib/modules/6.17.0-1014-nvidia/kernel/nvidia-580-open/nvidia.ko",
+        "version": "580.142",
+        "vermagic": "6.17.0-1014-nvidia SMP preempt mod_unload modversions aarch64"}
+    fields = KM.parse_modinfo(fixture("modinfo", "rtx2080-580.126.09-6.17.0-22-generic.txt"))
+    assert (fields["version"], fields["srcversion"]) == ("580.126.09", "43ECDFFFD2238CDC4017DFE")
+
+
+def test_uname_of_a_spark() -> None:
+    assert KM.parse_uname(fixture("uname", "gb10-dgx-os-6.17.0-1014-nvidia.txt")) == \
+        "6.17.0-1014-nvidia"
+    with pytest.raises(KM.KernelModuleError):
+        KM.parse_uname("Linux spark1 6.17.0-1014-nvidia\n")
+
+
+def test_grub_menu_of_dgx_os() -> None:
+    menu = KM.parse_grub_cfg(GRUB_CFG)
+    assert (menu.default, menu.honours_next_entry) == ("0", True)
+    assert [(i.kind, i.title, i.kernel) for i in menu.items] == [
+        ("menuentry", "DGX OS GNU/Linux", "6.17.0-1029-nvidia"),
+        ("submenu", "Advanced options for DGX OS GNU/Linux", None),
+        ("menuentry", "UEFI Firmware Settings", None)]
+    assert [i.kernel for i in menu.items[1].items] == ["6.17.0-1029-nvidia"] * 2 + \
+        ["6.17.0-1014-nvidia"] * 2
+    assert KM.menu_path_of(menu, "6.17.0-1014-nvidia") == (
+        "Advanced options for DGX OS GNU/Linux>DGX OS GNU/Linux, with Linux 6.17.0-1014-nvidia")
+
+
+@pytest.mark.parametrize(("grubenv", "cfg_default", "kernel", "why"), [
+    ("grubenv-empty", None, "6.17.0-1029-nvidia", 'set default="0"'),
+    ("grubenv-saved-1014", "${saved_entry}", "6.17.0-1014-nvidia", "GRUB_DEFAULT=saved"),
+    ("grubenv-empty", "${saved_entry}", "6.17.0-1029-nvidia", "saved_entry="),
+    ("grubenv-next-1014", None, "6.17.0-1014-nvidia", "grub-reboot"),
+    ("grubenv-empty", "1>2", "6.17.0-1014-nvidia", 'set default="1>2"'),
+    ("grubenv-empty", "Advanced options for DGX OS GNU/Linux>"
+     "DGX OS GNU/Linux, with Linux 6.17.0-1014-nvidia", "6.17.0-1014-nvidia", "set default"),
+    ("grubenv-empty", "gnulinux-gone", "6.17.0-1029-nvidia", "falls back to the first entry"),
+])
+def test_the_kernel_grub_boots_next(grubenv: str, cfg_default: str | None, kernel: str,
+                                    why: str) -> None:
+    cfg = GRUB_CFG if cfg_default is None else GRUB_CFG.replace(
+        'set default="0"', f'set default="{cfg_default}"')
+    found, source = KM.boot_kernel_from_grub(cfg, fixture("grub", grubenv))
+    assert found == kernel
+    assert why in source
+
+
+def test_a_default_that_boots_no_linux() -> None:
+    cfg = GRUB_CFG.replace('set default="0"', 'set default="uefi-firmware"')
+    assert KM.boot_kernel_from_grub(cfg, "")[0] is None
+
+
+def test_the_vmlinuz_symlink_when_there_is_no_grub() -> None:
+    assert KM.boot_kernel_from_link("vmlinuz-6.17.0-1014-nvidia", "/boot/vmlinuz")[0] == \
+        "6.17.0-1014-nvidia"
+
+
+class FakeNode:
+    """uname -r and modinfo -k <kernel> nvidia answered from real outputs, per kernel."""
+
+    def __init__(self, running: str, modinfo: dict[str, str | None]) -> None:
+        self.running = running
+        self.modinfo = modinfo
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        self.calls.append(argv)
+        if argv[1:] == ["-r"]:
+            return 0, self.running + "\n", ""
+        text = self.modinfo.get(argv[2])
+        return (0, text, "") if text is not None else (1, "", NOT_FOUND)
+
+
+def findings(node: FakeNode, driver: str | None, grubenv: str = "grubenv-empty") -> Any:
+    """The module's findings; a saved entry counts as GRUB_DEFAULT=saved."""
+    cfg = GRUB_CFG if "saved" not in grubenv else GRUB_CFG.replace(
+        'set default="0"', 'set default="${saved_entry}"')
+    boot = KM.boot_kernel_from_grub(cfg, fixture("grub", grubenv))
+    return KM.kernel_modules(
+        node="spark2", driver_package="nvidia-kernel-common-580", driver_version=driver,
+        prefix=PREFIX, boot=(*boot, KM.parse_grub_cfg(cfg)), uname="/usr/bin/uname",
+        modinfo="/usr/sbin/modinfo", run=node)
+
+
+def test_healthy_spark_running_and_booting_1014() -> None:
+    node = FakeNode("6.17.0-1014-nvidia", {"6.17.0-1014-nvidia": GB10_MODINFO})
+    result = findings(node, "580.142-0ubuntu0.24.04.1", "grubenv-saved-1014").result()
+    assert result["problems"] == []
+    assert (result["running_kernel"], result["boot_kernel"]) == ("6.17.0-1014-nvidia",) * 2
+    assert node.calls == [["/usr/bin/uname", "-r"],
+                          ["/usr/sbin/modinfo", "-k", "6.17.0-1014-nvidia", "nvidia"]]
+
+
+def test_kernel_upgraded_without_its_module_fails_before_the_reboot() -> None:
+    # apt moved the kernel to 1029 (GRUB's entry 0 now) and held its module back.
+    node = FakeNode("6.17.0-1014-nvidia", {"6.17.0-1014-nvidia": GB10_MODINFO})
+    (problem,) = findings(node, "580.142-0ubuntu0.24.04.1").problems()
+    assert problem.startswith(
+        "spark2: the kernel it boots next (GRUB default entry 'DGX OS GNU/Linux' "
+        '(/boot/grub/grub.cfg, set default="0")), 6.17.0-1029-nvidia, has no nvidia module '
+        "(modinfo: modinfo: ERROR: Module nvidia not found.), but driver 580.142 is installed "
+        "(nvidia-kernel-common-580); ")
+    assert "`sudo apt-get install linux-modules-nvidia-580-open-6.17.0-1029-nvidia`" in problem
+    assert ("`sudo grub-set-default 'Advanced options for DGX OS GNU/Linux>DGX OS GNU/Linux, "
+            "with Linux 6.17.0-1014-nvidia'`") in problem
+
+
+def test_booted_into_a_kernel_without_the_module() -> None:
+    node = FakeNode("6.17.0-1029-nvidia", {"6.17.0-1014-nvidia": GB10_MODINFO})
+    (problem,) = findings(node, "580.142-0ubuntu0.24.04.1").problems()
+    assert problem.startswith(
+        "spark2: the running kernel, 6.17.0-1029-nvidia, has no nvidia module")
+    assert "keep booting" not in problem
+
+
+def test_module_of_another_driver_version() -> None:
+    # The module package moved to 580.142, the driver stayed at 580.95.05.
+    node = FakeNode("6.17.0-1014-nvidia", {"6.17.0-1014-nvidia": GB10_MODINFO})
+    (problem,) = findings(node, "580.95.05-0ubuntu0.24.04.2", "grubenv-saved-1014").problems()
+    assert ("the running kernel, 6.17.0-1014-nvidia, has nvidia module 580.142 "
+            "(/lib/modules/6.17.0-1014-nvidia/kernel/nvidia-580-open/nvidia.ko), but driver "
+            "580.95.05 is installed") in problem
+
+
+def test_no_driver_package_installed() -> None:
+    node = FakeNode("6.17.0-1014-nvidia", {"6.17.0-1014-nvidia": GB10_MODINFO})
+    (problem,) = findings(node, "").problems()
+    assert problem.startswith("spark2: nvidia-kernel-common-580 is not installed")
+
+
+def test_no_boot_kernel_to_be_found_is_a_problem(tmp_path: Path) -> None:
+    boot = KM.find_boot_kernel(str(tmp_path / "grub.cfg"), str(tmp_path / "grubenv"),
+                               [str(tmp_path / "vmlinuz")])
+    assert boot[0] is None
+    node = FakeNode("6.17.0-1014-nvidia", {"6.17.0-1014-nvidia": GB10_MODINFO})
+    result = KM.kernel_modules(node="spark1", driver_package="nvidia-kernel-common-580",
+                               driver_version="580.142-0ubuntu0.24.04.1", prefix=PREFIX,
+                               boot=boot, uname="/usr/bin/uname", modinfo="/usr/sbin/modinfo",
+                               run=node)
+    (problem,) = result.problems()
+    assert problem.startswith("spark1: cannot tell which kernel boots next (no ")
+
+
+def test_find_boot_kernel_reads_the_symlink(tmp_path: Path) -> None:
+    (tmp_path / "vmlinuz").symlink_to("vmlinuz-6.17.0-1014-nvidia")
+    kernel, why, menu = KM.find_boot_kernel(str(tmp_path / "grub.cfg"), str(tmp_path / "env"),
+                                            [str(tmp_path / "vmlinuz")])
+    assert (kernel, menu) == ("6.17.0-1014-nvidia", None)
+    assert why.endswith("-> vmlinuz-6.17.0-1014-nvidia")
+
+
+def test_without_modinfo_the_module_says_so() -> None:
+    with pytest.raises(KM.KernelModuleError, match=r"^spark1: modinfo \(kmod\) not found"):
+        KM.kernel_modules(node="spark1", driver_package="p", driver_version="1", prefix=PREFIX,
+                          boot=(None, "", None), uname="/usr/bin/uname", modinfo=None,
+                          run=FakeNode("x", {}))
+
+
+# ------------------------------------------------------ nvidia_nvcc_info
+NV = load_file("nvidia_nvcc_info", ROLE / "library" / "nvidia_nvcc_info.py")
+NVCC_ANSWERS = {
+    "--version": fixture("nvcc", "gb10-13.0.88-version.txt"),
+    "--list-gpu-arch": fixture("nvcc", "gb10-13.0-list-gpu-arch.txt"),
+    "--list-gpu-code": fixture("nvcc", "gb10-13.0-list-gpu-code.txt"),
+}
+
+
+def test_nvcc_of_a_spark() -> None:
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        return 0, NVCC_ANSWERS[argv[1]], ""
+
+    info = NV.nvcc_info("/usr/local/cuda/bin/nvcc", "spark1", run)
+    assert (info["release"], info["version"]) == ("13.0", "13.0.88")
+    spark = PROFILES["dgx_spark"]
+    assert spark["cuda_arch"] in info["gpu_code"]
+    assert spark["cuda_arch"].replace("sm_", "compute_") in info["gpu_arch"]
+    assert info["gpu_arch"][-1] == "compute_121" and len(info["gpu_code"]) == 12
+
+
+def test_nvcc_of_cuda_12_cannot_build_for_a_spark() -> None:
+    # The same lists without the Blackwell GB10 entries, as a toolkit before 12.9 lists them.
+    code = NV.parse_targets(NVCC_ANSWERS["--list-gpu-code"].replace("sm_121\n", ""))
+    assert PROFILES["dgx_spark"]["cuda_arch"] not in code
+    assert NV.parse_version("Cuda compilation tools, release 12.8, V12.8.93") == {
+        "release": "12.8", "version": "12.8.93"}
+
+
+def test_nvcc_missing_or_failing() -> None:
+    def missing(argv: list[str]) -> tuple[int, str, str]:
+        raise FileNotFoundError(2, "No such file or directory", argv[0])
+
+    with pytest.raises(NV.NvccError, match=r"^cannot run /usr/local/cuda/bin/nvcc on spark3: "):
+        NV.nvcc_info("/usr/local/cuda/bin/nvcc", "spark3", missing)
+    with pytest.raises(NV.NvccError, match=r"no 'release X\.Y"):
+        NV.parse_version("nvcc fatal   : Unknown option '--versio'")
+    with pytest.raises(NV.NvccError, match="unexpected lines"):
+        NV.parse_targets("compute_121\nWarning: something\n")
+
+
+def test_new_module_documentation_is_valid_yaml() -> None:
+    for module, options, returns in (
+        (KM, {"driver_version", "driver_package", "modules_package_prefix", "grub_cfg",
+              "grubenv", "vmlinuz_links", "node_name"},
+         {"driver_version", "running_kernel", "boot_kernel", "boot_source", "modules",
+          "problems"}),
+        (NV, {"nvcc", "node_name"}, {"release", "version", "gpu_arch", "gpu_code"}),
+    ):
+        doc = yaml.safe_load(textwrap.dedent(module.DOCUMENTATION))
+        assert set(doc["options"]) == options
+        assert set(yaml.safe_load(module.RETURN)) == returns
+        yaml.safe_load(module.EXAMPLES)
+
+
+def test_the_role_hands_the_modules_the_hold_set_and_the_profile() -> None:
+    verify = (ROLE / "tasks" / "verify.yml").read_text()
+    assert "when: cluster_hw.own_kernel" in verify
+    assert "when: cluster_hw.cuda_toolkit" in verify
+    assert "cluster_hw.compute_capability" in verify
+    assert "_nvidia_driver_hold_regexes" in verify
+    assert " lab" not in verify.replace("the lab's", "")
