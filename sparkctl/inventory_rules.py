@@ -176,7 +176,8 @@ def check_types(hostvars: Mapping[str, Mapping[str, Any]], specs: Specs,
                 continue
             if name in specs:
                 role, spec = specs[name]
-                wrong = None if value is None else _spec_problem(name, value, role, spec)
+                wrong = None if value is None else (_spec_problem(name, value, role, spec)
+                                                     or _value_problem(name, value))
                 if wrong:
                     seen.add(key)
                     problems.append(Problem(key[0], name, wrong))
@@ -189,6 +190,26 @@ def check_types(hostvars: Mapping[str, Mapping[str, Any]], specs: Specs,
                                         hint=f"did you mean {close[0]}?" if close else
                                         "see the role's meta/argument_specs.yml"))
     return problems
+
+
+def _fraction(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
+
+
+def _value_problem(name: str, value: Any) -> str | None:
+    """Values a ``raw`` argument spec cannot describe (roles/validate defaults say why)."""
+    if name != "validate_busbw_min_fraction":
+        return None
+    collectives = ("all_reduce", "all_gather", "reduce_scatter")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key not in collectives:
+                return f"{key!r} is not a collective of the gate ({', '.join(collectives)})"
+            if item is not None and not _fraction(item):
+                return f"{key}: {item!r} is not a fraction in (0, 1] or null"
+        return None
+    return None if _fraction(value) else (
+        f"{value!r} is neither a fraction in (0, 1] nor a mapping collective -> fraction or null")
 
 
 def _same_everywhere(hostvars: Mapping[str, Mapping[str, Any]], name: str) -> bool:

@@ -43,16 +43,41 @@ class Check:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """What the bandwidth gate judges against (from the inventory and hardware profile)."""
+    """What the bandwidth gate judges against (from the inventory and hardware profile).
+
+    ``fractions`` holds the per-collective fractions where the inventory gives a
+    mapping (``validate_busbw_min_fraction: {all_gather: 0.875, all_reduce: null}``);
+    a collective it names with None is measured and reported but not gated on
+    bandwidth. A collective it does not name, and every collective when the
+    inventory gives one number, is judged at ``min_fraction``.
+    """
 
     line_rate_gbytes: float  # one port, GB/s: 25.0 on a Spark, the shaped rate in the lab
-    min_fraction: float  # busbw at the largest sizes must reach this fraction of line rate
-    judged_sizes: int  # how many of the largest sizes are judged
+    min_fraction: float  # the fitted busbw must reach this fraction of line rate
+    judged_sizes: int  # how many of the largest sizes are fitted and judged
     baseline_tolerance: float  # a drop beyond this fraction of the baseline fails
+    fractions: dict[str, float | None] = field(default_factory=dict)
+    # The largest size measured must reach this fraction of the threshold (0: no floor,
+    # as reports written before the fitted gate had).
+    floor_ratio: float = 0.0
 
     @property
     def min_busbw_gbytes(self) -> float:
         return self.line_rate_gbytes * self.min_fraction
+
+    def fraction_for(self, collective: str) -> float | None:
+        """The fraction ``collective`` is gated at; None: not gated on bandwidth."""
+        return self.fractions.get(collective, self.min_fraction)
+
+    def threshold_for(self, collective: str) -> float | None:
+        """GB/s the fitted busbw of ``collective`` must reach; None: not gated."""
+        fraction = self.fraction_for(collective)
+        return None if fraction is None else self.line_rate_gbytes * fraction
+
+    def floor_for(self, collective: str) -> float | None:
+        """GB/s the largest measured size of ``collective`` must reach; None: no floor."""
+        threshold = self.threshold_for(collective)
+        return None if threshold is None or self.floor_ratio <= 0 else threshold * self.floor_ratio
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "min_busbw_gbytes": self.min_busbw_gbytes}
@@ -62,7 +87,10 @@ class Thresholds:
         return cls(line_rate_gbytes=float(data["line_rate_gbytes"]),
                    min_fraction=float(data["min_fraction"]),
                    judged_sizes=int(data["judged_sizes"]),
-                   baseline_tolerance=float(data["baseline_tolerance"]))
+                   baseline_tolerance=float(data["baseline_tolerance"]),
+                   fractions={str(k): None if v is None else float(v)
+                              for k, v in (data.get("fractions") or {}).items()},
+                   floor_ratio=float(data.get("floor_ratio", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -73,6 +101,44 @@ class Judged:
     busbw: float
     fraction: float  # of the line rate
     wrong: int
+
+
+FitMethod = Literal["fit", "measured"]
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The alpha-beta model of one run: time = latency + bytes / bandwidth.
+
+    Fitted by least squares over the judged sizes, out-of-place and in-place
+    times together (nccl-tests' ``Avg bus bandwidth``, which NVIDIA's Spark script
+    gates, averages the two halves too). ``busbw`` is the fitted bandwidth times
+    the collective's busbw factor: what busbw tends to at sizes where latency no
+    longer counts, which a memory-safe sweep never reaches. ``method`` is
+    "measured" where no line can be fitted (one size, or times that do not grow
+    with size): ``busbw`` is then the largest size's measurement itself.
+    """
+
+    method: FitMethod
+    sizes: list[int]  # the sizes fitted (ascending, distinct)
+    busbw: float  # GB/s
+    algbw: float  # GB/s: bytes / (time - latency), before the busbw factor
+    latency_us: float  # the model's time at 0 bytes (can come out below 0 on noisy rows)
+    residual: float  # RMS of (measured - model) / measured over every fitted time
+    factor: float  # the busbw factor used (2(n-1)/n for all_reduce, (n-1)/n otherwise)
+    largest_size: int
+    largest_busbw: float  # GB/s at the largest size, mean of the halves from size and time
+
+    def model_busbw(self, size: int) -> float:
+        """busbw the model predicts at ``size`` bytes (GB/s)."""
+        if self.method != "fit":
+            return self.busbw
+        t_us = self.latency_us + size / (self.algbw * 1e3)
+        return size / t_us / 1e3 * self.factor if t_us > 0 else self.busbw
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Fit:
+        return cls(**{**data, "sizes": [int(s) for s in data["sizes"]]})
 
 
 @dataclass(frozen=True)
@@ -89,6 +155,7 @@ class NcclRun:
     report: dict[str, Any] | None = None  # NcclReport.to_dict(): every row, avg, oob, errors
     judged: list[Judged] = field(default_factory=list)
     duration_s: float = 0.0
+    fit: Fit | None = None  # the alpha-beta model the gate judged; None where no rows
 
     @property
     def key(self) -> str:
@@ -105,7 +172,9 @@ class NcclRun:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NcclRun:
-        return cls(**{**data, "judged": [Judged(**j) for j in data.get("judged", [])]})
+        fit = data.get("fit")
+        return cls(**{**data, "judged": [Judged(**j) for j in data.get("judged", [])],
+                      "fit": Fit.from_dict(fit) if fit else None})
 
 
 @dataclass(frozen=True)

@@ -93,10 +93,7 @@ def load_plan(inv: inventory.Inventory, run_dir: Path,
 
 
 def thresholds(plan: dict[str, Any], line_rate: float) -> Thresholds:
-    v = next(iter(plan["hosts"].values()))["validate"]
-    return Thresholds(line_rate_gbytes=line_rate, min_fraction=float(v["busbw_min_fraction"]),
-                      judged_sizes=int(v["judged_sizes"]),
-                      baseline_tolerance=float(v["baseline_tolerance"]))
+    return nccl.thresholds_from(next(iter(plan["hosts"].values()))["validate"], line_rate)
 
 
 # ------------------------------------------------------------------ node checks
@@ -244,13 +241,16 @@ def line_rate(plan: dict[str, Any], head: str, runner: nccl.Runner) -> float:
 
 
 # ------------------------------------------------------------------ NCCL
-def _nccl_home(runner: nccl.Runner, head: str, version_file: str) -> str | None:
+def _nccl_record(runner: nccl.Runner, head: str, version_file: str) -> dict[str, str]:
+    """The nccl role's record on the head (NCCL_HOME, NCCL_VERSION: the pinned build it
+    installed); "none" values, as the lab's stand-ins record them, left out."""
     rc, out = runner(head, f"cat {version_file}", 30)
+    record = {}
     for line in out.splitlines() if rc == 0 else []:
         key, _, value = line.partition("=")
-        if key == "NCCL_HOME" and value and value != "none":
-            return value
-    return None
+        if value and value != "none":
+            record[key.strip()] = value.strip()
+    return record
 
 
 def nccl_gate(inv: inventory.Inventory, plan: dict[str, Any], facts: dict[str, dict[str, Any]],
@@ -265,7 +265,9 @@ def nccl_gate(inv: inventory.Inventory, plan: dict[str, Any], facts: dict[str, d
                                int(v["nccl_min_bytes"]))
     min_bytes = min(int(v["nccl_min_bytes"]), max_bytes)
     as_root = hp["base"]["cluster_user"] == "root"
-    nccl_home = _nccl_home(runner, head, n_plan.get("version_file", "/etc/sparkctl/nccl-version"))
+    record = _nccl_record(runner, head, n_plan.get("version_file", "/etc/sparkctl/nccl-version"))
+    nccl_home, pinned = record.get("NCCL_HOME"), record.get("NCCL_VERSION")
+    rdma = bool(n_plan.get("rdma_expected", False))
     notes = [f"sweep {nccl.human(min_bytes)} .. {nccl.human(max_bytes)}: the largest buffer from "
              f"the least available memory ({min(mem) / 2**30:.1f} GiB)" if mem else
              f"sweep up to {nccl.human(max_bytes)} (no memory reading)"]
@@ -284,8 +286,8 @@ def nccl_gate(inv: inventory.Inventory, plan: dict[str, Any], facts: dict[str, d
         console.progress(f"nccl-tests {collective}: {len(nodes)} ranks, "
                          f"{nccl.human(min_bytes)} .. {nccl.human(max_bytes)}")
         result = nccl.run(launch(collective, nodes, min_bytes), runner, th,
-                          run_dir / f"nccl-{collective}.log",
-                          rdma_expected=bool(n_plan.get("rdma_expected", False)))
+                          run_dir / f"nccl-{collective}.log", rdma_expected=rdma,
+                          pinned_nccl=pinned)
         console.progress(f"nccl-tests {collective}: {result.outcome}: {result.message}")
         runs.append(result)
 
@@ -293,15 +295,19 @@ def nccl_gate(inv: inventory.Inventory, plan: dict[str, Any], facts: dict[str, d
     failing = [r for r in runs if r.outcome != "passed"]
     if failing and bool(v["localise"]) and len(nodes) > 2:
         collective = failing[0].collective
-        # One size per pair, a quarter of the largest: enough to tell a slow port from a
-        # good one, and a quarter of the time at a quarter of the rate.
+        # Up to a quarter of the largest size, over as many sizes as the gate fits, so
+        # each pair is judged with the same fit: enough to tell a slow port from a good
+        # one, and a quarter of the time at a quarter of the rate.
         size = max(min_bytes, max_bytes >> 2)
-        console.progress(f"localising: pairwise {collective} at {nccl.human(size)} over "
-                         f"{len(nodes)} nodes")
-        pairs = nccl.run_pairs(lambda p: replace(launch(collective, p, size), max_bytes=size),
-                               runner, th, run_dir, nodes)
+        low = max(min_bytes, size >> max(0, th.judged_sizes - 1))
+        console.progress(f"localising: pairwise {collective} {nccl.human(low)} .. "
+                         f"{nccl.human(size)} over {len(nodes)} nodes")
+        pairs = nccl.run_pairs(lambda p: replace(launch(collective, p, low), max_bytes=size),
+                               runner, th, run_dir, nodes, rdma_expected=rdma,
+                               pinned_nccl=pinned)
         runs += pairs
-        findings = nccl.localise(pairs, nodes, lambda n: _port_of(inv, plan, n))
+        findings = nccl.localise(pairs, nodes, lambda n: _port_of(inv, plan, n),
+                                 th.threshold_for(collective))
     return runs, findings, notes
 
 

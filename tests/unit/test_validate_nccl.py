@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -197,39 +198,86 @@ def test_precise_falls_back_to_the_printed_figure_when_they_disagree() -> None:
     assert nccl._precise(rep.largest()[0], "all_reduce", 4) == 0.09
 
 
+def test_fit_of_the_lab_log_by_hand() -> None:
+    # The two judged sizes, both halves: mean times 117765 us at 8 MiB and 256261.5 us at
+    # 16 MiB, so the slope is 138496.5 us per 8 MiB: algbw 8388608 / 138496.5 B/us =
+    # 0.060569 GB/s, busbw x 1.5 (all_reduce, 4 ranks) = 0.090854; the line meets 0 bytes
+    # at 117765 - 138496.5 = -20731.5 us (noise on the lab's two cores: below zero).
+    model = nccl.fit(nccl_report.parse(LAB_LOG), "all_reduce", 4, 2)
+    assert model.method == "fit" and model.sizes == [8 * MiB, 16 * MiB]
+    assert model.algbw == pytest.approx(8388608 / 138496.5 / 1e3, rel=1e-5)
+    assert model.busbw == pytest.approx(0.090854, abs=1e-6)
+    assert model.latency_us == pytest.approx(-20731.5)
+    assert model.factor == 1.5
+    # The floor's figure: the 16 MiB row from size and time, mean of the halves.
+    assert model.largest_busbw == pytest.approx(
+        (16777216 / 0.239485 + 16777216 / 0.273038) / 2 / 1e9 * 1.5, rel=1e-5)
+    # The model through its own points: 8 MiB predicted at the mean time of that row.
+    assert model.model_busbw(8 * MiB) == pytest.approx(8388608 / 117765 / 1e3 * 1.5, rel=1e-5)
+    assert 0.04 < model.residual < 0.06  # the in-place 16 MiB row is 13% off the mean
+
+
 def test_judge_passes_the_lab_log_at_40_percent() -> None:
     rep = nccl_report.parse(LAB_LOG)
-    outcome, message, judged = nccl.judge(rep, "all_reduce", 4, th(0.4))
+    outcome, message, judged, model = nccl.judge(rep, "all_reduce", 4, th(0.4))
     assert outcome == "passed"
-    assert message == "busbw 0.092 GB/s at 16 MiB = 74% of the line rate (threshold 40%)"
+    assert message.startswith("fitted busbw 0.091 GB/s = 72.7% of the line rate 0.125 GB/s "
+                              "(alpha-beta fit over 8 MiB..16 MiB: latency -20732 us")
+    assert message.endswith("(passes the threshold 40.0% = 0.050 GB/s)")
     assert [j.size for j in judged] == [8 * MiB, 16 * MiB]
     assert judged[0] == Judged(size=8 * MiB, busbw=0.106363, fraction=0.8509, wrong=0)
     assert judged[1] == Judged(size=16 * MiB, busbw=0.09217, fraction=0.7374, wrong=0)
+    assert model.busbw == pytest.approx(0.090854, abs=1e-6)
 
 
-def test_judge_fails_the_lab_log_at_90_percent_naming_size_and_percentages() -> None:
+def test_judge_fails_the_lab_log_at_90_percent_naming_fit_and_threshold() -> None:
     rep = nccl_report.parse(LAB_LOG)
-    outcome, message, judged = nccl.judge(rep, "all_reduce", 4, th(0.9))
+    outcome, message, judged, _ = nccl.judge(rep, "all_reduce", 4, th(0.9))
     assert outcome == "failed"
-    assert message == ("busbw 0.092 GB/s at 16 MiB is 74% of the line rate 0.125 GB/s "
-                       "(threshold 90% = 0.113 GB/s)")
+    assert message.endswith("below the threshold 90.0% = 0.113 GB/s")
+    assert "0.099 GB/s measured at 16 MiB" in message
     assert len(judged) == 2
 
 
-def test_judge_only_the_largest_sizes() -> None:
+def test_judge_fits_only_the_largest_sizes() -> None:
     rep = nccl_report.parse(LAB_LOG)
-    # 80%: the 8 MiB row (85%) would pass, the 16 MiB row (74%) fails.
-    assert nccl.judge(rep, "all_reduce", 4, th(0.8, judged_sizes=1))[0] == "failed"
-    assert [j.size for j in nccl.judge(rep, "all_reduce", 4, th(0.8, judged_sizes=5))[2]] == \
-        [MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB]
-    # 70%: both judged rows pass.
-    assert nccl.judge(rep, "all_reduce", 4, th(0.7))[0] == "passed"
+    # Five sizes fitted: the small ones (latency-bound) move the line.
+    wide = nccl.judge(rep, "all_reduce", 4, th(0.4, judged_sizes=5))
+    assert wide[3].sizes == [MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB]
+    assert wide[3].busbw != nccl.judge(rep, "all_reduce", 4, th(0.4))[3].busbw
+    assert [j.size for j in wide[2]] == [MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB]
+    # One size: no line to fit; the measurement itself is judged.
+    one = nccl.judge(rep, "all_reduce", 4, th(0.4, judged_sizes=1))[3]
+    assert one.method == "measured" and one.busbw == one.largest_busbw
+
+
+def test_judge_the_floor_fails_a_fit_the_measurements_do_not_bear_out() -> None:
+    # Threshold 0.6 x 0.125 = 0.075 GB/s: the fit (0.091) passes it. A floor of 1.4 x
+    # the threshold = 0.105 GB/s is above the 0.099 measured at 16 MiB: the floor fails it.
+    rep = nccl_report.parse(LAB_LOG)
+    outcome, message, _, _ = nccl.judge(rep, "all_reduce", 4, replace(th(0.6), floor_ratio=1.4))
+    assert outcome == "failed"
+    assert "16 MiB measured only 0.099 GB/s, below the floor 0.105 GB/s (140% of the " \
+        "threshold): the fit extrapolates beyond what was measured" in message
+    assert nccl.judge(rep, "all_reduce", 4, replace(th(0.6), floor_ratio=0.8))[0] == "passed"
+
+
+def test_judge_a_collective_mapped_to_null_is_measured_not_gated() -> None:
+    rep = nccl_report.parse(LAB_LOG)
+    ungated = replace(th(0.9), fractions={"all_reduce": None, "all_gather": 0.9})
+    outcome, message, _, model = nccl.judge(rep, "all_reduce", 4, ungated)
+    assert outcome == "passed" and model.busbw == pytest.approx(0.090854, abs=1e-6)
+    assert message.endswith("all_reduce is not gated on bandwidth here (measured and "
+                            "reported only)")
+    # ... but wrong data fails it all the same.
+    bad = nccl_report.parse(LAB_LOG.replace("0.11       0   273038", "0.11       3   273038"))
+    assert nccl.judge(bad, "all_reduce", 4, ungated)[0] == "failed"
 
 
 def test_judge_fails_on_wrong_results_whatever_the_bandwidth() -> None:
     text = LAB_LOG.replace("0.11       0   273038", "0.11       3   273038")
     rep = nccl_report.parse(text)
-    outcome, message, judged = nccl.judge(rep, "all_reduce", 4, th(0.1))
+    outcome, message, judged, _ = nccl.judge(rep, "all_reduce", 4, th(0.1))
     assert outcome == "failed"
     assert message == "3 wrong result(s) (#wrong): the data did not arrive intact"
     assert judged[-1].wrong == 3 and judged[0].wrong == 0
@@ -237,7 +285,7 @@ def test_judge_fails_on_wrong_results_whatever_the_bandwidth() -> None:
 
 def test_judge_fails_on_out_of_bounds_values() -> None:
     text = LAB_LOG.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 2 FAILED")
-    outcome, message, _ = nccl.judge(nccl_report.parse(text), "all_reduce", 4, th(0.1))
+    outcome, message, _, _ = nccl.judge(nccl_report.parse(text), "all_reduce", 4, th(0.1))
     assert (outcome, message) == ("failed", "2 out-of-bounds value(s)")
 
 
@@ -275,7 +323,8 @@ def test_run_a_complete_log_passes_with_its_rows(tmp_path: Path) -> None:
     result = nccl.run(lau, runner, th(0.4), tmp_path / "nccl-all_reduce.log")
     assert runner.calls == [("spark1", lau.remote_command(), 600)]
     assert result.outcome == "passed" and result.scope == "all" and result.hosts == NODES
-    assert result.message.startswith("busbw 0.092 GB/s at 16 MiB")
+    assert result.message.startswith("fitted busbw 0.091 GB/s = 72.7% of the line rate")
+    assert result.fit is not None and result.fit.busbw == pytest.approx(0.090854, abs=1e-6)
     assert result.command == lau.mpirun_argv() and result.log == "nccl-all_reduce.log"
     assert result.report is not None and len(result.report["rows"]) == 5
     assert result.report["avg_busbw"] == 0.112002 and result.report["wrong"] == 0
@@ -311,13 +360,13 @@ def test_sockets_where_rdma_is_expected_fail_the_gate(tmp_path: Path, fixture: s
     assert result.report is not None and len(result.report["rows"]) == 5  # INFO lines skipped
     if outcome == "failed":
         assert result.message.startswith("NCCL used the Socket transport, not RDMA")
-        assert "busbw 0.092 GB/s at 16 MiB" in result.message
+        assert "fitted busbw 0.091 GB/s" in result.message
 
 
 def test_run_a_complete_log_with_a_bad_exit_status_fails(tmp_path: Path) -> None:
     result = nccl.run(launch(), FakeRunner((1, LAB_LOG)), th(0.4), tmp_path / "x.log")
     assert result.outcome == "failed"
-    assert result.message.startswith("exit status 1 after a complete log: busbw 0.092 GB/s")
+    assert result.message.startswith("exit status 1 after a complete log: fitted busbw 0.091 GB/s")
 
 
 def _truncated() -> str:
@@ -430,7 +479,10 @@ def test_pair_rounds_small() -> None:
 
 
 def test_run_pairs_round_by_round_with_a_log_each(tmp_path: Path) -> None:
-    two = LAB_LOG  # the rows do not depend on the rank count for the parser
+    # The lab log as two ranks printed it: the Rank lines of spark3 and spark4 gone (a
+    # four-rank log from a pair is another run, and fails the consistency check).
+    two = "".join(line for line in LAB_LOG.splitlines(keepends=True)
+                  if not line.startswith(("#  Rank  2", "#  Rank  3")))
     runner = FakeRunner((0, two), by_hosts={"192.168.100.13:1,192.168.100.14:1": (1, "")})
     addr = dict(zip(NODES, ADDRESSES, strict=True))
 
@@ -507,9 +559,19 @@ def test_localise_without_a_place_or_a_measurement() -> None:
         "without it reach 0.065 GB/s: look at spark3's fabric link")
 
 
-def test_localise_every_pair_slow_is_the_cluster() -> None:
+def test_localise_every_pair_slow_alike_is_the_cluster() -> None:
+    # Every pair misses the absolute threshold, but none is slower than the others.
     values = {frozenset(p): (0.016, "failed") for r in nccl.pair_rounds(NODES) for p in r}
-    assert nccl.localise(all_pairs(values), NODES, where) == [Finding(
+    assert nccl.localise(all_pairs(values), NODES, where, threshold=0.05) == [Finding(
+        "cluster", None, "every pair is alike (best 0.016 GB/s) and all miss the threshold "
+        "0.050 GB/s: a cause common to every node (switch, MTU, NCCL environment), not one "
+        "node")]
+
+
+def test_localise_every_pair_without_a_result_is_the_cluster() -> None:
+    runs = [pair_run(*p, None, "failed", "no result within the time limit")
+            for r in nccl.pair_rounds(NODES) for p in r]
+    assert nccl.localise(runs, NODES, where) == [Finding(
         "cluster", None, "all 6 pairs fail or are slow: a cause common to every node (switch, "
         "MTU, NCCL environment), not one node")]
 
@@ -602,3 +664,160 @@ def test_ib_write_bw_without_a_result_row() -> None:
         nccl.ib_write_bw_average(failed)
     with pytest.raises(ValueError, match="no ib_write_bw result row"):
         nccl.ib_write_bw_average(IB_WRITE_BW.split(" 65536", maxsplit=1)[0])
+
+
+# ---------------------------------------------------------------- real GB10 logs
+# Public logs of two DGX Sparks (tests/fixtures/nccl/SOURCES.md), judged as on a Spark:
+# line rate 25 GB/s, the validate role's own thresholds (all_gather at 0.875, the floor
+# at 0.8 of it). Each is also cut at every sweep top it reaches (rows <= top), as a
+# memory-safe sweep would have stopped: the verdict must not depend on the top.
+SPARK = nccl.role_thresholds(25.0)
+HEALTHY_2183 = "gb10-2.18.3-all-gather-mpirun-noise.log"
+HEALTHY_2196 = "gb10-2.19.6-all-gather.log"
+DEGRADED = "gb10-2.18.3-all-gather-degraded-direct-cable.log"
+ONE_SIZE_16G = "gb10-2.18.5-all-gather-16g-one-size.log"
+
+
+def real(name: str, top: int | None = None) -> nccl_report.NcclReport:
+    rep = nccl_report.parse((FIXTURES / name).read_text(), name)
+    return rep if top is None else replace(rep, rows=[r for r in rep.rows if r.size <= top])
+
+
+def test_the_spark_thresholds_are_the_role_defaults() -> None:
+    assert SPARK.fraction_for("all_gather") == 0.875
+    assert SPARK.threshold_for("all_gather") == pytest.approx(21.875)
+    assert SPARK.floor_for("all_gather") == pytest.approx(17.5)
+    assert SPARK.fraction_for("all_reduce") is None and SPARK.judged_sizes == 2
+
+
+@pytest.mark.parametrize(("name", "top", "fitted", "largest"), [
+    # Healthy: passes at every top it reaches, 1 GiB (a model loaded) to 16 GiB.
+    (HEALTHY_2196, 16 * GiB, 24.251, 23.971),
+    (HEALTHY_2196, 8 * GiB, 24.133, 23.696),
+    (HEALTHY_2196, 4 * GiB, 24.255, 23.275),
+    (HEALTHY_2196, 2 * GiB, 24.660, 22.375),
+    (HEALTHY_2196, 1 * GiB, 22.254, 20.467),
+    (HEALTHY_2183, 4 * GiB, 23.009, 22.301),
+    (HEALTHY_2183, 2 * GiB, 23.218, 21.642),
+])
+def test_real_healthy_gb10_log_passes_at_every_sweep_top(name: str, top: int, fitted: float,
+                                                          largest: float) -> None:
+    outcome, message, _, model = nccl.judge(real(name, top), "all_gather", 2, SPARK)
+    assert outcome == "passed", message
+    assert model.method == "fit" and model.sizes[-1] == top
+    assert model.busbw == pytest.approx(fitted, abs=1e-3)
+    assert model.largest_busbw == pytest.approx(largest, abs=1e-3)
+    # Below NVIDIA's 21.875 as measured at 1 and 2 GiB, above it fitted.
+    assert model.busbw >= 21.875 and model.latency_us > 0
+
+
+@pytest.mark.parametrize(("top", "fitted"), [(4 * GiB, 2.834), (2 * GiB, 2.833), (1 * GiB, 2.813)])
+def test_real_degraded_gb10_log_fails_at_every_sweep_top(top: int, fitted: float) -> None:
+    outcome, message, _, model = nccl.judge(real(DEGRADED, top), "all_gather", 2, SPARK)
+    assert outcome == "failed"
+    assert model.busbw == pytest.approx(fitted, abs=1e-3)
+    assert message.endswith("below the threshold 87.5% = 21.875 GB/s")
+
+
+def test_one_size_is_judged_as_measured() -> None:
+    # NVIDIA's own -b 16G -e 16G: nothing to fit; 22.96 GB/s measured passes 21.875.
+    outcome, message, _, model = nccl.judge(real(ONE_SIZE_16G), "all_gather", 2, SPARK)
+    assert (outcome, model.method) == ("passed", "measured")
+    assert model.busbw == pytest.approx((17179869184 / 0.374425 + 17179869184 / 0.373792)
+                                        / 2 / 1e9 / 2, rel=1e-6)
+    assert "as measured" in message and "no fit" in message
+    # The healthy 2.18.3 log cut at 1 GiB keeps one row: 20.27 GB/s as measured, below
+    # 21.875. One size cannot show the plateau, which is why validate always sweeps.
+    cut = nccl.judge(real(HEALTHY_2183, GiB), "all_gather", 2, SPARK)
+    assert (cut[0], cut[3].method) == ("failed", "measured")
+    assert cut[3].busbw == pytest.approx(20.267, abs=1e-3)
+
+
+def test_real_logs_name_the_pinned_nccl_and_two_gpus() -> None:
+    rep = real(HEALTHY_2196)
+    assert nccl.consistency(rep, 2, "v2.28.9-1") is None
+    assert nccl.consistency(rep, 2, None) is None
+    assert nccl.consistency(rep, 2, "v2.27.7-1") == (
+        "NCCL 2.28.9 ran, not the pinned 2.27.7 (LD_LIBRARY_PATH found another libnccl, such "
+        "as DGX OS's libnccl2 or a pip wheel)")
+    # Four nodes launched, two ranks in the log.
+    assert nccl.consistency(rep, 4, None) == (
+        "2 ranks and 2 distinct host(s) (spark-101, spark-102) and 2 distinct GPU(s) took part "
+        "where 4 nodes were launched, one rank and one GPU each")
+    # Both ranks on one node: one host, one GPU.
+    text = (FIXTURES / HEALTHY_2196).read_text().replace("on  spark-102 device", "on  spark-101 device")
+    one = nccl_report.parse(text)
+    assert nccl.consistency(one, 2, None) == (
+        "1 distinct host(s) (spark-101) and 1 distinct GPU(s) took part where 2 nodes were "
+        "launched, one rank and one GPU each")
+    # The lab's stand-in has no NCCL: with a pin, it cannot say which ran.
+    lab = nccl_report.parse(LAB_LOG)
+    assert nccl.consistency(lab, 4, None) is None
+    assert "does not say which NCCL ran" in (nccl.consistency(lab, 4, "v2.28.9-1") or "")
+
+
+def test_run_fails_another_nccl_than_the_pinned_one(tmp_path: Path) -> None:
+    log = (FIXTURES / HEALTHY_2196).read_text()
+    two = launch(collective="all_gather", hosts=("spark1", "spark2"),
+                 addresses=tuple(ADDRESSES[:2]))
+    ok = nccl.run(two, FakeRunner((0, log)), SPARK, tmp_path / "a.log", pinned_nccl="v2.28.9-1")
+    assert ok.outcome == "passed", ok.message
+    bad = nccl.run(two, FakeRunner((0, log)), SPARK, tmp_path / "b.log", pinned_nccl="v2.29.2-1")
+    assert bad.outcome == "failed" and bad.message.startswith("NCCL 2.28.9 ran, not the pinned")
+    four = nccl.run(launch(collective="all_gather"), FakeRunner((0, log)), SPARK,
+                    tmp_path / "c.log")
+    assert four.outcome == "failed" and "where 4 nodes were launched" in four.message
+
+
+@pytest.mark.parametrize("top", [None, 4 * GiB, 1 * GiB])
+def test_localise_real_rows_names_the_degraded_node(tmp_path: Path, top: int | None) -> None:
+    """Four nodes, spark3 behind the degraded port: every pair with it prints the degraded
+    log's rows, the others a healthy log's (the 2.19.6 one, cut like the sweep). Every pair
+    with spark3 fails, the other three pass; the node is named by comparison."""
+    def text(name: str) -> str:
+        rep = (FIXTURES / name).read_text()
+        if top is None:
+            return rep
+        keep = [ln for ln in rep.splitlines(keepends=True)
+                if not (ln.strip()[:1].isdigit() and int(ln.split()[0]) > top)]
+        out = "".join(keep)
+        cut = real(name, top)
+        mean = sum(h.busbw for r in cut.rows for h in (r.out_of_place, r.in_place)) \
+            / (2 * len(cut.rows))
+        return re.sub(r"# Avg bus bandwidth    : [\d.]+", f"# Avg bus bandwidth    : {mean:.6g}",
+                      out)
+
+    addr = dict(zip(NODES, ADDRESSES, strict=True))
+    by_hosts = {f"{addr[a]}:1,{addr[b]}:1": (0, text(DEGRADED if "spark3" in (a, b)
+                                                     else HEALTHY_2196))
+                for round_ in nccl.pair_rounds(NODES) for a, b in round_}
+
+    def make(pair: tuple[str, str]) -> nccl.Launch:
+        return launch(collective="all_gather", hosts=pair, addresses=tuple(addr[n] for n in pair))
+
+    pairs = nccl.run_pairs(make, FakeRunner(by_hosts=by_hosts), SPARK, tmp_path, NODES)
+    assert {frozenset(r.hosts): r.outcome for r in pairs} == {
+        frozenset(r.hosts): ("failed" if "spark3" in r.hosts else "passed") for r in pairs}
+    findings = nccl.localise(pairs, NODES, where, SPARK.threshold_for("all_gather"))
+    assert [f.host for f in findings] == ["spark3"]
+    assert findings[0].subject == "enp1s0f1np1 (switch port swp3)"
+    assert re.search(r"every pair with spark3 fails or is slow \(2\.8\d\d GB/s\) while pairs "
+                     r"without it reach 2[234]\.\d\d\d GB/s", findings[0].message)
+
+
+def test_localise_by_comparison_when_every_pair_misses_the_threshold(tmp_path: Path) -> None:
+    """The old rule's blind spot: at the pairs' sizes every pair misses the absolute
+    threshold (here 30 GB/s, above what any real pair reaches), so every pair "fails";
+    spark3's are still far below the others' and it is named."""
+    addr = dict(zip(NODES, ADDRESSES, strict=True))
+    by_hosts = {f"{addr[a]}:1,{addr[b]}:1": (0, (FIXTURES / (
+        DEGRADED if "spark3" in (a, b) else HEALTHY_2183)).read_text())
+        for round_ in nccl.pair_rounds(NODES) for a, b in round_}
+    strict = replace(SPARK, fractions={"all_gather": 1.2})
+
+    def make(pair: tuple[str, str]) -> nccl.Launch:
+        return launch(collective="all_gather", hosts=pair, addresses=tuple(addr[n] for n in pair))
+
+    pairs = nccl.run_pairs(make, FakeRunner(by_hosts=by_hosts), strict, tmp_path, NODES)
+    assert all(r.outcome == "failed" for r in pairs)
+    assert [f.host for f in nccl.localise(pairs, NODES, where, 30.0)] == ["spark3"]
