@@ -5,12 +5,12 @@
 - The linux driver's module runs against a fake sysfs tree (and, as root, a
   real bridge in a throwaway network namespace, where the kernel's own
   bridge-MTU rules apply).
-- The nvue driver, which cannot run against a real Cumulus switch here, runs
-  for real through ansible-playbook against localhost with a fake ``nv`` that
-  keeps its state in a JSON file: the commands, their order, idempotence and
-  the rollback message are checked on what the fake recorded.
-- The sonic driver is checked for its task list and module arguments
-  (ansible-lint validates the arguments against the collection's specs).
+- The nvue and sonic drivers, which cannot run against a real Cumulus or SONiC
+  switch here, run for real through ansible-playbook against localhost with a
+  fake ``nv`` (and fake ``sonic-cfggen`` and ``config``) that keep their state
+  in a JSON file: the commands, the document patched in, their order,
+  idempotence, the save and the rollback message are checked on what the
+  fakes recorded.
 """
 
 from __future__ import annotations
@@ -123,39 +123,57 @@ def test_every_driver_implements_configure_and_verify() -> None:
             assert step_tasks(driver, step), (driver, step)
         verify = read_yaml(ROLE / "tasks" / f"driver_{driver}.yml")[-1]
         facts = [t for t in verify["block"] if "ansible.builtin.set_fact" in t]
-        assert set(facts[-1]["ansible.builtin.set_fact"]) == {"__switch_mtu_live",
-                                                               "__switch_mtu_devices"}
+        # linux sets only the MTU; nvue and sonic also what the fabric still lacks
+        fabric = set() if driver == "linux" else {"__switch_mtu_fabric_problems"}
+        assert set(facts[-1]["ansible.builtin.set_fact"]) == {
+            "__switch_mtu_live", "__switch_mtu_devices", *fabric}
 
 
-def test_sonic_driver_tasks_and_arguments() -> None:
+def test_fabric_settings_reach_the_filters_as_one_mapping() -> None:
+    fabric = read_yaml(ROLE / "vars" / "main.yml")["_switch_mtu_fabric"]
+    for key, var in (("mtu", "switch_mtu_value"), ("speed", "switch_mtu_speed"),
+                     ("autoneg", "switch_mtu_autoneg"), ("vlan", "switch_mtu_vlan_id"),
+                     ("bridge", "switch_mtu_bridge")):
+        assert f"'{key}': {var}" in fabric, key
+    assert set(flt.FABRIC_KEYS) == {"mtu", "speed", "autoneg", "vlan", "bridge"}
+
+
+def test_speed_choices_are_the_speeds_both_drivers_name() -> None:
+    """The argument spec (which inventory_rules also enforces) and the filter's
+    NVUE word -> SONiC Mb/s table agree, so no accepted speed lacks a translation."""
+    spec = read_yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]
+    assert spec["options"]["switch_mtu_speed"]["choices"] == list(flt.SPEEDS_MBPS)
+    assert flt.SPEEDS_MBPS["200G"] == 200000
+
+
+def test_sonic_driver_tasks_and_handler() -> None:
     assert [m for _, m in step_tasks("sonic", "configure")] == [
-        "dellemc.enterprise_sonic.sonic_interfaces"]
+        "ansible.builtin.command", "ansible.builtin.set_fact", "ansible.builtin.command"]
     assert [m for _, m in step_tasks("sonic", "verify")] == [
-        "dellemc.enterprise_sonic.sonic_facts", "ansible.builtin.set_fact"]
+        "ansible.builtin.command", "ansible.builtin.set_fact"]
     blocks = read_yaml(ROLE / "tasks" / "driver_sonic.yml")
-    for block in blocks:
-        assert block["vars"] == {"ansible_connection": "{{ _switch_mtu_sonic_connection }}",
-                                 "ansible_network_os": "{{ _switch_mtu_sonic_network_os }}"}
-    configure = blocks[0]["block"][0]["dellemc.enterprise_sonic.sonic_interfaces"]
-    assert configure == {
-        "config": "{{ _switch_mtu_ports | switch_mtu_sonic_config(switch_mtu_value) }}",
-        "state": "merged"}
-    assert blocks[1]["block"][0]["dellemc.enterprise_sonic.sonic_facts"][
-        "gather_network_resources"] == ["interfaces"]
-    assert blocks[0]["block"][0]["notify"] == "switch_mtu sonic config changed"
+    read = blocks[0]["block"][0]
+    assert read["ansible.builtin.command"] == {
+        "argv": ["sonic-cfggen", "-d", "--var-json", "{{ item }}"]}
+    assert read["loop"] == "{{ _switch_mtu_sonic_tables }}"
+    assert read_yaml(ROLE / "vars" / "main.yml")["_switch_mtu_sonic_tables"] == \
+        list(flt.SONIC_TABLES)
+    change = blocks[0]["block"][2]
+    assert change["ansible.builtin.command"] == {"argv": "{{ item }}"}
+    assert change["notify"] == "switch_mtu sonic config changed"
     save = next(h for h in read_yaml(ROLE / "handlers" / "main.yml")
                 if h["listen"] == "switch_mtu sonic config changed")
-    assert save["dellemc.enterprise_sonic.sonic_config"] == {"save": True}
-    assert save["vars"] == blocks[0]["vars"]
-    constants = read_yaml(ROLE / "vars" / "main.yml")
-    assert constants["_switch_mtu_sonic_connection"] == "ansible.netcommon.network_cli"
-    assert constants["_switch_mtu_sonic_network_os"] == "dellemc.enterprise_sonic.sonic"
+    assert save["ansible.builtin.command"] == {"argv": ["config", "save", "-y"]}
+    # No connection of its own: SSH with keys, as for every host.
+    assert all("vars" not in b or "ansible_connection" not in b["vars"] for b in blocks)
 
 
 def test_nvue_driver_confirms_only_after_reconnecting() -> None:
     modules = [m for _, m in step_tasks("nvue", "configure")]
-    # read, plan, then (in the inner block) stage, apply, drop, reconnect, confirm, save
+    # read, plan, then (in the inner block) write the patch file, stage, apply,
+    # drop, reconnect, confirm, save
     assert modules == ["ansible.builtin.command", "ansible.builtin.set_fact",
+                       "ansible.builtin.file", "ansible.builtin.copy",
                        "ansible.builtin.command", "ansible.builtin.command",
                        "ansible.builtin.meta", "ansible.builtin.wait_for_connection",
                        "ansible.builtin.command", "ansible.builtin.command"]
@@ -175,8 +193,8 @@ def test_port_names_natural_order_from_mapping_or_list() -> None:
     ("linux", "a-very-long-port0", False), ("linux", "Eth1/1", False),
     ("linux", "swp 1", False), ("linux", "..", False),
     ("nvue", "swp1", True), ("nvue", "swp1s0", True), ("nvue", "swp1,swp2", False),
-    ("sonic", "Eth1/1", True), ("sonic", "Eth1/1/2", True), ("sonic", "Ethernet0", True),
-    ("sonic", "swp1", False),
+    ("sonic", "Ethernet0", True), ("sonic", "Ethernet124", True),
+    ("sonic", "Eth1/1", False), ("sonic", "swp1", False), ("sonic", "Ethernet0;x", False),
 ])
 def test_port_problems_per_switch_os(os_name: str, name: str, ok: bool) -> None:
     problems = flt.port_problems({name: {"node": "spark1", "twin": "a"}}, os_name)
@@ -191,25 +209,106 @@ def test_port_problems_empty_ports_and_unknown_os() -> None:
     assert "not one of linux, nvue, sonic" in flt.port_problems({"swp1": {}}, "eos")[0]
 
 
+FABRIC: dict[str, Any] = {"mtu": 9216, "speed": "200G", "autoneg": False, "vlan": 100,
+                          "bridge": "br_default"}
+SPARK_PORT = {"link": {"mtu": 9216, "speed": "200G", "auto-negotiate": "off"},
+              "bridge": {"domain": {"br_default": {"access": 100}}}}
+
+
 def test_nvue_commands_stage_apply_confirm_save() -> None:
-    assert flt.nvue_commands(["swp3", "swp1"], 9216, 120) == {
+    assert flt.nvue_commands("/etc/sparkctl/nvue-fabric.yaml", 120) == {
         "stage": [["nv", "config", "detach"],
-                  ["nv", "set", "interface", "swp1,swp3", "link", "mtu", "9216"]],
+                  ["nv", "config", "patch", "/etc/sparkctl/nvue-fabric.yaml"]],
         "apply": [["nv", "config", "apply", "--confirm", "120s", "--assume-yes"]],
         "confirm": [["nv", "config", "apply", "--confirm-yes"]],
         "save": [["nv", "config", "save"]],
     }
 
 
-def test_nvue_commands_nothing_to_change_and_bad_input() -> None:
-    assert flt.nvue_commands([], 9216, 120) == {"stage": [], "apply": [], "confirm": [],
-                                                "save": []}
+def test_nvue_commands_bad_input() -> None:
+    with pytest.raises(FilterError, match="absolute path"):
+        flt.nvue_commands("nvue-fabric.yaml", 120)
     with pytest.raises(FilterError):
-        flt.nvue_commands(["swp1"], True, 120)
+        flt.nvue_commands("/etc/sparkctl/nvue-fabric.yaml", 0)
     with pytest.raises(FilterError):
-        flt.nvue_commands(["swp1"], 9216, 0)
+        flt.nvue_commands("/etc/sparkctl/nvue-fabric.yaml", True)
+
+
+def test_nvue_document_one_bridge_vlan_forced_speed_no_autoneg() -> None:
+    """NVIDIA's switch playbook: every Spark port in one bridge (one L2 domain),
+    200G set by hand with auto-negotiation off; plus the MTU. Paths as NVUE's
+    object model names them (interface.<swp>.link.*, bridge.domain.<br>.vlan,
+    interface.<swp>.bridge.domain.<br>.access)."""
+    assert flt.nvue_document(["swp3", "swp1"], FABRIC) == {
+        "bridge": {"domain": {"br_default": {"vlan": {"100": {}}}}},
+        "interface": {"swp1": SPARK_PORT, "swp3": SPARK_PORT},
+    }
+    other = flt.nvue_document(["swp1"], {**FABRIC, "autoneg": True, "speed": "100G",
+                                         "vlan": 7, "bridge": "fabric"})
+    assert other["interface"]["swp1"] == {
+        "link": {"mtu": 9216, "speed": "100G", "auto-negotiate": "on"},
+        "bridge": {"domain": {"fabric": {"access": 7}}}}
+    assert other["bridge"] == {"domain": {"fabric": {"vlan": {"7": {}}}}}
+
+
+@pytest.mark.parametrize("bad", [
+    {**FABRIC, "speed": "200000"}, {**FABRIC, "speed": "auto"}, {**FABRIC, "vlan": 0},
+    {**FABRIC, "vlan": 4095}, {**FABRIC, "vlan": "100"}, {**FABRIC, "autoneg": "off"},
+    {**FABRIC, "bridge": "br default"}, {**FABRIC, "bridge": "a" * 16},
+    {**FABRIC, "mtu": "9216"}, {k: v for k, v in FABRIC.items() if k != "vlan"},
+])
+def test_fabric_settings_are_checked_before_any_command(bad: dict[str, Any]) -> None:
     with pytest.raises(FilterError):
-        flt.nvue_commands(["swp1"], "9216", 120)
+        flt.nvue_document(["swp1"], bad)
+    with pytest.raises(FilterError):
+        flt.sonic_commands(["Ethernet0"], bad)
+
+
+def test_nvue_patch_is_one_set_operation() -> None:
+    doc = flt.nvue_document(["swp1"], FABRIC)
+    assert flt.nvue_patch(doc) == [{"set": doc}]
+
+
+def config_show(tree: dict[str, Any]) -> str:
+    """`nv config show -o json` as NVUE prints it: a header, then the set operation."""
+    return json.dumps([{"header": {"model": "cumulus"}}, {"set": tree}])
+
+
+def test_nvue_differences_nothing_when_applied_holds_it_all() -> None:
+    doc = flt.nvue_document(["swp1", "swp2"], FABRIC)
+    applied = {"bridge": {"domain": {"br_default": {"type": "vlan-aware",
+                                                    "vlan": {"100": {}, "1": {}}}}},
+               "interface": {"swp1": {**SPARK_PORT, "type": "swp"},
+                             "swp2": {"link": {"mtu": "9216", "speed": "200G",
+                                               "auto-negotiate": "off", "state": {"up": {}}},
+                                      "bridge": {"domain": {"br_default": {"access": 100}}},
+                                      "type": "swp"},
+                             "eth0": {"type": "eth"}},
+               "system": {"hostname": "sw"}}
+    assert flt.nvue_differences(doc, config_show(applied)) == []
+    assert flt.nvue_differences(doc, {"stdout": config_show(applied), "rc": 0}) == []
+    assert flt.nvue_differences(doc, applied) == []
+
+
+def test_nvue_differences_name_every_missing_or_wrong_leaf() -> None:
+    doc = flt.nvue_document(["swp1", "swp2", "swp3"], FABRIC)
+    applied = {"interface": {
+        "swp1": {"link": {"mtu": 9216, "speed": "100G", "auto-negotiate": "on"},
+                 "bridge": {"domain": {"br_default": {"access": 100}}}},
+        "swp2": {"link": {"mtu": 1500}}}}
+    assert flt.nvue_differences(doc, config_show(applied)) == [
+        "bridge: missing",
+        "interface.swp1.link.speed: 100G, wanted 200G",
+        "interface.swp1.link.auto-negotiate: on, wanted off",
+        "interface.swp2.link.mtu: 1500, wanted 9216",
+        "interface.swp2.link.speed: unset, wanted 200G",
+        "interface.swp2.link.auto-negotiate: unset, wanted off",
+        "interface.swp2.bridge: missing",
+        "interface.swp3: missing",
+    ]
+    assert flt.nvue_differences(doc, "") == ["bridge: missing", "interface: missing"]
+    with pytest.raises(FilterError, match="did not print JSON"):
+        flt.nvue_differences(doc, "Error: permission denied")
 
 
 # `nv show interface swp1 link` in NVIDIA's NVUE reference shows operational
@@ -249,28 +348,79 @@ def test_nvue_mtus_from_a_registered_loop() -> None:
     assert flt.nvue_mtus({"swp3": '{"mtu": 1500}'}) == {"swp3": 1500}
 
 
-def test_sonic_config() -> None:
-    assert flt.sonic_config(["Eth1/10", "Eth1/2"], 9216) == [
-        {"name": "Eth1/2", "mtu": 9216}, {"name": "Eth1/10", "mtu": 9216}]
+# CONFIG_DB rows as `sonic-cfggen -d --var-json PORT` prints them: every field a
+# string (sonic-port.yang: speed in Mb/s, autoneg on|off).
+SONIC_DONE = {
+    "PORT": {"Ethernet0": {"admin_status": "up", "alias": "Eth1", "lanes": "0,1,2,3",
+                           "mtu": "9216", "speed": "200000", "autoneg": "off"},
+             "Ethernet8": {"alias": "Eth2", "lanes": "8,9,10,11", "mtu": "9216",
+                           "speed": "200000", "autoneg": "off", "mode": "access"}},
+    "VLAN": {"Vlan100": {"vlanid": "100"}},
+    "VLAN_MEMBER": {"Vlan100|Ethernet0": {"tagging_mode": "untagged"},
+                    "Vlan100|Ethernet8": {"tagging_mode": "untagged"}},
+}
+
+
+def test_sonic_commands_everything_when_nothing_is_known() -> None:
+    assert flt.sonic_commands(["Ethernet8", "Ethernet0"], FABRIC) == [
+        ["config", "vlan", "add", "100"],
+        ["config", "interface", "mtu", "Ethernet0", "9216"],
+        ["config", "interface", "speed", "Ethernet0", "200000"],
+        ["config", "interface", "autoneg", "Ethernet0", "disabled"],
+        ["config", "vlan", "member", "add", "-u", "100", "Ethernet0"],
+        ["config", "interface", "mtu", "Ethernet8", "9216"],
+        ["config", "interface", "speed", "Ethernet8", "200000"],
+        ["config", "interface", "autoneg", "Ethernet8", "disabled"],
+        ["config", "vlan", "member", "add", "-u", "100", "Ethernet8"],
+    ]
+
+
+def test_sonic_commands_nothing_when_config_db_holds_it() -> None:
+    assert flt.sonic_commands(["Ethernet0", "Ethernet8"], FABRIC, SONIC_DONE) == []
+
+
+def test_sonic_commands_only_what_differs() -> None:
+    tables = json.loads(json.dumps(SONIC_DONE))
+    tables["PORT"]["Ethernet0"].update(speed="100000", autoneg="on")
+    tables["PORT"]["Ethernet8"]["mtu"] = "1500"
+    tables["PORT"]["Ethernet8"]["mode"] = "routed"
+    del tables["VLAN_MEMBER"]["Vlan100|Ethernet8"]
+    tables["VLAN_MEMBER"]["Vlan100|Ethernet0"] = {"tagging_mode": "tagged"}
+    assert flt.sonic_commands(["Ethernet0", "Ethernet8"], {**FABRIC, "autoneg": False},
+                              tables) == [
+        ["config", "interface", "speed", "Ethernet0", "200000"],
+        ["config", "interface", "autoneg", "Ethernet0", "disabled"],
+        ["config", "vlan", "member", "del", "100", "Ethernet0"],
+        ["config", "vlan", "member", "add", "-u", "100", "Ethernet0"],
+        ["config", "interface", "mtu", "Ethernet8", "9216"],
+        ["config", "switchport", "mode", "access", "Ethernet8"],
+        ["config", "vlan", "member", "add", "-u", "100", "Ethernet8"],
+    ]
+    # Another VLAN id: a new VLAN and new memberships, the old ones left alone.
+    assert flt.sonic_commands(["Ethernet0"], {**FABRIC, "vlan": 200}, SONIC_DONE) == [
+        ["config", "vlan", "add", "200"],
+        ["config", "vlan", "member", "add", "-u", "200", "Ethernet0"],
+    ]
+
+
+def test_sonic_tables_from_a_registered_loop() -> None:
+    registered = {"results": [
+        {"item": "PORT", "stdout": json.dumps(SONIC_DONE["PORT"]), "rc": 0},
+        {"item": "VLAN", "stdout": "", "rc": 0},  # an empty table prints nothing
+        {"item": "VLAN_MEMBER", "stdout": "{}", "rc": 0},
+    ]}
+    assert flt.sonic_tables(registered) == {"PORT": SONIC_DONE["PORT"], "VLAN": {},
+                                            "VLAN_MEMBER": {}}
+    with pytest.raises(FilterError, match="did not print JSON"):
+        flt.sonic_tables([{"item": "PORT", "stdout": "Usage: sonic-cfggen"}])
+
+
+def test_sonic_mtus_from_the_port_table() -> None:
+    tables = {"PORT": {"Ethernet0": {"mtu": "9216"}, "Ethernet4": {"mtu": "9100"},
+                       "Ethernet8": {"speed": "200000"}}}
+    assert flt.sonic_mtus(tables) == {"Ethernet0": 9216, "Ethernet4": 9100, "Ethernet8": None}
     with pytest.raises(FilterError):
-        flt.sonic_config(["Eth1/1"], None)
-
-
-SONIC_INTERFACES = [
-    {"name": "Eth1/1", "mtu": 9216, "enabled": True},
-    {"name": "Eth1/2", "mtu": 9100},
-    {"name": "Loopback0", "enabled": True},
-]
-
-
-def test_sonic_mtus_from_the_facts_module_result_or_injected_facts() -> None:
-    expected = {"Eth1/1": 9216, "Eth1/2": 9100, "Loopback0": None}
-    registered = {"ansible_facts": {"ansible_network_resources":
-                                    {"interfaces": SONIC_INTERFACES}}, "changed": False}
-    assert flt.sonic_mtus(registered) == expected
-    assert flt.sonic_mtus({"ansible_facts": {"network_resources":
-                                             {"interfaces": SONIC_INTERFACES}}}) == expected
-    assert flt.sonic_mtus(SONIC_INTERFACES) == expected
+        flt.sonic_mtus({"VLAN": {}})
 
 
 def test_linux_mtus_reads_before_of_ports_and_bridges() -> None:
@@ -279,9 +429,8 @@ def test_linux_mtus_reads_before_of_ports_and_bridges() -> None:
     assert flt.linux_mtus(result) == {"swp1": 9216, "br-a": 1500}
 
 
-def test_to_change_and_mismatches() -> None:
+def test_mismatches() -> None:
     live = {"swp1": 9216, "swp2": 1500, "swp10": None}
-    assert flt.to_change(live, 9216) == ["swp2", "swp10"]
     assert flt.mismatches(live, ["swp1", "swp2", "swp10", "swp3"], 9216) == [
         "swp2: MTU 1500, expected 9216",
         "swp10: MTU not reported by the switch",
@@ -571,8 +720,9 @@ def test_script_against_a_kernel_bridge(tmp_path: Path) -> None:
 # --------------------------------------- the nvue driver against a fake nv
 FAKE_NV = """\
 #!{python}
-# A stand-in for NVUE's `nv`: state in $FAKE_NV_STATE, every call logged.
-import json, os, sys
+# A stand-in for NVUE's `nv`: the applied and pending trees in $FAKE_NV_STATE,
+# every call logged.
+import json, os, sys, yaml
 path = os.environ["FAKE_NV_STATE"]
 state = json.load(open(path))
 args = sys.argv[1:]
@@ -580,24 +730,36 @@ state["log"].append(args)
 def done(code=0):
     json.dump(state, open(path, "w"))
     sys.exit(code)
+def merge(into, more):
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge(into[key], value)
+        else:
+            into[key] = value
 if args in state.get("fail", []):
     print("Error: simulated failure", file=sys.stderr)
     done(1)
 if args[:2] == ["show", "interface"] and args[3:] == ["link", "--operational", "-o", "json"]:
-    print(json.dumps({{"mtu": state["mtu"][args[2]], "duplex": "full", "speed": "200G"}}))
+    link = state["applied"]["interface"][args[2]]["link"]
+    print(json.dumps({{"mtu": link["mtu"], "duplex": "full", "speed": link.get("speed", "100G")}}))
+elif args == ["config", "show", "-o", "json"]:
+    print(json.dumps([{{"header": {{"model": "fake"}}}}, {{"set": state["applied"]}}]))
 elif args == ["config", "detach"]:
     state["pending"] = {{}}
-elif args[:2] == ["set", "interface"] and args[3:5] == ["link", "mtu"]:
-    for port in args[2].split(","):
-        state["pending"][port] = int(args[5])
+elif args[:2] == ["config", "patch"] and len(args) == 3 and args[2].startswith("/"):
+    ops = yaml.safe_load(open(args[2]))
+    assert isinstance(ops, list), ops
+    for op in ops:
+        merge(state["pending"], op["set"])
+    state["patched"].append(ops)
 elif args[:3] == ["config", "apply", "--confirm"] and args[4:] == ["--assume-yes"]:
-    state["mtu"].update(state["pending"])
+    merge(state["applied"], state["pending"])
     state["pending"] = {{}}
     state["unconfirmed"] = True
 elif args == ["config", "apply", "--confirm-yes"]:
     state["unconfirmed"] = False
 elif args == ["config", "save"]:
-    state["saved"] = dict(state["mtu"])
+    state["saved"] = json.loads(json.dumps(state["applied"]))
 else:
     print("fake nv: unexpected " + " ".join(args), file=sys.stderr)
     done(2)
@@ -612,11 +774,18 @@ def nvue_switch(tmp_path: Path, mtu: dict[str, int],
     nv.write_text(FAKE_NV.format(python=sys.executable))
     nv.chmod(0o755)
     state = tmp_path / "nv-state.json"
-    state.write_text(json.dumps({"mtu": mtu, "pending": {}, "log": [], "fail": fail or []}))
+    applied = {"interface": {port: {"link": {"mtu": m}, "type": "swp"}
+                             for port, m in mtu.items()}}
+    state.write_text(json.dumps({"applied": applied, "pending": {}, "patched": [],
+                                 "log": [], "fail": fail or []}))
+    return switch_inventory(tmp_path, "nvue", ["swp1", "swp2", "swp10"])
+
+
+def switch_inventory(tmp_path: Path, os_name: str, ports: list[str]) -> Path:
     inventory = tmp_path / "inventory.ini"
     inventory.write_text(textwrap.dedent(f"""\
         [switches]
-        fake-nvue ansible_connection=local switch_os=nvue ansible_become=false
+        fake-switch ansible_connection=local switch_os={os_name} ansible_become=false
         [switches:vars]
         ansible_python_interpreter={sys.executable}
         [lab:children]
@@ -624,29 +793,31 @@ def nvue_switch(tmp_path: Path, mtu: dict[str, int],
         """))
     (tmp_path / "group_vars").mkdir(exist_ok=True)
     (tmp_path / "group_vars" / "lab.yml").write_text(yaml.safe_dump({
-        "switch_ports": {"swp1": {"node": "spark1", "twin": "both"},
-                         "swp2": {"node": "spark2", "twin": "both"},
-                         "swp10": {"node": "spark3", "twin": "both"}}}))
+        "switch_ports": {port: {"node": f"spark{i}", "twin": "both"}
+                         for i, port in enumerate(ports, 1)}}))
     (tmp_path / "site.yml").write_text(textwrap.dedent("""\
-        - name: Switch MTU on a fake NVUE switch
+        - name: Switch MTU on a fake switch
           hosts: switches
           gather_facts: false
           roles:
             - role: switch_mtu
         """))
-    return state
+    return tmp_path / ("nv-state.json" if os_name == "nvue" else "sonic-state.json")
 
 
 def run_role(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # The patch file's real home, /etc/sparkctl, is not writable here.
+    patch_file = json.dumps({"_switch_mtu_nvue_patch_file": str(tmp_path / "nvue-fabric.yaml")})
     return subprocess.run(
         [str(VENV_BIN / "ansible-playbook"), "-i", str(tmp_path / "inventory.ini"),
-         str(tmp_path / "site.yml"), *args],
+         str(tmp_path / "site.yml"), "-e", patch_file, *args],
         capture_output=True, text=True, timeout=300, check=False,
-        env=ansible_env(tmp_path, FAKE_NV_STATE=str(tmp_path / "nv-state.json")))
+        env=ansible_env(tmp_path, FAKE_NV_STATE=str(tmp_path / "nv-state.json"),
+                        FAKE_SONIC_STATE=str(tmp_path / "sonic-state.json")))
 
 
 def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("fake-nvue "))
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("fake-switch "))
     return {k: int(v) for k, v in (f.split("=") for f in line.split(":", 1)[1].split())}
 
 
@@ -659,31 +830,58 @@ def show(port: str) -> list[str]:
     return ["show", "interface", port, "link", "--operational", "-o", "json"]
 
 
-def test_nvue_driver_applies_confirms_and_is_idempotent(tmp_path: Path) -> None:
+CONFIG_SHOW = ["config", "show", "-o", "json"]
+
+
+def test_nvue_driver_patches_applies_confirms_and_is_idempotent(tmp_path: Path) -> None:
     state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 9216, "swp10": 1500})
     first = run_role(tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
+    patch_file = str(tmp_path / "nvue-fabric.yaml")
     reads = [show(p) for p in ("swp1", "swp2", "swp10")]
     assert nv_log(state) == [
-        *reads,
+        CONFIG_SHOW,
         ["config", "detach"],
-        ["set", "interface", "swp1,swp10", "link", "mtu", "9216"],
+        ["config", "patch", patch_file],
         ["config", "apply", "--confirm", "120s", "--assume-yes"],
         ["config", "apply", "--confirm-yes"],
         ["config", "save"],
-        *reads,  # verify
+        CONFIG_SHOW, *reads,  # verify
     ]
     final = json.loads(state.read_text())
-    assert final["mtu"] == final["saved"] == {"swp1": 9216, "swp2": 9216, "swp10": 9216}
+    port = {"link": {"mtu": 9216, "speed": "200G", "auto-negotiate": "off"},
+            "bridge": {"domain": {"br_default": {"access": 100}}}}
+    # Exactly the fabric's document went in, as one set operation in the file...
+    assert final["patched"] == [[{"set": {
+        "bridge": {"domain": {"br_default": {"vlan": {"100": {}}}}},
+        "interface": {"swp1": port, "swp2": port, "swp10": port}}}]]
+    assert yaml.safe_load(Path(patch_file).read_text()) == final["patched"][0]
+    # ... and is what the switch applied, confirmed and saved.
+    assert final["applied"] == final["saved"]
+    assert final["applied"]["interface"]["swp10"] == {**port, "type": "swp"}
     assert final["unconfirmed"] is False
-    assert recap(first)["changed"] == 4  # stage, apply, confirm, save
+    assert recap(first)["changed"] == 6  # file, stage x2, apply, confirm, save
     assert "3 devices at MTU 9216: swp1, swp2, swp10" in first.stdout
+    assert "3 ports untagged in VLAN 100 at 200G, auto-negotiation off" in first.stdout
 
     calls = len(nv_log(state))
     second = run_role(tmp_path)
     assert second.returncode == 0, second.stdout + second.stderr
     assert recap(second)["changed"] == 0
-    assert nv_log(state)[calls:] == [*reads, *reads]  # configure's reading, verify's
+    assert nv_log(state)[calls:] == [CONFIG_SHOW, CONFIG_SHOW, *reads]  # configure, verify
+
+
+def test_nvue_driver_verify_fails_on_a_port_outside_the_vlan(tmp_path: Path) -> None:
+    """A switch that takes the patch but keeps one port elsewhere (another
+    session, a typo'd bridge) fails verify, naming the path."""
+    state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500})
+    assert run_role(tmp_path).returncode == 0
+    data = json.loads(state.read_text())
+    data["applied"]["interface"]["swp2"]["bridge"]["domain"]["br_default"]["access"] = 1
+    state.write_text(json.dumps(data))
+    proc = run_role(tmp_path, "--tags", "switch_mtu_verify")
+    assert proc.returncode != 0
+    assert "interface.swp2.bridge.domain.br_default.access: 1, wanted 100" in proc.stdout
 
 
 def test_nvue_driver_failed_apply_says_the_switch_rolls_back(tmp_path: Path) -> None:
@@ -693,6 +891,7 @@ def test_nvue_driver_failed_apply_says_the_switch_rolls_back(tmp_path: Path) -> 
     proc = run_role(tmp_path)
     assert proc.returncode != 0
     assert "rolls back by itself within 120s" in proc.stdout
+    assert "interface.swp1.link.speed: unset, wanted 200G" in proc.stdout
     assert ["config", "apply", "--confirm-yes"] not in nv_log(state)
 
 
@@ -700,7 +899,121 @@ def test_nvue_driver_check_mode_only_reads(tmp_path: Path) -> None:
     state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500})
     proc = run_role(tmp_path, "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert all(cmd[0] == "show" for cmd in nv_log(state))
+    assert nv_log(state) == [CONFIG_SHOW]
+    assert not (tmp_path / "nvue-fabric.yaml").exists()
+
+
+# -------------------------- the sonic driver against a fake sonic-cfggen/config
+FAKE_SONIC = """\
+#!{python}
+# Stand-ins for SONiC's `sonic-cfggen` and `config` (one program, by its name):
+# CONFIG_DB's tables and the saved config_db.json in $FAKE_SONIC_STATE.
+import json, os, sys
+path = os.environ["FAKE_SONIC_STATE"]
+state = json.load(open(path))
+tool, args = os.path.basename(sys.argv[0]), sys.argv[1:]
+state["log"].append([tool, *args])
+db = state["db"]
+def done(code=0):
+    json.dump(state, open(path, "w"))
+    sys.exit(code)
+def fail(msg):
+    print("Error: " + msg, file=sys.stderr)
+    done(1)
+if tool == "sonic-cfggen":
+    assert args[:3] == ["-d", "--var-json", args[2]] and len(args) == 3, args
+    table = db.get(args[2], {{}})
+    if table:
+        print(json.dumps(table, indent=4))
+elif args[:2] == ["vlan", "add"]:
+    db.setdefault("VLAN", {{}})["Vlan" + args[2]] = {{"vlanid": args[2]}}
+elif args[:2] == ["interface", "mtu"] or args[:2] == ["interface", "speed"]:
+    if args[2] not in db["PORT"]:
+        fail("Interface name is invalid")
+    db["PORT"][args[2]][args[1]] = args[3]
+elif args[:2] == ["interface", "autoneg"]:
+    db["PORT"][args[2]]["autoneg"] = {{"enabled": "on", "disabled": "off"}}[args[3]]
+elif args[:3] == ["switchport", "mode", "access"]:
+    db["PORT"][args[3]]["mode"] = "access"
+elif args[:3] == ["vlan", "member", "add"] and args[3] == "-u":
+    vid, port = args[4], args[5]
+    if "Vlan" + vid not in db.get("VLAN", {{}}):
+        fail("Vlan{{}} does not exist".format(vid))
+    if db["PORT"][port].get("mode") == "routed":
+        fail(port + " is in routed mode!")
+    key = "Vlan{{}}|{{}}".format(vid, port)
+    db.setdefault("VLAN_MEMBER", {{}})[key] = {{"tagging_mode": "untagged"}}
+elif args[:3] == ["vlan", "member", "del"]:
+    del db["VLAN_MEMBER"]["Vlan{{}}|{{}}".format(args[3], args[4])]
+elif args == ["save", "-y"]:
+    state["saved"] = json.loads(json.dumps(db))
+else:
+    fail("fake sonic: unexpected " + " ".join([tool, *args]))
+done()
+"""
+
+
+def sonic_switch(tmp_path: Path, ports: dict[str, dict[str, str]]) -> Path:
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    for tool in ("sonic-cfggen", "config"):
+        exe = tmp_path / "bin" / tool
+        exe.write_text(FAKE_SONIC.format(python=sys.executable))
+        exe.chmod(0o755)
+    state = switch_inventory(tmp_path, "sonic", list(ports))
+    state.write_text(json.dumps({"db": {"PORT": ports}, "log": [], "saved": None}))
+    return state
+
+
+def test_sonic_driver_sets_what_differs_saves_once_and_is_idempotent(tmp_path: Path) -> None:
+    state = sonic_switch(tmp_path, {
+        "Ethernet0": {"lanes": "0,1,2,3", "mtu": "9100", "speed": "100000",
+                      "autoneg": "on", "admin_status": "up"},
+        "Ethernet8": {"lanes": "8,9,10,11", "mtu": "9216", "speed": "200000",
+                      "autoneg": "off", "mode": "routed"}})
+    first = run_role(tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    reads = [["sonic-cfggen", "-d", "--var-json", t] for t in ("PORT", "VLAN", "VLAN_MEMBER")]
+    data = json.loads(state.read_text())
+    assert data["log"] == [
+        *reads,
+        ["config", "vlan", "add", "100"],
+        ["config", "interface", "mtu", "Ethernet0", "9216"],
+        ["config", "interface", "speed", "Ethernet0", "200000"],
+        ["config", "interface", "autoneg", "Ethernet0", "disabled"],
+        ["config", "vlan", "member", "add", "-u", "100", "Ethernet0"],
+        ["config", "switchport", "mode", "access", "Ethernet8"],
+        ["config", "vlan", "member", "add", "-u", "100", "Ethernet8"],
+        *reads,  # verify
+        ["config", "save", "-y"],  # the handler, after verify passed
+    ]
+    assert data["saved"] == data["db"]
+    assert data["db"]["VLAN_MEMBER"] == {"Vlan100|Ethernet0": {"tagging_mode": "untagged"},
+                                         "Vlan100|Ethernet8": {"tagging_mode": "untagged"}}
+    assert data["db"]["PORT"]["Ethernet0"] == {"lanes": "0,1,2,3", "mtu": "9216",
+                                               "speed": "200000", "autoneg": "off",
+                                               "admin_status": "up"}
+    assert "2 ports untagged in VLAN 100 at 200G, auto-negotiation off" in first.stdout
+
+    calls = len(data["log"])
+    second = run_role(tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert recap(second)["changed"] == 0
+    assert json.loads(state.read_text())["log"][calls:] == [*reads, *reads]  # no save
+
+
+def test_sonic_driver_refused_command_fails_and_saves_nothing(tmp_path: Path) -> None:
+    state = sonic_switch(tmp_path, {"Ethernet0": {"mtu": "1500", "speed": "100000"}})
+    (tmp_path / "bin" / "config").write_text("#!/bin/sh\necho 'Error: no' >&2\nexit 1\n")
+    proc = run_role(tmp_path)
+    assert proc.returncode != 0
+    assert json.loads(state.read_text())["saved"] is None
+
+
+def test_sonic_driver_check_mode_only_reads(tmp_path: Path) -> None:
+    state = sonic_switch(tmp_path, {"Ethernet0": {"mtu": "1500", "speed": "100000"}})
+    proc = run_role(tmp_path, "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(cmd[0] == "sonic-cfggen" for cmd in json.loads(state.read_text())["log"])
 
 
 # -------------------------------------------------- preflight, for real
@@ -712,6 +1025,10 @@ def test_nvue_driver_check_mode_only_reads(tmp_path: Path) -> None:
     ({"switch_mtu_confirm_seconds": 10}, "switch_mtu_confirm_seconds 10 is too short"),
     ({"switch_ports": {"swp1,swp2": {"node": "spark1"}}}, "'swp1,swp2' is not an NVUE"),
     ({"switch_mtu_value": "jumbo"}, "switch_mtu_value"),
+    ({"switch_mtu_vlan_id": 4095}, "switch_mtu_vlan_id 4095 is outside 1..4094"),
+    ({"switch_mtu_bridge": "br default"}, 'switch_mtu_bridge "br default" is not a bridge'),
+    ({"switch_mtu_speed": "200000"}, "switch_mtu_speed"),
+    ({"switch_mtu_autoneg": "off"}, "switch_mtu_autoneg"),
 ])
 def test_preflight_rejects(tmp_path: Path, extra: dict[str, Any], message: str) -> None:
     state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500})
@@ -733,7 +1050,7 @@ def test_preflight_explains_a_number_passed_as_text(tmp_path: Path) -> None:
     state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500})
     proc = run_role(tmp_path, "-e", "switch_mtu_value=9216")
     assert proc.returncode != 0
-    assert "must be integers, not text" in proc.stdout
+    assert "not text; on the command line pass them as JSON" in proc.stdout
     assert nv_log(state) == []
 
 

@@ -1,16 +1,20 @@
 """Filters of the switch_mtu role: the one place that knows each switch OS's words.
 
 The tasks stay declarative and every driver's commands, payloads and parsers are
-plain functions, unit-tested in tests/unit/test_switch_mtu.py:
+plain functions, unit-tested in tests/unit/test_switch_mtu.py. ``fabric`` is the
+role's ``_switch_mtu_fabric`` (mtu, speed, autoneg, vlan, bridge: its defaults):
 
 - ``switch_ports | switch_mtu_port_names``        -> fabric ports, in natural order
 - ``switch_ports | switch_mtu_port_problems(os)``  -> what is wrong with the names
-- ``ports | switch_mtu_nvue_commands(mtu, secs)``  -> NVUE argv lists (stage/apply/...)
+- ``ports | switch_mtu_nvue_document(fabric)``     -> the NVUE object tree the fabric needs
+- ``doc | switch_mtu_nvue_patch``                  -> the ``nv config patch`` file
+- ``doc | switch_mtu_nvue_differences(applied)``   -> what ``nv config show`` lacks of it
+- ``path | switch_mtu_nvue_commands(secs)``        -> NVUE argv lists (stage/apply/...)
 - ``results | switch_mtu_nvue_mtus``               -> {port: MTU} from ``nv show ... -o json``
-- ``ports | switch_mtu_sonic_config(mtu)``         -> ``sonic_interfaces`` ``config:``
-- ``facts | switch_mtu_sonic_mtus``                -> {port: MTU} from ``sonic_facts``
+- ``results | switch_mtu_sonic_tables``            -> CONFIG_DB tables from ``sonic-cfggen``
+- ``ports | switch_mtu_sonic_commands(fabric, tables)`` -> SONiC ``config`` argv lists
+- ``tables | switch_mtu_sonic_mtus``               -> {port: MTU} from CONFIG_DB's PORT table
 - ``result | switch_mtu_linux_mtus``               -> {device: MTU} from ``switch_port_mtu``
-- ``live | switch_mtu_to_change(mtu)``             -> ports whose MTU differs
 - ``live | switch_mtu_mismatches(devices, mtu)``   -> one message per wrong device
 
 Standard library only: Ansible loads this file on the controller.
@@ -34,8 +38,9 @@ SWITCH_OSES = ("linux", "nvue", "sonic")
 _LINUX_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 # NVUE joins ports with commas in one `nv set interface a,b,c` (ranges use `-`).
 _NVUE_IFNAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
-# SONiC: standard (Eth1/1, Eth1/1/1) or native (Ethernet0) names.
-_SONIC_IFNAME = re.compile(r"^(Eth\d+(/\d+){1,2}|Ethernet\d+)$")
+# SONiC: CONFIG_DB's own (native) names, which key the PORT and VLAN_MEMBER
+# tables and which `config` takes by default; Eth1/1 is an alias of one.
+_SONIC_IFNAME = re.compile(r"^Ethernet\d+$")
 
 
 def _natural_key(name: str) -> list[Any]:
@@ -77,7 +82,8 @@ def port_problems(switch_ports: Any, switch_os: str) -> list[str]:
     pattern, hint = {
         "linux": (_LINUX_IFNAME, "a Linux interface name: 1-15 characters, no '/' or spaces"),
         "nvue": (_NVUE_IFNAME, "an NVUE interface name like swp1 (no commas or spaces)"),
-        "sonic": (_SONIC_IFNAME, "a SONiC interface name like Eth1/1 or Ethernet0"),
+        "sonic": (_SONIC_IFNAME, "a SONiC port name as CONFIG_DB keys it, like Ethernet0 "
+                  "(not an alias such as Eth1/1)"),
     }.get(switch_os, (None, ""))
     if pattern is None:
         return [f"switch_os {switch_os!r} is not one of {', '.join(SWITCH_OSES)}"]
@@ -88,30 +94,158 @@ def port_problems(switch_ports: Any, switch_os: str) -> list[str]:
     return problems
 
 
+# ------------------------------------------------------- the fabric's L2
+# NVUE's speed words (`nv set interface swp1 link speed ?` lists 10M ... 800G,
+# auto) and the Mb/s SONiC's PORT table holds (sonic-port.yang: speed, uint32
+# Mb/s). Only speeds both name; a Spark's ConnectX-7 port runs at 200G.
+SPEEDS_MBPS = {"10G": 10000, "25G": 25000, "40G": 40000, "50G": 50000,
+               "100G": 100000, "200G": 200000, "400G": 400000}
+# A bridge domain name NVUE takes in a path (interface.<swp>.bridge.domain.<name>).
+_NVUE_BRIDGE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")
+
+
+def _vlan(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4094:
+        raise AnsibleFilterError(f"VLAN id must be an integer 1..4094, got {value!r}")
+    return value
+
+
+def _speed(value: Any) -> str:
+    if not isinstance(value, str) or value not in SPEEDS_MBPS:
+        raise AnsibleFilterError(f"speed must be one of {', '.join(SPEEDS_MBPS)}, got {value!r}")
+    return value
+
+
+def _autoneg(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise AnsibleFilterError(f"auto-negotiation must be a boolean, got {value!r}")
+    return value
+
+
+def _bridge(value: Any) -> str:
+    if not isinstance(value, str) or not _NVUE_BRIDGE.match(value):
+        raise AnsibleFilterError(f"bridge name must be a word of at most 15 characters "
+                                 f"(letters, digits, _ -), got {value!r}")
+    return value
+
+
+FABRIC_KEYS = ("mtu", "speed", "autoneg", "vlan", "bridge")
+
+
+def _fabric(value: Any) -> tuple[int, str, bool, int, str]:
+    """(mtu, speed, autoneg, vlan, bridge) from the role's ``_switch_mtu_fabric``."""
+    if not isinstance(value, Mapping) or set(value) != set(FABRIC_KEYS):
+        raise AnsibleFilterError(f"expected the fabric settings {{{', '.join(FABRIC_KEYS)}}}, "
+                                 f"got {value!r}")
+    return (_mtu(value["mtu"]), _speed(value["speed"]), _autoneg(value["autoneg"]),
+            _vlan(value["vlan"]), _bridge(value["bridge"]))
+
+
 # --------------------------------------------------------------------- NVUE
-def nvue_commands(ports: Any, mtu: int, confirm_seconds: int) -> dict[str, list[list[str]]]:
-    """The NVUE commands (argv lists) that set ``ports`` to ``mtu`` with a safety net.
+def nvue_document(ports: Any, fabric: Any) -> dict[str, Any]:
+    """The NVUE configuration the fabric needs, in NVUE's object model.
+
+    The same tree a REST root PATCH (``PATCH /nvue_v1/?rev=<rev>``) carries and
+    ``nv config patch`` reads under ``set:``: every port an access port of one
+    VLAN in one bridge (NVIDIA's switch playbook: all Spark ports in a single
+    bridge, one layer-2 domain), speed forced with auto-negotiation off (an
+    enabled auto-negotiation takes precedence over the speed), and the MTU.
+    """
+    names = _ports(ports)
+    mtu, speed, autoneg, vlan, bridge = _fabric(fabric)
+    return {
+        "bridge": {"domain": {bridge: {"vlan": {str(vlan): {}}}}},
+        "interface": {name: {"link": {"mtu": mtu, "speed": speed,
+                                      "auto-negotiate": "on" if autoneg else "off"},
+                             "bridge": {"domain": {bridge: {"access": vlan}}}}
+                      for name in names},
+    }
+
+
+def nvue_patch(document: Any) -> list[dict[str, Any]]:
+    """The file ``nv config patch`` applies: a list of operations, here one ``set``."""
+    if not isinstance(document, Mapping):
+        raise AnsibleFilterError("expected the document of switch_mtu_nvue_document")
+    return [{"set": dict(document)}]
+
+
+def _nvue_tree(applied: Any) -> Mapping[str, Any]:
+    """The configuration tree from ``nv config show -o json`` (a list of operations
+    whose ``set`` entries hold the tree), a registered command result, JSON text,
+    or a tree already."""
+    if isinstance(applied, Mapping) and "stdout" in applied:
+        applied = applied["stdout"]
+    if isinstance(applied, str):
+        try:
+            applied = json.loads(applied) if applied.strip() else {}
+        except ValueError as exc:
+            raise AnsibleFilterError(f"nv config show did not print JSON: {exc}") from exc
+    if isinstance(applied, list):
+        tree: dict[str, Any] = {}
+        for op in applied:
+            if isinstance(op, Mapping) and isinstance(op.get("set"), Mapping):
+                _merge(tree, op["set"])
+        return tree
+    if isinstance(applied, Mapping):
+        return applied["set"] if isinstance(applied.get("set"), Mapping) else applied
+    raise AnsibleFilterError("expected the output of nv config show -o json")
+
+
+def _merge(into: dict[str, Any], more: Mapping[str, Any]) -> None:
+    for key, value in more.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def nvue_differences(document: Any, applied: Any) -> list[str]:
+    """One message per leaf of ``document`` the applied configuration lacks or holds
+    otherwise (empty: nothing to change). Values compare as text: NVUE prints
+    numbers and the words of an enum alike."""
+    if not isinstance(document, Mapping):
+        raise AnsibleFilterError("expected the document of switch_mtu_nvue_document")
+    out: list[str] = []
+
+    def walk(want: Mapping[str, Any], have: Any, path: list[str]) -> None:
+        for key, value in want.items():
+            here = [*path, str(key)]
+            got = have.get(key, have.get(str(key))) if isinstance(have, Mapping) else None
+            if isinstance(value, Mapping):
+                if not isinstance(got, Mapping):
+                    out.append(f"{'.'.join(here)}: missing")
+                elif value:
+                    walk(value, got, here)
+            elif got is None:
+                out.append(f"{'.'.join(here)}: unset, wanted {value}")
+            elif str(got) != str(value):
+                out.append(f"{'.'.join(here)}: {got}, wanted {value}")
+
+    walk(document, _nvue_tree(applied), [])
+    return out
+
+
+def nvue_commands(patch_path: Any, confirm_seconds: int) -> dict[str, list[list[str]]]:
+    """The NVUE commands (argv lists) that apply the patch file with a safety net.
 
     - ``stage``: detach whatever another session left pending (kept as a numbered
-      revision, not lost), so our apply carries only our change; then one
-      ``nv set interface swp1,swp3 link mtu 9216``.
+      revision, not lost), so our apply carries only our change; then
+      ``nv config patch <file>`` (NVUE wants the full path) puts the document
+      into the pending revision: the inventory's values travel as data.
     - ``apply``: ``nv config apply --confirm <N>s`` rolls back by itself unless
       confirmed within N seconds (dgx-spark.md, "Switches"; NVUE Config Commands).
     - ``confirm``: keeps the applied revision once the controller reconnected.
     - ``save``: writes the startup configuration; Cumulus Linux 5.9 and later
       already save on apply (auto-save), 5.8 and earlier need it to survive a reboot.
     """
-    names = _ports(ports)
-    mtu = _mtu(mtu)
+    if not isinstance(patch_path, str) or not patch_path.startswith("/"):
+        raise AnsibleFilterError(f"nv config patch needs an absolute path, got {patch_path!r}")
     if isinstance(confirm_seconds, bool) or not isinstance(confirm_seconds, int) \
             or confirm_seconds <= 0:
         raise AnsibleFilterError(f"confirm time must be a positive number of seconds, "
                                  f"got {confirm_seconds!r}")
-    if not names:
-        return {"stage": [], "apply": [], "confirm": [], "save": []}
     return {
-        "stage": [["nv", "config", "detach"],
-                  ["nv", "set", "interface", ",".join(names), "link", "mtu", str(mtu)]],
+        "stage": [["nv", "config", "detach"], ["nv", "config", "patch", patch_path]],
         "apply": [["nv", "config", "apply", "--confirm", f"{confirm_seconds}s",
                    "--assume-yes"]],
         # Not in NVIDIA's reference pages (they document --confirm and
@@ -173,27 +307,90 @@ def nvue_mtus(show_results: Any) -> dict[str, int | None]:
 
 
 # -------------------------------------------------------------------- SONiC
-def sonic_config(ports: Any, mtu: int) -> list[dict[str, Any]]:
-    """``config:`` of dellemc.enterprise_sonic.sonic_interfaces (state merged)."""
-    mtu = _mtu(mtu)
-    return [{"name": name, "mtu": mtu} for name in _ports(ports)]
+# The CONFIG_DB tables the SONiC driver reads (`sonic-cfggen -d --var-json T`,
+# what `show runningconfiguration ports` runs) and changes.
+SONIC_TABLES = ("PORT", "VLAN", "VLAN_MEMBER")
 
 
-def sonic_mtus(facts: Any) -> dict[str, int | None]:
-    """{interface: MTU} from a registered ``sonic_facts`` result (or its interface list).
+def sonic_tables(results: Any) -> dict[str, dict[str, Any]]:
+    """{table: rows} from the registered loop over ``sonic-cfggen -d --var-json <table>``.
 
-    The module returns ``ansible_facts.ansible_network_resources.interfaces``;
-    once Ansible injected the facts they are ``ansible_facts.network_resources``.
+    An empty table prints nothing (or ``{}``); a mapping table -> rows passes through.
     """
-    interfaces: Any = facts
-    if isinstance(facts, Mapping):
-        af = facts.get("ansible_facts", facts)
-        resources = af.get("ansible_network_resources", af.get("network_resources", {}))
-        interfaces = (resources or {}).get("interfaces", [])
-    if not isinstance(interfaces, list):
-        raise AnsibleFilterError("expected sonic_facts interfaces (a list)")
-    return {str(i["name"]): _as_int(i.get("mtu")) for i in interfaces
-            if isinstance(i, Mapping) and "name" in i}
+    if isinstance(results, Mapping) and "results" in results:
+        results = results["results"]
+    if isinstance(results, Mapping):
+        pairs = list(results.items())
+    elif isinstance(results, list):
+        pairs = [(r["item"], r.get("stdout", "")) for r in results]
+    else:
+        raise AnsibleFilterError("expected the results of a loop over sonic-cfggen")
+    tables: dict[str, dict[str, Any]] = {t: {} for t in SONIC_TABLES}
+    for name, text in pairs:
+        rows = text
+        if isinstance(text, str):
+            try:
+                rows = json.loads(text) if text.strip() else {}
+            except ValueError as exc:
+                raise AnsibleFilterError(f"sonic-cfggen --var-json {name} did not print "
+                                         f"JSON: {exc}") from exc
+        if not isinstance(rows, Mapping):
+            raise AnsibleFilterError(f"sonic-cfggen --var-json {name}: expected an object")
+        tables[str(name)] = dict(rows)
+    return tables
+
+
+def sonic_commands(ports: Any, fabric: Any, tables: Any = None) -> list[list[str]]:
+    """The SONiC ``config`` commands (argv lists) that bring CONFIG_DB to the fabric's
+    settings, only for what differs from ``tables`` (None: nothing known, all of it).
+
+    - ``config vlan add <id>`` unless VLAN holds ``Vlan<id>``.
+    - per port, where PORT differs: ``config interface mtu|speed|autoneg`` (speed in
+      Mb/s, autoneg ``enabled|disabled``; CONFIG_DB keeps ``on|off``, sonic-port.yang).
+    - ``config switchport mode access <port>`` where PORT says ``mode: routed``
+      (releases with switchport modes refuse a VLAN member in routed mode).
+    - ``config vlan member add -u <id> <port>`` (untagged: the Sparks send untagged
+      frames) unless VLAN_MEMBER holds ``Vlan<id>|<port>`` untagged; a tagged member
+      is removed first.
+    """
+    names = _ports(ports)
+    mtu, speed, autoneg, vlan, _ = _fabric(fabric)  # SONiC's VLAN is the bridge
+    known = tables is not None
+    tables = tables or {}
+    if not isinstance(tables, Mapping):
+        raise AnsibleFilterError("expected {table: rows} (switch_mtu_sonic_tables)")
+    port_rows, vlans, members = (tables.get(t) or {} for t in SONIC_TABLES)
+    vid, mbps, an = str(vlan), str(SPEEDS_MBPS[speed]), "on" if autoneg else "off"
+    vlan_key = f"Vlan{vid}"
+    cmds: list[list[str]] = []
+    if not known or vlan_key not in vlans:
+        cmds.append(["config", "vlan", "add", vid])
+    for name in names:
+        row = (port_rows.get(name) or {}) if known else {}
+        if str(row.get("mtu")) != str(mtu):
+            cmds.append(["config", "interface", "mtu", name, str(mtu)])
+        if str(row.get("speed")) != mbps:
+            cmds.append(["config", "interface", "speed", name, mbps])
+        if row.get("autoneg") != an:
+            cmds.append(["config", "interface", "autoneg", name,
+                         "enabled" if autoneg else "disabled"])
+        member = members.get(f"{vlan_key}|{name}") if known else None
+        if isinstance(member, Mapping) and member.get("tagging_mode") == "untagged":
+            continue
+        if row.get("mode") == "routed":
+            cmds.append(["config", "switchport", "mode", "access", name])
+        if member is not None:
+            cmds.append(["config", "vlan", "member", "del", vid, name])
+        cmds.append(["config", "vlan", "member", "add", "-u", vid, name])
+    return cmds
+
+
+def sonic_mtus(tables: Any) -> dict[str, int | None]:
+    """{port: MTU} from CONFIG_DB's PORT table (switch_mtu_sonic_tables)."""
+    if not isinstance(tables, Mapping) or not isinstance(tables.get("PORT"), Mapping):
+        raise AnsibleFilterError("expected {table: rows} with a PORT table")
+    return {str(name): _as_int(row.get("mtu")) if isinstance(row, Mapping) else None
+            for name, row in tables["PORT"].items()}
 
 
 # -------------------------------------------------------------------- Linux
@@ -213,14 +410,6 @@ def linux_mtus(result: Any) -> dict[str, int | None]:
 
 
 # ------------------------------------------------------------------ generic
-def to_change(live: Any, mtu: int) -> list[str]:
-    """Ports whose live MTU is not ``mtu`` (unknown counts as different), natural order."""
-    if not isinstance(live, Mapping):
-        raise AnsibleFilterError("expected a mapping port -> MTU")
-    mtu = _mtu(mtu)
-    return sorted((p for p, v in live.items() if v != mtu), key=_natural_key)
-
-
 def mismatches(live: Any, devices: Iterable[str], mtu: int) -> list[str]:
     """One message per expected device whose live MTU is not ``mtu`` or was not reported."""
     if not isinstance(live, Mapping):
@@ -243,11 +432,14 @@ class FilterModule:
         return {
             "switch_mtu_port_names": port_names,
             "switch_mtu_port_problems": port_problems,
+            "switch_mtu_nvue_document": nvue_document,
+            "switch_mtu_nvue_patch": nvue_patch,
+            "switch_mtu_nvue_differences": nvue_differences,
             "switch_mtu_nvue_commands": nvue_commands,
             "switch_mtu_nvue_mtus": nvue_mtus,
-            "switch_mtu_sonic_config": sonic_config,
+            "switch_mtu_sonic_tables": sonic_tables,
+            "switch_mtu_sonic_commands": sonic_commands,
             "switch_mtu_sonic_mtus": sonic_mtus,
             "switch_mtu_linux_mtus": linux_mtus,
-            "switch_mtu_to_change": to_change,
             "switch_mtu_mismatches": mismatches,
         }
