@@ -297,36 +297,145 @@ def report_group() -> None:
 
 @report_group.command("nccl")
 @click.argument("logfile", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--gate", is_flag=True,
+              help="Judge the log with validate's bandwidth gate (the fitted busbw against the "
+                   "line rate); exit 1 when it fails.")
+@click.option("--line-rate", "line_rate", type=click.FloatRange(min=0, min_open=True),
+              metavar="GBYTES_PER_S",
+              help="Line rate of one port in GB/s for --gate (25 on a Spark); thresholds "
+                   "from the validate role's defaults.")
+@click.option("-i", "--inventory", "inventory_path", default=None,
+              type=click.Path(path_type=Path, dir_okay=False),
+              help="For --gate: the line rate and thresholds this inventory's profile implies "
+                   "(validate's plan).")
 @click.option("--json", "as_json", is_flag=True, help="Every row and the summary as JSON.")
-def report_nccl(logfile: Path, as_json: bool) -> None:
-    """Parse a saved nccl-tests log (e.g. from a manual mpirun) into rows and the average."""
-    from sparkctl.nccl_report import parse  # noqa: PLC0415
+def report_nccl(logfile: Path, gate: bool, line_rate: float | None,
+                inventory_path: Path | None, as_json: bool) -> None:
+    """Parse a saved nccl-tests log (e.g. from a manual mpirun) into rows and the average.
 
+    Exits 1 (FAILED) when the log has #wrong or out-of-bounds values, and with
+    --gate when the bandwidth gate fails; 2 when the log is not a complete run.
+    """
+    from sparkctl import nccl_report  # noqa: PLC0415
+
+    if (line_rate is not None or inventory_path is not None) and not gate:
+        raise SparkctlError("--line-rate and -i are for --gate", ExitCode.BAD_INPUT)
+    if gate and (line_rate is None) == (inventory_path is None):
+        raise SparkctlError("--gate needs the line rate: --line-rate GBYTES_PER_S or "
+                            "-i INVENTORY (one of them)", ExitCode.BAD_INPUT)
     try:
         text = logfile.read_text(errors="replace")
     except OSError as exc:
         raise SparkctlError(f"{logfile}: cannot read: {exc.strerror or exc}",
                             ExitCode.BAD_INPUT) from None
-    report = parse(text, str(logfile))
+    report = nccl_report.parse(text, str(logfile))
+    verdict = _gate_saved_log(report, str(logfile), line_rate, inventory_path) if gate else None
+    bad = _log_failures(report)
     if as_json:
-        _print_json(report.to_dict())
-        return
+        data = report.to_dict()
+        if verdict is not None:
+            data["gate"] = {"outcome": verdict[0].outcome, "message": verdict[0].message,
+                            "fit": _asdict(verdict[0].fit), "thresholds": verdict[1].to_dict()}
+        _print_json(data)
+    else:
+        _show_nccl_log(report, verdict)
+    failed = ([f"{logfile}: FAILED: {'; '.join(bad)}"] if bad else []) + (
+        [f"{logfile}: gate FAILED: {verdict[0].message}"]
+        if verdict is not None and verdict[0].outcome != "passed" else [])
+    if failed:
+        raise SparkctlError("; ".join(failed), ExitCode.CHECKS_FAILED)
+
+
+def _asdict(value: Any) -> Any:
+    from dataclasses import asdict  # noqa: PLC0415
+
+    return None if value is None else asdict(value)
+
+
+def _log_failures(report: Any) -> list[str]:
+    """What in the log itself fails it, whatever the bandwidth."""
+    bad = []
+    if report.wrong:
+        bad.append(f"{report.wrong} wrong result(s) (#wrong)")
+    if report.oob_values:
+        bad.append(f"{report.oob_values} out-of-bounds value(s)")
+    return bad
+
+
+def _gate_saved_log(report: Any, source: str, line_rate: float | None,
+                    inventory_path: Path | None) -> tuple[Any, Any]:
+    """validate's judgement of a saved log: (NcclRun, Thresholds)."""
+    from sparkctl.validate import nccl  # noqa: PLC0415
+
+    if line_rate is not None:
+        th = nccl.role_thresholds(line_rate)
+    elif inventory_path is not None:
+        th = _inventory_thresholds(inventory_path)
+    else:
+        raise SparkctlError("--gate needs --line-rate or -i", ExitCode.BAD_INPUT)
+    return nccl.gate_log(report, th, source), th
+
+
+def _inventory_thresholds(inventory_path: Path) -> Any:
+    """The thresholds validate would use for this inventory (its plan, computed as
+    validate computes it, on the controller only)."""
+    import tempfile  # noqa: PLC0415
+
+    from sparkctl import inventory  # noqa: PLC0415
+    from sparkctl.validate import run  # noqa: PLC0415
+
+    inv = inventory.validate(inventory_path)
+    with tempfile.TemporaryDirectory(prefix="sparkctl-report-") as tmp:
+        plan = run.load_plan(inv, Path(tmp))
+    rate = next(iter(plan["hosts"].values()))["validate"]["line_rate_gbytes"]
+    if rate in (None, "", "None"):
+        raise SparkctlError(f"{inventory_path}: its profile reads the line rate from the nodes "
+                            "(the lab's shaped rate): give --line-rate instead",
+                            ExitCode.BAD_INPUT)
+    return run.thresholds(plan, float(rate))
+
+
+def _exact(value: float) -> str:
+    """A number as the log printed it: no exponent, no rounding (183338, 27211, 0.09)."""
+    if value == int(value):
+        return str(int(value))
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def _show_nccl_log(report: Any, verdict: tuple[Any, Any] | None) -> None:
     version = f"nccl-tests {report.version}" if report.version else "version unknown"
-    table = Table(title=f"{report.collective or 'nccl-tests'} ({version})", box=None,
+    nccl = f", NCCL {', '.join(report.nccl_versions)}" if report.nccl_versions else ""
+    table = Table(title=f"{report.collective or 'nccl-tests'} ({version}{nccl})", box=None,
                   title_justify="left")
     for col in ("bytes", "type", "op", "oop us", "oop GB/s", "oop wrong", "ip us", "ip GB/s",
                 "ip wrong"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in report.rows:
         oop, ip = r.out_of_place, r.in_place
-        table.add_row(str(r.size), r.type, r.redop, f"{oop.time_us:g}", f"{oop.busbw:g}",
-                      _wrong(oop), f"{ip.time_us:g}", f"{ip.busbw:g}", _wrong(ip))
+        table.add_row(str(r.size), r.type, r.redop, _exact(oop.time_us), _exact(oop.busbw),
+                      _wrong(oop), _exact(ip.time_us), _exact(ip.busbw), _wrong(ip))
     console.out.print(table)
     console.out.print("oop/ip: out-of-place/in-place; GB/s: bus bandwidth")
-    console.out.print(f"average bus bandwidth {report.avg_busbw:g} GB/s; wrong results "
-                      f"{report.wrong}; out-of-bounds values {report.oob_values}")
+    if report.ranks:
+        console.out.print(f"{len(report.ranks)} ranks on {len(report.hosts)} host(s) "
+                          f"({', '.join(report.hosts)}), {len(report.devices)} GPU(s): "
+                          f"{', '.join(sorted({r.name for r in report.ranks}))}",
+                          markup=False, highlight=False)
+    oob = "not printed" if report.oob_values is None else str(report.oob_values)
+    console.out.print(f"average bus bandwidth {_exact(report.avg_busbw)} GB/s; wrong results "
+                      f"{report.wrong}; out-of-bounds values {oob}", highlight=False)
     for error in report.errors:
         console.err.print(f"failure line: {error}", markup=False, highlight=False)
+    if verdict is not None:
+        run, th = verdict
+        threshold = th.threshold_for(run.collective)
+        limit = "not gated" if threshold is None else f"threshold {threshold:.3f} GB/s"
+        console.out.print(f"gate (line rate {th.line_rate_gbytes:g} GB/s, {limit}): "
+                          f"{run.outcome.upper()}: {run.message}", markup=False,
+                          highlight=False)
+    if _log_failures(report):
+        console.out.print("FAILED: " + "; ".join(_log_failures(report)), markup=False,
+                          highlight=False)
 
 
 def _wrong(half: Any) -> str:

@@ -3,7 +3,10 @@
 # ruff: noqa: E501 -- logs are quoted as nccl-tests prints them
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +184,10 @@ REAL = {
         Seen(3, 1073741824, 4294967296, (22.14, 22.46), 21.4033, 0, (0, "OK"), "2.18.3", "all_gather_perf", "none", -1),
     "gb10-2.19.6-all-gather.log":
         Seen(6, 536870912, 17179869184, (23.74, 24.20), 22.1205, 0, (0, "OK"), "2.19.6", "all_gather_perf", "none", -1),
+    "gb10-2.18.3-all-gather-degraded-direct-cable.log":
+        Seen(3, 1073741824, 4294967296, (2.82, 2.83), 2.82151, 0, (0, "OK"), "2.18.3", "all_gather_perf", "none", -1),
+    "gb10-2.18.5-all-gather-16g-one-size.log":
+        Seen(1, 17179869184, 17179869184, (22.94, 22.98), 22.9611, 0, (0, "OK"), "2.18.5", "all_gather_perf", "none", -1),
     "p5-h100-all-reduce-mpi-rank-prefix.log":
         Seen(32, 0, 2147483648, (437.79, 437.89), 52.9753, 0, (0, "OK"), None, None, "sum", -1),
     "rtx3090-2node-wrong-exponent-oob-failed.log":
@@ -224,6 +231,59 @@ def test_real_log(name: str) -> None:
     assert {(r.redop, r.root) for r in report.rows} == {(seen.redop, seen.root)}
     assert report.avg_check is None and not report.cputime
     assert report.to_dict()["wrong"] == seen.wrong
+
+
+# NCCL library (nccl-library= on the version line), and the Rank lines: ranks, distinct
+# hosts, distinct GPUs (host, bus id), the GPU's name, as each real log prints them.
+WHO_RAN = {
+    "gb10-2.18.3-all-gather-mpirun-noise.log": ("2.28.9", 2, ["spark-fb97", "spark-4440"], 2, "NVIDIA GB10"),
+    "gb10-2.18.3-all-gather-degraded-direct-cable.log": ("2.28.9", 2, ["spark-fb97", "spark-4440"], 2, "NVIDIA GB10"),
+    "gb10-2.19.6-all-gather.log": ("2.28.9", 2, ["spark-101", "spark-102"], 2, "NVIDIA GB10"),
+    "gb10-2.18.5-all-gather-16g-one-size.log": ("2.28.9", 2, ["promaxgb10-4c75", "promaxgb10-4c99"], 2, "NVIDIA GB10"),
+    "gh200-2.17.8-all-reduce-wrong-oob-failed.log": ("2.29.2", 2, ["gpu-1-1", "gpu-1-7"], 2, "NVIDIA GH200 120GB"),
+    # The DGX-2 run: 12 ranks in one process group on one host, 12 GPUs by bus id.
+    "dgx2-v100-all-gather-oob-failed.log": (None, 12, ["seville"], 12, "Tesla V100-SXM3-32GB"),
+    # The lab's stand-in has no NCCL: nccl-library=0.
+    "lab-standin-all-reduce-4ranks.log": (None, 4, ["spark1", "spark2", "spark3", "spark4"], 4, "NVIDIA GB10"),
+    # Starts at the column header: no Rank lines to read.
+    "p5-h100-all-reduce-mpi-rank-prefix.log": (None, 0, [], 0, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WHO_RAN))
+def test_real_log_says_which_nccl_ran_on_which_gpus(name: str) -> None:
+    library, ranks, hosts, devices, gpu = WHO_RAN[name]
+    report = parse(fixture(name), name)
+    assert report.nccl_library == library
+    assert (len(report.ranks), report.hosts, len(report.devices)) == (ranks, hosts, devices)
+    assert {r.name for r in report.ranks} == ({gpu} if gpu else set())
+    assert [r.rank for r in report.ranks] == list(range(ranks))
+    data = report.to_dict()
+    assert data["hosts"] == hosts and len(data["devices"]) == devices
+    assert data["nccl_library"] == library
+
+
+def test_rank_lines_of_the_layout_without_groups_and_nccl_banner() -> None:
+    # NVIDIA/nccl #583 (2021): "Rank  0 Pid ... on HOST device  0 [0x00] NAME", no Group;
+    # NCCL's INFO banner as a run with NCCL_DEBUG=INFO prints it (tests/fixtures/sglang).
+    text = MODERN.replace("# Using devices\n", "# Using devices\n"
+                          "   Rank  0 Pid 1821213 on AI-A100-Beethoven01 device  0 [0x00] NVIDIA A100-SXM4-40GB\n"
+                          "bm-220ab4v:175:175 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n")
+    assert text != MODERN
+    report = parse(text)
+    assert report.ranks[0].group is None and report.ranks[0].bus_id == "0x00"
+    assert report.ranks[0].host == "AI-A100-Beethoven01"
+    assert "2.28.9" in report.nccl_versions
+
+
+@pytest.mark.parametrize(("code", "version"), [
+    (22809, "2.28.9"), (23102, "2.31.2"), (22902, "2.29.2"), (21003, "2.10.3"),
+    (2804, "2.8.4"), (2708, "2.7.8"), (0, None)])
+def test_nccl_version_code(code: int, version: str | None) -> None:
+    # nccl.h: NCCL_VERSION(X,Y,Z) is X*10000+Y*100+Z from 2.9 on, X*1000+Y*100+Z before.
+    from sparkctl.nccl_report import nccl_version_from_code  # noqa: PLC0415
+
+    assert nccl_version_from_code(code) == version
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
@@ -370,9 +430,13 @@ def test_report_nccl_on_every_fixture(monkeypatch: pytest.MonkeyPatch,
     code, out, err = report_nccl(monkeypatch, capsys, FIXTURES / name)
     if name in REAL:
         seen = REAL[name]
-        assert code == 0, err
+        # A log with wrong results or out-of-bounds values is a failed run: exit 1, FAILED.
+        failed = bool(seen.wrong or seen.oob[0])
+        assert code == (ExitCode.CHECKS_FAILED if failed else 0), err
         assert f"average bus bandwidth {seen.avg:g} GB/s; wrong results {seen.wrong}" in out
         assert f"{max(seen.largest_busbw):g}" in out  # the largest size's row is in the table
+        assert ("FAILED: " in out and f"{FIXTURES / name}: FAILED: " in err) == failed
+        assert not re.search(r"\de[+-]\d", out), out  # every count and time printed exactly
         return
     refused = next(key for key in REFUSED if key.split(":")[0] == name)
     assert code == ExitCode.BAD_INPUT
@@ -437,3 +501,107 @@ def test_report_nccl_refuses_a_directory(monkeypatch: pytest.MonkeyPatch,
     assert code == ExitCode.BAD_INPUT
     assert f"'{logs}' is a directory" in err, err
     assert not FIGURE.search(out)
+
+
+# ------------------------------------------------ sparkctl report nccl FILE --gate
+def report_gate(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                *args: str) -> tuple[int, str, str]:
+    from tests.unit.test_cli import run_main  # noqa: PLC0415
+
+    return run_main(monkeypatch, capsys, "report", "nccl", *args)
+
+
+def _cut(name: str, top: int) -> str:
+    """The log as a sweep that stopped at ``top`` would have printed it: the rows above
+    gone, the average the rows left (nccl-tests' mean of every busbw printed)."""
+    text = fixture(name)
+    keep = [ln for ln in text.splitlines(keepends=True)
+            if not (ln.strip()[:1].isdigit() and int(ln.split()[0]) > top)]
+    rows = [r for r in parse(text).rows if r.size <= top]
+    mean = sum(h.busbw for r in rows for h in (r.out_of_place, r.in_place)) / (2 * len(rows))
+    return re.sub(r"# Avg bus bandwidth    : [\d.]+", f"# Avg bus bandwidth    : {mean:.6g}",
+                  "".join(keep))
+
+
+@pytest.mark.parametrize("case", [
+    ("gb10-2.19.6-all-gather.log", 16 << 30, 0),
+    ("gb10-2.19.6-all-gather.log", 4 << 30, 0),
+    ("gb10-2.19.6-all-gather.log", 1 << 30, 0),
+    ("gb10-2.18.3-all-gather-mpirun-noise.log", 4 << 30, 0),
+    ("gb10-2.18.3-all-gather-mpirun-noise.log", 2 << 30, 0),
+    ("gb10-2.18.5-all-gather-16g-one-size.log", 16 << 30, 0),
+    ("gb10-2.18.3-all-gather-degraded-direct-cable.log", 4 << 30, 1),
+    ("gb10-2.18.3-all-gather-degraded-direct-cable.log", 1 << 30, 1),
+])
+def test_report_nccl_gate_on_real_gb10_logs(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                            case: tuple[str, int, int]) -> None:
+    name, top, code = case
+    log = tmp_path / name
+    log.write_text(_cut(name, top))
+    got, out, err = report_gate(monkeypatch, capsys, str(log), "--gate", "--line-rate", "25")
+    assert got == code, (out, err)
+    assert "gate (line rate 25 GB/s, threshold 21.875 GB/s): " in out
+    assert ("PASSED" if code == 0 else "FAILED") in out
+    if code:
+        assert f"{log}: gate FAILED: " in err
+    got, out, _ = report_gate(monkeypatch, capsys, str(log), "--gate", "--line-rate", "25",
+                              "--json")
+    data = json.loads(out)
+    assert got == code and data["gate"]["outcome"] == ("passed" if code == 0 else "failed")
+    assert data["gate"]["thresholds"]["fractions"]["all_gather"] == 0.875
+    assert data["gate"]["fit"]["largest_size"] == min(top, data["rows"][-1]["size"])
+
+
+def test_report_nccl_gate_is_validate_code(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkctl.validate import nccl  # noqa: PLC0415
+
+    name = "gb10-2.19.6-all-gather.log"
+    _, out, _ = report_gate(monkeypatch, capsys, str(FIXTURES / name), "--gate",
+                            "--line-rate", "25", "--json")
+    outcome, message, _, model = nccl.judge(parse(fixture(name)), "all_gather", 2,
+                                            nccl.role_thresholds(25.0))
+    gate = json.loads(out)["gate"]
+    assert (gate["outcome"], gate["message"]) == (outcome, message)
+    assert gate["fit"]["busbw"] == model.busbw
+
+
+def test_report_nccl_gate_at_a_lower_line_rate_passes_the_degraded_log(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The line rate is an input: at 3 GB/s the degraded run is 94% of it.
+    code, out, _ = report_gate(monkeypatch, capsys,
+                               str(FIXTURES / "gb10-2.18.3-all-gather-degraded-direct-cable.log"),
+                               "--gate", "--line-rate", "3")
+    assert code == 0 and "PASSED" in out
+
+
+def test_report_nccl_with_wrong_results_exits_1_through_the_cli(tmp_path: Path) -> None:
+    """As typed in a shell: a log with #wrong and out-of-bounds values exits 1, FAILED."""
+    log = FIXTURES / "gh200-2.17.8-all-reduce-wrong-oob-failed.log"
+    proc = subprocess.run([sys.executable, "-m", "sparkctl", "report", "nccl", str(log)],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 1, proc.stderr
+    assert "FAILED: 128 wrong result(s) (#wrong); 4 out-of-bounds value(s)" in proc.stdout
+    assert f"{log}: FAILED: 128 wrong result(s)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--line-rate", "25"], ["--gate"],
+                                  ["--gate", "--line-rate", "25", "-i", "inventory/lab.ini"],
+                                  ["--gate", "--line-rate", "0"]])
+def test_report_nccl_gate_options_misused(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str],
+                                          args: list[str]) -> None:
+    code, _, _ = report_gate(monkeypatch, capsys, str(FIXTURES / "gb10-2.19.6-all-gather.log"),
+                             *args)
+    assert code == ExitCode.BAD_INPUT
+
+
+def test_report_nccl_gate_refuses_a_collective_it_does_not_judge(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = report_gate(monkeypatch, capsys,
+                               str(FIXTURES / "dgx2-v100-broadcast-root.log"), "--gate",
+                               "--line-rate", "25")
+    assert code == ExitCode.BAD_INPUT and "the gate judges all_reduce, all_gather" in err
