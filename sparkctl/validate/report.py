@@ -27,6 +27,7 @@ from sparkctl.validate.model import (
     Baseline,
     BaselineItem,
     Check,
+    Fit,
     NcclRun,
     Outcome,
     Report,
@@ -124,18 +125,23 @@ _HALF = {"time_us": _NUM, "algbw": _NUM, "busbw": _NUM, "wrong": _Nullable(int),
 _ROW = {"size": int, "out_of_place": _HALF, "in_place": _HALF, "*": None}
 _NCCL_REPORT = {"rows": [_ROW], "avg_busbw?": _NUM, "oob_values?": _Nullable(int),
                 "errors?": [str], "wrong?": int, "*": None}
+_FIT = {"method": ("fit", "measured"), "sizes": [int], "busbw": _NUM, "algbw": _NUM,
+        "latency_us": _NUM, "residual": _NUM, "factor": _NUM, "largest_size": int,
+        "largest_busbw": _NUM}
 _SPEC: dict[str, Any] = {
     "schema": int, "run_id": str, "cluster": str, "inventory": str, "started": str,
     "sparkctl_version": str, "hosts": [str], "duration_s?": _NUM, "verdict?": ("passed", "failed"),
     "notes?": [str],
     "thresholds": {"line_rate_gbytes": _NUM, "min_fraction": _NUM, "judged_sizes": int,
-                   "baseline_tolerance": _NUM, "min_busbw_gbytes?": _NUM},
+                   "baseline_tolerance": _NUM, "min_busbw_gbytes?": _NUM,
+                   "fractions?": {"*": None}, "floor_ratio?": _NUM},
     "checks": [{"check": str, "host": str, "subject": _Nullable(str), "outcome": OUTCOMES,
                 "message": str, "duration_s?": _NUM}],
     "nccl": [{"collective": str, "scope": ("all", "pair"), "hosts": [str], "outcome": OUTCOMES,
               "message": str, "command?": [str], "log?": _Nullable(str),
               "report?": _Nullable(_NCCL_REPORT), "duration_s?": _NUM,
-              "judged?": [{"size": int, "busbw": _NUM, "fraction": _NUM, "wrong": int}]}],
+              "judged?": [{"size": int, "busbw": _NUM, "fraction": _NUM, "wrong": int}],
+              "fit?": _Nullable(_FIT)}],
     "localisation": [{"host": str, "subject": _Nullable(str), "message": str}],
     "baseline?": _Nullable({"path": str, "run_id": str, "tolerance": _NUM, "outcome": OUTCOMES,
                             "message": str,
@@ -465,10 +471,8 @@ def _plot(collective: str, runs: list[NcclRun], th: Thresholds, index: int) -> s
             if judged:
                 ax.axvspan(min(judged) / 1.25, max(judged) * 1.25, color="#0969da", alpha=0.07,
                            label="judged sizes")
-        ax.axhline(th.line_rate_gbytes, color="#1f2328", linestyle="-.", linewidth=1,
-                   label=f"line rate {_gbs(th.line_rate_gbytes)} GB/s")
-        ax.axhline(th.min_busbw_gbytes, color="#cf222e", linestyle=":", linewidth=1.4,
-                   label=f"threshold {_gbs(th.min_busbw_gbytes)} GB/s")
+            top = max(top, _draw_fit(ax, run, x))
+        _draw_limits(ax, collective, th)
         ax.set_xscale("log", base=2)
         if sizes:
             ordered = sorted(s for s in sizes if s > 0)
@@ -491,6 +495,35 @@ def _plot(collective: str, runs: list[NcclRun], th: Thresholds, index: int) -> s
     return _svg_inline(buf.getvalue(), f"p{index}-")
 
 
+def _draw_fit(ax: Any, run: NcclRun, sizes: list[int]) -> float:
+    """The alpha-beta model of ``run`` over its sweep and its fitted busbw; the highest
+    value drawn (0 when there is no fitted line)."""
+    fit = run.fit
+    if fit is None or fit.method != "fit" or min(sizes) <= 0:
+        return 0.0
+    lo, hi = math.log2(min(sizes)), math.log2(max(sizes))
+    grid = [2 ** (lo + (hi - lo) * i / 60) for i in range(61)]
+    ax.plot(grid, [fit.model_busbw(int(g)) for g in grid], color="#8250df", linewidth=1.2,
+            label=f"alpha-beta fit ({fit.latency_us:.0f} us latency)")
+    ax.axhline(fit.busbw, color="#8250df", linestyle="--", linewidth=1,
+               label=f"fitted busbw {_gbs(fit.busbw)} GB/s")
+    return fit.busbw
+
+
+def _draw_limits(ax: Any, collective: str, th: Thresholds) -> None:
+    """Line rate, the collective's threshold and the floor under the largest size."""
+    ax.axhline(th.line_rate_gbytes, color="#1f2328", linestyle="-.", linewidth=1,
+               label=f"line rate {_gbs(th.line_rate_gbytes)} GB/s")
+    threshold = th.threshold_for(collective)
+    if threshold is not None:
+        ax.axhline(threshold, color="#cf222e", linestyle=":", linewidth=1.4,
+                   label=f"threshold {_gbs(threshold)} GB/s")
+    floor = th.floor_for(collective)
+    if floor is not None:
+        ax.axhline(floor, color="#cf222e", linestyle=":", linewidth=0.8, alpha=0.6,
+                   label=f"floor (largest size) {_gbs(floor)} GB/s")
+
+
 def _half_cell(half: Mapping[str, Any]) -> list[str]:
     wrong = half.get("wrong")
     error = half.get("error")
@@ -511,12 +544,15 @@ def _nccl_section(report: Report) -> str:
         alls = [r for r in runs if r.scope == "all"]
         pairs = [r for r in runs if r.scope == "pair"]
         out.append(f"<h3>{_e(name)}</h3>")
+        threshold, fraction = th.threshold_for(name), th.fraction_for(name)
+        gate = (f"threshold for the fitted busbw {_gbs(threshold)} GB/s "
+                f"({_pct(fraction or 0.0)} of line rate)" if threshold is not None
+                else "not gated on bandwidth (measured and reported)")
         if any(_rows(r) for r in runs):
             out.append(f"<figure>{_plot(name, runs, th, index)}<figcaption>busbw of "
-                       f"{_e(name)} against message size; line rate "
-                       f"{_e(_gbs(th.line_rate_gbytes))} GB/s, threshold "
-                       f"{_e(_gbs(th.min_busbw_gbytes))} GB/s "
-                       f"({_e(_pct(th.min_fraction))} of line rate)</figcaption></figure>")
+                       f"{_e(name)} against message size, with the alpha-beta fit the gate "
+                       f"judges; line rate {_e(_gbs(th.line_rate_gbytes))} GB/s, "
+                       f"{_e(gate)}</figcaption></figure>")
         else:
             out.append('<p class="muted">No result rows to plot.</p>')
         for run in alls:
@@ -529,6 +565,8 @@ def _nccl_section(report: Report) -> str:
                     ([_e(human_size(j.size)), _e(j.size), _e(_gbs(j.busbw)), _e(_pct(j.fraction)),
                       _e(j.wrong), "yes" if j.busbw >= th.min_busbw_gbytes else "<b>no</b>"]
                      for j in run.judged), numeric=(1, 2, 3, 4)))
+            if run.fit is not None:
+                out.append(_fit_table(run, run.fit, th))
             if run.report:
                 rep = run.report
                 extra = [f"avg busbw {_gbs(float(rep.get('avg_busbw', 0.0)))} GB/s",
@@ -552,11 +590,31 @@ def _nccl_section(report: Report) -> str:
                     return ""
                 size = max(by_size)
                 return f"{_gbs(by_size[size])} at {human_size(size)}"
-            out.append("<p>Node pairs:</p>" + _table(
-                ["pair", "outcome", "busbw (GB/s) at the largest size", "message"],
-                ([_e(" + ".join(r.hosts)), _outcome(r.outcome), _e(largest(r)), _e(r.message)]
-                 for r in pairs), numeric=(2,)))
+            out.append("<p>Node pairs (compared by their fitted busbw):</p>" + _table(
+                ["pair", "outcome", "fitted busbw (GB/s)", "busbw (GB/s) at the largest size",
+                 "message"],
+                ([_e(" + ".join(r.hosts)), _outcome(r.outcome),
+                  _e(_gbs(r.fit.busbw) if r.fit else ""), _e(largest(r)), _e(r.message)]
+                 for r in pairs), numeric=(2, 3)))
     return "".join(out)
+
+
+def _fit_table(run: NcclRun, fit: Fit, th: Thresholds) -> str:
+    """The model the gate judged, beside the rows: bandwidth, latency, residual, floor."""
+    threshold, floor = th.threshold_for(run.collective), th.floor_for(run.collective)
+    how = (f"alpha-beta fit over {human_size(fit.sizes[0])} .. {human_size(fit.sizes[-1])}, "
+           "out-of-place and in-place" if fit.method == "fit"
+           else "as measured (one size, or times that do not grow with size: no fit)")
+    return _table(
+        ["model", "fitted busbw (GB/s)", "of line rate", "algbw (GB/s)", "latency (us)",
+         "residual", "measured at the largest size (GB/s)", "threshold (GB/s)",
+         "floor (GB/s)"],
+        [[_e(how), _e(_gbs(fit.busbw)), _e(_pct(fit.busbw / th.line_rate_gbytes)
+                                           if th.line_rate_gbytes else "n/a"),
+          _e(_gbs(fit.algbw)), _e(f"{fit.latency_us:.0f}"), _e(_pct(fit.residual)),
+          _e(f"{_gbs(fit.largest_busbw)} at {human_size(fit.largest_size)}"),
+          _e(_gbs(threshold) if threshold is not None else "not gated"),
+          _e(_gbs(floor) if floor is not None else "none")]], numeric=range(1, 9))
 
 
 def _baseline_section(report: Report) -> str:

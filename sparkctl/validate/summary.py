@@ -48,19 +48,25 @@ def _gate(report: Report) -> None:
     out = console.out
     th = report.thresholds
     if report.nccl:
-        table = Table(box=None, title=f"bandwidth gate (line rate {th.line_rate_gbytes:g} GB/s, "
-                      f"threshold {th.min_fraction:.0%} = {th.min_busbw_gbytes:.3f} GB/s)",
+        table = Table(box=None, title=f"bandwidth gate (line rate {th.line_rate_gbytes:g} GB/s; "
+                      "the alpha-beta fit over the judged sizes is judged)",
                       title_justify="left")
-        for col in ("run", "size", "busbw GB/s", "of line", "result"):
+        for col in ("run", "size", "busbw GB/s", "of line", "fitted GB/s", "latency us",
+                    "threshold", "result"):
             table.add_column(col, justify="right" if col != "run" else "left")
         for r in report.nccl:
             name = r.collective if r.scope == "all" else f"  pair {'-'.join(r.hosts)}"
+            limit = th.threshold_for(r.collective)
+            fitted = [f"{r.fit.busbw:.3f}" + ("" if r.fit.method == "fit" else " (as measured)"),
+                      f"{r.fit.latency_us:.0f}" if r.fit.method == "fit" else "",
+                      "not gated" if limit is None else f"{limit:.3f}"] if r.fit else ["", "", ""]
             if not r.judged:
-                table.add_row(name, "", "", "", _MARK[r.outcome])
+                table.add_row(name, "", "", "", *fitted, _MARK[r.outcome])
             for j in r.judged:
                 table.add_row(name, human(j.size), f"{j.busbw:.3f}", f"{j.fraction:.0%}",
-                              _MARK[r.outcome])
+                              *fitted, _MARK[r.outcome])
                 name = ""
+                fitted = ["", "", ""]
         out.print(table)
         for r in report.nccl:
             if r.outcome != "passed" and r.scope == "all":

@@ -412,3 +412,49 @@ def test_baseline_survives_the_round_trip(tmp_path: Path) -> None:
     again = load(tmp_path)
     assert again.baseline == current.baseline and again.verdict == "failed"
     assert replace(again, baseline=None).verdict == "passed"
+
+
+# ---------------------------------------------------------------- the fit in the report
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
+
+
+def real_run(name: str) -> NcclRun:
+    """A real GB10 log judged as validate judges it on a Spark (the role's thresholds)."""
+    from sparkctl.nccl_report import parse  # noqa: PLC0415
+    from sparkctl.validate import nccl  # noqa: PLC0415
+
+    return nccl.gate_log(parse((FIXTURES / name).read_text(), name),
+                         nccl.role_thresholds(25.0), name)
+
+
+def test_html_shows_the_fit_beside_the_rows_and_plots_it(tmp_path: Path) -> None:
+    from sparkctl.validate import nccl  # noqa: PLC0415
+
+    run = real_run("gb10-2.19.6-all-gather.log")
+    assert run.fit is not None and run.outcome == "passed"
+    report = replace(make_report(nccl=[run]), thresholds=nccl.role_thresholds(25.0))
+    page = render_html(report)
+    text = htmllib.unescape(re.sub(r"<[^>]+>", " ", page))
+    # The fit table: 16 GiB top, fitted over 8 and 16 GiB (figures: test_validate_nccl).
+    assert "alpha-beta fit over 8 GiB .. 16 GiB, out-of-place and in-place" in text
+    assert f" {run.fit.busbw:.3f}".rstrip("0") in text
+    assert f"{run.fit.latency_us:.0f}" in text
+    assert "23.971 at 16 GiB" in text and "21.875" in text and "17.5" in text
+    # The plot draws the model and its asymptote, and the collective's threshold.
+    assert "alpha-beta fit (4172 us latency)" in page
+    assert "fitted busbw 24.251 GB/s" in page and "threshold 21.875 GB/s" in page
+    # report.json keeps the fit and reads it back.
+    write(report, tmp_path)
+    again = load(tmp_path)
+    assert again.nccl[0].fit == run.fit
+    assert again.thresholds.fractions == {"all_gather": 0.875, "all_reduce": None,
+                                          "reduce_scatter": None}
+
+
+def test_html_an_ungated_collective_says_so() -> None:
+    from sparkctl.validate import nccl  # noqa: PLC0415
+
+    run = replace(real_run("gb10-2.19.6-all-gather.log"), collective="all_reduce")
+    page = render_html(replace(make_report(nccl=[run]), thresholds=nccl.role_thresholds(25.0)))
+    assert "not gated on bandwidth (measured and reported)" in page
+    assert "threshold 21.875 GB/s" not in page
