@@ -268,3 +268,41 @@ def test_nvue_switch_commands_cover_exactly_the_inventory_ports(lab: Rendered) -
     apply = f"nv config apply --confirm {confirm}s --assume-yes"
     assert commands.index(set_lines[-1].group(0)) < commands.index(apply) \
         < commands.index("nv config apply --confirm-yes")
+
+
+NVIDIA_HOLD = load_file("nvidia_hold_filters",
+                        ROLES / "nvidia_driver" / "filter_plugins" / "nvidia_hold.py")
+NVIDIA_VARS = yaml.safe_load((ROLES / "nvidia_driver" / "vars" / "main.yml").read_text())
+
+
+def _nvidia_hold_set(r: Rendered) -> list[str]:
+    """The hold set from the inventory and nvidia_driver's defaults, written out by hand."""
+    def var(name: str) -> Any:
+        return r.inv.cluster_var(name, role_default("nvidia_driver", name))
+
+    flavour, branch = var("nvidia_driver_kernel_flavour"), var("nvidia_driver_branch")
+    return [*var("nvidia_driver_hold_packages"),
+            *(f"linux-{part}{flavour}" for part in ("", "image-", "headers-", "tools-",
+                                                     "modules-nvidia-fs-")),
+            f"linux-modules-nvidia-{branch}-open-*"]
+
+
+def test_nvidia_hold_set_and_unattended_upgrades_blacklist_are_rendered(rendered: Rendered) -> None:
+    apt_conf = NVIDIA_VARS["_nvidia_driver_apt_conf"]
+    hold_list = NVIDIA_VARS["_nvidia_driver_hold_list"]
+    patterns = _nvidia_hold_set(rendered)
+    assert "linux-image-nvidia-hwe-24.04" in patterns
+    assert "linux-modules-nvidia-580-open-*" in patterns
+    for node in _nodes(rendered):
+        listed = [line for line in rendered.read(node.name, hold_list).splitlines()
+                  if line and not line.startswith("#")]
+        assert listed == patterns, node
+        conf = rendered.read(node.name, apt_conf)
+        block = conf[conf.index("Unattended-Upgrade::Package-Blacklist {"):]
+        entries = re.findall(r'^\s+"([^"]*)";$', block[:block.index("};")], re.M)
+        assert entries == [NVIDIA_HOLD.nvidia_hold_regex(p) for p in patterns], node
+        # As unattended-upgrades reads them (re.match): the kernel moves with the driver.
+        for name in ("linux-image-nvidia-hwe-24.04", "nvidia-kernel-common-580",
+                     "linux-modules-nvidia-580-open-6.17.0-1014-nvidia"):
+            assert any(re.match(e, name) for e in entries), (node, name)
+        assert not any(re.match(e, "libnccl2-dbg") for e in entries), node
