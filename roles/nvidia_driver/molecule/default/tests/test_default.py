@@ -1,8 +1,11 @@
 """roles/nvidia_driver on a Spark with DGX OS: the state the role leaves.
 
-prepare.yml installs empty packages named like NVIDIA's; each test is one
-case per node (and per package or blacklist entry); expected values come
-from the role's defaults.
+prepare.yml installs empty packages named like NVIDIA's and like DGX OS's
+kernel packages; each test is one case per node (and per package or
+blacklist entry); expected values come from the role's defaults and vars,
+through the role's own filter plugin. The scenario runs the sim profile: no
+nvcc and no kernel of its own (cluster_hw), so the kernel/module and nvcc
+checks are skipped here and unit-tested on real outputs instead.
 """
 
 # testinfra tests assert; pyproject's per-file-ignores cover tests/** only.
@@ -10,6 +13,7 @@ from the role's defaults.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -24,13 +28,36 @@ DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
 testinfra_hosts = [f"podman://{name}" for name in INVENTORY.get_hosts("sparks")]
 
-APT_CONF = "/etc/apt/apt.conf.d/51sparkctl-nvidia-hold"
-BLACKLIST: list[str] = DEFAULTS["nvidia_driver_unattended_blacklist"]
+VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+APT_CONF = VARS["_nvidia_driver_apt_conf"]
+HOLD_LIST = VARS["_nvidia_driver_hold_list"]
+
+
+def _filters() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "nvidia_hold", ROLE / "filter_plugins" / "nvidia_hold.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FLAVOUR = DEFAULTS["nvidia_driver_kernel_flavour"]
+# The hold set as the role's defaults make it (vars/main.yml), written out.
+HOLD_SET: list[str] = [
+    *DEFAULTS["nvidia_driver_hold_packages"],
+    *(f"linux-{part}{FLAVOUR}" for part in ("", "image-", "headers-", "tools-",
+                                             "modules-nvidia-fs-")),
+    f"linux-modules-nvidia-{DEFAULTS['nvidia_driver_branch']}-open-*"]
+BLACKLIST: list[str] = [_filters().nvidia_hold_regex(p) for p in HOLD_SET]
 # The stand-ins of prepare.yml and the dpkg selection each must end with.
 SELECTIONS = {
     "libnccl2": "hold",              # pattern libnccl2
     "nvidia-utils-580": "hold",      # pattern nvidia-utils-*
     "cuda-toolkit-13-0": "hold",     # pattern cuda-*
+    "linux-image-nvidia-hwe-24.04": "hold",                      # the kernel metapackage
+    "linux-modules-nvidia-580-open-6.17.0-1014-nvidia": "hold",  # a kernel's NVIDIA modules
+    "linux-image-6.17.0-1014-nvidia": "install",  # one kernel's image: a fixed version anyway
     "nvidia-settings": "install",    # matches no pattern
     "libnccl2-extra": "install",     # libnccl2 is anchored: not a prefix
 }
@@ -55,10 +82,18 @@ def test_blacklist_file(host: Any) -> None:
     assert re.findall(r'^\s+"([^"]*)";$', conf.content_string, re.M) == BLACKLIST
 
 
-@pytest.mark.parametrize("prefix", BLACKLIST)
-def test_apt_reads_the_blacklist_entry(host: Any, prefix: str) -> None:
+@pytest.mark.parametrize("entry", BLACKLIST)
+def test_apt_reads_the_blacklist_entry(host: Any, entry: str) -> None:
     dump = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
-    assert f'Unattended-Upgrade::Package-Blacklist:: "{prefix}";' in dump.splitlines()
+    assert f'Unattended-Upgrade::Package-Blacklist:: "{entry}";' in dump.splitlines()
+
+
+def test_hold_list_names_the_hold_set(host: Any) -> None:
+    listed = host.file(HOLD_LIST)
+    assert (listed.user, listed.mode) == ("root", 0o644)
+    lines = [line for line in listed.content_string.splitlines()
+             if line and not line.startswith("#")]
+    assert lines == HOLD_SET
 
 
 @pytest.mark.parametrize("package", ["cuda-keyring",
