@@ -246,28 +246,34 @@ def test_linux_switch_desired_state_and_boot_unit(sim: Rendered) -> None:
                             "etc/systemd/system/sparkctl-switch-port-mtu.service"}
 
 
-_NV_SET_MTU = re.compile(r"^nv set interface (\S+) link mtu (\d+)$")
-
-
-def test_nvue_switch_commands_cover_exactly_the_inventory_ports(lab: Rendered) -> None:
+def test_nvue_switch_patch_covers_exactly_the_inventory_ports(lab: Rendered) -> None:
+    """The nv config patch file holds every inventory port (MTU, the forced
+    speed, auto-negotiation off, access in the one VLAN), staged on a clean
+    slate, applied with the switch's own rollback, then confirmed."""
     assert lab.inv.switch is not None and lab.inv.switch.os == "nvue"
     switch_dir = lab.out / lab.inv.switch.name
-    assert sorted(p.name for p in switch_dir.iterdir()) == ["nvue-commands.txt"]
+    switch_files = sorted(p.relative_to(switch_dir).as_posix() for p in switch_dir.rglob("*")
+                          if p.is_file())
+    assert switch_files == ["etc/sparkctl/nvue-fabric.yaml", "nvue-commands.txt"]
+    defaults = {name: role_default("switch_mtu", f"switch_mtu_{name}")
+                for name in ("value", "speed", "autoneg", "vlan_id", "bridge")}
+    (op,) = yaml.safe_load(lab.read(lab.inv.switch.name, "/etc/sparkctl/nvue-fabric.yaml"))
+    tree = op["set"]
+    assert tree["bridge"] == {"domain": {defaults["bridge"]: {"vlan": {
+        str(defaults["vlan_id"]): {}}}}}
+    assert sorted(tree["interface"]) == sorted(p.name for p in lab.inv.ports)
+    for port in tree["interface"].values():
+        assert port == {"link": {"mtu": defaults["value"], "speed": defaults["speed"],
+                                 "auto-negotiate": "on" if defaults["autoneg"] else "off"},
+                        "bridge": {"domain": {defaults["bridge"]: {
+                            "access": defaults["vlan_id"]}}}}
     commands = [line for line in (switch_dir / "nvue-commands.txt").read_text().splitlines()
                 if line and not line.startswith("#")]
-    mtu = role_default("switch_mtu", "switch_mtu_value")
     confirm = role_default("switch_mtu", "switch_mtu_confirm_seconds")
-    set_lines = [m for m in map(_NV_SET_MTU.match, commands) if m]
-    assert set_lines, commands
-    ported = [port for m in set_lines for port in m.group(1).split(",")]
-    assert sorted(ported) == sorted(p.name for p in lab.inv.ports)
-    assert len(ported) == len(set(ported)), ported
-    assert {int(m.group(2)) for m in set_lines} == {mtu}
-    # Staged on a clean slate, applied with the switch's own rollback, then confirmed.
-    assert commands.index("nv config detach") < commands.index(set_lines[0].group(0))
-    apply = f"nv config apply --confirm {confirm}s --assume-yes"
-    assert commands.index(set_lines[-1].group(0)) < commands.index(apply) \
-        < commands.index("nv config apply --confirm-yes")
+    assert commands == [
+        "nv config detach", "nv config patch /etc/sparkctl/nvue-fabric.yaml",
+        f"nv config apply --confirm {confirm}s --assume-yes",
+        "nv config apply --confirm-yes", "nv config save"]
 
 
 NVIDIA_HOLD = load_file("nvidia_hold_filters",
