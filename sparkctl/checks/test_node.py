@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sparkctl.checks import parse
+from sparkctl import tool_output
 from sparkctl.checks.conftest import as_root
 from sparkctl.checks.state import mark_down
 
@@ -23,6 +23,15 @@ MiB = 1 << 20
 
 def _twin(nplan: dict[str, Any], twin: str) -> dict[str, Any]:
     return dict(next(t for t in nplan["roce_fabric"]["twins"] if t["twin"] == twin))
+
+
+def _env_diff(actual: dict[str, str], expected: dict[str, str]) -> list[str]:
+    """What differs, one phrase per variable (missing, unexpected, other value)."""
+    diff = [f"{k} missing (want {expected[k]!r})" for k in sorted(expected.keys() - actual.keys())]
+    diff += [f"{k}={actual[k]!r} not expected" for k in sorted(actual.keys() - expected.keys())]
+    diff += [f"{k}={actual[k]!r}, want {expected[k]!r}"
+             for k in sorted(actual.keys() & expected.keys()) if str(actual[k]) != str(expected[k])]
+    return diff
 
 
 def _run(host: Any, argv: list[str], timeout: int = 30) -> Any:
@@ -56,22 +65,24 @@ def test_reachable(request: pytest.FixtureRequest, host: Any, node: str, seen: A
 # ------------------------------------------------------------------ GPU
 def test_gpu(host: Any, nplan: dict[str, Any], seen: Any) -> None:
     want = nplan["nvidia_driver"]
-    out = _run(host, ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    out = _run(host, ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv"])
     assert out.rc == 0, f"nvidia-smi: rc {out.rc}: {(out.stdout + out.stderr).strip()[:200]}"
-    gpus = parse.nvidia_smi_query(out.stdout)
-    names = [g.name for g in gpus]
+    gpus = tool_output.nvidia_smi_csv(out.stdout, ["name", "driver_version"])
+    assert gpus, "nvidia-smi listed no GPU"
+    names = [str(g["name"]) for g in gpus]
+    drivers = [str(g["driver_version"]) for g in gpus]
     assert any(want["gpu"] in n for n in names), f"GPU {names}, want a {want['gpu']}"
-    low = [g.driver for g in gpus if not parse.at_least(g.driver, want["min_driver"])]
+    low = [d for d in drivers if not tool_output.at_least(d, want["min_driver"])]
     assert not low, f"driver {low[0]} is older than the minimum {want['min_driver']}"
-    seen(f"{names[0]}, driver {gpus[0].driver} >= {want['min_driver']}")
+    seen(f"{names[0]}, driver {drivers[0]} >= {want['min_driver']}")
 
 
 def test_cuda(host: Any, nplan: dict[str, Any], seen: Any) -> None:
     want = nplan["nvidia_driver"]["min_cuda"]
     out = _run(host, ["nvidia-smi"])
     assert out.rc == 0, f"nvidia-smi: rc {out.rc}: {(out.stdout + out.stderr).strip()[:200]}"
-    cuda = parse.nvidia_smi_cuda(out.stdout)
-    assert parse.at_least(cuda, want), f"CUDA {cuda} is older than the minimum {want}"
+    cuda = tool_output.nvidia_smi_cuda(out.stdout)
+    assert tool_output.at_least(cuda, want), f"CUDA {cuda} is older than the minimum {want}"
     seen(f"CUDA {cuda} >= {want}")
 
 
@@ -95,7 +106,7 @@ def test_twin_address(host: Any, nplan: dict[str, Any], twin: str, facts: dict[s
     spec = _twin(nplan, twin)
     out = host.run("ip -j -4 addr show")
     assert out.rc == 0, f"ip addr show: {out.stderr.strip()}"
-    every = parse.ip_addr_json(out.stdout)
+    every = tool_output.ip_addr(out.stdout)
     facts["addresses"] = every  # all interfaces: the cluster's duplicate-address check
     have = every.get(spec["netdev"], [])
     assert spec["address"] in have, \
@@ -130,7 +141,8 @@ def test_roce_device(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> 
     spec = _twin(nplan, twin)
     out = _run(host, ["ibdev2netdev"])
     assert out.rc == 0, f"ibdev2netdev: rc {out.rc}: {out.stderr.strip()[:200]}"
-    mapping = parse.ibdev2netdev(out.stdout)
+    mapping = {row["ibdev"]: (row["netdev"], row["state"])
+               for row in tool_output.ibdev2netdev(out.stdout)}
     assert spec["ibdev"] in mapping, \
         f"no RoCE device {spec['ibdev']} (have {', '.join(sorted(mapping)) or 'none'})"
     netdev, state = mapping[spec["ibdev"]]
@@ -146,15 +158,15 @@ def test_nccl_env(host: Any, nplan: dict[str, Any], seen: Any) -> None:
     with as_root(host):
         env_text = host.file(want["env_file"]).content_string
         if expected.get("NCCL_IB_GID_INDEX") == want["gid_placeholder"]:
-            record = parse.env_file(host.file(want["record_file"]).content_string)
+            record = tool_output.env_file(host.file(want["record_file"]).content_string)
             assert record.get("ROCE_GID_INDEX"), \
                 f"{want['record_file']} has no ROCE_GID_INDEX (provision the roce_fabric role)"
             expected["NCCL_IB_GID_INDEX"] = record["ROCE_GID_INDEX"]
         conf_text = host.file(want["conf_file"]).content_string
-    diff = parse.env_diff(parse.env_file(env_text), expected)
+    diff = _env_diff(tool_output.env_file(env_text), expected)
     assert not diff, f"{want['env_file']}: {'; '.join(diff)}"
     nccl_only = {k: v for k, v in expected.items() if k.startswith("NCCL_")}
-    diff = parse.env_diff(parse.env_file(conf_text), nccl_only)
+    diff = _env_diff(tool_output.env_file(conf_text), nccl_only)
     assert not diff, f"{want['conf_file']}: {'; '.join(diff)}"
     seen(f"{len(expected)} variables as the inventory implies "
          f"(NCCL_IB_GID_INDEX={expected.get('NCCL_IB_GID_INDEX')})")
@@ -198,13 +210,14 @@ def test_cluster_ssh(host: Any, plan: dict[str, Any], nplan: dict[str, Any], pee
 def test_clock(host: Any, nplan: dict[str, Any], settings: dict[str, Any], seen: Any) -> None:
     out = _run(host, ["chronyc", "-n", "tracking"])
     assert out.rc == 0, f"chronyc tracking: rc {out.rc}: {out.stderr.strip()[:200]}"
-    track = parse.chronyc_tracking(out.stdout)
+    track = tool_output.chronyc_tracking(out.stdout)
     limit_ms = float(settings["clock_max_offset_ms"])
-    assert track.leap == "Normal", f"chronyd: leap status {track.leap!r} (not synchronised)"
-    assert track.reference != "00000000", "chronyd has no reference (not synchronised)"
-    assert abs(track.offset_s) * 1000 <= limit_ms, \
-        f"clock {track.offset_s * 1000:+.1f} ms from its reference (limit {limit_ms:g} ms)"
-    seen(f"offset {track.offset_s * 1e6:+.0f} us, stratum {track.stratum}")
+    offset_s = float(track["offset_s"])
+    assert track["leap"] == "Normal", f"chronyd: leap status {track['leap']!r} (not synchronised)"
+    assert track["reference"] != "00000000", "chronyd has no reference (not synchronised)"
+    assert abs(offset_s) * 1000 <= limit_ms, \
+        f"clock {offset_s * 1000:+.1f} ms from its reference (limit {limit_ms:g} ms)"
+    seen(f"offset {offset_s * 1e6:+.0f} us, stratum {track['stratum']}")
 
 
 # ------------------------------------------------------------------ model and service
@@ -240,7 +253,7 @@ def test_sglang_unit(host: Any, nplan: dict[str, Any], facts: dict[str, Any], se
     unit = nplan["sglang"]["unit"]
     out = host.run(f"systemctl show -p LoadState,UnitFileState,ActiveState,MemoryCurrent "
                    f"{shlex.quote(unit)}")
-    props = parse.systemctl_show(out.stdout)
+    props = tool_output.systemctl_show(out.stdout)
     facts["sglang"] = props
     assert props.get("LoadState") == "loaded", \
         f"{unit} is not installed (LoadState {props.get('LoadState', '?')})"
@@ -250,10 +263,10 @@ def test_sglang_unit(host: Any, nplan: dict[str, Any], facts: dict[str, Any], se
 def test_memory(host: Any, nplan: dict[str, Any], settings: dict[str, Any],
                 facts: dict[str, Any], seen: Any) -> None:
     """Room for this node's share of the weights plus headroom (SGLang's own use counts as room)."""
-    mem = parse.meminfo(host.file("/proc/meminfo").content_string)
+    mem = tool_output.meminfo(host.file("/proc/meminfo").content_string)
     facts["mem_available"] = mem["MemAvailable"]
     available = mem["MemAvailable"]
-    props = parse.systemctl_show(host.run(
+    props = tool_output.systemctl_show(host.run(
         f"systemctl show -p ActiveState,MemoryCurrent {shlex.quote(nplan['sglang']['unit'])}"
     ).stdout)
     if props.get("ActiveState") == "active" and props.get("MemoryCurrent", "").isdigit():

@@ -29,8 +29,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from sparkctl import console, inventory
-from sparkctl.checks import parse
+from sparkctl import console, inventory, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.serve import logs
@@ -269,7 +268,7 @@ def wrong_host_ip(cluster: Cluster) -> dict[str, str]:
     for node, (rc, text) in cluster.each(cluster.nodes, server_env_command(cluster), 30).items():
         want = str(cluster.plan["hosts"][node]["fabric_a_ip"])
         try:
-            seen = parse.environ(text).get("SGLANG_HOST_IP", "") if rc == 0 else ""
+            seen = tool_output.environ(text).get("SGLANG_HOST_IP", "") if rc == 0 else ""
         except ValueError:
             continue
         if rc == 0 and seen != want:
@@ -392,11 +391,15 @@ def check_model_visible(cluster: Cluster) -> None:
     outside = {}
     for node, (rc, out) in cluster.each(cluster.nodes, cmd, 30).items():
         execstart, _, target = out.partition("@@")
-        argv, target = parse.execstart_argv(execstart), target.strip()
+        try:
+            argv = tool_output.execstart_argv(execstart)
+        except tool_output.ToolOutputError:
+            argv = []  # the unit is not loaded: nothing to compare
+        target = target.strip()
         if rc != 0 or not target or "run" not in argv[:3]:
             continue  # no model yet, or not a container
         # same-path binds only: the link's target is an absolute host path
-        mounts = [src for src, dst in parse.container_mounts(argv) if src == dst]
+        mounts = [src for src, dst in tool_output.docker_run_mounts(argv) if src == dst]
         if not _inside(target, mounts):
             outside[node] = (target, mounts)
     if outside:

@@ -461,18 +461,6 @@ def localise(pairs: Sequence[NcclRun], nodes: Sequence[str],
     return findings
 
 
-# ------------------------------------------------------------------ perftest
-_PERFTEST_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
-
-
-def ib_write_bw_average(text: str) -> float:
-    """BW average [Gb/sec] of ``ib_write_bw --report_gbits`` (the last result row)."""
-    rows = [m for m in (_PERFTEST_ROW.match(ln) for ln in text.splitlines()) if m]
-    if not rows:
-        raise ValueError("no ib_write_bw result row (#bytes #iterations BW peak BW average ...)")
-    return float(rows[-1].group(4))
-
-
 # ------------------------------------------------------------------ a saved log
 def collective_of(rep: nccl_report.NcclReport, source: str) -> str:
     """The gate's name for the log's collective (``all_gather_perf`` -> all_gather)."""

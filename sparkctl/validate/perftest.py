@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from sparkctl import tool_output
 from sparkctl.validate.model import Check, Outcome, Thresholds
-from sparkctl.validate.nccl import Runner, ib_write_bw_average, pair_rounds
+from sparkctl.validate.nccl import Runner, pair_rounds
 
 BASE_PORT = 18515  # perftest's default port; one per twin
 SECONDS = 5
@@ -27,11 +28,11 @@ SECONDS = 5
 
 def _gid(runner: Runner, host: str, record_file: str) -> str | None:
     rc, out = runner(host, f"cat {shlex.quote(record_file)}", 30)
-    for line in out.splitlines() if rc == 0 else []:
-        key, _, value = line.partition("=")
-        if key == "ROCE_GID_INDEX" and value.strip().isdigit():
-            return value.strip()
-    return None
+    try:
+        value = tool_output.env_file(out).get("ROCE_GID_INDEX", "") if rc == 0 else ""
+    except tool_output.ToolOutputError:
+        return None
+    return value if value.isdigit() else None
 
 
 def _argv(ibdev: str, gid: str, port: int, server: str | None) -> str:
@@ -66,7 +67,7 @@ def run_pair(plan: dict[str, Any], a: str, b: str, runner: Runner, *, th: Thresh
     for twin, (rc, out) in zip(twins, results, strict=True):
         (run_dir / f"ib_write_bw-{a}-{b}-{twin['twin']}.log").write_text(out)
         try:
-            rates.append(ib_write_bw_average(out))
+            rates.append(float(tool_output.ib_write_bw(out)["average_gbps"]))
         except ValueError:
             tail = [ln for ln in out.splitlines() if ln.strip()][-1:] or ["no output"]
             return Check("rdma_write", a, subject, "failed",

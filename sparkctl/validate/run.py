@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sparkctl import __version__, console, inventory
+from sparkctl import __version__, console, inventory, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.paths import playbooks_dir, roles_dir, state_dir
@@ -245,12 +245,11 @@ def _nccl_record(runner: nccl.Runner, head: str, version_file: str) -> dict[str,
     """The nccl role's record on the head (NCCL_HOME, NCCL_VERSION: the pinned build it
     installed); "none" values, as the lab's stand-ins record them, left out."""
     rc, out = runner(head, f"cat {version_file}", 30)
-    record = {}
-    for line in out.splitlines() if rc == 0 else []:
-        key, _, value = line.partition("=")
-        if value and value != "none":
-            record[key.strip()] = value.strip()
-    return record
+    try:
+        record = tool_output.env_file(out) if rc == 0 else {}
+    except tool_output.ToolOutputError:
+        record = {}
+    return {key: value for key, value in record.items() if value and value != "none"}
 
 
 def nccl_gate(inv: inventory.Inventory, plan: dict[str, Any], facts: dict[str, dict[str, Any]],

@@ -12,6 +12,14 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from sparkctl import tool_output
+
+# Role modules import sparkctl's one parser of tool output as Ansible module_utils
+# (roles/cluster_defaults/module_utils/sparkctl_tool_output.py, a link to
+# sparkctl/tool_output.py); loaded from their files here, they find the same code
+# under that name.
+sys.modules.setdefault("ansible.module_utils.sparkctl_tool_output", tool_output)
+
 
 def load_file(name: str, path: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
@@ -20,6 +28,20 @@ def load_file(name: str, path: Path) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# Runs a role's module file as a script, as Ansible's wrapper would, with
+# sparkctl's tool_output under its module_utils name (the pytest process's own
+# alias above does not reach a child process).
+_RUN_MODULE = ("import runpy, sys; from sparkctl import tool_output; "
+               "sys.modules['ansible.module_utils.sparkctl_tool_output'] = tool_output; "
+               "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def module_command(module: Path, *args: str) -> list[str]:
+    """argv that runs ``module`` (a role's library/*.py) with ``args`` as Ansible's wrapper
+    would, its module_utils import resolved to sparkctl.tool_output."""
+    return [sys.executable, "-c", _RUN_MODULE, str(module), *args]
 
 
 def ansible_playbook() -> Path:

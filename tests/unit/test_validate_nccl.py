@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import nccl_report
+from sparkctl import nccl_report, tool_output
 from sparkctl.validate import nccl
 from sparkctl.validate.model import Finding, Judged, NcclRun, Thresholds
 
@@ -653,17 +653,18 @@ IB_WRITE_BW_SWEEP = """\
 
 
 def test_ib_write_bw_average() -> None:
-    assert nccl.ib_write_bw_average(IB_WRITE_BW) == 111.71
-    assert nccl.ib_write_bw_average(IB_WRITE_BW_SWEEP) == 92.06
+    # perftest's reader moved to sparkctl.tool_output (one parser per tool output)
+    assert tool_output.ib_write_bw(IB_WRITE_BW)["average_gbps"] == 111.71
+    assert tool_output.ib_write_bw(IB_WRITE_BW_SWEEP)["average_gbps"] == 92.06
 
 
 def test_ib_write_bw_without_a_result_row() -> None:
     failed = (" Couldn't connect to 192.168.177.12:18515\n"
               "Unable to perform rdma_client function\n")
-    with pytest.raises(ValueError, match=r"no ib_write_bw result row \(#bytes #iterations BW peak BW average"):
-        nccl.ib_write_bw_average(failed)
+    with pytest.raises(ValueError, match=r"no ib_write_bw result header \(#bytes #iterations"):
+        tool_output.ib_write_bw(failed)
     with pytest.raises(ValueError, match="no ib_write_bw result row"):
-        nccl.ib_write_bw_average(IB_WRITE_BW.split(" 65536", maxsplit=1)[0])
+        tool_output.ib_write_bw(IB_WRITE_BW.split(" 65536", maxsplit=1)[0])
 
 
 # ---------------------------------------------------------------- real GB10 logs

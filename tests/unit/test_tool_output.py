@@ -1,13 +1,27 @@
-"""sparkctl.checks.parse: the node checks' readers on the tools' own output, and their refusals."""
+"""sparkctl.tool_output, the one parser of node tool output, on the tools' own output.
+
+The first part keeps the node checks' cases (they were sparkctl/checks/parse.py's);
+the second reads the real outputs under tests/fixtures/<tool>/ (each directory's
+SOURCES.md says where every file came from), including the known variants: the
+R610 banner (CUDA UMD Version), a GB10's [N/A] memory fields, ibdev2netdev with
+the P2 twins first, show_gids with spaces or tabs, ib_write_bw in Gb/sec and MB/sec.
+"""
 
 # ruff: noqa: E501 -- tool output is quoted as the tools print it
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from sparkctl.checks import parse
+from sparkctl import tool_output as parse
+from sparkctl.checks.test_node import _env_diff
+
+
+def _ping(sent: int, received: int, error: str | None) -> dict[str, object]:
+    return {"sent": sent, "received": received, "error": error}
+
 
 # ---------------------------------------------------------------- versions
 
@@ -56,28 +70,29 @@ Sun Nov 30 07:01:02 2026
 """
 
 
-def test_nvidia_smi_query_one_gpu() -> None:
-    gpus = parse.nvidia_smi_query("NVIDIA GB10, 580.95.05\n")
-    assert gpus == [parse.Gpu("NVIDIA GB10", "580.95.05")]
+def test_nvidia_smi_csv_one_gpu_by_header() -> None:
+    gpus = parse.nvidia_smi_csv("name, driver_version\nNVIDIA GB10, 580.95.05\n")
+    assert gpus == [{"name": "NVIDIA GB10", "driver_version": "580.95.05"}]
 
 
-def test_nvidia_smi_query_skips_blank_lines_and_keeps_order() -> None:
-    text = "NVIDIA H100 80GB HBM3, 570.124.06\n\nNVIDIA H100 80GB HBM3, 570.124.06\n"
-    assert [g.name for g in parse.nvidia_smi_query(text)] == ["NVIDIA H100 80GB HBM3"] * 2
+def test_nvidia_smi_csv_skips_blank_lines_and_keeps_order() -> None:
+    text = ("name, driver_version\nNVIDIA H100 80GB HBM3, 570.124.06\n\n"
+            "NVIDIA H100 80GB HBM3, 570.124.06\n")
+    assert [g["name"] for g in parse.nvidia_smi_csv(text)] == ["NVIDIA H100 80GB HBM3"] * 2
 
 
-def test_nvidia_smi_query_refuses_the_driver_failure_text() -> None:
+def test_nvidia_smi_csv_refuses_the_driver_failure_text() -> None:
     failure = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                "Make sure that the latest NVIDIA driver is installed and running.\n")
-    with pytest.raises(ValueError, match=r"not 'name, driver_version': \"NVIDIA-SMI has failed"):
-        parse.nvidia_smi_query(failure)
-    with pytest.raises(ValueError, match=r"not 'name, driver_version': 'NVIDIA GB10, '"):
-        parse.nvidia_smi_query("NVIDIA GB10, \n")
+    with pytest.raises(ValueError, match="1 fields, header has 2"):
+        parse.nvidia_smi_csv(failure, ["name", "driver_version"])
+    with pytest.raises(ValueError, match="1 fields, header has 2"):
+        parse.nvidia_smi_csv("name, driver_version\nNVIDIA GB10\n")
 
 
-def test_nvidia_smi_query_refuses_no_gpu() -> None:
-    with pytest.raises(ValueError, match="nvidia-smi listed no GPU"):
-        parse.nvidia_smi_query("\n")
+def test_nvidia_smi_csv_refuses_no_output() -> None:
+    with pytest.raises(ValueError, match="nvidia-smi printed no CSV"):
+        parse.nvidia_smi_csv("\n")
 
 
 def test_nvidia_smi_cuda_from_the_banner() -> None:
@@ -87,7 +102,7 @@ def test_nvidia_smi_cuda_from_the_banner() -> None:
 
 
 def test_nvidia_smi_cuda_refuses_a_banner_without_it() -> None:
-    with pytest.raises(ValueError, match="no 'CUDA Version' in nvidia-smi's banner"):
+    with pytest.raises(ValueError, match="no 'CUDA Version' or 'CUDA UMD Version' in nvidia-smi's banner"):
         parse.nvidia_smi_cuda("No devices were found\n")
 
 
@@ -102,8 +117,12 @@ rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)
 """
 
 
+def _by_ibdev(text: str) -> dict[str, tuple[str, str]]:
+    return {r["ibdev"]: (r["netdev"], r["state"]) for r in parse.ibdev2netdev(text)}
+
+
 def test_ibdev2netdev_maps_every_device() -> None:
-    assert parse.ibdev2netdev(IBDEV2NETDEV) == {
+    assert _by_ibdev(IBDEV2NETDEV) == {
         "roceP2p1s0f0": ("enP2p1s0f0np0", "Down"),
         "roceP2p1s0f1": ("enP2p1s0f1np1", "Up"),
         "rocep1s0f0": ("enp1s0f0np0", "Down"),
@@ -112,18 +131,21 @@ def test_ibdev2netdev_maps_every_device() -> None:
 
 
 def test_ibdev2netdev_tolerates_blank_lines_and_indentation() -> None:
-    assert parse.ibdev2netdev("\n  rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)  \n\n") == {
+    assert _by_ibdev("\n  rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)  \n\n") == {
         "rocep1s0f1": ("enp1s0f1np1", "Up")}
-    assert parse.ibdev2netdev("") == {}
+    assert parse.ibdev2netdev("") == []
 
 
-def test_ibdev2netdev_refuses_other_output() -> None:
+def test_ibdev2netdev_verbose_and_refusals() -> None:
     verbose = ("0000:01:00.1 rocep1s0f1 (MT4129 - MCX750500B-0D00) NVIDIA ConnectX-7 "
                "fw 28.44.1036 port 1 (ACTIVE) ==> enp1s0f1np1 (Up)")
-    with pytest.raises(ValueError, match=r"not an ibdev2netdev line: '0000:01:00.1 rocep1s0f1"):
-        parse.ibdev2netdev(verbose)
+    assert parse.ibdev2netdev(verbose) == [{
+        "ibdev": "rocep1s0f1", "port": 1, "netdev": "enp1s0f1np1", "state": "Up",
+        "pci": "0000:01:00.1", "port_state": "ACTIVE"}]
     with pytest.raises(ValueError, match="not an ibdev2netdev line: 'rocep1s0f1 port 1 ==>'"):
         parse.ibdev2netdev("rocep1s0f1 port 1 ==> ")
+    with pytest.raises(ValueError, match="not an ibdev2netdev line: 'ibdev2netdev: command"):
+        parse.ibdev2netdev("ibdev2netdev: command not found\n")
 
 
 # ---------------------------------------------------------------- chronyc
@@ -181,22 +203,22 @@ Leap status     : Not synchronised
 
 def test_chronyc_tracking_slow_clock_is_a_negative_offset() -> None:
     track = parse.chronyc_tracking(TRACKING_SLOW)
-    assert track == parse.Tracking("C0A86401", 3, -0.000012345, "Normal")
+    assert track == {"reference": "C0A86401", "stratum": 3, "offset_s": -0.000012345, "leap": "Normal"}
 
 
 def test_chronyc_tracking_fast_clock_is_a_positive_offset() -> None:
     fast = TRACKING_SLOW.replace("0.000012345 seconds slow", "0.250000000 seconds fast")
-    assert parse.chronyc_tracking(fast).offset_s == 0.25
+    assert parse.chronyc_tracking(fast)["offset_s"] == 0.25
 
 
 def test_chronyc_tracking_isolated_head_with_an_empty_name() -> None:
     track = parse.chronyc_tracking(TRACKING_ISOLATED_HEAD)
-    assert (track.reference, track.stratum, track.offset_s, track.leap) == ("7F7F0101", 10, 0.0, "Normal")
+    assert (track["reference"], track["stratum"], track["offset_s"], track["leap"]) == ("7F7F0101", 10, 0.0, "Normal")
 
 
 def test_chronyc_tracking_unsynchronised() -> None:
     track = parse.chronyc_tracking(TRACKING_UNSYNCHRONISED)
-    assert (track.reference, track.stratum, track.leap) == ("00000000", 0, "Not synchronised")
+    assert (track["reference"], track["stratum"], track["leap"]) == ("00000000", 0, "Not synchronised")
 
 
 def test_chronyc_tracking_refuses_other_output() -> None:
@@ -241,7 +263,7 @@ IP_ADDR = json.dumps([
 
 
 def test_ip_addr_json_every_interface_ipv4_only() -> None:
-    assert parse.ip_addr_json(IP_ADDR) == {
+    assert parse.ip_addr(IP_ADDR) == {
         "lo": ["127.0.0.1/8"],
         "enP7s7": ["10.0.0.21/24"],
         "enp1s0f1np1": ["192.168.100.11/24", "169.254.3.1/16"],
@@ -250,13 +272,13 @@ def test_ip_addr_json_every_interface_ipv4_only() -> None:
 
 
 def test_ip_addr_json_empty_output_is_no_interface() -> None:
-    assert parse.ip_addr_json("") == {}
-    assert parse.ip_addr_json("[]") == {}
+    assert parse.ip_addr("") == {}
+    assert parse.ip_addr("[]") == {}
 
 
 def test_ip_addr_json_refuses_text() -> None:
-    with pytest.raises(ValueError, match="ip -j printed no JSON: Expecting value"):
-        parse.ip_addr_json('Option "-j" is unknown, try "ip -help".')
+    with pytest.raises(ValueError, match="ip -j addr printed no JSON"):
+        parse.ip_addr('Option "-j" is unknown, try "ip -help".')
 
 
 # ---------------------------------------------------------------- /proc/meminfo
@@ -340,19 +362,22 @@ def test_env_file_keeps_everything_after_the_first_equals_sign() -> None:
 
 
 def test_env_file_refuses_lines_that_are_not_key_value() -> None:
-    with pytest.raises(ValueError, match=r"line 2 is not KEY=VALUE: 'export NCCL_DEBUG=INFO'"):
+    # The line stays out of the message: the sglang role reads its secrets file with this.
+    with pytest.raises(ValueError, match=r"^line 2 is not KEY=VALUE$"):
         parse.env_file("# x\nexport NCCL_DEBUG=INFO\n")
-    with pytest.raises(ValueError, match=r"line 1 is not KEY=VALUE: 'NCCL_DEBUG INFO'"):
-        parse.env_file("NCCL_DEBUG INFO\n")
-    with pytest.raises(ValueError, match=r"line 1 is not KEY=VALUE: '1NCCL=1'"):
+    with pytest.raises(ValueError, match=r"^line 1 is not KEY=VALUE$"):
+        parse.env_file("SGLANG_API_KEY sk-secret\n")
+    with pytest.raises(ValueError, match=r"^line 1 is not KEY=VALUE$"):
         parse.env_file("1NCCL=1\n")
+    with pytest.raises(ValueError, match=r"^line 2: X is set twice$"):
+        parse.env_file("X=1\nX=2\n")
 
 
 def test_env_diff_names_missing_unexpected_and_different() -> None:
     actual = {"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_DEBUG": "INFO", "NCCL_IB_GID_INDEX": "3"}
     expected = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_GID_INDEX": "3",
                 "NCCL_IB_HCA": "rocep1s0f1"}
-    assert parse.env_diff(actual, expected) == [
+    assert _env_diff(actual, expected) == [
         "NCCL_IB_HCA missing (want 'rocep1s0f1')",
         "NCCL_DEBUG='INFO' not expected",
         "NCCL_SOCKET_IFNAME='enp1s0f0np0', want 'enp1s0f1np1'",
@@ -361,9 +386,9 @@ def test_env_diff_names_missing_unexpected_and_different() -> None:
 
 def test_env_diff_of_equal_files_is_empty_and_compares_as_text() -> None:
     env = parse.env_file(NCCL_ENV)
-    assert parse.env_diff(env, dict(env)) == []
+    assert _env_diff(env, dict(env)) == []
     # An inventory integer (NCCL_IB_GID_INDEX: 3) equals the file's "3".
-    assert parse.env_diff({"NCCL_IB_GID_INDEX": "3"}, {"NCCL_IB_GID_INDEX": 3}) == []  # type: ignore[dict-item]
+    assert _env_diff({"NCCL_IB_GID_INDEX": "3"}, {"NCCL_IB_GID_INDEX": 3}) == []  # type: ignore[dict-item]
 
 
 # ---------------------------------------------------------------- ping (iputils)
@@ -400,37 +425,37 @@ ping: local error: message too long, mtu=1500
 
 
 def test_ping_success() -> None:
-    assert parse.ping(PING_OK, "") == parse.Ping(3, 3, None)
+    assert parse.ping(PING_OK, "") == _ping(3, 3, None)
 
 
 def test_ping_total_loss_has_no_error_line() -> None:
-    assert parse.ping(PING_LOST, "") == parse.Ping(3, 0, None)
+    assert parse.ping(PING_LOST, "") == _ping(3, 0, None)
 
 
 def test_ping_message_too_long_is_the_error() -> None:
     result = parse.ping(PING_TOO_LONG_OUT, PING_TOO_LONG_ERR)
-    assert result == parse.Ping(3, 0, "ping: local error: message too long, mtu=1500")
+    assert result == _ping(3, 0, "ping: local error: message too long, mtu=1500")
     # Older iputils report the refused send this way instead.
     sendmsg = parse.ping(PING_TOO_LONG_OUT, "ping: sendmsg: Message too long\n")
-    assert sendmsg.error == "ping: sendmsg: Message too long"
+    assert sendmsg["error"] == "ping: sendmsg: Message too long"
 
 
 def test_ping_network_unreachable_prints_no_summary() -> None:
     result = parse.ping("", "ping: connect: Network is unreachable\n")
-    assert result == parse.Ping(0, 0, "ping: connect: Network is unreachable")
+    assert result == _ping(0, 0, "ping: connect: Network is unreachable")
 
 
 def test_ping_other_failures_keep_stderr_or_say_nothing_was_printed() -> None:
     assert parse.ping("", "ping: SO_BINDTODEVICE enp9s0: No such device\n") == \
-        parse.Ping(0, 0, "ping: SO_BINDTODEVICE enp9s0: No such device")
-    assert parse.ping("", "ping: bind: Cannot assign requested address\n").error == \
+        _ping(0, 0, "ping: SO_BINDTODEVICE enp9s0: No such device")
+    assert parse.ping("", "ping: bind: Cannot assign requested address\n")["error"] == \
         "ping: bind: Cannot assign requested address"
-    assert parse.ping("", "") == parse.Ping(0, 0, "ping printed no summary")
+    assert parse.ping("", "") == _ping(0, 0, "ping printed no summary")
 
 
 def test_ping_busybox_summary_wording() -> None:
     text = "--- 192.168.100.12 ping statistics ---\n3 packets transmitted, 2 packets received, 33% packet loss\n"
-    assert parse.ping(text, "") == parse.Ping(3, 2, None)
+    assert parse.ping(text, "") == _ping(3, 2, None)
 
 
 # ---------------------------------------------------------------- ip -j neigh
@@ -439,19 +464,19 @@ def test_ping_busybox_summary_wording() -> None:
 def test_neigh_mac_of_a_resolved_neighbour() -> None:
     # `ip -j neigh show ADDR dev IF` leaves out "dev" (it was given).
     text = '[{"dst":"192.168.100.12","lladdr":"4c:bb:47:2a:10:b3","state":["REACHABLE"]}]'
-    assert parse.neigh_mac(text) == "4c:bb:47:2a:10:b3"
+    assert parse.ip_neigh_mac(text) == "4c:bb:47:2a:10:b3"
     stale = '[{"dst":"192.168.100.12","lladdr":"4c:bb:47:2a:10:b3","state":["STALE"]}]'
-    assert parse.neigh_mac(stale) == "4c:bb:47:2a:10:b3"
+    assert parse.ip_neigh_mac(stale) == "4c:bb:47:2a:10:b3"
 
 
 def test_neigh_mac_unresolved_is_none() -> None:
-    assert parse.neigh_mac('[{"dst":"192.168.100.13","state":["FAILED"]}]') is None
-    assert parse.neigh_mac('[{"dst":"192.168.100.13","state":["INCOMPLETE"]}]') is None
+    assert parse.ip_neigh_mac('[{"dst":"192.168.100.13","state":["FAILED"]}]') is None
+    assert parse.ip_neigh_mac('[{"dst":"192.168.100.13","state":["INCOMPLETE"]}]') is None
     # A FAILED entry can still show the last address it had: it is not the neighbour now.
-    assert parse.neigh_mac('[{"dst":"192.168.100.13","lladdr":"4c:bb:47:2a:10:b3","state":["FAILED"]}]') is None
-    assert parse.neigh_mac("") is None
-    assert parse.neigh_mac("[]") is None
-    assert parse.neigh_mac("Cannot find device \"enp9s0\"") is None
+    assert parse.ip_neigh_mac('[{"dst":"192.168.100.13","lladdr":"4c:bb:47:2a:10:b3","state":["FAILED"]}]') is None
+    assert parse.ip_neigh_mac("") is None
+    assert parse.ip_neigh_mac("[]") is None
+    assert parse.ip_neigh_mac("Cannot find device \"enp9s0\"") is None
 
 
 def test_environ_reads_proc_and_docker_inspect_alike() -> None:
@@ -472,5 +497,148 @@ def test_execstart_argv_and_the_containers_binds() -> None:
             "/h:/c --volume /x:/x python3 -c x ; ignore_errors=no ; start_time=[n/a] ; pid=0 }")
     argv = parse.execstart_argv(text)
     assert argv[:3] == ["/usr/bin/docker", "run", "--rm"] and argv[-2:] == ["-c", "x"]
-    assert parse.container_mounts(argv) == [("/m", "/m"), ("/h", "/c"), ("/x", "/x")]
-    assert parse.execstart_argv("") == [] and parse.container_mounts([]) == []
+    assert parse.docker_run_mounts(argv) == [("/m", "/m"), ("/h", "/c"), ("/x", "/x")]
+    assert parse.docker_run_mounts([]) == []
+    with pytest.raises(ValueError, match="no argv"):
+        parse.execstart_argv("")
+
+
+# ================================================================ real outputs
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def fixture(tool: str, name: str) -> str:
+    return (FIXTURES / tool / name).read_text()
+
+
+def test_every_fixture_is_listed_in_its_sources() -> None:
+    for tool in ("nvidia-smi", "ibdev2netdev", "show_gids", "ibv_devinfo", "ethtool",
+                 "ib_write_bw", "ip", "systemctl"):
+        sources = (FIXTURES / tool / "SOURCES.md").read_text()
+        files = [p.name for p in (FIXTURES / tool).iterdir() if p.name != "SOURCES.md"]
+        assert files, tool
+        missing = [f for f in files if f"`{f}`" not in sources]
+        assert not missing, f"{tool}/SOURCES.md does not say where {missing} came from"
+
+
+@pytest.mark.parametrize(("name", "driver", "cuda"), [
+    ("gb10-580.95.05-table.txt", "580.95.05", "13.0"),
+    ("b200-610.43.02-umd-banner.txt", "610.43.02", "13.3"),  # KMD / CUDA UMD Version
+    ("gb10-580.142-version.txt", "580.142", "13.0"),          # nvidia-smi --version
+])
+def test_nvidia_smi_banners_old_and_new(name: str, driver: str, cuda: str) -> None:
+    text = fixture("nvidia-smi", name)
+    banner = parse.nvidia_smi_banner(text)
+    assert (banner["driver_version"], banner["cuda_version"]) == (driver, cuda)
+    assert parse.nvidia_smi_cuda(text) == cuda
+
+
+def test_nvidia_smi_gb10_memory_is_none_not_zero() -> None:
+    rows = parse.nvidia_smi_csv(fixture("nvidia-smi", "gb10-query-memory-header.csv"))
+    assert rows == [{"memory.free": None, "memory.total": None, "memory.used": None}]
+
+
+def test_nvidia_smi_noheader_is_read_by_the_query_names() -> None:
+    rows = parse.nvidia_smi_csv(
+        fixture("nvidia-smi", "gb10-query-name-memory-driver-noheader.csv"),
+        ["name", "memory.total", "driver_version"])
+    assert rows == [{"name": "NVIDIA GB10", "memory.total": None, "driver_version": "580.126.09"}]
+    fields = ["index", "gpu_name", "pci.bus_id", "driver_version", "compute_cap",
+              "temperature.gpu", "pstate", "memory.total"]
+    (gb10,) = parse.nvidia_smi_csv(fixture("nvidia-smi", "gb10-query-inventory-noheader.csv"),
+                                   fields)
+    assert (gb10["gpu_name"], gb10["compute_cap"], gb10["memory.total"]) == (
+        "NVIDIA GB10", "12.1", None)
+    with pytest.raises(ValueError, match="no nvidia-smi CSV header"):
+        parse.nvidia_smi_csv(fixture("nvidia-smi", "gb10-query-inventory-noheader.csv"))
+
+
+def test_ibdev2netdev_p2_first_and_p1_first_give_the_same_twins() -> None:
+    p2_first = parse.ibdev2netdev(fixture("ibdev2netdev", "spark-p2-first-port1-up.txt"))
+    assert [r["ibdev"] for r in p2_first][:2] == ["roceP2p1s0f0", "roceP2p1s0f1"]
+    up = {r["ibdev"]: r["netdev"] for r in p2_first if r["state"] == "Up"}
+    assert up == {"roceP2p1s0f1": "enP2p1s0f1np1", "rocep1s0f1": "enp1s0f1np1"}
+    p1_first = parse.ibdev2netdev(fixture("ibdev2netdev", "spark-port0-up.txt"))
+    assert {r["ibdev"]: r["netdev"] for r in p1_first if r["state"] == "Up"} == {
+        "rocep1s0f0": "enp1s0f0np0", "roceP2p1s0f0": "enP2p1s0f0np0"}
+
+
+def test_show_gids_gb10_spaces_and_mlnx_tabs() -> None:
+    rows = parse.show_gids(fixture("show_gids", "gb10-port0-spaces-redacted.txt"))
+    assert len(rows) == 12  # n_gids_found=12
+    v2 = [(r["dev"], r["index"], r["ipv4"], r["ndev"]) for r in rows
+          if r["ver"] == "v2" and r["ipv4"]]
+    assert v2 == [("rocep1s0f0", 3, "192.168.100.10", "enp1s0f0np0"),
+                  ("roceP2p1s0f0", 3, "192.168.100.14", "enP2p1s0f0np0")]
+    tabs = parse.show_gids(fixture("show_gids", "mlx5-tabs.txt"))
+    assert [(r["index"], r["ver"], r["ipv4"]) for r in tabs] == [
+        (0, "v1", None), (1, "v2", None), (2, "v1", "192.168.211.242"),
+        (3, "v2", "192.168.211.242")]
+    assert parse.gid_to_ipv4(tabs[3]["gid"]) == "192.168.211.242"
+
+
+def test_ibv_devinfo_gb10_four_devices() -> None:
+    devices = parse.ibv_devinfo(fixture("ibv_devinfo", "gb10-port1-up.txt"))
+    assert [d["hca_id"] for d in devices] == ["rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0",
+                                             "roceP2p1s0f1"]
+    assert {d["fw_ver"] for d in devices} == {"28.45.4028"}
+    assert {d["vendor_part_id"] for d in devices} == {"4129"}  # MT4129, ConnectX-7
+    ports = {d["hca_id"]: d["ports"][0] for d in devices}
+    assert ports["rocep1s0f1"]["state"] == "PORT_ACTIVE"
+    assert ports["rocep1s0f1"]["active_mtu"] == "4096"
+    assert ports["rocep1s0f0"]["state"] == "PORT_DOWN"
+    assert {p["link_layer"] for p in ports.values()} == {"Ethernet"}
+    with pytest.raises(ValueError, match="no hca_id"):
+        parse.ibv_devinfo("No IB devices found\n")
+
+
+def test_ethtool_spark_speed_and_full_outputs() -> None:
+    assert parse.ethtool(fixture("ethtool", "spark-grep-speed-200g.txt"))["speed_mbps"] == 200000
+    degraded = parse.ethtool(fixture("ethtool", "spark-grep-speed-100g.txt"))
+    assert degraded == {"speed_mbps": 100000, "link_detected": None, "duplex": None,
+                        "auto_negotiation": None, "port": None, "lanes": None}
+    full = parse.ethtool(fixture("ethtool", "ascend-hccn-200g-an-off.txt"))
+    assert (full["speed_mbps"], full["link_detected"], full["auto_negotiation"]) == (
+        200000, True, "off")
+    mlx5 = parse.ethtool(fixture("ethtool", "mlx5-connectx4lx-25g.txt"))
+    assert (mlx5["speed_mbps"], mlx5["port"], mlx5["duplex"]) == (
+        25000, "Direct Attach Copper", "Full")
+    with pytest.raises(ValueError, match="no Speed line"):
+        parse.ethtool("netlink error: No such device\n")
+
+
+def test_ib_write_bw_unit_from_the_header() -> None:
+    one = parse.ib_write_bw(fixture("ib_write_bw", "gb10-nvidia-guide-client1-gbits.txt"))
+    two = parse.ib_write_bw(fixture("ib_write_bw", "gb10-nvidia-guide-client2-gbits.txt"))
+    assert (one["unit"], len(one["rows"])) == ("Gb/sec", 5)
+    # NVIDIA's guide: 92.57 + 97.28 = 189.85 Gb/s on one port (the last rows: 92.57, 97.28).
+    assert round(one["average_gbps"] + two["average_gbps"], 2) == 189.85
+    cpu = parse.ib_write_bw(fixture("ib_write_bw", "gb10-cpu-util-gbits.txt"))
+    assert cpu["rows"] == [{"bytes": 65536, "iterations": 1059332, "BW peak": 0.0,
+                            "BW average": 92.57, "MsgRate": 0.176557, "CPU_Util": 5.07}]
+    mib = parse.ib_write_bw(fixture("ib_write_bw", "mlx5-bond-send-mbytes.txt"))
+    assert mib["unit"] == "MB/sec"
+    # perftest's MB/sec is MiB/s: 2757.93 MiB/s = 23.14 Gb/s, not 2757.93 Gb/s
+    assert round(mib["average_gbps"], 2) == round(2757.93 * 1048576 * 8 / 1e9, 2) == 23.14
+
+
+def test_ip_json_of_a_real_host() -> None:
+    addrs = parse.ip_addr(fixture("ip", "build-host-ip-j-addr.json"))
+    assert addrs["eth0"] == ["192.0.2.2/24"] and addrs["lo"] == ["127.0.0.1/8"]
+    assert addrs["veth0"] == []  # IPv6 link-local only
+    assert parse.ip_addr(fixture("ip", "build-host-ip-j-4-addr.json"))["podman1"] == \
+        addrs["podman1"]
+    links = parse.ip_link(fixture("ip", "build-host-ip-j-link.json"))
+    assert links["lo"]["mtu"] == 65536
+    assert (links["eth0"]["operstate"], links["eth0"]["lower_up"]) == ("UP", True)
+    assert (links["ifb0"]["up"], links["ifb0"]["operstate"]) == (False, "DOWN")
+
+
+def test_systemctl_show_real_execstart() -> None:
+    atd = parse.systemctl_show(fixture("systemctl", "ubuntu-atd-execstart.txt"))
+    assert parse.execstart_argv(atd["ExecStart"]) == ["/usr/sbin/atd", "-f"]
+    rhel = fixture("systemctl", "rhel7-show-all-excerpt.txt")
+    props = parse.systemctl_show(rhel)
+    assert (props["LoadState"], props["UnitFileState"], props["DropInPaths"]) == (
+        "loaded", "static", "")
+    assert parse.execstart_argv(rhel) == ["/usr/bin/python3", "-c", "import", "socket"]

@@ -1,0 +1,1 @@
+../../../sparkctl/tool_output.py
