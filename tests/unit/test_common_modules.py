@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl import tool_output as TO
 from tests.unit.pathload import load_file
 
 LIB = Path(__file__).resolve().parents[2] / "roles" / "cluster_defaults" / "library"
@@ -172,7 +173,7 @@ def test_probe_parses_dpkg_status_like_package_facts() -> None:
             "removed-pkg\t1.0\tarm64\trc \n"
             "libc6:arm64\t2.39\tarm64\tii \n"
             "garbled line\n")
-    out = probe_mod.parse_dpkg(text)
+    out = TO.dpkg_query(text)
     assert sorted(out) == ["bash", "libc6", "nvidia-driver-580"]
     assert out["nvidia-driver-580"][0]["selection"] == "hold"
     assert out["bash"][0] == {"name": "bash", "version": "5.2-1", "arch": "arm64",
@@ -189,10 +190,12 @@ def test_probe_parses_systemctl_show_per_unit() -> None:
             "FragmentPath=/lib/systemd/system/chrony.service\n\n"
             "LoadState=not-found\nActiveState=inactive\nSubState=dead\nUnitFileState=\n"
             "FragmentPath=\n")
-    out = probe_mod.parse_show(text, ["chrony.service", "gone.service"])
+    out = TO.systemctl_show_units(text, ["chrony.service", "gone.service"],
+                                  list(probe_mod.UNIT_PROPERTIES))
     assert out["chrony.service"]["UnitFileState"] == "enabled"
     assert out["gone.service"]["LoadState"] == "not-found"
-    assert probe_mod.parse_show("", ["x.service"])["x.service"]["LoadState"] == ""
+    empty = TO.systemctl_show_units("", ["x.service"], list(probe_mod.UNIT_PROPERTIES))
+    assert empty["x.service"]["LoadState"] == ""
 
 
 def test_probe_looks_up_users() -> None:

@@ -655,3 +655,26 @@ def test_standin_scripts_are_executable_stdlib_python(tool: str) -> None:
     # (sparkctl/lab/image.py) for it; every other stand-in is stdlib only.
     allowed = set(sys.stdlib_module_names) | ({"mpi4py"} if tool == "nccl_tests.py" else set())
     assert imported <= allowed, imported - allowed
+
+
+# ------------------------------------------------- read by the one parser
+def test_standin_outputs_are_read_by_the_one_parser_as_real_ones(node: Node) -> None:
+    """The roles and validate read the stand-ins with sparkctl.tool_output, exactly as they
+    read a Spark: what the stand-ins print must parse as the real tools' output does."""
+    from sparkctl import tool_output  # noqa: PLC0415
+
+    node.set_operstate("enp1s0f0np0", "down")
+    plain = tool_output.ibdev2netdev(node.run("ibdev2netdev").stdout)
+    verbose = tool_output.ibdev2netdev(node.run("ibdev2netdev", "-v").stdout)
+    assert [(r["ibdev"], r["netdev"], r["state"]) for r in plain] == \
+        [(r["ibdev"], r["netdev"], r["state"]) for r in verbose]
+    assert [r["port_state"] for r in verbose] == ["DOWN", "ACTIVE", "ACTIVE", "ACTIVE"]
+    gpus = tool_output.nvidia_smi_csv(node.run(
+        "nvidia-smi", "--query-gpu=name,driver_version,compute_cap,pci.bus_id,memory.total",
+        "--format=csv").stdout, ["name", "driver_version", "compute_cap", "pci.bus_id"])
+    assert gpus[0]["name"] == "NVIDIA GB10" and gpus[0]["memory.total"] is None
+    assert tool_output.nvidia_smi_cuda(node.run("nvidia-smi").stdout)
+    assert tool_output.nvidia_smi_banner(node.run("nvidia-smi", "--version").stdout)[
+        "driver_version"] == gpus[0]["driver_version"]
+    rows = tool_output.show_gids(node.run("show_gids").stdout)
+    assert {r["dev"] for r in rows} >= {"rocep1s0f1", "roceP2p1s0f1"}

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.pathload import load_file
+from sparkctl import tool_output as TO
+from tests.unit.pathload import ansible_playbook, load_file, module_command
 
 # init_plugin_loader() warns from its second call in one process (see test_inventory.py).
 pytestmark = pytest.mark.filterwarnings(
@@ -120,10 +121,12 @@ Wed Jul 29 21:51:11 2020
 | GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
 """
 
-# `--query-gpu=name,driver_version,compute_cap,pci.bus_id --format=csv,noheader`
-# on a Spark; values as in the GB10 inventory line quoted in the stand-in
-# ("0, NVIDIA GB10, 0000000F:01:00.0, 580.142, 12.1, ...").
-GB10_CSV = "NVIDIA GB10, 580.142, 12.1, 0000000F:01:00.0\n"
+# `--query-gpu=name,driver_version,compute_cap,pci.bus_id --format=csv` on a
+# Spark; values as in the GB10 inventory line of tests/fixtures/nvidia-smi
+# ("0, NVIDIA GB10, 0000000F:01:00.0, 580.142, 12.1, ..."), the header as
+# nvidia-smi prints these fields' names (the lab stand-in prints the same).
+GB10_CSV = ("name, driver_version, compute_cap, pci.bus_id\n"
+            "NVIDIA GB10, 580.142, 12.1, 0000000F:01:00.0\n")
 
 # nvidia-smi's own words when the kernel driver is not loaded (exit 9); it
 # prints them on stdout.
@@ -145,37 +148,48 @@ NO_DRIVER = (
     ids=["gb10-580.95", "gb10-580.126", "gtx960-580.82", "b200-610-kmd-umd", "titan-450"],
 )
 def test_header_gives_driver_and_cuda(text: str, driver: str, cuda: str) -> None:
-    assert M.parse_header(text) == {"driver_version": driver, "cuda_version": cuda}
+    banner = TO.nvidia_smi_banner(text)
+    assert (banner["driver_version"], banner["cuda_version"]) == (driver, cuda)
 
 
 def test_header_without_versions() -> None:
-    assert M.parse_header("No devices were found\n") == {
-        "driver_version": None, "cuda_version": None}
+    assert TO.nvidia_smi_banner("No devices were found\n") == {
+        "smi_version": None, "driver_version": None, "cuda_version": None}
 
 
 def test_query_csv_one_gb10() -> None:
-    assert M.parse_query_csv(GB10_CSV) == [{
+    assert M.gpus_of(GB10_CSV) == [{
         "index": 0, "name": "NVIDIA GB10", "driver_version": "580.142",
         "compute_cap": "12.1", "pci_bus_id": "0000000F:01:00.0"}]
 
 
 def test_query_csv_several_gpus_and_not_available_values() -> None:
     # Names and bus ids from the B200 node in sglang #27487.
-    text = ("NVIDIA B200, 610.43.02, 10.0, 00000000:63:00.0\n"
+    text = ("name, driver_version, compute_cap, pci.bus_id\n"
+            "NVIDIA B200, 610.43.02, 10.0, 00000000:63:00.0\n"
             "NVIDIA B200, 610.43.02, [N/A], 00000000:68:00.0\n\n")
-    gpus = M.parse_query_csv(text)
+    gpus = M.gpus_of(text)
     assert [g["index"] for g in gpus] == [0, 1]
     assert [g["pci_bus_id"] for g in gpus] == ["00000000:63:00.0", "00000000:68:00.0"]
     assert gpus[1]["compute_cap"] is None
 
 
 def test_query_csv_empty_is_no_gpu() -> None:
-    assert M.parse_query_csv("") == []
+    assert M.gpus_of("") == []
 
 
 def test_query_csv_wrong_field_count_is_an_error() -> None:
-    with pytest.raises(M.GpuInfoError, match="2 fields, expected 4"):
-        M.parse_query_csv("NVIDIA GB10, 580.142\n")
+    with pytest.raises(M.GpuInfoError, match="2 fields, header has 4"):
+        M.gpus_of("name, driver_version, compute_cap, pci.bus_id\nNVIDIA GB10, 580.142\n")
+
+
+def test_query_csv_is_read_by_its_header_not_by_position() -> None:
+    # The same GPU with the columns in another order: the same values come out.
+    text = ("pci.bus_id, compute_cap, name, driver_version\n"
+            "0000000F:01:00.0, 12.1, NVIDIA GB10, 580.142\n")
+    assert M.gpus_of(text) == M.gpus_of(GB10_CSV)
+    with pytest.raises(M.GpuInfoError, match="lacks compute_cap"):
+        M.gpus_of("name, driver_version, pci.bus_id\nNVIDIA GB10, 580.142, 0000000F:01:00.0\n")
 
 
 # ------------------------------------------------------------- gpu_info
@@ -197,7 +211,7 @@ def test_gpu_info_on_a_spark() -> None:
     info = M.gpu_info("/usr/bin/nvidia-smi", "spark1", smi)
     assert smi.calls == [
         ["/usr/bin/nvidia-smi", "--query-gpu=name,driver_version,compute_cap,pci.bus_id",
-         "--format=csv,noheader"],
+         "--format=csv"],
         ["/usr/bin/nvidia-smi"],
     ]
     assert info["gpu_count"] == 1
@@ -268,7 +282,7 @@ def run_module(tmp_path: Path, hw: dict[str, Any] | None, **args: Any) -> dict[s
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     env = dict(os.environ, SPARKCTL_LAB_HW=str(hw_path), SPARKCTL_LAB_SYSFS=str(tmp_path),
                PATH=f"{smi.parent}:/usr/bin:/bin")
-    proc = subprocess.run([sys.executable, str(MODULE_PATH), str(argfile)],
+    proc = subprocess.run(module_command(MODULE_PATH, str(argfile)),
                           capture_output=True, text=True, env=env, timeout=60, check=False)
     result: dict[str, Any] = json.loads(proc.stdout)
     assert (proc.returncode != 0) == bool(result.get("failed")), proc.stderr
@@ -313,11 +327,40 @@ def test_module_without_nvidia_smi_anywhere(tmp_path: Path) -> None:
         pytest.skip("this machine has a real nvidia-smi")
     argfile = tmp_path / "args.json"
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"node_name": "spark2"}}))
-    proc = subprocess.run([sys.executable, str(MODULE_PATH), str(argfile)], capture_output=True,
+    proc = subprocess.run(module_command(MODULE_PATH, str(argfile)), capture_output=True,
                           text=True, env=dict(os.environ, PATH="/usr/bin:/bin"), timeout=60,
                           check=False)
     assert json.loads(proc.stdout)["msg"].startswith(
         "nvidia-smi not found on spark2: the NVIDIA driver is not installed")
+
+
+def test_module_through_ansible_reads_with_the_shared_parser(tmp_path: Path) -> None:
+    """As provision runs it: Ansible packs the module with the module_utils it imports,
+    here cluster_defaults' link to sparkctl/tool_output.py, and runs it against the lab's
+    nvidia-smi stand-in (header CSV, 580 banner)."""
+    adhoc = ansible_playbook().with_name("ansible")
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
+    smi.chmod(0o755)
+    (tmp_path / "hardware.json").write_text(json.dumps(HW))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    env = dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"),
+               ANSIBLE_LIBRARY=str(ROLE / "library"),
+               ANSIBLE_MODULE_UTILS=str(ROLE.parent / "cluster_defaults" / "module_utils"),
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOME=str(tmp_path / "home"),
+               SPARKCTL_LAB_HW=str(tmp_path / "hardware.json"), SPARKCTL_LAB_SYSFS=str(tmp_path),
+               PATH=f"{smi.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    proc = subprocess.run([str(adhoc), "localhost", "-i", "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}",
+                           "-m", "nvidia_gpu_info", "-a", "node_name=spark1"],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert result["gpus"][0]["name"] == "NVIDIA GB10"
+    assert result["gpus"][0]["compute_cap"] == "12.1"
+    assert (result["driver_version"], result["cuda_version"]) == ("580.95.05", "13.0")
 
 
 # ------------------------------------------------------ the role's interface
@@ -608,27 +651,27 @@ PREFIX = "linux-modules-nvidia-580-open-"
 
 
 def test_upstream_version_of_real_debian_versions() -> None:
-    assert KM.upstream_version("580.95.05-0ubuntu0.24.04.3") == "580.95.05"
-    assert KM.upstream_version("580.142-0ubuntu0.24.04.1") == "580.142"
-    assert KM.upstream_version("1:1.1.13-1ubuntu0.1") == "1.1.13"
-    assert KM.upstream_version("580.159.03-0ubuntu192.0.2.10") == "580.159.03"
-    assert KM.upstream_version("") is None
+    assert TO.debian_upstream_version("580.95.05-0ubuntu0.24.04.3") == "580.95.05"
+    assert TO.debian_upstream_version("580.142-0ubuntu0.24.04.1") == "580.142"
+    assert TO.debian_upstream_version("1:1.1.13-1ubuntu0.1") == "1.1.13"
+    assert TO.debian_upstream_version("580.159.03-0ubuntu192.0.2.10") == "580.159.03"
+    assert TO.debian_upstream_version("") is None
 
 
 def test_modinfo_of_a_spark() -> None:
-    assert KM.parse_modinfo(GB10_MODINFO) == {
+    assert TO.modinfo(GB10_MODINFO) == {
         "filename": "/lib/modules/6.17.0-1014-nvidia/kernel/nvidia-580-open/nvidia.ko",
         "version": "580.142",
         "vermagic": "6.17.0-1014-nvidia SMP preempt mod_unload modversions aarch64"}
-    fields = KM.parse_modinfo(fixture("modinfo", "rtx2080-580.126.09-6.17.0-22-generic.txt"))
+    fields = TO.modinfo(fixture("modinfo", "rtx2080-580.126.09-6.17.0-22-generic.txt"))
     assert (fields["version"], fields["srcversion"]) == ("580.126.09", "43ECDFFFD2238CDC4017DFE")
 
 
 def test_uname_of_a_spark() -> None:
-    assert KM.parse_uname(fixture("uname", "gb10-dgx-os-6.17.0-1014-nvidia.txt")) == \
+    assert TO.uname_release(fixture("uname", "gb10-dgx-os-6.17.0-1014-nvidia.txt")) == \
         "6.17.0-1014-nvidia"
-    with pytest.raises(KM.KernelModuleError):
-        KM.parse_uname("Linux spark1 6.17.0-1014-nvidia\n")
+    with pytest.raises(TO.ToolOutputError):
+        TO.uname_release("Linux spark1 6.17.0-1014-nvidia\n")
 
 
 def test_grub_menu_of_dgx_os() -> None:
@@ -797,9 +840,9 @@ def test_nvcc_of_a_spark() -> None:
 
 def test_nvcc_of_cuda_12_cannot_build_for_a_spark() -> None:
     # The same lists without the Blackwell GB10 entries, as a toolkit before 12.9 lists them.
-    code = NV.parse_targets(NVCC_ANSWERS["--list-gpu-code"].replace("sm_121\n", ""))
+    code = TO.nvcc_targets(NVCC_ANSWERS["--list-gpu-code"].replace("sm_121\n", ""))
     assert PROFILES["dgx_spark"]["cuda_arch"] not in code
-    assert NV.parse_version("Cuda compilation tools, release 12.8, V12.8.93") == {
+    assert TO.nvcc_version("Cuda compilation tools, release 12.8, V12.8.93") == {
         "release": "12.8", "version": "12.8.93"}
 
 
@@ -809,10 +852,10 @@ def test_nvcc_missing_or_failing() -> None:
 
     with pytest.raises(NV.NvccError, match=r"^cannot run /usr/local/cuda/bin/nvcc on spark3: "):
         NV.nvcc_info("/usr/local/cuda/bin/nvcc", "spark3", missing)
-    with pytest.raises(NV.NvccError, match=r"no 'release X\.Y"):
-        NV.parse_version("nvcc fatal   : Unknown option '--versio'")
-    with pytest.raises(NV.NvccError, match="unexpected lines"):
-        NV.parse_targets("compute_121\nWarning: something\n")
+    with pytest.raises(TO.ToolOutputError, match=r"no 'release X\.Y"):
+        TO.nvcc_version("nvcc fatal   : Unknown option '--versio'")
+    with pytest.raises(TO.ToolOutputError, match="unexpected lines"):
+        TO.nvcc_targets("compute_121\nWarning: something\n")
 
 
 def test_new_module_documentation_is_valid_yaml() -> None:

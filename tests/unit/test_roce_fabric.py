@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl import tool_output as TO
 from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,7 +86,7 @@ n_gids_found=3
 
 # ------------------------------------------------------- show_gids parser
 def test_parse_gb10_show_gids() -> None:
-    rows = gid.parse_show_gids(GB10_SHOW_GIDS)
+    rows = TO.show_gids(GB10_SHOW_GIDS)
     assert len(rows) == 12
     assert rows[3] == {"dev": "rocep1s0f0", "port": 1, "index": 3,
                        "gid": "0000:0000:0000:0000:0000:ffff:c0a8:640a",
@@ -94,7 +95,7 @@ def test_parse_gb10_show_gids() -> None:
 
 
 def test_gb10_twins_give_index_3() -> None:
-    rows = gid.parse_show_gids(GB10_SHOW_GIDS)
+    rows = TO.show_gids(GB10_SHOW_GIDS)
     index, chosen = gid.select_index(
         rows, ["enp1s0f0np0", "enP2p1s0f0np0"],
         {"enp1s0f0np0": "192.168.100.10", "enP2p1s0f0np0": "192.168.100.14"})
@@ -105,7 +106,7 @@ def test_gb10_twins_give_index_3() -> None:
 
 
 def test_gb10_twin_without_address_points_at_the_fabric_role() -> None:
-    rows = gid.parse_show_gids(GB10_SHOW_GIDS)
+    rows = TO.show_gids(GB10_SHOW_GIDS)
     with pytest.raises(gid.GidError) as err:
         gid.select_index(rows, ["enp1s0f1np1", "enP2p1s0f1np1"])
     message = str(err.value)
@@ -115,14 +116,14 @@ def test_gb10_twin_without_address_points_at_the_fabric_role() -> None:
 
 
 def test_tab_separated_mlnx_output() -> None:
-    rows = gid.parse_show_gids(MLNX_SHOW_GIDS)
+    rows = TO.show_gids(MLNX_SHOW_GIDS)
     assert [r["index"] for r in rows if r["ndev"] == "eth02"] == [0, 1, 2, 3]
     assert rows[6]["ipv4"] == "26.110.177.29"
     assert gid.select_index(rows, ["eth02", "eth03"])[0] == 3
 
 
 def test_address_the_node_does_not_carry_is_an_error() -> None:
-    rows = gid.parse_show_gids(MLNX_SHOW_GIDS)
+    rows = TO.show_gids(MLNX_SHOW_GIDS)
     with pytest.raises(gid.GidError, match=r"eth02 \(mlx5_1\): no RoCE v2 GID for 10\.0\.0\.1"):
         gid.select_index(rows, ["eth02"], {"eth02": "10.0.0.1"})
 
@@ -130,13 +131,13 @@ def test_address_the_node_does_not_carry_is_an_error() -> None:
 def test_twins_with_different_indexes_are_refused() -> None:
     extra = ("mlx5_1\t1\t4\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv1\teth02\n"
              "mlx5_1\t1\t5\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv2\teth02\n")
-    rows = gid.parse_show_gids(MLNX_SHOW_GIDS + extra)
+    rows = TO.show_gids(MLNX_SHOW_GIDS + extra)
     with pytest.raises(gid.GidError, match=r"differ \(eth02=5, eth03=3\)"):
         gid.select_index(rows, ["eth02", "eth03"], {"eth02": "10.0.0.1"})
 
 
 def test_infiniband_rows_without_netdev_parse() -> None:
-    rows = gid.parse_show_gids(MIXED_IB_SHOW_GIDS)
+    rows = TO.show_gids(MIXED_IB_SHOW_GIDS)
     assert rows[-1] == {"dev": "mlx5_1", "port": 1, "index": 0,
                         "gid": "fe80:0000:0000:0000:248a:0703:00b1:bc05", "ipv4": None,
                         "ver": "v1", "ndev": None}
@@ -145,8 +146,8 @@ def test_infiniband_rows_without_netdev_parse() -> None:
 
 
 def test_gid_to_ipv4() -> None:
-    assert gid.gid_to_ipv4("0000:0000:0000:0000:0000:ffff:c0a8:640b") == "192.168.100.11"
-    assert gid.gid_to_ipv4("fe80:0000:0000:0000:5cc1:04ff:fee8:7c71") is None
+    assert TO.gid_to_ipv4("0000:0000:0000:0000:0000:ffff:c0a8:640b") == "192.168.100.11"
+    assert TO.gid_to_ipv4("fe80:0000:0000:0000:5cc1:04ff:fee8:7c71") is None
 
 
 def test_lab_show_gids_standin_output_parses(tmp_path: Path) -> None:
@@ -167,7 +168,7 @@ def test_lab_show_gids_standin_output_parses(tmp_path: Path) -> None:
            "SPARKCTL_LAB_IP_JSON": str(tmp_path / "ip.json"), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, str(assets / "show_gids")], capture_output=True,
                           text=True, env=env, timeout=60, check=True)
-    rows = gid.parse_show_gids(proc.stdout)
+    rows = TO.show_gids(proc.stdout)
     assert len(rows) == 8
     index, chosen = gid.select_index(rows, ["enp1s0f1np1", "enP2p1s0f1np1"],
                                      {"enp1s0f1np1": "192.168.100.11",

@@ -6,7 +6,9 @@ owners and modes, the output of ``systemctl show``, a ``--help``): as separate
 stat/slurp/command tasks that is one remote round trip each on every run, and
 on a four-node cluster most of a no-change provision. This module does them
 in one and returns raw text; the roles parse it on the controller with their
-tested filters and assert there. It never changes anything. Every sparkctl
+tested filters and assert there (systemctl's and dpkg-query's output, which
+it reads itself, through sparkctl's one parser of tool output,
+sparkctl/tool_output.py, module_utils of this role). It never changes anything. Every sparkctl
 role depends on cluster_defaults, so the module is on the module path wherever
 a role needs it.
 """
@@ -21,6 +23,8 @@ import stat
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from ansible.module_utils.sparkctl_tool_output import dpkg_query, systemctl_show_units
 
 DOCUMENTATION = r"""
 ---
@@ -169,39 +173,6 @@ def user(name: str) -> dict[str, Any]:
             "shell": entry.pw_shell, "group": _name(grp.getgrgid, entry.pw_gid)}
 
 
-def parse_show(text: str, units: list[str]) -> dict[str, dict[str, str]]:
-    """``systemctl show -p ... U1 U2`` (one block per unit, in order, blank-line separated)."""
-    blocks = text.strip("\n").split("\n\n") if text.strip() else []
-    out: dict[str, dict[str, str]] = {}
-    for i, unit in enumerate(units):
-        props = dict.fromkeys(UNIT_PROPERTIES, "")
-        if i < len(blocks):
-            for line in blocks[i].splitlines():
-                key, sep, value = line.partition("=")
-                if sep and key in props:
-                    props[key] = value
-        out[unit] = props
-    return out
-
-
-def parse_dpkg(text: str) -> dict[str, list[dict[str, str]]]:
-    """dpkg-query -W lines (package, version, arch, status abbrev) -> package_facts' shape.
-
-    Only installed packages (current state ``i``) are kept, as package_facts does.
-    """
-    out: dict[str, list[dict[str, str]]] = {}
-    for line in text.splitlines():
-        fields = line.split("\t")
-        if len(fields) != 4 or len(fields[3]) < 2 or fields[3][1] != "i":
-            continue
-        name, version, arch, status = fields
-        name = name.split(":")[0]
-        out.setdefault(name, []).append({
-            "name": name, "version": version, "arch": arch, "source": "apt",
-            "selection": "hold" if status[0] == "h" else "install"})
-    return out
-
-
 def probe(files: list[str], read: list[str], commands: dict[str, list[str]],  # noqa: PLR0917
           timeout: int = 60, limit: int = 65536, users: list[str] | None = None,
           units: list[str] | None = None, packages: bool = False,
@@ -221,13 +192,14 @@ def probe(files: list[str], read: list[str], commands: dict[str, list[str]],  # 
     if units:
         shown = run(["systemctl", "show", "--no-pager", "-p", ",".join(UNIT_PROPERTIES), *units],
                     timeout, 1 << 20)
-        result["units"] = parse_show(shown["stdout"] if shown["rc"] == 0 else "", list(units))
+        result["units"] = systemctl_show_units(shown["stdout"] if shown["rc"] == 0 else "",
+                                               list(units), list(UNIT_PROPERTIES))
     if packages:
         listed = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${Architecture}\t"
                       "${db:Status-Abbrev}\n"], timeout, 1 << 24)
         if listed["rc"] != 0:
             raise OSError(f"dpkg-query: {listed['stderr'].strip()}")
-        result["ansible_facts"] = {"packages": parse_dpkg(listed["stdout"])}
+        result["ansible_facts"] = {"packages": dpkg_query(listed["stdout"])}
     return result
 
 

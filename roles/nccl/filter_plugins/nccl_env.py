@@ -4,14 +4,17 @@
 ``misc/param.cc``: one ``KEY=VALUE`` per line, split at the first ``=``, lines
 starting with ``#`` skipped, nothing unquoted) and ``/etc/sparkctl/nccl.env``
 by systemd (``EnvironmentFile=``) and by launchers that turn it into
-``mpirun -x`` options. The verify step parses both with the rule below, which
-is the common subset of the three readers, and compares the result with what
-the inventory implies.
+``mpirun -x`` options. The verify step parses both with sparkctl's one
+KEY=VALUE reader (``env_file`` of sparkctl/tool_output.py: the common subset of
+the three readers) and compares the result with what the inventory implies.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -20,20 +23,35 @@ _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*$")
 
 
+def _tool_output() -> Any:
+    """sparkctl's one parser of node tool output (sparkctl/tool_output.py).
+
+    Modules import it as ansible.module_utils.sparkctl_tool_output; a filter
+    runs on the controller, where Ansible offers a role's module_utils to no
+    plugin, so it loads the same file by the link's path
+    (roles/cluster_defaults/module_utils/, beside every role that depends on
+    cluster_defaults, in a checkout and in the wheel alike).
+    """
+    name = "sparkctl_tool_output"
+    module = sys.modules.get(name)
+    if module is None:
+        path = (Path(__file__).resolve().parents[2] / "cluster_defaults" / "module_utils"
+                / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+TOOL_OUTPUT = _tool_output()
+
+
 def nccl_parse_env(text: str) -> dict[str, str]:
-    """``KEY=VALUE`` lines -> dict; comments and blank lines skipped, bad lines an error."""
-    env: dict[str, str] = {}
-    for number, raw in enumerate(str(text).splitlines(), start=1):
-        line = raw.rstrip("\r")
-        if not line.strip() or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not _KEY.match(key):
-            raise ValueError(f"line {number} is not KEY=VALUE: {line!r}")
-        if key in env:
-            raise ValueError(f"line {number}: {key} is set twice")
-        env[key] = value
-    return env
+    """``text | nccl_parse_env``: the file's KEY=VALUE lines (tool_output.env_file)."""
+    return dict(TOOL_OUTPUT.env_file(str(text)))
 
 
 def nccl_env_problems(env: dict[str, Any]) -> list[str]:

@@ -1,20 +1,23 @@
 #!/usr/bin/python
 """Ansible module nvidia_gpu_info: GPUs, driver and CUDA version from nvidia-smi.
 
-Parsing lives here, in Python with unit tests (tests/unit/test_nvidia_driver.py),
-instead of `shell: nvidia-smi | grep | awk` in a task.
+nvidia-smi's output is read by sparkctl's one parser of node tool output
+(sparkctl/tool_output.py, here as module_utils; tests/unit/test_tool_output.py
+on real outputs): the CSV by its header, the banner in both its spellings.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import re
 import socket
 from collections.abc import Callable
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkctl_tool_output import (
+    ToolOutputError,
+    nvidia_smi_banner,
+    nvidia_smi_csv,
+)
 
 DOCUMENTATION = r"""
 ---
@@ -22,7 +25,7 @@ module: nvidia_gpu_info
 short_description: GPUs, driver version and CUDA version as nvidia-smi reports them
 description:
   - Runs C(nvidia-smi --query-gpu=name,driver_version,compute_cap,pci.bus_id
-    --format=csv,noheader) for the GPUs and plain C(nvidia-smi) for the CUDA
+    --format=csv) for the GPUs, read by the CSV header, and plain C(nvidia-smi) for the CUDA
     version in its header, and returns both as structured data.
   - Fails with a message naming the node when nvidia-smi is missing or exits
     non-zero, for example when the driver is not loaded (exit 9).
@@ -64,7 +67,9 @@ driver_version:
   returned: success
   sample: 580.95.05
 cuda_version:
-  description: Highest CUDA version the driver supports ("CUDA Version" in the header).
+  description: >-
+    Highest CUDA version the driver supports ("CUDA Version" in the header;
+    "CUDA UMD Version" from driver R610 on).
   type: str
   returned: success
   sample: "13.0"
@@ -76,13 +81,6 @@ nvidia_smi:
 """
 
 QUERY_FIELDS = ("name", "driver_version", "compute_cap", "pci.bus_id")
-NOT_AVAILABLE = frozenset({"[N/A]", "N/A", "[Not Supported]", "[Unknown Error]"})
-
-# "| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0   |";
-# drivers from R610 print "KMD Version: ..." and "CUDA UMD Version: ..." instead
-# (sgl-project/sglang issue #27487, driver 610.43.02).
-_CUDA_RE = re.compile(r"CUDA (?:UMD )?Version:\s*([0-9]+(?:\.[0-9]+)*)")
-_DRIVER_RE = re.compile(r"(?:Driver|KMD) Version:\s*([0-9]+(?:\.[0-9]+)*)")
 
 RunCommand = Callable[[list[str]], tuple[int, str, str]]
 
@@ -91,44 +89,17 @@ class GpuInfoError(Exception):
     """What went wrong, worded for the person who runs the playbook."""
 
 
-def parse_query_csv(text: str) -> list[dict[str, Any]]:
-    """Rows of `--query-gpu=name,driver_version,compute_cap,pci.bus_id --format=csv,noheader`.
-
-    nvidia-smi separates fields with ", "; csv handles the (theoretical)
-    quoted name with a comma in it.
-    """
-    gpus: list[dict[str, Any]] = []
-    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
-        cells = [cell.strip() for cell in row]
-        if not any(cells):
-            continue
-        if len(cells) != len(QUERY_FIELDS):
-            raise GpuInfoError(
-                f"unexpected nvidia-smi --query-gpu line {','.join(row)!r}: "
-                f"{len(cells)} fields, expected {len(QUERY_FIELDS)} ({', '.join(QUERY_FIELDS)})"
-            )
-        values = [None if cell in NOT_AVAILABLE else cell for cell in cells]
-        name, driver, compute_cap, bus_id = values
-        gpus.append(
-            {
-                "index": len(gpus),
-                "name": name,
-                "driver_version": driver,
-                "compute_cap": compute_cap,
-                "pci_bus_id": bus_id,
-            }
-        )
-    return gpus
-
-
-def parse_header(text: str) -> dict[str, str | None]:
-    """Driver and CUDA version from the header of plain `nvidia-smi` output."""
-    cuda = _CUDA_RE.search(text)
-    driver = _DRIVER_RE.search(text)
-    return {
-        "driver_version": driver.group(1) if driver else None,
-        "cuda_version": cuda.group(1) if cuda else None,
-    }
+def gpus_of(text: str) -> list[dict[str, Any]]:
+    """The GPUs of the query's CSV, read by its header; None where nvidia-smi prints [N/A]."""
+    if not text.strip():
+        return []  # verify judges a node without GPUs
+    try:
+        rows = nvidia_smi_csv(text, list(QUERY_FIELDS))
+    except ToolOutputError as exc:
+        raise GpuInfoError(f"unexpected nvidia-smi --query-gpu output: {exc}") from exc
+    return [{"index": i, "name": row["name"], "driver_version": row["driver_version"],
+             "compute_cap": row["compute_cap"], "pci_bus_id": row["pci.bus_id"]}
+            for i, row in enumerate(rows)]
 
 
 def first_words(stdout: str, stderr: str, limit: int = 400) -> str:
@@ -145,7 +116,7 @@ def gpu_info(nvidia_smi: str | None, node: str, run: RunCommand) -> dict[str, An
             f"nvidia-smi not found on {node}: the NVIDIA driver is not installed "
             "(looked on PATH and in the sbin directories)"
         )
-    query = [nvidia_smi, "--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader"]
+    query = [nvidia_smi, "--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv"]
     try:
         rc, out, err = run(query)
     except OSError as exc:
@@ -154,13 +125,13 @@ def gpu_info(nvidia_smi: str | None, node: str, run: RunCommand) -> dict[str, An
         raise GpuInfoError(
             f"no GPU answers on {node}: {first_words(out, err)} (nvidia-smi exit {rc})"
         )
-    gpus = parse_query_csv(out)
+    gpus = gpus_of(out)
     rc, header, err = run([nvidia_smi])
     if rc != 0:
         raise GpuInfoError(
             f"no GPU answers on {node}: {first_words(header, err)} (nvidia-smi exit {rc})"
         )
-    versions = parse_header(header)
+    versions = nvidia_smi_banner(header)
     if versions["cuda_version"] is None:
         raise GpuInfoError(
             f"nvidia-smi on {node} shows no CUDA version in its header: "

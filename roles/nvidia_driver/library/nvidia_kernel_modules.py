@@ -9,9 +9,11 @@ kernel (``uname -r``) and the kernel the node boots next (GRUB's default entry,
 else the ``/boot/vmlinuz`` symlink), asks ``modinfo -k <kernel> nvidia`` for
 each, and compares the module's version with the installed driver's. It
 returns the findings and, for each mismatch, a problem that says what to run;
-the role's verify step fails on them. Parsing lives here, in Python with unit
-tests (tests/unit/test_nvidia_driver.py, outputs under tests/fixtures/modinfo,
-uname and grub), never in shell in a task.
+the role's verify step fails on them. uname, modinfo and dpkg versions are read
+by sparkctl's one parser of tool output (sparkctl/tool_output.py, module_utils
+here); GRUB's menu, a file only this module reads, is parsed here. Unit tests:
+tests/unit/test_nvidia_driver.py (outputs under tests/fixtures/modinfo, uname
+and grub), never shell in a task.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkctl_tool_output import (
+    ToolOutputError,
+    debian_upstream_version,
+    uname_release,
+)
+from ansible.module_utils.sparkctl_tool_output import modinfo as modinfo_fields
 
 DOCUMENTATION = r"""
 ---
@@ -124,44 +132,6 @@ class KernelModuleError(Exception):
 
 
 # ----------------------------------------------------------------- parsers
-def upstream_version(debian_version: str | None) -> str | None:
-    """'580.95.05-0ubuntu0.24.04.2' -> '580.95.05'.
-
-    Debian Policy 5.6.12: [epoch:]upstream_version[-debian_revision].
-    """
-    if not debian_version or not debian_version.strip():
-        return None
-    version = debian_version.strip()
-    if ":" in version:
-        version = version.split(":", 1)[1]
-    if "-" in version:
-        version = version.rsplit("-", 1)[0]
-    return version
-
-
-def parse_uname(text: str) -> str:
-    """`uname -r` output -> the release; an error when it is not one word."""
-    words = text.split()
-    if len(words) != 1:
-        raise KernelModuleError(f"unexpected `uname -r` output {text!r}")
-    return words[0]
-
-
-def parse_modinfo(text: str) -> dict[str, str]:
-    """`modinfo` output ('field:   value' lines) -> the first value of each field.
-
-    nvidia.ko repeats alias/parm/depends lines; filename, version and vermagic
-    appear once.
-    """
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if not sep or not key or " " in key.strip():
-            continue
-        fields.setdefault(key.strip(), value.strip())
-    return fields
-
-
 def parse_grubenv(text: str) -> dict[str, str]:
     """GRUB's environment block: 'name=value' lines, '#' lines and padding skipped."""
     env: dict[str, str] = {}
@@ -450,13 +420,16 @@ def kernel_modules(*, node: str, driver_package: str, driver_version: str | None
     if rc != 0:
         said = err.strip() or out.strip()
         raise KernelModuleError(f"{node}: uname -r failed (exit {rc}): {said}")
-    running = parse_uname(out)
+    try:
+        running = uname_release(out)
+    except ToolOutputError as exc:
+        raise KernelModuleError(f"{node}: {exc}") from exc
     boot_kernel, boot_source, menu = boot
     modules: dict[str, dict[str, str] | None] = {}
     errors: dict[str, str] = {}
     for kernel in dict.fromkeys(k for k in (running, boot_kernel) if k):
         rc, out, err = run([modinfo, "-k", kernel, "nvidia"])
-        fields = parse_modinfo(out) if rc == 0 else {}
+        fields = modinfo_fields(out) if rc == 0 else {}
         if rc == 0 and fields.get("filename"):
             modules[kernel] = {k: fields[k] for k in ("filename", "version", "vermagic")
                                if k in fields}
@@ -464,7 +437,7 @@ def kernel_modules(*, node: str, driver_package: str, driver_version: str | None
             modules[kernel] = None
             errors[kernel] = " ".join((err or out).split()) or f"exit {rc}"
     return Findings(node=node, driver_package=driver_package,
-                    driver_version=upstream_version(driver_version), prefix=prefix,
+                    driver_version=debian_upstream_version(driver_version), prefix=prefix,
                     running=running, boot=boot_kernel, boot_source=boot_source,
                     modules=modules, modinfo_errors=errors, grub=menu)
 

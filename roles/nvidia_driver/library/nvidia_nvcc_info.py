@@ -4,19 +4,20 @@
 nvidia-smi's "CUDA Version" is what the DRIVER supports; whether CUDA code
 for the GB10 can be built here is the compiler's business: its release and
 its `--list-gpu-arch` (virtual architectures, compute_XY) and
-`--list-gpu-code` (real ones, sm_XY). Parsing lives here with unit tests
-(tests/unit/test_nvidia_driver.py on outputs under tests/fixtures/nvcc),
-never in shell in a task.
+`--list-gpu-code` (real ones, sm_XY). They are read by sparkctl's one parser
+of tool output (sparkctl/tool_output.py, module_utils here); unit tests in
+tests/unit/test_nvidia_driver.py and test_tool_output.py on outputs under
+tests/fixtures/nvcc, never shell in a task.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Callable
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkctl_tool_output import ToolOutputError, nvcc_targets, nvcc_version
 
 DOCUMENTATION = r"""
 ---
@@ -73,31 +74,8 @@ gpu_code:
 
 RunCommand = Callable[[list[str]], tuple[int, str, str]]
 
-# "Cuda compilation tools, release 13.0, V13.0.88"
-_VERSION = re.compile(r"release ([0-9]+\.[0-9]+), V([0-9]+(?:\.[0-9]+)*)")
-# compute_121, sm_121, and the arch-specific / family forms (sm_121a, sm_100f).
-_TARGET = re.compile(r"^(?:compute|sm|lto)_[0-9]+[a-z]?$")
-
-
 class NvccError(Exception):
     """What went wrong, worded for the person who runs the playbook."""
-
-
-def parse_version(text: str) -> dict[str, str]:
-    """`nvcc --version` -> {release, version}; NvccError when the release line is missing."""
-    match = _VERSION.search(text)
-    if not match:
-        raise NvccError(f"no 'release X.Y, VX.Y.Z' line in nvcc --version output {text.strip()!r}")
-    return {"release": match.group(1), "version": match.group(2)}
-
-
-def parse_targets(text: str) -> list[str]:
-    """`nvcc --list-gpu-arch` / `--list-gpu-code`: one target per line."""
-    targets = [line.strip() for line in text.splitlines() if line.strip()]
-    bad = [t for t in targets if not _TARGET.match(t)]
-    if bad:
-        raise NvccError(f"unexpected lines in nvcc's target list: {', '.join(bad[:3])}")
-    return targets
 
 
 def nvcc_info(nvcc: str, node: str, run: RunCommand) -> dict[str, Any]:
@@ -113,9 +91,12 @@ def nvcc_info(nvcc: str, node: str, run: RunCommand) -> dict[str, Any]:
             raise NvccError(f"{nvcc} {' '.join(args)} failed on {node} (exit {rc}): {said}")
         return out
 
-    info: dict[str, Any] = parse_version(ask("--version"))
-    info["gpu_arch"] = parse_targets(ask("--list-gpu-arch"))
-    info["gpu_code"] = parse_targets(ask("--list-gpu-code"))
+    try:
+        info: dict[str, Any] = dict(nvcc_version(ask("--version")))
+        info["gpu_arch"] = nvcc_targets(ask("--list-gpu-arch"))
+        info["gpu_code"] = nvcc_targets(ask("--list-gpu-code"))
+    except ToolOutputError as exc:
+        raise NvccError(f"{nvcc} on {node}: {exc}") from exc
     return info
 
 

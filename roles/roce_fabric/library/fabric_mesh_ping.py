@@ -9,10 +9,11 @@ interface and the peer for every failure.
 
 from __future__ import annotations
 
-import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from ansible.module_utils.sparkctl_tool_output import ping as ping_summary
 
 DOCUMENTATION = r"""
 ---
@@ -31,29 +32,15 @@ options:
 author: sparkctl developers
 """
 
-_STATS = re.compile(r"(?P<tx>\d+) packets transmitted, (?P<rx>\d+) (?:packets )?received")
-
-
-def parse_ping(text: str) -> tuple[int, int]:
-    """(transmitted, received) from iputils ping's summary line."""
-    m = _STATS.search(text)
-    if m is None:
-        raise ValueError("no ping summary line")
-    return int(m.group("tx")), int(m.group("rx"))
-
-
 def ping(target: dict[str, Any], count: int) -> dict[str, Any]:
     payload = int(target["mtu"]) - 28  # 20 bytes IPv4 + 8 bytes ICMP header
     cmd = ["ping", "-n", "-q", "-M", "do", "-c", str(count), "-i", "0.2", "-W", "1",
            "-I", str(target["interface"]), "-s", str(payload), str(target["address"])]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
-    try:
-        tx, rx = parse_ping(proc.stdout)
-    except ValueError:
-        tx, rx = count, 0
+    summary = ping_summary(proc.stdout, proc.stderr)
+    tx, rx = (summary["sent"], summary["received"]) if summary["sent"] else (count, 0)
     ok = rx == tx and tx > 0
-    detail = "" if ok else (proc.stderr.strip().splitlines()[-1] if proc.stderr.strip()
-                            else f"{rx}/{tx} replies")
+    detail = "" if ok else (summary["error"] or f"{rx}/{tx} replies")
     return {**target, "payload": payload, "sent": tx, "received": rx, "ok": ok,
             "detail": detail}
 

@@ -10,16 +10,20 @@ The GID table is read from sysfs (``/sys/class/infiniband/<dev>/ports/<p>/
 gids/<i>`` with ``gid_attrs/types`` and ``gid_attrs/ndevs``) when the kernel
 exposes RDMA devices, otherwise from ``show_gids`` (MLNX_OFED/DOCA script;
 the rehearsal lab has a stand-in that prints its format from live state).
-Parsing lives in plain functions that the unit tests import.
+show_gids is read by sparkctl's one parser of tool output
+(sparkctl/tool_output.py, module_utils here); the choice is made here, in
+plain functions that the unit tests import.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from ansible.module_utils.sparkctl_tool_output import gid_to_ipv4
+from ansible.module_utils.sparkctl_tool_output import show_gids as show_gids_rows
 
 DOCUMENTATION = r"""
 ---
@@ -75,7 +79,6 @@ gids:
   returned: always
 """
 
-_IPV4_MAPPED_PREFIX = "0000:0000:0000:0000:0000:ffff:"
 _EMPTY_GIDS = {"0000:0000:0000:0000:0000:0000:0000:0000",
                "fe80:0000:0000:0000:0000:0000:0000:0000"}
 FABRIC_HINT = ("a twin without its IPv4 address has no such GID: run the roce_fabric role "
@@ -84,48 +87,6 @@ FABRIC_HINT = ("a twin without its IPv4 address has no such GID: run the roce_fa
 
 class GidError(Exception):
     """A GID table that does not give one usable RoCE v2 IPv4 index."""
-
-
-def gid_to_ipv4(gid: str) -> str | None:
-    """The IPv4 address of an IPv4-mapped GID (``...:ffff:c0a8:640b``), else None."""
-    gid = gid.strip().lower()
-    if not gid.startswith(_IPV4_MAPPED_PREFIX):
-        return None
-    tail = gid[len(_IPV4_MAPPED_PREFIX):].split(":")
-    if len(tail) != 2 or not all(len(part) == 4 for part in tail):
-        return None
-    try:
-        raw = bytes.fromhex(tail[0] + tail[1])
-    except ValueError:
-        return None
-    return str(ipaddress.IPv4Address(raw))
-
-
-def parse_show_gids(text: str) -> list[dict[str, Any]]:
-    """Rows of ``show_gids`` output, tab- or space-separated.
-
-    A row is ``DEV PORT INDEX GID [IPv4] VER [NDEV]``: the IPv4 column is empty
-    for non-IPv4 GIDs and the netdev column is empty on InfiniBand ports, so
-    rows are recognised by shape (numeric PORT and INDEX, a ``vN`` version),
-    not by column position. Header, dashes and ``n_gids_found=`` are skipped.
-    """
-    rows: list[dict[str, Any]] = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 5 or not (fields[1].isdigit() and fields[2].isdigit()):
-            continue
-        dev, port, index, gid = fields[0], int(fields[1]), int(fields[2]), fields[3].lower()
-        rest = fields[4:]
-        ipv4 = None
-        if rest and rest[0].count(".") == 3:
-            ipv4 = rest.pop(0)
-        if not rest or not rest[0].lower().startswith("v"):
-            continue
-        ver = rest[0].lower()
-        ndev = rest[1] if len(rest) > 1 else None
-        rows.append({"dev": dev, "port": port, "index": index, "gid": gid,
-                     "ipv4": ipv4 or gid_to_ipv4(gid), "ver": ver, "ndev": ndev})
-    return rows
 
 
 def _read(path: Path) -> str | None:
@@ -220,7 +181,7 @@ def read_table(sysfs_root: Path, show_gids: str) -> tuple[str, list[dict[str, An
     proc = subprocess.run([exe], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise GidError(f"{show_gids} exited {proc.returncode}: {proc.stderr.strip()}")
-    return "show_gids", parse_show_gids(proc.stdout)
+    return "show_gids", show_gids_rows(proc.stdout)
 
 
 def main() -> None:

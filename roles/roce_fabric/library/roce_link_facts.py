@@ -9,12 +9,12 @@ that the unit tests import.
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from ansible.module_utils.sparkctl_tool_output import ethtool, ibdev2netdev, ip_addr
 
 DOCUMENTATION = r"""
 ---
@@ -50,44 +50,6 @@ sysctls:
   returned: always
 """
 
-_SPEED = re.compile(r"^\s*Speed:\s*(?P<speed>\d+)Mb/s\s*$", re.M)
-_SPEED_UNKNOWN = re.compile(r"^\s*Speed:\s*Unknown!?\s*$", re.M)
-_LINK = re.compile(r"^\s*Link detected:\s*(?P<link>yes|no)\s*$", re.M)
-# ibdev2netdev: "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)"; -v adds PCI/board fields in front.
-_IBDEV = re.compile(r"(?P<ibdev>\S+)(?:\s+\([^)]*\))?(?:\s+fw\s+\S+)?\s+port\s+(?P<port>\d+)"
-                    r"(?:\s+\(\w+\))?\s+==>\s+(?P<netdev>\S+)\s+\((?P<state>Up|Down)\)")
-
-
-def parse_ethtool(text: str) -> dict[str, Any]:
-    """Speed in Mb/s (None when unknown) and whether a link is detected."""
-    speed = _SPEED.search(text)
-    link = _LINK.search(text)
-    if speed is None and _SPEED_UNKNOWN.search(text) is None:
-        raise ValueError("ethtool output has no Speed line")
-    return {"speed_mbps": int(speed.group("speed")) if speed else None,
-            "link_detected": bool(link and link.group("link") == "yes")}
-
-
-def parse_ibdev2netdev(text: str) -> dict[str, dict[str, str]]:
-    """netdev -> {ibdev, port, state} from ibdev2netdev (plain or -v)."""
-    result: dict[str, dict[str, str]] = {}
-    for line in text.splitlines():
-        m = _IBDEV.search(line)
-        if m:
-            result[m.group("netdev")] = {"ibdev": m.group("ibdev").split()[-1],
-                                         "port": m.group("port"), "state": m.group("state")}
-    return result
-
-
-def parse_ip_addr(text: str) -> dict[str, list[str]]:
-    """netdev -> ["a.b.c.d/len", ...] from ``ip -j -4 addr show``."""
-    out: dict[str, list[str]] = {}
-    for dev in json.loads(text or "[]"):
-        out[dev["ifname"]] = [f"{a['local']}/{a['prefixlen']}" for a in dev.get("addr_info", [])
-                              if a.get("family") == "inet"]
-    return out
-
-
 def sysctl_path(key: str) -> Path:
     """/proc/sys path of a dotted key; a netdev name may itself hold dots, so
     only net.*.conf.<dev>.* keys keep the dots of <dev> (as sysctl(8) does with '/')."""
@@ -112,13 +74,13 @@ def read_sysctls(keys: list[str], root: Path = Path("/")) -> dict[str, str | Non
 def collect(netdevs: list[str]) -> tuple[dict[str, Any], list[str]]:
     """Gather live state; return (links, warnings)."""
     warnings: list[str] = []
-    ib: dict[str, dict[str, str]] = {}
+    ib: dict[str, dict[str, Any]] = {}
     if shutil.which("ibdev2netdev"):
         proc = subprocess.run(["ibdev2netdev"], capture_output=True, text=True, check=False)
-        ib = parse_ibdev2netdev(proc.stdout)
+        ib = {row["netdev"]: row for row in ibdev2netdev(proc.stdout)}
     else:
         warnings.append("ibdev2netdev is not installed (MLNX OFED / DOCA tools)")
-    addrs = parse_ip_addr(subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True,
+    addrs = ip_addr(subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True,
                                          text=True, check=True).stdout)
     links: dict[str, Any] = {}
     for dev in netdevs:
@@ -127,10 +89,11 @@ def collect(netdevs: list[str]) -> tuple[dict[str, Any], list[str]]:
             links[dev] = {"present": False}
             continue
         eth = subprocess.run(["ethtool", dev], capture_output=True, text=True, check=False)
-        info = parse_ethtool(eth.stdout)
+        info = ethtool(eth.stdout)
         links[dev] = {
             "present": True,
-            **info,
+            "speed_mbps": info["speed_mbps"],
+            "link_detected": bool(info["link_detected"]),
             "mtu": int((sysfs / "mtu").read_text()),
             "operstate": (sysfs / "operstate").read_text().strip(),
             "ipv4": addrs.get(dev, []),

@@ -34,17 +34,20 @@ plan, the verify step and the read-back compare one form: with the marker,
 the launcher gets ``--secrets-file``.
 
 Reading back: ``systemctl show -p ExecStart --value`` prints
-``{ path=... ; argv[]=... ; ignore_errors=no ; ... }``; the verify step parses
-it here and compares the arguments the launcher hands to SGLang with the ones
-computed for the node.
+``{ path=... ; argv[]=... ; ignore_errors=no ; ... }``; the verify step reads
+it (and the other ``systemctl show`` properties and the KEY=VALUE files) with
+sparkctl's one parser of tool output (sparkctl/tool_output.py) and compares
+the arguments the launcher hands to SGLang with the ones computed for the node.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import json
 import re
-import shlex
+import sys
+from pathlib import Path
 from typing import Any
 
 try:
@@ -65,7 +68,32 @@ LAUNCHER_NAME = "sglang-launcher.py"
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_.,:/=@+-]+$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*$")
-_ARGV = re.compile(r"argv\[\]=(?P<argv>.*?) ; ignore_errors=")
+
+
+def _tool_output() -> Any:
+    """sparkctl's one parser of node tool output (sparkctl/tool_output.py).
+
+    Modules import it as ansible.module_utils.sparkctl_tool_output; a filter
+    runs on the controller, where Ansible offers a role's module_utils to no
+    plugin, so it loads the same file by the link's path
+    (roles/cluster_defaults/module_utils/, beside every role that depends on
+    cluster_defaults, in a checkout and in the wheel alike).
+    """
+    name = "sparkctl_tool_output"
+    module = sys.modules.get(name)
+    if module is None:
+        path = (Path(__file__).resolve().parents[2] / "cluster_defaults" / "module_utils"
+                / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+TOOL_OUTPUT = _tool_output()
 
 
 def _int(value: Any, what: str) -> int:
@@ -251,12 +279,10 @@ def sglang_exec_line(argv: list[str]) -> str:
 
 def sglang_parse_execstart(text: str) -> list[str]:
     """argv of the first command in ``systemctl show -p ExecStart --value`` output."""
-    match = _ARGV.search(str(text))
-    if match is None:
-        raise AnsibleFilterError(f"no argv[] in ExecStart {str(text)[:200]!r}: is the unit loaded?")
-    # systemd 252 (Debian 12) joins argv[] with blanks and no quoting, newer ones
-    # quote words with blanks; the unit's words have none (_SAFE_WORD).
-    return shlex.split(match.group("argv"))
+    try:
+        return list(TOOL_OUTPUT.execstart_argv(str(text)))
+    except TOOL_OUTPUT.ToolOutputError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def sglang_server_args(argv: list[str]) -> list[str]:
@@ -299,47 +325,23 @@ def sglang_repo_digest(text: str, repository: str) -> str:
 
 def sglang_parse_show(text: str) -> dict[str, str]:
     """``systemctl show -p A -p B`` output (KEY=VALUE lines) -> dict."""
-    out: dict[str, str] = {}
-    for line in str(text).splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value
-    return out
-
-
-_SPAN_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "h": 3600, "d": 86400,
-               "w": 604800, "M": 2629800, "y": 31557600}
-_SPAN = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>us|ms|min|s|h|d|w|M|y)")
+    return dict(TOOL_OUTPUT.systemctl_show(str(text)))
 
 
 def sglang_timespan(text: Any) -> float:
     """A systemd time span as ``systemctl show`` prints it (``10min``, ``1min 30s``) -> seconds."""
-    value = str(text).strip()
-    if value == "infinity":
-        return float("inf")
-    if re.fullmatch(r"\d+", value):
-        return float(value)
-    parts = value.split()
-    matches = [_SPAN.fullmatch(p) for p in parts]
-    if not parts or any(m is None for m in matches):
-        raise AnsibleFilterError(f"{value!r} is not a systemd time span")
-    return sum(float(m.group("n")) * _SPAN_UNITS[m.group("unit")] for m in matches if m)
+    try:
+        return float(TOOL_OUTPUT.systemd_timespan(text))
+    except TOOL_OUTPUT.ToolOutputError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def sglang_parse_env(text: str) -> dict[str, str]:
     """KEY=VALUE lines (comments, blank lines skipped) -> dict; bad or repeated lines fail."""
-    env: dict[str, str] = {}
-    for number, raw in enumerate(str(text).splitlines(), start=1):
-        line = raw.rstrip("\r")
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not _KEY.match(key):
-            raise AnsibleFilterError(f"line {number} is not KEY=VALUE")
-        if key in env:
-            raise AnsibleFilterError(f"line {number}: {key} is set twice")
-        env[key] = value
-    return env
+    try:
+        return dict(TOOL_OUTPUT.env_file(str(text)))
+    except TOOL_OUTPUT.ToolOutputError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def sglang_env_problems(env: dict[str, Any]) -> list[str]:
@@ -393,8 +395,7 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
 
     show_text = str(cmds.get("show", {}).get("stdout", ""))
     show = sglang_parse_show(show_text)
-    env_files = [re.sub(r" [(]ignore_errors=.*$", "", line.partition("=")[2])
-                 for line in show_text.splitlines() if line.startswith("EnvironmentFiles=")]
+    env_files = TOOL_OUTPUT.systemctl_environment_files(show_text)
     try:
         timing_ok = (sglang_timespan(show.get("RestartUSec", "")) == float(want["restart_sec"])
                      and sglang_timespan(show.get("StartLimitIntervalUSec", ""))
