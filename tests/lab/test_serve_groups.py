@@ -4,6 +4,14 @@ spark1+spark2 form group a, spark3+spark4 group b: each group has its own
 head, rendezvous and endpoint, TP=2 over two nodes. provision renders the
 units from that inventory; serve up starts both; serve verify checks both
 endpoints. The lab is provisioned back to one group of four afterwards.
+
+The two inventories differ only in ``sglang_group`` (diff inventory/sim.ini
+inventory/sim-two-groups.ini), which of the roles only sglang reads (units,
+ranks, rendezvous, firewall); model_cache puts this module's model in every
+node's cache. So the switch both ways is ``provision -t model_cache -t sglang``,
+as an operator would regroup a provisioned cluster: the other roles' state is
+the session's first provision's, and running them again would change nothing
+(the idempotency test in test_provision.py shows that).
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, SIM_INVENTORY, LabSession, provision_lab, sparkctl
+from tests.conftest import REPO, SIM_INVENTORY, LabSession, sparkctl
 from tests.labhost import ssh
 
 pytestmark = pytest.mark.lab
@@ -23,19 +31,21 @@ TWO = REPO / "inventory" / "sim-two-groups.ini"
 MODEL_DIR = "/srv/sparkctl-model/groups"
 CACHE = "/var/lib/sparkctl/models"
 SOURCE = ["-e", "model_cache_source=head", "-e", f"model_cache_head_dir={MODEL_DIR}"]
+REGROUP = ["-t", "model_cache", "-t", "sglang"]  # the model, and the role that reads groups
 
 
 @pytest.fixture(scope="module")
 def two_groups(lab: LabSession, provisioned: dict[str, object]) -> Iterator[None]:
     sparkctl("lab", "model", "--size", "16MiB", "--files", "2", "--dir", MODEL_DIR, check=True)
-    proc = sparkctl("provision", str(TWO), *SOURCE, timeout=1800)
+    proc = sparkctl("provision", str(TWO), *SOURCE, *REGROUP, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
     yield
     sparkctl("serve", "down", str(TWO))
     for node in lab.inventory.nodes:
         ssh(node.mgmt_ip, f"rm -rf {CACHE} /srv/sparkctl-model", check=False)
-    provision_lab()  # one group of four again, for whatever runs next
-    assert SIM_INVENTORY.is_file()
+    # one group of four again, for whatever runs next
+    back = sparkctl("provision", str(SIM_INVENTORY), *REGROUP, timeout=1800)
+    assert back.returncode == 0, back.stderr[-4000:]
 
 
 def test_each_group_runs_its_own_rendezvous(lab: LabSession, two_groups: None) -> None:
