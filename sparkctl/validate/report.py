@@ -559,11 +559,15 @@ def _nccl_section(report: Report) -> str:
             out.append(f"<p>All nodes ({_e(', '.join(run.hosts))}): {_outcome(run.outcome)} "
                        f"&#8212; {_e(run.message)}</p>")
             if run.judged:
+                # Each row against this collective's own threshold (the gate itself
+                # judges the fit below); an ungated collective has none to compare.
+                head = (f"&#8805; threshold ({_e(_gbs(threshold))} GB/s)"
+                        if threshold is not None else "threshold")
                 out.append(_table(
-                    ["size", "bytes", "busbw (GB/s)", "of line rate", "#wrong",
-                     f"&#8805; threshold ({_e(_gbs(th.min_busbw_gbytes))} GB/s)"],
+                    ["size", "bytes", "busbw (GB/s)", "of line rate", "#wrong", head],
                     ([_e(human_size(j.size)), _e(j.size), _e(_gbs(j.busbw)), _e(_pct(j.fraction)),
-                      _e(j.wrong), "yes" if j.busbw >= th.min_busbw_gbytes else "<b>no</b>"]
+                      _e(j.wrong), ("not gated" if threshold is None else
+                                    "yes" if j.busbw >= threshold else "<b>no</b>")]
                      for j in run.judged), numeric=(1, 2, 3, 4)))
             if run.fit is not None:
                 out.append(_fit_table(run, run.fit, th))

@@ -458,3 +458,6 @@ def test_html_an_ungated_collective_says_so() -> None:
     page = render_html(replace(make_report(nccl=[run]), thresholds=nccl.role_thresholds(25.0)))
     assert "not gated on bandwidth (measured and reported)" in page
     assert "threshold 21.875 GB/s" not in page
+    # The judged rows are not held against all_gather's threshold either.
+    assert run.judged and "&#8805; threshold (21.875" not in page
+    assert page.count("<td>not gated</td>") == len(run.judged)
