@@ -486,6 +486,20 @@ def test_systemctl_show_and_time_spans() -> None:
         args_f.sglang_timespan("soon")
 
 
+def test_preflight_reads_ip_json_with_the_one_parser() -> None:
+    """The fabric_a_ip preflight reads ``ip -j -4 addr`` through tool_output.ip_addr (a
+    real capture, tests/fixtures/ip), not with a Jinja walk of its own."""
+    real = (REPO / "tests" / "fixtures" / "ip" / "build-host-ip-j-4-addr.json").read_text()
+    assert args_f.sglang_ipv4_addresses(real) == [
+        a.split("/")[0] for addrs in args_f.TOOL_OUTPUT.ip_addr(real).values() for a in addrs]
+    assert "127.0.0.1" in args_f.sglang_ipv4_addresses(real)
+    assert args_f.sglang_ipv4_addresses("[]") == args_f.sglang_ipv4_addresses("") == []
+    with pytest.raises(args_f.AnsibleFilterError, match="no JSON"):
+        args_f.sglang_ipv4_addresses("Device \"enp1s0f1np1\" does not exist.")
+    preflight = (REPO / "roles" / "sglang" / "tasks" / "preflight.yml").read_text()
+    assert "sglang_ipv4_addresses" in preflight and "addr_info" not in preflight
+
+
 def test_env_files_parse_check_and_diff() -> None:
     text = "# comment\n\nSGLANG_HOST_IP=192.168.100.11\nHF_HUB_OFFLINE=1\r\n"
     assert args_f.sglang_parse_env(text) == {"SGLANG_HOST_IP": "192.168.100.11",

@@ -336,6 +336,16 @@ def sglang_timespan(text: Any) -> float:
         raise AnsibleFilterError(str(exc)) from None
 
 
+def sglang_ipv4_addresses(text: str) -> list[str]:
+    """``ip -j -4 addr show dev X`` -> the IPv4 addresses it carries (no prefix length),
+    read by the one parser of ``ip -j`` (tool_output.ip_addr)."""
+    try:
+        return [addr.split("/", 1)[0]
+                for addrs in TOOL_OUTPUT.ip_addr(str(text or "[]")).values() for addr in addrs]
+    except TOOL_OUTPUT.ToolOutputError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 def sglang_parse_env(text: str) -> dict[str, str]:
     """KEY=VALUE lines (comments, blank lines skipped) -> dict; bad or repeated lines fail."""
     try:
@@ -480,6 +490,7 @@ class FilterModule:
             "sglang_repo_digest": sglang_repo_digest,
             "sglang_timespan": sglang_timespan,
             "sglang_parse_env": sglang_parse_env,
+            "sglang_ipv4_addresses": sglang_ipv4_addresses,
             "sglang_env_problems": sglang_env_problems,
             "sglang_env_diff": sglang_env_diff,
             "sglang_verify_problems": sglang_verify_problems,
