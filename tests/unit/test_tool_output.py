@@ -54,21 +54,6 @@ def test_at_least_compares_dotted_versions(have: str, want: str, ok: bool) -> No
 
 # ---------------------------------------------------------------- nvidia-smi
 
-BANNER = """\
-Sun Nov 30 07:01:02 2026
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 580.95.05              Driver Version: 580.95.05      CUDA Version: 13.0     |
-+-----------------------------------------+------------------------+----------------------+
-| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
-| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
-|                                         |                        |               MIG M. |
-|=========================================+========================+======================|
-|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |                  N/A |
-| N/A   41C    P8              4W /  N/A  | Not Supported          |      0%      Default |
-|                                         |                        |                  N/A |
-+-----------------------------------------+------------------------+----------------------+
-"""
-
 
 def test_nvidia_smi_csv_one_gpu_by_header() -> None:
     gpus = parse.nvidia_smi_csv("name, driver_version\nNVIDIA GB10, 580.95.05\n")
@@ -96,7 +81,8 @@ def test_nvidia_smi_csv_refuses_no_output() -> None:
 
 
 def test_nvidia_smi_cuda_from_the_banner() -> None:
-    assert parse.nvidia_smi_cuda(BANNER) == "13.0"
+    # The real GB10 table (tests/fixtures/nvidia-smi/SOURCES.md), not a copy of it here.
+    assert parse.nvidia_smi_cuda(fixture("nvidia-smi", "gb10-580.95.05-table.txt")) == "13.0"
     line = "| NVIDIA-SMI 580.95.05              Driver Version: 580.95.05      CUDA Version: 13.0     |"
     assert parse.nvidia_smi_cuda(line) == "13.0"
 
