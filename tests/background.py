@@ -3,7 +3,8 @@
 The unit tests run first (tests/conftest.py orders the phases) and keep one of the
 machine's cores busy; what later phases need and what waits on the disk, the network
 or a second core runs beside them: the contract venv and its aarch64 resolutions
-(tests/contract/conftest.py) and the molecule scenarios (tests/molecule/conftest.py).
+(tests/contract/conftest.py), the molecule scenarios (tests/molecule/conftest.py)
+and the lab's bring-up (tests/conftest.py).
 A test that needs a result joins it; an error raised in the background is raised
 again there, so a failure is reported by the test it belongs to.
 """
@@ -42,9 +43,9 @@ class Background:
         return self.result
 
 
-# Background work other phases must wait for, by name: the lab fixture waits for the
-# molecule scenarios before it takes its "before" snapshot of the host and brings up the
-# lab, so no scenario's containers share the host with the lab's bandwidth tests.
+# Background work other phases must wait for, by name: "lab" (the lab fixture joins its
+# bring-up) and "molecule" (the lab tests that measure bandwidth, marked quiet_host, wait
+# for the scenarios, so no scenario's containers share the host with them).
 RUNNING: dict[str, Background] = {}
 
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import pytest
 
 from sparkctl import inventory
 from sparkctl.inventory import Inventory
-from tests.background import wait_for
+from tests.background import RUNNING, Background, wait_for
 from tests.labhost import HostSnapshot, cluster_state, remove_stale_fault_rules, state_diff
 from tests.unit.pathload import load_file
 
@@ -46,13 +47,16 @@ def lab_unavailable() -> str | None:
     return None
 
 
-def _phase(item: pytest.Item) -> tuple[bool, int]:
+def _phase(item: pytest.Item) -> tuple[bool, int, bool]:
     """Unit tests first, then the contract suite (its venv and its aarch64 resolutions are
     built in the background meanwhile, tests/contract/conftest.py), then the rest; tests
-    marked lab_teardown take the shared lab down: they run last."""
+    marked quiet_host (bandwidth measured on the lab) come after the other lab tests, by
+    when the background molecule scenarios are over; tests marked lab_teardown take the
+    shared lab down: they run last. The sort is stable: within a phase, file order."""
     parts = Path(str(item.path)).resolve().relative_to(REPO).parts
     group = {"unit": 0, "contract": 1}.get(parts[1] if len(parts) > 2 else "", 2)
-    return item.get_closest_marker("lab_teardown") is not None, group
+    return (item.get_closest_marker("lab_teardown") is not None, group,
+            item.get_closest_marker("quiet_host") is not None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -61,6 +65,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "lab_teardown: runs after every other test")
+    config.addinivalue_line(
+        "markers", "quiet_host: measures bandwidth on the lab, so it waits until no "
+        "background molecule scenario shares the host (runs after the other lab tests)")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _quiet_module(request: pytest.FixtureRequest) -> None:
+    """A quiet_host module waits before its module fixtures run (test_serve's `up`)."""
+    if request.node.get_closest_marker("quiet_host") is not None:
+        wait_for("molecule")
+
+
+@pytest.fixture(autouse=True)
+def _quiet_host(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("quiet_host") is not None:
+        wait_for("molecule")
+
+
+_IMAGE_LOCK = threading.Lock()
+
+
+def lab_image() -> str:
+    """The lab node image, built once when missing. The molecule scenarios and the lab's
+    bring-up both need it and start at the same time: one builds, the other waits."""
+    from sparkctl.lab.image import ensure_image  # noqa: PLC0415 - needs podman
+    from sparkctl.lab.lab import lab_dir  # noqa: PLC0415
+    from sparkctl.lab.podman import Podman  # noqa: PLC0415
+
+    with _IMAGE_LOCK:
+        return ensure_image(Podman(), work_dir=lab_dir() / "build")
 
 
 @dataclass
@@ -71,24 +105,15 @@ class LabSession:
     before: HostSnapshot | None  # None when an already running lab was reused
 
 
-@pytest.fixture(scope="session")
-def lab() -> Iterator[LabSession]:
-    """Bring the lab up once for the session and take it down at the end.
+@dataclass(frozen=True)
+class _BroughtUp:
+    before: HostSnapshot | None
+    up: subprocess.CompletedProcess[str]
 
-    Without root or podman the lab tests are skipped, unless SPARKCTL_REQUIRE_LAB=1
-    (set by .ci/run) makes that a failure, so CI can never pass by skipping them.
-    SPARKCTL_KEEP_LAB=1 reuses a running lab and leaves it up afterwards, for
-    quick iterations; otherwise the session starts from no lab at all.
-    """
-    reason = lab_unavailable()
-    if reason:
-        if os.environ.get("SPARKCTL_REQUIRE_LAB") == "1":
-            pytest.fail(f"lab tests required but {reason}")
-        pytest.skip(reason)
-    # The molecule scenarios run beside the unit tests (tests/molecule/conftest.py); the
-    # lab starts once they are over, so its snapshot and its bandwidth tests have the host
-    # to themselves.
-    wait_for("molecule")
+
+def _bring_up_lab() -> _BroughtUp:
+    """`lab up` from no lab at all (or the running one, with SPARKCTL_KEEP_LAB=1), with the
+    host's state from before it."""
     keep = os.environ.get("SPARKCTL_KEEP_LAB") == "1"
     before: HostSnapshot | None = None
     # A run killed mid-test may have left a fault test's firewall rule behind
@@ -98,11 +123,63 @@ def lab() -> Iterator[LabSession]:
     if not (keep and sparkctl("lab", "status").returncode == 0):
         sparkctl("lab", "down", check=True)
         before = HostSnapshot.take()
-    up = sparkctl("lab", "up", "--json")
-    if up.returncode != 0:
-        pytest.fail(f"sparkctl lab up failed ({up.returncode}):\n{up.stderr[-4000:]}")
-    yield LabSession(inventory=inventory.load(SIM_INVENTORY), before=before)
-    if not keep:
+    lab_image()
+    return _BroughtUp(before, sparkctl("lab", "up", "--json"))
+
+
+def _lab_selected(session: pytest.Session) -> bool:
+    lab_tests = REPO / "tests" / "lab"
+    return any(Path(str(item.path)).resolve().is_relative_to(lab_tests)
+               for item in session.items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The lab comes up in the background while the unit tests run (tests/background.py):
+    `lab up` is a minute or more of podman, debootstrap and SSH waits. Nothing of the unit
+    or contract suites touches the lab; SPARKCTL_LAB_BACKGROUND=0 brings it up in the
+    fixture instead."""
+    if (session.config.option.collectonly or not _lab_selected(session)
+            or os.environ.get("SPARKCTL_LAB_BACKGROUND") == "0" or lab_unavailable()):
+        return
+    RUNNING["lab"] = Background(_bring_up_lab)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A session that ended before any lab test ran (-x on a unit test, ^C) still takes
+    down the lab its background bring-up started."""
+    work = RUNNING.pop("lab", None)
+    if work is not None and not _LAB_FIXTURE_USED and os.environ.get("SPARKCTL_KEEP_LAB") != "1":
+        work.thread.join()
+        sparkctl("lab", "down")
+
+
+_LAB_FIXTURE_USED: list[bool] = []
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[LabSession]:
+    """Bring the lab up once for the session and take it down at the end.
+
+    Without root or podman the lab tests are skipped, unless SPARKCTL_REQUIRE_LAB=1
+    (set by .ci/run) makes that a failure, so CI can never pass by skipping them.
+    SPARKCTL_KEEP_LAB=1 reuses a running lab and leaves it up afterwards, for
+    quick iterations; otherwise the session starts from no lab at all. The lab
+    comes up beside the unit tests and the molecule scenarios (tests/background.py);
+    the lab tests that measure bandwidth wait for the scenarios (quiet_host).
+    """
+    reason = lab_unavailable()
+    if reason:
+        if os.environ.get("SPARKCTL_REQUIRE_LAB") == "1":
+            pytest.fail(f"lab tests required but {reason}")
+        pytest.skip(reason)
+    work = RUNNING.get("lab")
+    _LAB_FIXTURE_USED.append(True)
+    brought: _BroughtUp = work.join() if work is not None else _bring_up_lab()
+    if brought.up.returncode != 0:
+        pytest.fail(f"sparkctl lab up failed ({brought.up.returncode}):\n"
+                    f"{brought.up.stderr[-4000:]}")
+    yield LabSession(inventory=inventory.load(SIM_INVENTORY), before=brought.before)
+    if os.environ.get("SPARKCTL_KEEP_LAB") != "1":
         sparkctl("lab", "down")
 
 

@@ -189,6 +189,7 @@ def _iperf(client: str, server: str, dst: str, *, reverse: bool) -> float:
     return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 1e6
 
 
+@pytest.mark.quiet_host
 def test_throughput_follows_the_shaping_rate_both_ways(
         lab: LabSession, twin_b_pair: tuple[str, str, str]) -> None:
     client, server, dst = twin_b_pair

@@ -21,7 +21,8 @@ import pytest
 from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
 from tests.labhost import STATE, ssh
 
-pytestmark = pytest.mark.lab
+# Bandwidth is measured (validate's NCCL gate): after the molecule scenarios.
+pytestmark = [pytest.mark.lab, pytest.mark.quiet_host]
 
 MODEL_DIR = "/srv/sparkctl-model/served"
 CACHE = "/var/lib/sparkctl/models"

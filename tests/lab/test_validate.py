@@ -19,7 +19,8 @@ import pytest
 from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
 from tests.labhost import STATE, ssh
 
-pytestmark = pytest.mark.lab
+# Bandwidth is measured (validate's NCCL gate): after the molecule scenarios.
+pytestmark = [pytest.mark.lab, pytest.mark.quiet_host]
 
 # swp3 carries spark2's twin a, swp4 its twin b, swp5 spark3's twin a
 # (inventory/group_vars/sim/cluster.yml).

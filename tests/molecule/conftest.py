@@ -5,10 +5,11 @@ scenario's containers; the unit and contract phases that run first (tests/confte
 leave the machine's second core mostly idle. So when collection ends and molecule
 scenarios are selected on a machine that can run them, one thread runs them one after
 the other (image first, then each scenario, each destroyed again whatever happened),
-and each ``test_molecule_scenario`` waits for its own scenario's result. The lab
-fixture waits for the whole sequence before it brings up the lab
-(tests/background.py), so the lab's bandwidth tests never share the host with a
-scenario. SPARKCTL_MOLECULE_BACKGROUND=0 runs each scenario inside its test instead.
+and each ``test_molecule_scenario`` waits for its own scenario's result. The
+lab comes up and its first tests run meanwhile; the lab tests that measure
+bandwidth (marked quiet_host) wait for the whole sequence (tests/conftest.py),
+so they never share the host with a scenario. SPARKCTL_MOLECULE_BACKGROUND=0
+runs each scenario inside its test instead.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.background import RUNNING, Background
-from tests.conftest import REPO, lab_unavailable
+from tests.conftest import REPO, lab_image, lab_unavailable
 
 HERE = Path(__file__).resolve().parent
 VENV_BIN = Path(sys.executable).parent
@@ -44,11 +45,9 @@ def unavailable() -> str | None:
 def molecule_env() -> dict[str, str]:
     """The environment molecule runs in: lab image, project podman settings, the venv first.
     Builds the lab node image when it is missing."""
-    from sparkctl.lab.image import ensure_image  # noqa: PLC0415 - needs podman
-    from sparkctl.lab.lab import lab_dir  # noqa: PLC0415
-    from sparkctl.lab.podman import CONTAINERS_CONF, Podman  # noqa: PLC0415
+    from sparkctl.lab.podman import CONTAINERS_CONF  # noqa: PLC0415
 
-    image = ensure_image(Podman(), work_dir=lab_dir() / "build")
+    image = lab_image()  # shared with the lab's bring-up, which starts at the same time
     return {
         **os.environ,
         "SPARKCTL_LAB_IMAGE": image,
