@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sparkctl import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.proc import run
 
@@ -123,10 +124,19 @@ def set_port(switch_pid: int, cable: Cable, *, rate_mbit: int | None = None,
         ns_run(switch_pid, ["ip", "link", "set", cable.port, "up" if up else "down"])
 
 
+def interfaces(ip_addr_json: str) -> list[dict[str, Any]]:
+    """``ip -j addr show`` -> [{name, state, mtu, addresses}] in ip's order, read with
+    sparkctl's one parser of ``ip -j`` (tool_output.ip_link and ip_addr): state is the
+    operstate, addresses the IPv4 ``a.b.c.d/len`` of the link."""
+    addresses = tool_output.ip_addr(ip_addr_json)
+    return [{"name": name, "state": link["operstate"], "mtu": link["mtu"],
+             "addresses": addresses.get(name, [])}
+            for name, link in tool_output.ip_link(ip_addr_json).items()]
+
+
 def links(pid: int) -> list[dict[str, Any]]:
-    """``ip -j addr`` of a namespace: live names, state, MTU and addresses."""
-    data = json.loads(ns_run(pid, ["ip", "-j", "addr", "show"]) or "[]")
-    return [d for d in data if isinstance(d, dict)]
+    """The links of a namespace, live (:func:`interfaces` of its ``ip -j addr show``)."""
+    return interfaces(ns_run(pid, ["ip", "-j", "addr", "show"]))
 
 
 def port_rates(switch_pid: int) -> dict[str, int]:

@@ -315,14 +315,11 @@ class Lab:
             if entry["state"] == "running":
                 pid = self.podman.pid(h.name)
                 for link in fabric.links(pid):
-                    name = str(link.get("ifname"))
+                    name = link["name"]
                     if name == "lo" or name.startswith("ifb-"):
                         continue
                     entry["links"].append({
-                        "name": name, "state": link.get("operstate"), "mtu": link.get("mtu"),
-                        "addresses": [f"{a['local']}/{a['prefixlen']}"
-                                      for a in link.get("addr_info", [])
-                                      if a.get("family") == "inet"],
+                        **link,
                         **({"rate_mbit": rates[name]} if h.role == "switch" and name in rates
                            else {}),
                     })

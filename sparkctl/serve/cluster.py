@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkctl import inventory
+from sparkctl import inventory, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.provision import results_dir
 from sparkctl.runner import REDACTED
@@ -125,7 +125,7 @@ class Cluster:
         out = self.each(nodes or self.nodes, f"systemctl show -p {props} {self.unit}", 30)
         states = {}
         for node, (rc, text) in out.items():
-            values = dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
+            values = tool_output.systemctl_show(text)
             if rc != 0 or "ActiveState" not in values:
                 values = {"ActiveState": "unknown", "SubState": "unreachable",
                           "error": text.strip().splitlines()[-1] if text.strip() else f"rc {rc}"}

@@ -164,6 +164,29 @@ def test_nsenter_wraps_command() -> None:
         "nsenter", "-t", "4242", "-n", "ip", "-j", "addr"]
 
 
+# ------------------------------------------------------------- interfaces
+FIXTURES = ROOT / "tests" / "fixtures" / "ip"  # real `ip -j` outputs (SOURCES.md there)
+
+
+def test_interfaces_of_a_real_ip_j_addr_through_the_one_parser() -> None:
+    # What `lab status` shows per link, read with tool_output's ip parser, not its own.
+    links = fabric.interfaces((FIXTURES / "build-host-ip-j-addr.json").read_text())
+    by_name = {link["name"]: link for link in links}
+    assert [link["name"] for link in links][:4] == ["lo", "ifb0", "ifb1", "eth0"]  # ip's order
+    assert by_name["eth0"] == {"name": "eth0", "state": "UP", "mtu": 1400,
+                               "addresses": ["192.0.2.2/24"]}  # IPv6 fd00::2 left out
+    assert by_name["lo"] == {"name": "lo", "state": "UNKNOWN", "mtu": 65536,
+                             "addresses": ["127.0.0.1/8"]}
+    assert by_name["ifb0"] == {"name": "ifb0", "state": "DOWN", "mtu": 1500, "addresses": []}
+    assert by_name["veth0"]["addresses"] == []  # IPv6 link-local only
+
+
+def test_interfaces_refuse_what_ip_does_not_print() -> None:
+    assert fabric.interfaces("") == []
+    with pytest.raises(ValueError, match="ip -j addr printed no JSON"):
+        fabric.interfaces("Cannot open netlink socket: Operation not permitted\n")
+
+
 # -------------------------------------------------------- parse_tbf_rates
 def test_parse_tbf_rates_captured_sample() -> None:
     # Egress tbf on the port and the ingress tbf on its ifb; noqueue and

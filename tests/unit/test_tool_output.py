@@ -618,6 +618,10 @@ def test_ip_json_of_a_real_host() -> None:
     assert links["lo"]["mtu"] == 65536
     assert (links["eth0"]["operstate"], links["eth0"]["lower_up"]) == ("UP", True)
     assert (links["ifb0"]["up"], links["ifb0"]["operstate"]) == (False, "DOWN")
+    # `ip -j addr` carries the same link fields (lab status reads both from one call)
+    from_addr = parse.ip_link(fixture("ip", "build-host-ip-j-addr.json"))
+    assert {k: from_addr[k]["mtu"] for k in ("lo", "eth0")} == {"lo": 65536, "eth0": 1400}
+    assert from_addr.keys() == links.keys()
 
 
 def test_systemctl_show_real_execstart() -> None:
