@@ -195,7 +195,7 @@ def test_cluster_ssh(host: Any, plan: dict[str, Any], nplan: dict[str, Any], pee
     key = f"~/.ssh/{nplan['base']['key_name']}"  # ssh expands ~ in IdentityFile itself
     argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
             "-o", f"IdentityFile={key}", "-o", "IdentitiesOnly=yes",
-            "-o", "ConnectTimeout=5", address, "true"]
+            "-o", "ConnectTimeout=5", "--", address, "true"]
     if host.user.name != user:
         argv = ["sudo", "-n", "-u", user, "-H", *argv]
     out = _run(host, argv, timeout=10)

@@ -97,7 +97,7 @@ class Followers:
         for node in self.cluster.nodes:
             cmd = f"{self.cluster.sudo(node)}journalctl -u {shlex.quote(self.cluster.unit)} " \
                   "-o cat -f -n 0 --no-pager"
-            proc = subprocess.Popen(["ssh", "-F", str(self.cluster.ssh_config), node, cmd],
+            proc = subprocess.Popen(["ssh", "-F", str(self.cluster.ssh_config), "--", node, cmd],
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             self.procs.append(proc)
             threading.Thread(target=self._pump, args=(node, proc), daemon=True).start()
@@ -465,7 +465,7 @@ def show_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) 
         cmd = (f"{cluster.sudo(n)}journalctl -u {shlex.quote(cluster.unit)} -n {int(lines)} "
                f"--no-pager -o short-iso" + (" -f" if follow and len(nodes) == 1 else ""))
         if follow and len(nodes) == 1:
-            with subprocess.Popen(["ssh", "-F", str(cluster.ssh_config), n, cmd],
+            with subprocess.Popen(["ssh", "-F", str(cluster.ssh_config), "--", n, cmd],
                                   stdout=subprocess.PIPE, text=True) as proc:
                 assert proc.stdout is not None  # noqa: S101 - Popen with stdout=PIPE
                 for line in proc.stdout:

@@ -136,7 +136,7 @@ def ssh_runner(ssh_config: Path) -> Runner:
     """Run a command on a node through the validate ssh_config (its ControlMaster)."""
     def run(host: str, command: str, timeout: int) -> tuple[int, str]:
         try:
-            proc = subprocess.run(["ssh", "-F", str(ssh_config), host, command],
+            proc = subprocess.run(["ssh", "-F", str(ssh_config), "--", host, command],
                                   capture_output=True, text=True, timeout=timeout + 30,
                                   check=False)
         except subprocess.TimeoutExpired as exc:

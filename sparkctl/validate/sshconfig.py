@@ -10,14 +10,17 @@ ControlMaster per host: one SSH connection per node for the whole run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sparkctl import inventory_rules, paths
 from sparkctl.errors import ExitCode, SparkctlError
 
 # Options sparkctl sets itself; an inventory cannot weaken them.
@@ -25,39 +28,41 @@ _FORCED = {"stricthostkeychecking": "yes", "batchmode": "yes", "passwordauthenti
 _OURS = {"controlmaster", "controlpath", "controlpersist", "identitiesonly", *_FORCED}
 
 
+# OpenSSH refuses a ControlPath whose length plus its 17-byte temporary suffix does not
+# fit sun_path (108 bytes); %C expands to 40 hex digits after the directory.
+_MAX_DIR = 108 - 1 - 17 - 41
+
+
 def control_dir() -> Path:
-    """Where the ControlMaster sockets live: short (sun_path is 108 bytes), private."""
-    path = Path(tempfile.gettempdir()) / f"sparkctl-cm-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    path.chmod(0o700)
+    """Where the ControlMaster sockets live: ``ssh-cm`` in the user's state dir, or, when
+    that is too deep for a socket path, ``sparkctl-cm-UID`` in the temporary directory.
+    Either is created 0700 and must be a directory of this user, not a link: another user
+    could have made /tmp/sparkctl-cm-UID first, to watch or replace the sockets."""
+    path = paths.state_dir() / "ssh-cm"
+    if len(os.fsencode(path)) > _MAX_DIR:
+        path = Path(tempfile.gettempdir()) / f"sparkctl-cm-{os.getuid()}"
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise SparkctlError(f"{path}: not a directory of this user (uid {os.getuid()}); "
+                            "sparkctl keeps its SSH control sockets there",
+                            ExitCode.ENVIRONMENT, hint=f"remove {path} and run again")
+    if info.st_mode & 0o077:
+        path.chmod(0o700)
     return path
 
 
 def _options(args: str, source: str, host: str) -> list[tuple[str, str]]:
-    """``-o Key=Value`` / ``-oKey=Value`` / ``-o Key Value`` pairs of an ssh argument string."""
-    out: list[tuple[str, str]] = []
+    """The options of an ssh argument string, by the inventory rules' own parser (which
+    `inventory check` ran already; a value it refuses is refused here too)."""
     try:
-        words = shlex.split(args or "")
+        return inventory_rules.ssh_options(args)
     except ValueError as exc:
-        raise SparkctlError(f"host {host}: variable {source}: {exc} in {args!r}",
-                            ExitCode.BAD_INPUT) from None
-    i = 0
-    while i < len(words):
-        word = words[i]
-        if word == "-o" and i + 1 < len(words):
-            spec, i = words[i + 1], i + 2
-        elif word.startswith("-o") and len(word) > 2:
-            spec, i = word[2:], i + 1
-        else:
-            raise SparkctlError(f"host {host}: variable {source}: sparkctl reads only -o options "
-                                f"from it, not {word!r}", ExitCode.BAD_INPUT)
-        parts = re.split(r"[=\s]+", spec.strip(), maxsplit=1)
-        key, value = parts[0], parts[1] if len(parts) > 1 else ""
-        if not re.fullmatch(r"[A-Za-z]+", key) or re.search(r"[\x00-\x1f\x7f]", value):
-            raise SparkctlError(f"host {host}: variable {source}: {spec!r} is not an ssh option "
-                                "(-o Key=Value, no control characters)", ExitCode.BAD_INPUT)
-        out.append((key, value))
-    return out
+        raise SparkctlError(f"host {host}: variable {source}: {exc}", ExitCode.BAD_INPUT,
+                            hint="see docs/inventory.md, connection variables") from None
 
 
 def inventory_options(name: str, hostvars: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -87,21 +92,45 @@ def known_hosts_file(name: str, hostvars: Mapping[str, Any]) -> Path:
     return Path(first.replace("%d", str(Path.home()))).expanduser()
 
 
+def _word(host: str, var: str, value: Any, pattern: re.Pattern[str]) -> str:
+    """``value`` as one ssh_config word, or the inventory rules' refusal (exit 2): a
+    newline or a quote would start another line or option in the file."""
+    text = str(value)
+    if not pattern.fullmatch(text):
+        raise SparkctlError(f"host {host}: variable {var}: {text!r} cannot go into an "
+                            "ssh_config", ExitCode.BAD_INPUT,
+                            hint="run `sparkctl inventory check INVENTORY`")
+    return text
+
+
 def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
+    rules = inventory_rules
     # ssh takes the first value it reads for an option: sparkctl's own come first.
-    lines = [f"Host {name}"]
+    lines = [f"Host {_word(name, 'inventory_hostname', name, rules.HOST_NAME)}"]
     lines += [f"  {k} {v}" for k, v in
               (("StrictHostKeyChecking", "yes"), ("BatchMode", "yes"),
                ("PasswordAuthentication", "no"), ("ControlMaster", "auto"),
                ("ControlPersist", "300"), ("ControlPath", f"{control_dir()}/%C"))]
-    lines.append(f"  HostName {hostvars.get('ansible_host', name)}")
+    address = hostvars.get("ansible_host", name)
+    if rules._ipv4(address) is None:  # the rules' own address reader
+        _word(name, "ansible_host", address, rules.HOST_NAME)
+    lines.append(f"  HostName {address}")
     if hostvars.get("ansible_user"):
-        lines.append(f"  User {hostvars['ansible_user']}")
+        user = _word(name, "ansible_user", hostvars["ansible_user"], rules.USER_NAME)
+        lines.append(f"  User {user}")
     if hostvars.get("ansible_port"):
-        lines.append(f"  Port {int(hostvars['ansible_port'])}")
-    key = hostvars.get("ansible_ssh_private_key_file") or hostvars.get("ansible_private_key_file")
-    if key:
-        lines += [f"  IdentityFile {Path(str(key)).expanduser()}", "  IdentitiesOnly yes"]
+        port = rules.port_number(hostvars["ansible_port"])
+        if port is None:
+            raise SparkctlError(f"host {name}: variable ansible_port: "
+                                f"{hostvars['ansible_port']!r} is not a TCP port",
+                                ExitCode.BAD_INPUT)
+        lines.append(f"  Port {port}")
+    for var in rules.KEY_FILE_VARS:
+        if hostvars.get(var):
+            key = Path(_word(name, var, hostvars[var], rules.KEY_FILE)).expanduser()
+            lines += [f"  IdentityFile {_word(name, var, key, rules.KEY_FILE)}",
+                      "  IdentitiesOnly yes"]
+            break
     for opt, value in inventory_options(name, hostvars):
         if opt.lower() in _OURS:
             continue

@@ -4,10 +4,10 @@ the plan cache key; sparkctl.validate.sshconfig; Report.verdict."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -583,10 +583,13 @@ def test_plan_key_is_stable_and_follows_the_inventory(state: Path, tmp_path: Pat
 
 
 @pytest.fixture
-def cm_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The ControlMaster sockets go under a private temporary directory."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return tmp_path / f"sparkctl-cm-{os.getuid()}"
+def cm_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The ControlMaster sockets go under a private directory of the state dir (pytest's
+    tmp_path is too deep for a socket path: a short one beside it)."""
+    state = Path(tempfile.mkdtemp(prefix="st-", dir="/tmp"))
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(state))
+    yield state / "ssh-cm"
+    shutil.rmtree(state, ignore_errors=True)
 
 
 def entry(hostvars: dict[str, Any], name: str = "spark2") -> dict[str, list[str]]:
@@ -643,18 +646,37 @@ def test_ssh_args_options_are_kept_in_every_spelling(cm_dir: Path) -> None:
     assert opts["userknownhostsfile"] == ["/etc/sparkctl/known_hosts"]
 
 
-@pytest.mark.parametrize("args", [
-    "-o StrictHostKeyChecking=no",
-    "-o StrictHostKeyChecking=accept-new",
-    "-o 'StrictHostKeyChecking no'",
-    "-ostricthostkeychecking=off",
-    "-o 'StrictHostKeyChecking = no'",
-    "-o BatchMode=no -o PasswordAuthentication=yes",
-    "-o ControlMaster=no -o ControlPath=/tmp/x -o ControlPersist=no",
+@pytest.mark.parametrize(("args", "shown", "why"), [
+    ("-o StrictHostKeyChecking=no", "StrictHostKeyChecking=no", "would accept host keys"),
+    ("-o StrictHostKeyChecking=accept-new", "StrictHostKeyChecking=accept-new",
+     "would accept host keys"),
+    ("-o 'StrictHostKeyChecking no'", "StrictHostKeyChecking no", "would accept host keys"),
+    ("-ostricthostkeychecking=off", "stricthostkeychecking=off", "would accept host keys"),
+    ("-o 'StrictHostKeyChecking = no'", "StrictHostKeyChecking = no", "would accept host keys"),
+    ("-o BatchMode=no -o PasswordAuthentication=yes", "BatchMode=no",
+     "is not a value sparkctl passes on"),
+    ("-o 'KnownHostsCommand ssh-keyscan %H'", "KnownHostsCommand ssh-keyscan %H",
+     "runs a command on the controller and lets it vouch for host keys"),
+    ("-o HostKeyAlias=spark1", "HostKeyAlias=spark1", "lets another host's recorded key"),
+    ("-o UserKnownHostsFile=/dev/null", "UserKnownHostsFile=/dev/null",
+     "would keep no known host key to check against"),
+    ("-o 'ProxyCommand=ssh -W %h:%p admin@10.0.0.1'", "ProxyCommand=ssh -W %h:%p admin@10.0.0.1",
+     "runs a command on the controller (use ProxyJump)"),
 ])
-def test_the_inventory_cannot_weaken_what_sparkctl_forces(cm_dir: Path, args: str) -> None:
+def test_an_option_that_weakens_host_keys_or_runs_a_command_is_refused(
+        cm_dir: Path, args: str, shown: str, why: str) -> None:
+    """The ssh_config writer refuses what `inventory check` refuses (the same parser,
+    inventory_rules.ssh_options): nothing reaches the file."""
     for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-        opts = entry({var: args})
+        with pytest.raises(SparkctlError) as info:
+            sshconfig.host_entry("spark2", {var: args})
+        assert info.value.code == ExitCode.BAD_INPUT
+        assert str(info.value).startswith(f"host spark2: variable {var}: {shown!r} {why}")
+
+
+def test_the_inventory_cannot_move_what_sparkctl_forces(cm_dir: Path) -> None:
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        opts = entry({var: "-o ControlMaster=no -o ControlPath=/tmp/x -o ControlPersist=no"})
         assert opts["stricthostkeychecking"] == ["yes"]
         assert opts["batchmode"] == ["yes"] and opts["passwordauthentication"] == ["no"]
         assert opts["controlmaster"] == ["auto"] and opts["controlpersist"] == ["300"]
@@ -672,8 +694,8 @@ def test_anything_but_o_options_is_bad_input_naming_host_and_variable(
     with pytest.raises(SparkctlError) as info:
         sshconfig.host_entry("spark3", {var: args})
     assert info.value.code == ExitCode.BAD_INPUT
-    assert str(info.value) == (f"host spark3: variable {var}: sparkctl reads only -o options "
-                               f"from it, not {word!r}")
+    assert str(info.value) == (f"host spark3: variable {var}: sparkctl passes only -o options "
+                               f"(and -C, -4, -6) to ssh, not {word!r}")
 
 
 def test_unbalanced_quotes_are_bad_input(cm_dir: Path) -> None:
@@ -686,8 +708,8 @@ def test_unbalanced_quotes_are_bad_input(cm_dir: Path) -> None:
 
 def test_write_one_entry_per_host_private_and_read_by_ssh(cm_dir: Path, tmp_path: Path) -> None:
     hostvars = {n: {"ansible_host": f"10.77.0.1{n[-1]}", "ansible_user": "root",
-                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=no "
-                                               "-o UserKnownHostsFile=/dev/null"}
+                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes "
+                                               "-o UserKnownHostsFile=/etc/sparkctl/kh"}
                 for n in NODES}
     path = sshconfig.write(tmp_path / "ssh_config", hostvars, NODES)
     assert (path.stat().st_mode & 0o777) == 0o600
@@ -702,13 +724,15 @@ def test_write_one_entry_per_host_private_and_read_by_ssh(cm_dir: Path, tmp_path
 
 
 def test_smuggled_options_cannot_weaken_host_key_checking(cm_dir: Path, tmp_path: Path) -> None:
-    """A tab between key and value is valid for ssh -o; sparkctl's own values still win."""
+    """A tab between key and value is valid for ssh -o; a control character in an option is
+    refused before anything is written."""
     args = "-o 'StrictHostKeyChecking\tno' -o 'BatchMode\tno'"
-    path = sshconfig.write(tmp_path / "ssh_config",
-                           {"spark1": {"ansible_host": "10.77.0.11",
-                                       "ansible_ssh_common_args": args}}, ["spark1"])
-    seen = ssh_effective(path, "spark1")
-    assert seen["stricthostkeychecking"] == "true" and seen["batchmode"] == "yes"
+    with pytest.raises(SparkctlError) as err:
+        sshconfig.write(tmp_path / "ssh_config",
+                        {"spark1": {"ansible_host": "10.77.0.11",
+                                    "ansible_ssh_common_args": args}}, ["spark1"])
+    assert err.value.code == ExitCode.BAD_INPUT and "control characters" in err.value.message
+    assert not (tmp_path / "ssh_config").exists()
 
 
 def test_an_option_carrying_a_newline_is_refused(cm_dir: Path, tmp_path: Path) -> None:
@@ -724,7 +748,7 @@ def test_an_option_carrying_a_newline_is_refused(cm_dir: Path, tmp_path: Path) -
 def test_a_plain_inventory_option_reads_the_same_in_ssh(cm_dir: Path, tmp_path: Path) -> None:
     path = sshconfig.write(tmp_path / "ssh_config",
                            {"spark1": {"ansible_host": "10.77.0.11",
-                                       "ansible_ssh_common_args": "-o 'StrictHostKeyChecking no' "
+                                       "ansible_ssh_common_args": "-o 'StrictHostKeyChecking yes' "
                                                                   "-o ConnectTimeout=20"}},
                            ["spark1"])
     seen = ssh_effective(path, "spark1")
