@@ -15,8 +15,10 @@ loaded under more than one module name):
   this file, and every sparkctl role depends on cluster_defaults, so Ansible
   packs it into each module it sends to a node.
 - Filter plugins run on the controller, where Ansible offers a role's
-  module_utils to no plugin; they load the same link by its path (the few
-  lines of that loader are in each filter that needs it; no parser is).
+  module_utils to no plugin; they load the same link by its path, with the one
+  loader, sparkctl/tool_output_loader.py, linked beside them as
+  ``filter_plugins/sparkctl_tool_output_loader.py`` (no parser, and no loader,
+  is copied into a filter).
 - sparkctl's own code (validate's checks, serve) imports ``sparkctl.tool_output``.
 
 A reader raises :class:`ToolOutputError` (a ValueError) that quotes the

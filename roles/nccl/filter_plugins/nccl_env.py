@@ -11,10 +11,9 @@ the three readers) and compares the result with what the inventory implies.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
+from runpy import run_path
 from typing import Any
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -23,30 +22,11 @@ _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*$")
 
 
-def _tool_output() -> Any:
-    """sparkctl's one parser of node tool output (sparkctl/tool_output.py).
-
-    Modules import it as ansible.module_utils.sparkctl_tool_output; a filter
-    runs on the controller, where Ansible offers a role's module_utils to no
-    plugin, so it loads the same file by the link's path
-    (roles/cluster_defaults/module_utils/, beside every role that depends on
-    cluster_defaults, in a checkout and in the wheel alike).
-    """
-    name = "sparkctl_tool_output"
-    module = sys.modules.get(name)
-    if module is None:
-        path = (Path(__file__).resolve().parents[2] / "cluster_defaults" / "module_utils"
-                / f"{name}.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return module
-
-
-TOOL_OUTPUT = _tool_output()
+# sparkctl's one parser of node tool output (sparkctl/tool_output.py), loaded by
+# the loader linked beside this file (sparkctl/tool_output_loader.py says why a
+# filter loads it by path).
+TOOL_OUTPUT = run_path(str(Path(__file__).with_name(
+    "sparkctl_tool_output_loader.py")))["tool_output"](__file__)
 
 
 def nccl_parse_env(text: str) -> dict[str, str]:

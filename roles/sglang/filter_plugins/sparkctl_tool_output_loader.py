@@ -1,0 +1,1 @@
+../../../sparkctl/tool_output_loader.py
