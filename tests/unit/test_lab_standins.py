@@ -148,6 +148,14 @@ def node(tmp_path: Path) -> Node:
 
 
 # ---------------------------------------------------------------- nvidia-smi
+SMI_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
+
+
+def smi_fixture(name: str) -> str:
+    """A real nvidia-smi output (tests/fixtures/nvidia-smi/SOURCES.md names its source)."""
+    return (SMI_FIXTURES / name).read_text()
+
+
 TABLE_PATTERNS = [
     r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4} {7}",
     r"\+-{89}\+",
@@ -187,23 +195,20 @@ def test_default_table_has_the_real_gb10_layout(node: Node) -> None:
 
 
 def test_table_is_byte_identical_to_a_real_spark_apart_from_live_values(node: Node) -> None:
-    # NVIDIA/k8s-device-plugin#1482, nvidia-smi on a DGX Spark with driver 580.95.05.
-    real = """\
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 580.95.05              Driver Version: 580.95.05      CUDA Version: 13.0     |
-+-----------------------------------------+------------------------+----------------------+
-| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
-| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
-|                                         |                        |               MIG M. |
-|=========================================+========================+======================|
-|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |                  N/A |
-| N/A   40C    P8              4W /  N/A  | Not Supported          |      0%      Default |
-|                                         |                        |                  N/A |
-+-----------------------------------------+------------------------+----------------------+
-"""
+    # NVIDIA/k8s-device-plugin#1482, nvidia-smi on a DGX Spark with driver 580.95.05: the
+    # real table (tests/fixtures/nvidia-smi/SOURCES.md), below the stand-in's live date line.
+    real = smi_fixture("gb10-580.95.05-table.txt")
     node.set_temperature(40000)
     out = node.run("nvidia-smi").stdout
     assert out.split("\n", 1)[1].startswith(real)
+
+
+def test_version_is_byte_identical_to_a_real_spark(node: Node) -> None:
+    # `nvidia-smi --version` of a GB10 on driver 580.142 (the Spark0 probe in SOURCES.md).
+    node.set_hw(driver_version="580.142", cuda_version="13.0")
+    version = node.run("nvidia-smi", "--version")
+    assert version.returncode == 0, version.stderr
+    assert version.stdout == smi_fixture("gb10-580.142-version.txt")
 
 
 def test_table_timestamp_and_temperature_are_live(node: Node) -> None:
@@ -356,10 +361,8 @@ def test_no_gpu_fails_like_a_missing_driver(node: Node, args: tuple[str, ...]) -
     node.set_hw(gpu_present=False)
     result = node.run("nvidia-smi", *args)
     assert result.returncode == 9
-    assert result.stdout == (
-        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-        "Make sure that the latest NVIDIA driver is installed and running.\n\n"
-    )
+    # nvidia-smi's real words (tests/fixtures/nvidia-smi/no-driver-failed.txt), then a blank line.
+    assert result.stdout == smi_fixture("no-driver-failed.txt") + "\n"
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """roles/nvidia_driver: its modules, its hold set, the role's interface and its Jinja.
 
-The module's parsers are fed real nvidia-smi output, copied from public
-reports with the source named at each sample; the whole module is also run as
+The module's parsers are fed real nvidia-smi output from public reports, kept
+in tests/fixtures/nvidia-smi/ (its SOURCES.md names each); the whole module is also run as
 Ansible runs it (a subprocess with a JSON argument file) against the lab's
 nvidia-smi stand-in, with the GPU present and with the driver "not loaded".
 The hold set, the kernel/module check and the nvcc check are fed real package
@@ -45,81 +45,26 @@ def load_module() -> ModuleType:
 M = load_module()
 
 # ------------------------------------------------------------- real samples
+# Real nvidia-smi outputs, kept once under tests/fixtures/nvidia-smi/ (its
+# SOURCES.md names each one's public source), never copied here.
+SMI_FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
+
+
+def smi_fixture(name: str) -> str:
+    return (SMI_FIXTURES / name).read_text()
+
+
 # DGX Spark, driver 580.95.05: NVIDIA/k8s-device-plugin issue #1482 (the
 # layout the lab's stand-in reproduces byte for byte).
-GB10_580_95 = """\
-Sun Nov 29 21:47:19 2026
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 580.95.05              Driver Version: 580.95.05      CUDA Version: 13.0     |
-+-----------------------------------------+------------------------+----------------------+
-| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
-| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
-|                                         |                        |               MIG M. |
-|=========================================+========================+======================|
-|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |                  N/A |
-| N/A   40C    P8              4W /  N/A  | Not Supported          |      0%      Default |
-|                                         |                        |                  N/A |
-+-----------------------------------------+------------------------+----------------------+
-"""
-
-# DGX Spark, driver 580.126.09: snowflakedb/ArcticTraining PR #345
-# ("pynvml DGX Spark fix"), found with the search tool.
-GB10_580_126 = """\
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 580.126.09             Driver Version: 580.126.09     CUDA Version: 13.0     |
-+-----------------------------------------+------------------------+----------------------+
-| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
-| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
-|                                         |                        |               MIG M. |
-|=========================================+========================+======================|
-|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |                  N/A |
-| N/A   36C    P8              3W /  N/A  | Not Supported          |      0%      Default |
-|                                         |                        |                  N/A |
-+-----------------------------------------+------------------------+----------------------+
-"""
-
-# A discrete GPU on driver 580.82.09, with the process table: patfinder/cuda-1
-# README.md (found with the search tool).
-GTX960_580_82 = """\
-Sun Sep 21 21:56:02 2025
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 580.82.09              Driver Version: 580.82.09      CUDA Version: 13.0     |
-+-----------------------------------------+------------------------+----------------------+
-| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
-| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
-|                                         |                        |               MIG M. |
-|=========================================+========================+======================|
-|   0  NVIDIA GeForce GTX 960         Off |   00000000:03:00.0 Off |                  N/A |
-|  0%   45C    P8             14W /  160W |       0MiB /   2048MiB |      0%      Default |
-|                                         |                        |                  N/A |
-+-----------------------------------------+------------------------+----------------------+
-
-+-----------------------------------------------------------------------------------------+
-| Processes:                                                                              |
-|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |
-|        ID   ID                                                               Usage      |
-|=========================================================================================|
-|  No running processes found                                                             |
-+-----------------------------------------------------------------------------------------+
-"""
-
+GB10_580_95 = smi_fixture("gb10-580.95.05-table.txt")
+# DGX Spark, driver 580.126.09: snowflakedb/ArcticTraining PR #345.
+GB10_580_126 = smi_fixture("gb10-580.126.09-table.txt")
+# A discrete GPU on driver 580.82.09, with the process table: patfinder/cuda-1 README.md.
+GTX960_580_82 = smi_fixture("gtx960-580.82.09-table.txt")
 # R610 renames the header fields: sgl-project/sglang issue #27487 (B200, 610.43.02).
-B200_610 = """\
-Sun Jun  7 08:16:57 2026
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 610.43.02              KMD Version: 610.43.02     CUDA UMD Version: 13.3     |
-+-----------------------------------------+------------------------+----------------------+
-| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
-"""
-
+B200_610 = smi_fixture("b200-610.43.02-umd-banner.txt")
 # The older, narrower table: rossumai/nvgpu PR #15 (driver 450.57, CUDA 11.0).
-TITAN_450 = """\
-Wed Jul 29 21:51:11 2020
-+-----------------------------------------------------------------------------+
-| NVIDIA-SMI 450.57       Driver Version: 450.57       CUDA Version: 11.0     |
-|-------------------------------+----------------------+----------------------+
-| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
-"""
+TITAN_450 = smi_fixture("titanxp-450.57-table.txt")
 
 # `--query-gpu=name,driver_version,compute_cap,pci.bus_id --format=csv` on a
 # Spark; values as in the GB10 inventory line of tests/fixtures/nvidia-smi
@@ -128,12 +73,9 @@ Wed Jul 29 21:51:11 2020
 GB10_CSV = ("name, driver_version, compute_cap, pci.bus_id\n"
             "NVIDIA GB10, 580.142, 12.1, 0000000F:01:00.0\n")
 
-# nvidia-smi's own words when the kernel driver is not loaded (exit 9); it
-# prints them on stdout.
-NO_DRIVER = (
-    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-    "Make sure that the latest NVIDIA driver is installed and running.\n\n"
-)
+# nvidia-smi's own words when the kernel driver is not loaded (the module sees them
+# with exit 9, as the lab's stand-in prints them): lyulyul/shine-cluster issue #50.
+NO_DRIVER = smi_fixture("no-driver-failed.txt")
 
 
 @pytest.mark.parametrize(
