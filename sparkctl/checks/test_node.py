@@ -151,6 +151,36 @@ def test_roce_device(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> 
     seen(f"{spec['ibdev']} -> {netdev} Up")
 
 
+def test_roce_port(host: Any, plan: dict[str, Any], nplan: dict[str, Any], twin: str,
+                   seen: Any) -> None:
+    """The twin's RDMA port as the verbs library sees it (``ibv_devinfo``): PORT_ACTIVE with
+    link layer Ethernet, i.e. RoCE, where NCCL and ib_write_bw open it. Only on a profile
+    whose hardware has RDMA (cluster_hw.rdma): a lab node has no verbs device to ask."""
+    if not plan["cluster_hw"].get("rdma"):
+        pytest.skip(f"no RDMA devices on the {plan.get('hw_profile', '?')} profile "
+                    "(cluster_hw.rdma is not true)")
+    spec = _twin(nplan, twin)
+    ibdev = spec["ibdev"]
+    out = _run(host, ["ibv_devinfo"])
+    missing = " (ibv_devinfo is in Ubuntu's ibverbs-utils, from rdma-core)" \
+        if out.rc == 127 else ""
+    assert out.rc == 0, \
+        f"ibv_devinfo: rc {out.rc}: {(out.stderr or out.stdout).strip()[:200]}{missing}"
+    devices = {d["hca_id"]: d for d in tool_output.ibv_devinfo(out.stdout)}
+    assert ibdev in devices, \
+        f"ibv_devinfo lists no {ibdev} (have {', '.join(devices) or 'none'})"
+    # A ConnectX-7 function has one port (phys_port_cnt 1), port 1 as in ibdev2netdev.
+    port = next((p for p in devices[ibdev]["ports"] if p["port"] == 1), None)
+    assert port is not None, f"{ibdev} has no port 1 in ibv_devinfo"
+    assert port.get("state") == "PORT_ACTIVE", \
+        f"{ibdev} port 1 ({spec['netdev']}) is {port.get('state', 'in no state')}, " \
+        "want PORT_ACTIVE: no link, or the port is not up for RDMA"
+    assert port.get("link_layer") == "Ethernet", \
+        f"{ibdev} port 1 link layer {port.get('link_layer', 'unknown')}, want Ethernet: " \
+        "RoCE needs the ConnectX-7 port in Ethernet mode"
+    seen(f"{ibdev} port 1 PORT_ACTIVE, Ethernet, active MTU {port.get('active_mtu', '?')}")
+
+
 # ------------------------------------------------------------------ NCCL
 def test_nccl_env(host: Any, nplan: dict[str, Any], seen: Any) -> None:
     want = nplan["nccl"]

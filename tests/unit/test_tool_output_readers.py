@@ -7,8 +7,13 @@ readers elsewhere in sparkctl the real outputs under tests/fixtures/<tool>/
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from sparkctl.checks import test_node as checks
 from sparkctl.inventory import Inventory, Node
 from sparkctl.serve.cluster import Cluster
 
@@ -42,3 +47,78 @@ def test_serve_reads_unit_states_with_the_one_systemctl_show_parser(tmp_path: Pa
     assert states["spark2"] == {
         "ActiveState": "unknown", "SubState": "unreachable",
         "error": "ssh: connect to host 10.77.0.12 port 22: Connection refused"}
+
+
+# ---------------------------------------------------------------- validate: ibv_devinfo
+@dataclass
+class Result:
+    rc: int
+    stdout: str
+    stderr: str = ""
+
+
+@dataclass
+class FakeHost:
+    """testinfra's host as the node checks use it: run() answers one command."""
+
+    answer: Result
+    commands: list[str] = field(default_factory=list)
+
+    def run(self, command: str) -> Result:
+        self.commands.append(command)
+        return self.answer
+
+
+def _plan(rdma: bool, ibdev: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    nplan = {"roce_fabric": {"twins": [
+        {"twin": "a", "netdev": "enp1s0f1np1", "address": "192.168.100.11/24", "ibdev": ibdev}]}}
+    plan = {"hw_profile": "dgx_spark" if rdma else "sim", "cluster_hw": {"rdma": rdma},
+            "hosts": {"spark1": nplan}}
+    return plan, nplan
+
+
+def _roce_port(answer: Result, *, rdma: bool = True, ibdev: str = "rocep1s0f1") -> list[str]:
+    plan, nplan = _plan(rdma, ibdev)
+    seen: list[str] = []
+    host = FakeHost(answer)
+    checks.test_roce_port(host, plan, nplan, "a", seen.append)
+    assert host.commands == ["timeout 30 ibv_devinfo"]
+    return seen
+
+
+SPARK_IBV_DEVINFO = fixture("ibv_devinfo", "gb10-port1-up.txt")  # a real Spark, f1 twins up
+
+
+def test_roce_port_passes_on_a_real_sparks_active_port() -> None:
+    assert _roce_port(Result(0, SPARK_IBV_DEVINFO)) == [
+        "rocep1s0f1 port 1 PORT_ACTIVE, Ethernet, active MTU 4096"]
+    assert _roce_port(Result(0, SPARK_IBV_DEVINFO), ibdev="roceP2p1s0f1") == [
+        "roceP2p1s0f1 port 1 PORT_ACTIVE, Ethernet, active MTU 4096"]
+
+
+def test_roce_port_fails_on_the_real_sparks_down_port() -> None:
+    with pytest.raises(AssertionError, match=r"^rocep1s0f0 port 1 \(enp1s0f1np1\) is PORT_DOWN, "
+                                             r"want PORT_ACTIVE"):
+        _roce_port(Result(0, SPARK_IBV_DEVINFO), ibdev="rocep1s0f0")
+
+
+def test_roce_port_names_a_missing_device_or_tool() -> None:
+    with pytest.raises(AssertionError, match=r"^ibv_devinfo lists no mlx5_0 \(have rocep1s0f0, "
+                                             r"rocep1s0f1, roceP2p1s0f0, roceP2p1s0f1\)"):
+        _roce_port(Result(0, SPARK_IBV_DEVINFO), ibdev="mlx5_0")
+    gone = Result(127, "", "timeout: failed to run command 'ibv_devinfo': No such file or "
+                           "directory\n")
+    with pytest.raises(AssertionError, match=r"rc 127: .* \(ibv_devinfo is in Ubuntu's "
+                                             r"ibverbs-utils, from rdma-core\)"):
+        _roce_port(gone)
+    with pytest.raises(ValueError, match="no hca_id"):
+        _roce_port(Result(0, "No IB devices found\n"))
+
+
+def test_roce_port_is_skipped_where_the_profile_has_no_rdma() -> None:
+    plan, nplan = _plan(False, "rocep1s0f1")
+    host = FakeHost(Result(0, ""))
+    with pytest.raises(pytest.skip.Exception,
+                       match=r"no RDMA devices on the sim profile \(cluster_hw.rdma is not true\)"):
+        checks.test_roce_port(host, plan, nplan, "a", print)
+    assert host.commands == []  # nothing asked of a lab node
