@@ -45,7 +45,7 @@ HOST_VARS = ("node_rank", "fabric_a_ip", "fabric_b_ip")
 # The sglang role's TP group of a Spark without sglang_group (its default).
 DEFAULT_SGLANG_GROUP = "main"
 # A group name: one word (the sglang role's filter accepts the same).
-_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 
 # Variables Ansible itself, facts and the lab define: never "unknown".
 _ANSIBLE_PREFIXES = ("ansible_", "inventory_", "group_names", "groups", "hostvars",

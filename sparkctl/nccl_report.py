@@ -60,7 +60,7 @@ _NUMERIC = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 # "#  Rank  0 Group  0 Pid 548419 on spark-fb97 device  0 [000f:01:00] NVIDIA GB10";
 # before 2.x's groups: "Rank  0 Pid 1821213 on AI-A100-Beethoven01 device  0 [0x00] ...".
 _RANK = re.compile(r"^Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
-                   r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$")
+                   r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)\Z")
 # NCCL's own banner (NCCL_DEBUG=INFO): "NCCL version 2.28.9+cuda13.0", with or without
 # the "host:pid:tid [dev] NCCL INFO " in front.
 _NCCL_BANNER = re.compile(r"(?:^|NCCL INFO )NCCL version (\d+\.\d+\.\d+)")

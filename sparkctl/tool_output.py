@@ -112,7 +112,7 @@ def nvidia_smi_cuda(text: str) -> str:
     return cuda
 
 
-_HEADER_CELL = re.compile(r"^(?P<name>[^\[\]]+?)\s*(?:\[(?P<unit>[^\]]*)\])?$")
+_HEADER_CELL = re.compile(r"^(?P<name>[^\[\]]+?)\s*(?:\[(?P<unit>[^\]]*)\])?\Z")
 
 
 def nvidia_smi_csv(text: str, fields: list[str] | None = None) -> list[dict[str, str | None]]:
@@ -189,7 +189,7 @@ def modinfo(text: str) -> dict[str, str]:
 # "Cuda compilation tools, release 13.0, V13.0.88"
 _NVCC_VERSION = re.compile(r"release ([0-9]+\.[0-9]+), V([0-9]+(?:\.[0-9]+)*)")
 # compute_121, sm_121, and the arch-specific / family forms (sm_121a, sm_100f).
-_NVCC_TARGET = re.compile(r"^(?:compute|sm|lto)_[0-9]+[a-z]?$")
+_NVCC_TARGET = re.compile(r"^(?:compute|sm|lto)_[0-9]+[a-z]?\Z")
 
 
 def nvcc_version(text: str) -> dict[str, str]:
@@ -236,7 +236,7 @@ def dpkg_query(text: str) -> dict[str, list[dict[str, str]]]:
 _IBDEV = re.compile(r"^(?:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+)?"
                     r"(?P<ibdev>\S+)(?:\s+\([^)]*\))?(?:\s+.*?\s+fw\s+\S+)?\s+port\s+(?P<port>\d+)"
                     r"(?:\s+\((?P<port_state>\w+)\s*\))?\s+==>\s+(?P<netdev>\S+)"
-                    r"\s+\((?P<state>Up|Down)\)\s*$")
+                    r"\s+\((?P<state>Up|Down)\)\s*\Z")
 
 
 def ibdev2netdev(text: str) -> list[dict[str, Any]]:
@@ -427,7 +427,7 @@ def ping(stdout: str, stderr: str = "") -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ perftest
-_PERF_HEADER = re.compile(r"#bytes\s+#iterations\s+(?P<cols>.*)$")
+_PERF_HEADER = re.compile(r"#bytes\s+#iterations\s+(?P<cols>.*)\Z")
 _PERF_COL = re.compile(r"(?P<name>[A-Za-z_%. ]+?)\s*\[(?P<unit>[^\]]+)\]")
 # perftest: format_factor = (report_fmt == MBS) ? 0x100000 : 125000000 - "MB/sec"
 # is MiB/s, "Gb/sec" (--report_gbits) is 10^9 bit/s.
@@ -546,7 +546,7 @@ def systemd_timespan(text: Any) -> float:
 
 
 # ------------------------------------------------------------------ environments
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def env_file(text: str) -> dict[str, str]:

@@ -120,8 +120,8 @@ IMAGE_ENV: Final[tuple[str, ...]] = (
 # components are lowercase alphanumerics with separators.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _NAME = re.compile(rf"^(?:{_COMPONENT})(?:/{_COMPONENT})*$")
-_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}\Z")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 DOCKER_HUB: Final = "docker.io"
 
 
@@ -250,9 +250,9 @@ def build_image(ref: ImageRef | str, *, variant: str = "", source: Path = SGLANG
     re-pushed tag looks like to ``docker pull``. ``""`` is the original.
     """
     ref = ImageRef.parse(ref) if isinstance(ref, str) else ref
-    if not re.match(r"^[A-Za-z0-9_.-]{0,63}$", variant):
+    if not re.match(r"^[A-Za-z0-9_.-]{0,63}\Z", variant):
         raise RegistryError(f"variant {variant!r}: letters, digits, _ . - (at most 63)")
-    if not re.match(r"^3\.\d{1,2}$", python_version):
+    if not re.match(r"^3\.\d{1,2}\Z", python_version):
         raise RegistryError(f"python_version {python_version!r}: 3.N")
     package = _standin_files(source)
     version = _version_of(package)

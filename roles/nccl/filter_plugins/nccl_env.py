@@ -16,10 +16,10 @@ from pathlib import Path
 from runpy import run_path
 from typing import Any
 
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # Characters a value may carry unquoted in all three readers (no blanks,
 # quotes, backslashes, $ or #). NCCL_IB_HCA may start with = or ^.
-SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*$")
+SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*\Z")
 
 
 # sparkctl's one parser of node tool output (sparkctl/tool_output.py), loaded by

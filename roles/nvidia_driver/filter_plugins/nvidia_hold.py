@@ -28,7 +28,7 @@ from typing import Any
 
 # Debian Policy 5.6.1 (Package): lower case letters, digits, + - . ; at least
 # two characters, starting with an alphanumeric. Plus the two glob characters.
-_PATTERN = re.compile(r"^[a-z0-9*?][a-z0-9.+*?-]+$")
+_PATTERN = re.compile(r"^[a-z0-9*?][a-z0-9.+*?-]+\Z")
 
 
 def nvidia_hold_pattern_problems(patterns: Iterable[Any]) -> list[str]:

@@ -162,7 +162,7 @@ class GrubMenu:
     honours_next_entry: bool
 
 
-_SET_DEFAULT = re.compile(r'^set default=(?:"([^"]*)"|\'([^\']*)\'|(\S+))\s*$')
+_SET_DEFAULT = re.compile(r'^set default=(?:"([^"]*)"|\'([^\']*)\'|(\S+))\s*\Z')
 
 
 def _kernel_of(path: str) -> str | None:

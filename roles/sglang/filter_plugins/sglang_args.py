@@ -64,9 +64,9 @@ API_KEY_REF = "${SGLANG_API_KEY}"
 LAUNCHER_NAME = "sglang-launcher.py"
 # Words a launch argument may contain: systemd, docker and the shell read them
 # alike (no blanks, quotes, backslashes, $, %, or #).
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_.,:/=@+-]+$")
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*$")
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_.,:/=@+-]+\Z")
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*\Z")
 
 
 # sparkctl's one parser of node tool output (sparkctl/tool_output.py), loaded by
@@ -87,7 +87,7 @@ def _int(value: Any, what: str) -> int:
 
 # A group name: one word of letters, digits, `_`, `.` and `-`, as it appears in
 # the plan, messages and `sparkctl serve`'s output.
-_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 
 
 def _rank_of(node: dict[str, Any]) -> int:

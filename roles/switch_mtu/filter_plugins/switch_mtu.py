@@ -35,12 +35,12 @@ except ImportError:  # pragma: no cover - the unit tests run with ansible instal
 SWITCH_OSES = ("linux", "nvue", "sonic")
 
 # Linux: IFNAMSIZ is 16 with the NUL, and a name is a sysfs path component.
-_LINUX_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+_LINUX_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}\Z")
 # NVUE joins ports with commas in one `nv set interface a,b,c` (ranges use `-`).
-_NVUE_IFNAME = re.compile(r"^[A-Za-z0-9_.:/-]+$")
+_NVUE_IFNAME = re.compile(r"^[A-Za-z0-9_.:/-]+\Z")
 # SONiC: CONFIG_DB's own (native) names, which key the PORT and VLAN_MEMBER
 # tables and which `config` takes by default; Eth1/1 is an alias of one.
-_SONIC_IFNAME = re.compile(r"^Ethernet\d+$")
+_SONIC_IFNAME = re.compile(r"^Ethernet\d+\Z")
 
 
 def _natural_key(name: str) -> list[Any]:
@@ -101,7 +101,7 @@ def port_problems(switch_ports: Any, switch_os: str) -> list[str]:
 SPEEDS_MBPS = {"10G": 10000, "25G": 25000, "40G": 40000, "50G": 50000,
                "100G": 100000, "200G": 200000, "400G": 400000}
 # A bridge domain name NVUE takes in a path (interface.<swp>.bridge.domain.<name>).
-_NVUE_BRIDGE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")
+_NVUE_BRIDGE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}\Z")
 
 
 def _vlan(value: Any) -> int:
