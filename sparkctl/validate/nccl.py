@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkctl import nccl_report
+from sparkctl import nccl_report, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.validate.model import Finding, Fit, Judged, NcclRun, Outcome, Thresholds
 
@@ -119,13 +119,20 @@ class Launch:
             argv += ["-x", "LD_LIBRARY_PATH"]
         return argv + self.program_argv()
 
-    def remote_command(self) -> str:
-        """What the launcher runs: the env file exported, mpirun bounded by a timeout."""
+    def read_env_command(self) -> str:
+        """Prints the env file the nccl role wrote; the controller reads it with the one
+        parser (tool_output.env_file). No shell ever sources it: a line in it is data."""
+        return f"cat -- {shlex.quote(self.env_file)}"
+
+    def remote_command(self, env: Mapping[str, str]) -> str:
+        """What the launcher runs: mpirun bounded by a timeout, the env file's variables
+        given to ``env`` by name, each one quoted word."""
         lib = (f"LD_LIBRARY_PATH={shlex.quote(self.nccl_home)}/lib"
                "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; export LD_LIBRARY_PATH; "
                if self.nccl_home else "")
-        inner = (f"set -a; . {shlex.quote(self.env_file)}; set +a; {lib}"
-                 f"exec timeout --kill-after=10 {self.timeout} {shlex.join(self.mpirun_argv())}")
+        assigns = shlex.join(f"{key}={value}" for key, value in env.items())
+        inner = (f"{lib}exec env {assigns}{' ' if assigns else ''}"
+                 f"timeout --kill-after=10 {self.timeout} {shlex.join(self.mpirun_argv())}")
         return f"sh -c {shlex.quote(inner)}"
 
 
@@ -306,10 +313,22 @@ def run(launch: Launch, runner: Runner, th: Thresholds, log_path: Path,
         pinned_nccl: str | None = None) -> NcclRun:
     """Start one nccl-tests run, keep its log, parse and judge it."""
     start = time.monotonic()
-    rc, output = runner(launch.hosts[0], launch.remote_command(), launch.timeout)
-    log_path.write_text(output)
     common = {"collective": launch.collective, "scope": scope, "hosts": list(launch.hosts),
               "command": launch.mpirun_argv(), "log": log_path.name}
+    rc, text = runner(launch.hosts[0], launch.read_env_command(), 30)
+    why = f"exit status {rc}: {text.strip()[-200:]}"
+    try:
+        env = tool_output.env_file(text) if rc == 0 else None
+    except tool_output.ToolOutputError as exc:
+        env, why = None, str(exc)
+    if env is None:
+        log_path.write_text(text)
+        return NcclRun(outcome="failed", duration_s=time.monotonic() - start,
+                       message=f"{launch.env_file} on {launch.hosts[0]} could not be read "
+                       f"({why}): provision writes it (the nccl role)",
+                       **common)  # type: ignore[arg-type]
+    rc, output = runner(launch.hosts[0], launch.remote_command(env), launch.timeout)
+    log_path.write_text(output)
     try:
         rep = nccl_report.parse(output, str(log_path))
     except SparkctlError as exc:

@@ -122,53 +122,85 @@ def test_mpirun_argv_one_x_per_variable_and_no_root_flag_for_a_user() -> None:
 
 def test_ld_library_path_only_with_an_nccl_build() -> None:
     assert "LD_LIBRARY_PATH" not in launch().mpirun_argv()
-    assert "LD_LIBRARY_PATH" not in launch().remote_command()
+    assert "LD_LIBRARY_PATH" not in launch().remote_command(ENV)
     argv = launch(nccl_home="/opt/nccl/2.28.9").mpirun_argv()
     assert argv[argv.index("LD_LIBRARY_PATH") - 1] == "-x"
     assert argv.count("-x") == len(launch().env_keys) + 1
 
 
+ENV_TEXT = ("# Managed by sparkctl\nNCCL_SOCKET_IFNAME=enp1s0f1np1\n"
+            "NCCL_IB_HCA=rocep1s0f0,rocep1s0f1\n")
+ENV = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_HCA": "rocep1s0f0,rocep1s0f1"}
+
+
 def test_remote_command_is_one_sh_c_script() -> None:
     lau = launch()
-    words = shlex.split(lau.remote_command())
+    words = shlex.split(lau.remote_command(ENV))
     assert words[:2] == ["sh", "-c"] and len(words) == 3
     script = words[2]
-    assert script.startswith("set -a; . /etc/sparkctl/nccl.env; set +a; exec timeout --kill-after=10 600 ")
-    assert shlex.split(script.split("exec timeout --kill-after=10 600 ", 1)[1]) == lau.mpirun_argv()
+    assert script.startswith("exec env NCCL_SOCKET_IFNAME=enp1s0f1np1 "
+                             "NCCL_IB_HCA=rocep1s0f0,rocep1s0f1 timeout --kill-after=10 600 ")
+    assert shlex.split(script.split("timeout --kill-after=10 600 ", 1)[1]) == lau.mpirun_argv()
+    assert lau.read_env_command() == "cat -- /etc/sparkctl/nccl.env"
 
 
 def test_remote_command_quoting_survives_spaces_and_quotes() -> None:
     lau = launch(env_file="/etc/spark ctl/nccl's.env", nccl_home="/opt/nccl build")
-    script = shlex.split(lau.remote_command())[2]
+    assert shlex.split(lau.read_env_command()) == ["cat", "--", "/etc/spark ctl/nccl's.env"]
+    script = shlex.split(lau.remote_command({"NCCL_X": "a b'c;reboot"}))[2]
     inner = shlex.split(script.replace(";", " ; "))
-    assert inner[:4] == ["set", "-a", ";", "."] and inner[4] == "/etc/spark ctl/nccl's.env"
     assert "LD_LIBRARY_PATH=/opt/nccl build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" in inner
-    tail = script.split("exec timeout --kill-after=10 600 ", 1)[1]
-    assert shlex.split(tail) == lau.mpirun_argv()
+    tail = script.split("exec env ", 1)[1]
+    assert shlex.split(tail) == ["NCCL_X=a b'c;reboot", "timeout", "--kill-after=10", "600",
+                                 *lau.mpirun_argv()]
 
 
-def test_remote_command_runs_under_sh(tmp_path: Path) -> None:
-    """What the head runs, run by sh here with an mpirun that reports what it got."""
+def test_the_env_file_is_data_not_a_script(tmp_path: Path) -> None:
+    """What the head runs, run by sh here with an mpirun that reports what it got. A line
+    of the env file that a shell would run (a bare reboot, $(...)) is never run: the file
+    is read by the one parser and its values passed as words."""
     env_file = tmp_path / "nccl env" / "nccl.env"
     env_file.parent.mkdir()
-    env_file.write_text("# Managed by sparkctl\nNCCL_SOCKET_IFNAME=enp1s0f1np1\n"
-                        "NCCL_IB_HCA=rocep1s0f0,rocep1s0f1\n")
+    marker = tmp_path / "ran"
+    env_file.write_text(ENV_TEXT + f"NCCL_DEBUG_SUBSYS=$(touch {marker})\n")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "mpirun"
     fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
                     "print(json.dumps({'argv': sys.argv[1:], 'ifname': os.environ.get('NCCL_SOCKET_IFNAME'),"
-                    " 'hca': os.environ.get('NCCL_IB_HCA'), 'ld': os.environ.get('LD_LIBRARY_PATH')}))\n")
+                    " 'hca': os.environ.get('NCCL_IB_HCA'), 'subsys': os.environ.get('NCCL_DEBUG_SUBSYS'),"
+                    " 'ld': os.environ.get('LD_LIBRARY_PATH')}))\n")
     fake.chmod(0o755)
     lau = launch(env_file=str(env_file), nccl_home=str(tmp_path / "nccl 2.28"), timeout=20)
     env = {"PATH": f"{bindir}:{os.environ['PATH']}", "LD_LIBRARY_PATH": "/usr/local/lib"}
-    words = shlex.split(lau.remote_command())
-    proc = subprocess.run(words, capture_output=True, text=True, env=env, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr
-    seen = json.loads(proc.stdout)
+
+    def sh(host: str, command: str, timeout: int) -> tuple[int, str]:
+        proc = subprocess.run(shlex.split(command), capture_output=True, text=True, env=env,
+                              timeout=timeout, check=False)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    rc, text = sh("spark1", lau.read_env_command(), 30)
+    parsed = nccl.tool_output.env_file(text)
+    rc, out = sh("spark1", lau.remote_command(parsed), 60)
+    assert rc == 0, out
+    seen = json.loads(out)
     assert seen["argv"] == lau.mpirun_argv()[1:]
-    assert (seen["ifname"], seen["hca"]) == ("enp1s0f1np1", "rocep1s0f0,rocep1s0f1")  # exported
+    assert (seen["ifname"], seen["hca"]) == ("enp1s0f1np1", "rocep1s0f0,rocep1s0f1")
+    assert seen["subsys"] == f"$(touch {marker})" and not marker.exists()
     assert seen["ld"] == f"{tmp_path / 'nccl 2.28'}/lib:/usr/local/lib"
+    # The old way, `set -a; . FILE`, would have run it:
+    subprocess.run(["sh", "-c", f"set -a; . {shlex.quote(str(env_file))}"], check=False,
+                   capture_output=True)
+    assert marker.exists()
+
+
+def test_an_env_file_that_is_not_key_value_fails_the_run_before_mpirun(tmp_path: Path) -> None:
+    runner = FakeRunner((0, LAB_LOG), env_text=ENV_TEXT + "reboot\n")
+    result = nccl.run(launch(), runner, th(0.4), tmp_path / "nccl-all_reduce.log")
+    assert result.outcome == "failed"
+    assert result.message.startswith("/etc/sparkctl/nccl.env on spark1 could not be read "
+                                     "(line 4 is not KEY=VALUE)")
+    assert [c[1] for c in runner.calls] == ["cat -- /etc/sparkctl/nccl.env"]
 
 
 # ---------------------------------------------------------------- judging the lab log
@@ -301,15 +333,19 @@ class FakeRunner:
     """Stands in for ssh: records the calls, answers from a table (thread-safe)."""
 
     def __init__(self, answer: tuple[int, str] | None = None,
-                 by_hosts: dict[str, tuple[int, str]] | None = None) -> None:
+                 by_hosts: dict[str, tuple[int, str]] | None = None,
+                 env_text: str = ENV_TEXT) -> None:
         self.answer = answer
         self.by_hosts = by_hosts or {}
+        self.env_text = env_text
         self.calls: list[tuple[str, str, int]] = []
         self._lock = threading.Lock()
 
     def __call__(self, host: str, command: str, timeout: int) -> tuple[int, str]:
         with self._lock:
             self.calls.append((host, command, timeout))
+        if command.startswith("cat -- "):  # the env file, read before each run
+            return 0, self.env_text
         for hosts, answer in self.by_hosts.items():
             if f"-H {hosts}" in command.replace("'", ""):
                 return answer
@@ -321,7 +357,8 @@ def test_run_a_complete_log_passes_with_its_rows(tmp_path: Path) -> None:
     runner = FakeRunner((0, LAB_LOG))
     lau = launch()
     result = nccl.run(lau, runner, th(0.4), tmp_path / "nccl-all_reduce.log")
-    assert runner.calls == [("spark1", lau.remote_command(), 600)]
+    assert runner.calls == [("spark1", "cat -- /etc/sparkctl/nccl.env", 30),
+                            ("spark1", lau.remote_command(ENV), 600)]
     assert result.outcome == "passed" and result.scope == "all" and result.hosts == NODES
     assert result.message.startswith("fitted busbw 0.091 GB/s = 72.7% of the line rate")
     assert result.fit is not None and result.fit.busbw == pytest.approx(0.090854, abs=1e-6)
