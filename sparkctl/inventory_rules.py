@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -47,6 +47,11 @@ DEFAULT_SGLANG_GROUP = "main"
 # A group name: one word (the sglang role's filter accepts the same).
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 
+# Connection values reach ssh's command line and validate's ssh_config as single words.
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+KEY_FILE = re.compile(r"[A-Za-z0-9_.,+@%~/=:-]+")
+
 # Variables Ansible itself, facts and the lab define: never "unknown".
 _ANSIBLE_PREFIXES = ("ansible_", "inventory_", "group_names", "groups", "hostvars",
                      "omit", "playbook_dir", "role_", "play_hosts", "environment")
@@ -70,15 +75,159 @@ class Problem:
 
 # ------------------------------------------------------------ argument specs
 def load_specs(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
-    """Every option of every role's ``meta/argument_specs.yml``: name -> (role, spec)."""
+    """Every option of every role's ``meta/argument_specs.yml``: name -> (role, spec),
+    with the role's ``meta/constraints.yml`` entry for it under ``CONSTRAINT``."""
     specs: dict[str, tuple[str, dict[str, Any]]] = {}
     for spec_file in sorted(Path(roles_dir).glob("*/meta/argument_specs.yml")):
         role = spec_file.parent.parent.name
         data = yaml.safe_load(spec_file.read_text()) or {}
         for entry in (data.get("argument_specs") or {}).values():
             for name, spec in (entry.get("options") or {}).items():
-                specs.setdefault(name, (role, spec or {}))
+                specs.setdefault(name, (role, dict(spec or {})))
+    for name, (_role, constraint) in load_constraints(roles_dir).items():
+        if name in specs:
+            specs[name][1][CONSTRAINT] = constraint
     return specs
+
+
+# ------------------------------------------------------------------ constraints
+# What a value may be beyond its type: each role's meta/constraints.yml names, per
+# variable of its argument_specs, a range (min, max, above: exclusive minimum), a
+# format of FORMATS, a max_length, and for a list or a mapping the constraint of its
+# items, keys and values. One declaration per role, enforced by `inventory check`
+# (before any contact) and by the preflight play (this module, as a filter).
+CONSTRAINT = "sparkctl_constraint"
+_CONSTRAINT_KEYS = frozenset({"min", "max", "above", "format", "max_length", "items", "keys",
+                              "values", "why"})
+
+
+def load_constraints(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every role's ``meta/constraints.yml``: variable -> (role, constraint)."""
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for path in sorted(Path(roles_dir).glob("*/meta/constraints.yml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        for name, constraint in (data.get("constraints") or {}).items():
+            out[str(name)] = (path.parent.parent.name, dict(constraint or {}))
+    return out
+
+
+def _abs_path(value: str) -> bool:
+    """An absolute path of plain characters, no ``..`` and no empty component: a file a
+    role writes stays where it says (``/../../tmp/x`` is refused)."""
+    if value == "/":
+        return True
+    return bool(re.fullmatch(r"/[A-Za-z0-9_.,+@%=:/-]*", value)) and not any(
+        part in ("", ".", "..") for part in value[1:].rstrip("/").split("/"))
+
+
+def _controller_path(value: str) -> bool:
+    """A path on the controller: absolute or from ``~``, same characters."""
+    return _abs_path(value[1:] if value.startswith("~/") else value) if value != "~" else True
+
+
+def _ifname(value: str) -> bool:
+    """A Linux interface name (the kernel's dev_valid_name: 1-15 bytes, not . or ..,
+    no '/', ':' or whitespace) of the characters netplan and nft take unquoted."""
+    return bool(re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", value)) and value not in (".", "..")
+
+
+def _regex(pattern: str) -> Callable[[str], bool]:
+    compiled = re.compile(pattern)
+    return lambda value: compiled.fullmatch(value) is not None
+
+
+def _ipv4_ok(value: str) -> bool:
+    return _ipv4(value) is not None and value == value.strip()
+
+
+def _network_ok(value: str) -> bool:
+    try:
+        ipaddress.IPv4Network(value, strict=False)
+    except ValueError:
+        return False
+    return value == value.strip()
+
+
+_IMAGE_NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
+FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
+    "word": (_regex(r"[A-Za-z0-9_.,:/=@+-]+"),
+             "one word (letters, digits and _ . , : / = @ + -)"),
+    "text": (_regex(r"[A-Za-z0-9_.,:/=@+ ()-]*"),
+             "plain text (letters, digits, blanks and _ . , : / = @ + ( ) -)"),
+    "env_name": (_regex(r"[A-Za-z_][A-Za-z0-9_]*"), "an environment variable name"),
+    "env_value": (_regex(r"[A-Za-z0-9_.,:/=@^+%-]*"),
+                  "an environment value (no blanks, quotes, backslash, $ or #)"),
+    "abs_path": (_abs_path,
+                 "an absolute path without .. (letters, digits and _ . , + @ % = : / -)"),
+    "controller_path": (_controller_path, "an absolute path or one from ~, without .."),
+    "ifname": (_ifname, "a Linux interface name (1-15 of letters, digits and _ . @ -)"),
+    "ipv4": (_ipv4_ok, "an IPv4 address"),
+    "ipv4_network": (_network_ok, "an IPv4 address or network (a.b.c.d/n)"),
+    "hf_repo": (_regex(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+"),
+                "a Hugging Face repository id (org/name)"),
+    "git_sha": (_regex(r"[0-9a-f]{40}"), "a full commit hash (40 hex digits)"),
+    "version": (_regex(r"[0-9]+(?:\.[0-9]+)*"), "a version number (digits and dots)"),
+    "package": (_regex(r"[a-z0-9][a-z0-9.+-]+"), "a Debian package name"),
+    "package_pattern": (_regex(r"[a-z0-9*?][a-z0-9.+*?-]+"),
+                        "a Debian package name or glob (* ?)"),
+    "user_name": (lambda v: USER_NAME.fullmatch(v) is not None,
+                  "a user name (letters, digits, . _ -, at most 32)"),
+    "group_name": (lambda v: _GROUP_NAME.fullmatch(v) is not None,
+                   "a name (letters, digits, . _ -, at most 63)"),
+    "host_or_ipv4": (lambda v: HOST_NAME.fullmatch(v) is not None,
+                     "a host name or an IPv4 address"),
+    "https_url": (_regex(r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+=:@/-]*)?"),
+                  "an https:// URL without query or fragment"),
+    "image_ref": (_regex(rf"{_IMAGE_NAME}(?:\.{_IMAGE_NAME})*(?::[0-9]{{1,5}})?"
+                         rf"(?:/{_IMAGE_NAME})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"),
+                  "a container image reference (registry/name:tag)"),
+    "digest": (_regex(r"sha256:[0-9a-f]{64}"), "an image digest (sha256:64 hex digits)"),
+    "hostport_list": (_regex(r"[0-9]{1,5}(?:-[0-9]{1,5})?"), "a port or a port range (a-b)"),
+}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _scalar_problem(value: Any, constraint: Mapping[str, Any]) -> str | None:
+    low, high, above = constraint.get("min"), constraint.get("max"), constraint.get("above")
+    if _number(value):
+        if above is not None and not value > above:
+            return f"{value!r} must be above {above}"
+        if (low is not None and value < low) or (high is not None and value > high):
+            span = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
+            return f"{value!r} is outside {span}"
+    fmt = constraint.get("format")
+    if fmt is not None and isinstance(value, str | int) and not isinstance(value, bool):
+        ok, words = FORMATS[str(fmt)]
+        if not ok(str(value)):
+            return f"{value!r} is not {words}"
+    limit = constraint.get("max_length")
+    if limit is not None and isinstance(value, str | list | tuple | Mapping) \
+            and len(value) > int(limit):
+        unit = "characters" if isinstance(value, str) else "items"
+        return f"{len(value)} {unit}: at most {limit}"
+    return None
+
+
+def constraint_problem(value: Any, constraint: Mapping[str, Any]) -> str | None:
+    """What ``value`` breaks of ``constraint`` (see FORMATS and load_constraints), or None.
+    Values of a type the constraint does not speak of (a raw "auto") pass."""
+    if value is None:
+        return None
+    wrong = _scalar_problem(value, constraint)
+    items, keys, values = (constraint.get(k) for k in ("items", "keys", "values"))
+    if wrong is None and items and isinstance(value, list | tuple):
+        wrong = next((f"item {i}: {w}" for i, item in enumerate(value)
+                      if (w := constraint_problem(item, items)) is not None), None)
+    if wrong is None and isinstance(value, Mapping):
+        for key, item in value.items():
+            if keys and (w := constraint_problem(str(key), keys)) is not None:
+                return f"key {w}"
+            if values and (w := constraint_problem(item, values)) is not None:
+                return f"{key}: {w}"
+    return wrong
 
 
 def _type_ok(value: Any, kind: str) -> bool:
@@ -171,11 +320,16 @@ def check_types(hostvars: Mapping[str, Mapping[str, Any]], specs: Specs,
                 continue
             if name in specs:
                 role, spec = specs[name]
-                wrong = None if value is None else (_spec_problem(name, value, role, spec)
-                                                     or _value_problem(name, value))
+                wrong = None if value is None else (
+                    _spec_problem(name, value, role, spec) or _value_problem(name, value))
+                hint = None
+                if wrong is None and value is not None and spec.get(CONSTRAINT):
+                    wrong = constraint_problem(value, spec[CONSTRAINT])
+                    hint = spec[CONSTRAINT].get("why") or (
+                        f"roles/{role}/meta/constraints.yml says what {name} may be")
                 if wrong:
                     seen.add(key)
-                    problems.append(Problem(key[0], name, wrong))
+                    problems.append(Problem(key[0], name, wrong, hint=hint))
                 continue
             close = sorted(k for k in known if k.startswith(f"{name}_")) \
                 or difflib.get_close_matches(name, known, n=1, cutoff=0.8)
@@ -452,10 +606,6 @@ def ssh_options(text: str) -> list[tuple[str, str]]:
     return out
 
 
-# Connection values reach ssh's command line and validate's ssh_config as single words.
-HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
-KEY_FILE = re.compile(r"[A-Za-z0-9_.,+@%~/=:-]+")
 KEY_FILE_VARS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
 
 

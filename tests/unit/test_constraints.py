@@ -1,0 +1,119 @@
+"""The schema's constraints: each role's meta/constraints.yml, read by inventory_rules.
+
+Types come from argument_specs; ranges, formats and allowed characters from
+constraints.yml, declared once per role and enforced by `inventory check` and by the
+preflight play (tests/unit/test_bad_input_corpus.py runs the cases). Here: the
+declarations are well-formed, name real variables, hold for the roles' own defaults,
+each has at least one case in the bad-input corpus, and the formats and ranges judge
+what they say.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkctl import inventory_rules as rules
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = REPO / "roles"
+CORPUS = REPO / "tests" / "fixtures" / "bad_inputs"
+
+
+def _constraints() -> dict[str, tuple[str, dict[str, Any]]]:
+    return rules.load_constraints(ROLES)
+
+
+def _check_shape(name: str, constraint: dict[str, Any]) -> None:
+    unknown = set(constraint) - rules._CONSTRAINT_KEYS
+    assert not unknown, f"{name}: unknown constraint keys {sorted(unknown)}"
+    if "format" in constraint:
+        assert constraint["format"] in rules.FORMATS, f"{name}: no format {constraint['format']}"
+    for part in ("items", "keys", "values"):
+        if part in constraint:
+            _check_shape(f"{name}.{part}", constraint[part])
+
+
+def test_every_constraint_is_well_formed_and_names_a_declared_variable() -> None:
+    constraints = _constraints()
+    assert len(constraints) >= 40  # the roles declare their values' shapes
+    specs = rules.load_specs(ROLES)
+    for name, (role, constraint) in constraints.items():
+        assert name in specs, f"roles/{role}/meta/constraints.yml: {name} is not in argument_specs"
+        assert specs[name][0] == role, f"{name}: declared by {specs[name][0]}, constrained by {role}"
+        assert constraint, f"{name}: empty constraint"
+        _check_shape(name, constraint)
+
+
+def _literal_defaults(role: str) -> dict[str, Any]:
+    path = ROLES / role / "defaults" / "main.yml"
+    data = yaml.safe_load(path.read_text()) if path.exists() else {}
+    return {k: v for k, v in (data or {}).items() if "{{" not in repr(v)}
+
+
+def test_the_roles_own_defaults_meet_their_constraints() -> None:
+    checked = 0
+    for name, (role, constraint) in _constraints().items():
+        defaults = _literal_defaults(role)
+        if name in defaults:
+            checked += 1
+            assert rules.constraint_problem(defaults[name], constraint) is None, \
+                f"roles/{role}/defaults/main.yml: {name}: {defaults[name]!r}"
+    assert checked >= 20
+
+
+def test_every_constraint_has_a_case_in_the_bad_input_corpus() -> None:
+    covered: set[str] = set()
+    for expect in CORPUS.glob("*/expect.yml"):
+        variable = (yaml.safe_load(expect.read_text()) or {}).get("variable")
+        if variable:
+            covered.add(str(variable).split(".", 1)[0])
+    missing = sorted(set(_constraints()) - covered)
+    assert not missing, ("constraints without a bad-input case (tests/fixtures/bad_inputs/): "
+                         + ", ".join(missing))
+
+
+@pytest.mark.parametrize(("fmt", "good", "bad"), [
+    ("word", ["--enable-metrics", "--mem-fraction-static=0.8"],
+     ["a b", "--x\n", "$(id)", "a;b", "'q'", ""]),
+    ("env_name", ["NCCL_DEBUG", "_X1"], ["1X", "A-B", "A\n", "reboot\n"]),
+    ("env_value", ["^mlx5_0", "1", ""], ["a b", "1\n", "$X", "#c", "'q'"]),
+    ("abs_path", ["/etc/sparkctl/nccl.env", "/", "/opt/x/"],
+     ["etc/x", "/../../tmp/x", "/a/../b", "/a//b", "/a\n", "/a b", "~/x"]),
+    ("controller_path", ["~/.ssh/id", "/srv/models", "~"], ["../x", "~/../x", "~root/x"]),
+    ("ifname", ["enp1s0f1np1", "enP2p1s0f1np1", "eth0.100"],
+     ["", ".", "..", "a/b", "a:b", "a b", "abcdefghijklmnop"]),
+    ("ipv4", ["10.77.0.1"], ["10.77.0.1 ", "10.77.0.256", "::1", "10.77.0.0/24"]),
+    ("ipv4_network", ["10.77.0.0/24", "10.77.0.5/24", "10.77.0.5"], ["10.77.0.0/33", "x"]),
+    ("hf_repo", ["Qwen/Qwen3-235B-A22B-FP8", "org/name.v2"], ["name", "a/b/c", "/a", "a/b\n"]),
+    ("git_sha", ["0" * 40], ["0" * 39, "0" * 40 + "\n", "G" * 40, "main"]),
+    ("version", ["580", "2.28.9"], ["2.28.9-1", "v2", "2..9", ""]),
+    ("https_url", ["https://developer.download.nvidia.com/compute/cuda/repos/x.deb"],
+     ["http://x", "https://x/a?b=c", "https://x/a;id", "file:///etc/passwd"]),
+    ("image_ref", ["lmsysorg/sglang:v0.5.17-cu130-runtime", "localhost:5000/sglang:x"],
+     ["Lmsys/sglang", "a b", "x:y:z:w"]),
+    ("digest", ["sha256:" + "a" * 64], ["sha256:" + "a" * 63, "md5:x"]),
+])
+def test_formats(fmt: str, good: list[str], bad: list[str]) -> None:
+    ok, _ = rules.FORMATS[fmt]
+    assert [v for v in good if not ok(v)] == []
+    assert [v for v in bad if ok(v)] == []
+
+
+def test_ranges_lengths_and_nested_constraints() -> None:
+    problem = rules.constraint_problem
+    assert problem(9000, {"min": 1280, "max": 9216}) is None
+    assert problem(9300, {"min": 1280, "max": 9216}) == "9300 is outside 1280..9216"
+    assert problem(0, {"above": 0, "max": 1}) == "0 must be above 0"
+    assert problem(0.5, {"above": 0, "max": 1}) is None
+    assert problem("auto", {"min": 1}) is None  # a raw value of another type passes
+    assert problem(True, {"min": 2}) is None  # booleans are not numbers here
+    assert problem("x" * 9, {"max_length": 8}) == "9 characters: at most 8"
+    assert problem(["--a", "b c"], {"items": {"format": "word"}}) == \
+        "item 1: 'b c' is not one word (letters, digits and _ . , : / = @ + -)"
+    assert problem({"reboot\n": "1"}, {"keys": {"format": "env_name"}}) == \
+        "key 'reboot\\n' is not an environment variable name"
+    assert problem({"A": "$(id)"}, {"values": {"format": "env_value"}}).startswith("A: '$(id)'")
