@@ -94,11 +94,13 @@ def load_specs(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
 # What a value may be beyond its type: each role's meta/constraints.yml names, per
 # variable of its argument_specs, a range (min, max, above: exclusive minimum), a
 # format of FORMATS, a max_length, and for a list or a mapping the constraint of its
-# items, keys and values. One declaration per role, enforced by `inventory check`
-# (before any contact) and by the preflight play (this module, as a filter).
+# items, keys and values; allow_empty lets the empty string (a role's "unset", as in
+# sglang_image_digest: "") pass whatever else is said. One declaration per role,
+# enforced by `inventory check` (before any contact) and by the preflight play (this
+# module, as a filter).
 CONSTRAINT = "sparkctl_constraint"
 _CONSTRAINT_KEYS = frozenset({"min", "max", "above", "format", "max_length", "items", "keys",
-                              "values", "why"})
+                              "values", "allow_empty", "why"})
 
 
 def load_constraints(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -123,6 +125,33 @@ def _abs_path(value: str) -> bool:
 def _controller_path(value: str) -> bool:
     """A path on the controller: absolute or from ``~``, same characters."""
     return _abs_path(value[1:] if value.startswith("~/") else value) if value != "~" else True
+
+
+def _unit_path(value: str) -> bool:
+    """An absolute path (as :func:`_abs_path`) that a systemd unit line and docker's
+    ``--volume SRC:DST:ro`` take as it is: no ``:`` (docker's separator), no ``%``
+    (a systemd specifier in EnvironmentFile=) and no ``,``."""
+    return _abs_path(value) and re.fullmatch(r"[A-Za-z0-9_.+@=/-]+", value) is not None
+
+
+def _port_range(value: str) -> bool:
+    """A TCP port or a range ``a-b`` with 1 <= a <= b <= 65535 (nft's and the sglang
+    firewall filter's form)."""
+    found = re.fullmatch(r"([0-9]{1,5})(?:-([0-9]{1,5}))?", value)
+    if found is None:
+        return False
+    low = int(found.group(1))
+    return 1 <= low <= int(found.group(2) or low) <= 65535
+
+
+def _hf_repo(value: str) -> bool:
+    """``org/name`` as huggingface_hub's validate_repo_id takes it (utils/_validators.py:
+    each part 1-96 of letters, digits and _ . -, not starting or ending with - or ., no
+    ``--`` or ``..``), with the namespace required: ``org/..`` names no repository and
+    ``--`` is the hub cache's separator (``models--org--name``)."""
+    part = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+    return re.fullmatch(rf"{part}/{part}", value) is not None \
+        and "--" not in value and ".." not in value
 
 
 def _ifname(value: str) -> bool:
@@ -160,13 +189,19 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
     "abs_path": (_abs_path,
                  "an absolute path without .. (letters, digits and _ . , + @ % = : / -)"),
     "controller_path": (_controller_path, "an absolute path or one from ~, without .."),
+    "unit_path": (_unit_path, "an absolute path without .. (letters, digits and _ . + @ = / -; "
+                              "no : or %, which docker --volume and systemd read)"),
     "ifname": (_ifname, "a Linux interface name (1-15 of letters, digits and _ . @ -)"),
     "ipv4": (_ipv4_ok, "an IPv4 address"),
     "ipv4_network": (_network_ok, "an IPv4 address or network (a.b.c.d/n)"),
-    "hf_repo": (_regex(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+"),
+    "hf_repo": (_hf_repo,
                 "a Hugging Face repository id (org/name)"),
     "git_sha": (_regex(r"[0-9a-f]{40}"), "a full commit hash (40 hex digits)"),
     "version": (_regex(r"[0-9]+(?:\.[0-9]+)*"), "a version number (digits and dots)"),
+    # PEP 440's normalized public versions (pip's ==): 0.5.17, 0.5.12.post1, 1.0rc2.
+    "pip_version": (_regex(r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?"
+                           r"(?:\.dev[0-9]+)?"),
+                    "a release version as pip writes it (0.5.17, 0.5.12.post1, 1.0rc2)"),
     "package": (_regex(r"[a-z0-9][a-z0-9.+-]+"), "a Debian package name"),
     "package_pattern": (_regex(r"[a-z0-9*?][a-z0-9.+*?-]+"),
                         "a Debian package name or glob (* ?)"),
@@ -178,11 +213,13 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
                      "a host name or an IPv4 address"),
     "https_url": (_regex(r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+=:@/-]*)?"),
                   "an https:// URL without query or fragment"),
+    "http_url": (_regex(r"https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+=:@/-]*)?"),
+                 "an http:// or https:// URL without query or fragment"),
     "image_ref": (_regex(rf"{_IMAGE_NAME}(?:\.{_IMAGE_NAME})*(?::[0-9]{{1,5}})?"
                          rf"(?:/{_IMAGE_NAME})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"),
                   "a container image reference (registry/name:tag)"),
     "digest": (_regex(r"sha256:[0-9a-f]{64}"), "an image digest (sha256:64 hex digits)"),
-    "hostport_list": (_regex(r"[0-9]{1,5}(?:-[0-9]{1,5})?"), "a port or a port range (a-b)"),
+    "hostport_list": (_port_range, "a port or a port range a-b within 1-65535"),
 }
 
 
@@ -191,6 +228,8 @@ def _number(value: Any) -> bool:
 
 
 def _scalar_problem(value: Any, constraint: Mapping[str, Any]) -> str | None:
+    if value == "" and constraint.get("allow_empty"):
+        return None
     low, high, above = constraint.get("min"), constraint.get("max"), constraint.get("above")
     if _number(value):
         if above is not None and not value > above:

@@ -43,7 +43,8 @@ def test_every_constraint_is_well_formed_and_names_a_declared_variable() -> None
     specs = rules.load_specs(ROLES)
     for name, (role, constraint) in constraints.items():
         assert name in specs, f"roles/{role}/meta/constraints.yml: {name} is not in argument_specs"
-        assert specs[name][0] == role, f"{name}: declared by {specs[name][0]}, constrained by {role}"
+        assert specs[name][0] == role, \
+            f"{name}: declared by {specs[name][0]}, constrained by {role}"
         assert constraint, f"{name}: empty constraint"
         _check_shape(name, constraint)
 
@@ -84,18 +85,27 @@ def test_every_constraint_has_a_case_in_the_bad_input_corpus() -> None:
     ("abs_path", ["/etc/sparkctl/nccl.env", "/", "/opt/x/"],
      ["etc/x", "/../../tmp/x", "/a/../b", "/a//b", "/a\n", "/a b", "~/x"]),
     ("controller_path", ["~/.ssh/id", "/srv/models", "~"], ["../x", "~/../x", "~root/x"]),
+    ("unit_path", ["/var/lib/sparkctl/models/current", "/srv/sparkctl-model/mol", "/"],
+     ["/a:/etc", "/etc/%H.env", "/a,b", "/../x", "/a\n", "x/y"]),
     ("ifname", ["enp1s0f1np1", "enP2p1s0f1np1", "eth0.100"],
      ["", ".", "..", "a/b", "a:b", "a b", "abcdefghijklmnop"]),
     ("ipv4", ["10.77.0.1"], ["10.77.0.1 ", "10.77.0.256", "::1", "10.77.0.0/24"]),
     ("ipv4_network", ["10.77.0.0/24", "10.77.0.5/24", "10.77.0.5"], ["10.77.0.0/33", "x"]),
-    ("hf_repo", ["Qwen/Qwen3-235B-A22B-FP8", "org/name.v2"], ["name", "a/b/c", "/a", "a/b\n"]),
+    ("hf_repo", ["Qwen/Qwen3-235B-A22B-FP8", "org/name.v2"],
+     ["name", "a/b/c", "/a", "a/b\n", "org/..", "org/a--b", "-org/x", "o/" + "x" * 97]),
     ("git_sha", ["0" * 40], ["0" * 39, "0" * 40 + "\n", "G" * 40, "main"]),
     ("version", ["580", "2.28.9"], ["2.28.9-1", "v2", "2..9", ""]),
+    ("pip_version", ["0.5.17", "0.5.12.post1", "1.0rc2", "2.4.0.dev1"],
+     ["0.5.17 ", "v0.5.17", ">=0.5", "0.5.17; reboot", "0.5.17\n", "latest", ""]),
     ("https_url", ["https://developer.download.nvidia.com/compute/cuda/repos/x.deb"],
      ["http://x", "https://x/a?b=c", "https://x/a;id", "file:///etc/passwd"]),
+    ("http_url", ["https://huggingface.co", "http://10.77.0.2:8999"],
+     ["ftp://x", "http://x/a?b=c", "http://x\n", "https://x/$(id)"]),
     ("image_ref", ["lmsysorg/sglang:v0.5.17-cu130-runtime", "localhost:5000/sglang:x"],
      ["Lmsys/sglang", "a b", "x:y:z:w"]),
     ("digest", ["sha256:" + "a" * 64], ["sha256:" + "a" * 63, "md5:x"]),
+    ("hostport_list", ["30000", "32768-60999", "1", "65535"],
+     ["0", "70000", "60999-32768", "1-65536", "80,443", "80\n", ""]),
 ])
 def test_formats(fmt: str, good: list[str], bad: list[str]) -> None:
     ok, _ = rules.FORMATS[fmt]
@@ -112,6 +122,9 @@ def test_ranges_lengths_and_nested_constraints() -> None:
     assert problem("auto", {"min": 1}) is None  # a raw value of another type passes
     assert problem(True, {"min": 2}) is None  # booleans are not numbers here
     assert problem("x" * 9, {"max_length": 8}) == "9 characters: at most 8"
+    assert problem("", {"format": "digest", "allow_empty": True}) is None  # "" is unset
+    assert problem("", {"format": "digest"}) == "'' is not an image digest (sha256:64 hex digits)"
+    assert problem("sha256:x", {"format": "digest", "allow_empty": True}) is not None
     assert problem(["--a", "b c"], {"items": {"format": "word"}}) == \
         "item 1: 'b c' is not one word (letters, digits and _ . , : / = @ + -)"
     assert problem({"reboot\n": "1"}, {"keys": {"format": "env_name"}}) == \
