@@ -437,10 +437,11 @@ def check_topology(groups: Mapping[str, list[str]],
         problems.append(Problem(None, None, f"[{SWITCHES}] lists {len(switches)} hosts "
                                 f"({', '.join(switches)}); sparkctl drives one fabric switch"))
     first = hostvars[sparks[0]]
-    problems += _check_passwords(sparks + switches, hostvars)
-    problems += _check_connection(sparks + switches, hostvars)
-    problems += _check_host_keys(sparks + switches, hostvars)
-    mgmt, found = _check_mgmt(sparks + switches, hostvars)
+    hosts = list(dict.fromkeys(sparks + switches))  # a host in both groups is one host
+    problems += _check_passwords(hosts, hostvars)
+    problems += _check_connection(hosts, hostvars)
+    problems += _check_host_keys(hosts, hostvars)
+    mgmt, found = _check_mgmt(hosts, hostvars)
     problems += found
     nets, found = _check_subnets(first)
     problems += found
@@ -966,6 +967,163 @@ def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# ---------------------------------------------------------------- relations
+# Rules between variables (each alone may be fine). A variable the inventory does not
+# set has its role's default (the literal ones of roles/*/defaults/main.yml).
+def load_defaults(roles_dir: Path) -> dict[str, Any]:
+    """Every role's literal defaults (templated ones are left out: they follow others)."""
+    out: dict[str, Any] = {}
+    for path in sorted(Path(roles_dir).glob("*/defaults/main.yml")):
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            if "{{" not in repr(value):
+                out.setdefault(str(name), value)
+    return out
+
+
+# Flags sparkctl derives from the inventory for every rank (roles/sglang, the unit's
+# command line); an extra argument must not set them again or carry a secret. argparse
+# takes an unambiguous prefix for a flag (--tp is --tp-size: sglang 0.5.17's parser,
+# tests/contract/test_parser.py), so a prefix is refused too.
+SGLANG_DERIVED_FLAGS = ("--tp-size", "--tensor-parallel-size", "--nnodes", "--node-rank",
+                        "--dist-init-addr", "--host", "--port", "--model-path",
+                        "--served-model-name", "--dist-timeout", "--ssl-certfile",
+                        "--ssl-keyfile")
+SGLANG_SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def _flag_problem(item: Any) -> str | None:
+    word = str(item).split("=", 1)[0]
+    if not word.startswith("--") or len(word) < 4:
+        return None
+    for flag in SGLANG_SECRET_FLAGS:
+        if flag.startswith(word):
+            return (f"{word} would put a secret on the command line (the unit's argv is "
+                    "world-readable in /proc)")
+    for flag in SGLANG_DERIVED_FLAGS:
+        if flag.startswith(word):
+            return f"{word} sets {flag}, which sparkctl derives from the inventory"
+    return None
+
+
+def _relation_problems(host: str, v: Callable[[str], Any], switched: bool) -> list[Problem]:
+    problems: list[Problem] = []
+    mtu, switch_mtu = v("roce_fabric_mtu"), v("switch_mtu_value")
+    if switched and _is_int(mtu) and _is_int(switch_mtu) and mtu > switch_mtu:
+        problems.append(Problem(host, "roce_fabric_mtu", f"{mtu} is above the switch ports' "
+                                f"MTU {switch_mtu} (switch_mtu_value): larger frames are "
+                                "dropped without a word", hint="raise switch_mtu_value or "
+                                "lower roce_fabric_mtu"))
+    a, b = v("fabric_a_netdev"), v("fabric_b_netdev")
+    if a is not None and a == b:
+        problems.append(Problem(host, "fabric_b_netdev", f"{b!r} is also fabric_a_netdev: "
+                                "the two twins are two ports"))
+    ia, ib = v("roce_fabric_ibdev_a"), v("roce_fabric_ibdev_b")
+    if ia is not None and ia == ib:
+        problems.append(Problem(host, "roce_fabric_ibdev_b", f"{ib!r} is also "
+                                "roce_fabric_ibdev_a: each twin has its own RoCE device"))
+    api, dist = v("sglang_port"), v("sglang_dist_port")
+    if _is_int(api) and _is_int(dist) and dist <= api <= dist + 15:
+        problems.append(Problem(host, "sglang_port", f"{api} lies in the ranks' port range "
+                                f"{dist}-{dist + 15} (sglang_dist_port and the ports "
+                                "torch.distributed and NCCL take after it)"))
+    for var in ("sglang_extra_args",):
+        for index, item in enumerate(v(var) or []):
+            if (wrong := _flag_problem(item)) is not None:
+                problems.append(Problem(host, var, f"item {index}: {wrong}",
+                                        hint="set the inventory variable instead; see "
+                                             "docs/inventory.md"))
+    cert, key = v("sglang_tls_certfile"), v("sglang_tls_keyfile")
+    if bool(cert) != bool(key):
+        given, other = (("sglang_tls_certfile", "sglang_tls_keyfile") if cert
+                        else ("sglang_tls_keyfile", "sglang_tls_certfile"))
+        problems.append(Problem(host, given, f"set without {other}: the two go together "
+                                "(TLS on the API) or neither is set"))
+    low, high = v("validate_nccl_min_bytes"), v("validate_nccl_max_bytes")
+    if _is_int(low) and _is_int(high) and low > high:
+        problems.append(Problem(host, "validate_nccl_min_bytes", f"{low} is above "
+                                f"validate_nccl_max_bytes {high}"))
+    confirm, rollback = v("roce_fabric_confirm_seconds"), v("roce_fabric_rollback_seconds")
+    if _is_int(confirm) and _is_int(rollback) and confirm >= rollback:
+        problems.append(Problem(host, "roce_fabric_confirm_seconds", f"{confirm} s is not "
+                                f"below roce_fabric_rollback_seconds {rollback} s: the node "
+                                "would roll back before sparkctl confirms the change"))
+    problems += _model_source_problems(host, v)
+    return problems
+
+
+def _model_source_problems(host: str, v: Callable[[str], Any]) -> list[Problem]:
+    source = v("model_cache_source")
+    needs = {"hf": (("model_cache_hf_repo", "hf_repo"), ("model_cache_hf_revision", "git_sha")),
+             "head": (("model_cache_head_dir", "abs_path"),),
+             "controller": (("model_cache_controller_dir", "controller_path"),)}
+    problems: list[Problem] = []
+    for var, fmt in needs.get(str(source), ()):
+        if not v(var):
+            problems.append(Problem(host, "model_cache_source", f"{source!r} needs {var} "
+                                    f"({FORMATS[fmt][1]}), which is not set"))
+    return problems
+
+
+def check_relations(groups: Mapping[str, list[str]],
+                    hostvars: Mapping[str, Mapping[str, Any]],
+                    roles_dir: Path) -> list[Problem]:
+    """Rules between variables, each host's values over the roles' defaults; a problem
+    every Spark shares (group_vars) is reported once."""
+    sparks = list(groups.get(SPARKS, []))
+    switches = list(groups.get(SWITCHES, []))
+    problems: list[Problem] = [
+        Problem(host, None, f"is in both [{SPARKS}] and [{SWITCHES}]; a host has one role")
+        for host in sparks if host in switches]
+    defaults = load_defaults(roles_dir)
+    per_host: dict[str, list[Problem]] = {}
+    for host in sparks:
+        hv = hostvars[host]
+        switch_vars = hostvars[switches[0]] if switches else {}
+
+        def value(name: str, hv: Mapping[str, Any] = hv,
+                  switch_vars: Mapping[str, Any] = switch_vars) -> Any:
+            if name.startswith("switch_mtu_") and name in switch_vars:
+                return switch_vars[name]
+            return hv.get(name, defaults.get(name))
+
+        per_host[host] = _relation_problems(host, value, bool(switches))
+    if switches and sparks:
+        problems += _uncabled(sparks, hostvars)
+    seen: set[tuple[str | None, str]] = set()
+    for host in sparks:
+        for problem in per_host[host]:
+            everywhere = all(any(q.var == problem.var and q.message == problem.message
+                                 for q in per_host[h]) for h in sparks)
+            key = (None if everywhere else host, problem.message)
+            if key not in seen:
+                seen.add(key)
+                problems.append(replace(problem, host=key[0]))
+    return problems
+
+
+def _uncabled(sparks: list[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    ports = hostvars[sparks[0]].get("switch_ports")
+    if not isinstance(ports, Mapping):
+        return []  # _check_switch says so
+    cabled = set()
+    for spec in ports.values():
+        if isinstance(spec, Mapping):
+            twin = spec.get("twin", "both")
+            cabled |= {(spec.get("node"), t) for t in (TWINS if twin == "both" else (twin,))}
+    if not cabled:
+        return []  # no ports at all: a fabric cabled without a managed switch
+    problems = []
+    for host in sparks:
+        missing = [t for t in TWINS if (host, t) not in cabled]
+        if missing:
+            problems.append(Problem(host, "switch_ports", f"no port for {host} twin "
+                                    f"{' and '.join(missing)}: every Spark's two twins are "
+                                    "cabled to the switch (NVIDIA's guide), or validate finds "
+                                    "a fabric that cannot pass", hint="add the port, or "
+                                    "twin: a|b on a port that carries one twin"))
+    return problems
+
+
 def check(groups: Mapping[str, list[str]], hostvars: Mapping[str, Mapping[str, Any]],
           roles_dir: Path, user_vars: Mapping[str, Iterable[str]] | None = None) -> list[Problem]:
     """All rules: topology first, then types of role variables.
@@ -978,6 +1136,10 @@ def check(groups: Mapping[str, list[str]], hostvars: Mapping[str, Mapping[str, A
     reported = {(p.host, p.var) for p in problems}
     problems += [p for p in check_types(hostvars, load_specs(roles_dir), user_vars)
                  if (p.host, p.var) not in reported]
+    if not any(p.var is None and p.host is None for p in problems):  # a topology at all
+        reported = {(p.host, p.var) for p in problems} | {(None, p.var) for p in problems}
+        problems += [p for p in check_relations(groups, hostvars, roles_dir)
+                     if (p.host, p.var) not in reported]
     return [replace(p, scope=_scope(hostvars, p.var)) if p.host is None and p.var else p
             for p in problems]
 

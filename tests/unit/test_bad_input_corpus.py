@@ -33,9 +33,10 @@ VALID = [CORPUS / "_valid", CORPUS / "_valid_two_groups"]
 CATEGORIES = {
     "wrong-type", "missing-required", "address", "subnet", "switch-os", "switch-ports", "tp",
     "tp-groups", "yaml-syntax", "ini-syntax", "unreadable", "unknown-variable", "password",
-    "vault", "host-key", "api-sources", "connection", "range", "format",
+    "vault", "host-key", "api-sources", "connection", "range", "format", "relation",
 }
-KEYS = {"category", "why", "exit", "file", "host", "variable", "says", "suggest", "unreadable"}
+KEYS = {"category", "why", "exit", "file", "host", "variable", "says", "suggest", "unreadable",
+        "secret"}
 # Vault passwords Ansible would pick up from the environment: none for the corpus.
 VAULT_ENV = ("ANSIBLE_VAULT_PASSWORD_FILE", "ANSIBLE_VAULT_IDENTITY_LIST")
 
@@ -86,6 +87,8 @@ def assert_names_the_problem(output: str, dest: Path, expect: dict[str, Any]) ->
         assert text in output, (text, output)
     if expect.get("suggest"):
         assert f"did you mean {expect['suggest']}?" in output, output
+    if expect.get("secret"):  # a secret in the case is never echoed back
+        assert expect["secret"] not in output, output
 
 
 @pytest.fixture(autouse=True)
