@@ -149,7 +149,6 @@ def _load_ansible_inventory(path: Path,
     from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
     from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
     from ansible.plugins.loader import init_plugin_loader  # noqa: PLC0415
-    from ansible.template import Templar  # noqa: PLC0415
     from ansible.vars.manager import VariableManager  # noqa: PLC0415
 
     _init_ansible(init_plugin_loader)
@@ -169,28 +168,12 @@ def _load_ansible_inventory(path: Path,
         vm = VariableManager(loader=loader, inventory=inv)
         hostvars: dict[str, dict[str, Any]] = {}
         origins: Origins = {}
+        plaintext: list[tuple[str, str]] = []
         for host in inv.get_hosts():
-            raw = vm.get_vars(host=host)
-            templar = Templar(loader=loader, variables=raw)
-            resolved: dict[str, Any] = {}
-            for key, value in raw.items():
-                if key in {"groups", "hostvars", "vars", "environment", "omit", "playbook_dir",
-                           "ansible_playbook_python", "inventory_dir", "inventory_file"}:
-                    continue
-                where = origin_of(value)
-                if where:
-                    origins[(host.name, key)] = where
-                try:
-                    resolved[key] = templar.template(value)
-                    secrets.update(str(templar.template(enc)) for enc in _encrypted(value))
-                except AnsibleError as exc:
-                    if _is_vault_error(exc):
-                        raise bad_input(path, host.name, key, _vault_problem(have_password),
-                                        value=value, hint=VAULT_HINT) from None
-                    raise bad_input(path, host.name, key, f"cannot be templated: {exc}",
-                                    value=value) from exc
-            resolved["inventory_hostname"] = host.name
-            hostvars[host.name] = resolved
+            hostvars[host.name] = _resolve_host(
+                path, host.name, vm.get_vars(host=host), loader=loader,
+                have_password=have_password, origins=origins, secrets=secrets,
+                plaintext=plaintext)
     except AnsibleError as exc:
         ini = _ini_problem(path, loader) if "failed to parse inventory source" in str(exc) \
             else None
@@ -201,7 +184,59 @@ def _load_ansible_inventory(path: Path,
         raise SparkctlError(f"{where or path}: {_first_line(exc)}", ExitCode.BAD_INPUT) from exc
 
     cluster = _cluster_group(path, groups)
+    if plaintext:
+        _refuse_plaintext(path, plaintext, origins)
     return cluster, groups, hostvars, origins, secrets
+
+
+def _refuse_plaintext(path: Path, found: list[tuple[str, str]], origins: Origins) -> None:
+    """Plaintext secrets stop everything, before any other rule and before any contact;
+    a value set for every host (group_vars) is said once, and never shown."""
+    by_name: dict[str, list[str]] = {}
+    for host, name in found:
+        by_name.setdefault(name, []).append(host)
+    lines = []
+    for name, hosts in by_name.items():
+        where = next((origins[(h, name)] for h in hosts if (h, name) in origins), str(path))
+        who = None if len(hosts) > 1 else hosts[0]
+        problem = inventory_rules.secret_problem(who, name)
+        scope = "" if who else "all hosts: " if len(hosts) > 1 else ""
+        lines.append(f"{where}: {scope}{problem} ({problem.hint})")
+    count = f"{len(lines)} problem{'s' if len(lines) > 1 else ''}"
+    raise SparkctlError(f"{path}: {count} in the inventory; no host was contacted\n  "
+                        + "\n  ".join(lines), ExitCode.BAD_INPUT)
+
+
+def _resolve_host(path: Path, host: str, raw: Mapping[str, Any], *, loader: Any,
+                  have_password: bool, origins: Origins, secrets: set[str],
+                  plaintext: list[tuple[str, str]]) -> dict[str, Any]:
+    """One host's variables templated as the playbooks will see them; their origins, the
+    decrypted vault values and the plaintext secrets are recorded on the way."""
+    from ansible.errors import AnsibleError  # noqa: PLC0415
+    from ansible.template import Templar  # noqa: PLC0415
+
+    templar = Templar(loader=loader, variables=raw)
+    resolved: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in {"groups", "hostvars", "vars", "environment", "omit", "playbook_dir",
+                   "ansible_playbook_python", "inventory_dir", "inventory_file"}:
+            continue
+        where = origin_of(value)
+        if where:
+            origins[(host, key)] = where
+        if inventory_rules.plaintext_secret(key, value):
+            plaintext.append((host, key))
+        try:
+            resolved[key] = templar.template(value)
+            secrets.update(str(templar.template(enc)) for enc in _encrypted(value))
+        except AnsibleError as exc:
+            if _is_vault_error(exc):
+                raise bad_input(path, host, key, _vault_problem(have_password),
+                                value=value, hint=VAULT_HINT) from None
+            raise bad_input(path, host, key, f"cannot be templated: {exc}",
+                            value=value) from exc
+    resolved["inventory_hostname"] = host
+    return resolved
 
 
 # Files Ansible's host_group_vars plugin reads from group_vars/ and host_vars/.

@@ -154,6 +154,12 @@ def _hf_repo(value: str) -> bool:
         and "--" not in value and ".." not in value
 
 
+def _power_of_two(value: str) -> bool:
+    """A positive power of two written in digits (an int's text): 1, 2, 4 ... 1048576."""
+    return re.fullmatch(r"[0-9]+", value) is not None and int(value) > 0 \
+        and int(value) & (int(value) - 1) == 0
+
+
 def _ifname(value: str) -> bool:
     """A Linux interface name (the kernel's dev_valid_name: 1-15 bytes, not . or ..,
     no '/', ':' or whitespace) of the characters netplan and nft take unquoted."""
@@ -220,6 +226,22 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
                   "a container image reference (registry/name:tag)"),
     "digest": (_regex(r"sha256:[0-9a-f]{64}"), "an image digest (sha256:64 hex digits)"),
     "hostport_list": (_port_range, "a port or a port range a-b within 1-65535"),
+    # nccl, nvidia_driver and validate (their meta/constraints.yml say where each goes):
+    # a package-name part that is digits only (nvidia-driver-580-open) or digits and
+    # dashes (cuda-toolkit-13-0, where 13.0 names no package), a git release tag (the
+    # nccl role reads x.y.z of it for libnccl.so.x.y.z), an RDMA device of NCCL_IB_HCA
+    # (the nccl role's own preflight rule), the two raw settings that take "auto", and
+    # the nccl-tests sizes the sweep doubles between.
+    "digits": (_regex(r"[0-9]+"), "digits only (such as 580)"),
+    "dashed_version": (_regex(r"[0-9]+(?:-[0-9]+)*"),
+                       "a version with dashes as package names carry it (such as 13-0)"),
+    "release_tag": (_regex(r"v?[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9]+)?"),
+                    "a release tag (such as v2.28.9-1 or v2.18.3)"),
+    "ibdev": (_regex(r"[A-Za-z0-9_]+(?::[0-9]+)?"),
+              "an RDMA device name, optionally with :port (such as rocep1s0f1 or mlx5_0:1)"),
+    "auto_or_int": (_regex(r"auto|[0-9]+"), "auto or a non-negative integer"),
+    "auto_bool": (_regex(r"(?i:auto|true|false|yes|no)"), "one of auto, true, false"),
+    "power_of_two": (_power_of_two, "a power of two (such as 1048576 = 1 MiB)"),
 }
 
 
@@ -691,6 +713,42 @@ def _check_connection(hosts: list[str],
         else:
             everywhere.append(problem)
     return everywhere
+
+
+# ------------------------------------------------------------ plaintext secrets
+# A variable named like a secret must not sit in plain text in an inventory file: it is
+# vault-encrypted (ansible-vault encrypt_string) or comes from the controller's
+# environment (lookup('ansible.builtin.env', ...), as roles/*/defaults do).
+SECRET_NAME = re.compile(r"(?:^|_)(?:token|password|passwd|secret|api_key|apikey|"
+                         r"private_key|credentials?)\Z")
+VAULT_OR_ENV_HINT = ("vault-encrypt it (ansible-vault encrypt_string --name VARIABLE) or "
+                     "leave it out of the inventory and export it on the controller "
+                     "(SPARKCTL_SGLANG_API_KEY for sglang_api_key, HF_TOKEN for "
+                     "model_cache_hf_token)")
+
+
+def plaintext_secret(name: str, value: Any) -> bool:
+    """``value`` (as Ansible loaded it, tags and all) is a secret-named variable's plain
+    text from an inventory file: not vault-encrypted, not from the environment."""
+    if not SECRET_NAME.search(name) or name in PASSWORD_VARS:
+        return False  # passwords are refused whatever their form (_check_passwords)
+    if not isinstance(value, str) or not value.strip() or "{{" in value:
+        return False
+    try:
+        from ansible._internal._datatag._tags import VaultedValue  # noqa: PLC0415
+        from ansible.parsing.vault import EncryptedString  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - other ansible-core versions
+        return False
+    if isinstance(value, EncryptedString) or VaultedValue.is_tagged_on(value):
+        return False
+    where = origin_of(value)
+    return where is not None and not where.startswith("<")
+
+
+def secret_problem(host: str | None, name: str) -> Problem:
+    """The refusal of a plaintext secret; the value is never part of it."""
+    return Problem(host, name, "is a secret in plain text in an inventory file (its value is "
+                   "not shown)", hint=VAULT_OR_ENV_HINT)
 
 
 def _check_host_keys(hosts: list[str],
@@ -1207,11 +1265,16 @@ def _inventory_vars(hv: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
             value = hv[name]
         except Exception:  # noqa: S112 - see the docstring
             continue
+        if plaintext_secret(name, value):
+            out[_PLAINTEXT] = [*out.get(_PLAINTEXT, []), name]
         out[name] = plain(value)
         where = origin_of(value)
         if where:
             origins[name] = where
     return out, origins
+
+
+_PLAINTEXT = "__sparkctl_plaintext_secrets"  # names found by _inventory_vars
 
 
 def _problems_filter(hostvars: Mapping[str, Any], groups: Mapping[str, list[str]],
@@ -1223,8 +1286,10 @@ def _problems_filter(hostvars: Mapping[str, Any], groups: Mapping[str, list[str]
         plain_vars[host], found = _inventory_vars(hostvars[host])
         origins.update({(host, name): where for name, where in found.items()})
     plain_groups = {str(g): [str(h) for h in members] for g, members in groups.items()}
+    secrets = [secret_problem(host, name) for host in hosts
+               for name in plain_vars[host].pop(_PLAINTEXT, [])]
     messages = []
-    for p in check(plain_groups, plain_vars, Path(roles_dir)):
+    for p in [*secrets, *check(plain_groups, plain_vars, Path(roles_dir))]:
         top = (p.var or "").split(".", 1)[0]
         where = next((origins[(h, top)] for h in ([p.host] if p.host else hosts)
                       if (h, top) in origins), None)

@@ -181,6 +181,9 @@ BAD_TYPES = """
     roce_fabric_mtu: "9000x"
     sglang_tp_size: "four"
     sglang_tp: 4
+    # A constraint (meta/constraints.yml) and a rule between variables: both paths too.
+    switch_mtu_value: 9300
+    sglang_port: 50003
 """
 
 # (who, variable, what) of every problem the bad copy has, in both paths.
@@ -191,6 +194,8 @@ EXPECTED = [
     ("all hosts", "sglang_tp_size", "'four' is a string, but sglang needs a positive integer"),
     ("all hosts", "sglang_tp", "unknown variable (did you mean sglang_tp_size?)"),
     ("host spark2", "base_headless", "'yes' is a string, but base needs a boolean"),
+    ("all hosts", "switch_mtu_value", "9300 is outside 1280..9216"),
+    ("all hosts", "sglang_port", "50003 lies in the ranks' port range 50000-50015"),
 ]
 
 
