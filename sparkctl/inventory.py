@@ -254,10 +254,13 @@ def _check_readable(path: Path) -> None:
         raise SparkctlError(f"{path}: not a file (give the inventory file, e.g. inventory/sim.ini)",
                             ExitCode.BAD_INPUT)
     try:
-        path.read_bytes()
+        with path.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise SparkctlError(f"{path}: cannot read inventory: {exc.strerror}",
                             ExitCode.BAD_INPUT) from exc
+    if path.suffix in (".yml", ".yaml") or len(data) > MAX_FILE_BYTES:
+        _check_bounded(path, data)
 
 
 def _check_vars_files(base: Path, names: Iterable[str]) -> None:
@@ -285,17 +288,71 @@ def _vars_files(top: Path, name: str) -> list[Path]:
     return [p for p in found if (p.is_symlink() or p.exists()) and not p.is_dir()]
 
 
+# Bounds on what an inventory file may make Ansible do: a 300-byte YAML alias bomb
+# expands to billions of nodes, and Ansible templates every variable of every host.
+MAX_FILE_BYTES = 1 << 20
+MAX_YAML_NODES = 100_000
+MAX_SCALAR_CHARS = 64 << 10
+
+
 def _check_vars_file(candidate: Path) -> None:
     if candidate.is_symlink() and not candidate.exists():
         raise SparkctlError(f"{candidate}: cannot read vars file: it links to "
                             f"{candidate.readlink()}, which does not exist", ExitCode.BAD_INPUT,
                             hint="fix the link or remove it; its variables would not be applied")
     try:
-        with candidate.open("rb"):
-            pass
+        with candidate.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise SparkctlError(f"{candidate}: cannot read vars file: {exc.strerror}",
                             ExitCode.BAD_INPUT) from exc
+    _check_bounded(candidate, data)
+
+
+def _check_bounded(path: Path, data: bytes) -> None:
+    """Refuse a file too large, or YAML that expands beyond MAX_YAML_NODES (aliases
+    counted as often as they are used) or holds a scalar beyond MAX_SCALAR_CHARS: in
+    milliseconds, before Ansible loads and templates it. The graph is composed, never
+    constructed, so an alias bomb costs its own size here."""
+    if len(data) > MAX_FILE_BYTES:
+        raise SparkctlError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; an inventory "
+                            "file is a page of settings", ExitCode.BAD_INPUT)
+    try:
+        docs = list(yaml.compose_all(data.decode("utf-8", "replace"), Loader=yaml.SafeLoader))
+    except yaml.YAMLError:
+        return  # Ansible's loader reports the syntax error with its line
+    except RecursionError:
+        raise SparkctlError(f"{path}: YAML nested too deep to read", ExitCode.BAD_INPUT) from None
+    sizes: dict[int, int] = {}
+
+    def expanded(node: yaml.Node, depth: int = 0) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if depth > 100:
+            raise SparkctlError(f"{path}: YAML nested deeper than 100 levels",
+                                ExitCode.BAD_INPUT)
+        sizes[id(node)] = MAX_YAML_NODES + 1  # a node that contains itself never ends
+        if isinstance(node, yaml.ScalarNode):
+            if len(node.value) > MAX_SCALAR_CHARS:
+                line = node.start_mark.line + 1
+                raise SparkctlError(f"{path}:{line}: a value of {len(node.value)} characters "
+                                    f"(at most {MAX_SCALAR_CHARS})", ExitCode.BAD_INPUT)
+            total = 1
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(expanded(child, depth + 1) for child in node.value)
+        else:
+            total = 1 + sum(expanded(k, depth + 1) + expanded(v, depth + 1)
+                            for k, v in node.value)
+        sizes[id(node)] = min(total, MAX_YAML_NODES + 1)
+        return sizes[id(node)]
+
+    total = sum(expanded(doc) for doc in docs if doc is not None)
+    if total > MAX_YAML_NODES:
+        raise SparkctlError(f"{path}: its YAML expands to more than {MAX_YAML_NODES} values "
+                            "(aliases counted where they are used): refused before Ansible "
+                            "loads it", ExitCode.BAD_INPUT,
+                            hint="an inventory needs no aliases that multiply; write the "
+                                 "values out")
 
 
 def _ini_problem(path: Path, loader: Any) -> tuple[str, str] | None:
