@@ -324,11 +324,11 @@ def report_nccl(logfile: Path, gate: bool, line_rate: float | None,
         raise SparkctlError("--gate needs the line rate: --line-rate GBYTES_PER_S or "
                             "-i INVENTORY (one of them)", ExitCode.BAD_INPUT)
     try:
-        text = logfile.read_text(errors="replace")
+        with logfile.open(errors="replace") as lines:  # line by line: any size, bounded memory
+            report = nccl_report.parse(lines, str(logfile))
     except OSError as exc:
         raise SparkctlError(f"{logfile}: cannot read: {exc.strerror or exc}",
                             ExitCode.BAD_INPUT) from None
-    report = nccl_report.parse(text, str(logfile))
     verdict = _gate_saved_log(report, str(logfile), line_rate, inventory_path) if gate else None
     bad = _log_failures(report)
     if as_json:

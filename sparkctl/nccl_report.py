@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -304,8 +305,17 @@ def _check_average(rows: list[Row], tokens: list[str], avg: float, source: str,
                    f"{len(rows)} row(s) above it ({mean:.6g}): rows are missing or garbled")
 
 
-def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR0912, PLR0915
-    """The report in ``text``; a :class:`SparkctlError` (exit 2) for anything partial."""
+# What one parse keeps of lines it does not need whole: a log is a page, but a broken
+# or hostile one can be gigabytes of noise (read line by line, never held whole).
+_KEEP = 100
+_MAX_RANKS = 4096
+
+
+def parse(text: str | Iterable[str],  # noqa: PLR0912, PLR0915
+          source: str = "nccl-tests log") -> NcclReport:
+    """The report in ``text`` (the log, or its lines as a file yields them: memory stays
+    bounded by the rows, whatever the log's size); a :class:`SparkctlError` (exit 2) for
+    anything partial."""
     layout: _Layout | None = None
     rows: list[Row] = []
     busbw_tokens: list[str] = []
@@ -321,14 +331,15 @@ def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR
     banner: list[str] = []
     ranks: list[Rank] = []
     errors: list[str] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines() if isinstance(text, str) else text
+    for number, raw in enumerate(lines, start=1):
         line = _PREFIX.sub("", raw, count=1).strip()
         if not line:
             continue
-        if _FAILURE.search(line):
-            errors.append(line)
-        if found := _NCCL_BANNER.search(line):
-            banner.append(found.group(1))
+        if _FAILURE.search(line) and len(errors) < _KEEP:
+            errors.append(line[:500])
+        if (found := _NCCL_BANNER.search(line)) and len(banner) < _KEEP:
+            banner.append(found.group(1)[:500])
         body = line.lstrip("#").strip()
         words = body.split()
         if tuple(words[:3]) == _LEAD:
@@ -341,7 +352,7 @@ def parse(text: str, source: str = "nccl-tests log") -> NcclReport:  # noqa: PLR
             codes = dict(w.split("=", 1) for w in words if "=" in w)
             library = _version_code(codes.get("nccl-library"))
             headers = _version_code(codes.get("nccl-headers"))
-        elif layout is None and (rank := _RANK.match(body)):
+        elif layout is None and len(ranks) < _MAX_RANKS and (rank := _RANK.match(body)):
             ranks.append(Rank(int(rank.group(1)), int(rank.group(2)) if rank.group(2) else None,
                               int(rank.group(3)), rank.group(4), int(rank.group(5)),
                               rank.group(6), rank.group(7).strip()))
