@@ -86,6 +86,53 @@ def test_manifest_follows_snapshot_links_into_blobs(tmp_path: Path) -> None:
                              "sha256": hashlib.sha256(b"weights").hexdigest()}]
 
 
+def test_manifest_follows_no_link_out_of_the_model_root(tmp_path: Path) -> None:
+    """A file link out of the root, or any directory link, is refused: nothing outside
+    the model is read, hashed or sent (links into blobs/ of a hub snapshot are inside)."""
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    (outside / "shadow").write_text("secret")
+    root = tmp_path / "model"
+    _model(root, {"config.json": 10})
+    (root / "stolen.json").symlink_to(outside / "shadow")
+    with pytest.raises(relay.RelayError, match=r"stolen.json links to .*outside"):
+        relay.build_manifest(root, tmp_path / "s.json")
+    (root / "stolen.json").unlink()
+    (root / "sub").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(relay.RelayError, match="is a link to a directory"):
+        relay.build_manifest(root, tmp_path / "s.json")
+    (root / "sub").unlink()
+    (root / "inside.json").symlink_to("config.json")  # a link within the root is fine
+    assert {f["path"] for f in relay.build_manifest(root, tmp_path / "s.json")["files"]} == {
+        "config.json", "inside.json"}
+
+
+def test_the_receiver_writes_through_no_link(tmp_path: Path, source: Source) -> None:
+    """A directory link already in the node's cache, or a link planted under the name of a
+    partial file, is never written through; the rest of the model still arrives."""
+    root, data, manifest = source
+    hop = _hop(tmp_path, "spark2", manifest)
+    node = Path(hop["root"])
+    node.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (node / "sub").symlink_to(elsewhere, target_is_directory=True)
+    _need(hop, manifest)
+    with pytest.raises(relay.RelayError, match=r"sub is a link or not a directory"):
+        relay.send(root, list(SIZES), [hop], None)
+    assert list(elsewhere.iterdir()) == []
+    (node / "sub").unlink()
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    (node / "config.json.sparkctl-partial").symlink_to(victim)
+    _need(hop, manifest)
+    out = relay.send(root, list(SIZES), [hop], None)
+    assert out["error"] is None
+    assert victim.read_text() == "untouched"
+    assert (node / "config.json").read_bytes() == data["config.json"]
+    assert not (node / "config.json").is_symlink()
+
+
 def test_check_finds_missing_truncated_and_corrupt_files(tmp_path: Path, source: Source) -> None:
     _, data, manifest = source
     node = tmp_path / "n2"

@@ -88,14 +88,38 @@ class RelayError(Exception):
 
 
 # ------------------------------------------------------------------ manifest
-def _walk(root: Path) -> Iterator[Path]:
-    """Regular files under root (symlinks followed), skipping partial transfers."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+def _hub_repo(root: Path) -> Path | None:
+    """The repo directory of a Hugging Face hub cache snapshot
+    (``models--org--name/snapshots/SHA``), whose files link into ``../../blobs``."""
+    resolved = root.resolve()
+    if resolved.parent.name == "snapshots" and resolved.parents[1].name.startswith(
+            ("models--", "datasets--", "spaces--")):
+        return resolved.parents[1]
+    return None
+
+
+def _walk(root: Path, link_root: Path | None = None) -> Iterator[Path]:
+    """Regular files under root, skipping partial transfers. A file link is followed only
+    to a file inside ``link_root`` (root itself; for a Hugging Face snapshot the repo's
+    cache directory, whose blobs/ its links point into); a directory link is refused:
+    nothing outside the model root is read, hashed or sent."""
+    base = (link_root or _hub_repo(root) or root).resolve()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames.sort()
+        for name in dirnames:
+            if (Path(dirpath) / name).is_symlink():
+                raise RelayError(f"{Path(dirpath) / name} is a link to a directory; sparkctl "
+                                 "follows no directory link (point the source at the real "
+                                 "directory, or copy the files in)")
         for name in sorted(filenames):
             if name.endswith(".sparkctl-partial"):
                 continue
             path = Path(dirpath) / name
+            if path.is_symlink():
+                target = path.resolve()
+                if not target.is_relative_to(base):
+                    raise RelayError(f"{path} links to {target}, outside {base}: sparkctl "
+                                     "reads nothing outside the model root")
             if path.is_file():
                 yield path
 
@@ -131,7 +155,8 @@ def _known(state: dict[str, dict[str, Any]], rel: str, st: os.stat_result) -> st
     return None
 
 
-def build_manifest(root: Path, state_path: Path) -> dict[str, Any]:
+def build_manifest(root: Path, state_path: Path,
+                   link_root: Path | None = None) -> dict[str, Any]:
     """The manifest of root; hashes reused from the state where size and mtime match."""
     if not root.is_dir():
         raise RelayError(f"{root} is not a directory")
@@ -139,7 +164,7 @@ def build_manifest(root: Path, state_path: Path) -> dict[str, Any]:
     files: list[dict[str, Any]] = []
     new_state: dict[str, dict[str, Any]] = {}
     hashed = 0
-    for path in _walk(root):
+    for path in _walk(root, link_root):
         rel = path.relative_to(root).as_posix()
         st = path.stat()
         digest = _known(state, rel, st)
@@ -335,6 +360,33 @@ class TeeReader:
             pass
 
 
+def _real_dir(root: Path, rel: str) -> Path:
+    """The directory ``rel``'s file goes into, made under root one real directory at a
+    time: a link planted anywhere on the way (a directory link in the cache) is refused,
+    never written through."""
+    parts = PurePosixPath(rel).parts
+    if PurePosixPath(rel).is_absolute() or ".." in parts or not parts:
+        raise RelayError(f"{rel!r}: not a path inside the model directory")
+    current = root
+    for part in parts[:-1]:
+        current = current / part
+        with contextlib.suppress(FileExistsError):
+            current.mkdir(mode=0o755)
+        if current.is_symlink() or not current.is_dir():
+            raise RelayError(f"{current} is a link or not a directory; sparkctl writes "
+                             "nothing through it (remove it first)")
+    return current
+
+
+def _new_file(path: Path) -> IO[bytes]:
+    """``path`` created anew for writing, never through a link: a leftover partial file
+    (or a link planted under its name) is removed first; O_NOFOLLOW and O_EXCL hold."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    return os.fdopen(fd, "wb")
+
+
 def _receive(stream: TeeReader, root: Path, manifest: dict[str, dict[str, Any]],
              need: set[str], progress: Progress) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """Extract the needed members of the tar stream, verified; returns (written, state)."""
@@ -346,15 +398,14 @@ def _receive(stream: TeeReader, root: Path, manifest: dict[str, dict[str, Any]],
             if rel not in need or not member.isfile():
                 continue  # another node's file, passed on and skipped here
             entry = manifest[rel]
-            target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
+            target = _real_dir(root, rel) / PurePosixPath(rel).name
             partial = target.with_name(target.name + ".sparkctl-partial")
             digest = hashlib.sha256()
             size = 0
             source = archive.extractfile(member)
             if source is None:
                 raise RelayError(f"{rel}: no data in the stream")
-            with partial.open("wb") as handle:
+            with _new_file(partial) as handle:
                 while block := source.read(CHUNK):
                     digest.update(block)
                     handle.write(block)
@@ -696,7 +747,7 @@ def fetch_hf(repo: str, revision: str, cache_dir: Path, manifest_path: Path,
             raise RelayError(f"the download of {repo}@{revision} differs from its manifest "
                              f"{manifest_path}: {(found['missing'] + found['bad'])[:3]}")
     else:
-        manifest = build_manifest(snapshot, state_path)
+        manifest = build_manifest(snapshot, state_path)  # links into blobs/: _hub_repo
         write_manifest(manifest_path, {**manifest, "repo": repo, "revision": revision})
     return {"path": str(snapshot), "downloaded": True, "repaired": repaired}
 
