@@ -268,7 +268,7 @@ def targets(inv: inventory.Inventory) -> list[Target]:
 def scan(keyscan: str, target: Target) -> list[HostKey]:
     """The host's keys, best type first; empty when it does not answer."""
     argv = [keyscan, "-T", str(SCAN_TIMEOUT_S), "-p", str(target.port), "-t", KEY_TYPES,
-            target.address]
+            "--", target.address]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False,
                               timeout=SCAN_TIMEOUT_S * 6)

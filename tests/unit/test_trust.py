@@ -237,7 +237,7 @@ def test_first_contact_records_every_host_and_shows_fingerprints(cluster: Cluste
     assert stat.S_IMODE(cluster.known_hosts.stat().st_mode) == 0o600
     assert stat.S_IMODE(cluster.known_hosts.parent.stat().st_mode) == 0o700
     calls = cluster.calls.read_text().splitlines()
-    assert sorted(calls) == sorted(f"-T 5 -p 22 -t ed25519,ecdsa,rsa {a}"
+    assert sorted(calls) == sorted(f"-T 5 -p 22 -t ed25519,ecdsa,rsa -- {a}"
                                    for a in ADDRESSES.values())
 
 
@@ -361,7 +361,7 @@ def test_port_and_hashed_known_hosts(cluster: Cluster) -> None:
     code, out, err = cluster.trust(inventory=inv)
     assert code == 0, err
     assert "10.77.0.12:2222" in out
-    assert "-p 2222 -t ed25519,ecdsa,rsa 10.77.0.12" in cluster.calls.read_text()
+    assert "-p 2222 -t ed25519,ecdsa,rsa -- 10.77.0.12" in cluster.calls.read_text()
     assert all(ln.startswith("|1|") for ln in cluster.known_hosts.read_text().splitlines()
                if ln.strip())
     found = subprocess.run(["ssh-keygen", "-F", "[10.77.0.12]:2222", "-f",
