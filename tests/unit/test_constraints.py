@@ -106,6 +106,15 @@ def test_every_constraint_has_a_case_in_the_bad_input_corpus() -> None:
     ("digest", ["sha256:" + "a" * 64], ["sha256:" + "a" * 63, "md5:x"]),
     ("hostport_list", ["30000", "32768-60999", "1", "65535"],
      ["0", "70000", "60999-32768", "1-65536", "80,443", "80\n", ""]),
+    ("digits", ["580", "0"], ["580.0", "580-1", "", "5 8", "580\n"]),
+    ("dashed_version", ["13-0", "13", "12-8"], ["13.0", "13-", "-0", "", "13-0\n"]),
+    ("release_tag", ["v2.28.9-1", "v2.18.3", "2.28.9"],
+     ["v2.28", "2.28.9-1-x", "master", "v2.28.9-1\n", "v2.28.9;id", ""]),
+    ("ibdev", ["rocep1s0f1", "roceP2p1s0f0", "mlx5_0:1"],
+     ["mlx5_0,mlx5_1", "^mlx5_0", "mlx5_0:", "rocep1s0f1\n", ""]),
+    ("auto_or_int", ["auto", "3", "0"], ["Auto", "-1", "3\n", "$(id)", ""]),
+    ("auto_bool", ["auto", "true", "False", "yes", "no"], ["required", "1", "auto\n", ""]),
+    ("power_of_two", ["1", "1048576", "4294967296"], ["0", "1000000", "-4", "1e6", "", "4\n"]),
 ])
 def test_formats(fmt: str, good: list[str], bad: list[str]) -> None:
     ok, _ = rules.FORMATS[fmt]
