@@ -21,6 +21,9 @@ from sparkctl.errors import SparkctlError
 from sparkctl.serve import logs, up
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
+# shutdown() waits for serve_forever to look at its flag, every poll_interval (0.5 s by
+# default).
+QUICK_SHUTDOWN = {"poll_interval": 0.01}
 
 
 @dataclass
@@ -104,7 +107,7 @@ def test_ready_when_the_head_answers_health() -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs=QUICK_SHUTDOWN, daemon=True).start()
     try:
         cluster = FakeCluster(base_url=f"http://127.0.0.1:{server.server_address[1]}")
         followers = FakeFollowers()

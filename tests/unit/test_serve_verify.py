@@ -42,6 +42,9 @@ from tests.unit.test_sglang_standin import KEY, _up, cluster, model_dir, needs_l
 __all__ = ["model_dir"]  # the fixture, imported for pytest
 
 SIM = Path(__file__).resolve().parents[2] / "inventory" / "sim.ini"
+# shutdown() waits for serve_forever to look at its flag, every poll_interval (0.5 s by
+# default): half a second a fake server, for nothing.
+QUICK_SHUTDOWN = {"poll_interval": 0.01}
 
 
 @dataclass
@@ -160,7 +163,7 @@ class _Odd(BaseHTTPRequestHandler):
 def test_wrong_shaped_or_non_json_answers_fail_cleanly(mode: str) -> None:
     handler = type("Handler", (_Odd,), {"mode": mode})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs=QUICK_SHUTDOWN, daemon=True).start()
     try:
         fake = FakeCluster(f"http://127.0.0.1:{server.server_address[1]}",
                            {"spark1": True, "spark2": True})
@@ -292,7 +295,7 @@ class _Sglang(BaseHTTPRequestHandler):
 def fake_sglang(answers: dict[Route, Any]) -> Iterator[int]:
     handler = type("Handler", (_Sglang,), {"answers": answers})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs=QUICK_SHUTDOWN, daemon=True)
     thread.start()
     try:
         yield int(server.server_address[1])
