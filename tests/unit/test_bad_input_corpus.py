@@ -33,7 +33,8 @@ VALID = [CORPUS / "_valid", CORPUS / "_valid_two_groups"]
 CATEGORIES = {
     "wrong-type", "missing-required", "address", "subnet", "switch-os", "switch-ports", "tp",
     "tp-groups", "yaml-syntax", "ini-syntax", "unreadable", "unknown-variable", "password",
-    "vault", "host-key", "api-sources", "connection", "range", "format", "relation", "secret", "bomb",
+    "vault", "host-key", "api-sources", "connection", "range", "format", "relation", "secret",
+    "bomb",
 }
 KEYS = {"category", "why", "exit", "file", "host", "variable", "says", "suggest", "unreadable",
         "secret"}
