@@ -649,11 +649,13 @@ def _killed(c: Cluster, rank: int) -> str:
 
 @needs_loopback
 def test_a_missing_rank_keeps_the_others_waiting(tmp_path: Path, model_dir: Path) -> None:
-    with cluster(tmp_path, model_dir, 3, start=[0, 1], timeout=8) as c:
-        time.sleep(4)
+    # The timeouts here are a few seconds: long enough for every started rank to come up on
+    # a busy machine (about half a second each), short enough not to idle the suite.
+    with cluster(tmp_path, model_dir, 3, start=[0, 1], timeout=4) as c:
+        time.sleep(2)
         assert c.procs[0].poll() is None and c.procs[1].poll() is None
         # torch TCPStore::waitForWorkers: whole seconds, past the timeout
-        assert ("torch.distributed.DistStoreError: Timed out after 9 seconds waiting for clients. "
+        assert ("torch.distributed.DistStoreError: Timed out after 5 seconds waiting for clients. "
                 "2/3 clients joined.") in _killed(c, 0)
         # the head's store went away under the waiting worker (torch c10d Utils.hpp recvBytes)
         assert ("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was "
@@ -664,15 +666,15 @@ def test_a_missing_rank_keeps_the_others_waiting(tmp_path: Path, model_dir: Path
 @needs_loopback
 def test_worker_retries_until_the_head_listens(tmp_path: Path, model_dir: Path) -> None:
     # torch's socket.cpp retries a refused connect without a word until the timeout
-    with cluster(tmp_path, model_dir, 2, start=[1], timeout=6) as c:
+    with cluster(tmp_path, model_dir, 2, start=[1], timeout=4) as c:
         c.wait_for(1, " TP1] Init torch distributed begin.", 10)
-        time.sleep(3)
+        time.sleep(2)
         assert c.procs[1].poll() is None and "[c10d]" not in c.log(1)
         tail = _killed(c, 1)
-        assert "[c10d] The client socket has timed out after 6000ms while trying to connect to " \
+        assert "[c10d] The client socket has timed out after 4000ms while trying to connect to " \
                "(127.0.0.1, " in c.log(1)
         assert "torch.distributed.DistNetworkError: The client socket has timed out after " \
-               "6000ms while trying to connect to (127.0.0.1, " in tail
+               "4000ms while trying to connect to (127.0.0.1, " in tail
 
 
 @needs_loopback
@@ -680,12 +682,12 @@ def test_head_sglang_host_ip_off_the_fabric_hangs_after_nccl_init(tmp_path: Path
                                                                    model_dir: Path) -> None:
     """The message queue's address is TP0's get_local_ip_auto() (shm_broadcast.py:196):
     unset, it is the default route's address, not on the fabric; every rank waits for ever."""
-    with cluster(tmp_path, model_dir, 2, timeout=4, env={0: {"SGLANG_HOST_IP": None}}) as c:
+    with cluster(tmp_path, model_dir, 2, timeout=3, env={0: {"SGLANG_HOST_IP": None}}) as c:
         for rank in (0, 1):
             c.wait_for(rank, "- Init COMPLETE", 10)
             c.wait_for(rank, "CustomAllreduce is disabled because this process group spans "
                              "across nodes.", 10)
-        time.sleep(6)  # past --dist-timeout: the release has no timeout here
+        time.sleep(4)  # past --dist-timeout: the release has no timeout here
         assert all("Init torch distributed ends" not in c.log(r) for r in (0, 1))
         assert c.procs[0].poll() is None and c.procs[1].poll() is None  # hanging, not failing
         assert all("Scheduler hit an exception" not in c.log(r) for r in (0, 1))
@@ -701,7 +703,7 @@ def test_a_worker_sglang_host_ip_does_not_matter(tmp_path: Path, model_dir: Path
 
 @needs_loopback
 def test_gloo_interface_that_does_not_exist(tmp_path: Path, model_dir: Path) -> None:
-    with cluster(tmp_path, model_dir, 2, timeout=6,
+    with cluster(tmp_path, model_dir, 2, timeout=4,
                  env={1: {"GLOO_SOCKET_IFNAME": "sparkctl-no0"}}) as c:
         assert ("RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/"
                 "device.cc:84] ifa != nullptr. Unable to find address for: sparkctl-no0"
@@ -718,7 +720,7 @@ def test_gloo_loopback_fallback_fails_between_nodes(tmp_path: Path, model_dir: P
         own = "127.0.0.1"
     if not own.startswith("127.") and ls.bindable(own):
         pytest.skip("this machine's hostname resolves to a local address: Gloo would use it")
-    with cluster(tmp_path, model_dir, 2, timeout=6, env={1: {"GLOO_SOCKET_IFNAME": None}}) as c:
+    with cluster(tmp_path, model_dir, 2, timeout=4, env={1: {"GLOO_SOCKET_IFNAME": None}}) as c:
         assert ("Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/tcp/"
                 "pair.cc:144] timed out connecting: SO_ERROR: Connection refused, "
                 "remote=[127.0.0.1]:") in _killed(c, 0)
