@@ -61,9 +61,13 @@ def hf_python() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be building it
         if not (ready.exists() and ready.read_text() == pin and python.exists()):
             shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-            pip = subprocess.run([str(python), "-m", "pip", "install", "-q",
-                                  "--disable-pip-version-check", f"huggingface_hub=={pin}"],
+            # No pip of its own (ensurepip costs more than the install: 6-7 s of CPU): this
+            # venv's pip installs into it.
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
+                           check=True, timeout=120)
+            pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(python),
+                                  "install", "-q", "--disable-pip-version-check",
+                                  f"huggingface_hub=={pin}"],
                                  capture_output=True, text=True, timeout=600, check=False)
             if pip.returncode != 0:
                 pytest.fail(f"pip install huggingface_hub=={pin} failed:\n{pip.stderr[-2000:]}")
