@@ -277,8 +277,8 @@ def _render(name: str, tmp_path_factory: pytest.TempPathFactory) -> Rendered:
 def rendered_inventory(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Rendered]:
     """``rendered_inventory("sim")``: inventory/sim.ini rendered once for the whole session.
 
-    A render takes about a minute of CPU (every task of playbooks/render.yml
-    through ansible-runner), and the unit and contract suites read the same
+    A render takes 15-20 s of CPU (playbooks/render.yml through ansible-runner,
+    one fork per task and host), and the unit and contract suites read the same
     output: each inventory is rendered on first use, in its environment from
     RENDER_API_KEYS, and shared from then on (tests only read it).
     """
