@@ -21,3 +21,16 @@ def check_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str
         code = int(exc.code or 0)
     out = capsys.readouterr()
     return code, out.out + out.err
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+            *args: str) -> tuple[int, str]:
+    """``sparkctl ARGS`` in-process: (exit code, stdout + stderr)."""
+    monkeypatch.setattr(sys, "argv", ["sparkctl", *args])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out + out.err

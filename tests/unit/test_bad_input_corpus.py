@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 import yaml
 
 from sparkctl.errors import ExitCode
-from tests.unit.cli_run import check_cli
+from tests.unit.cli_run import check_cli, run_cli
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
@@ -151,20 +150,27 @@ def test_unreadable_cases_are_unreadable_the_honest_way(tmp_path: Path) -> None:
 
 
 # ----------------------------------------- nothing is contacted, by any command
-# A case per kind of failure: a load error, a rule, YAML, the vault, host keys, passwords.
+# A case per kind of failure: a load error, a rule, YAML, the vault, host keys, passwords,
+# and of every family of the schema (issue 16): a connection value that would be an ssh
+# line, a relation, a plaintext secret, an alias bomb, a range, an injection-style format.
 NO_CONTACT = ["wrong-type-string-for-number", "missing-node-rank", "address-duplicate-mgmt",
               "yaml-syntax-group-vars", "ini-syntax-unknown-section-type", "vault-no-password",
-              "host-key-strict-no", "password-ansible-password", "switch-os-junos"]
+              "host-key-strict-no", "password-ansible-password", "switch-os-junos",
+              "connection-user-newline-match-exec", "host-key-known-hosts-command",
+              "relation-extra-arg-secret", "secret-api-key-plaintext", "bomb-yaml-aliases",
+              "range-switch-mtu-value", "format-sglang-extra-args-newline-exec-start-pre",
+              "format-nccl-env-extra-key-newline"]
 COMMANDS = [("provision",), ("validate",), ("serve", "up")]
 RECORDER = "#!/bin/sh\necho \"$(basename \"$0\") $*\" >> '{marker}'\nexit 255\n"
 
 
 @pytest.fixture
 def recorders(tmp_path: Path) -> tuple[Path, Path]:
-    """A bin directory whose ssh, scp and sftp record that they ran; (bin, marker)."""
+    """A bin directory whose ssh, scp, sftp and ssh-keyscan record that they ran;
+    (bin, marker)."""
     bin_dir, marker = tmp_path / "fake-bin", tmp_path / "contacted"
     bin_dir.mkdir()
-    for tool in ("ssh", "scp", "sftp"):
+    for tool in ("ssh", "scp", "sftp", "ssh-keyscan"):
         stub = bin_dir / tool
         stub.write_text(RECORDER.format(marker=marker))
         stub.chmod(0o755)
@@ -184,19 +190,17 @@ def test_the_recorders_record(recorders: tuple[Path, Path]) -> None:
 @pytest.mark.parametrize("command", COMMANDS, ids=["-".join(c) for c in COMMANDS])
 @pytest.mark.parametrize("name", NO_CONTACT)
 def test_commands_stop_before_contacting_any_host(
-        tmp_path: Path, recorders: tuple[Path, Path], name: str,
-        command: tuple[str, ...]) -> None:
+        *, tmp_path: Path, recorders: tuple[Path, Path], name: str, command: tuple[str, ...],
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real command, in-process (its own entry point, cli.main): anything it started
+    (ansible-playbook, ssh-keyscan) would find the recorders first on PATH."""
     assert expectation(CORPUS / name)["category"] in CATEGORIES
     dest, ini, expect = materialise(CORPUS / name, tmp_path)
     bin_dir, marker = recorders
-    env = {key: value for key, value in os.environ.items()
-           if key not in VAULT_ENV and key != "SPARKCTL_DEBUG"}
-    env.update(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-               SPARKCTL_STATE_DIR=str(tmp_path / "state"), NO_COLOR="1")
-    proc = subprocess.run([sys.executable, "-m", "sparkctl", *command, str(ini)], env=env,
-                          capture_output=True, text=True, check=False, timeout=300)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == ExitCode.BAD_INPUT, output
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("NO_COLOR", "1")
+    code, output = run_cli(monkeypatch, capsys, *command, str(ini))
+    assert code == ExitCode.BAD_INPUT, output
     assert not marker.exists(), marker.read_text() if marker.exists() else ""
     assert_names_the_problem(output, dest, expect)
     assert not (tmp_path / "state" / "results").exists(), "a run started"
