@@ -112,7 +112,7 @@ def load_specs(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
 # module, as a filter).
 CONSTRAINT = "sparkctl_constraint"
 _CONSTRAINT_KEYS = frozenset({"min", "max", "above", "format", "max_length", "items", "keys",
-                              "values", "allow_empty", "why"})
+                              "values", "allow_empty", "why", "secret"})
 
 
 def load_constraints(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -237,6 +237,12 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
                          rf"(?:/{_IMAGE_NAME})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"),
                   "a container image reference (registry/name:tag)"),
     "digest": (_regex(r"sha256:[0-9a-f]{64}"), "an image digest (sha256:64 hex digits)"),
+    # The sglang role's own rule for the API key (its preflight, and the launcher's file).
+    "api_key": (_regex(r"[A-Za-z0-9._~+/=:-]{16,4096}"),
+                "a key of 16 or more letters, digits and . _ ~ + / = : -"),
+    # A Hugging Face access token (hf_ and 34 letters and digits today; older
+    # organisation tokens are api_org_...): one word, sent on the relay's stdin.
+    "hf_token": (_regex(r"[A-Za-z0-9_-]{8,512}"), "a token (8 or more letters, digits, _ and -)"),
     "hostport_list": (_port_range, "a port or a port range a-b within 1-65535"),
     # nccl, nvidia_driver and validate (their meta/constraints.yml say where each goes):
     # a package-name part that is digits only (nvidia-driver-580-open) or digits and
@@ -286,9 +292,16 @@ def _scalar_problem(value: Any, constraint: Mapping[str, Any]) -> str | None:
 
 def constraint_problem(value: Any, constraint: Mapping[str, Any]) -> str | None:
     """What ``value`` breaks of ``constraint`` (see FORMATS and load_constraints), or None.
-    Values of a type the constraint does not speak of (a raw "auto") pass."""
+    Values of a type the constraint does not speak of (a raw "auto") pass. A ``secret``
+    constraint (a format, no more) says what the value should be, never what it is."""
     if value is None:
         return None
+    if constraint.get("secret"):
+        if value == "" and constraint.get("allow_empty"):
+            return None
+        ok, words = FORMATS[str(constraint["format"])]
+        return None if isinstance(value, str) and ok(value) else \
+            f"the value (not shown) is not {words}"
     wrong = _scalar_problem(value, constraint)
     items, keys, values = (constraint.get(k) for k in ("items", "keys", "values"))
     if wrong is None and items and isinstance(value, list | tuple):

@@ -139,3 +139,8 @@ def test_ranges_lengths_and_nested_constraints() -> None:
     assert problem({"reboot\n": "1"}, {"keys": {"format": "env_name"}}) == \
         "key 'reboot\\n' is not an environment variable name"
     assert problem({"A": "$(id)"}, {"values": {"format": "env_value"}}).startswith("A: '$(id)'")
+    secret = {"format": "api_key", "secret": True, "allow_empty": True}
+    assert problem("short-key-42", secret) == (
+        "the value (not shown) is not a key of 16 or more letters, digits and . _ ~ + / = : -")
+    assert problem("k" * 16, secret) is None and problem("", secret) is None
+    assert problem("a-key-of-enough-length\nExecStartPre=/bin/id", secret) is not None
