@@ -11,9 +11,15 @@ again there, so a failure is reported by the test it belongs to.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
+
+# The environment the session started with, before any test changed os.environ: work
+# on a background thread starts its processes with this (a unit test's monkeypatched
+# SPARKCTL_STATE_DIR or PATH must not reach the lab's bring-up or a molecule scenario).
+START_ENV: dict[str, str] = dict(os.environ)
 
 
 class Background:

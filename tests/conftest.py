@@ -4,6 +4,7 @@ example inventory is rendered (``sparkctl render``) at most once per session."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -19,8 +20,8 @@ import pytest
 
 from sparkctl import inventory
 from sparkctl.inventory import Inventory
-from tests.background import RUNNING, Background, wait_for
-from tests.labhost import HostSnapshot, cluster_state, remove_stale_fault_rules, state_diff
+from tests.background import RUNNING, START_ENV, Background, wait_for
+from tests.labhost import HostSnapshot, cluster_state, state_diff
 from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,17 +85,23 @@ def _quiet_host(request: pytest.FixtureRequest) -> None:
 
 
 _IMAGE_LOCK = threading.Lock()
+_IMAGE_CODE = ("from sparkctl.lab.image import ensure_image; from sparkctl.lab.lab import lab_dir; "
+               "from sparkctl.lab.podman import Podman; "
+               "print(ensure_image(Podman(), work_dir=lab_dir() / 'build'))")
 
 
 def lab_image() -> str:
     """The lab node image, built once when missing. The molecule scenarios and the lab's
-    bring-up both need it and start at the same time: one builds, the other waits."""
-    from sparkctl.lab.image import ensure_image  # noqa: PLC0415 - needs podman
-    from sparkctl.lab.lab import lab_dir  # noqa: PLC0415
-    from sparkctl.lab.podman import Podman  # noqa: PLC0415
-
+    bring-up both need it and start at the same time: one builds, the other waits. In a
+    process of its own, with the environment the session started with (START_ENV): this
+    runs on a background thread while unit tests change os.environ."""
     with _IMAGE_LOCK:
-        return ensure_image(Podman(), work_dir=lab_dir() / "build")
+        proc = subprocess.run([sys.executable, "-c", _IMAGE_CODE], capture_output=True,
+                              text=True, env=START_ENV, cwd=REPO, timeout=3600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the lab image failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-4000:]}")
+    return proc.stdout.strip().splitlines()[-1]
 
 
 @dataclass
@@ -108,23 +115,26 @@ class LabSession:
 @dataclass(frozen=True)
 class _BroughtUp:
     before: HostSnapshot | None
-    up: subprocess.CompletedProcess[str]
+    returncode: int
+    stderr: str
 
 
 def _bring_up_lab() -> _BroughtUp:
     """`lab up` from no lab at all (or the running one, with SPARKCTL_KEEP_LAB=1), with the
-    host's state from before it."""
-    keep = os.environ.get("SPARKCTL_KEEP_LAB") == "1"
-    before: HostSnapshot | None = None
-    # A run killed mid-test may have left a fault test's firewall rule behind
-    # (it would cut spark3 off for the whole session): remove it first.
-    for rule in remove_stale_fault_rules():
-        print(f"removed a fault rule left by an interrupted run: {rule}", file=sys.stderr)
-    if not (keep and sparkctl("lab", "status").returncode == 0):
-        sparkctl("lab", "down", check=True)
-        before = HostSnapshot.take()
+    host's state from before it: tests/lab_bringup.py, a process with the environment the
+    session started with."""
     lab_image()
-    return _BroughtUp(before, sparkctl("lab", "up", "--json"))
+    proc = subprocess.run([sys.executable, "-m", "tests.lab_bringup"], capture_output=True,
+                          text=True, env=START_ENV, cwd=REPO, timeout=3600, check=False)
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return _BroughtUp(None, proc.returncode or 1, proc.stdout[-2000:] + proc.stderr[-4000:])
+    sys.stderr.write(proc.stderr)
+    before = None if out["before"] is None else HostSnapshot(
+        links=frozenset(out["before"]["links"]), containers=frozenset(out["before"]["containers"]),
+        networks=frozenset(out["before"]["networks"]), firewall=tuple(out["before"]["firewall"]))
+    return _BroughtUp(before, int(out["returncode"]), str(out["stderr"]))
 
 
 def _lab_selected(session: pytest.Session) -> bool:
@@ -175,9 +185,8 @@ def lab() -> Iterator[LabSession]:
     work = RUNNING.get("lab")
     _LAB_FIXTURE_USED.append(True)
     brought: _BroughtUp = work.join() if work is not None else _bring_up_lab()
-    if brought.up.returncode != 0:
-        pytest.fail(f"sparkctl lab up failed ({brought.up.returncode}):\n"
-                    f"{brought.up.stderr[-4000:]}")
+    if brought.returncode != 0:
+        pytest.fail(f"sparkctl lab up failed ({brought.returncode}):\n{brought.stderr}")
     yield LabSession(inventory=inventory.load(SIM_INVENTORY), before=brought.before)
     if os.environ.get("SPARKCTL_KEEP_LAB") != "1":
         sparkctl("lab", "down")

@@ -50,7 +50,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.background import Background
+from tests.background import START_ENV, Background
 
 REPO = Path(__file__).resolve().parents[2]
 STUBS = Path(__file__).resolve().parent / "stubs"
@@ -195,7 +195,9 @@ def _step(log: Path, *argv: str) -> None:
         began = time.monotonic()
         proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, text=True,
                               timeout=3000, check=False,
-                              env={**os.environ, "PIP_NO_INPUT": "1",
+                              # START_ENV: built on a background thread while unit tests
+                              # change os.environ (PATH, state dirs).
+                              env={**START_ENV, "PIP_NO_INPUT": "1",
                                    "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
         out.write(f"# exit {proc.returncode} after {time.monotonic() - began:.1f} s\n")
     if proc.returncode != 0:
@@ -208,7 +210,7 @@ def build_venv(dest: Path, spec: dict[str, Any]) -> None:
     """Build the venv of ``spec`` in ``dest`` (a new directory); RECIPE_FILE is written last."""
     log = dest / BUILD_LOG
     subprocess.run([sys.executable, "-m", "venv", str(dest)], check=True, capture_output=True,
-                   timeout=600)
+                   timeout=600, env=START_ENV)
     log.write_text(f"# contract venv for {spec['sglang']}\n")
     python = str(dest / "bin" / "python")
     pip = [python, "-m", "pip", "install", "--no-input"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.background import RUNNING, Background
+from tests.background import RUNNING, START_ENV, Background
 from tests.conftest import REPO, lab_image, lab_unavailable
 
 HERE = Path(__file__).resolve().parent
@@ -49,12 +49,12 @@ def molecule_env() -> dict[str, str]:
 
     image = lab_image()  # shared with the lab's bring-up, which starts at the same time
     return {
-        **os.environ,
+        **START_ENV,  # not os.environ: unit tests change it meanwhile
         "SPARKCTL_LAB_IMAGE": image,
         # runc and lowered ulimits for every podman call, molecule's and Ansible's.
         "CONTAINERS_CONF": str(CONTAINERS_CONF),
         # molecule runs ansible-config, ansible-playbook and pytest by name.
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": f"{VENV_BIN}{os.pathsep}{START_ENV.get('PATH', '')}",
         "ANSIBLE_FORCE_COLOR": "0",
         "PY_COLORS": "0",
         "NO_COLOR": "1",
