@@ -16,7 +16,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -198,13 +198,18 @@ def _refuse_plaintext(path: Path, found: list[tuple[str, str]], origins: Origins
     lines = []
     for name, hosts in by_name.items():
         where = next((origins[(h, name)] for h in hosts if (h, name) in origins), str(path))
-        who = None if len(hosts) > 1 else hosts[0]
-        problem = inventory_rules.secret_problem(who, name)
-        scope = "" if who else "all hosts: " if len(hosts) > 1 else ""
-        lines.append(f"{where}: {scope}{problem} ({problem.hint})")
+        problem = inventory_rules.secret_problem(hosts[0] if len(hosts) == 1 else None, name)
+        if problem.host is None:
+            problem = replace(problem, scope="all hosts")
+        lines.append(f"{where}: {problem} ({problem.hint})")
+    raise _refused(path, lines)
+
+
+def _refused(path: Path, lines: list[str]) -> SparkctlError:
+    """The one error of an inventory's problems: a line each, nothing contacted (exit 2)."""
     count = f"{len(lines)} problem{'s' if len(lines) > 1 else ''}"
-    raise SparkctlError(f"{path}: {count} in the inventory; no host was contacted\n  "
-                        + "\n  ".join(lines), ExitCode.BAD_INPUT)
+    return SparkctlError(f"{path}: {count} in the inventory; no host was contacted\n  "
+                         + "\n  ".join(lines), ExitCode.BAD_INPUT)
 
 
 def _resolve_host(path: Path, host: str, raw: Mapping[str, Any], *, loader: Any,
@@ -692,6 +697,4 @@ def validate(path: Path) -> Inventory:
         if p.hint:
             line += f" ({p.hint})"
         lines.append(line)
-    count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
-    raise SparkctlError(redact(f"{path}: {count} in the inventory; no host was contacted\n  "
-                               + "\n  ".join(lines), inv.secrets), ExitCode.BAD_INPUT)
+    raise _refused(path, [redact(line, inv.secrets) for line in lines])

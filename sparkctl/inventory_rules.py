@@ -196,6 +196,7 @@ def _network_ok(value: str) -> bool:
 
 
 _IMAGE_NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
+_URL_REST = r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+=:@/-]*)?"  # host, port, path
 FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
     "word": (_regex(r"[A-Za-z0-9_.,:/=@+-]+"),
              "one word (letters, digits and _ . , : / = @ + -)"),
@@ -229,9 +230,8 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
                    "a name (letters, digits, . _ -, at most 63)"),
     "host_or_ipv4": (lambda v: HOST_NAME.fullmatch(v) is not None,
                      "a host name or an IPv4 address"),
-    "https_url": (_regex(r"https://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+=:@/-]*)?"),
-                  "an https:// URL without query or fragment"),
-    "http_url": (_regex(r"https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+=:@/-]*)?"),
+    "https_url": (_regex(rf"https://{_URL_REST}"), "an https:// URL without query or fragment"),
+    "http_url": (_regex(rf"https?://{_URL_REST}"),
                  "an http:// or https:// URL without query or fragment"),
     "image_ref": (_regex(rf"{_IMAGE_NAME}(?:\.{_IMAGE_NAME})*(?::[0-9]{{1,5}})?"
                          rf"(?:/{_IMAGE_NAME})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"),

@@ -13,14 +13,7 @@ from sparkctl import cli
 def check_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
               path: Path) -> tuple[int, str]:
     """``sparkctl inventory check PATH`` in-process: (exit code, stdout + stderr)."""
-    monkeypatch.setattr(sys, "argv", ["sparkctl", "inventory", "check", str(path)])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out + out.err
+    return run_cli(monkeypatch, capsys, "inventory", "check", str(path))
 
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
