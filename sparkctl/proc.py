@@ -36,11 +36,17 @@ def run(
     code: ExitCode = ExitCode.LAB,
     what: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd`` and capture its output; on failure raise with stderr included."""
+    """Run ``cmd`` and capture its output; on failure raise with stderr included.
+
+    Without ``input_text`` the child reads /dev/null, never the caller's stdin:
+    ssh sets O_NONBLOCK on a stdin it shares, and ansible-core run beside it
+    then refuses to start ("Ansible requires blocking IO on stdin").
+    """
     log.debug("run: %s", shlex.join(cmd))
     try:
         proc = subprocess.run(
             list(cmd), input=input_text, capture_output=True, text=True,
+            stdin=subprocess.DEVNULL if input_text is None else None,
             env=dict(env) if env is not None else None, timeout=timeout, check=False,
         )
     except FileNotFoundError as exc:

@@ -271,7 +271,7 @@ def scan(keyscan: str, target: Target) -> list[HostKey]:
             "--", target.address]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False,
-                              timeout=SCAN_TIMEOUT_S * 6)
+                              stdin=subprocess.DEVNULL, timeout=SCAN_TIMEOUT_S * 6)
     except subprocess.TimeoutExpired:
         return []
     return parse_keyscan(proc.stdout)

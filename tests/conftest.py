@@ -31,8 +31,10 @@ SIM_INVENTORY = REPO / "inventory" / "sim.ini"
 def sparkctl(*args: str, check: bool = False, timeout: float = 900,
              env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the sparkctl CLI as a user would, in a subprocess."""
+    # stdin /dev/null: see sparkctl.proc.run (ssh and ansible-core share no stdin).
     proc = subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
+                          stdin=subprocess.DEVNULL, text=True, timeout=timeout, env=env,
+                          check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"sparkctl {' '.join(args)} exited {proc.returncode}:\n"
                              f"{proc.stdout}\n{proc.stderr}")
@@ -125,7 +127,8 @@ def _bring_up_lab() -> _BroughtUp:
     session started with."""
     lab_image()
     proc = subprocess.run([sys.executable, "-m", "tests.lab_bringup"], capture_output=True,
-                          text=True, env=START_ENV, cwd=REPO, timeout=3600, check=False)
+                          stdin=subprocess.DEVNULL, text=True, env=START_ENV, cwd=REPO,
+                          timeout=3600, check=False)
     try:
         out = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

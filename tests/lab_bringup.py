@@ -22,7 +22,7 @@ from tests.labhost import HostSnapshot, remove_stale_fault_rules
 
 def _sparkctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True,
-                          text=True, timeout=1800, check=False)
+                          stdin=subprocess.DEVNULL, text=True, timeout=1800, check=False)
 
 
 def main() -> int:

@@ -19,7 +19,8 @@ SSH_DIR = STATE / "lab" / "ssh"
 
 def _out(cmd: list[str]) -> str:
     env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
-    return subprocess.run(cmd, capture_output=True, text=True, check=False, env=env).stdout
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, env=env,
+                          stdin=subprocess.DEVNULL).stdout
 
 
 # Firewall rules a fault test inserts on the controller carry this comment, so
@@ -75,7 +76,7 @@ def ssh(host_ip: str, command: str, *, check: bool = True,
          "-o", f"UserKnownHostsFile={SSH_DIR / 'known_hosts'}",
          "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
          f"root@{host_ip}", command],
-        capture_output=True, text=True, timeout=timeout, check=False)
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"{host_ip}: `{command}` exited {proc.returncode}: "
                              f"{proc.stderr.strip()}")

@@ -166,10 +166,11 @@ def main(argv: list[str]) -> int:
     ssh = spec.get("ssh")
     if ssh and ssh["hosts"]:
         ssh_dir = Path(ssh["dir"])
-        if not (ssh_dir / "known_hosts").exists():
-            trusted = Instances(tuple(LabHost(h["name"], h["address"], "spark")
-                                      for h in ssh["hosts"]), podman)
-            sshtrust.record(trusted, ssh_dir)  # type: ignore[arg-type]
+        trusted = Instances(tuple(LabHost(h["name"], h["address"], "spark")
+                                  for h in ssh["hosts"]), podman)
+        # Always read the instances' keys: the ephemeral directory (and its
+        # known_hosts) outlives the containers of an earlier run of the scenario.
+        if sshtrust.record(trusted, ssh_dir):  # type: ignore[arg-type]
             changed.append(f"SSH trust recorded in {ssh_dir}")
 
     print(json.dumps({"changed": bool(changed), "changes": changed, "cables": cables}))

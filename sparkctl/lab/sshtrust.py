@@ -40,8 +40,14 @@ def ssh_base_args(ssh_dir: Path, *, batch: bool = True) -> list[str]:
             "-o", "ConnectTimeout=5"]
 
 
-def record(lab: Lab, ssh_dir: Path) -> None:
-    """Authorise the client key on every host, record their host keys, prove SSH works."""
+def record(lab: Lab, ssh_dir: Path) -> bool:
+    """Authorise the client key on every host, record their host keys, prove SSH works.
+
+    The host keys are read from the instances each time: an instance made anew
+    has new keys, and a ``known_hosts`` kept from its predecessor (a molecule
+    scenario's ephemeral directory outlives its containers) would make strict
+    checking refuse it. Returns whether ``known_hosts`` had to be (re)written.
+    """
     key = ensure_client_key(ssh_dir)
     pub = (key.with_suffix(".pub")).read_text()
     lines: list[str] = []
@@ -50,15 +56,20 @@ def record(lab: Lab, ssh_dir: Path) -> None:
         host_key = _wait_host_key(lab, host.name)
         lines.append(f"{host.name},{host.mgmt_ip} {host_key}")
     known = ssh_dir / "known_hosts"
-    known.write_text("\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    written = not known.is_file() or known.read_text() != text
+    if written:
+        known.write_text(text)
     known.chmod(0o600)
 
     def check(addr_name: tuple[str, str]) -> None:
         addr, name = addr_name
         deadline = time.monotonic() + 30
         while True:
+            # stdin /dev/null: ssh sets O_NONBLOCK on a stdin it shares (see proc.run).
             proc = subprocess.run([*ssh_base_args(ssh_dir), f"root@{addr}", "hostname"],
-                                  capture_output=True, text=True, check=False, timeout=30)
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  check=False, timeout=30)
             if proc.returncode == 0 and proc.stdout.strip() == name:
                 return
             if time.monotonic() > deadline:
@@ -69,6 +80,7 @@ def record(lab: Lab, ssh_dir: Path) -> None:
     with ThreadPoolExecutor(max_workers=len(lab.spec.hosts)) as pool:
         list(pool.map(check, [(h.mgmt_ip, h.name) for h in lab.spec.hosts]))
     lab.progress(f"SSH trust recorded for {len(lab.spec.hosts)} hosts in {known}")
+    return written
 
 
 def _wait_host_key(lab: Lab, name: str, timeout: float = 60) -> str:

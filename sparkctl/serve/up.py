@@ -98,7 +98,8 @@ class Followers:
             cmd = f"{self.cluster.sudo(node)}journalctl -u {shlex.quote(self.cluster.unit)} " \
                   "-o cat -f -n 0 --no-pager"
             proc = subprocess.Popen(["ssh", "-F", str(self.cluster.ssh_config), "--", node, cmd],
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, text=True)
             self.procs.append(proc)
             threading.Thread(target=self._pump, args=(node, proc), daemon=True).start()
         time.sleep(1.0)  # journalctl is following before anything starts
@@ -466,7 +467,8 @@ def show_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) 
                f"--no-pager -o short-iso" + (" -f" if follow and len(nodes) == 1 else ""))
         if follow and len(nodes) == 1:
             with subprocess.Popen(["ssh", "-F", str(cluster.ssh_config), "--", n, cmd],
-                                  stdout=subprocess.PIPE, text=True) as proc:
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  text=True) as proc:
                 assert proc.stdout is not None  # noqa: S101 - Popen with stdout=PIPE
                 for line in proc.stdout:
                     console.out.print(cluster.redact(line.rstrip("\n")), markup=False,

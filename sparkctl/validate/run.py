@@ -111,7 +111,7 @@ def run_node_checks(plan_file: Path, ssh_config: Path, nodes: Sequence[str],
                 "--sparkctl-out", str(out_dir / f"{node}.json")]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
-                              timeout=900)
+                              stdin=subprocess.DEVNULL, timeout=900)
         (out_dir / f"{node}.log").write_text(proc.stdout + proc.stderr)
         return node, proc.returncode, proc.stdout + proc.stderr
 

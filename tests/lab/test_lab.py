@@ -45,7 +45,8 @@ def test_ansible_reaches_every_host_with_strict_host_keys(lab: LabSession) -> No
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "-i", str(SIM_INVENTORY), "all",
          "-m", "ansible.builtin.command", "-a", "hostname", "-o"],
-        capture_output=True, text=True, env=env, timeout=120, check=False)
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=120,
+        check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [n.name for n in lab.inventory.nodes] + ["lab-switch"]
     for name in names:

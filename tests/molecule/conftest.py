@@ -83,7 +83,13 @@ def run_scenario(role: str, env: Mapping[str, str], log: Path,
     outcome = "did not finish"
     try:
         with log.open("w") as out:
+            # stdin is /dev/null of molecule's own: ansible-core refuses to run
+            # ("Ansible requires blocking IO on stdin/stdout/stderr") when the
+            # stdin it inherits is non-blocking, and pytest's stdin is shared
+            # with every background job of the session, any of which may set
+            # O_NONBLOCK on it (seen in CI: roce_fabric's create failed so).
             proc = subprocess.Popen([str(MOLECULE), "test"], cwd=cwd, env=dict(env),
+                                    stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT)
             if started is not None:
                 started.append(proc)
@@ -97,7 +103,7 @@ def run_scenario(role: str, env: Mapping[str, str], log: Path,
     finally:
         # Whatever happened (failure, timeout, interrupt): the instances go.
         subprocess.run([str(MOLECULE), "destroy"], cwd=cwd, env=dict(env),
-                       capture_output=True, timeout=300, check=False)
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=300, check=False)
     return Scenario(role, outcome, time.monotonic() - began, log)
 
 
