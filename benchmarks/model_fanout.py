@@ -18,6 +18,12 @@ Prints a/b and a/c, writes benchmarks/results/model-fanout-<time>.json, and
 restores the port rates. Nothing is asserted: these are measurements.
 
     .venv/bin/python benchmarks/model_fanout.py [--size 1GiB] [--rate 100] [--files 8]
+
+With ``--loopback`` (no lab needed) it runs the real relay chain on this
+machine without shaping, and reports what limits a real Spark, the CPU (see
+benchmarks/_fanout_loopback.py); ``--json`` prints one object:
+
+    .venv/bin/python benchmarks/model_fanout.py --loopback [--size 1GiB] [--json]
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks._fanout_loopback import loopback  # noqa: E402
 from sparkctl import inventory  # noqa: E402
 from sparkctl.cli import parse_size  # noqa: E402
 from tests.labhost import ssh  # noqa: E402
@@ -109,7 +116,19 @@ def main() -> int:
     parser.add_argument("--size", default="1GiB", help="model size (default 1GiB)")
     parser.add_argument("--rate", type=int, default=100, help="port rate, Mbit/s (default 100)")
     parser.add_argument("--files", type=int, default=8, help="weight shards (default 8)")
+    parser.add_argument("--loopback", action="store_true",
+                        help="the relay chain on this machine, unshaped (no lab)")
+    parser.add_argument("--hops", default="1,3",
+                        help="--loopback: hop counts, comma-separated (default 1,3)")
+    parser.add_argument("--max-streams", type=int, default=0,
+                        help="--loopback: streams 1..N (default: twice the cores, at most 8)")
+    parser.add_argument("--transport", default="ssh",
+                        help="--loopback: ssh (bytes on the hop's pipe, as inside ssh), tcp, "
+                        "or both comma-separated")
+    parser.add_argument("--json", action="store_true", help="--loopback: print one JSON object")
     args = parser.parse_args()
+    if args.loopback:
+        return run_loopback(args)
     inv_path = Path(args.inventory)
     inv = inventory.load(inv_path)
     nodes = list(inv.nodes)
@@ -151,6 +170,57 @@ def main() -> int:
     print(f"  a/b = {record['a_over_b']:.2f}   a/c = {record['a_over_c']:.2f}")
     print(f"written to {out.relative_to(REPO)}")
     return 0
+
+
+def run_loopback(args: argparse.Namespace) -> int:
+    size = parse_size(args.size)
+    cores = os.cpu_count() or 1
+    max_streams = args.max_streams or min(8, 2 * cores)
+    result = loopback(size, args.files, [int(h) for h in args.hops.split(",")], max_streams,
+                      args.transport.split(","))
+    record = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+              "machine": {"cpus": cores, "load_avg_1m": os.getloadavg()[0],
+                          "python": platform.python_version(), "cpu": _cpu_model()},
+              **result}
+    out = (REPO / "benchmarks" / "results"
+           / f"model-fanout-loopback-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    sha = result["sha256_cpu_s_per_gib"]
+    print(f"loopback, {size / 2**30:.2f} GiB in {args.files} files on tmpfs, {cores} cores")
+    print(f"  tar | tar pipe              {result['pipe_mb_s']:8.1f} MB/s")
+    print(f"  sha256, one core            {result['sha256_mb_s']:8.1f} MB/s "
+          f"({sha:.3f} CPU-s/GiB)")
+    ssh_text = ("not measured (no sshd installed)" if result["ssh_mb_s"] is None else
+                f"{result['ssh_mb_s']:8.1f} MB/s ({result['ssh_client_cpu_s_per_gib']:.3f} "
+                "CPU-s/GiB, client side)")
+    print(f"  ssh, one stream             {ssh_text}")
+    floor = sha + result["write_cpu_s_per_gib"]
+    print(f"  writing the bytes to files  {result['write_cpu_s_per_gib']:.3f} CPU-s/GiB; "
+          f"sha256 + write = {floor:.3f} CPU-s/GiB (a receiving hop's floor)")
+    print(f"  starting the relay          {result['relay_start_cpu_s']:.3f} CPU-s per process")
+    print("  relay chain: transport hops streams   MB/s per hop   CPU-s/GiB/hop   x sha256"
+          "   x floor")
+    for row in result["streams"]:
+        print(f"               {row['transport']:9s} {row['hops']:4d} {row['k']:7d} "
+              f"{row['mb_s_per_hop']:14.1f} {row['cpu_s_per_gib_per_hop']:15.3f} "
+              f"{row['cpu_s_per_gib_per_hop'] / sha:10.2f} "
+              f"{row['cpu_s_per_gib_per_hop'] / floor:9.2f}")
+    print(f"written to {out.relative_to(REPO)}")
+    return 0
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 if __name__ == "__main__":

@@ -258,6 +258,8 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
     "ibdev": (_regex(r"[A-Za-z0-9_]+(?::[0-9]+)?"),
               "an RDMA device name, optionally with :port (such as rocep1s0f1 or mlx5_0:1)"),
     "auto_or_int": (_regex(r"auto|[0-9]+"), "auto or a non-negative integer"),
+    # The relay's --streams (sparkctl_model_relay.MAX_STREAMS is 32).
+    "stream_count": (_regex(r"auto|[1-9]|[12][0-9]|3[0-2]"), "auto or a whole number 1-32"),
     "auto_bool": (_regex(r"(?i:auto|true|false|yes|no)"), "one of auto, true, false"),
     "power_of_two": (_power_of_two, "a power of two (such as 1048576 = 1 MiB)"),
 }

@@ -470,3 +470,231 @@ def test_a_bad_token_stdin_is_refused_without_echoing_it(
     assert rc == 1 and why in err and hub.calls == 0
     first = stdin.decode(errors="replace").splitlines()[0].strip()
     assert first not in err and out == ""
+
+
+# ------------------------------------------- several streams, twins, ranges, tcp
+def _everything_delivered(hops: list[dict[str, Any]], data: dict[str, bytes],
+                          manifest: Path) -> None:
+    for hop in hops:
+        for rel, blob in data.items():
+            assert (Path(hop["root"]) / rel).read_bytes() == blob
+        assert _need(hop, manifest)["need"] == 0
+        leftovers = [p.name for p in Path(hop["root"]).parent.rglob("*")
+                     if p.name.endswith((".sparkctl-partial", ".sparkctl-ranges", ".streams"))]
+        assert leftovers == []
+
+
+@pytest.mark.parametrize("streams", [1, 2, 5])
+def test_plan_carries_every_byte_once_and_balances_the_streams(streams: int) -> None:
+    mib = 1 << 20
+    sizes = {"a": 700 * mib, "b": 300 * mib + 5, "c": 0, "d": 12345, "e": 90 * mib}
+    groups = relay.plan(sizes, streams)
+    assert 1 <= len(groups) <= streams
+    covered: dict[str, list[tuple[int, int]]] = {}
+    for group in groups:
+        for rel, offset, length, size in group:
+            assert size == sizes[rel]
+            covered.setdefault(rel, []).append((offset, length))
+    for rel, size in sizes.items():
+        spans = sorted(covered[rel])
+        assert spans[0][0] == 0 and sum(n for _, n in spans) == size
+        assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:], strict=False))
+        if len(spans) > 1:  # split only at whole MiBs, into pieces of at least MIN_PIECE
+            assert all(n >= relay.MIN_PIECE and a % relay.CHUNK == 0 for a, n in spans)
+    loads = [sum(p[2] for p in g) for g in groups]
+    biggest_piece = max(p[2] for g in groups for p in g)
+    assert max(loads) - min(loads) <= biggest_piece
+
+
+def test_plan_makes_no_empty_streams() -> None:
+    assert [len(g) for g in relay.plan({"only": 10}, 8)] == [1]
+
+
+def test_auto_streams_uses_both_twins_and_half_the_cores() -> None:
+    assert [relay.auto_streams(c) for c in (1, 2, 4, 20, 64)] == [2, 2, 2, 8, 8]
+
+
+def test_streams_over_both_twins_split_a_big_file_and_deliver_everything(
+        tmp_path: Path, source: Source, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A 1 MiB MIN_PIECE makes the 3 MiB shard split across streams here (the
+    # sender plans in this process; the receivers take whatever pieces come).
+    monkeypatch.setattr(relay, "MIN_PIECE", 1 << 20)
+    root, data, manifest = source
+    hops = [_hop(tmp_path, f"spark{i}", manifest) for i in (2, 3, 4)]
+    seen = tmp_path / "seen"
+    for i, hop in enumerate(hops):
+        hop["hosts"] = [f"twin-a-{i}", f"twin-b-{i}"]
+        hop["job"] = "j1"
+        # The "transport" notes which twin each stream reached, then runs the hop.
+        hop["via"] = f"sh -c 'echo $0 >> {seen}; exec sh -c \"$1\"' {{host}}"
+    _model(Path(hops[1]["root"]), {"sub/tokenizer.json": SIZES["sub/tokenizer.json"]})
+    needs = [_need(h, manifest) for h in hops]
+    assert [n["need"] for n in needs] == [4, 3, 4]
+    progress = tmp_path / "progress.json"
+    pieces = [p for g in relay.plan(SIZES, 3) for p in g]
+    assert len([p for p in pieces if p[0] == "model-00001-of-00002.safetensors"]) == 2
+    out = relay.send(root, list(SIZES), hops, progress, "j1", streams=3)
+    assert out["error"] is None and out["finished"] and out["streams"] == 3
+    _everything_delivered(hops, data, manifest)
+    assert sorted(seen.read_text().split()) == sorted(
+        [f"twin-a-{i}" for i in range(3)] * 2 + [f"twin-b-{i}" for i in range(3)])
+    board = json.loads(progress.read_text())
+    for hop in hops:
+        assert board["hosts"][hop["host"]]["done"]
+        assert board["hosts"][hop["host"]]["bytes"] >= sum(SIZES.values())
+    assert [board["hosts"][h["host"]]["files"] for h in hops] == [4, 3, 4]
+    assert out["sent_bytes"] == sum(SIZES.values())
+
+
+def test_the_unencrypted_transport_delivers_over_tcp_on_each_hops_address(
+        tmp_path: Path, source: Source) -> None:
+    root, data, manifest = source
+    hops = [_hop(tmp_path, f"spark{i}", manifest) for i in (2, 3)]
+    for hop in hops:
+        hop["hosts"] = ["127.0.0.1", "127.0.0.2"]
+        _need(hop, manifest)
+    out = relay.send(root, list(SIZES), hops, None, "t1", streams=2, transport="tcp")
+    assert out["error"] is None and out["finished"]
+    _everything_delivered(hops, data, manifest)
+
+
+def test_a_tcp_hop_takes_only_the_connection_with_its_token(tmp_path: Path) -> None:
+    import socket
+    import threading
+    token = b"ab" * (relay.TOKEN_HEX // 2)
+    said = io.StringIO()
+    got: dict[str, Any] = {}
+
+    def listen() -> None:
+        try:
+            got["conn"] = relay._listen({"host": "127.0.0.1"}, 0, io.BytesIO(token + b"\n"), said)
+        except relay.RelayError as exc:
+            got["error"] = exc
+
+    thread = threading.Thread(target=listen)
+    thread.start()
+    for _ in range(200):
+        if said.getvalue():
+            break
+        thread.join(0.01)
+    port = int(said.getvalue().split()[1])
+    with socket.create_connection(("127.0.0.1", port)) as stranger:
+        stranger.sendall(b"cd" * (relay.TOKEN_HEX // 2) + b"\n")
+        assert stranger.recv(10) == b""  # closed unanswered
+    with socket.create_connection(("127.0.0.1", port)) as upstream:
+        upstream.sendall(token + b"\n")
+        thread.join(10)
+        conn = got["conn"]
+        upstream.sendall(b"payload")
+        assert conn.recv(7) == b"payload"
+        conn.close()
+
+
+def test_a_tcp_hop_without_a_token_refuses_to_listen() -> None:
+    with pytest.raises(relay.RelayError, match="no one-time token"):
+        relay._listen({"host": "127.0.0.1"}, 0, io.BytesIO(b"\n"), io.StringIO())
+
+
+def test_a_corrupt_range_leaves_no_file(tmp_path: Path, source: Source,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(relay, "MIN_PIECE", 1 << 20)
+    root, _, manifest = source
+    hop = _hop(tmp_path, "spark2", manifest)
+    hop["job"] = "j2"
+    _need(hop, manifest)
+    shard = root / "model-00001-of-00002.safetensors"
+    blob = bytearray(shard.read_bytes())
+    blob[-1] ^= 0xFF  # same size, last range differs from the manifest
+    shard.write_bytes(bytes(blob))
+    with pytest.raises(relay.RelayError,
+                       match=r"model-00001-of-00002\.safetensors: received 3145728 bytes"):
+        relay.send(root, [shard.name], [hop], None, "j2", streams=3)
+    assert not (Path(hop["root"]) / shard.name).exists()
+    assert not [p for p in Path(hop["root"]).rglob("*") if p.name.startswith(shard.name)]
+
+
+def _stream(records: list[tuple[dict[str, Any], bytes]], end: int | None) -> bytes:
+    out = bytearray(relay.MAGIC)
+    for header, payload in records:
+        raw = json.dumps(header).encode()
+        out += relay.HEADER.pack(len(raw)) + raw + payload
+    if end is not None:
+        raw = json.dumps({"end": True, "pieces": end}).encode()
+        out += relay.HEADER.pack(len(raw)) + raw
+    return bytes(out)
+
+
+def _recv_bytes(hop: dict[str, Any], stream: bytes) -> Any:
+    import subprocess
+    return subprocess.run([sys.executable, str(SCRIPT), "recv", "--chain", json.dumps([hop])],
+                          input=stream, capture_output=True, check=False)
+
+
+@pytest.mark.parametrize(("records", "end", "message"), [
+    ([], None, "cut off"),
+    ([({"path": "config.json", "offset": 0, "length": 300, "size": 300}, b"x" * 100)], None,
+     "cut off"),
+    ([], 1, "ended after 0 pieces, its sender sent 1"),
+    ([({"path": "../etc/passwd", "offset": 0, "length": 1, "size": 1}, b"x")], 1,
+     "which the manifest does not list"),
+    ([({"path": "config.json", "offset": 200, "length": 200, "size": 300}, b"x" * 200)], 1,
+     "does not fit"),
+])
+def test_a_bad_stream_is_refused_and_leaves_no_file(
+        tmp_path: Path, source: Source, records: list[tuple[dict[str, Any], bytes]],
+        end: int | None, message: str) -> None:
+    _, _, manifest = source
+    hop = _hop(tmp_path, "spark2", manifest)
+    _need(hop, manifest)
+    proc = _recv_bytes(hop, _stream(records, end))
+    assert proc.returncode == 1
+    assert message in proc.stderr.decode()
+    assert not (Path(hop["root"]) / "config.json").exists()
+    assert not list(Path(hop["root"]).rglob("*.sparkctl-partial"))
+
+
+def test_check_clears_what_an_interrupted_transfer_left(tmp_path: Path, source: Source) -> None:
+    _, _, manifest = source
+    hop = _hop(tmp_path, "spark2", manifest)
+    node = Path(hop["root"])
+    (node / "sub").mkdir(parents=True)
+    for name in ("sub/tokenizer.json.j9.sparkctl-partial", "sub/tokenizer.json.j9.sparkctl-ranges",
+                 "config.json.sparkctl-partial"):
+        (node / name).write_text("left over")
+    counter = Path(hop["state"]).with_name("state.json.j9.streams")
+    counter.write_text("2\n")
+    assert _need(hop, manifest)["need"] == 4
+    assert [p.name for p in node.rglob("*") if p.is_file()] == []
+    assert not counter.exists()
+
+
+def test_the_forwarded_stream_is_the_stream_byte_for_byte(tmp_path: Path) -> None:
+    """Inbound passes every byte on before parsing, by tee(2) between pipes."""
+    calls: list[int] = []
+    real = relay._TEE
+    assert real is not None  # Linux with glibc: the kernel copy is available
+
+    def counting(fd_in: int, fd_out: int, n: int, flags: int) -> int:
+        got = real(fd_in, fd_out, n, flags)
+        calls.append(got)
+        return got
+
+    src_r, src_w = os.pipe()
+    out_r, out_w = os.pipe()
+    payload = os.urandom(50000)
+    os.write(src_w, payload)
+    os.close(src_w)
+    down = type("Down", (), {"fd": out_w, "is_pipe": True, "host": "next", "tail": []})()
+    inbound = relay.Inbound(src_r, down, relay.Progress("here", io.StringIO()))
+    inbound.tee = counting
+    assert inbound.pipe  # pipe in, pipe on: the kernel's copies
+    assert inbound.exact(len(payload)) == payload
+    assert inbound.at_end()
+    os.close(out_w)
+    forwarded = b""
+    while block := os.read(out_r, 65536):
+        forwarded += block
+    assert forwarded == payload
+    assert sum(calls) == len(payload) and calls[-1] == 0
+    for fd in (src_r, out_r):
+        os.close(fd)

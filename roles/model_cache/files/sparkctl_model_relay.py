@@ -17,9 +17,11 @@ subcommands, each printing one JSON object on stdout:
     the relative paths this node needs, one per line, and reports the bytes
     needed and the bytes free under ROOT's file system.
 
-``send ROOT --files FILE --chain JSON [--progress FILE]``
-    Streams the listed files as one tar stream (GNU tar) to the first node of
-    the chain, over ``ssh`` by default.
+``send ROOT --files FILE --chain JSON [--progress FILE] [--streams K|auto] [--transport ssh|tcp]``
+    Streams the listed files to the first node of the chain, as K streams at
+    once over disjoint pieces (a file bigger than a stream's share is split by
+    byte range), stream i reaching each hop on its twin ``hosts[i % len]``.
+    Files are read with sendfile(2): the kernel copies from the page cache.
 
 ``fetch-hf REPO --revision SHA --cache-dir DIR --manifest FILE --state FILE [--token-stdin]``
     Downloads a Hugging Face repository at a pinned commit into DIR in the
@@ -39,19 +41,30 @@ subcommands, each printing one JSON object on stdout:
     in the command line of the shell that set it (``HF_TOKEN=... python3``,
     how Ansible's ``environment:`` works); stdin shows nowhere.
 
-``recv --chain JSON``
-    Run by the previous hop (through ssh). Reads the tar stream on stdin and,
-    WHILE reading it, forwards every byte to the next node of the chain, so
-    all nodes receive at the speed of the slowest link instead of the source
-    sending one full copy per node. It extracts only the files this node
-    needs, hashing each as it is written, and moves a file into place only
+``recv --chain JSON [--stream I --streams K] [--transport ssh|tcp]``
+    Run by the previous hop (through ssh). Reads one stream and, WHILE reading
+    it, passes every byte on to the next node of the chain (tee(2) from pipe to
+    pipe: the kernel duplicates page references; a copy otherwise), so all
+    nodes receive at the speed of the slowest link instead of the source
+    sending one full copy per node. It writes only the files this node needs,
+    hashing each whole file as it is written, and moves a file into place only
     when its size and SHA-256 are the manifest's (a truncated or corrupt
-    transfer never leaves a file that looks complete). Progress lines from
-    the nodes downstream are passed upstream on stderr, so the sender sees
-    every node's bytes.
+    transfer never leaves a file that looks complete). Byte ranges of a split
+    file go into one partial file shared by the node's streams; the stream
+    that writes the last range hashes the file and moves it into place. The
+    last of a node's K streams to end checks that every file the node needed
+    is in place. Progress lines from the nodes downstream are passed upstream
+    on stderr, so the sender sees every node's bytes. With ``--transport
+    tcp`` the first line of stdin is a one-time token; the relay listens on
+    its own address for this stream, prints ``listening PORT``, and reads the
+    stream from the one connection that presents the token (unencrypted).
 
-The chain is a JSON list of hops ``{"host", "root", "manifest", "state",
-"need"}``; each ``recv`` handles the first and passes the rest on. ``via`` is
+The stream: ``SPKR2\n``, then records of a 4-byte big-endian length, a JSON
+header of that length and, for a piece (``{"path", "offset", "length",
+"size"}``), its bytes; the last record is ``{"end": true, "pieces": N}``.
+
+The chain is a JSON list of hops ``{"host", "hosts", "root", "manifest",
+"state", "need", "job"}``; each ``recv`` handles the first and passes the rest on. ``via`` is
 the command that reaches a host (default ``ssh -T -o BatchMode=yes
 -o Compression=no {host}``).
 """
@@ -60,19 +73,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import errno
+import fcntl
 import hashlib
+import hmac
 import io
 import json
+import mmap
 import os
+import select
 import shlex
 import shutil
+import socket
+import stat
+import struct
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
+from secrets import token_hex
 from typing import IO, Any
 
 CHUNK = 1 << 20
@@ -81,6 +103,9 @@ MASK = "<token>"
 PROGRESS_EVERY = 0.5  # seconds between progress lines
 DEFAULT_VIA = "ssh -T -o BatchMode=yes -o Compression=no {host}"
 RELAY = "sparkctl-model-relay"
+PARTIAL = ".sparkctl-partial"  # a file being received (never in a manifest, never walked)
+RANGES = ".sparkctl-ranges"  # the byte ranges of a partial file received so far
+HASH_THREADS = 8  # files hashed at once (hashlib releases the GIL for large updates)
 
 
 class RelayError(Exception):
@@ -112,7 +137,7 @@ def _walk(root: Path, link_root: Path | None = None) -> Iterator[Path]:
                                  "follows no directory link (point the source at the real "
                                  "directory, or copy the files in)")
         for name in sorted(filenames):
-            if name.endswith(".sparkctl-partial"):
+            if name.endswith((PARTIAL, RANGES)):
                 continue
             path = Path(dirpath) / name
             if path.is_symlink():
@@ -130,6 +155,17 @@ def sha256_file(path: Path) -> str:
         while block := handle.read(CHUNK):
             digest.update(block)
     return digest.hexdigest()
+
+
+def hash_all(paths: list[Path]) -> list[str]:
+    """SHA-256 of every path, several files at once on as many cores as there are."""
+    if len(paths) < 2:
+        return [sha256_file(p) for p in paths]
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - 13 ms a start: only here
+
+    workers = max(1, min(HASH_THREADS, os.cpu_count() or 1, len(paths)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(sha256_file, paths))
 
 
 def load_state(path: Path) -> dict[str, dict[str, Any]]:
@@ -161,16 +197,16 @@ def build_manifest(root: Path, state_path: Path,
     if not root.is_dir():
         raise RelayError(f"{root} is not a directory")
     state = load_state(state_path)
+    found = [(path, path.relative_to(root).as_posix(), path.stat())
+             for path in _walk(root, link_root)]
+    digests = [_known(state, rel, st) for _, rel, st in found]
+    todo = [i for i, d in enumerate(digests) if d is None]
+    for i, digest in zip(todo, hash_all([found[i][0] for i in todo]), strict=True):
+        digests[i] = digest
+    hashed = sum(found[i][2].st_size for i in todo)
     files: list[dict[str, Any]] = []
     new_state: dict[str, dict[str, Any]] = {}
-    hashed = 0
-    for path in _walk(root, link_root):
-        rel = path.relative_to(root).as_posix()
-        st = path.stat()
-        digest = _known(state, rel, st)
-        if digest is None:
-            digest = sha256_file(path)
-            hashed += st.st_size
+    for (_, rel, st), digest in zip(found, [str(d) for d in digests], strict=True):
         files.append({"path": rel, "size": st.st_size, "sha256": digest})
         new_state[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
     if not files:
@@ -200,6 +236,18 @@ def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
 
 
 # --------------------------------------------------------------------- check
+def _clear_leftovers(root: Path, state_path: Path) -> None:
+    """Partial files, range notes and stream counters of transfers that ended early
+    (each is named after its transfer, so a new one never reuses them)."""
+    if root.is_dir():
+        for dirpath, _, filenames in os.walk(root, followlinks=False):
+            for name in filenames:
+                if name.endswith((PARTIAL, RANGES)):
+                    (Path(dirpath) / name).unlink(missing_ok=True)
+    for counter in state_path.parent.glob(f"{state_path.name}.*.streams"):
+        counter.unlink(missing_ok=True)
+
+
 def _existing(path: Path) -> Path:
     """``path`` or its nearest existing parent (for the free space of a missing directory)."""
     while not path.exists() and path != path.parent:
@@ -220,7 +268,7 @@ def check(root: Path, manifest_path: Path, state_path: Path, need_out: Path | No
     new_state: dict[str, dict[str, Any]] = {}
     missing: list[str] = []
     bad: list[str] = []
-    hashed = 0
+    present: list[tuple[str, os.stat_result, str | None]] = []
     for rel, entry in manifest.items():
         path = root / rel
         try:
@@ -231,16 +279,20 @@ def check(root: Path, manifest_path: Path, state_path: Path, need_out: Path | No
         if not path.is_file() or st.st_size != entry["size"]:
             bad.append(rel)
             continue
-        digest = _known(state, rel, st)
-        if digest is None:
-            digest = sha256_file(path)
-            hashed += st.st_size
-        if digest != entry["sha256"]:
+        present.append((rel, st, _known(state, rel, st)))
+    todo = [rel for rel, _, digest in present if digest is None]
+    fresh = dict(zip(todo, hash_all([root / rel for rel in todo]), strict=True))
+    hashed = sum(st.st_size for rel, st, digest in present if digest is None)
+    for rel, st, known in present:
+        digest = known or fresh[rel]
+        if digest != manifest[rel]["sha256"]:
             bad.append(rel)
             continue
         new_state[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    bad.sort(key=list(manifest).index)
     need = missing + bad
     if not read_only:
+        _clear_leftovers(root, state_path)
         save_state(state_path, new_state)
         if need_out is not None:
             need_out.parent.mkdir(parents=True, exist_ok=True)
@@ -255,17 +307,84 @@ def check(root: Path, manifest_path: Path, state_path: Path, need_out: Path | No
 
 
 # ---------------------------------------------------------------- the chain
-def _via(hop: dict[str, Any]) -> list[str]:
+# The stream each hop reads and forwards: MAGIC, then records, each a 4-byte
+# big-endian length, that many bytes of JSON header, and for a piece the
+# piece's bytes. A piece is a whole file or a byte range of one; the last
+# record is {"end": true, "pieces": N}, so a cut stream is told from a whole one.
+MAGIC = b"SPKR2\n"
+HEADER = struct.Struct(">I")
+MAX_HEADER = 1 << 16
+MIN_PIECE = 64 << 20  # a file is split across streams only into pieces this big or bigger
+PIPE_SIZE = 1 << 20  # asked of every pipe the chain reads or tees (F_SETPIPE_SZ)
+MAX_STREAMS = 32
+TOKEN_HEX = 64  # the one-time token of an unencrypted (tcp) connection, hex characters
+ACCEPT_TIMEOUT = 60.0
+TRANSPORTS = ("ssh", "tcp")
+
+Piece = tuple[str, int, int, int]  # path, offset, length, size of the whole file
+
+
+def hop_host(hop: dict[str, Any], stream: int = 0) -> str:
+    """The address stream ``stream`` reaches this hop on: its twins in turn."""
+    hosts = hop.get("hosts") or [hop["host"]]
+    return str(hosts[stream % len(hosts)])
+
+
+def _hop_name(hop: dict[str, Any]) -> str:
+    return str(hop.get("name") or hop["host"])
+
+
+def _via(hop: dict[str, Any], stream: int = 0) -> list[str]:
     via = str(hop.get("via") or DEFAULT_VIA)
-    return [w.replace("{host}", str(hop["host"])) for w in shlex.split(via)]
+    return [w.replace("{host}", hop_host(hop, stream)) for w in shlex.split(via)]
 
 
-def next_command(chain: list[dict[str, Any]]) -> list[str]:
+def next_command(chain: list[dict[str, Any]], stream: int = 0, streams: int = 1,
+                 transport: str = "ssh") -> list[str]:
     """argv that starts ``recv`` on the first hop of ``chain`` with the rest of it."""
     hop = chain[0]
     relay = str(hop.get("relay") or RELAY)
-    remote = shlex.join([*shlex.split(relay), "recv", "--chain", json.dumps(chain)])
-    return [*_via(hop), remote]
+    args = [*shlex.split(relay), "recv", "--chain", json.dumps(chain)]
+    if streams > 1:
+        args += ["--stream", str(stream), "--streams", str(streams)]
+    if transport != "ssh":
+        args += ["--transport", transport]
+    return [*_via(hop, stream), shlex.join(args)]
+
+
+def auto_streams(cores: int | None = None) -> int:
+    """Streams when the inventory says ``auto``: half the cores (each stream costs
+    about one core per hop: SHA-256, plus ssh's AES-GCM when encrypted), at least
+    two (one per twin) and at most eight."""
+    return max(2, min(8, (cores or os.cpu_count() or 2) // 2))
+
+
+def plan(sizes: dict[str, int], streams: int) -> list[list[Piece]]:
+    """The pieces each stream carries: every file once, files bigger than a stream's
+    share split into byte ranges (each at least MIN_PIECE, cut at whole CHUNKs; the
+    last takes the rest), the pieces dealt
+    largest first to the stream carrying least. Streams that would be empty are left
+    out, so there are at most as many streams as pieces."""
+    k = max(1, min(streams, MAX_STREAMS))
+    total = sum(sizes.values())
+    share = max(MIN_PIECE, -(-total // k))
+    pieces: list[Piece] = []
+    for rel, size in sizes.items():
+        if k > 1 and size > share and size >= 2 * MIN_PIECE:
+            count = min(-(-size // share), size // MIN_PIECE)
+            step = size // count // CHUNK * CHUNK  # >= MIN_PIECE, a whole number of CHUNKs
+            offsets = [i * step for i in range(count)]
+            pieces += [(rel, off, (offsets[i + 1] if i + 1 < count else size) - off, size)
+                       for i, off in enumerate(offsets)]
+        else:
+            pieces.append((rel, 0, size, size))
+    groups: list[list[Piece]] = [[] for _ in range(k)]
+    load = [0] * k
+    for piece in sorted(pieces, key=lambda p: (-p[2], p[0], p[1])):
+        i = min(range(k), key=lambda j: (load[j], len(groups[j]), j))
+        groups[i].append(piece)
+        load[i] += piece[2]
+    return [sorted(g, key=lambda p: (p[0], p[1])) for g in groups if g]
 
 
 def _piped(stream: IO[bytes] | None) -> IO[bytes]:
@@ -275,11 +394,49 @@ def _piped(stream: IO[bytes] | None) -> IO[bytes]:
     return stream
 
 
-class Progress:
-    """Bytes seen by this hop, printed as ``progress HOST BYTES FILES`` lines on stderr."""
+def _grow_pipe(fd: int) -> None:
+    """Ask for a PIPE_SIZE buffer (fewer, larger tee/read/write calls); a pipe
+    that cannot grow (pipe-max-size, not a pipe) is used as it is."""
+    with contextlib.suppress(OSError, AttributeError):
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
 
-    def __init__(self, host: str, out: IO[str]) -> None:
-        self.host, self.out = host, out
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+def _libc_tee() -> Callable[[int, int, int, int], int] | None:
+    """tee(2), which Python's os module lacks: copies pipe to pipe in the kernel
+    (page references, not bytes) without consuming the source."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.tee
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_uint]
+    fn.restype = ctypes.c_ssize_t
+    return fn  # type: ignore[no-any-return,unused-ignore]
+
+
+_TEE = _libc_tee()
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class Progress:
+    """Bytes seen by this hop, printed as ``progress HOST BYTES FILES STREAM`` lines
+    on stderr."""
+
+    def __init__(self, host: str, out: IO[str], stream: int = 0) -> None:
+        self.host, self.out, self.stream = host, out, stream
         self.bytes = 0
         self.files = 0
         self._last = 0.0
@@ -295,7 +452,7 @@ class Progress:
     def emit(self, final: bool = False) -> None:
         word = "done" if final else "progress"
         with self.lock:
-            self.out.write(f"{word} {self.host} {self.bytes} {self.files}\n")
+            self.out.write(f"{word} {self.host} {self.bytes} {self.files} {self.stream}\n")
             self.out.flush()
 
 
@@ -311,53 +468,271 @@ def _pass_up(stream: IO[bytes], out: IO[str], lock: threading.Lock, tail: list[s
             out.flush()
 
 
-class Downstream:
-    """The next hop's process: what is written to it goes down the chain."""
+def _read_line(fd: int, limit: int, deadline: float) -> bytes:
+    """One line from ``fd`` (unbuffered, byte by byte: nothing after it is consumed)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        if len(line) > limit:
+            raise RelayError(f"a line longer than {limit} bytes where a short one was expected")
+        ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            raise RelayError(f"no answer within {ACCEPT_TIMEOUT:.0f} s")
+        byte = os.read(fd, 1)
+        if not byte:
+            break
+        line += byte
+    return line
 
-    def __init__(self, chain: list[dict[str, Any]], out: IO[str], lock: threading.Lock) -> None:
-        self.host = str(chain[0]["host"])
+
+class Downstream:
+    """The next hop's process: what is written to ``fd`` goes down the chain.
+
+    ``ssh`` (the default): the bytes travel in the ssh session (encrypted) on the
+    process's stdin. ``tcp``: the session only starts the next hop and hands it a
+    one-time token; the next hop listens on its own address for this stream, says
+    the port on its stdout, and takes the one connection that presents the token
+    (any other is closed unread). The bytes then travel unencrypted.
+    """
+
+    def __init__(self, chain: list[dict[str, Any]], out: IO[str], lock: threading.Lock, *,
+                 stream: int = 0, streams: int = 1, transport: str = "ssh") -> None:
+        hop = chain[0]
+        self.host = _hop_name(hop)
         self.tail: list[str] = []
-        self.proc = subprocess.Popen(next_command(chain), stdin=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        self.sock: socket.socket | None = None
+        tcp = transport == "tcp"
+        self.proc = subprocess.Popen(next_command(chain, stream, streams, transport),
+                                     stdin=subprocess.PIPE, bufsize=0,
+                                     stdout=subprocess.PIPE if tcp else subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE)
         self.stdin = _piped(self.proc.stdin)
         self.reader = threading.Thread(target=_pass_up, daemon=True,
                                        args=(_piped(self.proc.stderr), out, lock, self.tail))
         self.reader.start()
+        if tcp:
+            self.sock = self._connect(hop_host(hop, stream))
+            self.fd = self.sock.fileno()
+        else:
+            self.fd = self.stdin.fileno()
+            _grow_pipe(self.fd)
+        self.is_pipe = self.sock is None
 
-    def write(self, data: bytes) -> None:
+    def _connect(self, host: str) -> socket.socket:
+        token = token_hex(TOKEN_HEX // 2).encode()
         try:
-            self.stdin.write(data)
-        except BrokenPipeError:
+            _write_all(self.stdin.fileno(), token + b"\n")
+            self.stdin.close()
+            line = _read_line(_piped(self.proc.stdout).fileno(), 64,
+                              time.monotonic() + ACCEPT_TIMEOUT)
+        except (OSError, RelayError) as exc:
+            self.proc.kill()
+            raise RelayError(f"{self.host} did not start listening ({exc}): "
+                             + " | ".join(self.tail[-3:])) from None
+        words = line.decode(errors="replace").split()
+        if len(words) != 2 or words[0] != "listening" or not words[1].isdigit():
+            self.proc.kill()
+            self.proc.wait()
+            self.reader.join(timeout=10)
+            raise RelayError(f"{self.host} did not start listening: "
+                             + " | ".join(self.tail[-3:] or [line.decode(errors="replace")]))
+        # What recv prints at its end goes nowhere; read so that it never blocks.
+        threading.Thread(target=_piped(self.proc.stdout).read, daemon=True).start()
+        try:
+            sock = socket.create_connection((host, int(words[1])), timeout=ACCEPT_TIMEOUT)
+            sock.settimeout(None)
+            sock.sendall(token + b"\n")
+        except OSError as exc:
+            self.proc.kill()
+            raise RelayError(f"{self.host}: connecting to {host} port {words[1]}: {exc}") from None
+        return sock
+
+    def write(self, data: bytes | memoryview) -> None:
+        try:
+            _write_all(self.fd, data)
+        except (BrokenPipeError, ConnectionError):
             raise RelayError(f"{self.host} stopped reading: "
                              + " | ".join(self.tail[-3:])) from None
 
+    def sendfile(self, in_fd: int, offset: int, count: int, name: str) -> None:
+        """``count`` bytes of the open file ``in_fd`` from ``offset``, copied by the kernel."""
+        try:
+            while count:
+                sent = os.sendfile(self.fd, in_fd, offset, min(count, 1 << 30))
+                if sent == 0:
+                    raise RelayError(f"{name} became shorter while it was sent")
+                offset += sent
+                count -= sent
+        except (BrokenPipeError, ConnectionError):
+            raise RelayError(f"{self.host} stopped reading: "
+                             + " | ".join(self.tail[-3:])) from None
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+
     def finish(self) -> None:
-        with contextlib.suppress(BrokenPipeError):
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):
             self.stdin.close()
         rc = self.proc.wait()
+        if self.sock is not None:
+            self.sock.close()
         self.reader.join(timeout=10)
         if rc != 0:
             raise RelayError(f"{self.host} failed (rc {rc}): " + " | ".join(self.tail[-3:]))
 
 
-class TeeReader:
-    """A read-only stream over ``source`` that also sends every byte it reads downstream."""
+class Inbound:
+    """The stream this hop reads; every byte is passed downstream before it is used.
 
-    def __init__(self, source: IO[bytes], downstream: Downstream | None,
-                 progress: Progress) -> None:
-        self.source, self.downstream, self.progress = source, downstream, progress
+    Between pipes (ssh's stdout into this hop, this hop into the next ssh) the
+    bytes never enter Python: tee(2) duplicates them into the next hop's pipe
+    (the kernel shares page references), splice(2) moves a file's bytes from
+    the pipe into the file (the one copy a hop cannot avoid: into its page
+    cache), and the receiver hashes them where they landed, through a mapping
+    of the file. From a socket (the tcp transport) or a file the bytes are read
+    into one reused buffer, written on, and hashed from it.
+    """
 
-    def read(self, size: int = -1) -> bytes:
-        data = self.source.read(size if size and size > 0 else CHUNK)
-        if data:
-            if self.downstream is not None:
-                self.downstream.write(data)
-            self.progress.add(len(data))
-        return data
+    def __init__(self, fd: int, downstream: Downstream | None, progress: Progress) -> None:
+        self.fd, self.down, self.progress = fd, downstream, progress
+        _grow_pipe(fd)
+        self.pipe = _is_pipe(fd) and (downstream is None or downstream.is_pipe)
+        self.tee = _TEE if self.pipe and downstream is not None else None
+        if self.pipe and downstream is not None and self.tee is None:
+            self.pipe = False  # no tee(2): copy through the buffer
+        self.ahead = 0  # tee mode: bytes already passed on and not yet used here
+        self.buf = bytearray(CHUNK)
+        self.view = memoryview(self.buf)
+        self.pos = self.end = 0
+        self.eof = False
+        self.null = -1
 
-    def drain(self) -> None:
-        while self.read(CHUNK):
-            pass
+    # ---------------------------------------------------------------- pipes
+    def _available(self) -> int:
+        """Pipe mode: bytes that may be used now (passed on already when there is a
+        next hop); 0 at the end of the stream."""
+        if self.tee is None:
+            return 1 << 30
+        while self.ahead == 0:
+            n = self.tee(self.fd, self.down.fd, PIPE_SIZE, 0)  # type: ignore[union-attr]
+            if n < 0:
+                err = ctypes.get_errno()
+                if err == errno.EINTR:
+                    continue
+                if err == errno.EPIPE:
+                    raise RelayError(f"{self.down.host} stopped reading: "  # type: ignore[union-attr]
+                                     + " | ".join(self.down.tail[-3:]))  # type: ignore[union-attr]
+                raise OSError(err, os.strerror(err))
+            if n == 0:
+                return 0
+            self.ahead += n
+            self.progress.add(n)
+        return self.ahead
+
+    def _used(self, n: int) -> None:
+        if self.tee is not None:
+            self.ahead -= n
+        else:
+            self.progress.add(n)
+
+    # --------------------------------------------------------------- buffer
+    def _fill(self) -> None:
+        n = os.readv(self.fd, [self.view])
+        if n and self.down is not None:
+            self.down.write(self.view[:n])
+        self.pos, self.end = 0, n
+        self.eof = n == 0
+        self.progress.add(n)
+
+    def _chunk(self, limit: int) -> memoryview | None:
+        if self.pos == self.end:
+            if self.eof:
+                return None
+            self._fill()
+            if self.eof:
+                return None
+        n = min(limit, self.end - self.pos)
+        view = self.view[self.pos:self.pos + n]
+        self.pos += n
+        return view
+
+    # -------------------------------------------------------------- the API
+    def exact(self, n: int) -> bytes:
+        """The next ``n`` bytes (headers: small)."""
+        out = bytearray()
+        while len(out) < n:
+            if self.pipe:
+                room = self._available()
+                data = os.read(self.fd, min(n - len(out), room)) if room else b""
+                if not data:
+                    raise RelayError("the stream ended early (cut off)")
+                self._used(len(data))
+                out += data
+            else:
+                view = self._chunk(n - len(out))
+                if view is None:
+                    raise RelayError("the stream ended early (cut off)")
+                out += view
+        return bytes(out)
+
+    def at_end(self) -> bool:
+        if self.pipe:
+            room = self._available()
+            return room == 0 or not os.read(self.fd, 1)
+        return self._chunk(1) is None
+
+    def place(self, fd: int, offset: int, count: int) -> Iterator[tuple[int, memoryview | None]]:
+        """The next ``count`` bytes written into the file ``fd`` from ``offset``:
+        yields (bytes placed, their view when they passed through the buffer, None
+        when spliced into the file: read them from the file's mapping then)."""
+        pos = offset
+        while count:
+            if self.pipe:
+                room = self._available()
+                n = os.splice(self.fd, fd, min(count, room, PIPE_SIZE), offset_dst=pos) \
+                    if room else 0
+                if n == 0:
+                    raise RelayError("the stream ended early (cut off)")
+                self._used(n)
+                yield n, None
+            else:
+                view = self._chunk(min(count, CHUNK))
+                if view is None:
+                    raise RelayError("the stream ended early (cut off)")
+                n = len(view)
+                rest, at = view, pos
+                while rest:
+                    k = os.pwrite(fd, rest, at)
+                    rest, at = rest[k:], at + k
+                yield n, view
+            pos += n
+            count -= n
+
+    def skip(self, count: int) -> None:
+        """The next ``count`` bytes, passed on and not kept (another node's file)."""
+        while count:
+            if self.pipe:
+                if self.null < 0:
+                    self.null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+                room = self._available()
+                n = os.splice(self.fd, self.null, min(count, room, PIPE_SIZE)) if room else 0
+                if n == 0:
+                    raise RelayError("the stream ended early (cut off)")
+                self._used(n)
+            else:
+                view = self._chunk(min(count, CHUNK))
+                if view is None:
+                    raise RelayError("the stream ended early (cut off)")
+                n = len(view)
+            count -= n
+
+    def close(self) -> None:
+        if self.null >= 0:
+            os.close(self.null)
+            self.null = -1
 
 
 def _real_dir(root: Path, rel: str) -> Path:
@@ -378,56 +753,273 @@ def _real_dir(root: Path, rel: str) -> Path:
     return current
 
 
-def _new_file(path: Path) -> IO[bytes]:
+def _new_file(path: Path) -> int:
     """``path`` created anew for writing, never through a link: a leftover partial file
     (or a link planted under its name) is removed first; O_NOFOLLOW and O_EXCL hold."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    return os.fdopen(fd, "wb")
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   0o600)
 
 
-def _receive(stream: TeeReader, root: Path, manifest: dict[str, dict[str, Any]],
-             need: set[str], progress: Progress) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """Extract the needed members of the tar stream, verified; returns (written, state)."""
-    written: list[str] = []
-    state: dict[str, dict[str, Any]] = {}
-    with tarfile.open(fileobj=stream, mode="r|", bufsize=CHUNK) as archive:  # type: ignore[call-overload]
-        for member in archive:
-            rel = PurePosixPath(member.name).as_posix()
-            if rel not in need or not member.isfile():
-                continue  # another node's file, passed on and skipped here
-            entry = manifest[rel]
-            target = _real_dir(root, rel) / PurePosixPath(rel).name
-            partial = target.with_name(target.name + ".sparkctl-partial")
-            digest = hashlib.sha256()
-            size = 0
-            source = archive.extractfile(member)
-            if source is None:
-                raise RelayError(f"{rel}: no data in the stream")
-            with _new_file(partial) as handle:
-                while block := source.read(CHUNK):
-                    digest.update(block)
-                    handle.write(block)
-                    size += len(block)
-            if size != entry["size"] or digest.hexdigest() != entry["sha256"]:
+def _shared_file(path: Path) -> int:
+    """The partial file several streams write ranges of: opened (made if missing) never
+    through a link, and only if it is a regular file."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RelayError(f"{path} is not a regular file; remove it first")
+    return fd
+
+
+def _mismatch(rel: str, size: int, digest: str, entry: dict[str, Any]) -> RelayError:
+    return RelayError(f"{rel}: received {size} bytes with SHA-256 {digest[:16]}..., the "
+                      f"manifest says {entry['size']} bytes, {entry['sha256'][:16]}...")
+
+
+def _into_place(partial: Path, target: Path) -> os.stat_result:
+    partial.chmod(0o644)
+    if target.is_symlink() or target.is_dir():
+        partial.unlink(missing_ok=True)
+        raise RelayError(f"{target} is a link or a directory; remove it first")
+    partial.replace(target)
+    return target.stat()
+
+
+def _piece(header: dict[str, Any], manifest: dict[str, dict[str, Any]]) -> Piece:
+    """A piece header, checked against the manifest (every node holds the same one)."""
+    rel = header.get("path")
+    entry = manifest.get(rel) if isinstance(rel, str) else None
+    if entry is None or not isinstance(rel, str):
+        raise RelayError(f"the stream carries {rel!r}, which the manifest does not list")
+    offset, length, size = header.get("offset"), header.get("length"), header.get("size")
+    if size != entry["size"]:
+        raise RelayError(f"{rel}: received a file of {size} bytes, the manifest says "
+                         f"{entry['size']} bytes (changed on the sender since its manifest?)")
+    if not (isinstance(offset, int) and isinstance(length, int)
+            and offset >= 0 and length >= 0 and offset + length <= size):
+        raise RelayError(f"{rel}: the piece {offset}+{length} of {size} bytes does not fit the "
+                         f"manifest's {entry['size']} bytes")
+    return rel, offset, length, int(entry["size"])
+
+
+class Receiver:
+    """What one stream writes on one node: whole files hashed as they are written,
+    byte ranges into a partial file that the stream completing it hashes."""
+
+    def __init__(self, root: Path, manifest: dict[str, dict[str, Any]], need: set[str],
+                 progress: Progress, job: str) -> None:
+        self.root, self.manifest, self.need, self.progress = root, manifest, need, progress
+        self.job = job or "0"
+        self.written: list[str] = []
+        self.state: dict[str, dict[str, Any]] = {}
+
+    def run(self, inbound: Inbound) -> None:
+        if inbound.exact(len(MAGIC)) != MAGIC:
+            raise RelayError("the stream is not a sparkctl relay stream (version 2)")
+        count = 0
+        while True:
+            (size,) = HEADER.unpack(inbound.exact(HEADER.size))
+            if size > MAX_HEADER:
+                raise RelayError(f"a record header of {size} bytes (at most {MAX_HEADER})")
+            try:
+                header = json.loads(inbound.exact(size))
+            except ValueError as exc:
+                raise RelayError(f"a record header is not JSON: {exc}") from None
+            if not isinstance(header, dict):
+                raise RelayError("a record header is not a JSON object")
+            if header.get("end") is True:
+                if header.get("pieces") != count:
+                    raise RelayError(f"the stream ended after {count} pieces, its sender sent "
+                                     f"{header.get('pieces')}")
+                break
+            rel, offset, length, total = _piece(header, self.manifest)
+            count += 1
+            if rel not in self.need:
+                inbound.skip(length)  # another node's file, passed on and skipped here
+            elif offset == 0 and length == total:
+                self._whole(inbound, rel)
+            else:
+                self._range(inbound, rel, offset, length)
+        if not inbound.at_end():
+            raise RelayError("the stream goes on after its end record")
+
+    def _done(self, rel: str, target: Path, st: os.stat_result) -> None:
+        self.state[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                           "sha256": self.manifest[rel]["sha256"]}
+        self.written.append(rel)
+        self.progress.files += 1
+
+    def _whole(self, inbound: Inbound, rel: str) -> None:
+        entry = self.manifest[rel]
+        size = int(entry["size"])
+        target = _real_dir(self.root, rel) / PurePosixPath(rel).name
+        partial = target.with_name(target.name + PARTIAL)
+        digest = hashlib.sha256()
+        fd = _new_file(partial)
+        try:
+            if size:
+                # Hashed as they land: from the buffer they came through, or (spliced)
+                # from the file's own pages, through a read-only mapping of it.
+                os.ftruncate(fd, size)
+                with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
+                    view = memoryview(mapped)
+                    try:
+                        pos = 0
+                        for n, data in inbound.place(fd, 0, size):
+                            digest.update(data if data is not None else view[pos:pos + n])
+                            pos += n
+                    finally:
+                        view.release()
+        except BaseException:
+            os.close(fd)
+            partial.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        if digest.hexdigest() != entry["sha256"]:
+            partial.unlink(missing_ok=True)
+            raise _mismatch(rel, size, digest.hexdigest(), entry)
+        self._done(rel, target, _into_place(partial, target))
+
+    def _range(self, inbound: Inbound, rel: str, offset: int, length: int) -> None:
+        entry = self.manifest[rel]
+        size = int(entry["size"])
+        target = _real_dir(self.root, rel) / PurePosixPath(rel).name
+        partial = target.with_name(f"{target.name}.{self.job}{PARTIAL}")
+        ranges = target.with_name(f"{target.name}.{self.job}{RANGES}")
+        fd = _shared_file(partial)
+        try:
+            if os.fstat(fd).st_size != size:
+                os.ftruncate(fd, size)  # the same size from every stream: nothing is cut
+            for _ in inbound.place(fd, offset, length):
+                pass
+            # Under the partial file's lock: note this range, and whoever notes the last
+            # one hashes the whole file (SHA-256 is sequential: ranges cannot be hashed
+            # apart) and moves it into place.
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with ranges.open("a+") as log:
+                log.write(f"{offset} {length}\n")
+                log.seek(0)
+                got = sorted(tuple(map(int, line.split())) for line in log if line.strip())
+            covered = 0
+            for start, span in got:
+                if start > covered:
+                    break
+                covered = max(covered, start + span)
+            if covered < size:
+                return
+            ranges.unlink(missing_ok=True)
+            digest = sha256_fd(fd, size)
+            if digest != entry["sha256"]:
                 partial.unlink(missing_ok=True)
-                raise RelayError(f"{rel}: received {size} bytes with SHA-256 "
-                                 f"{digest.hexdigest()[:16]}..., the manifest says "
-                                 f"{entry['size']} bytes, {entry['sha256'][:16]}...")
-            partial.chmod(0o644)
-            if target.is_symlink() or target.is_dir():
-                raise RelayError(f"{target} is a link or a directory; remove it first")
-            partial.replace(target)
-            st = target.stat()
-            state[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": entry["sha256"]}
-            written.append(rel)
-            progress.files += 1
-    stream.drain()  # tar's end-of-archive blocks go downstream too
-    return written, state
+                raise _mismatch(rel, size, digest, entry)
+            self._done(rel, target, _into_place(partial, target))
+        finally:
+            os.close(fd)
 
 
-def recv(chain: list[dict[str, Any]], stdin: IO[bytes], err: IO[str]) -> dict[str, Any]:
+def sha256_fd(fd: int, size: int) -> str:
+    """SHA-256 of the first ``size`` bytes of the open file ``fd``, read through a
+    mapping of it (no copy). Only for the relay's own partial files (0600, made by
+    it): a mapped file cut short by someone else would stop the process (SIGBUS)."""
+    digest = hashlib.sha256()
+    if size:
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                for i in range(0, size, 64 << 20):
+                    digest.update(view[i:i + (64 << 20)])
+            finally:
+                view.release()
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (made if missing): the streams of one node share
+    the hash state and the count of streams finished."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _finish_node(hop: dict[str, Any], receiver: Receiver, streams: int) -> None:
+    """This stream's files into the node's hash state; the last stream of the node to
+    finish checks that every file the node needed is now in place."""
+    state_path = Path(hop["state"])
+    with _locked(state_path.with_name(state_path.name + ".lock")):
+        merged = load_state(state_path)
+        merged.update(receiver.state)
+        save_state(state_path, merged)
+        if streams > 1:
+            counter = state_path.with_name(f"{state_path.name}.{receiver.job}.streams")
+            try:
+                done = int(counter.read_text() or 0) + 1
+            except (OSError, ValueError):
+                done = 1
+            if done < streams:
+                counter.write_text(f"{done}\n")
+                return
+            counter.unlink(missing_ok=True)
+    missing = []
+    for rel in sorted(receiver.need):
+        entry, known = receiver.manifest[rel], merged.get(rel)
+        try:
+            st = (receiver.root / rel).stat()
+        except OSError:
+            missing.append(rel)
+            continue
+        if not known or known.get("sha256") != entry["sha256"] or \
+                known.get("mtime_ns") != st.st_mtime_ns or st.st_size != entry["size"]:
+            missing.append(rel)
+    if missing:
+        raise RelayError(f"the stream ended without {len(missing)} needed file(s): {missing[:3]}")
+
+
+def _listen(hop: dict[str, Any], stream: int, stdin: IO[bytes],
+            out: IO[str] | None = None) -> socket.socket:
+    """The one connection of an unencrypted (tcp) stream: the token comes first on
+    stdin (inside the ssh session), then the port is said on stdout, and only a
+    connection that presents the token is taken."""
+    token = stdin.readline(TOKEN_HEX + 2).strip()
+    if len(token) != TOKEN_HEX:
+        raise RelayError("--transport tcp: no one-time token on stdin")
+    address = hop_host(hop, stream)
+    deadline = time.monotonic() + ACCEPT_TIMEOUT
+    with socket.create_server((address, int(hop.get("port") or 0))) as server:
+        print(f"listening {server.getsockname()[1]}", file=out or sys.stdout, flush=True)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RelayError(f"no connection with the token on {address} within "
+                                 f"{ACCEPT_TIMEOUT:.0f} s")
+            server.settimeout(left)
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            conn.settimeout(10)
+            try:
+                given = b""
+                while len(given) < TOKEN_HEX + 1:
+                    part = conn.recv(TOKEN_HEX + 1 - len(given))
+                    if not part:
+                        break
+                    given += part
+            except OSError:
+                given = b""
+            if hmac.compare_digest(given.strip(), token):
+                conn.settimeout(None)
+                return conn
+            conn.close()  # not the upstream hop: nothing read from it is used
+
+
+def recv(chain: list[dict[str, Any]], stdin: IO[bytes], err: IO[str], *, stream: int = 0,
+         streams: int = 1, transport: str = "ssh") -> dict[str, Any]:
     hop, rest = chain[0], chain[1:]
     root, need_file = Path(hop["root"]), Path(hop["need"])
     manifest = read_manifest(Path(hop["manifest"]))
@@ -436,77 +1028,74 @@ def recv(chain: list[dict[str, Any]], stdin: IO[bytes], err: IO[str]) -> dict[st
     unknown = need - manifest.keys()
     if unknown:
         raise RelayError(f"{need_file} names files not in the manifest: {sorted(unknown)[:3]}")
-    progress = Progress(str(hop.get("name") or hop["host"]), err)
-    downstream = Downstream(rest, err, progress.lock) if rest else None
+    conn = _listen(hop, stream, stdin) if transport == "tcp" else None
+    progress = Progress(_hop_name(hop), err, stream)
+    downstream = (Downstream(rest, err, progress.lock, stream=stream, streams=streams,
+                             transport=transport) if rest else None)
+    receiver = Receiver(root, manifest, need, progress, str(hop.get("job") or ""))
+    inbound = Inbound(conn.fileno() if conn is not None else stdin.fileno(), downstream,
+                      progress)
     try:
-        written, state = _receive(TeeReader(stdin, downstream, progress), root, manifest, need,
-                                  progress)
+        receiver.run(inbound)
     except BaseException:
         if downstream is not None:
-            downstream.proc.kill()
+            downstream.kill()
         raise
+    finally:
+        inbound.close()
+        if conn is not None:
+            conn.close()
     if downstream is not None:
         downstream.finish()
-    missing = sorted(need - set(written))
-    if missing:
-        raise RelayError(f"the stream ended without {len(missing)} needed file(s): {missing[:3]}")
-    merged = load_state(Path(hop["state"]))
-    merged.update(state)
-    save_state(Path(hop["state"]), merged)
+    _finish_node(hop, receiver, streams)
     progress.emit(final=True)
-    return {"host": hop["host"], "written": written, "bytes": progress.bytes}
-
-
-def _tar_create(root: Path, names: list[str]) -> subprocess.Popen[bytes]:
-    """GNU tar writing ``names`` (relative to root, links dereferenced) to its stdout."""
-    listing = "\0".join(names) + "\0"
-    proc = subprocess.Popen(["tar", "-c", "-f", "-", "-C", str(root), "--dereference",
-                             "--no-recursion", "--null", "--files-from=-"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdin = _piped(proc.stdin)
-
-    def feed() -> None:
-        stdin.write(listing.encode())
-        stdin.close()
-
-    threading.Thread(target=feed, daemon=True).start()
-    return proc
+    return {"host": hop["host"], "stream": stream, "written": receiver.written,
+            "bytes": progress.bytes}
 
 
 class ProgressFile:
-    """The sender's view of every hop (``progress`` lines from downstream), kept as JSON."""
+    """The sender's view of every hop (``progress`` lines from downstream), kept as JSON;
+    a host's figures are the sums over its streams."""
 
     def __init__(self, path: Path | None, hosts: list[str], total: int, job: str = "") -> None:
         self.path = path
         self.job = job
         self.started = time.monotonic()
-        self.hosts = {h: {"bytes": 0, "files": 0, "done": False} for h in hosts}
+        self.streams = 1
+        self.seen: dict[str, dict[int, tuple[int, int, bool]]] = {h: {} for h in hosts}
         self.total = total
         self.error: str | None = None
+        self.lock = threading.Lock()
 
     def line(self, text: str) -> None:
         parts = text.split()
-        if len(parts) == 4 and parts[0] in ("progress", "done") and parts[1] in self.hosts:
-            entry = self.hosts[parts[1]]
-            entry["bytes"], entry["files"] = int(parts[2]), int(parts[3])
-            entry["done"] = parts[0] == "done"
+        if len(parts) in (4, 5) and parts[0] in ("progress", "done") and parts[1] in self.seen \
+                and all(p.isdigit() for p in parts[2:]):
+            stream = int(parts[4]) if len(parts) == 5 else 0
+            self.seen[parts[1]][stream] = (int(parts[2]), int(parts[3]), parts[0] == "done")
             self.write()
 
     def snapshot(self, finished: bool = False) -> dict[str, Any]:
         elapsed = max(time.monotonic() - self.started, 1e-6)
+        hosts = {}
+        for host, streams in self.seen.items():
+            sent = sum(b for b, _, _ in streams.values())
+            hosts[host] = {"bytes": sent, "files": sum(f for _, f, _ in streams.values()),
+                           "done": len(streams) == self.streams
+                           and all(d for _, _, d in streams.values()),
+                           "rate_bps": round(sent / elapsed)}
         return {"job": self.job, "total_bytes": self.total, "elapsed_s": round(elapsed, 3),
-                "finished": finished,
-                "error": self.error,
-                "hosts": {h: {**e, "rate_bps": round(int(e["bytes"]) / elapsed)}
-                          for h, e in self.hosts.items()}}
+                "streams": self.streams, "finished": finished, "error": self.error,
+                "hosts": hosts}
 
     def write(self, finished: bool = False) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.snapshot(finished)) + "\n")
-        tmp.replace(self.path)
+        with self.lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(json.dumps(self.snapshot(finished)) + "\n")
+            tmp.replace(self.path)
 
 
 class _LineSink:
@@ -528,48 +1117,96 @@ class _LineSink:
 
 
 def send(root: Path, names: list[str], chain: list[dict[str, Any]],
-         progress_path: Path | None, job: str = "") -> dict[str, Any]:
+         progress_path: Path | None, job: str = "", *, streams: int = 1,
+         transport: str = "ssh") -> dict[str, Any]:
     """Stream ``names`` along ``chain``; every outcome, failures too, ends in the progress file."""
     total = sum((root / n).stat().st_size for n in names if (root / n).is_file())
-    board = ProgressFile(progress_path, [str(h.get("name") or h["host"]) for h in chain], total,
-                         job)
+    board = ProgressFile(progress_path, [_hop_name(h) for h in chain], total, job)
     board.write()
     try:
-        return _send(root, names, chain, board)
+        return _send(root, names, chain, board, streams=streams, transport=transport)
     except BaseException as exc:
         board.error = str(exc) or type(exc).__name__
         board.write(finished=True)
         raise
 
 
-def _send(root: Path, names: list[str], chain: list[dict[str, Any]],
-          board: ProgressFile) -> dict[str, Any]:
+def _sizes(root: Path, names: list[str]) -> dict[str, int]:
+    """Each file's size, refusing a missing one and a link out of the model root."""
+    base = (_hub_repo(root) or root).resolve()
+    sizes: dict[str, int] = {}
+    for name in names:
+        path = root / name
+        if not path.is_file():
+            raise RelayError(f"{path} is missing on the sending node")
+        if not path.resolve().is_relative_to(base):
+            raise RelayError(f"{path} links to {path.resolve()}, outside {base}: sparkctl "
+                             "reads nothing outside the model root")
+        sizes[name] = path.stat().st_size
+    return sizes
+
+
+def _send_stream(root: Path, pieces: list[Piece], down: Downstream) -> int:
+    """One stream: MAGIC, each piece's header and bytes (sendfile: the kernel copies
+    from the page cache), the end record. Returns the bytes of the pieces."""
+    down.write(MAGIC)
+    sent = 0
+    for rel, offset, length, size in pieces:
+        header = json.dumps({"path": rel, "offset": offset, "length": length,
+                             "size": size}).encode()
+        down.write(HEADER.pack(len(header)) + header)
+        fd = os.open(root / rel, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_size != size:
+                raise RelayError(f"{root / rel} changed size while it was sent")
+            down.sendfile(fd, offset, length, str(root / rel))
+        finally:
+            os.close(fd)
+        sent += length
+    end = json.dumps({"end": True, "pieces": len(pieces)}).encode()
+    down.write(HEADER.pack(len(end)) + end)
+    return sent
+
+
+def _send(root: Path, names: list[str], chain: list[dict[str, Any]], board: ProgressFile,
+          *, streams: int = 1, transport: str = "ssh") -> dict[str, Any]:
     if not chain or not names:
         board.write(finished=True)
         return {"sent_bytes": 0, **board.snapshot(finished=True)}
-    for name in names:
-        if not (root / name).is_file():
-            raise RelayError(f"{root / name} is missing on the sending node")
+    groups = plan(_sizes(root, names), streams)
+    board.streams = len(groups)
     sink = _LineSink(board.line)
     lock = threading.Lock()
-    tar = _tar_create(root, names)
-    tar_out = _piped(tar.stdout)
-    downstream = Downstream(chain, sink, lock)  # type: ignore[arg-type]
-    sent = 0
+    downs: list[Downstream] = []
+    errors: list[BaseException] = []
+    sent = [0] * len(groups)
+
+    def work(i: int) -> None:
+        try:
+            sent[i] = _send_stream(root, groups[i], downs[i])
+            downs[i].finish()
+        except BaseException as exc:  # the first failure stops every stream
+            errors.append(exc)
+            for down in downs:
+                down.kill()
+
     try:
-        while block := tar_out.read(CHUNK):
-            downstream.write(block)
-            sent += len(block)
-    except RelayError:
-        tar.kill()
+        for i in range(len(groups)):
+            downs.append(Downstream(chain, sink, lock,  # type: ignore[arg-type]
+                                    stream=i, streams=len(groups), transport=transport))
+    except BaseException:
+        for down in downs:
+            down.kill()
         raise
-    rc = tar.wait()
-    tar_err = tar.stderr.read().decode(errors="replace").strip() if tar.stderr else ""
-    downstream.finish()
-    if rc != 0:
-        raise RelayError(f"tar failed (rc {rc}): {tar_err}")
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(groups))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
     board.write(finished=True)
-    return {"sent_bytes": sent, **board.snapshot(finished=True)}
+    return {"sent_bytes": sum(sent), **board.snapshot(finished=True)}
 
 
 def snapshot_dir(cache_dir: Path, repo: str, revision: str) -> Path:
@@ -757,6 +1394,14 @@ def _names(path: Path) -> list[str]:
     return [line.strip() for line in path.read_text().splitlines() if line.strip()]
 
 
+def _streams(text: str) -> int:
+    if text == "auto":
+        return auto_streams()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_STREAMS:
+        raise argparse.ArgumentTypeError(f"{text!r}: 1-{MAX_STREAMS} or auto")
+    return int(text)
+
+
 def _chain(text: str) -> list[dict[str, Any]]:
     try:
         chain = json.loads(text)
@@ -767,7 +1412,7 @@ def _chain(text: str) -> list[dict[str, Any]]:
     return chain
 
 
-def main(argv: Iterable[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=RELAY, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("manifest")
@@ -790,8 +1435,14 @@ def main(argv: Iterable[str] | None = None) -> int:
     p.add_argument("--progress", type=Path)
     p.add_argument("--job", default="",
                    help="written into the progress file (a reader waits for its own job)")
+    p.add_argument("--streams", type=_streams, default=1,
+                   help=f"parallel chains (1-{MAX_STREAMS}, or auto: half the cores, 2-8)")
+    p.add_argument("--transport", choices=TRANSPORTS, default="ssh")
     p = sub.add_parser("recv")
     p.add_argument("--chain", required=True)
+    p.add_argument("--stream", type=int, default=0)
+    p.add_argument("--streams", type=int, default=1)
+    p.add_argument("--transport", choices=TRANSPORTS, default="ssh")
     p = sub.add_parser("fetch-hf")
     p.add_argument("repo")
     p.add_argument("--revision", required=True)
@@ -801,7 +1452,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     p.add_argument("--token-stdin", action="store_true",
                    help="read the token from the first line of stdin (empty: anonymous) "
                    "instead of HF_TOKEN")
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    return parser
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    args = _parser().parse_args(list(argv) if argv is not None else None)
     secrets = [os.environ.get("HF_TOKEN", "")]
     try:
         if args.command == "manifest":
@@ -820,10 +1475,14 @@ def main(argv: Iterable[str] | None = None) -> int:
                               token=token)
         elif args.command == "send":
             result = send(args.root, _names(args.files), _chain(args.chain), args.progress,
-                          args.job)
+                          args.job, streams=args.streams, transport=args.transport)
         else:
-            result = recv(_chain(args.chain), sys.stdin.buffer, sys.stderr)
-    except (RelayError, OSError, tarfile.TarError) as exc:
+            if not 0 <= args.stream < args.streams <= MAX_STREAMS:
+                raise RelayError(f"--stream {args.stream} of --streams {args.streams}: "
+                                 f"0 <= stream < streams <= {MAX_STREAMS}")
+            result = recv(_chain(args.chain), sys.stdin.buffer, sys.stderr, stream=args.stream,
+                          streams=args.streams, transport=args.transport)
+    except (RelayError, OSError) as exc:
         print(mask(f"{RELAY}: {exc}", secrets), file=sys.stderr)
         return 1
     print(json.dumps(result))
