@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import os
 import shlex
+import socket
+import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -498,7 +502,7 @@ def test_plan_carries_every_byte_once_and_balances_the_streams(streams: int) -> 
     for rel, size in sizes.items():
         spans = sorted(covered[rel])
         assert spans[0][0] == 0 and sum(n for _, n in spans) == size
-        assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:], strict=False))
+        assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(spans))
         if len(spans) > 1:  # split only at whole MiBs, into pieces of at least MIN_PIECE
             assert all(n >= relay.MIN_PIECE and a % relay.CHUNK == 0 for a, n in spans)
     loads = [sum(p[2] for p in g) for g in groups]
@@ -559,8 +563,6 @@ def test_the_unencrypted_transport_delivers_over_tcp_on_each_hops_address(
 
 
 def test_a_tcp_hop_takes_only_the_connection_with_its_token(tmp_path: Path) -> None:
-    import socket
-    import threading
     token = b"ab" * (relay.TOKEN_HEX // 2)
     said = io.StringIO()
     got: dict[str, Any] = {}
@@ -625,7 +627,6 @@ def _stream(records: list[tuple[dict[str, Any], bytes]], end: int | None) -> byt
 
 
 def _recv_bytes(hop: dict[str, Any], stream: bytes) -> Any:
-    import subprocess
     return subprocess.run([sys.executable, str(SCRIPT), "recv", "--chain", json.dumps([hop])],
                           input=stream, capture_output=True, check=False)
 
@@ -675,7 +676,7 @@ def test_the_forwarded_stream_is_the_stream_byte_for_byte(tmp_path: Path) -> Non
     assert real is not None  # Linux with glibc: the kernel copy is available
 
     def counting(fd_in: int, fd_out: int, n: int, flags: int) -> int:
-        got = real(fd_in, fd_out, n, flags)
+        got = int(real(fd_in, fd_out, n, flags))
         calls.append(got)
         return got
 
