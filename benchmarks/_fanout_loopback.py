@@ -177,7 +177,7 @@ def ssh_rate(argv: list[str] | None, root: Path) -> tuple[float | None, float | 
 
 
 def chain_run(root: Path, work: Path, hops: int, streams: int, *, size: int,
-              transport: str = "ssh") -> dict[str, Any]:
+              transport: str = "ssh", relay: Path = RELAY) -> dict[str, Any]:
     """One send along ``hops`` fresh hops with ``streams`` streams, checked complete."""
     manifest = work / "manifest.json"
     log = work / f"rusage-{hops}-{streams}.log"
@@ -193,17 +193,19 @@ def chain_run(root: Path, work: Path, hops: int, streams: int, *, size: int,
                "job": f"b{hops}x{streams}",
                "via": f"{shlex.quote(sys.executable)} {shlex.quote(str(HOP))} "
                       f"{shlex.quote(str(log))} hop{i}",
-               "relay": f"{shlex.quote(sys.executable)} {shlex.quote(str(RELAY))}"}
-        subprocess.run([sys.executable, str(RELAY), "check", hop["root"], "--manifest",
+               "relay": f"{shlex.quote(sys.executable)} {shlex.quote(str(relay))}"}
+        subprocess.run([sys.executable, str(relay), "check", hop["root"], "--manifest",
                         str(manifest), "--state", hop["state"], "--need-out", hop["need"]],
                        check=True, capture_output=True)
         chain.append(hop)
     names = work / "names"
     names.write_text("".join(f"{p.name}\n" for p in sorted(root.iterdir())))
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(RELAY), "send", str(root), "--files", str(names),
-                           "--chain", json.dumps(chain), "--streams", str(streams),
-                           "--transport", transport], capture_output=True, text=True,
+    # Flags only where they differ from the defaults: an older relay (--relay) has none.
+    flags = ([] if streams == 1 else ["--streams", str(streams)]) + \
+        ([] if transport == "ssh" else ["--transport", transport])
+    proc = subprocess.run([sys.executable, str(relay), "send", str(root), "--files", str(names),
+                           "--chain", json.dumps(chain), *flags], capture_output=True, text=True,
                           check=False)
     wall = time.monotonic() - start
     if proc.returncode != 0:
@@ -234,8 +236,8 @@ def chain_run(root: Path, work: Path, hops: int, streams: int, *, size: int,
             "cpu_s_per_gib_each_hop": [round(c / gib, 3) for c in own]}
 
 
-def loopback(size: int, files: int, hop_counts: list[int], max_streams: int,
-             transports: list[str]) -> dict[str, Any]:
+def loopback(size: int, files: int, hop_counts: list[int], max_streams: int, *,
+             transports: list[str], relay: Path = RELAY) -> dict[str, Any]:
     shm = Path("/dev/shm")  # noqa: S108 - tmpfs, so the disk is not what is measured
     work = Path(tempfile.mkdtemp(prefix="sparkctl-fanout-",
                                  dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None))
@@ -251,7 +253,7 @@ def loopback(size: int, files: int, hop_counts: list[int], max_streams: int,
         pipe = pipe_rate(root, work, size)
         with private_sshd(work) as ssh_argv:
             ssh_mb_s, ssh_cpu = ssh_rate(ssh_argv, root)
-        rows = [chain_run(root, work, hops, k, size=size, transport=transport)
+        rows = [chain_run(root, work, hops, k, size=size, transport=transport, relay=relay)
                 for transport in transports for hops in hop_counts
                 for k in range(1, max_streams + 1)]
     finally:

@@ -126,6 +126,9 @@ def main() -> int:
                         help="--loopback: ssh (bytes on the hop's pipe, as inside ssh), tcp, "
                         "or both comma-separated")
     parser.add_argument("--json", action="store_true", help="--loopback: print one JSON object")
+    parser.add_argument("--relay", type=Path, default=None,
+                        help="--loopback: another sparkctl_model_relay.py (an older commit's, "
+                        "for a before/after; streams 1 and ssh only if it has no --streams)")
     args = parser.parse_args()
     if args.loopback:
         return run_loopback(args)
@@ -177,10 +180,12 @@ def run_loopback(args: argparse.Namespace) -> int:
     cores = os.cpu_count() or 1
     max_streams = args.max_streams or min(8, 2 * cores)
     result = loopback(size, args.files, [int(h) for h in args.hops.split(",")], max_streams,
-                      args.transport.split(","))
+                      transports=args.transport.split(","),
+                      **({"relay": args.relay.resolve()} if args.relay else {}))
     record = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "machine": {"cpus": cores, "load_avg_1m": os.getloadavg()[0],
                           "python": platform.python_version(), "cpu": _cpu_model()},
+              "relay": str(args.relay or "this checkout"),
               **result}
     out = (REPO / "benchmarks" / "results"
            / f"model-fanout-loopback-{time.strftime('%Y%m%d-%H%M%S')}.json")
