@@ -11,6 +11,12 @@ conditionals, loops, facts, failures, callbacks), except that
 ``_queue_task`` runs the worker's own code, ``TaskExecutor`` on a copy of the
 task, here and puts its result on the same queue a worker would.
 
+ansible-core 2.19 deprecates strategy plugins outside ansible.builtin ("no
+alternative for third party strategy plugins is currently planned") and warns
+so when one loads. That is why only render.yml uses it (provision's preflight
+does not): a render reviewed on every edit is where the CPU matters, and
+``-e sparkctl_render_strategy=linear`` renders the same without it.
+
 Only for plays that contact no host: tasks run one after the other (no forks,
 no parallel hosts), so a task that waits on a network would hold up the
 whole run. ``tests/unit/test_render_strategy.py`` renders the lab inventories

@@ -1,11 +1,11 @@
-"""The controller-only plays run inline (playbooks/strategy_plugins/sparkctl_inline.py):
-the same files as Ansible's own linear strategy, byte for byte and mode for mode.
+"""render.yml's plays run inline (playbooks/strategy_plugins/sparkctl_inline.py): the
+same files as Ansible's own linear strategy, byte for byte and mode for mode.
 
-``sparkctl render`` (and every entry playbook's preflight) runs its tasks in the
-controller's process instead of one forked worker per task and host. The
+``sparkctl render`` runs its tasks in the controller's process instead of one
+forked worker per task and host. The
 session's renders (tests/conftest.py, inline) are compared here with renders of
 the same inventories in the same environment with
-``-e sparkctl_controller_strategy=linear``, which is Ansible unchanged.
+``-e sparkctl_render_strategy=linear``, which is Ansible unchanged.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_inline_render_is_linear_render(name: str, rendered_inventory: Callable[
         result = run_playbook("render.yml", REPO / "inventory" / f"{name}.ini",
                               results_dir=tmp_path / "runs",
                               extravars={"sparkctl_render_dir": str(out),
-                                         "sparkctl_controller_strategy": "linear"},
+                                         "sparkctl_render_strategy": "linear"},
                               envvars=cluster_env(inline.inv.cluster))
     assert result.ok, result.failures
     linear, ours = _tree(out), _tree(inline.out)
