@@ -772,6 +772,14 @@ def _shared_file(path: Path) -> int:
     return fd
 
 
+def _no_link(path: Path, mode: str) -> IO[str]:
+    """``path`` opened as text for reading and appending ("a+"), made if missing, never
+    through a link (the range notes and stream counters are named after the transfer)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    return os.fdopen(fd, mode)
+
+
 def _mismatch(rel: str, size: int, digest: str, entry: dict[str, Any]) -> RelayError:
     return RelayError(f"{rel}: received {size} bytes with SHA-256 {digest[:16]}..., the "
                       f"manifest says {entry['size']} bytes, {entry['sha256'][:16]}...")
@@ -897,7 +905,7 @@ class Receiver:
             # one hashes the whole file (SHA-256 is sequential: ranges cannot be hashed
             # apart) and moves it into place.
             fcntl.flock(fd, fcntl.LOCK_EX)
-            with ranges.open("a+") as log:
+            with _no_link(ranges, "a+") as log:
                 log.write(f"{offset} {length}\n")
                 log.seek(0)
                 got = sorted(tuple(map(int, line.split())) for line in log if line.strip())
@@ -957,12 +965,16 @@ def _finish_node(hop: dict[str, Any], receiver: Receiver, streams: int) -> None:
         save_state(state_path, merged)
         if streams > 1:
             counter = state_path.with_name(f"{state_path.name}.{receiver.job}.streams")
-            try:
-                done = int(counter.read_text() or 0) + 1
-            except (OSError, ValueError):
-                done = 1
+            with _no_link(counter, "a+") as count:
+                count.seek(0)
+                try:
+                    done = int(count.read() or 0) + 1
+                except ValueError:
+                    done = 1
+                count.seek(0)
+                count.truncate()
+                count.write(f"{done}\n")
             if done < streams:
-                counter.write_text(f"{done}\n")
                 return
             counter.unlink(missing_ok=True)
     missing = []
