@@ -397,8 +397,8 @@ def _piped(stream: IO[bytes] | None) -> IO[bytes]:
 def _grow_pipe(fd: int) -> None:
     """Ask for a PIPE_SIZE buffer (fewer, larger tee/read/write calls); a pipe
     that cannot grow (pipe-max-size, not a pipe) is used as it is."""
-    with contextlib.suppress(OSError, AttributeError):
-        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+    if _is_pipe(fd):
+        with contextlib.suppress(OSError, AttributeError):
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
 
 
@@ -546,12 +546,15 @@ class Downstream:
             raise RelayError(f"{self.host}: connecting to {host} port {words[1]}: {exc}") from None
         return sock
 
+    def stopped(self) -> RelayError:
+        """The error of a next hop that stopped reading, with its last words."""
+        return RelayError(f"{self.host} stopped reading: " + " | ".join(self.tail[-3:]))
+
     def write(self, data: bytes | memoryview) -> None:
         try:
             _write_all(self.fd, data)
         except (BrokenPipeError, ConnectionError):
-            raise RelayError(f"{self.host} stopped reading: "
-                             + " | ".join(self.tail[-3:])) from None
+            raise self.stopped() from None
 
     def sendfile(self, in_fd: int, offset: int, count: int, name: str) -> None:
         """``count`` bytes of the open file ``in_fd`` from ``offset``, copied by the kernel."""
@@ -563,8 +566,7 @@ class Downstream:
                 offset += sent
                 count -= sent
         except (BrokenPipeError, ConnectionError):
-            raise RelayError(f"{self.host} stopped reading: "
-                             + " | ".join(self.tail[-3:])) from None
+            raise self.stopped() from None
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):
@@ -614,17 +616,17 @@ class Inbound:
     def _available(self) -> int:
         """Pipe mode: bytes that may be used now (passed on already when there is a
         next hop); 0 at the end of the stream."""
-        if self.tee is None:
+        down = self.down
+        if self.tee is None or down is None:
             return 1 << 30
         while self.ahead == 0:
-            n = self.tee(self.fd, self.down.fd, PIPE_SIZE, 0)  # type: ignore[union-attr]
+            n = self.tee(self.fd, down.fd, PIPE_SIZE, 0)
             if n < 0:
                 err = ctypes.get_errno()
                 if err == errno.EINTR:
                     continue
                 if err == errno.EPIPE:
-                    raise RelayError(f"{self.down.host} stopped reading: "  # type: ignore[union-attr]
-                                     + " | ".join(self.down.tail[-3:]))  # type: ignore[union-attr]
+                    raise down.stopped()
                 raise OSError(err, os.strerror(err))
             if n == 0:
                 return 0
@@ -668,13 +670,13 @@ class Inbound:
                 room = self._available()
                 data = os.read(self.fd, min(n - len(out), room)) if room else b""
                 if not data:
-                    raise RelayError("the stream ended early (cut off)")
+                    raise _cut()
                 self._used(len(data))
                 out += data
             else:
                 view = self._chunk(n - len(out))
                 if view is None:
-                    raise RelayError("the stream ended early (cut off)")
+                    raise _cut()
                 out += view
         return bytes(out)
 
@@ -695,13 +697,13 @@ class Inbound:
                 n = os.splice(self.fd, fd, min(count, room, PIPE_SIZE), offset_dst=pos) \
                     if room else 0
                 if n == 0:
-                    raise RelayError("the stream ended early (cut off)")
+                    raise _cut()
                 self._used(n)
                 yield n, None
             else:
                 view = self._chunk(min(count, CHUNK))
                 if view is None:
-                    raise RelayError("the stream ended early (cut off)")
+                    raise _cut()
                 n = len(view)
                 rest, at = view, pos
                 while rest:
@@ -720,12 +722,12 @@ class Inbound:
                 room = self._available()
                 n = os.splice(self.fd, self.null, min(count, room, PIPE_SIZE)) if room else 0
                 if n == 0:
-                    raise RelayError("the stream ended early (cut off)")
+                    raise _cut()
                 self._used(n)
             else:
                 view = self._chunk(min(count, CHUNK))
                 if view is None:
-                    raise RelayError("the stream ended early (cut off)")
+                    raise _cut()
                 n = len(view)
             count -= n
 
@@ -733,6 +735,10 @@ class Inbound:
         if self.null >= 0:
             os.close(self.null)
             self.null = -1
+
+
+def _cut() -> RelayError:
+    return RelayError("the stream ended early (cut off)")
 
 
 def _real_dir(root: Path, rel: str) -> Path:
@@ -852,7 +858,7 @@ class Receiver:
         if not inbound.at_end():
             raise RelayError("the stream goes on after its end record")
 
-    def _done(self, rel: str, target: Path, st: os.stat_result) -> None:
+    def _done(self, rel: str, st: os.stat_result) -> None:
         self.state[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
                            "sha256": self.manifest[rel]["sha256"]}
         self.written.append(rel)
@@ -887,7 +893,7 @@ class Receiver:
         if digest.hexdigest() != entry["sha256"]:
             partial.unlink(missing_ok=True)
             raise _mismatch(rel, size, digest.hexdigest(), entry)
-        self._done(rel, target, _into_place(partial, target))
+        self._done(rel, _into_place(partial, target))
 
     def _range(self, inbound: Inbound, rel: str, offset: int, length: int) -> None:
         entry = self.manifest[rel]
@@ -921,7 +927,7 @@ class Receiver:
             if digest != entry["sha256"]:
                 partial.unlink(missing_ok=True)
                 raise _mismatch(rel, size, digest, entry)
-            self._done(rel, target, _into_place(partial, target))
+            self._done(rel, _into_place(partial, target))
         finally:
             os.close(fd)
 
