@@ -759,19 +759,24 @@ def _real_dir(root: Path, rel: str) -> Path:
     return current
 
 
+def _own(path: Path, flags: int = 0) -> int:
+    """``path`` opened read-write for this relay's own use, made 0600 if missing, never
+    through a link (partial files, range notes, stream counters, the state lock)."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | flags, 0o600)
+
+
 def _new_file(path: Path) -> int:
     """``path`` created anew for writing, never through a link: a leftover partial file
     (or a link planted under its name) is removed first; O_NOFOLLOW and O_EXCL hold."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                   0o600)
+    return _own(path, os.O_EXCL)
 
 
 def _shared_file(path: Path) -> int:
     """The partial file several streams write ranges of: opened (made if missing) never
     through a link, and only if it is a regular file."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = _own(path)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise RelayError(f"{path} is not a regular file; remove it first")
@@ -781,9 +786,7 @@ def _shared_file(path: Path) -> int:
 def _no_link(path: Path, mode: str) -> IO[str]:
     """``path`` opened as text for reading and appending ("a+"), made if missing, never
     through a link (the range notes and stream counters are named after the transfer)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
-    return os.fdopen(fd, mode)
+    return os.fdopen(_own(path, os.O_APPEND), mode)
 
 
 def _mismatch(rel: str, size: int, digest: str, entry: dict[str, Any]) -> RelayError:
@@ -953,7 +956,7 @@ def _locked(path: Path) -> Iterator[None]:
     """An exclusive lock on ``path`` (made if missing): the streams of one node share
     the hash state and the count of streams finished."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = _own(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
