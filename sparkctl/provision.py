@@ -163,8 +163,9 @@ def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[
         console.progress(f"{command.replace('-', ' ')}: {inv.cluster} ({len(hosts)} hosts) with "
                          f"{playbook}; artifacts: {out_dir}")
         with Progress(hosts) as progress:
-            result = run_playbook(playbook, inventory_path, results_dir=out_dir, limit=limit,
-                                  tags=tags, skip_tags=skip_tags, check=check, diff=diff,
+            result = run_playbook(playbook, inventory_path, results_dir=out_dir,
+                                  hosts=len(inv.hostvars), limit=limit, tags=tags,
+                                  skip_tags=skip_tags, check=check, diff=diff,
                                   extravars=extravars,
                                   on_event=progress, envvars=cluster_env(inv.cluster))
     if as_json:

@@ -20,7 +20,7 @@ def render(inventory_path: Path, out: Path) -> list[Path]:
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     result = run_playbook("render.yml", inventory_path,
-                          results_dir=results_dir(inv.cluster, "render"),
+                          results_dir=results_dir(inv.cluster, "render"), hosts=len(inv.hostvars),
                           extravars={"sparkctl_render_dir": str(out)},
                           envvars=cluster_env(inv.cluster))
     if not result.ok:

@@ -78,6 +78,7 @@ def load_plan(inv: inventory.Inventory, run_dir: Path,
         console.progress("plan: what the inventory implies for every node (validate_plan.yml)")
         tmp = cache.with_suffix(".tmp")
         result = run_playbook("validate_plan.yml", inv.path, results_dir=run_dir / "plan",
+                              hosts=len(inv.hostvars),
                               extravars={**dict(extravars or {}),
                                          "validate_plan_file": str(tmp)},
                               envvars=cluster_env(inv.cluster))

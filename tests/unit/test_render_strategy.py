@@ -44,7 +44,7 @@ def test_inline_render_is_linear_render(name: str, rendered_inventory: Callable[
         warnings.filterwarnings("ignore", "AnsibleCollectionFinder has already been configured",
                                 UserWarning)
         result = run_playbook("render.yml", REPO / "inventory" / f"{name}.ini",
-                              results_dir=tmp_path / "runs",
+                              results_dir=tmp_path / "runs", hosts=len(inline.inv.hostvars),
                               extravars={"sparkctl_render_dir": str(out),
                                          "sparkctl_render_strategy": "linear"},
                               envvars=cluster_env(inline.inv.cluster))

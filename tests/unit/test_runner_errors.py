@@ -174,7 +174,8 @@ def test_a_changed_host_key_is_named_with_the_trust_commands(
 
     monkeypatch.setattr(ansible_runner, "run", fake_run)
     seen: list[Event] = []
-    result = run_playbook("site.yml", inv, results_dir=tmp_path / "r", on_event=seen.append)
+    result = run_playbook("site.yml", inv, results_dir=tmp_path / "r", hosts=1,
+                          on_event=seen.append)
     by_host = {f.host: f.message for f in result.failures}
     for host in ("spark2", "spark4"):
         msg = by_host[host]
@@ -185,3 +186,34 @@ def test_a_changed_host_key_is_named_with_the_trust_commands(
     assert by_host["spark1"] == "Host key verification failed."
     assert next(e for e in seen if e.host == "spark2").message == by_host["spark2"]
     assert result.exit_code().name == "UNREACHABLE"
+
+
+def test_forks_follow_the_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One fork per host of the inventory (ansible.cfg's 16 would run 32 nodes in two
+    batches), at most FORKS_MAX, and an operator's ANSIBLE_FORKS is left to decide."""
+    import types  # noqa: PLC0415
+
+    import ansible_runner  # noqa: PLC0415
+    from ansible_runner.config.runner import RunnerConfig  # noqa: PLC0415
+
+    from sparkctl.runner import FORKS_MAX, run_playbook  # noqa: PLC0415
+
+    asked: list[object] = []
+
+    def fake_run(**kwargs: object) -> object:
+        asked.append(kwargs["forks"])
+        return types.SimpleNamespace(status="successful", rc=0, stats={},
+                                     config=types.SimpleNamespace(artifact_dir=str(tmp_path)))
+
+    monkeypatch.setattr(ansible_runner, "run", fake_run)
+    monkeypatch.delenv("ANSIBLE_FORKS", raising=False)
+    for hosts in (5, 9, 33, FORKS_MAX + 40):
+        run_playbook("site.yml", Path("inventory/sim.ini"), results_dir=tmp_path / "r",
+                     hosts=hosts)
+    monkeypatch.setenv("ANSIBLE_FORKS", "3")
+    run_playbook("site.yml", Path("inventory/sim.ini"), results_dir=tmp_path / "r", hosts=33)
+    assert asked == [5, 9, 33, FORKS_MAX, None]
+    # ansible-runner itself turns the number into ansible-playbook's --forks.
+    config = RunnerConfig(private_data_dir=str(tmp_path / "p"), playbook="site.yml", forks=33)
+    argv = config.generate_ansible_command()
+    assert argv[argv.index("--forks") + 1] == "33"
