@@ -126,6 +126,8 @@ def main() -> int:
                         help="--loopback: ssh (bytes on the hop's pipe, as inside ssh), tcp, "
                         "or both comma-separated")
     parser.add_argument("--json", action="store_true", help="--loopback: print one JSON object")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="--loopback: runs of each row, the median reported (default 3)")
     parser.add_argument("--relay", type=Path, default=None,
                         help="--loopback: another sparkctl_model_relay.py (an older commit's, "
                         "for a before/after; streams 1 and ssh only if it has no --streams)")
@@ -180,7 +182,7 @@ def run_loopback(args: argparse.Namespace) -> int:
     cores = os.cpu_count() or 1
     max_streams = args.max_streams or min(8, 2 * cores)
     result = loopback(size, args.files, [int(h) for h in args.hops.split(",")], max_streams,
-                      transports=args.transport.split(","),
+                      transports=args.transport.split(","), repeat=max(1, args.repeat),
                       **({"relay": args.relay.resolve()} if args.relay else {}))
     record = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "machine": {"cpus": cores, "load_avg_1m": os.getloadavg()[0],
@@ -203,11 +205,13 @@ def run_loopback(args: argparse.Namespace) -> int:
                 f"{result['ssh_mb_s']:8.1f} MB/s ({result['ssh_client_cpu_s_per_gib']:.3f} "
                 "CPU-s/GiB, client side)")
     print(f"  ssh, one stream             {ssh_text}")
-    floor = sha + result["write_cpu_s_per_gib"]
-    print(f"  writing the bytes to files  {result['write_cpu_s_per_gib']:.3f} CPU-s/GiB; "
-          f"sha256 + write = {floor:.3f} CPU-s/GiB (a receiving hop's floor)")
+    floor = sha + result["copy_cpu_s_per_gib"]
+    print(f"  writing the bytes to files  {result['write_cpu_s_per_gib']:.3f} CPU-s/GiB from a "
+          f"buffer, {result['copy_cpu_s_per_gib']:.3f} copied from the files' pages")
+    print(f"  sha256 + copy               {floor:.3f} CPU-s/GiB (a receiving hop's floor)")
     print(f"  starting the relay          {result['relay_start_cpu_s']:.3f} CPU-s per process")
-    print("  relay chain: transport hops streams   MB/s per hop   CPU-s/GiB/hop   x sha256"
+    print(f"  relay chain (median of {result['repeat']} runs each):")
+    print("               transport hops streams   MB/s per hop   CPU-s/GiB/hop   x sha256"
           "   x floor")
     for row in result["streams"]:
         print(f"               {row['transport']:9s} {row['hops']:4d} {row['k']:7d} "
