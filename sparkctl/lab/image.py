@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lab.podman import Podman
@@ -29,7 +28,9 @@ log = logging.getLogger(__name__)
 
 IMAGE_REPO = "localhost/sparkctl-lab"
 SUITE = "bookworm"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
+# No mirror is named here: the image's packages come from the mirror this
+# machine's own apt uses (host_sources), or the one given with --mirror.
+APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list"))
 
 # What a lab node has before provisioning. Tools a role installs on a real
 # Spark are installed by that role, except the heavy MPI stack, which is
@@ -114,9 +115,19 @@ class ImageRecipe:
         return f"{IMAGE_REPO}:{self.digest()}"
 
 
-def host_mirror(sources: tuple[Path, ...] = (Path("/etc/apt/sources.list.d/debian.sources"),
-                                            Path("/etc/apt/sources.list"))) -> str:
-    """The Debian mirror this machine's apt uses, so the lab uses the same one."""
+@dataclass(frozen=True)
+class AptSources:
+    """Where the image's packages come from: the suite's mirror, and its security
+    updates' (None: beside the mirror, as ``<mirror>/../debian-security``)."""
+
+    mirror: str
+    security: str | None = None
+
+
+def _suite_uris(sources: tuple[Path, ...]) -> tuple[list[str], list[str]]:
+    """The URIs the files give for SUITE and for SUITE-security, in their order."""
+    main: list[str] = []
+    security: list[str] = []
     for src in sources:
         try:
             text = src.read_text()
@@ -124,25 +135,48 @@ def host_mirror(sources: tuple[Path, ...] = (Path("/etc/apt/sources.list.d/debia
             continue
         if src.suffix == ".sources":
             for stanza in re.split(r"\n\s*\n", text):
-                if re.search(r"^Suites:.*\b" + SUITE + r"\b", stanza, re.M):
-                    m = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
-                    if m and "security" not in m.group(1):
-                        return m.group(1).rstrip("/")
+                uri = re.search(r"^URIs:\s*(\S+)", stanza, re.M)
+                suites = re.search(r"^Suites:(.*)$", stanza, re.M)
+                if not uri or not suites:
+                    continue
+                names = suites.group(1).split()
+                if SUITE in names:
+                    main.append(uri.group(1).rstrip("/"))
+                if f"{SUITE}-security" in names:
+                    security.append(uri.group(1).rstrip("/"))
         else:
             for line in text.splitlines():
-                m = re.match(r"\s*deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+" + SUITE + r"\s", line)
-                if m and "security" not in m.group(1):
-                    return m.group(1).rstrip("/")
-    return DEFAULT_MIRROR
+                m = re.match(r"\s*deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+(\S+)\s", line)
+                if m and m.group(2) == SUITE:
+                    main.append(m.group(1).rstrip("/"))
+                elif m and m.group(2) == f"{SUITE}-security":
+                    security.append(m.group(1).rstrip("/"))
+    return [u for u in main if "security" not in u], security
 
 
-def _apt_sources(mirror: str) -> str:
-    mirror = mirror.rstrip("/")
-    # Debian's CDN serves security at its own path; a mirror or caching proxy
-    # is expected to serve debian-security beside debian.
-    security = "http://deb.debian.org/debian-security" \
-        if urlsplit(mirror).hostname == "deb.debian.org" \
-        else mirror.rsplit("/", 1)[0] + "/debian-security"
+def host_sources(sources: tuple[Path, ...] = APT_SOURCES) -> AptSources:
+    """The Debian mirror (and security mirror) this machine's apt uses, so the lab
+    uses the same ones; none found is an environment error naming --mirror."""
+    main, security = _suite_uris(sources)
+    if not main:
+        raise SparkctlError(
+            f"no Debian {SUITE} source in {', '.join(map(str, sources)) or 'no apt sources'}: "
+            "the lab image takes its packages from this machine's apt mirror",
+            ExitCode.ENVIRONMENT,
+            hint="name one: sparkctl lab up --mirror URL (or SPARKCTL_LAB_MIRROR)")
+    return AptSources(main[0], security[0] if security else None)
+
+
+def host_mirror(sources: tuple[Path, ...] = APT_SOURCES) -> str:
+    """The Debian mirror this machine's apt uses."""
+    return host_sources(sources).mirror
+
+
+def _apt_sources(apt: AptSources) -> str:
+    mirror = apt.mirror.rstrip("/")
+    # A mirror or caching proxy given alone is expected to serve debian-security
+    # beside debian; this machine's own security source is used where it has one.
+    security = (apt.security or mirror.rsplit("/", 1)[0] + "/debian-security").rstrip("/")
     return (f"deb {mirror} {SUITE} main\n"
             f"deb {mirror} {SUITE}-updates main\n"
             f"deb {security} {SUITE}-security main\n")
@@ -155,13 +189,14 @@ def ensure_image(podman: Podman, *, work_dir: Path, mirror: str | None = None,
     if not rebuild and podman.image_exists(recipe.ref):
         progress(f"lab image {recipe.ref} is cached")
         return recipe.ref
-    build_image(podman, recipe, work_dir=work_dir, mirror=(mirror or host_mirror()).rstrip("/"),
-                progress=progress)
+    apt = AptSources(mirror.rstrip("/")) if mirror else host_sources()
+    build_image(podman, recipe, work_dir=work_dir, apt=apt, progress=progress)
     return recipe.ref
 
 
-def build_image(podman: Podman, recipe: ImageRecipe, *, work_dir: Path, mirror: str,
+def build_image(podman: Podman, recipe: ImageRecipe, *, work_dir: Path, apt: AptSources,
                 progress: Callable[[str], None]) -> None:
+    mirror = apt.mirror
     debootstrap = require_tool("debootstrap")
     work_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -179,7 +214,7 @@ def build_image(podman: Podman, recipe: ImageRecipe, *, work_dir: Path, mirror: 
             tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-15:])
             raise SparkctlError(f"debootstrap failed (exit {proc.returncode}):\n{tail}",
                                 ExitCode.LAB, hint=f"full log: {logfile}")
-        _customise(root, mirror)
+        _customise(root, apt)
         progress("importing the root file system into podman")
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."],
                                stdout=subprocess.PIPE)
@@ -206,7 +241,7 @@ def no_public_time_sources(chrony_conf: str) -> str:
                    for line in chrony_conf.splitlines(keepends=True))
 
 
-def _customise(root: Path, mirror: str) -> None:
+def _customise(root: Path, apt: AptSources) -> None:
     for rel, (content, mode) in _FILES.items():
         target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -214,7 +249,7 @@ def _customise(root: Path, mirror: str) -> None:
         target.chmod(mode)
     for key in root.glob("etc/ssh/ssh_host_*"):
         key.unlink()  # every node generates its own on first boot
-    (root / "etc/apt/sources.list").write_text(_apt_sources(mirror))
+    (root / "etc/apt/sources.list").write_text(_apt_sources(apt))
     (root / "etc/hostname").write_text("")
     run(["chroot", str(root), "systemctl", "enable", *_ENABLE], what="systemctl enable")
     run(["chroot", str(root), "systemctl", "mask", *_MASK], what="systemctl mask")

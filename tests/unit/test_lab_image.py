@@ -14,22 +14,31 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lab import image
-from sparkctl.lab.image import DEFAULT_MIRROR, PACKAGES, ImageRecipe, _apt_sources, host_mirror
+from sparkctl.lab.image import (
+    PACKAGES,
+    AptSources,
+    ImageRecipe,
+    _apt_sources,
+    host_mirror,
+    host_sources,
+)
 
-# /etc/apt/sources.list.d/debian.sources of the Debian 12 container image,
-# comments included (deb822 allows comment lines inside a stanza).
+# /etc/apt/sources.list.d/debian.sources in the form of the Debian 12 container
+# image's, comments included (deb822 allows comment lines inside a stanza); its
+# hosts are example names (no mirror is named in the project).
 DEBIAN_SOURCES = """\
 Types: deb
-# http://snapshot.debian.org/archive/debian/20250520T000000Z
+# http://snapshot.example.org/archive/debian/20250520T000000Z
 URIs: {main}
 Suites: bookworm bookworm-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb
-# http://snapshot.debian.org/archive/debian-security/20250520T000000Z
-URIs: http://deb.debian.org/debian-security
+# http://snapshot.example.org/archive/debian-security/20250520T000000Z
+URIs: http://deb.example.org/debian-security
 Suites: bookworm-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
@@ -37,7 +46,7 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 SECURITY_FIRST_SOURCES = """\
 Types: deb
-URIs: http://security.debian.org/debian-security
+URIs: http://security.example.org/debian-security
 Suites: bookworm-security
 Components: main
 
@@ -98,50 +107,75 @@ def test_packages_the_lab_relies_on() -> None:
 
 
 # ------------------------------------------------------------ host_mirror
-def test_deb822_default_debian(tmp_path: Path) -> None:
-    src = write(tmp_path / "debian.sources", DEBIAN_SOURCES.format(main="http://deb.debian.org/debian"))
-    assert host_mirror((src,)) == "http://deb.debian.org/debian"
+def test_deb822_mirror_and_security(tmp_path: Path) -> None:
+    src = write(tmp_path / "debian.sources", DEBIAN_SOURCES.format(main="http://deb.example.org/debian"))
+    assert host_sources((src,)) == AptSources("http://deb.example.org/debian",
+                                              "http://deb.example.org/debian-security")
+    assert host_mirror((src,)) == "http://deb.example.org/debian"
 
 
 def test_deb822_custom_mirror_trailing_slash_stripped(tmp_path: Path) -> None:
     src = write(tmp_path / "debian.sources",
-                DEBIAN_SOURCES.format(main="http://ftp.de.debian.org/debian/"))
-    assert host_mirror((src,)) == "http://ftp.de.debian.org/debian"
+                DEBIAN_SOURCES.format(main="http://ftp.de.example.org/debian/"))
+    assert host_mirror((src,)) == "http://ftp.de.example.org/debian"
 
 
 def test_deb822_skips_security_stanza(tmp_path: Path) -> None:
     src = write(tmp_path / "debian.sources", SECURITY_FIRST_SOURCES)
-    assert host_mirror((src,)) == "https://mirror.example.net/debian"
+    assert host_sources((src,)) == AptSources("https://mirror.example.net/debian",
+                                              "http://security.example.org/debian-security")
 
 
-def test_deb822_other_suite_only(tmp_path: Path) -> None:
+def test_deb822_updates_alone_is_not_the_suite(tmp_path: Path) -> None:
+    src = write(tmp_path / "debian.sources", """\
+        Types: deb
+        URIs: http://updates.example.net/debian
+        Suites: bookworm-updates
+        Components: main
+
+        Types: deb
+        URIs: http://mirror.example.net/debian
+        Suites: bookworm
+        Components: main
+        """)
+    assert host_sources((src,)) == AptSources("http://mirror.example.net/debian")
+
+
+def test_no_source_for_the_suite_is_an_environment_error(tmp_path: Path) -> None:
     src = write(tmp_path / "debian.sources", """\
         Types: deb
         URIs: http://mirror.example.net/debian
         Suites: trixie trixie-updates
         Components: main
         """)
-    assert host_mirror((src,)) == DEFAULT_MIRROR
+    for sources in ((src,), (tmp_path / "nope.sources", tmp_path / "nope.list"), ()):
+        with pytest.raises(SparkctlError) as err:
+            host_mirror(sources)
+        assert err.value.code == ExitCode.ENVIRONMENT
+        assert "no Debian bookworm source" in str(err.value)
+        assert "--mirror" in (err.value.hint or "")
 
 
 def test_one_line_sources_list(tmp_path: Path) -> None:
     src = write(tmp_path / "sources.list", """\
         # deb http://old.example.org/debian bookworm main
-        deb http://security.debian.org/debian-security bookworm-security main
+        deb http://security.example.org/debian-security bookworm-security main
         deb-src http://src.example.org/debian bookworm main
-        deb https://packages.cloud.google.com/apt cloud-sdk-bookworm main
+        deb https://packages.example.com/apt cloud-sdk-bookworm main
         deb [arch=amd64 signed-by=/etc/apt/k.gpg] http://ftp.example.org/debian/ bookworm main
         deb http://second.example.org/debian bookworm main
         """)
-    assert host_mirror((src,)) == "http://ftp.example.org/debian"
+    assert host_sources((src,)) == AptSources("http://ftp.example.org/debian",
+                                              "http://security.example.org/debian-security")
 
 
 def test_one_line_sources_list_security_only(tmp_path: Path) -> None:
     src = write(tmp_path / "sources.list", """\
-        deb http://security.debian.org/debian-security bookworm-security main
-        deb http://deb.debian.org/debian-security/ bookworm main
+        deb http://security.example.org/debian-security bookworm-security main
+        deb http://deb.example.org/debian-security/ bookworm main
         """)
-    assert host_mirror((src,)) == DEFAULT_MIRROR
+    with pytest.raises(SparkctlError, match="no Debian bookworm source"):
+        host_mirror((src,))
 
 
 def test_first_readable_source_wins(tmp_path: Path) -> None:
@@ -155,23 +189,25 @@ def test_first_readable_source_wins(tmp_path: Path) -> None:
     assert host_mirror((tmp_path, legacy)) == "http://second.example.org/debian"  # a directory
 
 
-def test_fallback_default(tmp_path: Path) -> None:
-    assert host_mirror((tmp_path / "nope.sources", tmp_path / "nope.list")) == DEFAULT_MIRROR
-    assert host_mirror(()) == DEFAULT_MIRROR
-    assert DEFAULT_MIRROR == "http://deb.debian.org/debian"
+def test_no_mirror_is_named_in_the_image_module() -> None:
+    """The image's mirror comes from this machine's apt sources or --mirror only."""
+    text = Path(image.__file__).read_text()
+    assert not re.findall(r"https?://[a-z0-9.-]+\.[a-z]{2,}", text), \
+        re.findall(r"https?://[a-z0-9.-]+\.[a-z]{2,}", text)
 
 
 # ------------------------------------------------------------ _apt_sources
-def test_apt_sources_default_mirror() -> None:
-    assert _apt_sources("http://deb.debian.org/debian") == (
-        "deb http://deb.debian.org/debian bookworm main\n"
-        "deb http://deb.debian.org/debian bookworm-updates main\n"
-        "deb http://deb.debian.org/debian-security bookworm-security main\n"
+def test_apt_sources_with_this_machines_security_source() -> None:
+    assert _apt_sources(AptSources("http://deb.example.org/debian",
+                                   "http://security.example.org/debian-security/")) == (
+        "deb http://deb.example.org/debian bookworm main\n"
+        "deb http://deb.example.org/debian bookworm-updates main\n"
+        "deb http://security.example.org/debian-security bookworm-security main\n"
     )
 
 
 def test_apt_sources_custom_mirror_serves_security_too() -> None:
-    assert _apt_sources("http://mirror.example.net/debian") == (
+    assert _apt_sources(AptSources("http://mirror.example.net/debian")) == (
         "deb http://mirror.example.net/debian bookworm main\n"
         "deb http://mirror.example.net/debian bookworm-updates main\n"
         "deb http://mirror.example.net/debian-security bookworm-security main\n"
@@ -179,7 +215,7 @@ def test_apt_sources_custom_mirror_serves_security_too() -> None:
 
 
 def test_apt_sources_mirror_with_trailing_slash() -> None:
-    lines = _apt_sources("http://mirror.example.net/debian/").splitlines()
+    lines = _apt_sources(AptSources("http://mirror.example.net/debian/")).splitlines()
     assert lines[2] == "deb http://mirror.example.net/debian-security bookworm-security main"
 
 
