@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -64,27 +64,37 @@ def sha256_rate(root: Path) -> tuple[float, float]:
     return total / cpu / 1e6, cpu / (total / GIB)
 
 
-def write_cost(root: Path, work: Path) -> float:
-    """CPU-s per GiB of writing the model's bytes into new files beside it (the same
-    file system as the hops): the other per-byte job a receiving hop cannot avoid.
-    The bytes come from a buffer already in memory, so this is the write alone."""
-    buf = bytearray(1 << 20)
-    view = memoryview(buf)
+def _per_gib(root: Path, work: Path, fill: Callable[[int, int, int], None]) -> float:
+    """CPU-s per GiB of ``fill(src_fd, dst_fd, size)`` putting each of the model's files
+    into a new file beside them (the same file system as the hops)."""
     total = 0
     cpu = 0.0
     for path in sorted(root.iterdir()):
         size = path.stat().st_size
         out = work / "write-cost"
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        src = os.open(path, os.O_RDONLY)
+        dst = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         start = time.process_time()
-        left = size
-        while left:
-            left -= os.write(fd, view[:min(left, len(buf))])
+        fill(src, dst, size)
         cpu += time.process_time() - start
-        os.close(fd)
+        os.close(src)
+        os.close(dst)
         out.unlink()
         total += size
     return cpu / (total / GIB)
+
+
+def write_cost(root: Path, work: Path) -> float:
+    """CPU-s per GiB of writing the model's bytes into new files beside it: the other
+    per-byte job a receiving hop cannot avoid. The bytes come from a buffer already
+    in memory, so this is the write alone."""
+    view = memoryview(bytearray(1 << 20))
+
+    def write(_src: int, dst: int, left: int) -> None:
+        while left:
+            left -= os.write(dst, view[:min(left, len(view))])
+
+    return _per_gib(root, work, write)
 
 
 def copy_cost(root: Path, work: Path) -> float:
@@ -92,26 +102,14 @@ def copy_cost(root: Path, work: Path) -> float:
     them (``copy_file_range``, which on tmpfs copies page by page as a hop's splice
     into its file does): the write of bytes that are not in the CPU's caches, as a
     hop's are when its sender hands it the file's pages (sendfile) in this benchmark."""
-    total = 0
-    cpu = 0.0
-    for path in sorted(root.iterdir()):
-        size = path.stat().st_size
-        out = work / "copy-cost"
-        src = os.open(path, os.O_RDONLY)
-        dst = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        start = time.process_time()
-        left = size
+    def copy(src: int, dst: int, left: int) -> None:
         while left:
             n = os.copy_file_range(src, dst, left)
             if n == 0:
                 break
             left -= n
-        cpu += time.process_time() - start
-        os.close(src)
-        os.close(dst)
-        out.unlink()
-        total += size
-    return cpu / (total / GIB)
+
+    return _per_gib(root, work, copy)
 
 
 def python_start_cost() -> float:

@@ -104,22 +104,11 @@ def one_run(inventory: Path, checkout: Path) -> dict[str, Any]:
         if key is not None:
             env["SPARKCTL_SGLANG_API_KEY"] = key
         check_wall, check_cpu = _timed(["inventory", "check", str(inventory)], checkout, env)
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        begun = time.monotonic()
-        proc = subprocess.run([sys.executable, "-c", MAIN, "render", str(inventory),
-                               "--out", f"{tmp}/out"],
-                              capture_output=True, text=True, check=False, cwd=checkout,
-                              env=env)
-        wall = time.monotonic() - begun
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if proc.returncode != 0:
-            sys.exit(f"render failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        wall, cpu = _timed(["render", str(inventory), "--out", f"{tmp}/out"], checkout, env)
         files = sum(1 for p in Path(tmp, "out").rglob("*") if p.is_file())
         (events,) = Path(tmp, "state").glob("results/*/*-render/artifacts/run/job_events")
         return {"check_wall_s": round(check_wall, 2), "check_cpu_s": round(check_cpu, 2),
-                "wall_s": round(wall, 1),
-                "cpu_s": round(after.ru_utime - before.ru_utime
-                               + after.ru_stime - before.ru_stime, 1),
+                "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
                 "files": files, "phases": phases(events)}
 
 
