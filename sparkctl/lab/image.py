@@ -167,11 +167,6 @@ def host_sources(sources: tuple[Path, ...] = APT_SOURCES) -> AptSources:
     return AptSources(main[0], security[0] if security else None)
 
 
-def host_mirror(sources: tuple[Path, ...] = APT_SOURCES) -> str:
-    """The Debian mirror this machine's apt uses."""
-    return host_sources(sources).mirror
-
-
 def _apt_sources(apt: AptSources) -> str:
     mirror = apt.mirror.rstrip("/")
     # A mirror or caching proxy given alone is expected to serve debian-security

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
@@ -11,17 +10,13 @@ import pytest
 
 from sparkctl import inventory
 from sparkctl.errors import SparkctlError
+from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _scale() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "cluster_scale", REPO / "benchmarks" / "cluster_scale.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("cluster_scale", REPO / "benchmarks" / "cluster_scale.py")
 
 
 def _shape(inv: inventory.Inventory) -> tuple[object, ...]:

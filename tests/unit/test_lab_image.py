@@ -21,7 +21,6 @@ from sparkctl.lab.image import (
     AptSources,
     ImageRecipe,
     _apt_sources,
-    host_mirror,
     host_sources,
 )
 
@@ -106,18 +105,18 @@ def test_packages_the_lab_relies_on() -> None:
         assert pkg in PACKAGES
 
 
-# ------------------------------------------------------------ host_mirror
+# ------------------------------------------------------------ host_sources
 def test_deb822_mirror_and_security(tmp_path: Path) -> None:
     src = write(tmp_path / "debian.sources", DEBIAN_SOURCES.format(main="http://deb.example.org/debian"))
     assert host_sources((src,)) == AptSources("http://deb.example.org/debian",
                                               "http://deb.example.org/debian-security")
-    assert host_mirror((src,)) == "http://deb.example.org/debian"
+    assert host_sources((src,)).mirror == "http://deb.example.org/debian"
 
 
 def test_deb822_custom_mirror_trailing_slash_stripped(tmp_path: Path) -> None:
     src = write(tmp_path / "debian.sources",
                 DEBIAN_SOURCES.format(main="http://ftp.de.example.org/debian/"))
-    assert host_mirror((src,)) == "http://ftp.de.example.org/debian"
+    assert host_sources((src,)).mirror == "http://ftp.de.example.org/debian"
 
 
 def test_deb822_skips_security_stanza(tmp_path: Path) -> None:
@@ -150,7 +149,7 @@ def test_no_source_for_the_suite_is_an_environment_error(tmp_path: Path) -> None
         """)
     for sources in ((src,), (tmp_path / "nope.sources", tmp_path / "nope.list"), ()):
         with pytest.raises(SparkctlError) as err:
-            host_mirror(sources)
+            host_sources(sources)
         assert err.value.code == ExitCode.ENVIRONMENT
         assert "no Debian bookworm source" in str(err.value)
         assert "--mirror" in (err.value.hint or "")
@@ -175,7 +174,7 @@ def test_one_line_sources_list_security_only(tmp_path: Path) -> None:
         deb http://deb.example.org/debian-security/ bookworm main
         """)
     with pytest.raises(SparkctlError, match="no Debian bookworm source"):
-        host_mirror((src,))
+        host_sources((src,))
 
 
 def test_first_readable_source_wins(tmp_path: Path) -> None:
@@ -184,9 +183,10 @@ def test_first_readable_source_wins(tmp_path: Path) -> None:
     legacy = write(tmp_path / "sources.list",
                    "deb http://second.example.org/debian bookworm main\n")
     missing = tmp_path / "missing.sources"
-    assert host_mirror((deb822, legacy)) == "http://first.example.org/debian"
-    assert host_mirror((missing, legacy)) == "http://second.example.org/debian"
-    assert host_mirror((tmp_path, legacy)) == "http://second.example.org/debian"  # a directory
+    assert host_sources((deb822, legacy)).mirror == "http://first.example.org/debian"
+    assert host_sources((missing, legacy)).mirror == "http://second.example.org/debian"
+    # A directory is skipped as unreadable.
+    assert host_sources((tmp_path, legacy)).mirror == "http://second.example.org/debian"
 
 
 def test_no_mirror_is_named_in_the_image_module() -> None:
