@@ -210,14 +210,16 @@ class _InlineQueue:
     def __init__(self, strategy: StrategyModule) -> None:
         self._strategy = strategy
 
-    def send_callback(self, method_name: str, task_result: _RawTaskResult) -> None:
+    def _received(self, task_result: _RawTaskResult) -> _RawTaskResult:
+        """``task_result`` as the results thread turns it back into a raw result."""
         wire = _through_pipe(task_result.as_wire_task_result())
-        self._strategy._tqm.send_callback(
-            method_name, self._strategy._convert_wire_task_result_to_raw(wire))
+        return self._strategy._convert_wire_task_result_to_raw(wire)
+
+    def send_callback(self, method_name: str, task_result: _RawTaskResult) -> None:
+        self._strategy._tqm.send_callback(method_name, self._received(task_result))
 
     def send_task_result(self, task_result: _RawTaskResult) -> None:
-        wire = _through_pipe(task_result.as_wire_task_result())
-        raw = self._strategy._convert_wire_task_result_to_raw(wire)
+        raw = self._received(task_result)
         with self._strategy._results_lock:
             self._strategy._results.append(raw)
 
