@@ -58,7 +58,7 @@ def sha256_rate(root: Path) -> tuple[float, float]:
         start = time.process_time()
         digest = hashlib.sha256()
         for i in range(0, len(data), 1 << 20):
-            digest.update(view[i:i + (1 << 20)])
+            digest.update(view[i : i + (1 << 20)])
         cpu += time.process_time() - start
         total += len(data)
     return total / cpu / 1e6, cpu / (total / GIB)
@@ -92,7 +92,7 @@ def write_cost(root: Path, work: Path) -> float:
 
     def write(_src: int, dst: int, left: int) -> None:
         while left:
-            left -= os.write(dst, view[:min(left, len(view))])
+            left -= os.write(dst, view[: min(left, len(view))])
 
     return _per_gib(root, work, write)
 
@@ -102,6 +102,7 @@ def copy_cost(root: Path, work: Path) -> float:
     them (``copy_file_range``, which on tmpfs copies page by page as a hop's splice
     into its file does): the write of bytes that are not in the CPU's caches, as a
     hop's are when its sender hands it the file's pages (sendfile) in this benchmark."""
+
     def copy(src: int, dst: int, left: int) -> None:
         while left:
             n = os.copy_file_range(src, dst, left)
@@ -118,8 +119,10 @@ def python_start_cost() -> float:
     for _ in range(5):
         subprocess.run([sys.executable, str(RELAY), "--help"], capture_output=True, check=True)
     after = os.times()
-    return ((after.children_user - before.children_user)
-            + (after.children_system - before.children_system)) / 5
+    return (
+        (after.children_user - before.children_user)
+        + (after.children_system - before.children_system)
+    ) / 5
 
 
 def pipe_rate(root: Path, work: Path, size: int) -> float:
@@ -152,8 +155,9 @@ def private_sshd(work: Path) -> Iterator[list[str] | None]:
     d = work / "sshd"
     d.mkdir()
     for name in ("host", "client"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)],
-                       check=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True
+        )
     (d / "authorized_keys").write_text((d / "client.pub").read_text())
     (d / "authorized_keys").chmod(0o600)
     port = _free_port()
@@ -161,14 +165,32 @@ def private_sshd(work: Path) -> Iterator[list[str] | None]:
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host'}\n"
         f"AuthorizedKeysFile {d / 'authorized_keys'}\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-        f"PidFile {d / 'pid'}\nPermitRootLogin prohibit-password\n")
+        f"PidFile {d / 'pid'}\nPermitRootLogin prohibit-password\n"
+    )
     (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {(d / 'host.pub').read_text()}")
     Path("/run/sshd").mkdir(exist_ok=True)
-    proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(d / "sshd_config")],
-                            stderr=subprocess.DEVNULL)
-    argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "Compression=no", "-c", CIPHER,
-            "-i", str(d / "client"), "-o", f"UserKnownHostsFile={d / 'known_hosts'}",
-            "-o", "StrictHostKeyChecking=yes", "-p", str(port), "127.0.0.1"]
+    proc = subprocess.Popen(
+        [sshd, "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.DEVNULL
+    )
+    argv = [
+        "ssh",
+        "-T",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "Compression=no",
+        "-c",
+        CIPHER,
+        "-i",
+        str(d / "client"),
+        "-o",
+        f"UserKnownHostsFile={d / 'known_hosts'}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-p",
+        str(port),
+        "127.0.0.1",
+    ]
     try:
         for _ in range(100):
             if subprocess.run([*argv, "true"], capture_output=True, check=False).returncode == 0:
@@ -196,13 +218,22 @@ def ssh_rate(argv: list[str] | None, root: Path) -> tuple[float | None, float | 
     after = os.times()
     # The server side runs under sshd, not a child of this process: its CPU is not
     # in os.times(); the figure is the client's (encrypting) side.
-    cpu = (after.children_user - before.children_user) + (after.children_system
-                                                           - before.children_system)
+    cpu = (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
     return size / wall / 1e6, cpu / (size / GIB)
 
 
-def chain_run(root: Path, work: Path, hops: int, streams: int, *, size: int,
-              transport: str = "ssh", relay: Path = RELAY) -> dict[str, Any]:
+def chain_run(
+    root: Path,
+    work: Path,
+    hops: int,
+    streams: int,
+    *,
+    size: int,
+    transport: str = "ssh",
+    relay: Path = RELAY,
+) -> dict[str, Any]:
     """One send along ``hops`` fresh hops with ``streams`` streams, checked complete."""
     manifest = work / "manifest.json"
     log = work / f"rusage-{hops}-{streams}.log"
@@ -212,34 +243,81 @@ def chain_run(root: Path, work: Path, hops: int, streams: int, *, size: int,
         base = work / f"hop{i}"
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir()
-        hop = {"host": f"hop{i}", "hosts": ["127.0.0.1"], "name": f"hop{i}",
-               "root": str(base / "model"), "manifest": str(manifest),
-               "state": str(base / "state.json"), "need": str(base / "need"),
-               "job": f"b{hops}x{streams}",
-               "via": f"{shlex.quote(sys.executable)} {shlex.quote(str(HOP))} "
-                      f"{shlex.quote(str(log))} hop{i}",
-               "relay": f"{shlex.quote(sys.executable)} {shlex.quote(str(relay))}"}
-        subprocess.run([sys.executable, str(relay), "check", hop["root"], "--manifest",
-                        str(manifest), "--state", hop["state"], "--need-out", hop["need"]],
-                       check=True, capture_output=True)
+        hop = {
+            "host": f"hop{i}",
+            "hosts": ["127.0.0.1"],
+            "name": f"hop{i}",
+            "root": str(base / "model"),
+            "manifest": str(manifest),
+            "state": str(base / "state.json"),
+            "need": str(base / "need"),
+            "job": f"b{hops}x{streams}",
+            "via": f"{shlex.quote(sys.executable)} {shlex.quote(str(HOP))} "
+            f"{shlex.quote(str(log))} hop{i}",
+            "relay": f"{shlex.quote(sys.executable)} {shlex.quote(str(relay))}",
+        }
+        subprocess.run(
+            [
+                sys.executable,
+                str(relay),
+                "check",
+                hop["root"],
+                "--manifest",
+                str(manifest),
+                "--state",
+                hop["state"],
+                "--need-out",
+                hop["need"],
+            ],
+            check=True,
+            capture_output=True,
+        )
         chain.append(hop)
     names = work / "names"
     names.write_text("".join(f"{p.name}\n" for p in sorted(root.iterdir())))
     start = time.monotonic()
     # Flags only where they differ from the defaults: an older relay (--relay) has none.
-    flags = ([] if streams == 1 else ["--streams", str(streams)]) + \
-        ([] if transport == "ssh" else ["--transport", transport])
-    proc = subprocess.run([sys.executable, str(relay), "send", str(root), "--files", str(names),
-                           "--chain", json.dumps(chain), *flags], capture_output=True, text=True,
-                          check=False)
+    flags = ([] if streams == 1 else ["--streams", str(streams)]) + (
+        [] if transport == "ssh" else ["--transport", transport]
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(relay),
+            "send",
+            str(root),
+            "--files",
+            str(names),
+            "--chain",
+            json.dumps(chain),
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     wall = time.monotonic() - start
     if proc.returncode != 0:
         raise SystemExit(f"send failed: {proc.stderr[-2000:]}")
     sent = json.loads(proc.stdout)
     for hop in chain:  # every copy complete, or the timing means nothing
-        out = subprocess.run([sys.executable, str(RELAY), "check", hop["root"], "--manifest",
-                              str(manifest), "--state", hop["state"], "--read-only", "--full"],
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(RELAY),
+                "check",
+                hop["root"],
+                "--manifest",
+                str(manifest),
+                "--state",
+                hop["state"],
+                "--read-only",
+                "--full",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         if json.loads(out)["need"]:
             raise SystemExit(f"{hop['name']} is incomplete after the chain")
     subtree: dict[str, float] = {}
@@ -255,10 +333,15 @@ def chain_run(root: Path, work: Path, hops: int, streams: int, *, size: int,
     for i in range(hops):
         shutil.rmtree(work / f"hop{i}", ignore_errors=True)
     gib = size / GIB
-    return {"k": int(sent.get("streams", streams)), "hops": hops, "transport": transport,
-            "wall_s": round(wall, 3), "mb_s_per_hop": round(size / wall / 1e6, 1),
-            "cpu_s_per_gib_per_hop": round(sum(own) / hops / gib, 3),
-            "cpu_s_per_gib_each_hop": [round(c / gib, 3) for c in own]}
+    return {
+        "k": int(sent.get("streams", streams)),
+        "hops": hops,
+        "transport": transport,
+        "wall_s": round(wall, 3),
+        "mb_s_per_hop": round(size / wall / 1e6, 1),
+        "cpu_s_per_gib_per_hop": round(sum(own) / hops / gib, 3),
+        "cpu_s_per_gib_each_hop": [round(c / gib, 3) for c in own],
+    }
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -275,17 +358,39 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return pick
 
 
-def loopback(size: int, files: int, hop_counts: list[int], max_streams: int, *,
-             transports: list[str], relay: Path = RELAY, repeat: int = 3) -> dict[str, Any]:
+def loopback(
+    size: int,
+    files: int,
+    hop_counts: list[int],
+    max_streams: int,
+    *,
+    transports: list[str],
+    relay: Path = RELAY,
+    repeat: int = 3,
+) -> dict[str, Any]:
     shm = Path("/dev/shm")  # noqa: S108 - tmpfs, so the disk is not what is measured
-    work = Path(tempfile.mkdtemp(prefix="sparkctl-fanout-",
-                                 dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None))
+    work = Path(
+        tempfile.mkdtemp(
+            prefix="sparkctl-fanout-", dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+        )
+    )
     try:
         root = work / "src"
         make_model(root, size, files)
-        subprocess.run([sys.executable, str(RELAY), "manifest", str(root), "--out",
-                        str(work / "manifest.json"), "--state", str(work / "src-state.json")],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(RELAY),
+                "manifest",
+                str(root),
+                "--out",
+                str(work / "manifest.json"),
+                "--state",
+                str(work / "src-state.json"),
+            ],
+            check=True,
+            capture_output=True,
+        )
         sha_mb_s, sha_cpu = sha256_rate(root)
         write_cpu = write_cost(root, work)
         copy_cpu = copy_cost(root, work)
@@ -296,21 +401,32 @@ def loopback(size: int, files: int, hop_counts: list[int], max_streams: int, *,
         # One untimed run first: the first touch of memory a fresh VM has not used yet
         # costs several times what it costs after (seen here: 4.1 against 1.6 CPU-s
         # per GiB for the same hop).
-        chain_run(root, work, max(hop_counts), 1, size=size, transport=transports[0],
-                  relay=relay)
-        rows = [median_run([chain_run(root, work, hops, k, size=size, transport=transport,
-                                      relay=relay) for _ in range(repeat)])
-                for transport in transports for hops in hop_counts
-                for k in range(1, max_streams + 1)]
+        chain_run(root, work, max(hop_counts), 1, size=size, transport=transports[0], relay=relay)
+        rows = [
+            median_run(
+                [
+                    chain_run(root, work, hops, k, size=size, transport=transport, relay=relay)
+                    for _ in range(repeat)
+                ]
+            )
+            for transport in transports
+            for hops in hop_counts
+            for k in range(1, max_streams + 1)
+        ]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"cores": os.cpu_count(), "size_bytes": size, "files": files,
-            "pipe_mb_s": round(pipe, 1), "sha256_mb_s": round(sha_mb_s, 1),
-            "sha256_cpu_s_per_gib": round(sha_cpu, 3),
-            "write_cpu_s_per_gib": round(write_cpu, 3),
-            "copy_cpu_s_per_gib": round(copy_cpu, 3),
-            "repeat": repeat,
-            "relay_start_cpu_s": round(start_cpu, 3),
-            "ssh_mb_s": None if ssh_mb_s is None else round(ssh_mb_s, 1),
-            "ssh_client_cpu_s_per_gib": None if ssh_cpu is None else round(ssh_cpu, 3),
-            "streams": rows}
+    return {
+        "cores": os.cpu_count(),
+        "size_bytes": size,
+        "files": files,
+        "pipe_mb_s": round(pipe, 1),
+        "sha256_mb_s": round(sha_mb_s, 1),
+        "sha256_cpu_s_per_gib": round(sha_cpu, 3),
+        "write_cpu_s_per_gib": round(write_cpu, 3),
+        "copy_cpu_s_per_gib": round(copy_cpu, 3),
+        "repeat": repeat,
+        "relay_start_cpu_s": round(start_cpu, 3),
+        "ssh_mb_s": None if ssh_mb_s is None else round(ssh_mb_s, 1),
+        "ssh_client_cpu_s_per_gib": None if ssh_cpu is None else round(ssh_cpu, 3),
+        "streams": rows,
+    }

@@ -32,12 +32,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Generator[None,
     own, children = _cpu()
     yield
     own_after, children_after = _cpu()
-    _ROWS.append((item.nodeid, time.monotonic() - begun, own_after - own,
-                  children_after - children))
+    _ROWS.append(
+        (item.nodeid, time.monotonic() - begun, own_after - own, children_after - children)
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     out = os.environ.get("SPARKCTL_CPUTIME_OUT")
     if out:
-        Path(out).write_text("".join(f"{node}\t{wall:.3f}\t{own:.3f}\t{children:.3f}\n"
-                                     for node, wall, own, children in _ROWS))
+        Path(out).write_text(
+            "".join(
+                f"{node}\t{wall:.3f}\t{own:.3f}\t{children:.3f}\n"
+                for node, wall, own, children in _ROWS
+            )
+        )

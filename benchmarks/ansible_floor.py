@@ -39,11 +39,18 @@ def playbook(kind: str, count: int) -> str:
     lines = ["- name: Floor", "  hosts: sparks", "  gather_facts: false", "  tasks:"]
     for i in range(count):
         if kind == "remote":
-            lines += [f"    - name: stat {i}", "      ansible.builtin.stat:",
-                      "        path: /etc/hostname"]
+            lines += [
+                f"    - name: stat {i}",
+                "      ansible.builtin.stat:",
+                "        path: /etc/hostname",
+            ]
         else:
-            lines += [f"    - name: assert {i}", "      ansible.builtin.assert:",
-                      "        that: true", "        quiet: true"]
+            lines += [
+                f"    - name: assert {i}",
+                "      ansible.builtin.assert:",
+                "        that: true",
+                "        quiet: true",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -52,8 +59,14 @@ def timed(inventory: Path, kind: str, count: int, work: Path) -> float:
     path.write_text(playbook(kind, count))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     begun = time.monotonic()
-    proc = subprocess.run([str(PLAYBOOK), "-i", str(inventory), str(path)], cwd=REPO, env=env,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [str(PLAYBOOK), "-i", str(inventory), str(path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     seconds = time.monotonic() - begun
     if proc.returncode != 0:
         sys.exit(f"{kind} playbook failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}")
@@ -69,20 +82,31 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         remote = timed(args.inventory.resolve(), "remote", args.remote, Path(tmp))
         local = timed(args.inventory.resolve(), "local", args.local, Path(tmp))
-    report = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
-              "inventory": str(args.inventory),
-              "remote": {"tasks": args.remote, "seconds": round(remote, 1),
-                         "per_task": round(remote / max(args.remote, 1), 3)},
-              "local": {"tasks": args.local, "seconds": round(local, 1),
-                        "per_task": round(local / max(args.local, 1), 3)}}
+    report = {
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "load_avg_1m": os.getloadavg()[0],
+        "inventory": str(args.inventory),
+        "remote": {
+            "tasks": args.remote,
+            "seconds": round(remote, 1),
+            "per_task": round(remote / max(args.remote, 1), 3),
+        },
+        "local": {
+            "tasks": args.local,
+            "seconds": round(local, 1),
+            "per_task": round(local / max(args.local, 1), 3),
+        },
+    }
     out_dir = REPO / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / f"ansible-floor-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{args.remote} trivial remote tasks: {remote:.1f} s; "
-          f"{args.local} trivial controller tasks: {local:.1f} s; "
-          f"floor {remote + local:.1f} s -> {out.relative_to(REPO)}")
+    print(
+        f"{args.remote} trivial remote tasks: {remote:.1f} s; "
+        f"{args.local} trivial controller tasks: {local:.1f} s; "
+        f"floor {remote + local:.1f} s -> {out.relative_to(REPO)}"
+    )
 
 
 if __name__ == "__main__":

@@ -35,9 +35,13 @@ def once(tree: Path, inventory: str, state: Path) -> tuple[float, float, int]:
     env = {**os.environ, "PYTHONPATH": str(tree), "SPARKCTL_STATE_DIR": str(state)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     begun = time.monotonic()
-    proc = subprocess.run([str(PYTHON), "-m", "sparkctl", "inventory", "check",
-                           str(tree / inventory)], env=env, cwd=tree, capture_output=True,
-                          check=False)
+    proc = subprocess.run(
+        [str(PYTHON), "-m", "sparkctl", "inventory", "check", str(tree / inventory)],
+        env=env,
+        cwd=tree,
+        capture_output=True,
+        check=False,
+    )
     wall = time.monotonic() - begun
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -57,12 +61,18 @@ def main() -> None:
         trees = {}
         for rev in samples:
             tree = Path(tmp) / f"tree-{len(trees)}"
-            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree),
-                            rev], check=True, capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev],
+                check=True,
+                capture_output=True,
+            )
             trees[rev] = tree
-            commits[rev] = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"],
-                                          check=True, capture_output=True,
-                                          text=True).stdout.strip()
+            commits[rev] = subprocess.run(
+                ["git", "-C", str(tree), "rev-parse", "HEAD"],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
         try:
             for tree in trees.values():  # warm-up: the page cache, not counted
                 once(tree, args.inventory, Path(tmp) / "state")
@@ -71,30 +81,46 @@ def main() -> None:
                     samples[rev].append(once(tree, args.inventory, Path(tmp) / "state"))
         finally:
             for tree in trees.values():
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                                str(tree)], check=False, capture_output=True)
+                subprocess.run(
+                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
+                    check=False,
+                    capture_output=True,
+                )
 
     def spread(values: list[float]) -> dict[str, float]:
-        return {"min": round(min(values), 3), "median": round(statistics.median(values), 3),
-                "max": round(max(values), 3)}
+        return {
+            "min": round(min(values), 3),
+            "median": round(statistics.median(values), 3),
+            "max": round(max(values), 3),
+        }
 
     def figures(rows: list[tuple[float, float, int]]) -> dict[str, Any]:
-        return {"exit_codes": sorted({r[2] for r in rows}),
-                "wall_s": spread([r[0] for r in rows]), "cpu_s": spread([r[1] for r in rows])}
+        return {
+            "exit_codes": sorted({r[2] for r in rows}),
+            "wall_s": spread([r[0] for r in rows]),
+            "cpu_s": spread([r[1] for r in rows]),
+        }
 
-    report = {"benchmark": "cli-check",
-              "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
-              "command": f"sparkctl inventory check {args.inventory}", "runs": args.runs,
-              "revisions": {rev: {"commit": commits[rev], **figures(rows)}
-                            for rev, rows in samples.items()}}
+    report = {
+        "benchmark": "cli-check",
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "command": f"sparkctl inventory check {args.inventory}",
+        "runs": args.runs,
+        "revisions": {
+            rev: {"commit": commits[rev], **figures(rows)} for rev, rows in samples.items()
+        },
+    }
     out_dir = REPO / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / f"cli-check-{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     for rev, data in report["revisions"].items():
-        print(f"{rev} ({data['commit'][:7]}): wall {data['wall_s']['median']} s, "
-              f"CPU {data['cpu_s']['median']} s (median of {args.runs}), exit {data['exit_codes']}")
+        print(
+            f"{rev} ({data['commit'][:7]}): wall {data['wall_s']['median']} s, "
+            f"CPU {data['cpu_s']['median']} s (median of {args.runs}), exit {data['exit_codes']}"
+        )
     print(out)
 
 

@@ -58,16 +58,29 @@ def write_inventory(directory: Path, nodes: int) -> Path:
     shutil.copytree(REPO / "inventory" / "group_vars", directory / "group_vars")
     cluster = directory / "group_vars" / "sim" / "cluster.yml"
     data = yaml.safe_load(cluster.read_text())
-    data["switch_ports"] = {f"swp{2 * i + 1 + t}": {"node": f"spark{i + 1}", "twin": twin}
-                            for i in range(nodes) for t, twin in enumerate("ab")}
+    data["switch_ports"] = {
+        f"swp{2 * i + 1 + t}": {"node": f"spark{i + 1}", "twin": twin}
+        for i in range(nodes)
+        for t, twin in enumerate("ab")
+    }
     cluster.write_text(yaml.safe_dump(data, sort_keys=False))
     lines = ["[sparks]"]
     for i in range(nodes):
         host = 11 + i
-        lines.append(f"spark{i + 1} ansible_host={MGMT}{host} node_rank={i} "
-                     f"fabric_a_ip={FABRIC_A}{host} fabric_b_ip={FABRIC_B}{host}")
-    lines += ["", "[switches]", f"lab-switch ansible_host={MGMT}2 switch_os=linux", "",
-              "[sim:children]", "sparks", "switches", ""]
+        lines.append(
+            f"spark{i + 1} ansible_host={MGMT}{host} node_rank={i} "
+            f"fabric_a_ip={FABRIC_A}{host} fabric_b_ip={FABRIC_B}{host}"
+        )
+    lines += [
+        "",
+        "[switches]",
+        f"lab-switch ansible_host={MGMT}2 switch_os=linux",
+        "",
+        "[sim:children]",
+        "sparks",
+        "switches",
+        "",
+    ]
     path = directory / f"sim{nodes}.ini"
     path.write_text("\n".join(lines))
     return path
@@ -84,17 +97,29 @@ def timed(*args: str, check: bool = True) -> dict[str, Any]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     machine = _machine_cpu()
     begun = time.monotonic()
-    proc = subprocess.run([str(SPARKCTL), *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, check=False, cwd=REPO)
+    proc = subprocess.run(
+        [str(SPARKCTL), *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+        cwd=REPO,
+    )
     wall = time.monotonic() - begun
     machine = _machine_cpu() - machine
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if check and proc.returncode != 0:
-        raise SystemExit(f"sparkctl {' '.join(args)} failed (exit {proc.returncode}):\n"
-                         f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"sparkctl {' '.join(args)} failed (exit {proc.returncode}):\n"
+            f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        )
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": round(wall, 1), "controller_cpu_s": round(cpu, 1),
-            "machine_cpu_s": round(machine, 1), "rc": proc.returncode}
+    return {
+        "wall_s": round(wall, 1),
+        "controller_cpu_s": round(cpu, 1),
+        "machine_cpu_s": round(machine, 1),
+        "rc": proc.returncode,
+    }
 
 
 def one_size(nodes: int, runs: int, work: Path) -> dict[str, Any]:
@@ -103,8 +128,11 @@ def one_size(nodes: int, runs: int, work: Path) -> dict[str, Any]:
     inv = write_inventory(directory, nodes)
     timed("lab", "down")
     up = timed("lab", "up", "-i", str(inv))
-    row: dict[str, Any] = {"nodes": nodes, "lab_up": up,
-                           "first_provision": timed("provision", str(inv), "--json")}
+    row: dict[str, Any] = {
+        "nodes": nodes,
+        "lab_up": up,
+        "first_provision": timed("provision", str(inv), "--json"),
+    }
     row["noop_provision"] = [timed("provision", str(inv), "--json") for _ in range(runs)]
     row["validate"] = timed("validate", str(inv), check=False)
     noop = min(r["wall_s"] for r in row["noop_provision"])
@@ -130,23 +158,32 @@ def main() -> int:
     finally:
         timed("lab", "down", check=False)
         shutil.rmtree(work, ignore_errors=True)
-    record = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "machine": {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
-                          "python": platform.python_version()},
-              "sizes": rows}
+    record = {
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m": os.getloadavg()[0],
+            "python": platform.python_version(),
+        },
+        "sizes": rows,
+    }
     out = REPO / "benchmarks" / "results" / f"cluster-scale-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
-    print("nodes  first provision  no-change provision (controller CPU)  validate   per node: "
-          "first / no-change / controller CPU / validate")
+    print(
+        "nodes  first provision  no-change provision (controller CPU)  validate   per node: "
+        "first / no-change / controller CPU / validate"
+    )
     for row in rows:
         noop = min(row["noop_provision"], key=lambda r: r["wall_s"])
         per = row["per_node"]
-        print(f"{row['nodes']:5d}  {row['first_provision']['wall_s']:13.1f} s  "
-              f"{noop['wall_s']:11.1f} s ({noop['controller_cpu_s']:6.1f} CPU-s of "
-              f"{noop['machine_cpu_s']:6.1f})  {row['validate']['wall_s']:8.1f} s   "
-              f"{per['first_provision_s']} / {per['noop_provision_s']} / "
-              f"{per['noop_controller_cpu_s']} / {per['validate_s']} s")
+        print(
+            f"{row['nodes']:5d}  {row['first_provision']['wall_s']:13.1f} s  "
+            f"{noop['wall_s']:11.1f} s ({noop['controller_cpu_s']:6.1f} CPU-s of "
+            f"{noop['machine_cpu_s']:6.1f})  {row['validate']['wall_s']:8.1f} s   "
+            f"{per['first_provision_s']} / {per['noop_provision_s']} / "
+            f"{per['noop_controller_cpu_s']} / {per['validate_s']} s"
+        )
     print(f"written to {out.relative_to(REPO)}")
     return 0
 

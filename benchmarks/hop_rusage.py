@@ -21,6 +21,14 @@ _, status, usage = os.wait4(proc.pid, 0)
 proc.returncode = os.waitstatus_to_exitcode(status)
 me = resource.getrusage(resource.RUSAGE_SELF)
 with Path(log).open("a", encoding="utf-8") as out:
-    out.write(json.dumps({"hop": name, "child_cpu_s": usage.ru_utime + usage.ru_stime,
-                          "self_cpu_s": me.ru_utime + me.ru_stime}) + "\n")
+    out.write(
+        json.dumps(
+            {
+                "hop": name,
+                "child_cpu_s": usage.ru_utime + usage.ru_stime,
+                "self_cpu_s": me.ru_utime + me.ru_stime,
+            }
+        )
+        + "\n"
+    )
 sys.exit(proc.returncode)

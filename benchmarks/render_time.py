@@ -55,8 +55,9 @@ def _when(stamp: str) -> dt.datetime:
 
 def phases(events_dir: Path) -> dict[str, dict[str, float]]:
     """play or role -> {tasks, write_tasks, write_s, other_s} from job event files."""
-    events = sorted((json.loads(p.read_text()) for p in events_dir.glob("*.json")),
-                    key=lambda e: e["counter"])
+    events = sorted(
+        (json.loads(p.read_text()) for p in events_dir.glob("*.json")), key=lambda e: e["counter"]
+    )
     marks: list[tuple[str, dt.datetime, str]] = []  # where, time, action ("" = no task)
     play = ""
     for event in events:
@@ -70,7 +71,8 @@ def phases(events_dir: Path) -> dict[str, dict[str, float]]:
         elif event["event"] == "playbook_on_stats":
             marks.append(("", _when(event["created"]), ""))
     out: dict[str, dict[str, float]] = defaultdict(
-        lambda: {"tasks": 0, "write_tasks": 0, "write_s": 0.0, "other_s": 0.0})
+        lambda: {"tasks": 0, "write_tasks": 0, "write_s": 0.0, "other_s": 0.0}
+    )
     for (where, begun, action), (_, ended, _) in pairwise(marks):
         if not where:
             continue
@@ -86,13 +88,20 @@ def _timed(args: list[str], checkout: Path, env: dict[str, str]) -> tuple[float,
     """Wall and CPU seconds (the process and its children) of `sparkctl ARGS`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     begun = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", MAIN, *args], capture_output=True, text=True,
-                          check=False, cwd=checkout, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", MAIN, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=checkout,
+        env=env,
+    )
     wall = time.monotonic() - begun
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        sys.exit(f"sparkctl {' '.join(args)} failed (exit {proc.returncode}):\n"
-                 f"{proc.stderr[-2000:]}")
+        sys.exit(
+            f"sparkctl {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}"
+        )
     return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
@@ -107,48 +116,75 @@ def one_run(inventory: Path, checkout: Path) -> dict[str, Any]:
         wall, cpu = _timed(["render", str(inventory), "--out", f"{tmp}/out"], checkout, env)
         files = sum(1 for p in Path(tmp, "out").rglob("*") if p.is_file())
         (events,) = Path(tmp, "state").glob("results/*/*-render/artifacts/run/job_events")
-        return {"check_wall_s": round(check_wall, 2), "check_cpu_s": round(check_cpu, 2),
-                "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
-                "files": files, "phases": phases(events)}
+        return {
+            "check_wall_s": round(check_wall, 2),
+            "check_cpu_s": round(check_cpu, 2),
+            "wall_s": round(wall, 1),
+            "cpu_s": round(cpu, 1),
+            "files": files,
+            "phases": phases(events),
+        }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inventory", nargs="?", default="inventory/sim.ini", type=Path)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--checkout", type=Path, default=REPO,
-                        help="the tree whose sparkctl, playbooks and roles run (default: this one)")
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=REPO,
+        help="the tree whose sparkctl, playbooks and roles run (default: this one)",
+    )
     args = parser.parse_args()
     checkout = args.checkout.resolve()
-    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     runs = [one_run(args.inventory, checkout) for _ in range(args.runs)]
-    report = {"when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "machine": {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
-                          "python": platform.python_version()},
-              "inventory": str(args.inventory), "commit": commit or None,
-              "median_wall_s": statistics.median(r["wall_s"] for r in runs),
-              "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
-              "median_check_wall_s": statistics.median(r["check_wall_s"] for r in runs),
-              "median_check_cpu_s": statistics.median(r["check_cpu_s"] for r in runs),
-              "median_render_over_check": statistics.median(
-                  r["wall_s"] / r["check_wall_s"] for r in runs),
-              "runs": runs}
+    report = {
+        "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m": os.getloadavg()[0],
+            "python": platform.python_version(),
+        },
+        "inventory": str(args.inventory),
+        "commit": commit or None,
+        "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+        "median_cpu_s": statistics.median(r["cpu_s"] for r in runs),
+        "median_check_wall_s": statistics.median(r["check_wall_s"] for r in runs),
+        "median_check_cpu_s": statistics.median(r["check_cpu_s"] for r in runs),
+        "median_render_over_check": statistics.median(
+            r["wall_s"] / r["check_wall_s"] for r in runs
+        ),
+        "runs": runs,
+    }
     out_dir = REPO / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / f"render-time-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")
     for i, run in enumerate(runs, 1):
-        print(f"run {i}: {run['wall_s']} s wall, {run['cpu_s']} s CPU, {run['files']} files "
-              f"(inventory check: {run['check_wall_s']} s wall, {run['check_cpu_s']} s CPU)")
-        for where, row in sorted(run["phases"].items(),
-                                 key=lambda kv: -(kv[1]["write_s"] + kv[1]["other_s"])):
-            print(f"  {where:18} {row['tasks']:3.0f} tasks ({row['write_tasks']:3.0f} writing)"
-                  f"  writing {row['write_s']:6.1f} s  other {row['other_s']:6.1f} s")
-    print(f"median {report['median_wall_s']} s wall, {report['median_cpu_s']} s CPU; "
-          f"inventory check {report['median_check_wall_s']} s wall, "
-          f"{report['median_check_cpu_s']} s CPU; render / check "
-          f"{report['median_render_over_check']:.1f}x; written to {out.relative_to(REPO)}")
+        print(
+            f"run {i}: {run['wall_s']} s wall, {run['cpu_s']} s CPU, {run['files']} files "
+            f"(inventory check: {run['check_wall_s']} s wall, {run['check_cpu_s']} s CPU)"
+        )
+        for where, row in sorted(
+            run["phases"].items(), key=lambda kv: -(kv[1]["write_s"] + kv[1]["other_s"])
+        ):
+            print(
+                f"  {where:18} {row['tasks']:3.0f} tasks ({row['write_tasks']:3.0f} writing)"
+                f"  writing {row['write_s']:6.1f} s  other {row['other_s']:6.1f} s"
+            )
+    print(
+        f"median {report['median_wall_s']} s wall, {report['median_cpu_s']} s CPU; "
+        f"inventory check {report['median_check_wall_s']} s wall, "
+        f"{report['median_check_cpu_s']} s CPU; render / check "
+        f"{report['median_render_over_check']:.1f}x; written to {out.relative_to(REPO)}"
+    )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,9 @@ def phases(text: str) -> dict[str, object]:
         "durations_listed": dict(sorted(count.items())),
         "molecule_scenarios": scenarios,
         "molecule_scenarios_total_s": sum(int(s["wall_s"]) for s in scenarios.values()),
-        "pytest": ({"result": summary[-1][0], "wall_s": float(summary[-1][1])}
-                   if summary else None),
+        "pytest": (
+            {"result": summary[-1][0], "wall_s": float(summary[-1][1])} if summary else None
+        ),
     }
 
 
@@ -69,8 +70,11 @@ def main() -> None:
     args = ap.parse_args()
     result = {
         "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0],
-                    "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m": os.getloadavg()[0],
+            "python": platform.python_version(),
+        },
         "log": str(args.log),
         "ci_wall_s": args.wall,
         **phases(args.log.read_text(errors="replace")),

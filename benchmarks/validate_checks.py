@@ -40,34 +40,53 @@ from sparkctl.paths import data_dir  # noqa: E402
 from sparkctl.validate import run, sshconfig  # noqa: E402
 
 
-def sparkctl_way(plan_file: Path, ssh_cfg: Path, nodes: list[str], work: Path) -> tuple[float,
-                                                                                         Any]:
+def sparkctl_way(plan_file: Path, ssh_cfg: Path, nodes: list[str], work: Path) -> tuple[float, Any]:
     start = time.monotonic()
     checks, _, _ = run.run_node_checks(plan_file, ssh_cfg, nodes, work)
     return time.monotonic() - start, checks
 
 
-def ansible_way(plan_file: Path, inv_path: Path, nodes: list[str], work: Path) -> tuple[float,
-                                                                                         Any]:
+def ansible_way(plan_file: Path, inv_path: Path, nodes: list[str], work: Path) -> tuple[float, Any]:
     work.mkdir(parents=True, exist_ok=True)
     out = work / "ansible.json"
-    argv = [sys.executable, "-m", "pytest", str(run.CHECKS_DIR), "-c",
-            str(run.CHECKS_DIR / "pytest.ini"), "--rootdir", str(run.CHECKS_DIR), "-q",
-            "--no-header", "-rN", "--sparkctl-plan", str(plan_file),
-            "--sparkctl-backend", "ansible", "--sparkctl-ansible-inventory", str(inv_path),
-            "--sparkctl-out", str(out)]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(run.CHECKS_DIR),
+        "-c",
+        str(run.CHECKS_DIR / "pytest.ini"),
+        "--rootdir",
+        str(run.CHECKS_DIR),
+        "-q",
+        "--no-header",
+        "-rN",
+        "--sparkctl-plan",
+        str(plan_file),
+        "--sparkctl-backend",
+        "ansible",
+        "--sparkctl-ansible-inventory",
+        str(inv_path),
+        "--sparkctl-out",
+        str(out),
+    ]
     for node in nodes:
         argv += ["--sparkctl-node", node]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(data_dir() / "ansible.cfg"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(data_dir() / "ansible.cfg"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     start = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     took = time.monotonic() - start
     (work / "ansible.log").write_text(proc.stdout + proc.stderr)
     if not out.is_file():
-        raise SystemExit(f"the ansible run wrote no results (exit {proc.returncode}):\n"
-                         f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"the ansible run wrote no results (exit {proc.returncode}):\n"
+            f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )
     return took, json.loads(out.read_text())["checks"]
 
 
@@ -86,25 +105,38 @@ def main() -> int:
         rows = []
         for i in range(args.runs):
             fast, fast_checks = sparkctl_way(plan_file, ssh_cfg, nodes, work / f"s{i}")
-            slow, slow_checks = ansible_way(plan_file, Path(args.inventory), nodes,
-                                            work / f"a{i}")
+            slow, slow_checks = ansible_way(plan_file, Path(args.inventory), nodes, work / f"a{i}")
             a = sorted((c.check, c.host, c.subject or "", c.outcome) for c in fast_checks)
-            b = sorted((c["check"], c["host"], c["subject"] or "", c["outcome"])
-                       for c in slow_checks)
+            b = sorted(
+                (c["check"], c["host"], c["subject"] or "", c["outcome"]) for c in slow_checks
+            )
             if a != b:
                 diff = sorted(set(a) ^ set(b))[:10]
                 raise SystemExit(f"the two runs disagree, not comparable: {diff}")
-            rows.append({"sparkctl_s": round(fast, 2), "ansible_s": round(slow, 2),
-                         "ratio": round(slow / fast, 1), "checks": len(a),
-                         "failed": sum(1 for x in a if x[3] in ("failed", "error"))})
-            print(f"run {i + 1}: {len(a)} checks on {len(nodes)} nodes: sparkctl {fast:.1f} s, "
-                  f"testinfra ansible backend (--force-ansible) {slow:.1f} s, "
-                  f"ratio {slow / fast:.1f}x", flush=True)
+            rows.append(
+                {
+                    "sparkctl_s": round(fast, 2),
+                    "ansible_s": round(slow, 2),
+                    "ratio": round(slow / fast, 1),
+                    "checks": len(a),
+                    "failed": sum(1 for x in a if x[3] in ("failed", "error")),
+                }
+            )
+            print(
+                f"run {i + 1}: {len(a)} checks on {len(nodes)} nodes: sparkctl {fast:.1f} s, "
+                f"testinfra ansible backend (--force-ansible) {slow:.1f} s, "
+                f"ratio {slow / fast:.1f}x",
+                flush=True,
+            )
         _ = plan
-    result = {"benchmark": "validate-checks", "when": dt.datetime.now(dt.UTC).isoformat(),
-              "inventory": str(args.inventory), "nodes": nodes,
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-              "runs": rows}
+    result = {
+        "benchmark": "validate-checks",
+        "when": dt.datetime.now(dt.UTC).isoformat(),
+        "inventory": str(args.inventory),
+        "nodes": nodes,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "runs": rows,
+    }
     out_dir = REPO / "benchmarks" / "results"
     out_dir.mkdir(exist_ok=True)
     path = out_dir / f"validate-checks-{time.strftime('%Y%m%d-%H%M%S')}.json"

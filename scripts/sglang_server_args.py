@@ -67,8 +67,10 @@ def _json_value(value: Any, where: str) -> Any:
         return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {k: _json_value(v, f"{where}.{k}") for k, v in value.items()}
-    raise NotJSON(f"{where}: default {value!r} ({type(value).__name__}) has no JSON form; "
-                  "teach scripts/sglang_server_args.py how the release sends it")
+    raise NotJSON(
+        f"{where}: default {value!r} ({type(value).__name__}) has no JSON form; "
+        "teach scripts/sglang_server_args.py how the release sends it"
+    )
 
 
 def release_document() -> dict[str, Any]:
@@ -85,10 +87,13 @@ def release_document() -> dict[str, Any]:
         else:  # model_path: argparse makes the flag required (server_args.py add_cli_args)
             fields[f.name] = None
             required.append(f.name)
-    return {"sglang": metadata.version("sglang"),
-            "source": "dataclasses.fields(sglang.srt.server_args.ServerArgs)",
-            "generated_by": "scripts/sglang_server_args.py",
-            "required": required, "fields": fields}
+    return {
+        "sglang": metadata.version("sglang"),
+        "source": "dataclasses.fields(sglang.srt.server_args.ServerArgs)",
+        "generated_by": "scripts/sglang_server_args.py",
+        "required": required,
+        "fields": fields,
+    }
 
 
 def render(document: dict[str, Any]) -> str:
@@ -98,8 +103,10 @@ def render(document: dict[str, Any]) -> str:
     lines += [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
     lines.append(' "fields": {')
     items = list(document["fields"].items())
-    lines += [f"  {json.dumps(k)}: {json.dumps(v)}{',' if i < len(items) - 1 else ''}"
-              for i, (k, v) in enumerate(items)]
+    lines += [
+        f"  {json.dumps(k)}: {json.dumps(v)}{',' if i < len(items) - 1 else ''}"
+        for i, (k, v) in enumerate(items)
+    ]
     lines += [" }", "}"]
     return "\n".join(lines) + "\n"
 
@@ -112,13 +119,17 @@ def _generate() -> int:
     release = contract.release_from(contract.ensure_venv(pin))
     proc = release.run(Path(__file__).read_text(), "--dump")
     if proc.returncode != 0:
-        print(f"the dump in {release.venv} failed (exit {proc.returncode}):\n"
-              f"{proc.stderr[-4000:]}", file=sys.stderr)
+        print(
+            f"the dump in {release.venv} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}",
+            file=sys.stderr,
+        )
         return 1
     document = json.loads(proc.stdout.strip().splitlines()[-1])
     if document["sglang"] != pin:
-        print(f"{release.venv} holds sglang {document['sglang']}, the role pins {pin}",
-              file=sys.stderr)
+        print(
+            f"{release.venv} holds sglang {document['sglang']}, the role pins {pin}",
+            file=sys.stderr,
+        )
         return 1
     out = data_file(pin)
     out.write_text(render(document))
@@ -132,9 +143,13 @@ def _generate() -> int:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="sglang_server_args.py",
-        description="Write the pinned SGLang release's ServerArgs defaults for the stand-in.")
-    parser.add_argument("--dump", action="store_true",
-                        help="print the document of the sglang importable here (one JSON line)")
+        description="Write the pinned SGLang release's ServerArgs defaults for the stand-in.",
+    )
+    parser.add_argument(
+        "--dump",
+        action="store_true",
+        help="print the document of the sglang importable here (one JSON line)",
+    )
     opts = parser.parse_args(argv)
     if not opts.dump:
         return _generate()

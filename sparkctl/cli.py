@@ -35,7 +35,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _inventory_option(default_sim: bool) -> Callable[[F], F]:
     option: Callable[[F], F] = click.option(
-        "-i", "--inventory", "inventory",
+        "-i",
+        "--inventory",
+        "inventory",
         type=click.Path(path_type=Path, dir_okay=False),
         default=default_sim_inventory() if default_sim else None,
         show_default="inventory/sim.ini" if default_sim else False,
@@ -51,19 +53,26 @@ def _print_json(data: Any) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="sparkctl")
-@click.option("--debug", is_flag=True, envvar="SPARKCTL_DEBUG",
-              help="Verbose logs and tracebacks on errors (env: SPARKCTL_DEBUG).")
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar="SPARKCTL_DEBUG",
+    help="Verbose logs and tracebacks on errors (env: SPARKCTL_DEBUG).",
+)
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Provision, validate and serve a DGX Spark cluster; rehearse it in a local lab."""
     ctx.obj = App(debug=debug)
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
 
 
 # --------------------------------------------------------------- provision
-_INVENTORY_ARG = click.argument("inventory_path", metavar="INVENTORY",
-                                type=click.Path(path_type=Path, dir_okay=False))
+_INVENTORY_ARG = click.argument(
+    "inventory_path", metavar="INVENTORY", type=click.Path(path_type=Path, dir_okay=False)
+)
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -74,9 +83,13 @@ def _digest(_ctx: click.Context, _param: click.Parameter, value: str | None) -> 
 
 
 _ACCEPT_DIGEST = click.option(
-    "--accept-image-digest", "accept_digest", metavar="sha256:...", callback=_digest,
+    "--accept-image-digest",
+    "accept_digest",
+    metavar="sha256:...",
+    callback=_digest,
     help="The SGLang image's tag moved to this digest: move the cluster to it (once; "
-         "pin it with sglang_image_digest to keep it).")
+    "pin it with sglang_image_digest to keep it).",
+)
 
 
 def _with_accept(extra: tuple[str, ...], accept_digest: str | None) -> dict[str, Any]:
@@ -89,30 +102,61 @@ def _with_accept(extra: tuple[str, ...], accept_digest: str | None) -> dict[str,
 @cli.command()
 @_INVENTORY_ARG
 @click.option("-l", "--limit", help="Only these hosts or groups (Ansible pattern).")
-@click.option("-t", "--tags", multiple=True,
-              help="Only these roles/steps, e.g. -t roce_fabric (repeatable).")
+@click.option(
+    "-t", "--tags", multiple=True, help="Only these roles/steps, e.g. -t roce_fabric (repeatable)."
+)
 @click.option("--skip-tags", multiple=True, help="Skip these tags (repeatable).")
 @click.option("--check", is_flag=True, help="Dry run: report what would change.")
 @click.option("--diff", is_flag=True, help="Show file differences.")
-@click.option("-e", "--extra-vars", "extra", multiple=True,
-              help="VAR=VALUE or a YAML mapping, e.g. the model source (repeatable).")
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    help="VAR=VALUE or a YAML mapping, e.g. the model source (repeatable).",
+)
 @_ACCEPT_DIGEST
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the result (per-host counts, failures, artifacts) as JSON on stdout.")
-def provision(inventory_path: Path, limit: str | None, tags: tuple[str, ...],
-              skip_tags: tuple[str, ...], check: bool, diff: bool, extra: tuple[str, ...],
-              accept_digest: str | None, as_json: bool) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the result (per-host counts, failures, artifacts) as JSON on stdout.",
+)
+def provision(
+    inventory_path: Path,
+    limit: str | None,
+    tags: tuple[str, ...],
+    skip_tags: tuple[str, ...],
+    check: bool,
+    diff: bool,
+    extra: tuple[str, ...],
+    accept_digest: str | None,
+    as_json: bool,
+) -> None:
     """Configure every node and the switch as INVENTORY describes (playbooks/site.yml)."""
     from sparkctl.provision import provision as run  # noqa: PLC0415
 
-    run(inventory_path, limit=limit, tags=tags, skip_tags=skip_tags, check=check, diff=diff,
-        as_json=as_json, extravars=_with_accept(extra, accept_digest))
+    run(
+        inventory_path,
+        limit=limit,
+        tags=tags,
+        skip_tags=skip_tags,
+        check=check,
+        diff=diff,
+        as_json=as_json,
+        extravars=_with_accept(extra, accept_digest),
+    )
 
 
 @cli.command()
 @_INVENTORY_ARG
-@click.option("-o", "--out", type=click.Path(path_type=Path, file_okay=False), required=True,
-              help="Directory to write the files into (one subdirectory per host).")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="Directory to write the files into (one subdirectory per host).",
+)
 def render(inventory_path: Path, out: Path) -> None:
     """Write every file provisioning would install, per host, without contacting any host."""
     from sparkctl.render import render as run  # noqa: PLC0415
@@ -131,8 +175,9 @@ def _extra_vars(values: tuple[str, ...]) -> dict[str, Any]:
             try:
                 data = yaml.safe_load(text)
             except yaml.YAMLError as exc:
-                raise SparkctlError(f"-e {text!r}: not a YAML mapping ({exc})",
-                                    ExitCode.BAD_INPUT) from None
+                raise SparkctlError(
+                    f"-e {text!r}: not a YAML mapping ({exc})", ExitCode.BAD_INPUT
+                ) from None
             if not isinstance(data, dict):
                 raise SparkctlError(f"-e {text!r}: not a mapping", ExitCode.BAD_INPUT)
             out.update(data)
@@ -154,35 +199,72 @@ def model_group() -> None:
 
 @model_group.command("sync")
 @_INVENTORY_ARG
-@click.option("--full-verify", is_flag=True,
-              help="Hash every file on every node, not only files changed since last verified.")
-@click.option("-e", "--extra-vars", "extra", multiple=True,
-              help="Override an inventory variable, e.g. -e model_cache_source=head (repeatable).")
+@click.option(
+    "--full-verify",
+    is_flag=True,
+    help="Hash every file on every node, not only files changed since last verified.",
+)
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    help="Override an inventory variable, e.g. -e model_cache_source=head (repeatable).",
+)
 @click.option("-l", "--limit", help="Only these hosts or groups (Ansible pattern).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's result as JSON on stdout.")
-def model_sync(inventory_path: Path, full_verify: bool, extra: tuple[str, ...], limit: str | None,
-               as_json: bool) -> None:
+def model_sync(
+    inventory_path: Path,
+    full_verify: bool,
+    extra: tuple[str, ...],
+    limit: str | None,
+    as_json: bool,
+) -> None:
     """Put the model INVENTORY names on every node (playbooks/model_cache.yml)."""
     from sparkctl.model import sync  # noqa: PLC0415
 
-    sync(inventory_path, full_verify=full_verify, extravars=_extra_vars(extra), limit=limit,
-         as_json=as_json)
+    sync(
+        inventory_path,
+        full_verify=full_verify,
+        extravars=_extra_vars(extra),
+        limit=limit,
+        as_json=as_json,
+    )
 
 
 @cli.command()
 @_INVENTORY_ARG
-@click.option("--baseline", metavar="PATH|last-good",
-              help="Compare with an earlier run (its directory or report.json, or last-good): "
-                   "a judged size more than the tolerance below it fails.")
+@click.option(
+    "--baseline",
+    metavar="PATH|last-good",
+    help="Compare with an earlier run (its directory or report.json, or last-good): "
+    "a judged size more than the tolerance below it fails.",
+)
 @click.option("--no-nccl", is_flag=True, help="Node and fabric checks only (no nccl-tests).")
-@click.option("-c", "--collective", "collectives", multiple=True,
-              type=click.Choice(["all_reduce", "all_gather", "reduce_scatter"]),
-              help="Only these collectives (repeatable; default: validate_collectives).")
-@click.option("-e", "--extra-vars", "extra", multiple=True,
-              help="VAR=VALUE or a YAML mapping, as given to provision (e.g. the model source).")
+@click.option(
+    "-c",
+    "--collective",
+    "collectives",
+    multiple=True,
+    type=click.Choice(["all_reduce", "all_gather", "reduce_scatter"]),
+    help="Only these collectives (repeatable; default: validate_collectives).",
+)
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    help="VAR=VALUE or a YAML mapping, as given to provision (e.g. the model source).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout.")
-def validate(inventory_path: Path, baseline: str | None, no_nccl: bool,
-             collectives: tuple[str, ...], extra: tuple[str, ...], as_json: bool) -> None:
+def validate(
+    inventory_path: Path,
+    baseline: str | None,
+    no_nccl: bool,
+    collectives: tuple[str, ...],
+    extra: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Check every node and the fabric, gate NCCL bandwidth, write a report.
 
     Exit 0 when everything passes, 1 when a check, the bandwidth gate or the
@@ -191,17 +273,25 @@ def validate(inventory_path: Path, baseline: str | None, no_nccl: bool,
     """
     from sparkctl.validate import run, summary  # noqa: PLC0415
 
-    report, run_dir = run.validate(run.Options(inventory=inventory_path, baseline=baseline,
-                                               nccl=not no_nccl, collectives=collectives,
-                                               extra=_extra_vars(extra)))
+    report, run_dir = run.validate(
+        run.Options(
+            inventory=inventory_path,
+            baseline=baseline,
+            nccl=not no_nccl,
+            collectives=collectives,
+            extra=_extra_vars(extra),
+        )
+    )
     if as_json:
         _print_json(report.to_dict())
     else:
         summary.show(report)
     console.progress(f"report: {run_dir / 'report.html'} (and report.json)")
     if report.verdict != "passed":
-        raise SparkctlError(run.failure_summary(report) + f" (report: {run_dir / 'report.html'})",
-                            run.exit_code(report))
+        raise SparkctlError(
+            run.failure_summary(report) + f" (report: {run_dir / 'report.html'})",
+            run.exit_code(report),
+        )
 
 
 @cli.group("serve")
@@ -211,15 +301,28 @@ def serve_group() -> None:
 
 @serve_group.command("up")
 @_INVENTORY_ARG
-@click.option("--timeout", type=click.FloatRange(min=1), default=None,
-              help="Seconds to wait for every rank (default: sglang_serve_timeout).")
-@click.option("--restart", is_flag=True,
-              help="Start every rank again even when the service is already healthy.")
-@click.option("-e", "--extra-vars", "extra", multiple=True,
-              help="The -e given to provision, e.g. -e sglang_port=30001 (repeatable; the API key "
-                   "belongs in Ansible Vault or SPARKCTL_SGLANG_API_KEY, not on a command line).")
-def serve_up(inventory_path: Path, timeout: float | None, restart: bool,
-             extra: tuple[str, ...]) -> None:
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Seconds to wait for every rank (default: sglang_serve_timeout).",
+)
+@click.option(
+    "--restart",
+    is_flag=True,
+    help="Start every rank again even when the service is already healthy.",
+)
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    help="The -e given to provision, e.g. -e sglang_port=30001 (repeatable; the API key "
+    "belongs in Ansible Vault or SPARKCTL_SGLANG_API_KEY, not on a command line).",
+)
+def serve_up(
+    inventory_path: Path, timeout: float | None, restart: bool, extra: tuple[str, ...]
+) -> None:
     """Start every rank (workers, then the head), follow their logs until /health answers.
 
     A rank that fails or does not come up is named, with its last lines, the
@@ -233,9 +336,14 @@ def serve_up(inventory_path: Path, timeout: float | None, restart: bool,
 @serve_group.command("verify")
 @_INVENTORY_ARG
 @click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout.")
-@click.option("-e", "--extra-vars", "extra", multiple=True,
-              help="The -e given to provision, e.g. -e sglang_port=30001 (repeatable; the API key "
-                   "belongs in Ansible Vault or SPARKCTL_SGLANG_API_KEY, not on a command line).")
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    help="The -e given to provision, e.g. -e sglang_port=30001 (repeatable; the API key "
+    "belongs in Ansible Vault or SPARKCTL_SGLANG_API_KEY, not on a command line).",
+)
 def serve_verify(inventory_path: Path, as_json: bool, extra: tuple[str, ...]) -> None:
     """Health, server info (TP size, nodes), models, chat, streaming, the API key, latency."""
     from sparkctl.serve import service  # noqa: PLC0415
@@ -280,8 +388,13 @@ def serve_logs(inventory_path: Path, node: str | None, lines: int, follow: bool)
 
 @cli.command("up")
 @_INVENTORY_ARG
-@click.option("-e", "--extra-vars", "extra", multiple=True,
-              help="VAR=VALUE or a YAML mapping, for provision and validate alike (repeatable).")
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    help="VAR=VALUE or a YAML mapping, for provision and validate alike (repeatable).",
+)
 @_ACCEPT_DIGEST
 def up_command(inventory_path: Path, extra: tuple[str, ...], accept_digest: str | None) -> None:
     """The whole job: provision, validate (stop if it fails), serve up, serve verify."""
@@ -297,20 +410,33 @@ def report_group() -> None:
 
 @report_group.command("nccl")
 @click.argument("logfile", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--gate", is_flag=True,
-              help="Judge the log with validate's bandwidth gate (the fitted busbw against the "
-                   "line rate); exit 1 when it fails.")
-@click.option("--line-rate", "line_rate", type=click.FloatRange(min=0, min_open=True),
-              metavar="GBYTES_PER_S",
-              help="Line rate of one port in GB/s for --gate (25 on a Spark); thresholds "
-                   "from the validate role's defaults.")
-@click.option("-i", "--inventory", "inventory_path", default=None,
-              type=click.Path(path_type=Path, dir_okay=False),
-              help="For --gate: the line rate and thresholds this inventory's profile implies "
-                   "(validate's plan).")
+@click.option(
+    "--gate",
+    is_flag=True,
+    help="Judge the log with validate's bandwidth gate (the fitted busbw against the "
+    "line rate); exit 1 when it fails.",
+)
+@click.option(
+    "--line-rate",
+    "line_rate",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="GBYTES_PER_S",
+    help="Line rate of one port in GB/s for --gate (25 on a Spark); thresholds "
+    "from the validate role's defaults.",
+)
+@click.option(
+    "-i",
+    "--inventory",
+    "inventory_path",
+    default=None,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="For --gate: the line rate and thresholds this inventory's profile implies "
+    "(validate's plan).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Every row and the summary as JSON.")
-def report_nccl(logfile: Path, gate: bool, line_rate: float | None,
-                inventory_path: Path | None, as_json: bool) -> None:
+def report_nccl(
+    logfile: Path, gate: bool, line_rate: float | None, inventory_path: Path | None, as_json: bool
+) -> None:
     """Parse a saved nccl-tests log (e.g. from a manual mpirun) into rows and the average.
 
     Exits 1 (FAILED) when the log has #wrong or out-of-bounds values, and with
@@ -321,27 +447,36 @@ def report_nccl(logfile: Path, gate: bool, line_rate: float | None,
     if (line_rate is not None or inventory_path is not None) and not gate:
         raise SparkctlError("--line-rate and -i are for --gate", ExitCode.BAD_INPUT)
     if gate and (line_rate is None) == (inventory_path is None):
-        raise SparkctlError("--gate needs the line rate: --line-rate GBYTES_PER_S or "
-                            "-i INVENTORY (one of them)", ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            "--gate needs the line rate: --line-rate GBYTES_PER_S or -i INVENTORY (one of them)",
+            ExitCode.BAD_INPUT,
+        )
     try:
         with logfile.open(errors="replace") as lines:  # line by line: any size, bounded memory
             report = nccl_report.parse(lines, str(logfile))
     except OSError as exc:
-        raise SparkctlError(f"{logfile}: cannot read: {exc.strerror or exc}",
-                            ExitCode.BAD_INPUT) from None
+        raise SparkctlError(
+            f"{logfile}: cannot read: {exc.strerror or exc}", ExitCode.BAD_INPUT
+        ) from None
     verdict = _gate_saved_log(report, str(logfile), line_rate, inventory_path) if gate else None
     bad = _log_failures(report)
     if as_json:
         data = report.to_dict()
         if verdict is not None:
-            data["gate"] = {"outcome": verdict[0].outcome, "message": verdict[0].message,
-                            "fit": _asdict(verdict[0].fit), "thresholds": verdict[1].to_dict()}
+            data["gate"] = {
+                "outcome": verdict[0].outcome,
+                "message": verdict[0].message,
+                "fit": _asdict(verdict[0].fit),
+                "thresholds": verdict[1].to_dict(),
+            }
         _print_json(data)
     else:
         _show_nccl_log(report, verdict)
     failed = ([f"{logfile}: FAILED: {'; '.join(bad)}"] if bad else []) + (
         [f"{logfile}: gate FAILED: {verdict[0].message}"]
-        if verdict is not None and verdict[0].outcome != "passed" else [])
+        if verdict is not None and verdict[0].outcome != "passed"
+        else []
+    )
     if failed:
         raise SparkctlError("; ".join(failed), ExitCode.CHECKS_FAILED)
 
@@ -362,8 +497,9 @@ def _log_failures(report: Any) -> list[str]:
     return bad
 
 
-def _gate_saved_log(report: Any, source: str, line_rate: float | None,
-                    inventory_path: Path | None) -> tuple[Any, Any]:
+def _gate_saved_log(
+    report: Any, source: str, line_rate: float | None, inventory_path: Path | None
+) -> tuple[Any, Any]:
     """validate's judgement of a saved log: (NcclRun, Thresholds)."""
     from sparkctl.validate import nccl  # noqa: PLC0415
 
@@ -389,9 +525,11 @@ def _inventory_thresholds(inventory_path: Path) -> Any:
         plan = run.load_plan(inv, Path(tmp))
     rate = next(iter(plan["hosts"].values()))["validate"]["line_rate_gbytes"]
     if rate in (None, "", "None"):
-        raise SparkctlError(f"{inventory_path}: its profile reads the line rate from the nodes "
-                            "(the lab's shaped rate): give --line-rate instead",
-                            ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            f"{inventory_path}: its profile reads the line rate from the nodes "
+            "(the lab's shaped rate): give --line-rate instead",
+            ExitCode.BAD_INPUT,
+        )
     return run.thresholds(plan, float(rate))
 
 
@@ -405,37 +543,68 @@ def _exact(value: float) -> str:
 def _show_nccl_log(report: Any, verdict: tuple[Any, Any] | None) -> None:
     version = f"nccl-tests {report.version}" if report.version else "version unknown"
     nccl = f", NCCL {', '.join(report.nccl_versions)}" if report.nccl_versions else ""
-    table = Table(title=f"{report.collective or 'nccl-tests'} ({version}{nccl})", box=None,
-                  title_justify="left")
-    for col in ("bytes", "type", "op", "oop us", "oop GB/s", "oop wrong", "ip us", "ip GB/s",
-                "ip wrong"):
+    table = Table(
+        title=f"{report.collective or 'nccl-tests'} ({version}{nccl})",
+        box=None,
+        title_justify="left",
+    )
+    for col in (
+        "bytes",
+        "type",
+        "op",
+        "oop us",
+        "oop GB/s",
+        "oop wrong",
+        "ip us",
+        "ip GB/s",
+        "ip wrong",
+    ):
         table.add_column(col, justify="right", no_wrap=True)
     for r in report.rows:
         oop, ip = r.out_of_place, r.in_place
-        table.add_row(str(r.size), r.type, r.redop, _exact(oop.time_us), _exact(oop.busbw),
-                      _wrong(oop), _exact(ip.time_us), _exact(ip.busbw), _wrong(ip))
+        table.add_row(
+            str(r.size),
+            r.type,
+            r.redop,
+            _exact(oop.time_us),
+            _exact(oop.busbw),
+            _wrong(oop),
+            _exact(ip.time_us),
+            _exact(ip.busbw),
+            _wrong(ip),
+        )
     console.out.print(table)
     console.out.print("oop/ip: out-of-place/in-place; GB/s: bus bandwidth")
     if report.ranks:
-        console.out.print(f"{len(report.ranks)} ranks on {len(report.hosts)} host(s) "
-                          f"({', '.join(report.hosts)}), {len(report.devices)} GPU(s): "
-                          f"{', '.join(sorted({r.name for r in report.ranks}))}",
-                          markup=False, highlight=False)
+        console.out.print(
+            f"{len(report.ranks)} ranks on {len(report.hosts)} host(s) "
+            f"({', '.join(report.hosts)}), {len(report.devices)} GPU(s): "
+            f"{', '.join(sorted({r.name for r in report.ranks}))}",
+            markup=False,
+            highlight=False,
+        )
     oob = "not printed" if report.oob_values is None else str(report.oob_values)
-    console.out.print(f"average bus bandwidth {_exact(report.avg_busbw)} GB/s; wrong results "
-                      f"{report.wrong}; out-of-bounds values {oob}", highlight=False)
+    console.out.print(
+        f"average bus bandwidth {_exact(report.avg_busbw)} GB/s; wrong results "
+        f"{report.wrong}; out-of-bounds values {oob}",
+        highlight=False,
+    )
     for error in report.errors:
         console.err.print(f"failure line: {error}", markup=False, highlight=False)
     if verdict is not None:
         run, th = verdict
         threshold = th.threshold_for(run.collective)
         limit = "not gated" if threshold is None else f"threshold {threshold:.3f} GB/s"
-        console.out.print(f"gate (line rate {th.line_rate_gbytes:g} GB/s, {limit}): "
-                          f"{run.outcome.upper()}: {run.message}", markup=False,
-                          highlight=False)
+        console.out.print(
+            f"gate (line rate {th.line_rate_gbytes:g} GB/s, {limit}): "
+            f"{run.outcome.upper()}: {run.message}",
+            markup=False,
+            highlight=False,
+        )
     if _log_failures(report):
-        console.out.print("FAILED: " + "; ".join(_log_failures(report)), markup=False,
-                          highlight=False)
+        console.out.print(
+            "FAILED: " + "; ".join(_log_failures(report)), markup=False, highlight=False
+        )
 
 
 def _wrong(half: Any) -> str:
@@ -456,14 +625,21 @@ def inventory_check(inventory_path: Path) -> None:
     from sparkctl.inventory import validate  # noqa: PLC0415
 
     inv = validate(inventory_path)
-    console.progress(f"{inventory_path}: cluster {inv.cluster}, {len(inv.nodes)} Sparks"
-                     f"{', switch ' + inv.switch.name if inv.switch else ''}: OK")
+    console.progress(
+        f"{inventory_path}: cluster {inv.cluster}, {len(inv.nodes)} Sparks"
+        f"{', switch ' + inv.switch.name if inv.switch else ''}: OK"
+    )
 
 
 @cli.command("trust")
 @_INVENTORY_ARG
-@click.option("--accept", "accept", multiple=True, metavar="HOST",
-              help="Replace HOST's recorded key by the one it offers now (repeatable).")
+@click.option(
+    "--accept",
+    "accept",
+    multiple=True,
+    metavar="HOST",
+    help="Replace HOST's recorded key by the one it offers now (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print each host's outcome as JSON.")
 def trust_command(inventory_path: Path, accept: tuple[str, ...], as_json: bool) -> None:
     """Record each host's SSH host key on first contact; stop when one has changed.
@@ -495,17 +671,35 @@ def _lab(inventory: Path, **overrides: Any) -> Any:
 
 @lab.command("up")
 @_inventory_option(default_sim=True)
-@click.option("--rate", "rate_mbit", type=click.IntRange(min=1), default=None,
-              help="Shape every switch port to this many Mbit/s (default: lab_link_rate_mbit).")
-@click.option("--driver-version", default=None,
-              help="Driver version the simulated GPUs report (default: lab_gpu_driver_version).")
+@click.option(
+    "--rate",
+    "rate_mbit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Shape every switch port to this many Mbit/s (default: lab_link_rate_mbit).",
+)
+@click.option(
+    "--driver-version",
+    default=None,
+    help="Driver version the simulated GPUs report (default: lab_gpu_driver_version).",
+)
 @click.option("--rebuild", is_flag=True, help="Rebuild the node image even if it is cached.")
-@click.option("--mirror", envvar="SPARKCTL_LAB_MIRROR", default=None,
-              help="Debian mirror for the image build (default: this machine's apt mirror; "
-                   "env: SPARKCTL_LAB_MIRROR).")
+@click.option(
+    "--mirror",
+    envvar="SPARKCTL_LAB_MIRROR",
+    default=None,
+    help="Debian mirror for the image build (default: this machine's apt mirror; "
+    "env: SPARKCTL_LAB_MIRROR).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the lab status as JSON.")
-def lab_up(inventory: Path, rate_mbit: int | None, driver_version: str | None, rebuild: bool,
-           mirror: str | None, as_json: bool) -> None:
+def lab_up(
+    inventory: Path,
+    rate_mbit: int | None,
+    driver_version: str | None,
+    rebuild: bool,
+    mirror: str | None,
+    as_json: bool,
+) -> None:
     """Build the node image if needed and bring the lab up."""
     the_lab = _lab(inventory, rate_mbit=rate_mbit, driver_version=driver_version)
     created = the_lab.up(rebuild=rebuild, mirror=mirror)
@@ -535,8 +729,7 @@ def lab_status(inventory: Path, as_json: bool) -> None:
     else:
         _show_status(status)
     if not status["up"]:
-        raise SparkctlError("the lab is not up", ExitCode.CHECKS_FAILED,
-                            hint="sparkctl lab up")
+        raise SparkctlError("the lab is not up", ExitCode.CHECKS_FAILED, hint="sparkctl lab up")
 
 
 @lab.command("ssh", context_settings={"ignore_unknown_options": True})
@@ -550,8 +743,7 @@ def lab_ssh(inventory: Path, node: str, command: tuple[str, ...]) -> None:
     the_lab = _lab(inventory)
     hosts = {h.name: h for h in the_lab.spec.hosts}
     if node not in hosts:
-        raise SparkctlError(f"no lab host '{node}' (hosts: {', '.join(hosts)})",
-                            ExitCode.BAD_INPUT)
+        raise SparkctlError(f"no lab host '{node}' (hosts: {', '.join(hosts)})", ExitCode.BAD_INPUT)
     interactive = not command and sys.stdin.isatty()
     args = ssh_base_args(the_lab.dir / "ssh", batch=not interactive)
     sys.stdout.flush()
@@ -564,8 +756,9 @@ def lab_ssh(inventory: Path, node: str, command: tuple[str, ...]) -> None:
 @click.option("--rate", "rate_mbit", type=click.IntRange(min=1), help="New shaping rate, Mbit/s.")
 @click.option("--mtu", type=click.IntRange(68, 65535), help="New MTU of the switch port.")
 @click.option("--up/--down", "up", default=None, help="Set the port up or down (pull the cable).")
-def lab_port(inventory: Path, port: str, rate_mbit: int | None, mtu: int | None,
-             up: bool | None) -> None:
+def lab_port(
+    inventory: Path, port: str, rate_mbit: int | None, mtu: int | None, up: bool | None
+) -> None:
     """Change a switch PORT live (swp3 or spark2:a): rate, MTU, up/down.
 
     Rehearses faults: a port left at MTU 1500, a pulled cable, a slow link.
@@ -576,15 +769,25 @@ def lab_port(inventory: Path, port: str, rate_mbit: int | None, mtu: int | None,
     console.progress(f"{cable.port} ({cable.node}:{cable.domain}) updated")
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
-               "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tib": 1 << 40,
+}
 
 
 def parse_size(text: str) -> int:
     """'1GiB', '512M', '64MiB', '1048576' -> bytes (binary units)."""
     raw = text.strip().lower().replace(" ", "")
     number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = raw[len(number):]
+    unit = raw[len(number) :]
     try:
         value = float(number)
     except ValueError:
@@ -597,14 +800,26 @@ def parse_size(text: str) -> int:
 @lab.command("model")
 @_inventory_option(default_sim=True)
 @click.option("--size", default="1GiB", show_default=True, help="Total size, e.g. 64MiB, 1GiB.")
-@click.option("--files", "shards", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Number of weight shards.")
+@click.option(
+    "--files",
+    "shards",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Number of weight shards.",
+)
 @click.option("--node", help="Lab node that gets it (default: the head, node_rank 0).")
-@click.option("--dir", "directory", default="/srv/sparkctl-model/synthetic", show_default=True,
-              help="Directory on the node (replaced).")
+@click.option(
+    "--dir",
+    "directory",
+    default="/srv/sparkctl-model/synthetic",
+    show_default=True,
+    help="Directory on the node (replaced).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was made as JSON.")
-def lab_model(inventory: Path, size: str, shards: int, node: str | None, directory: str,
-              as_json: bool) -> None:
+def lab_model(
+    inventory: Path, size: str, shards: int, node: str | None, directory: str, as_json: bool
+) -> None:
     """Make a synthetic model (random bytes) on a lab node, to rehearse `model sync`.
 
     Then: sparkctl model sync inventory/sim.ini -e model_cache_source=head
@@ -618,13 +833,17 @@ def lab_model(inventory: Path, size: str, shards: int, node: str | None, directo
     if as_json:
         _print_json({"node": head, **made})
     else:
-        console.progress(f"{head}:{made['directory']}: {len(made['files'])} files, "
-                         f"{made['size_bytes']} bytes of random weights")
+        console.progress(
+            f"{head}:{made['directory']}: {len(made['files'])} files, "
+            f"{made['size_bytes']} bytes of random weights"
+        )
 
 
 def _show_status(status: dict[str, Any]) -> None:
-    table = Table(title=f"lab ({'up' if status['up'] else 'not up'}, "
-                        f"ports shaped to {status['rate_mbit']} Mbit/s)")
+    table = Table(
+        title=f"lab ({'up' if status['up'] else 'not up'}, "
+        f"ports shaped to {status['rate_mbit']} Mbit/s)"
+    )
     for col in ("host", "state", "management", "links"):
         table.add_column(col)
     for h in status["hosts"]:
@@ -632,7 +851,8 @@ def _show_status(status: dict[str, Any]) -> None:
             f"{ln['name']} {ln['state']} mtu {ln['mtu']}"
             + (f" {' '.join(ln['addresses'])}" if ln["addresses"] else "")
             + (f" {ln['rate_mbit']} Mbit/s" if "rate_mbit" in ln else "")
-            for ln in h["links"])
+            for ln in h["links"]
+        )
         table.add_row(h["name"], h["state"], h["mgmt_ip"], links)
     console.out.print(table)
 
@@ -660,8 +880,9 @@ def main() -> None:
         if debug:
             console.err.print_exception()
         # Messages quote inventories ([sparks], [lab:children]): never markup.
-        console.err.print(f"[bold red]error:[/bold red] {escape(exc.message)}", markup=True,
-                          highlight=False)
+        console.err.print(
+            f"[bold red]error:[/bold red] {escape(exc.message)}", markup=True, highlight=False
+        )
         if exc.hint:
             console.err.print(f"[yellow]hint:[/yellow] {escape(exc.hint)}", highlight=False)
         sys.exit(int(exc.code))
@@ -679,8 +900,10 @@ def main() -> None:
     except Exception as exc:  # the one place that turns bugs into a message
         if debug:
             console.err.print_exception()
-        console.err.print(f"[bold red]internal error:[/bold red] {type(exc).__name__}: {exc}",
-                          highlight=False)
-        console.err.print("[yellow]hint:[/yellow] run again with --debug for the traceback, "
-                          "and report it")
+        console.err.print(
+            f"[bold red]internal error:[/bold red] {type(exc).__name__}: {exc}", highlight=False
+        )
+        console.err.print(
+            "[yellow]hint:[/yellow] run again with --debug for the traceback, and report it"
+        )
         sys.exit(int(ExitCode.INTERNAL))

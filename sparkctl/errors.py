@@ -29,8 +29,9 @@ class ExitCode(IntEnum):
 class SparkctlError(Exception):
     """A failure with a message for people and the exit code it maps to."""
 
-    def __init__(self, message: str, code: ExitCode = ExitCode.CHECKS_FAILED, *,
-                 hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, code: ExitCode = ExitCode.CHECKS_FAILED, *, hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code

@@ -79,8 +79,9 @@ class Inventory:
             if node.name == name:
                 return node
         known = ", ".join(n.name for n in self.nodes)
-        raise SparkctlError(f"{self.path}: no node named '{name}' (nodes: {known})",
-                            ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            f"{self.path}: no node named '{name}' (nodes: {known})", ExitCode.BAD_INPUT
+        )
 
     def cluster_var(self, name: str, default: Any = None) -> Any:
         """A variable as the first node sees it (cluster-wide settings live in group_vars)."""
@@ -93,8 +94,15 @@ class Inventory:
 origin_of = inventory_rules.origin_of
 
 
-def bad_input(path: Path, host: str | None, var: str | None, problem: str, *,
-              value: object = None, hint: str | None = None) -> SparkctlError:
+def bad_input(
+    path: Path,
+    host: str | None,
+    var: str | None,
+    problem: str,
+    *,
+    value: object = None,
+    hint: str | None = None,
+) -> SparkctlError:
     """Build the error for a bad inventory value, naming file, host and variable."""
     where = origin_of(value) if value is not None else None
     parts = [where or str(path)]
@@ -114,8 +122,10 @@ HostVars = dict[str, dict[str, Any]]
 
 Origins = dict[tuple[str, str], str]
 
-VAULT_HINT = ("set ANSIBLE_VAULT_PASSWORD_FILE to a file holding the vault password "
-              "(or vault_password_file in ansible.cfg)")
+VAULT_HINT = (
+    "set ANSIBLE_VAULT_PASSWORD_FILE to a file holding the vault password "
+    "(or vault_password_file in ansible.cfg)"
+)
 
 
 def redact(text: str, secrets: frozenset[str] | set[str]) -> str:
@@ -135,8 +145,9 @@ def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostV
     return cluster, groups, hostvars, origins
 
 
-def _load_ansible_inventory(path: Path,
-                            ) -> tuple[str, dict[str, list[str]], HostVars, Origins, set[str]]:
+def _load_ansible_inventory(
+    path: Path,
+) -> tuple[str, dict[str, list[str]], HostVars, Origins, set[str]]:
     """:func:`load_ansible_inventory`, and the decrypted vault values it met."""
     _check_readable(path)
 
@@ -171,15 +182,21 @@ def _load_ansible_inventory(path: Path,
         plaintext: list[tuple[str, str]] = []
         for host in inv.get_hosts():
             hostvars[host.name] = _resolve_host(
-                path, host.name, vm.get_vars(host=host), loader=loader,
-                have_password=have_password, origins=origins, secrets=secrets,
-                plaintext=plaintext)
+                path,
+                host.name,
+                vm.get_vars(host=host),
+                loader=loader,
+                have_password=have_password,
+                origins=origins,
+                secrets=secrets,
+                plaintext=plaintext,
+            )
     except AnsibleError as exc:
-        ini = _ini_problem(path, loader) if "failed to parse inventory source" in str(exc) \
-            else None
+        ini = _ini_problem(path, loader) if "failed to parse inventory source" in str(exc) else None
         if ini is not None:
-            raise SparkctlError(f"{ini[0]}: cannot parse the inventory: {ini[1]}",
-                                ExitCode.BAD_INPUT) from exc
+            raise SparkctlError(
+                f"{ini[0]}: cannot parse the inventory: {ini[1]}", ExitCode.BAD_INPUT
+            ) from exc
         where = _error_origin(exc)
         raise SparkctlError(f"{where or path}: {_first_line(exc)}", ExitCode.BAD_INPUT) from exc
 
@@ -208,13 +225,23 @@ def _refuse_plaintext(path: Path, found: list[tuple[str, str]], origins: Origins
 def _refused(path: Path, lines: list[str]) -> SparkctlError:
     """The one error of an inventory's problems: a line each, nothing contacted (exit 2)."""
     count = f"{len(lines)} problem{'s' if len(lines) > 1 else ''}"
-    return SparkctlError(f"{path}: {count} in the inventory; no host was contacted\n  "
-                         + "\n  ".join(lines), ExitCode.BAD_INPUT)
+    return SparkctlError(
+        f"{path}: {count} in the inventory; no host was contacted\n  " + "\n  ".join(lines),
+        ExitCode.BAD_INPUT,
+    )
 
 
-def _resolve_host(path: Path, host: str, raw: Mapping[str, Any], *, loader: Any,
-                  have_password: bool, origins: Origins, secrets: set[str],
-                  plaintext: list[tuple[str, str]]) -> dict[str, Any]:
+def _resolve_host(
+    path: Path,
+    host: str,
+    raw: Mapping[str, Any],
+    *,
+    loader: Any,
+    have_password: bool,
+    origins: Origins,
+    secrets: set[str],
+    plaintext: list[tuple[str, str]],
+) -> dict[str, Any]:
     """One host's variables templated as the playbooks will see them; their origins, the
     decrypted vault values and the plaintext secrets are recorded on the way."""
     from ansible.errors import AnsibleError  # noqa: PLC0415
@@ -223,8 +250,17 @@ def _resolve_host(path: Path, host: str, raw: Mapping[str, Any], *, loader: Any,
     templar = Templar(loader=loader, variables=raw)
     resolved: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in {"groups", "hostvars", "vars", "environment", "omit", "playbook_dir",
-                   "ansible_playbook_python", "inventory_dir", "inventory_file"}:
+        if key in {
+            "groups",
+            "hostvars",
+            "vars",
+            "environment",
+            "omit",
+            "playbook_dir",
+            "ansible_playbook_python",
+            "inventory_dir",
+            "inventory_file",
+        }:
             continue
         where = origin_of(value)
         if where:
@@ -236,10 +272,10 @@ def _resolve_host(path: Path, host: str, raw: Mapping[str, Any], *, loader: Any,
             secrets.update(str(templar.template(enc)) for enc in _encrypted(value))
         except AnsibleError as exc:
             if _is_vault_error(exc):
-                raise bad_input(path, host, key, _vault_problem(have_password),
-                                value=value, hint=VAULT_HINT) from None
-            raise bad_input(path, host, key, f"cannot be templated: {exc}",
-                            value=value) from exc
+                raise bad_input(
+                    path, host, key, _vault_problem(have_password), value=value, hint=VAULT_HINT
+                ) from None
+            raise bad_input(path, host, key, f"cannot be templated: {exc}", value=value) from exc
     resolved["inventory_hostname"] = host
     return resolved
 
@@ -251,19 +287,24 @@ _VARS_SUFFIXES = {"", ".yml", ".yaml", ".json"}
 def _check_readable(path: Path) -> None:
     """The inventory file exists, is a file and can be read."""
     if path.is_symlink() and not path.exists():
-        raise SparkctlError(f"{path}: cannot read inventory: it links to {path.readlink()}, "
-                            "which does not exist", ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            f"{path}: cannot read inventory: it links to {path.readlink()}, which does not exist",
+            ExitCode.BAD_INPUT,
+        )
     if not path.exists():
         raise SparkctlError(f"{path}: inventory file not found", ExitCode.BAD_INPUT)
     if not path.is_file():
-        raise SparkctlError(f"{path}: not a file (give the inventory file, e.g. inventory/sim.ini)",
-                            ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            f"{path}: not a file (give the inventory file, e.g. inventory/sim.ini)",
+            ExitCode.BAD_INPUT,
+        )
     try:
         with path.open("rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise SparkctlError(f"{path}: cannot read inventory: {exc.strerror}",
-                            ExitCode.BAD_INPUT) from exc
+        raise SparkctlError(
+            f"{path}: cannot read inventory: {exc.strerror}", ExitCode.BAD_INPUT
+        ) from exc
     if path.suffix in (".yml", ".yaml") or len(data) > MAX_FILE_BYTES:
         _check_bounded(path, data)
 
@@ -288,8 +329,11 @@ def _vars_files(top: Path, name: str) -> list[Path]:
     found = [top / f"{name}{suffix}" for suffix in sorted(_VARS_SUFFIXES)]
     folder = top / name
     if folder.is_dir():
-        found += [p for p in sorted(folder.rglob("*"))
-                  if p.suffix in _VARS_SUFFIXES and not p.name.startswith(".")]
+        found += [
+            p
+            for p in sorted(folder.rglob("*"))
+            if p.suffix in _VARS_SUFFIXES and not p.name.startswith(".")
+        ]
     return [p for p in found if (p.is_symlink() or p.exists()) and not p.is_dir()]
 
 
@@ -302,15 +346,19 @@ MAX_SCALAR_CHARS = 64 << 10
 
 def _check_vars_file(candidate: Path) -> None:
     if candidate.is_symlink() and not candidate.exists():
-        raise SparkctlError(f"{candidate}: cannot read vars file: it links to "
-                            f"{candidate.readlink()}, which does not exist", ExitCode.BAD_INPUT,
-                            hint="fix the link or remove it; its variables would not be applied")
+        raise SparkctlError(
+            f"{candidate}: cannot read vars file: it links to "
+            f"{candidate.readlink()}, which does not exist",
+            ExitCode.BAD_INPUT,
+            hint="fix the link or remove it; its variables would not be applied",
+        )
     try:
         with candidate.open("rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise SparkctlError(f"{candidate}: cannot read vars file: {exc.strerror}",
-                            ExitCode.BAD_INPUT) from exc
+        raise SparkctlError(
+            f"{candidate}: cannot read vars file: {exc.strerror}", ExitCode.BAD_INPUT
+        ) from exc
     _check_bounded(candidate, data)
 
 
@@ -320,8 +368,11 @@ def _check_bounded(path: Path, data: bytes) -> None:
     milliseconds, before Ansible loads and templates it. The graph is composed, never
     constructed, so an alias bomb costs its own size here."""
     if len(data) > MAX_FILE_BYTES:
-        raise SparkctlError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; an inventory "
-                            "file is a page of settings", ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; an inventory "
+            "file is a page of settings",
+            ExitCode.BAD_INPUT,
+        )
     try:
         docs = list(yaml.compose_all(data.decode("utf-8", "replace"), Loader=yaml.SafeLoader))
     except yaml.YAMLError:
@@ -334,30 +385,33 @@ def _check_bounded(path: Path, data: bytes) -> None:
         if id(node) in sizes:
             return sizes[id(node)]
         if depth > 100:
-            raise SparkctlError(f"{path}: YAML nested deeper than 100 levels",
-                                ExitCode.BAD_INPUT)
+            raise SparkctlError(f"{path}: YAML nested deeper than 100 levels", ExitCode.BAD_INPUT)
         sizes[id(node)] = MAX_YAML_NODES + 1  # a node that contains itself never ends
         if isinstance(node, yaml.ScalarNode):
             if len(node.value) > MAX_SCALAR_CHARS:
                 line = node.start_mark.line + 1
-                raise SparkctlError(f"{path}:{line}: a value of {len(node.value)} characters "
-                                    f"(at most {MAX_SCALAR_CHARS})", ExitCode.BAD_INPUT)
+                raise SparkctlError(
+                    f"{path}:{line}: a value of {len(node.value)} characters "
+                    f"(at most {MAX_SCALAR_CHARS})",
+                    ExitCode.BAD_INPUT,
+                )
             total = 1
         elif isinstance(node, yaml.SequenceNode):
             total = 1 + sum(expanded(child, depth + 1) for child in node.value)
         else:
-            total = 1 + sum(expanded(k, depth + 1) + expanded(v, depth + 1)
-                            for k, v in node.value)
+            total = 1 + sum(expanded(k, depth + 1) + expanded(v, depth + 1) for k, v in node.value)
         sizes[id(node)] = min(total, MAX_YAML_NODES + 1)
         return sizes[id(node)]
 
     total = sum(expanded(doc) for doc in docs if doc is not None)
     if total > MAX_YAML_NODES:
-        raise SparkctlError(f"{path}: its YAML expands to more than {MAX_YAML_NODES} values "
-                            "(aliases counted where they are used): refused before Ansible "
-                            "loads it", ExitCode.BAD_INPUT,
-                            hint="an inventory needs no aliases that multiply; write the "
-                                 "values out")
+        raise SparkctlError(
+            f"{path}: its YAML expands to more than {MAX_YAML_NODES} values "
+            "(aliases counted where they are used): refused before Ansible "
+            "loads it",
+            ExitCode.BAD_INPUT,
+            hint="an inventory needs no aliases that multiply; write the values out",
+        )
 
 
 def _ini_problem(path: Path, loader: Any) -> tuple[str, str] | None:
@@ -391,8 +445,11 @@ def _ini_problem(path: Path, loader: Any) -> tuple[str, str] | None:
     except Exception as exc:  # Ansible's parser raises its own errors and Python's
         cause = _first_line(exc.__cause__ or exc).removeprefix("Failed to parse inventory: ")
         kind = re.search(r"has unknown type: (\S+)", cause)
-        close = difflib.get_close_matches(kind.group(1), ["children", "vars", "hosts"], n=1) \
-            if kind else []
+        close = (
+            difflib.get_close_matches(kind.group(1), ["children", "vars", "hosts"], n=1)
+            if kind
+            else []
+        )
         if close:
             cause += f" (did you mean {close[0]}?)"
         lines = path.read_text(errors="replace").splitlines()
@@ -444,8 +501,11 @@ def vault_environment() -> dict[str, str]:
     """
     identities, pw_file = _vault_sources()
     env: dict[str, str] = {}
-    slugs = [f"{vault_id}@{_absolute(source)}" if vault_id else _absolute(source)
-             for vault_id, source, _ in identities if source not in _PROMPTS]
+    slugs = [
+        f"{vault_id}@{_absolute(source)}" if vault_id else _absolute(source)
+        for vault_id, source, _ in identities
+        if source not in _PROMPTS
+    ]
     if slugs:
         env["ANSIBLE_VAULT_IDENTITY_LIST"] = ",".join(slugs)
     if pw_file and pw_file[0] not in _PROMPTS:
@@ -479,9 +539,12 @@ def _set_vault_secrets(loader: Any) -> bool:
             secret = get_file_vault_secret(filename=source, vault_id=vault_id, loader=loader)
             secret.load()
         except AnsibleError as exc:
-            raise SparkctlError(f"{source}: cannot use this vault password file (set by "
-                                f"{origin}): {_first_line(exc)}", ExitCode.BAD_INPUT,
-                                hint=VAULT_HINT) from None
+            raise SparkctlError(
+                f"{source}: cannot use this vault password file (set by "
+                f"{origin}): {_first_line(exc)}",
+                ExitCode.BAD_INPUT,
+                hint=VAULT_HINT,
+            ) from None
         secrets.append((vault_id or ansible_constants.DEFAULT_VAULT_IDENTITY, secret))
     loader.set_vault_secrets(secrets)
     # Decryption asks the process-wide context (ansible-core 2.19), which can be
@@ -520,8 +583,9 @@ def _chain(exc: BaseException) -> list[BaseException]:
 def _is_vault_error(exc: BaseException) -> bool:
     from ansible.parsing.vault import AnsibleVaultError  # noqa: PLC0415
 
-    return any(isinstance(e, AnsibleVaultError) or "undecryptable" in str(e).lower()
-               for e in _chain(exc))
+    return any(
+        isinstance(e, AnsibleVaultError) or "undecryptable" in str(e).lower() for e in _chain(exc)
+    )
 
 
 def _vault_problem(have_password: bool) -> str:
@@ -531,7 +595,7 @@ def _vault_problem(have_password: bool) -> str:
 
 
 def _error_origin(exc: BaseException) -> str | None:
-    """"file:line:column" of what an Ansible error is about (a YAML file's syntax error),
+    """ "file:line:column" of what an Ansible error is about (a YAML file's syntax error),
     when Ansible says: the error, or one it was raised from, carries the origin."""
     try:
         from ansible._internal._datatag._tags import Origin  # noqa: PLC0415
@@ -567,19 +631,31 @@ def _first_line(exc: BaseException) -> str:
 def _cluster_group(path: Path, groups: Mapping[str, list[str]]) -> str:
     """The group that contains every Spark and the switch: its name is the cluster's name."""
     if SPARKS_GROUP not in groups or not groups[SPARKS_GROUP]:
-        raise SparkctlError(f"{path}: no hosts in group [{SPARKS_GROUP}]", ExitCode.BAD_INPUT,
-                            hint="list the Sparks under a [sparks] section")
+        raise SparkctlError(
+            f"{path}: no hosts in group [{SPARKS_GROUP}]",
+            ExitCode.BAD_INPUT,
+            hint="list the Sparks under a [sparks] section",
+        )
     members = set(groups[SPARKS_GROUP]) | set(groups.get(SWITCHES_GROUP, []))
-    candidates = [name for name, hosts in groups.items()
-                  if name not in {"all", "ungrouped", SPARKS_GROUP, SWITCHES_GROUP}
-                  and members <= set(hosts)]
+    candidates = [
+        name
+        for name, hosts in groups.items()
+        if name not in {"all", "ungrouped", SPARKS_GROUP, SWITCHES_GROUP} and members <= set(hosts)
+    ]
     if not candidates:
         return path.stem
     return sorted(candidates, key=lambda n: (len(groups[n]), n))[0]
 
 
-def _get(path: Path, hostvars: Mapping[str, Any], host: str, var: str, *,
-         convert: Callable[[Any], T], what: str) -> T:
+def _get(
+    path: Path,
+    hostvars: Mapping[str, Any],
+    host: str,
+    var: str,
+    *,
+    convert: Callable[[Any], T],
+    what: str,
+) -> T:
     if var not in hostvars:
         raise bad_input(path, host, var, f"missing (required: {what})")
     value = hostvars[var]
@@ -606,44 +682,71 @@ def load(path: Path) -> Inventory:
     path = Path(path)
     cluster, groups, hostvars, origins, secrets = _load_ansible_inventory(path)
     try:
-        return _build(path, cluster, groups=groups, hostvars=hostvars, origins=origins,
-                      secrets=frozenset(secrets))
+        return _build(
+            path,
+            cluster,
+            groups=groups,
+            hostvars=hostvars,
+            origins=origins,
+            secrets=frozenset(secrets),
+        )
     except SparkctlError as exc:
         if not secrets:
             raise
-        raise SparkctlError(redact(exc.message, secrets), exc.code,
-                            hint=exc.hint and redact(exc.hint, secrets)) from None
+        raise SparkctlError(
+            redact(exc.message, secrets), exc.code, hint=exc.hint and redact(exc.hint, secrets)
+        ) from None
 
 
-def _build(path: Path, cluster: str, *, groups: dict[str, list[str]], hostvars: HostVars,
-           origins: Origins, secrets: frozenset[str]) -> Inventory:
+def _build(
+    path: Path,
+    cluster: str,
+    *,
+    groups: dict[str, list[str]],
+    hostvars: HostVars,
+    origins: Origins,
+    secrets: frozenset[str],
+) -> Inventory:
     nodes: list[Node] = []
     for name in groups[SPARKS_GROUP]:
         hv = hostvars[name]
-        rank = _get(path, hv, name, "node_rank", convert=_int,
-                    what="an integer rank (0 = head)")
-        mgmt = _get(path, hv, name, "ansible_host", convert=_ipv4,
-                    what="an IPv4 management address")
-        fabric = {twin: _get(path, hv, name, f"fabric_{twin}_ip", convert=_ipv4,
-                             what="an IPv4 address")
-                  for twin in TWINS if f"fabric_{twin}_ip" in hv}
+        rank = _get(path, hv, name, "node_rank", convert=_int, what="an integer rank (0 = head)")
+        mgmt = _get(
+            path, hv, name, "ansible_host", convert=_ipv4, what="an IPv4 management address"
+        )
+        fabric = {
+            twin: _get(path, hv, name, f"fabric_{twin}_ip", convert=_ipv4, what="an IPv4 address")
+            for twin in TWINS
+            if f"fabric_{twin}_ip" in hv
+        }
         nodes.append(Node(name=name, rank=rank, mgmt_ip=mgmt, fabric_ips=fabric))
     nodes.sort(key=lambda n: n.rank)
 
     switch: Switch | None = None
     switches = groups.get(SWITCHES_GROUP, [])
     if len(switches) > 1:
-        raise bad_input(path, None, None, f"[{SWITCHES_GROUP}] lists {len(switches)} switches; "
-                        "sparkctl drives exactly one fabric switch")
+        raise bad_input(
+            path,
+            None,
+            None,
+            f"[{SWITCHES_GROUP}] lists {len(switches)} switches; "
+            "sparkctl drives exactly one fabric switch",
+        )
     if switches:
         name = switches[0]
         hv = hostvars[name]
-        switch = Switch(name=name,
-                        mgmt_ip=_get(path, hv, name, "ansible_host", convert=_ipv4,
-                                     what="an IPv4 address"),
-                        os=_get(path, hv, name, "switch_os", convert=str,
-                                what=f"the switch's OS: "
-                                     f"{', '.join(inventory_rules.SWITCH_OSES)}"))
+        switch = Switch(
+            name=name,
+            mgmt_ip=_get(path, hv, name, "ansible_host", convert=_ipv4, what="an IPv4 address"),
+            os=_get(
+                path,
+                hv,
+                name,
+                "switch_os",
+                convert=str,
+                what=f"the switch's OS: {', '.join(inventory_rules.SWITCH_OSES)}",
+            ),
+        )
 
     ports: list[SwitchPort] = []
     raw_ports = _plain(hostvars[nodes[0].name].get("switch_ports", {})) if nodes else {}
@@ -652,11 +755,20 @@ def _build(path: Path, cluster: str, *, groups: dict[str, list[str]], hostvars: 
     for port, spec in raw_ports.items():
         if not isinstance(spec, dict) or "node" not in spec:
             raise bad_input(path, None, f"switch_ports.{port}", "needs at least `node:`")
-        ports.append(SwitchPort(name=port, node=str(spec["node"]),
-                                twin=str(spec.get("twin", "both"))))
-    return Inventory(path=path, cluster=cluster, nodes=tuple(nodes), switch=switch,
-                     ports=tuple(ports), hostvars={k: _plain(v) for k, v in hostvars.items()},
-                     groups=groups, origins=origins, secrets=secrets)
+        ports.append(
+            SwitchPort(name=port, node=str(spec["node"]), twin=str(spec.get("twin", "both")))
+        )
+    return Inventory(
+        path=path,
+        cluster=cluster,
+        nodes=tuple(nodes),
+        switch=switch,
+        ports=tuple(ports),
+        hostvars={k: _plain(v) for k, v in hostvars.items()},
+        groups=groups,
+        origins=origins,
+        secrets=secrets,
+    )
 
 
 def _defined_in(path: Path, var: str) -> str | None:

@@ -73,8 +73,7 @@ def inventory_lock(inv: Inventory | Path, command: str) -> Iterator[None]:
 
 
 @contextmanager
-def host_locks(hosts: Sequence[tuple[str, str]], command: str,
-               inventory: str) -> Iterator[None]:
+def host_locks(hosts: Sequence[tuple[str, str]], command: str, inventory: str) -> Iterator[None]:
     taken: list[Path] = []
     try:
         for name, address in sorted(set(hosts), key=lambda h: h[1]):
@@ -105,9 +104,17 @@ def _acquire(path: Path, name: str, address: str, command: str, inventory: str) 
                 hint="wait for it to finish; the lock goes away when that process ends",
             ) from None
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "command": command,
-                                 "inventory": inventory,
-                                 "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode())
+        os.write(
+            fd,
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "command": command,
+                    "inventory": inventory,
+                    "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                }
+            ).encode(),
+        )
         _held[path] = _Held(fd, 1)
 
 
@@ -126,5 +133,7 @@ def holder(path: Path) -> str:
     except (OSError, ValueError):
         return "already running"
     where = f" of {info['inventory']}" if info.get("inventory") else ""
-    return (f"already running ({info.get('command', 'sparkctl')}{where}, "
-            f"pid {info.get('pid', '?')}, since {info.get('since', '?')})")
+    return (
+        f"already running ({info.get('command', 'sparkctl')}{where}, "
+        f"pid {info.get('pid', '?')}, since {info.get('since', '?')})"
+    )

@@ -46,8 +46,10 @@ def transfer_progress(result: Mapping[str, Any] | None) -> dict[str, str]:
         total = int(board.get("total_bytes") or 0)
         lines = {}
         for host, entry in board["hosts"].items():
-            text = (f"{human_bytes(entry.get('bytes', 0))} of {human_bytes(total)}, "
-                    f"{human_bytes(entry.get('rate_bps', 0))}/s")
+            text = (
+                f"{human_bytes(entry.get('bytes', 0))} of {human_bytes(total)}, "
+                f"{human_bytes(entry.get('rate_bps', 0))}/s"
+            )
             if entry.get("files"):
                 text += f", {entry['files']} file(s) written"
             if entry.get("done"):
@@ -57,9 +59,15 @@ def transfer_progress(result: Mapping[str, Any] | None) -> dict[str, str]:
     return {}
 
 
-def sync(inventory_path: Path, *, full_verify: bool = False,
-         extravars: Mapping[str, Any] | None = None, limit: str | None = None,
-         tags: Sequence[str] = (), as_json: bool = False) -> RunResult:
+def sync(
+    inventory_path: Path,
+    *,
+    full_verify: bool = False,
+    extravars: Mapping[str, Any] | None = None,
+    limit: str | None = None,
+    tags: Sequence[str] = (),
+    as_json: bool = False,
+) -> RunResult:
     """Run playbooks/model_cache.yml (validated inventory, cluster lock, live progress)."""
     from sparkctl import inventory  # noqa: PLC0415
     from sparkctl.provision import provision  # noqa: PLC0415 - provision imports this module
@@ -69,12 +77,22 @@ def sync(inventory_path: Path, *, full_verify: bool = False,
     source = extra.get("model_cache_source", inv.cluster_var("model_cache_source", "none"))
     if str(source) == "none":
         raise inventory.bad_input(
-            inventory_path, None, "model_cache_source",
+            inventory_path,
+            None,
+            "model_cache_source",
             "names no model to sync (none); nothing was contacted",
             hint="set model_cache_source to hf, head or controller in group_vars (with "
-                 "model_cache_hf_repo and model_cache_hf_revision, model_cache_head_dir or "
-                 "model_cache_controller_dir), or pass -e model_cache_source=...")
+            "model_cache_hf_repo and model_cache_hf_revision, model_cache_head_dir or "
+            "model_cache_controller_dir), or pass -e model_cache_source=...",
+        )
     if full_verify:
         extra["model_cache_full_verify"] = True
-    return provision(inventory_path, limit=limit, tags=tags, playbook="model_cache.yml",
-                     extravars=extra, as_json=as_json, command="model-sync")
+    return provision(
+        inventory_path,
+        limit=limit,
+        tags=tags,
+        playbook="model_cache.yml",
+        extravars=extra,
+        as_json=as_json,
+        command="model-sync",
+    )

@@ -49,8 +49,10 @@ from sparkctl.errors import ExitCode, SparkctlError
 _LEAD = ("size", "count", "type")
 _TIMES = ("time", "cputime")
 _CHECKS = ("#wrong", "error")
-_FAILURE = re.compile(r"Test NCCL failure|Test CUDA failure|Test failure|Test timeout|"
-                      r"NCCL WARN|Assertion .* failed|MPI_ABORT|mpirun noticed")
+_FAILURE = re.compile(
+    r"Test NCCL failure|Test CUDA failure|Test failure|Test timeout|"
+    r"NCCL WARN|Assertion .* failed|MPI_ABORT|mpirun noticed"
+)
 # mpirun --tag-output ("[1,0]<stdout>:") and srun --label ("0: ") in front of each line.
 _PREFIX = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:(?=\s))")
 _INT = re.compile(r"\d+")
@@ -60,13 +62,22 @@ _NUMERIC = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 # (DeltaMaxValue in their src/common.cu); a bigger one counted out of bounds.
 # "#  Rank  0 Group  0 Pid 548419 on spark-fb97 device  0 [000f:01:00] NVIDIA GB10";
 # before 2.x's groups: "Rank  0 Pid 1821213 on AI-A100-Beethoven01 device  0 [0x00] ...".
-_RANK = re.compile(r"^Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
-                   r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)\Z")
+_RANK = re.compile(
+    r"^Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
+    r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)\Z"
+)
 # NCCL's own banner (NCCL_DEBUG=INFO): "NCCL version 2.28.9+cuda13.0", with or without
 # the "host:pid:tid [dev] NCCL INFO " in front.
 _NCCL_BANNER = re.compile(r"(?:^|NCCL INFO )NCCL version (\d+\.\d+\.\d+)")
-_ERROR_BOUND = {"half": 1e-2, "float16": 1e-2, "bfloat16": 1e-2, "float": 1e-5,
-                "float32": 1e-5, "double": 1e-12, "float64": 1e-12}
+_ERROR_BOUND = {
+    "half": 1e-2,
+    "float16": 1e-2,
+    "bfloat16": 1e-2,
+    "float": 1e-5,
+    "float32": 1e-5,
+    "double": 1e-12,
+    "float64": 1e-12,
+}
 
 
 @dataclass(frozen=True)
@@ -178,8 +189,12 @@ class NcclReport:
         for row in data["rows"]:
             for half in (row["out_of_place"], row["in_place"]):
                 half["extra"] = dict(half["extra"])
-        return {**data, "wrong": self.wrong, "hosts": self.hosts,
-                "devices": [list(d) for d in self.devices]}
+        return {
+            **data,
+            "wrong": self.wrong,
+            "hosts": self.hosts,
+            "devices": [list(d) for d in self.devices],
+        }
 
 
 @dataclass(frozen=True)
@@ -199,27 +214,38 @@ class _Layout:
 
 def _bad(source: str, line: int | None, problem: str) -> SparkctlError:
     where = f"{source}:{line}" if line else source
-    return SparkctlError(f"{where}: {problem}", ExitCode.BAD_INPUT,
-                         hint="pass the complete output of one nccl-tests run")
+    return SparkctlError(
+        f"{where}: {problem}",
+        ExitCode.BAD_INPUT,
+        hint="pass the complete output of one nccl-tests run",
+    )
 
 
 def _layout(words: list[str], source: str, number: int) -> _Layout:
     """The layout the header words (without ``#``) describe; refused if not understood."""
-    rest = words[len(_LEAD):]
+    rest = words[len(_LEAD) :]
     redop = bool(rest) and rest[0] == "redop"
     rest = rest[redop:]
     root = bool(rest) and rest[0] == "root"
     rest = rest[root:]
     timestamp = bool(rest) and rest[-1] == "timestamp"
-    rest = rest[:len(rest) - timestamp]
+    rest = rest[: len(rest) - timestamp]
     starts = [i for i, word in enumerate(rest) if word in _TIMES]
     if len(starts) == 2 and starts[0] == 0:
-        first, second = tuple(rest[:starts[1]]), tuple(rest[starts[1]:])
-        if (first == second and len(first) >= 4 and first[1:3] == ("algbw", "busbw")
-                and first[3] in _CHECKS):
+        first, second = tuple(rest[: starts[1]]), tuple(rest[starts[1] :])
+        if (
+            first == second
+            and len(first) >= 4
+            and first[1:3] == ("algbw", "busbw")
+            and first[3] in _CHECKS
+        ):
             return _Layout(redop, root, first, timestamp, number)
-    raise _bad(source, number, "column header not understood (expected size count type "
-               f"[redop] [root], then time algbw busbw #wrong|error twice): {' '.join(words)!r}")
+    raise _bad(
+        source,
+        number,
+        "column header not understood (expected size count type "
+        f"[redop] [root], then time algbw busbw #wrong|error twice): {' '.join(words)!r}",
+    )
 
 
 def _number(token: str, what: str, source: str, number: int) -> float:
@@ -234,13 +260,17 @@ def _half(tokens: list[str], layout: _Layout, source: str, number: int) -> Half:
         time_us, algbw, busbw = float(tokens[0]), float(tokens[1]), float(tokens[2])
     except ValueError:
         raise _bad(source, number, f"time/algbw/busbw {tokens[:3]} are not numbers") from None
-    for name, token, value in zip(layout.half[:3], tokens, (time_us, algbw, busbw),
-                                  strict=False):
+    for name, token, value in zip(layout.half[:3], tokens, (time_us, algbw, busbw), strict=False):
         if not (math.isfinite(value) and value >= 0):
-            raise _bad(source, number, f"{name} {token!r} is not a measurement (negative, nan "
-                       "or inf): a garbled row")
-    extra = tuple((name, None if tok == "N/A" else _number(tok, name, source, number))
-                  for name, tok in zip(layout.half[4:], tokens[4:], strict=True))
+            raise _bad(
+                source,
+                number,
+                f"{name} {token!r} is not a measurement (negative, nan or inf): a garbled row",
+            )
+    extra = tuple(
+        (name, None if tok == "N/A" else _number(tok, name, source, number))
+        for name, tok in zip(layout.half[4:], tokens[4:], strict=True)
+    )
     check = tokens[3]
     if layout.half[3] == "error":
         error = _number(check, "error column", source, number)
@@ -259,8 +289,12 @@ def _row(line: str, layout: _Layout, source: str, number: int) -> Row:
     """One result row, read by the header's columns."""
     tokens = line.split()
     if len(tokens) != layout.width:
-        raise _bad(source, number, f"{len(tokens)} fields where the header has {layout.width}"
-                   f" (line {layout.line}): {line!r} (garbled or cut off)")
+        raise _bad(
+            source,
+            number,
+            f"{len(tokens)} fields where the header has {layout.width}"
+            f" (line {layout.line}): {line!r} (garbled or cut off)",
+        )
     lead = len(_LEAD) + layout.redop + layout.root
     try:
         size, count = int(tokens[0]), int(tokens[1])
@@ -272,9 +306,17 @@ def _row(line: str, layout: _Layout, source: str, number: int) -> Row:
     redop = tokens[3] if layout.redop else "none"
     n = len(layout.half)
     stamp = " ".join(tokens[-2:]) if layout.timestamp else None
-    return Row(size, count, tokens[2], redop, root,
-               _half(tokens[lead:lead + n], layout, source, number),
-               _half(tokens[lead + n:lead + 2 * n], layout, source, number), number, stamp)
+    return Row(
+        size,
+        count,
+        tokens[2],
+        redop,
+        root,
+        _half(tokens[lead : lead + n], layout, source, number),
+        _half(tokens[lead + n : lead + 2 * n], layout, source, number),
+        number,
+        stamp,
+    )
 
 
 def _summary_count(body: str, line: str, source: str, number: int) -> tuple[int, str | None]:
@@ -292,17 +334,22 @@ def _half_ulp(token: str) -> float:
         exponent = Decimal(token).as_tuple().exponent
     except InvalidOperation:
         return math.inf
-    return 0.5 * 10.0 ** exponent if isinstance(exponent, int) else math.inf
+    return 0.5 * 10.0**exponent if isinstance(exponent, int) else math.inf
 
 
-def _check_average(rows: list[Row], tokens: list[str], avg: float, source: str,
-                   number: int) -> None:
+def _check_average(
+    rows: list[Row], tokens: list[str], avg: float, source: str, number: int
+) -> None:
     """nccl-tests averages the busbw of every half it printed: the rows must add up to it."""
     mean = sum(h.busbw for r in rows for h in (r.out_of_place, r.in_place)) / (2 * len(rows))
     slack = max(_half_ulp(t) for t in tokens) + 5e-6 * abs(avg) + 1e-9
     if not abs(mean - avg) <= slack:
-        raise _bad(source, number, f"the 'Avg bus bandwidth' {avg:g} is not the mean of the "
-                   f"{len(rows)} row(s) above it ({mean:.6g}): rows are missing or garbled")
+        raise _bad(
+            source,
+            number,
+            f"the 'Avg bus bandwidth' {avg:g} is not the mean of the "
+            f"{len(rows)} row(s) above it ({mean:.6g}): rows are missing or garbled",
+        )
 
 
 # What one parse keeps of lines it does not need whole: a log is a page, but a broken
@@ -311,8 +358,10 @@ _KEEP = 100
 _MAX_RANKS = 4096
 
 
-def parse(text: str | Iterable[str],  # noqa: PLR0912, PLR0915
-          source: str = "nccl-tests log") -> NcclReport:
+def parse(  # noqa: PLR0912, PLR0915
+    text: str | Iterable[str],
+    source: str = "nccl-tests log",
+) -> NcclReport:
     """The report in ``text`` (the log, or its lines as a file yields them: memory stays
     bounded by the rows, whatever the log's size); a :class:`SparkctlError` (exit 2) for
     anything partial."""
@@ -344,8 +393,12 @@ def parse(text: str | Iterable[str],  # noqa: PLR0912, PLR0915
         words = body.split()
         if tuple(words[:3]) == _LEAD:
             if layout is not None:
-                raise _bad(source, number, f"a second column header (the first is on line "
-                           f"{layout.line}): the log holds more than one run")
+                raise _bad(
+                    source,
+                    number,
+                    f"a second column header (the first is on line "
+                    f"{layout.line}): the log holds more than one run",
+                )
             layout = _layout(words, source, number)
         elif body.startswith("nccl-tests version"):
             version = words[2] if len(words) > 2 else None
@@ -353,15 +406,27 @@ def parse(text: str | Iterable[str],  # noqa: PLR0912, PLR0915
             library = _version_code(codes.get("nccl-library"))
             headers = _version_code(codes.get("nccl-headers"))
         elif layout is None and len(ranks) < _MAX_RANKS and (rank := _RANK.match(body)):
-            ranks.append(Rank(int(rank.group(1)), int(rank.group(2)) if rank.group(2) else None,
-                              int(rank.group(3)), rank.group(4), int(rank.group(5)),
-                              rank.group(6), rank.group(7).strip()))
+            ranks.append(
+                Rank(
+                    int(rank.group(1)),
+                    int(rank.group(2)) if rank.group(2) else None,
+                    int(rank.group(3)),
+                    rank.group(4),
+                    int(rank.group(5)),
+                    rank.group(6),
+                    rank.group(7).strip(),
+                )
+            )
         elif body.startswith(("Collective test concluded:", "Collective test starting:")):
             collective = body.split(":", 1)[1].strip() or collective
         elif body.startswith("Avg bus bandwidth"):
             if avg is not None:
-                raise _bad(source, number, f"a second 'Avg bus bandwidth' line (the first is on "
-                           f"line {avg_line}): the log holds more than one run")
+                raise _bad(
+                    source,
+                    number,
+                    f"a second 'Avg bus bandwidth' line (the first is on "
+                    f"line {avg_line}): the log holds more than one run",
+                )
             parts = body.split(":", 1)[1].split() if ":" in body else []
             try:
                 avg = float(parts[0])
@@ -379,35 +444,66 @@ def parse(text: str | Iterable[str],  # noqa: PLR0912, PLR0915
                 raise _bad(source, number, "rows left out ('...'): an excerpt, not a whole log")
             if not _INT.fullmatch(words[0]):
                 if _NUMERIC.fullmatch(words[0]):
-                    raise _bad(source, number, f"size {words[0]!r} is not a byte count: "
-                               f"{line!r}")
+                    raise _bad(source, number, f"size {words[0]!r} is not a byte count: {line!r}")
                 continue  # NCCL INFO/WARN lines, failure lines, mpirun chatter
             if avg is not None:
-                raise _bad(source, number, f"a result row after the 'Avg bus bandwidth' line "
-                           f"{avg_line}: {line!r}")
+                raise _bad(
+                    source,
+                    number,
+                    f"a result row after the 'Avg bus bandwidth' line {avg_line}: {line!r}",
+                )
             row = _row(line, layout, source, number)
             earlier = counts.setdefault((row.size, row.type, row.redop, row.root), row)
             if earlier.count != row.count:
-                raise _bad(source, number, f"{row.size} bytes of {row.type} are {row.count} "
-                           f"elements here and {earlier.count} on line {earlier.line}: rows "
-                           "that contradict each other")
+                raise _bad(
+                    source,
+                    number,
+                    f"{row.size} bytes of {row.type} are {row.count} "
+                    f"elements here and {earlier.count} on line {earlier.line}: rows "
+                    "that contradict each other",
+                )
             rows.append(row)
             n = len(layout.half)
             lead = len(_LEAD) + layout.redop + layout.root
             busbw_tokens += [words[lead + 2], words[lead + n + 2]]
     if layout is None:
-        raise _bad(source, None, "no nccl-tests column header (# size count type redop ...)"
-                   + (f"; the run failed: {errors[0]}" if errors else ""))
+        raise _bad(
+            source,
+            None,
+            "no nccl-tests column header (# size count type redop ...)"
+            + (f"; the run failed: {errors[0]}" if errors else ""),
+        )
     if not rows:
-        raise _bad(source, None, "a column header but no result rows"
-                   + (f"; the run failed: {errors[0]}" if errors else ""))
+        raise _bad(
+            source,
+            None,
+            "a column header but no result rows"
+            + (f"; the run failed: {errors[0]}" if errors else ""),
+        )
     if avg is None:
-        raise _bad(source, None, f"no 'Avg bus bandwidth' line after {len(rows)} row(s): "
-                   "the run did not finish" + (f" ({errors[0]})" if errors else ""))
+        raise _bad(
+            source,
+            None,
+            f"no 'Avg bus bandwidth' line after {len(rows)} row(s): "
+            "the run did not finish" + (f" ({errors[0]})" if errors else ""),
+        )
     _check_average(rows, busbw_tokens, avg, source, avg_line)
-    return NcclReport(collective, version, rows, avg, oob, errors, oob_verdict, avg_check,
-                      bitwise, layout.half[0] == "cputime", library, headers,
-                      list(dict.fromkeys(banner)), ranks)
+    return NcclReport(
+        collective,
+        version,
+        rows,
+        avg,
+        oob,
+        errors,
+        oob_verdict,
+        avg_check,
+        bitwise,
+        layout.half[0] == "cputime",
+        library,
+        headers,
+        list(dict.fromkeys(banner)),
+        ranks,
+    )
 
 
 def _version_code(token: str | None) -> str | None:

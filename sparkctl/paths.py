@@ -17,8 +17,11 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 def data_dir() -> Path:
     """The directory holding ``playbooks/``, ``roles/``, ``inventory/`` and ``ansible.cfg``."""
     checkout = _PACKAGE_DIR.parent
-    if (checkout / "playbooks").is_dir() and (checkout / "roles").is_dir() \
-            and (checkout / "pyproject.toml").is_file():
+    if (
+        (checkout / "playbooks").is_dir()
+        and (checkout / "roles").is_dir()
+        and (checkout / "pyproject.toml").is_file()
+    ):
         return checkout
     return _PACKAGE_DIR / "_data"
 

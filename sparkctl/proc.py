@@ -45,9 +45,14 @@ def run(
     log.debug("run: %s", shlex.join(cmd))
     try:
         proc = subprocess.run(
-            list(cmd), input=input_text, capture_output=True, text=True,
+            list(cmd),
+            input=input_text,
+            capture_output=True,
+            text=True,
             stdin=subprocess.DEVNULL if input_text is None else None,
-            env=dict(env) if env is not None else None, timeout=timeout, check=False,
+            env=dict(env) if env is not None else None,
+            timeout=timeout,
+            check=False,
         )
     except FileNotFoundError as exc:
         raise SparkctlError(f"'{cmd[0]}' is not installed", ExitCode.ENVIRONMENT) from exc

@@ -59,13 +59,15 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if console.err.is_terminal:
-            self.live = Live(self._table(), console=console.err, refresh_per_second=8,
-                             transient=True)
+            self.live = Live(
+                self._table(), console=console.err, refresh_per_second=8, transient=True
+            )
             self.live.__enter__()
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self.live is not None:
             self.live.__exit__(et, ev, tb)
 
@@ -76,8 +78,14 @@ class Progress:
         for col in cols:
             table.add_column(col)
         for host, line in self.lines.items():
-            row = [host, str(line.ok), str(line.changed), str(line.failed),
-                   str(line.unreachable), line.task]
+            row = [
+                host,
+                str(line.ok),
+                str(line.changed),
+                str(line.failed),
+                str(line.unreachable),
+                line.task,
+            ]
             table.add_row(*row, *([self.transfer.get(host, "")] if self.transfer else []))
         return table
 
@@ -126,60 +134,90 @@ def summarise(result: RunResult, hosts: Sequence[str]) -> Table:
         if s is None:
             table.add_row(host, "-", "-", "-", "-", "-")
             continue
-        table.add_row(host, str(s.ok), str(s.changed), f"[red]{s.failed}[/red]" if s.failed
-                      else "0", f"[red]{s.unreachable}[/red]" if s.unreachable else "0",
-                      str(s.skipped))
+        table.add_row(
+            host,
+            str(s.ok),
+            str(s.changed),
+            f"[red]{s.failed}[/red]" if s.failed else "0",
+            f"[red]{s.unreachable}[/red]" if s.unreachable else "0",
+            str(s.skipped),
+        )
     return table
 
 
 def failure_message(result: RunResult, what: str) -> str:
     """One line: which hosts failed or could not be reached, and what was changed anyway."""
-    unreachable = sorted({f.host for f in result.failures if f.unreachable}
-                         | {h for h, s in result.stats.items() if s.unreachable})
+    unreachable = sorted(
+        {f.host for f in result.failures if f.unreachable}
+        | {h for h, s in result.stats.items() if s.unreachable}
+    )
     failed = sorted({f.host for f in result.failures if not f.unreachable})
     changed = sorted(h for h, s in result.stats.items() if s.changed)
     if unreachable:
         # any_errors_fatal: the run stopped for every host at that task.
-        done = (f"changed before it stopped: {', '.join(changed)}" if changed
-                else "no host was changed")
-        return (f"{what} stopped for the whole cluster: {', '.join(unreachable)} did not "
-                f"answer over SSH; {done} (artifacts in {result.artifact_dir})")
+        done = (
+            f"changed before it stopped: {', '.join(changed)}" if changed else "no host was changed"
+        )
+        return (
+            f"{what} stopped for the whole cluster: {', '.join(unreachable)} did not "
+            f"answer over SSH; {done} (artifacts in {result.artifact_dir})"
+        )
     where = f" on {', '.join(failed)}" if failed else ""
     if not failed and result.errors:
         where = f": {result.errors[0][:300]}"
     return f"{what} failed{where} (artifacts in {result.artifact_dir})"
 
 
-def provision(inventory_path: Path, *, limit: str | None = None, tags: Sequence[str] = (),
-              skip_tags: Sequence[str] = (), check: bool = False, diff: bool = False,
-              playbook: str = "site.yml", as_json: bool = False,
-              extravars: Mapping[str, Any] | None = None,
-              command: str = "provision") -> RunResult:
+def provision(
+    inventory_path: Path,
+    *,
+    limit: str | None = None,
+    tags: Sequence[str] = (),
+    skip_tags: Sequence[str] = (),
+    check: bool = False,
+    diff: bool = False,
+    playbook: str = "site.yml",
+    as_json: bool = False,
+    extravars: Mapping[str, Any] | None = None,
+    command: str = "provision",
+) -> RunResult:
     """Validate, lock, run ``playbook`` and print the per-host summary."""
     inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
     hosts = [n.name for n in inv.nodes] + ([inv.switch.name] if inv.switch else [])
     out_dir = results_dir(inv.cluster, command)
     with inventory_lock(inv, command):
-        console.progress(f"{command.replace('-', ' ')}: {inv.cluster} ({len(hosts)} hosts) with "
-                         f"{playbook}; artifacts: {out_dir}")
+        console.progress(
+            f"{command.replace('-', ' ')}: {inv.cluster} ({len(hosts)} hosts) with "
+            f"{playbook}; artifacts: {out_dir}"
+        )
         with Progress(hosts) as progress:
-            result = run_playbook(playbook, inventory_path, results_dir=out_dir,
-                                  hosts=len(inv.hostvars), limit=limit, tags=tags,
-                                  skip_tags=skip_tags, check=check, diff=diff,
-                                  extravars=extravars,
-                                  on_event=progress, envvars=cluster_env(inv.cluster))
+            result = run_playbook(
+                playbook,
+                inventory_path,
+                results_dir=out_dir,
+                hosts=len(inv.hostvars),
+                limit=limit,
+                tags=tags,
+                skip_tags=skip_tags,
+                check=check,
+                diff=diff,
+                extravars=extravars,
+                on_event=progress,
+                envvars=cluster_env(inv.cluster),
+            )
     if as_json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         console.out.print(summarise(result, hosts))
     for failure in result.failures:
         kind = "unreachable" if failure.unreachable else "failed"
-        console.err.print(f"[red]{failure.host}[/red] {kind} at [bold]{failure.task}[/bold]: "
-                          f"{failure.message}", highlight=False)
+        console.err.print(
+            f"[red]{failure.host}[/red] {kind} at [bold]{failure.task}[/bold]: {failure.message}",
+            highlight=False,
+        )
     for error in result.errors:
         console.err.print(f"ansible: {error}", style="red", highlight=False, markup=False)
     console.progress(f"runner artifacts: {result.artifact_dir}")
     if not result.ok:
-        raise SparkctlError(failure_message(result, command.replace("-", " ")),
-                            result.exit_code())
+        raise SparkctlError(failure_message(result, command.replace("-", " ")), result.exit_code())
     return result

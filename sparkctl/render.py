@@ -19,14 +19,20 @@ def render(inventory_path: Path, out: Path) -> list[Path]:
     inv = inventory.validate(inventory_path)
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    result = run_playbook("render.yml", inventory_path,
-                          results_dir=results_dir(inv.cluster, "render"), hosts=len(inv.hostvars),
-                          extravars={"sparkctl_render_dir": str(out)},
-                          envvars=cluster_env(inv.cluster))
+    result = run_playbook(
+        "render.yml",
+        inventory_path,
+        results_dir=results_dir(inv.cluster, "render"),
+        hosts=len(inv.hostvars),
+        extravars={"sparkctl_render_dir": str(out)},
+        envvars=cluster_env(inv.cluster),
+    )
     if not result.ok:
         detail = "; ".join(f"{f.host}: {f.task}: {f.message}" for f in result.failures)
-        raise SparkctlError(f"render failed: {detail or result.status} "
-                            f"(artifacts in {result.artifact_dir})", result.exit_code())
+        raise SparkctlError(
+            f"render failed: {detail or result.status} (artifacts in {result.artifact_dir})",
+            result.exit_code(),
+        )
     files = sorted(p for p in out.rglob("*") if p.is_file())
     console.progress(f"rendered {len(files)} files for {inv.cluster} into {out}")
     return files

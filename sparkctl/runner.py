@@ -74,10 +74,15 @@ class RunResult:
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "rc": self.rc, "duration_s": round(self.duration, 1),
-                "artifact_dir": str(self.artifact_dir),
-                "hosts": {h: asdict(s) for h, s in sorted(self.stats.items())},
-                "failures": [asdict(f) for f in self.failures], "errors": self.errors}
+        return {
+            "status": self.status,
+            "rc": self.rc,
+            "duration_s": round(self.duration, 1),
+            "artifact_dir": str(self.artifact_dir),
+            "hosts": {h: asdict(s) for h, s in sorted(self.stats.items())},
+            "failures": [asdict(f) for f in self.failures],
+            "errors": self.errors,
+        }
 
     @property
     def ok(self) -> bool:
@@ -86,8 +91,9 @@ class RunResult:
     def exit_code(self) -> ExitCode:
         if self.ok:
             return ExitCode.OK
-        if any(f.unreachable for f in self.failures) or \
-                any(s.unreachable for s in self.stats.values()):
+        if any(f.unreachable for f in self.failures) or any(
+            s.unreachable for s in self.stats.values()
+        ):
             return ExitCode.UNREACHABLE
         return ExitCode.CHECKS_FAILED
 
@@ -133,8 +139,11 @@ def event_from_runner(raw: Mapping[str, Any]) -> Event | None:
     return Event(kind, host, task, message)
 
 
-_HOST_KEY_CHANGED = re.compile(r"REMOTE HOST IDENTIFICATION HAS CHANGED|"
-                               r"Host key verification failed", re.IGNORECASE)
+_HOST_KEY_CHANGED = re.compile(
+    r"REMOTE HOST IDENTIFICATION HAS CHANGED|"
+    r"Host key verification failed",
+    re.IGNORECASE,
+)
 
 
 # OpenSSH with StrictHostKeyChecking=yes and no entry: "No ED25519 host key is known
@@ -149,13 +158,17 @@ def host_key_message(host: str, message: str, inventory: Path) -> str:
         return message
     inv = shlex.quote(str(inventory))
     if _HOST_KEY_UNKNOWN.search(message):  # never recorded: first contact, not a change
-        return (f"{host} has no recorded SSH host key (ssh: host key verification failed): "
-                f"record it with `sparkctl trust {inv}` and compare the fingerprint it "
-                "prints with the machine's console")
-    return (f"{host}'s SSH host key does not match the one recorded for it (ssh: host key "
-            f"verification failed): see the fingerprints with `sparkctl trust {inv}`; if the "
-            "change is legitimate (reinstalled, keys regenerated), accept it with "
-            f"`sparkctl trust {inv} --accept {host}`")
+        return (
+            f"{host} has no recorded SSH host key (ssh: host key verification failed): "
+            f"record it with `sparkctl trust {inv}` and compare the fingerprint it "
+            "prints with the machine's console"
+        )
+    return (
+        f"{host}'s SSH host key does not match the one recorded for it (ssh: host key "
+        f"verification failed): see the fingerprints with `sparkctl trust {inv}`; if the "
+        "change is legitimate (reinstalled, keys regenerated), accept it with "
+        f"`sparkctl trust {inv} --accept {host}`"
+    )
 
 
 # Environment variables whose values are secrets (HF_TOKEN, SPARKCTL_SGLANG_API_KEY,
@@ -183,8 +196,9 @@ def redact_command_file(artifact_dir: Path) -> bool:
     return True
 
 
-def _split_secret_vars(extravars: Mapping[str, Any],
-                       private: Path) -> tuple[dict[str, Any], Path | None]:
+def _split_secret_vars(
+    extravars: Mapping[str, Any], private: Path
+) -> tuple[dict[str, Any], Path | None]:
     """Keep secret-named extra vars (``-e sglang_api_key=...``) off the command line.
 
     ansible-runner puts extravars on ansible-playbook's argv (visible in ``ps``)
@@ -257,8 +271,11 @@ def run_playbook(
     """Run ``playbooks/<playbook>`` against ``inventory`` (``hosts`` hosts: Ansible forks
     one process per host); artifacts go to ``results_dir``."""
     if shutil.which("ansible-playbook", path=_path()) is None:
-        raise SparkctlError("ansible-playbook is not installed beside sparkctl",
-                            ExitCode.ENVIRONMENT, hint="pip install sparkctl (it brings ansible)")
+        raise SparkctlError(
+            "ansible-playbook is not installed beside sparkctl",
+            ExitCode.ENVIRONMENT,
+            hint="pip install sparkctl (it brings ansible)",
+        )
     book = playbooks_dir() / playbook
     if not book.is_file():
         raise SparkctlError(f"no playbook {book}", ExitCode.BAD_INPUT)
@@ -287,12 +304,19 @@ def run_playbook(
             redacted = redact_command_file(results_dir / "artifacts" / "run")
         event = event_from_runner(raw)
         if event is not None and event.kind == "unreachable" and event.host:
-            event = replace(event, message=host_key_message(event.host, event.message or "",
-                                                            inventory))
+            event = replace(
+                event, message=host_key_message(event.host, event.message or "", inventory)
+            )
         if event is not None:
             if event.kind in {"failed", "unreachable"} and event.host:
-                failures.append(TaskFailure(event.host, event.task or "?",
-                                            event.message or "", event.kind == "unreachable"))
+                failures.append(
+                    TaskFailure(
+                        event.host,
+                        event.task or "?",
+                        event.message or "",
+                        event.kind == "unreachable",
+                    )
+                )
             if on_event is not None:
                 on_event(event)
         return True  # keep the event in the artifacts
@@ -329,17 +353,26 @@ def run_playbook(
     duration = time.monotonic() - started
     redact_command_file(results_dir / "artifacts" / "run")
     raw_stats = runner.stats or {}
-    for key, attr in zip(STAT_KEYS, ("ok", "changed", "failed", "unreachable", "skipped",
-                                     "rescued", "ignored"), strict=True):
+    for key, attr in zip(
+        STAT_KEYS,
+        ("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ignored"),
+        strict=True,
+    ):
         for host, count in (raw_stats.get(key) or {}).items():
             setattr(stats.setdefault(host, HostStats()), attr, int(count))
     errors: list[str] = []
     if not failures and runner.status != "successful":
         stdout = Path(runner.config.artifact_dir) / "stdout"
         errors = ansible_errors(stdout.read_text(errors="replace") if stdout.is_file() else "")
-    return RunResult(status=str(runner.status), rc=int(runner.rc if runner.rc is not None else 1),
-                     artifact_dir=Path(runner.config.artifact_dir), duration=duration,
-                     stats=stats, failures=failures, errors=errors)
+    return RunResult(
+        status=str(runner.status),
+        rc=int(runner.rc if runner.rc is not None else 1),
+        artifact_dir=Path(runner.config.artifact_dir),
+        duration=duration,
+        stats=stats,
+        failures=failures,
+        errors=errors,
+    )
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -86,8 +86,16 @@ def debian_upstream_version(debian_version: str | None) -> str | None:
 _SMI_VERSION = re.compile(r"NVIDIA-SMI(?: version)?\s*:?\s*([0-9]+(?:\.[0-9]+)+)")
 _SMI_CUDA = re.compile(r"CUDA (?:UMD )?Version\s*:\s*([0-9]+(?:\.[0-9]+)*)")
 _SMI_DRIVER = re.compile(r"(?:Driver|DRIVER|KMD) [Vv]ersion\s*:\s*([0-9]+(?:\.[0-9]+)*)")
-NOT_AVAILABLE = frozenset({"[N/A]", "N/A", "[Not Supported]", "Not Supported",
-                           "[Unknown Error]", "[Insufficient Permissions]"})
+NOT_AVAILABLE = frozenset(
+    {
+        "[N/A]",
+        "N/A",
+        "[Not Supported]",
+        "Not Supported",
+        "[Unknown Error]",
+        "[Insufficient Permissions]",
+    }
+)
 
 
 def nvidia_smi_banner(text: str) -> dict[str, str | None]:
@@ -97,9 +105,14 @@ def nvidia_smi_banner(text: str) -> dict[str, str | None]:
     "CUDA UMD Version"), ``driver_version`` the kernel driver's ("Driver Version" /
     "KMD Version"); None where the banner does not say.
     """
-    found = {key: rx.search(text) for key, rx in (("smi_version", _SMI_VERSION),
-                                                 ("driver_version", _SMI_DRIVER),
-                                                 ("cuda_version", _SMI_CUDA))}
+    found = {
+        key: rx.search(text)
+        for key, rx in (
+            ("smi_version", _SMI_VERSION),
+            ("driver_version", _SMI_DRIVER),
+            ("cuda_version", _SMI_CUDA),
+        )
+    }
     return {key: m.group(1) if m else None for key, m in found.items()}
 
 
@@ -107,8 +120,10 @@ def nvidia_smi_cuda(text: str) -> str:
     """The CUDA version of nvidia-smi's banner; an error when the banner has none."""
     cuda = nvidia_smi_banner(text)["cuda_version"]
     if cuda is None:
-        raise ToolOutputError("no 'CUDA Version' or 'CUDA UMD Version' in nvidia-smi's banner: "
-                              + _quote(" ".join(text.split()[:40])))
+        raise ToolOutputError(
+            "no 'CUDA Version' or 'CUDA UMD Version' in nvidia-smi's banner: "
+            + _quote(" ".join(text.split()[:40]))
+        )
     return cuda
 
 
@@ -125,9 +140,11 @@ def nvidia_smi_csv(text: str, fields: list[str] | None = None) -> list[dict[str,
     memory.* field. For ``--format=csv,noheader`` pass ``fields`` (the query's
     names, in its order); with a header, ``fields`` must be among its names.
     """
-    rows = [[cell.strip() for cell in row]
-            for row in csv.reader(io.StringIO(text), skipinitialspace=True)
-            if any(cell.strip() for cell in row)]
+    rows = [
+        [cell.strip() for cell in row]
+        for row in csv.reader(io.StringIO(text), skipinitialspace=True)
+        if any(cell.strip() for cell in row)
+    ]
     if not rows:
         raise ToolOutputError("nvidia-smi printed no CSV")
     head = [_HEADER_CELL.match(cell) for cell in rows[0]]
@@ -136,22 +153,27 @@ def nvidia_smi_csv(text: str, fields: list[str] | None = None) -> list[dict[str,
     units: list[str | None]
     if has_header:
         if fields is None and any(c in NOT_AVAILABLE or c[:1].isdigit() for c in rows[0]):
-            raise ToolOutputError(f"no nvidia-smi CSV header in {_quote(text)} (query with "
-                                  "--format=csv, or pass the query's fields)")
+            raise ToolOutputError(
+                f"no nvidia-smi CSV header in {_quote(text)} (query with "
+                "--format=csv, or pass the query's fields)"
+            )
         names = head_names
         units = [m.group("unit") if m and m.group("unit") else None for m in head]
         body = rows[1:]
         missing = [f for f in fields or [] if f not in names]
         if missing:
-            raise ToolOutputError(f"nvidia-smi's header {', '.join(rows[0])!r} lacks "
-                                  f"{', '.join(missing)}")
+            raise ToolOutputError(
+                f"nvidia-smi's header {', '.join(rows[0])!r} lacks {', '.join(missing)}"
+            )
     else:
         names, units, body = list(fields or []), [None] * len(fields or []), rows
     out: list[dict[str, str | None]] = []
     for row in body:
         if len(row) != len(names):
-            raise ToolOutputError(f"nvidia-smi CSV line {', '.join(row)!r}: {len(row)} fields, "
-                                  f"header has {len(names)} ({', '.join(names)})")
+            raise ToolOutputError(
+                f"nvidia-smi CSV line {', '.join(row)!r}: {len(row)} fields, "
+                f"header has {len(names)} ({', '.join(names)})"
+            )
         entry: dict[str, str | None] = {}
         for name, unit, cell in zip(names, units, row, strict=True):
             value: str | None = None if cell in NOT_AVAILABLE else cell
@@ -196,8 +218,9 @@ def nvcc_version(text: str) -> dict[str, str]:
     """``nvcc --version`` -> {release, version}."""
     match = _NVCC_VERSION.search(text)
     if not match:
-        raise ToolOutputError("no 'release X.Y, VX.Y.Z' line in nvcc --version output "
-                              + _quote(text.strip()))
+        raise ToolOutputError(
+            "no 'release X.Y, VX.Y.Z' line in nvcc --version output " + _quote(text.strip())
+        )
     return {"release": match.group(1), "version": match.group(2)}
 
 
@@ -223,9 +246,15 @@ def dpkg_query(text: str) -> dict[str, list[dict[str, str]]]:
             continue
         name, version, arch, status = fields
         name = name.split(":")[0]
-        out.setdefault(name, []).append({
-            "name": name, "version": version, "arch": arch, "source": "apt",
-            "selection": "hold" if status[0] == "h" else "install"})
+        out.setdefault(name, []).append(
+            {
+                "name": name,
+                "version": version,
+                "arch": arch,
+                "source": "apt",
+                "selection": "hold" if status[0] == "h" else "install",
+            }
+        )
     return out
 
 
@@ -233,10 +262,12 @@ def dpkg_query(text: str) -> dict[str, list[dict[str, str]]]:
 # "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)"; -v puts PCI address, device, fw in
 # front and the port state after the port: "0000:01:00.1 rocep1s0f1 (MT4129 - NA)
 #  fw 28.45.4028 port 1 (ACTIVE) ==> enp1s0f1np1 (Up)" (the Mellanox script).
-_IBDEV = re.compile(r"^(?:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+)?"
-                    r"(?P<ibdev>\S+)(?:\s+\([^)]*\))?(?:\s+.*?\s+fw\s+\S+)?\s+port\s+(?P<port>\d+)"
-                    r"(?:\s+\((?P<port_state>\w+)\s*\))?\s+==>\s+(?P<netdev>\S+)"
-                    r"\s+\((?P<state>Up|Down)\)\s*\Z")
+_IBDEV = re.compile(
+    r"^(?:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s+)?"
+    r"(?P<ibdev>\S+)(?:\s+\([^)]*\))?(?:\s+.*?\s+fw\s+\S+)?\s+port\s+(?P<port>\d+)"
+    r"(?:\s+\((?P<port_state>\w+)\s*\))?\s+==>\s+(?P<netdev>\S+)"
+    r"\s+\((?P<state>Up|Down)\)\s*\Z"
+)
 
 
 def ibdev2netdev(text: str) -> list[dict[str, Any]]:
@@ -255,9 +286,16 @@ def ibdev2netdev(text: str) -> list[dict[str, Any]]:
         m = _IBDEV.match(line)
         if not m:
             raise ToolOutputError(f"not an ibdev2netdev line: {_quote(line)}")
-        out.append({"ibdev": m.group("ibdev"), "port": int(m.group("port")),
-                    "netdev": m.group("netdev"), "state": m.group("state"),
-                    "pci": m.group("pci"), "port_state": m.group("port_state")})
+        out.append(
+            {
+                "ibdev": m.group("ibdev"),
+                "port": int(m.group("port")),
+                "netdev": m.group("netdev"),
+                "state": m.group("state"),
+                "pci": m.group("pci"),
+                "port_state": m.group("port_state"),
+            }
+        )
     return out
 
 
@@ -269,7 +307,7 @@ def gid_to_ipv4(gid: str) -> str | None:
     gid = gid.strip().lower()
     if not gid.startswith(_IPV4_MAPPED_PREFIX):
         return None
-    tail = gid[len(_IPV4_MAPPED_PREFIX):].split(":")
+    tail = gid[len(_IPV4_MAPPED_PREFIX) :].split(":")
     if len(tail) != 2 or not all(len(part) == 4 for part in tail):
         return None
     try:
@@ -300,9 +338,17 @@ def show_gids(text: str) -> list[dict[str, Any]]:
             ipv4 = rest.pop(0)
         if not rest or not rest[0].lower().startswith("v"):
             continue
-        rows.append({"dev": dev, "port": port, "index": index, "gid": gid,
-                     "ipv4": ipv4 or gid_to_ipv4(gid), "ver": rest[0].lower(),
-                     "ndev": rest[1] if len(rest) > 1 else None})
+        rows.append(
+            {
+                "dev": dev,
+                "port": port,
+                "index": index,
+                "gid": gid,
+                "ipv4": ipv4 or gid_to_ipv4(gid),
+                "ver": rest[0].lower(),
+                "ndev": rest[1] if len(rest) > 1 else None,
+            }
+        )
     return rows
 
 
@@ -329,8 +375,11 @@ def ibv_devinfo(text: str) -> list[dict[str, Any]]:
             port = {"port": int(value)}
             devices[-1]["ports"].append(port)
         else:
-            word = value.split(" (")[0] if key in ("state", "phys_state", "max_mtu",
-                                                   "active_mtu") else value
+            word = (
+                value.split(" (")[0]
+                if key in ("state", "phys_state", "max_mtu", "active_mtu")
+                else value
+            )
             (port if port is not None else devices[-1])[key] = word
     if not devices:
         raise ToolOutputError(f"no hca_id in ibv_devinfo output {_quote(text)}")
@@ -340,8 +389,11 @@ def ibv_devinfo(text: str) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ netdevs
 _ETH_SPEED = re.compile(r"^\s*Speed:\s*(?P<speed>\d+)\s*Mb/s\s*$", re.M)
 _ETH_SPEED_UNKNOWN = re.compile(r"^\s*Speed:\s*Unknown!?\s*$", re.M)
-_ETH_FIELD = re.compile(r"^\s*(?P<key>Link detected|Duplex|Auto-negotiation|Port|Lanes):"
-                        r"\s*(?P<value>\S.*?)\s*$", re.M)
+_ETH_FIELD = re.compile(
+    r"^\s*(?P<key>Link detected|Duplex|Auto-negotiation|Port|Lanes):"
+    r"\s*(?P<value>\S.*?)\s*$",
+    re.M,
+)
 
 
 def ethtool(text: str) -> dict[str, Any]:
@@ -354,12 +406,14 @@ def ethtool(text: str) -> dict[str, Any]:
     fields = {m.group("key"): m.group("value") for m in _ETH_FIELD.finditer(text)}
     link = fields.get("Link detected")
     lanes = fields.get("Lanes")
-    return {"speed_mbps": int(speed.group("speed")) if speed else None,
-            "link_detected": None if link is None else link == "yes",
-            "duplex": fields.get("Duplex"),
-            "auto_negotiation": fields.get("Auto-negotiation"),
-            "port": fields.get("Port"),
-            "lanes": int(lanes) if lanes and lanes.isdigit() else None}
+    return {
+        "speed_mbps": int(speed.group("speed")) if speed else None,
+        "link_detected": None if link is None else link == "yes",
+        "duplex": fields.get("Duplex"),
+        "auto_negotiation": fields.get("Auto-negotiation"),
+        "port": fields.get("Port"),
+        "lanes": int(lanes) if lanes and lanes.isdigit() else None,
+    }
 
 
 def _ip_json(text: str, what: str) -> list[dict[str, Any]]:
@@ -368,8 +422,7 @@ def _ip_json(text: str, what: str) -> list[dict[str, Any]]:
     except json.JSONDecodeError as exc:
         raise ToolOutputError(f"{what} printed no JSON ({exc}): {_quote(text)}") from None
     if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
-        raise ToolOutputError(f"{what} printed JSON that is not a list of objects: "
-                              f"{_quote(text)}")
+        raise ToolOutputError(f"{what} printed JSON that is not a list of objects: {_quote(text)}")
     return data
 
 
@@ -377,8 +430,11 @@ def ip_addr(text: str) -> dict[str, list[str]]:
     """``ip -j [-4] addr show`` -> {ifname: ["a.b.c.d/len", ...]} (IPv4 only, in order)."""
     out: dict[str, list[str]] = {}
     for link in _ip_json(text, "ip -j addr"):
-        addrs = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
-                 if a.get("family") == "inet" and "local" in a]
+        addrs = [
+            f"{a['local']}/{a['prefixlen']}"
+            for a in link.get("addr_info", [])
+            if a.get("family") == "inet" and "local" in a
+        ]
         out.setdefault(str(link["ifname"]), []).extend(addrs)
     return out
 
@@ -391,8 +447,12 @@ def ip_link(text: str) -> dict[str, dict[str, Any]]:
         flags = [str(f) for f in link.get("flags", [])]
         out[str(link["ifname"])] = {
             "mtu": int(link["mtu"]) if "mtu" in link else None,
-            "operstate": link.get("operstate"), "address": link.get("address"),
-            "flags": flags, "up": "UP" in flags, "lower_up": "LOWER_UP" in flags}
+            "operstate": link.get("operstate"),
+            "address": link.get("address"),
+            "flags": flags,
+            "up": "UP" in flags,
+            "lower_up": "LOWER_UP" in flags,
+        }
     return out
 
 
@@ -409,21 +469,28 @@ def ip_neigh_mac(text: str) -> str | None:
 
 
 _PING = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
-_PING_ERROR = re.compile(r"too long|unreachable|cannot assign|Cannot assign|Operation not "
-                         r"permitted|unknown host|No route")
+_PING_ERROR = re.compile(
+    r"too long|unreachable|cannot assign|Cannot assign|Operation not "
+    r"permitted|unknown host|No route"
+)
 
 
 def ping(stdout: str, stderr: str = "") -> dict[str, Any]:
     """iputils ``ping``: {sent, received, error (its first error line, or None)}; sent 0 and
     an error when it printed no summary."""
     match = _PING.search(stdout)
-    errors = [ln.strip() for ln in (stderr + "\n" + stdout).splitlines()
-              if _PING_ERROR.search(ln)]
+    errors = [ln.strip() for ln in (stderr + "\n" + stdout).splitlines() if _PING_ERROR.search(ln)]
     if not match:
-        return {"sent": 0, "received": 0,
-                "error": errors[0] if errors else (stderr.strip() or "ping printed no summary")}
-    return {"sent": int(match.group(1)), "received": int(match.group(2)),
-            "error": errors[0] if errors else None}
+        return {
+            "sent": 0,
+            "received": 0,
+            "error": errors[0] if errors else (stderr.strip() or "ping printed no summary"),
+        }
+    return {
+        "sent": int(match.group(1)),
+        "received": int(match.group(2)),
+        "error": errors[0] if errors else None,
+    }
 
 
 # ------------------------------------------------------------------ perftest
@@ -449,8 +516,10 @@ def ib_write_bw(text: str) -> dict[str, Any]:
         line = raw.strip()
         m = _PERF_HEADER.search(line)
         if m:
-            header = [(c.group("name").strip(), c.group("unit"))
-                      for c in _PERF_COL.finditer(m.group("cols"))]
+            header = [
+                (c.group("name").strip(), c.group("unit"))
+                for c in _PERF_COL.finditer(m.group("cols"))
+            ]
             continue
         words = line.split()
         if header is None or len(words) < 2 or not (words[0].isdigit() and words[1].isdigit()):
@@ -465,17 +534,21 @@ def ib_write_bw(text: str) -> dict[str, Any]:
         row.update({name: value for (name, _unit), value in zip(header, values, strict=True)})
         rows.append(row)
     if header is None:
-        raise ToolOutputError("no ib_write_bw result header (#bytes #iterations BW peak[...] "
-                              f"BW average[...] ...): {_quote(text[-300:])}")
+        raise ToolOutputError(
+            "no ib_write_bw result header (#bytes #iterations BW peak[...] "
+            f"BW average[...] ...): {_quote(text[-300:])}"
+        )
     units = dict(header)
     unit = units.get("BW average")
     if unit not in _TO_GBITS:
         raise ToolOutputError(f"ib_write_bw's BW average is in {unit!r}, not Gb/sec or MB/sec")
     if not rows:
-        raise ToolOutputError("no ib_write_bw result row under its header: "
-                              f"{_quote(text[-300:])}")
-    return {"unit": unit, "rows": rows,
-            "average_gbps": float(rows[-1]["BW average"]) * _TO_GBITS[unit]}
+        raise ToolOutputError(f"no ib_write_bw result row under its header: {_quote(text[-300:])}")
+    return {
+        "unit": unit,
+        "rows": rows,
+        "average_gbps": float(rows[-1]["BW average"]) * _TO_GBITS[unit],
+    }
 
 
 # ------------------------------------------------------------------ systemd
@@ -489,8 +562,9 @@ def systemctl_show(text: str) -> dict[str, str]:
     return out
 
 
-def systemctl_show_units(text: str, units: list[str],
-                         properties: list[str]) -> dict[str, dict[str, str]]:
+def systemctl_show_units(
+    text: str, units: list[str], properties: list[str]
+) -> dict[str, dict[str, str]]:
     """``systemctl show -p P1,P2 U1 U2`` (one block per unit, in order, blank-line
     separated) -> {unit: {property: value}}; "" for what is not shown."""
     blocks = str(text).strip("\n").split("\n\n") if str(text).strip() else []
@@ -504,8 +578,11 @@ def systemctl_show_units(text: str, units: list[str],
 def systemctl_environment_files(text: str) -> list[str]:
     """The paths of every ``EnvironmentFiles=`` line of ``systemctl show``
     (``/etc/x.env (ignore_errors=no)`` -> ``/etc/x.env``)."""
-    return [re.sub(r" [(]ignore_errors=.*$", "", line.partition("=")[2])
-            for line in str(text).splitlines() if line.startswith("EnvironmentFiles=")]
+    return [
+        re.sub(r" [(]ignore_errors=.*$", "", line.partition("=")[2])
+        for line in str(text).splitlines()
+        if line.startswith("EnvironmentFiles=")
+    ]
 
 
 _EXEC_ARGV = re.compile(r"argv\[\]=(?P<argv>.*?) ; ignore_errors=")
@@ -525,8 +602,17 @@ def execstart_argv(text: str) -> list[str]:
     return shlex.split(match.group("argv"))
 
 
-_SPAN_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1, "min": 60, "h": 3600, "d": 86400,
-               "w": 604800, "M": 2629800, "y": 31557600}
+_SPAN_UNITS = {
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1,
+    "min": 60,
+    "h": 3600,
+    "d": 86400,
+    "w": 604800,
+    "M": 2629800,
+    "y": 31557600,
+}
 _SPAN = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>us|ms|min|s|h|d|w|M|y)")
 
 
@@ -583,8 +669,7 @@ def environ(text: str) -> dict[str, str]:
         except ValueError:
             raise ToolOutputError(f"Config.Env is not JSON: {_quote(stripped, 120)}") from None
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            raise ToolOutputError(f"Config.Env is not a list of strings: "
-                                  f"{_quote(stripped, 120)}")
+            raise ToolOutputError(f"Config.Env is not a list of strings: {_quote(stripped, 120)}")
     else:
         items = [i for i in text.split("\0") if i]
     out: dict[str, str] = {}
@@ -619,9 +704,12 @@ def chronyc_tracking(text: str) -> dict[str, Any]:
         reference = fields["Reference ID"].split()[0]
         stratum = int(fields["Stratum"])
         words = fields["System time"].split()
-        return {"reference": reference, "stratum": stratum,
-                "offset_s": float(words[0]) * (-1.0 if "slow" in words else 1.0),
-                "leap": fields["Leap status"]}
+        return {
+            "reference": reference,
+            "stratum": stratum,
+            "offset_s": float(words[0]) * (-1.0 if "slow" in words else 1.0),
+            "leap": fields["Leap status"],
+        }
     except (KeyError, IndexError, ValueError) as exc:
         raise ToolOutputError(f"not chronyc tracking output ({exc}): {_quote(text)}") from None
 

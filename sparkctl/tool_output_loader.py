@@ -49,8 +49,10 @@ def tool_output(plugin_file: str) -> ModuleType:
     path = roles / "cluster_defaults" / "module_utils" / f"{NAME}.py"
     spec = importlib.util.spec_from_file_location(NAME, path)
     if spec is None or spec.loader is None or not path.is_file():
-        raise ImportError(f"cannot load {path} (sparkctl's parser of node tool output; "
-                          "every sparkctl role depends on cluster_defaults, beside it)")
+        raise ImportError(
+            f"cannot load {path} (sparkctl's parser of node tool output; "
+            "every sparkctl role depends on cluster_defaults, beside it)"
+        )
     module = importlib.util.module_from_spec(spec)
     sys.modules[NAME] = module
     try:

@@ -58,7 +58,7 @@ def _blob_type(blob: bytes) -> str | None:
     (size,) = struct.unpack(">I", blob[:4])
     if size > 64 or len(blob) < 4 + size:
         return None
-    return blob[4:4 + size].decode("ascii", errors="replace")
+    return blob[4 : 4 + size].decode("ascii", errors="replace")
 
 
 @dataclass(frozen=True)
@@ -213,11 +213,16 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         t = self.target
-        return {"host": t.name, "address": t.address, "port": t.port,
-                "known_hosts": str(t.known_hosts), "outcome": self.outcome,
-                "key_type": self.key.type if self.key else None,
-                "fingerprint": self.key.fingerprint if self.key else None,
-                "recorded_fingerprint": self.old.fingerprint if self.old else None}
+        return {
+            "host": t.name,
+            "address": t.address,
+            "port": t.port,
+            "known_hosts": str(t.known_hosts),
+            "outcome": self.outcome,
+            "key_type": self.key.type if self.key else None,
+            "fingerprint": self.key.fingerprint if self.key else None,
+            "recorded_fingerprint": self.old.fingerprint if self.old else None,
+        }
 
 
 def decide(target: Target, offered: Sequence[HostKey], recorded: Sequence[HostKey]) -> Result:
@@ -259,19 +264,35 @@ def targets(inv: inventory.Inventory) -> list[Target]:
         try:
             port = int(raw_port)
         except (TypeError, ValueError):
-            raise inventory.bad_input(inv.path, name, "ansible_port",
-                                      f"{raw_port!r} is not a port number") from None
+            raise inventory.bad_input(
+                inv.path, name, "ansible_port", f"{raw_port!r} is not a port number"
+            ) from None
         out.append(Target(name, address, port, known_hosts_file(name, hv)))
     return out
 
 
 def scan(keyscan: str, target: Target) -> list[HostKey]:
     """The host's keys, best type first; empty when it does not answer."""
-    argv = [keyscan, "-T", str(SCAN_TIMEOUT_S), "-p", str(target.port), "-t", KEY_TYPES,
-            "--", target.address]
+    argv = [
+        keyscan,
+        "-T",
+        str(SCAN_TIMEOUT_S),
+        "-p",
+        str(target.port),
+        "-t",
+        KEY_TYPES,
+        "--",
+        target.address,
+    ]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False,
-                              stdin=subprocess.DEVNULL, timeout=SCAN_TIMEOUT_S * 6)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            timeout=SCAN_TIMEOUT_S * 6,
+        )
     except subprocess.TimeoutExpired:
         return []
     return parse_keyscan(proc.stdout)
@@ -283,8 +304,9 @@ def _read(path: Path) -> str:
     except FileNotFoundError:
         return ""
     except OSError as exc:
-        raise SparkctlError(f"{path}: cannot read known_hosts: {exc.strerror or exc}",
-                            ExitCode.ENVIRONMENT) from None
+        raise SparkctlError(
+            f"{path}: cannot read known_hosts: {exc.strerror or exc}", ExitCode.ENVIRONMENT
+        ) from None
 
 
 def append(path: Path, lines: Sequence[str]) -> None:
@@ -309,33 +331,51 @@ def remove(keygen: str, target: Target) -> None:
     entries = parse_known_hosts(_read(target.known_hosts))
     for name in (target.pattern, host_pattern(target.name, target.port)):
         if any(names_match(e.names, name) for e in entries if e.marker is None):
-            run([keygen, "-R", name, "-f", str(target.known_hosts)], code=ExitCode.ENVIRONMENT,
-                what=f"ssh-keygen -R {name} -f {target.known_hosts}")
+            run(
+                [keygen, "-R", name, "-f", str(target.known_hosts)],
+                code=ExitCode.ENVIRONMENT,
+                what=f"ssh-keygen -R {name} -f {target.known_hosts}",
+            )
 
 
 # ------------------------------------------------------------------ command
-def trust(inventory_path: Path, accept: Sequence[str] = (), *, as_json: bool = False
-          ) -> list[Result]:
+def trust(
+    inventory_path: Path, accept: Sequence[str] = (), *, as_json: bool = False
+) -> list[Result]:
     """Record first-contact host keys, check the others; raise naming changed/unreachable hosts."""
     inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
     todo = targets(inv)
     names = [t.name for t in todo]
     unknown = [a for a in accept if a not in names]
     if unknown:
-        raise SparkctlError(f"--accept {', '.join(unknown)}: not a host of {inventory_path} "
-                            f"(hosts: {', '.join(names)})", ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            f"--accept {', '.join(unknown)}: not a host of {inventory_path} "
+            f"(hosts: {', '.join(names)})",
+            ExitCode.BAD_INPUT,
+        )
     keyscan = require_tool("ssh-keyscan", package="openssh-client")
     keygen = require_tool("ssh-keygen", package="openssh-client")
     with inventory_lock(inv, "trust"):  # every host, as the other commands take them
-        console.progress(f"trust: fetching the host keys of {len(todo)} hosts "
-                         f"({inv.cluster}) with ssh-keyscan")
+        console.progress(
+            f"trust: fetching the host keys of {len(todo)} hosts ({inv.cluster}) with ssh-keyscan"
+        )
         with ThreadPoolExecutor(max_workers=len(todo) or 1) as pool:
             offered = list(pool.map(lambda t: scan(keyscan, t), todo))
-        results = [_apply(t, keys, keygen, accept=t.name in accept)
-                   for t, keys in zip(todo, offered, strict=True)]
+        results = [
+            _apply(t, keys, keygen, accept=t.name in accept)
+            for t, keys in zip(todo, offered, strict=True)
+        ]
     if as_json:
-        print(json.dumps({"inventory": str(inventory_path), "cluster": inv.cluster,
-                          "hosts": [r.to_dict() for r in results]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "inventory": str(inventory_path),
+                    "cluster": inv.cluster,
+                    "hosts": [r.to_dict() for r in results],
+                },
+                indent=2,
+            )
+        )
     else:
         show(results)
     _explain(inventory_path, results, accept)
@@ -356,8 +396,13 @@ def _apply(target: Target, offered: list[HostKey], keygen: str, *, accept: bool)
     return result
 
 
-_STYLE = {"recorded": "yellow", "unchanged": "green", "changed": "bold red",
-          "replaced": "yellow", "unreachable": "red"}
+_STYLE = {
+    "recorded": "yellow",
+    "unchanged": "green",
+    "changed": "bold red",
+    "replaced": "yellow",
+    "unreachable": "red",
+}
 
 
 def show(results: Sequence[Result]) -> None:
@@ -365,8 +410,16 @@ def show(results: Sequence[Result]) -> None:
     from rich.table import Table  # noqa: PLC0415
 
     header = ("host", "address", "key type", "fingerprint", "outcome")
-    rows = [(r.target.name, r.target.where, r.key.type if r.key else "-",
-             r.key.fingerprint if r.key else "-", r.outcome) for r in results]
+    rows = [
+        (
+            r.target.name,
+            r.target.where,
+            r.key.type if r.key else "-",
+            r.key.fingerprint if r.key else "-",
+            r.outcome,
+        )
+        for r in results
+    ]
     table = Table(box=None)
     for col in header:
         table.add_column(col, no_wrap=True)
@@ -381,13 +434,17 @@ def _explain(inventory_path: Path, results: Sequence[Result], accept: Sequence[s
     """Progress lines for what was written; the error for what stops the run."""
     for r in results:
         if r.outcome == "replaced" and r.old and r.key:
-            console.progress(f"{r.target.name} ({r.target.where}): replaced {r.old.type} "
-                             f"{r.old.fingerprint} with {r.key.type} {r.key.fingerprint} in "
-                             f"{r.target.known_hosts} (previous file: "
-                             f"{r.target.known_hosts}.old)")
+            console.progress(
+                f"{r.target.name} ({r.target.where}): replaced {r.old.type} "
+                f"{r.old.fingerprint} with {r.key.type} {r.key.fingerprint} in "
+                f"{r.target.known_hosts} (previous file: "
+                f"{r.target.known_hosts}.old)"
+            )
         elif r.outcome == "recorded" and r.key:
-            console.progress(f"{r.target.name} ({r.target.where}): first contact, recorded "
-                             f"{r.key.fingerprint} in {r.target.known_hosts}")
+            console.progress(
+                f"{r.target.name} ({r.target.where}): first contact, recorded "
+                f"{r.key.fingerprint} in {r.target.known_hosts}"
+            )
     for name in accept:
         r = next(r for r in results if r.target.name == name)
         if r.outcome == "unchanged":
@@ -395,33 +452,43 @@ def _explain(inventory_path: Path, results: Sequence[Result], accept: Sequence[s
     new = [r for r in results if r.outcome in ("recorded", "replaced") and r.key]
     if new:
         families = sorted({r.key.family for r in new if r.key})
-        console.progress("compare each new fingerprint above with the one on that machine's "
-                         "own console: " + "; ".join(
-                             f"ssh-keygen -lf /etc/ssh/ssh_host_{f}_key.pub" for f in families)
-                         + ". If one differs, do not use the host: remove its line "
-                         "(ssh-keygen -R ADDRESS -f KNOWN_HOSTS) and find out why")
+        console.progress(
+            "compare each new fingerprint above with the one on that machine's "
+            "own console: "
+            + "; ".join(f"ssh-keygen -lf /etc/ssh/ssh_host_{f}_key.pub" for f in families)
+            + ". If one differs, do not use the host: remove its line "
+            "(ssh-keygen -R ADDRESS -f KNOWN_HOSTS) and find out why"
+        )
     changed = [r for r in results if r.outcome == "changed"]
     down = [r for r in results if r.outcome == "unreachable"]
     down_names = ", ".join(f"{r.target.name} ({r.target.where})" for r in down)
     down_text = f"\n  no answer from {down_names}" if down else ""
     if changed:
         inv = shlex.quote(str(inventory_path))
-        lines = [f"{r.target.name} ({r.target.where}): recorded {r.old.type} {r.old.fingerprint}, "
-                 f"now offers {r.key.type} {r.key.fingerprint} (in {r.target.known_hosts})"
-                 for r in changed if r.old and r.key]
+        lines = [
+            f"{r.target.name} ({r.target.where}): recorded {r.old.type} {r.old.fingerprint}, "
+            f"now offers {r.key.type} {r.key.fingerprint} (in {r.target.known_hosts})"
+            for r in changed
+            if r.old and r.key
+        ]
         hosts = " ".join(f"--accept {r.target.name}" for r in changed)
         raise SparkctlError(
             f"host key changed on {', '.join(r.target.name for r in changed)}; nothing was "
-            "recorded for " + ("it" if len(changed) == 1 else "them") + "\n  "
-            + "\n  ".join(lines) + down_text
+            "recorded for "
+            + ("it" if len(changed) == 1 else "them")
+            + "\n  "
+            + "\n  ".join(lines)
+            + down_text
             + f"\n  if the change is legitimate (reinstalled, keys regenerated) and the new "
             f"fingerprint matches the machine's console, accept it: sparkctl trust {inv} {hosts}",
             ExitCode.HOST_KEY_CHANGED,
             hint="a key that changed for no known reason can mean something is impersonating "
-                 "the host: do not accept it until you know why")
+            "the host: do not accept it until you know why",
+        )
     if down:
         raise SparkctlError(
             f"no host key from {down_names}: "
             f"ssh-keyscan got no answer within {SCAN_TIMEOUT_S} s; the other hosts were handled",
             ExitCode.UNREACHABLE,
-            hint="is the host up, and its address and ansible_port right in the inventory?")
+            hint="is the host up, and its address and ansible_port right in the inventory?",
+        )

@@ -28,16 +28,24 @@ REPO = Path(__file__).resolve().parent.parent
 SIM_INVENTORY = REPO / "inventory" / "sim.ini"
 
 
-def sparkctl(*args: str, check: bool = False, timeout: float = 900,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def sparkctl(
+    *args: str, check: bool = False, timeout: float = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the sparkctl CLI as a user would, in a subprocess."""
     # stdin /dev/null: see sparkctl.proc.run (ssh and ansible-core share no stdin).
-    proc = subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True,
-                          stdin=subprocess.DEVNULL, text=True, timeout=timeout, env=env,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"sparkctl {' '.join(args)} exited {proc.returncode}:\n"
-                             f"{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"sparkctl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 
@@ -58,8 +66,11 @@ def _phase(item: pytest.Item) -> tuple[bool, int, bool]:
     shared lab down: they run last. The sort is stable: within a phase, file order."""
     parts = Path(str(item.path)).resolve().relative_to(REPO).parts
     group = {"unit": 0, "contract": 1}.get(parts[1] if len(parts) > 2 else "", 2)
-    return (item.get_closest_marker("lab_teardown") is not None, group,
-            item.get_closest_marker("quiet_host") is not None)
+    return (
+        item.get_closest_marker("lab_teardown") is not None,
+        group,
+        item.get_closest_marker("quiet_host") is not None,
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -69,8 +80,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "lab_teardown: runs after every other test")
     config.addinivalue_line(
-        "markers", "quiet_host: measures bandwidth on the lab, so it waits until no "
-        "background molecule scenario shares the host (runs after the other lab tests)")
+        "markers",
+        "quiet_host: measures bandwidth on the lab, so it waits until no "
+        "background molecule scenario shares the host (runs after the other lab tests)",
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -87,9 +100,11 @@ def _quiet_host(request: pytest.FixtureRequest) -> None:
 
 
 _IMAGE_LOCK = threading.Lock()
-_IMAGE_CODE = ("from sparkctl.lab.image import ensure_image; from sparkctl.lab.lab import lab_dir; "
-               "from sparkctl.lab.podman import Podman; "
-               "print(ensure_image(Podman(), work_dir=lab_dir() / 'build'))")
+_IMAGE_CODE = (
+    "from sparkctl.lab.image import ensure_image; from sparkctl.lab.lab import lab_dir; "
+    "from sparkctl.lab.podman import Podman; "
+    "print(ensure_image(Podman(), work_dir=lab_dir() / 'build'))"
+)
 
 
 def lab_image() -> str:
@@ -98,11 +113,19 @@ def lab_image() -> str:
     process of its own, with the environment the session started with (START_ENV): this
     runs on a background thread while unit tests change os.environ."""
     with _IMAGE_LOCK:
-        proc = subprocess.run([sys.executable, "-c", _IMAGE_CODE], capture_output=True,
-                              text=True, env=START_ENV, cwd=REPO, timeout=3600, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-c", _IMAGE_CODE],
+            capture_output=True,
+            text=True,
+            env=START_ENV,
+            cwd=REPO,
+            timeout=3600,
+            check=False,
+        )
     if proc.returncode != 0:
-        raise RuntimeError(f"building the lab image failed ({proc.returncode}):\n"
-                           f"{proc.stderr[-4000:]}")
+        raise RuntimeError(
+            f"building the lab image failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
     return proc.stdout.strip().splitlines()[-1]
 
 
@@ -126,24 +149,37 @@ def _bring_up_lab() -> _BroughtUp:
     host's state from before it: tests/lab_bringup.py, a process with the environment the
     session started with."""
     lab_image()
-    proc = subprocess.run([sys.executable, "-m", "tests.lab_bringup"], capture_output=True,
-                          stdin=subprocess.DEVNULL, text=True, env=START_ENV, cwd=REPO,
-                          timeout=3600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.lab_bringup"],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=START_ENV,
+        cwd=REPO,
+        timeout=3600,
+        check=False,
+    )
     try:
         out = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return _BroughtUp(None, proc.returncode or 1, proc.stdout[-2000:] + proc.stderr[-4000:])
     sys.stderr.write(proc.stderr)
-    before = None if out["before"] is None else HostSnapshot(
-        links=frozenset(out["before"]["links"]), containers=frozenset(out["before"]["containers"]),
-        networks=frozenset(out["before"]["networks"]), firewall=tuple(out["before"]["firewall"]))
+    before = (
+        None
+        if out["before"] is None
+        else HostSnapshot(
+            links=frozenset(out["before"]["links"]),
+            containers=frozenset(out["before"]["containers"]),
+            networks=frozenset(out["before"]["networks"]),
+            firewall=tuple(out["before"]["firewall"]),
+        )
+    )
     return _BroughtUp(before, int(out["returncode"]), str(out["stderr"]))
 
 
 def _lab_selected(session: pytest.Session) -> bool:
     lab_tests = REPO / "tests" / "lab"
-    return any(Path(str(item.path)).resolve().is_relative_to(lab_tests)
-               for item in session.items)
+    return any(Path(str(item.path)).resolve().is_relative_to(lab_tests) for item in session.items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -151,8 +187,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     `lab up` is a minute or more of podman, debootstrap and SSH waits. Nothing of the unit
     or contract suites touches the lab; SPARKCTL_LAB_BACKGROUND=0 brings it up in the
     fixture instead."""
-    if (session.config.option.collectonly or not _lab_selected(session)
-            or os.environ.get("SPARKCTL_LAB_BACKGROUND") == "0" or lab_unavailable()):
+    if (
+        session.config.option.collectonly
+        or not _lab_selected(session)
+        or os.environ.get("SPARKCTL_LAB_BACKGROUND") == "0"
+        or lab_unavailable()
+    ):
         return
     RUNNING["lab"] = Background(_bring_up_lab)
 
@@ -232,8 +272,7 @@ SENTINEL_KEY = "sentinel-api-key-5f0c2d9b7e"
 # The environment each inventory is rendered in: lab.ini (the real cluster's
 # example) with the sentinel exported as the API key, which must appear in no
 # rendered file; the lab's inventories with NO key in the environment at all.
-RENDER_API_KEYS: dict[str, str | None] = {"lab": SENTINEL_KEY, "sim": None,
-                                          "sim-two-groups": None}
+RENDER_API_KEYS: dict[str, str | None] = {"lab": SENTINEL_KEY, "sim": None, "sim-two-groups": None}
 
 
 @dataclass(frozen=True)
@@ -248,8 +287,10 @@ class Rendered:
     def read(self, host: str, path: str) -> str:
         """A rendered file by host and its absolute path on that host."""
         target = self.out / host / path.lstrip("/")
-        assert target.is_file(), (f"{host}: {path} was not rendered; rendered: "
-                                  f"{sorted(str(f.relative_to(self.out)) for f in self.files)}")
+        assert target.is_file(), (
+            f"{host}: {path} was not rendered; rendered: "
+            f"{sorted(str(f.relative_to(self.out)) for f in self.files)}"
+        )
         return target.read_text()
 
     def env(self, host: str, path: str) -> dict[str, str]:
@@ -267,22 +308,29 @@ def _render(name: str, tmp_path_factory: pytest.TempPathFactory) -> Rendered:
     from sparkctl.render import render  # noqa: PLC0415 -- ansible-runner, only when rendering
 
     if name not in RENDER_API_KEYS:
-        raise KeyError(f"no render environment for inventory/{name}.ini: add it to "
-                       "RENDER_API_KEYS in tests/conftest.py")
+        raise KeyError(
+            f"no render environment for inventory/{name}.ini: add it to "
+            "RENDER_API_KEYS in tests/conftest.py"
+        )
     api_key = RENDER_API_KEYS[name]
     base = tmp_path_factory.mktemp(f"render-{name}")
     path = REPO / "inventory" / f"{name}.ini"
     with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "AnsibleCollectionFinder has already been configured",
-                                UserWarning)
+        warnings.filterwarnings(
+            "ignore", "AnsibleCollectionFinder has already been configured", UserWarning
+        )
         mp.setenv("SPARKCTL_STATE_DIR", str(base / "state"))
         if api_key is None:
             mp.delenv("SPARKCTL_SGLANG_API_KEY", raising=False)
         else:
             mp.setenv("SPARKCTL_SGLANG_API_KEY", api_key)
         files = render(path, base / "out")
-    return Rendered(inv=inventory.load(path), out=(base / "out").resolve(), files=tuple(files),
-                    state=base / "state")
+    return Rendered(
+        inv=inventory.load(path),
+        out=(base / "out").resolve(),
+        files=tuple(files),
+        state=base / "state",
+    )
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,14 @@ from tests.labhost import HostSnapshot, remove_stale_fault_rules
 
 
 def _sparkctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True,
-                          stdin=subprocess.DEVNULL, text=True, timeout=1800, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
 
 
 def main() -> int:
@@ -35,16 +41,29 @@ def main() -> int:
     if not (keep and _sparkctl("lab", "status").returncode == 0):
         down = _sparkctl("lab", "down")
         if down.returncode != 0:
-            print(json.dumps({"before": None, "returncode": down.returncode,
-                              "stderr": "lab down: " + down.stderr[-4000:]}))
+            print(
+                json.dumps(
+                    {
+                        "before": None,
+                        "returncode": down.returncode,
+                        "stderr": "lab down: " + down.stderr[-4000:],
+                    }
+                )
+            )
             return 0
         before = HostSnapshot.take()
     up = _sparkctl("lab", "up", "--json")
-    snapshot = None if before is None else {
-        k: sorted(v) if isinstance(v, frozenset) else list(v)
-        for k, v in dataclasses.asdict(before).items()}
-    print(json.dumps({"before": snapshot, "returncode": up.returncode,
-                      "stderr": up.stderr[-4000:]}))
+    snapshot = (
+        None
+        if before is None
+        else {
+            k: sorted(v) if isinstance(v, frozenset) else list(v)
+            for k, v in dataclasses.asdict(before).items()
+        }
+    )
+    print(
+        json.dumps({"before": snapshot, "returncode": up.returncode, "stderr": up.stderr[-4000:]})
+    )
     return 0
 
 

@@ -19,8 +19,9 @@ SSH_DIR = STATE / "lab" / "ssh"
 
 def _out(cmd: list[str]) -> str:
     env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
-    return subprocess.run(cmd, capture_output=True, text=True, check=False, env=env,
-                          stdin=subprocess.DEVNULL).stdout
+    return subprocess.run(
+        cmd, capture_output=True, text=True, check=False, env=env, stdin=subprocess.DEVNULL
+    ).stdout
 
 
 # Firewall rules a fault test inserts on the controller carry this comment, so
@@ -38,8 +39,11 @@ def remove_stale_fault_rules() -> list[str]:
     """Delete the fault-test rules an interrupted run left behind; return them."""
     if not shutil.which("iptables-save"):
         return []
-    stale = [line for line in _out(["iptables-save"]).splitlines()
-             if line.startswith("-A ") and f"--comment {FAULT_RULE_COMMENT}" in line]
+    stale = [
+        line
+        for line in _out(["iptables-save"]).splitlines()
+        if line.startswith("-A ") and f"--comment {FAULT_RULE_COMMENT}" in line
+    ]
     for line in stale:
         subprocess.run(["iptables", "-D", *line.split()[1:]], check=True)
     return stale
@@ -68,18 +72,36 @@ class HostSnapshot:
         return cls(links, containers, networks, tuple(rules))
 
 
-def ssh(host_ip: str, command: str, *, check: bool = True,
-        timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def ssh(
+    host_ip: str, command: str, *, check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run ``command`` on a lab host as root over SSH, strict host key checking on."""
     proc = subprocess.run(
-        ["ssh", "-i", str(SSH_DIR / "id_ed25519"), "-o", "IdentitiesOnly=yes",
-         "-o", f"UserKnownHostsFile={SSH_DIR / 'known_hosts'}",
-         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-         f"root@{host_ip}", command],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False)
+        [
+            "ssh",
+            "-i",
+            str(SSH_DIR / "id_ed25519"),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            f"UserKnownHostsFile={SSH_DIR / 'known_hosts'}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            f"root@{host_ip}",
+            command,
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"{host_ip}: `{command}` exited {proc.returncode}: "
-                             f"{proc.stderr.strip()}")
+        raise AssertionError(
+            f"{host_ip}: `{command}` exited {proc.returncode}: {proc.stderr.strip()}"
+        )
     return proc
 
 
@@ -94,7 +116,8 @@ _NODE_STATE = (
     "-maxdepth 1 -type f \\( -path '/etc/netplan/*' -o -path '/etc/sparkctl/*' "
     "-o -name 'sparkctl-*' -o -name ssh_known_hosts \\) -exec sha256sum {} + | sort -k2; "
     "echo '@@'; systemctl is-active sparkctl-sglang.service || true; echo '@@'; "
-    "find /var/lib/sparkctl/models -type f -printf '%p %s %T@\\n' 2>/dev/null | sort; true")
+    "find /var/lib/sparkctl/models -type f -printf '%p %s %T@\\n' 2>/dev/null | sort; true"
+)
 _SWITCH_STATE = "ip -j link; echo '@@'; tc qdisc show | sort"
 
 
@@ -103,12 +126,17 @@ def _links(text: str, *, addresses: bool) -> dict[str, object]:
     for link in json.loads(text or "[]"):
         if link.get("ifname") == "lo":
             continue
-        entry: dict[str, object] = {"mtu": link.get("mtu"), "state": link.get("operstate"),
-                                    "flags": sorted(f for f in link.get("flags", [])
-                                                    if f in ("UP", "LOWER_UP"))}
+        entry: dict[str, object] = {
+            "mtu": link.get("mtu"),
+            "state": link.get("operstate"),
+            "flags": sorted(f for f in link.get("flags", []) if f in ("UP", "LOWER_UP")),
+        }
         if addresses:
-            entry["inet"] = sorted(f"{a['local']}/{a['prefixlen']}"
-                                   for a in link.get("addr_info", []) if a.get("family") == "inet")
+            entry["inet"] = sorted(
+                f"{a['local']}/{a['prefixlen']}"
+                for a in link.get("addr_info", [])
+                if a.get("family") == "inet"
+            )
         out[link["ifname"]] = entry
     return out
 
@@ -118,14 +146,18 @@ def cluster_state(nodes: dict[str, str], switch: str) -> dict[str, object]:
     state: dict[str, object] = {}
     for name, ip in nodes.items():
         parts = ssh(ip, _NODE_STATE).stdout.split("@@\n")
-        state[name] = {"links": _links(parts[0], addresses=True),
-                       "files": parts[1].splitlines(), "sglang": parts[2].strip(),
-                       "models": parts[3].splitlines()}
+        state[name] = {
+            "links": _links(parts[0], addresses=True),
+            "files": parts[1].splitlines(),
+            "sglang": parts[2].strip(),
+            "models": parts[3].splitlines(),
+        }
     links, qdiscs = ssh(switch, _SWITCH_STATE).stdout.split("@@\n")
     # `qdisc tbf 8003: root ...`: the handle is new each time a rate is set again
-    state["switch"] = {"links": _links(links, addresses=False),
-                       "qdisc": [re.sub(r"^(qdisc \S+) \S+:", r"\1", q)
-                                 for q in qdiscs.splitlines()]}
+    state["switch"] = {
+        "links": _links(links, addresses=False),
+        "qdisc": [re.sub(r"^(qdisc \S+) \S+:", r"\1", q) for q in qdiscs.splitlines()],
+    }
     return state
 
 
@@ -137,8 +169,11 @@ def state_diff(before: dict[str, object], after: dict[str, object]) -> list[str]
         if isinstance(a, dict) and isinstance(b, dict):
             for key in sorted(set(a) | set(b), key=str):
                 walk(a.get(key), b.get(key), f"{where}/{key}")
-        elif isinstance(a, list) and isinstance(b, list) and all(
-                isinstance(x, str) for x in [*a, *b]):
+        elif (
+            isinstance(a, list)
+            and isinstance(b, list)
+            and all(isinstance(x, str) for x in [*a, *b])
+        ):
             for gone in sorted(set(a) - set(b)):
                 diffs.append(f"{where}: - {gone}")
             for new in sorted(set(b) - set(a)):

@@ -67,23 +67,40 @@ class Instances:
 
 
 def _net_is_writable(pid: int) -> bool:
-    proc = run(["nsenter", "-t", str(pid), "-m", "findmnt", "-no", "OPTIONS", "/proc/sys/net"],
-               check=False)
+    proc = run(
+        ["nsenter", "-t", str(pid), "-m", "findmnt", "-no", "OPTIONS", "/proc/sys/net"], check=False
+    )
     return proc.returncode == 0 and proc.stdout.strip().startswith("rw")
 
 
 def _has_link(pid: int, dev: str) -> bool:
-    return run(fabric.nsenter(pid, ["ip", "link", "show", "dev", dev]), check=False) \
-        .returncode == 0
+    return run(fabric.nsenter(pid, ["ip", "link", "show", "dev", dev]), check=False).returncode == 0
 
 
 def _veth(pid_a: int, name_a: str, pid_b: int, name_b: str) -> None:
-    run(["ip", "link", "add", name_a, "netns", str(pid_a), "type", "veth",
-         "peer", "name", name_b, "netns", str(pid_b)], what=f"veth {name_a} -- {name_b}")
+    run(
+        [
+            "ip",
+            "link",
+            "add",
+            name_a,
+            "netns",
+            str(pid_a),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            name_b,
+            "netns",
+            str(pid_b),
+        ],
+        what=f"veth {name_a} -- {name_b}",
+    )
 
 
-def wire_without_switch(sparks: list[str], pids: dict[str, int],
-                        netdevs: dict[str, str]) -> list[str]:
+def wire_without_switch(
+    sparks: list[str], pids: dict[str, int], netdevs: dict[str, str]
+) -> list[str]:
     """Two Sparks back to back, or one Spark's twins to each other; port 0 uncabled."""
     if len(sparks) == 2:
         one, two = sparks
@@ -95,8 +112,10 @@ def wire_without_switch(sparks: list[str], pids: dict[str, int],
         _veth(pids[one], netdevs["a"], pids[one], netdevs["b"])
         cables = [f"{one}:{netdevs['a']} -- {one}:{netdevs['b']}"]
     else:
-        raise SystemExit(f"{len(sparks)} Sparks without a switch: add a host in group "
-                         "`switches` and switch_ports to the scenario")
+        raise SystemExit(
+            f"{len(sparks)} Sparks without a switch: add a host in group "
+            "`switches` and switch_ports to the scenario"
+        )
     for node in sparks:
         for dev in netdevs.values():
             fabric.ns_run(pids[node], ["ip", "link", "set", dev, "up"])
@@ -104,21 +123,31 @@ def wire_without_switch(sparks: list[str], pids: dict[str, int],
     return cables
 
 
-def wire_switch(sparks: list[str], switch: str, ports: dict[str, Any], *,
-                pids: dict[str, int], netdevs: dict[str, str], rate_mbit: int) -> list[str]:
+def wire_switch(
+    sparks: list[str],
+    switch: str,
+    ports: dict[str, Any],
+    *,
+    pids: dict[str, int],
+    netdevs: dict[str, str],
+    rate_mbit: int,
+) -> list[str]:
     """The lab's own wiring: one veth per twin to its switch port, bridged per twin."""
     cables = []
     for port, spec in ports.items():
         if spec.get("twin") not in netdevs or spec.get("node") not in sparks:
-            raise SystemExit(f"switch_ports.{port}: {spec} - the lab cables one twin (a or b) "
-                             f"of a Spark in this scenario ({', '.join(sparks)}) per port")
+            raise SystemExit(
+                f"switch_ports.{port}: {spec} - the lab cables one twin (a or b) "
+                f"of a Spark in this scenario ({', '.join(sparks)}) per port"
+            )
         cables.append(fabric.Cable(spec["node"], netdevs[spec["twin"]], port, spec["twin"]))
     fabric.wire(cables, {n: pids[n] for n in sparks}, pids[switch], rate_mbit)
     return [f"{c.node}:{c.node_if} -- {switch}:{c.port} ({c.bridge})" for c in cables]
 
 
-def dress_spark(podman: Podman, name: str, hardware: LabHardware,
-                settings: standins.NodeSettings | None = None) -> None:
+def dress_spark(
+    podman: Podman, name: str, hardware: LabHardware, settings: standins.NodeSettings | None = None
+) -> None:
     """Dress one instance as ``sparkctl lab up`` dresses a Spark (the same table,
     sparkctl.lab.standins.PLACEMENTS). ``settings`` default to the roles'
     defaults (nccl_tests_dir, sglang_image)."""
@@ -134,8 +163,9 @@ def main(argv: list[str]) -> int:
     switch: str | None = spec.get("switch")
     netdevs: dict[str, str] = dict(spec["netdevs"])
     everyone = sparks + ([switch] if switch else [])
-    instances = Instances(tuple(LabHost(n, "", "spark" if n in sparks else "switch")
-                                for n in everyone))
+    instances = Instances(
+        tuple(LabHost(n, "", "spark" if n in sparks else "switch") for n in everyone)
+    )
     podman = instances.podman
     pids = {n: podman.pid(n) for n in everyone}
     changed: list[str] = []
@@ -148,15 +178,23 @@ def main(argv: list[str]) -> int:
     cables: list[str] = []
     if sparks and not _has_link(pids[sparks[0]], netdevs["a"]):
         if switch and spec.get("switch_ports"):
-            cables = wire_switch(sparks, switch, spec["switch_ports"], pids=pids,
-                                 netdevs=netdevs, rate_mbit=int(spec["link_rate_mbit"]))
+            cables = wire_switch(
+                sparks,
+                switch,
+                spec["switch_ports"],
+                pids=pids,
+                netdevs=netdevs,
+                rate_mbit=int(spec["link_rate_mbit"]),
+            )
         else:
             cables = wire_without_switch(sparks, pids, netdevs)
         changed.append(f"fabric cabled: {len(cables)} cables")
 
-    hardware = LabHardware(driver_version=str(spec["gpu_driver_version"]),
-                           cuda_version=str(spec["cuda_version"]),
-                           link_rate_mbit=int(spec["link_rate_mbit"]))
+    hardware = LabHardware(
+        driver_version=str(spec["gpu_driver_version"]),
+        cuda_version=str(spec["cuda_version"]),
+        link_rate_mbit=int(spec["link_rate_mbit"]),
+    )
     for name in sparks:
         current = podman.exec(name, ["cat", HARDWARE_JSON_PATH], check=False)
         if current.returncode != 0 or current.stdout != hardware.to_json(name):
@@ -166,8 +204,9 @@ def main(argv: list[str]) -> int:
     ssh = spec.get("ssh")
     if ssh and ssh["hosts"]:
         ssh_dir = Path(ssh["dir"])
-        trusted = Instances(tuple(LabHost(h["name"], h["address"], "spark")
-                                  for h in ssh["hosts"]), podman)
+        trusted = Instances(
+            tuple(LabHost(h["name"], h["address"], "spark") for h in ssh["hosts"]), podman
+        )
         # Always read the instances' keys: the ephemeral directory (and its
         # known_hosts) outlives the containers of an earlier run of the scenario.
         if sshtrust.record(trusted, ssh_dir):  # type: ignore[arg-type]

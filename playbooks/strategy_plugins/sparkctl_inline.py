@@ -76,11 +76,26 @@ if t.TYPE_CHECKING:
 # get_lexer's key, compiler.py CodeGenerator: sandboxed with intercepted_binops
 # and _unops, is_async, finalize, autoescape, optimized; parser.py: extensions).
 _ENVIRONMENT_FIELDS = (
-    "block_start_string", "block_end_string", "variable_start_string", "variable_end_string",
-    "comment_start_string", "comment_end_string", "line_statement_prefix",
-    "line_comment_prefix", "trim_blocks", "lstrip_blocks", "newline_sequence",
-    "keep_trailing_newline", "code_generator_class", "sandboxed", "intercepted_binops",
-    "intercepted_unops", "is_async", "finalize", "autoescape", "optimized",
+    "block_start_string",
+    "block_end_string",
+    "variable_start_string",
+    "variable_end_string",
+    "comment_start_string",
+    "comment_end_string",
+    "line_statement_prefix",
+    "line_comment_prefix",
+    "trim_blocks",
+    "lstrip_blocks",
+    "newline_sequence",
+    "keep_trailing_newline",
+    "code_generator_class",
+    "sandboxed",
+    "intercepted_binops",
+    "intercepted_unops",
+    "is_async",
+    "finalize",
+    "autoescape",
+    "optimized",
 )
 
 
@@ -131,9 +146,14 @@ class _CompileCache:
             self._original = AnsibleEnvironment.compile
             cache = self
 
-            def compile(env: AnsibleEnvironment, source: t.Any,  # noqa: PLR0917 -- Jinja's
-                        name: str | None = None, filename: str | None = None,
-                        raw: bool = False, defer_init: bool = False) -> t.Any:
+            def compile(  # noqa: PLR0917 -- Jinja's
+                env: AnsibleEnvironment,
+                source: t.Any,
+                name: str | None = None,
+                filename: str | None = None,
+                raw: bool = False,
+                defer_init: bool = False,
+            ) -> t.Any:
                 return cache.compile(env, source, (name, filename, raw, defer_init))
 
             AnsibleEnvironment.compile = compile  # type: ignore[method-assign]
@@ -143,19 +163,27 @@ class _CompileCache:
             AnsibleEnvironment.compile = self._original  # type: ignore[method-assign]
             self._original = None
 
-    def compile(self, env: AnsibleEnvironment, source: t.Any,
-                args: tuple[str | None, str | None, bool, bool]) -> t.Any:
+    def compile(
+        self,
+        env: AnsibleEnvironment,
+        source: t.Any,
+        args: tuple[str | None, str | None, bool, bool],
+    ) -> t.Any:
         """Jinja's ``env.compile(source, *args)``, from the cache where it can be."""
         original = self._original
         name, filename, raw, _ = args
         if raw or not isinstance(source, str) or env._debuggable_template_source:
             return original(env, source, *args)
         escaping = _TemplateCompileContext.current(optional=True)
-        key = (str(source), args, type(env),
-               tuple(getattr(env, field) for field in _ENVIRONMENT_FIELDS),
-               tuple(type(ext) for ext in env.extensions.values()),
-               bool(escaping and escaping.escape_backslashes),
-               _TemplateConfig.allow_embedded_templates)
+        key = (
+            str(source),
+            args,
+            type(env),
+            tuple(getattr(env, field) for field in _ENVIRONMENT_FIELDS),
+            tuple(type(ext) for ext in env.extensions.values()),
+            bool(escaping and escaping.escape_backslashes),
+            _TemplateConfig.allow_embedded_templates,
+        )
         entry = self.compiled.get(key)
         if entry is not None and self._same_plugins(env, entry):
             self.hits += 1
@@ -166,11 +194,15 @@ class _CompileCache:
         except Exception:
             # Not kept: the error is Jinja's own, as an uncached compile raises it.
             return original(env, source, *args)
-        calls = {(node.name, isinstance(node, nodes.Filter))
-                 for node in tree.find_all((nodes.Filter, nodes.Test))}
+        calls = {
+            (node.name, isinstance(node, nodes.Filter))
+            for node in tree.find_all((nodes.Filter, nodes.Test))
+        }
         try:
-            plugins = tuple((plugin, is_filter, _pass_arg(env, plugin, is_filter))
-                            for plugin, is_filter in sorted(calls))
+            plugins = tuple(
+                (plugin, is_filter, _pass_arg(env, plugin, is_filter))
+                for plugin, is_filter in sorted(calls)
+            )
         except Exception:  # a plugin that fails to load: its template is not kept
             return code
         self.compiled[key] = _Compiled(code, plugins)
@@ -179,8 +211,9 @@ class _CompileCache:
     @staticmethod
     def _same_plugins(env: AnsibleEnvironment, entry: _Compiled) -> bool:
         try:
-            return all(_pass_arg(env, name, is_filter) is how
-                       for name, is_filter, how in entry.plugins)
+            return all(
+                _pass_arg(env, name, is_filter) is how for name, is_filter, how in entry.plugins
+            )
         except Exception:  # a plugin that fails to load now: compile anew, and fail as Jinja does
             return False
 
@@ -243,13 +276,17 @@ class StrategyModule(LinearStrategyModule):
             _COMPILE_CACHE.uninstall()
         return result
 
-    def _queue_task(self, host: Host, task: Task, task_vars: dict[str, t.Any],
-                    play_context: PlayContext) -> None:
+    def _queue_task(
+        self, host: Host, task: Task, task_vars: dict[str, t.Any], play_context: PlayContext
+    ) -> None:
         # What linear's _queue_task and WorkerProcess._run do, without the process:
         # the cache entry the result queue's reader looks the task up in, the
         # runner_on_start callback, the executor, and its result on the final queue.
         self._queued_task_cache[(host.name, task._uuid)] = {
-            "host": host, "task": task, "task_vars": task_vars, "play_context": play_context,
+            "host": host,
+            "task": task,
+            "task_vars": task_vars,
+            "play_context": play_context,
         }
         self._tqm.send_callback("v2_runner_on_start", host, task)
         queue = _InlineQueue(self)
@@ -258,21 +295,35 @@ class StrategyModule(LinearStrategyModule):
         own_task = task.copy()
         try:
             with _task.TaskContext(own_task):
-                result = TaskExecutor(host, own_task, dict(task_vars), play_context,
-                                      self._loader, plugin_loader.get_plugin_loader_namespace(),
-                                      queue, self._variable_manager).run()
+                result = TaskExecutor(
+                    host,
+                    own_task,
+                    dict(task_vars),
+                    play_context,
+                    self._loader,
+                    plugin_loader.get_plugin_loader_namespace(),
+                    queue,
+                    self._variable_manager,
+                ).run()
         except Exception as ex:
             result = _error_utils.result_dict_from_exception(ex)
         try:
-            queue.send_task_result(_RawTaskResult(
-                host=host, task=own_task, return_data=result, task_fields=own_task.dump_attrs()))
+            queue.send_task_result(
+                _RawTaskResult(
+                    host=host, task=own_task, return_data=result, task_fields=own_task.dump_attrs()
+                )
+            )
         except Exception as ex:
             # WorkerProcess._run's answer to a result that cannot be pickled.
             try:
                 raise AnsibleError("Task result omitted due to queue send failure.") from ex
             except Exception as ex_wrapper:
-                queue.send_task_result(_RawTaskResult(
-                    host=host, task=own_task,
-                    return_data=_error_utils.result_dict_from_exception(ex_wrapper),
-                    task_fields={}))
+                queue.send_task_result(
+                    _RawTaskResult(
+                        host=host,
+                        task=own_task,
+                        return_data=_error_utils.result_dict_from_exception(ex_wrapper),
+                        task_fields={},
+                    )
+                )
         self._pending_results += 1

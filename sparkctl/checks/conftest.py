@@ -33,11 +33,19 @@ from sparkctl.checks.state import DOWN_KEY, FACTS_KEY, HOSTS_KEY, PLAN_KEY, RESU
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("sparkctl", "sparkctl validate node checks")
     group.addoption("--sparkctl-plan", help="the plan JSON (playbooks/validate_plan.yml)")
-    group.addoption("--sparkctl-node", action="append", default=[],
-                    help="check this node (repeatable; default: every node of the plan)")
-    group.addoption("--sparkctl-backend", choices=["ssh", "ansible"], default="ssh",
-                    help="ssh: one persistent connection per node; ansible: testinfra's "
-                         "Ansible backend with --force-ansible (one Ansible run per command)")
+    group.addoption(
+        "--sparkctl-node",
+        action="append",
+        default=[],
+        help="check this node (repeatable; default: every node of the plan)",
+    )
+    group.addoption(
+        "--sparkctl-backend",
+        choices=["ssh", "ansible"],
+        default="ssh",
+        help="ssh: one persistent connection per node; ansible: testinfra's "
+        "Ansible backend with --force-ansible (one Ansible run per command)",
+    )
     group.addoption("--sparkctl-ssh-config", help="ssh_config with a Host entry per node")
     group.addoption("--sparkctl-ansible-inventory", help="inventory for the ansible backend")
     group.addoption("--sparkctl-out", help="write every result and the facts seen here (JSON)")
@@ -116,12 +124,17 @@ def _connect(config: pytest.Config, node: str) -> Any:
         timeout = int(config.stash[PLAN_KEY]["hosts"][node]["validate"]["command_timeout"])
         if config.getoption("--sparkctl-backend") == "ansible":
             cache[node] = testinfra.get_host(
-                f"ansible://{node}", force_ansible=True,
-                ansible_inventory=config.getoption("--sparkctl-ansible-inventory"))
+                f"ansible://{node}",
+                force_ansible=True,
+                ansible_inventory=config.getoption("--sparkctl-ansible-inventory"),
+            )
         else:
             cache[node] = testinfra.get_host(
-                f"ssh://{node}", ssh_config=config.getoption("--sparkctl-ssh-config"),
-                timeout=min(timeout, 15), controlpersist=300)
+                f"ssh://{node}",
+                ssh_config=config.getoption("--sparkctl-ssh-config"),
+                timeout=min(timeout, 15),
+                controlpersist=300,
+            )
     return cache[node]
 
 
@@ -143,8 +156,10 @@ def facts(request: pytest.FixtureRequest, node: str) -> dict[str, Any]:
 @pytest.fixture
 def seen(request: pytest.FixtureRequest) -> Any:
     """Record what a passing check saw (its message in the report)."""
+
     def record(text: str) -> None:
         request.node.user_properties.append(("seen", text))
+
     return record
 
 
@@ -177,8 +192,9 @@ def _subject(plan: dict[str, Any], params: dict[str, Any]) -> str | None:
     node = params.get("node")
     parts = []
     if params.get("twin") and node:
-        twin = next(t for t in plan["hosts"][node]["roce_fabric"]["twins"]
-                    if t["twin"] == params["twin"])
+        twin = next(
+            t for t in plan["hosts"][node]["roce_fabric"]["twins"] if t["twin"] == params["twin"]
+        )
         parts.append(twin["netdev"])
     if params.get("peer"):
         parts.append(f"-> {params['peer']}")
@@ -206,13 +222,25 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     params: dict[str, Any] = dict(callspec.params) if callspec is not None else {}
     name = getattr(item, "originalname", item.name).removeprefix("test_")
     for report in _pending:
-        outcome = ("passed" if report.passed else "skipped" if report.skipped
-                   else "failed" if report.when == "call" else "error")
-        config.stash[RESULTS_KEY].append({
-            "check": name, "host": params.get("node", "?"),
-            "subject": _subject(plan, params), "outcome": outcome,
-            "message": _message(report), "duration_s": round(time.monotonic() - start, 3),
-        })
+        outcome = (
+            "passed"
+            if report.passed
+            else "skipped"
+            if report.skipped
+            else "failed"
+            if report.when == "call"
+            else "error"
+        )
+        config.stash[RESULTS_KEY].append(
+            {
+                "check": name,
+                "host": params.get("node", "?"),
+                "subject": _subject(plan, params),
+                "outcome": outcome,
+                "message": _message(report),
+                "duration_s": round(time.monotonic() - start, 3),
+            }
+        )
     _pending.clear()
 
 
@@ -220,9 +248,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     out = session.config.getoption("--sparkctl-out")
     if not out:
         return
-    data = {"checks": session.config.stash[RESULTS_KEY],
-            "facts": session.config.stash[FACTS_KEY],
-            "down": session.config.stash[DOWN_KEY]}
+    data = {
+        "checks": session.config.stash[RESULTS_KEY],
+        "facts": session.config.stash[FACTS_KEY],
+        "down": session.config.stash[DOWN_KEY],
+    }
     tmp = Path(out).with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(out)

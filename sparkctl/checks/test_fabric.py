@@ -18,21 +18,45 @@ ICMP_IPV4_OVERHEAD = 28  # 20 bytes IPv4 header + 8 bytes ICMP header
 
 
 def _ping(host: Any, netdev: str, address: str, size: int, count: int) -> dict[str, Any]:
-    argv = ["ping", "-n", "-q", "-c", str(count), "-i", "0.2", "-W", "1", "-M", "do",
-            "-s", str(size), "-I", netdev, address]
+    argv = [
+        "ping",
+        "-n",
+        "-q",
+        "-c",
+        str(count),
+        "-i",
+        "0.2",
+        "-W",
+        "1",
+        "-M",
+        "do",
+        "-s",
+        str(size),
+        "-I",
+        netdev,
+        address,
+    ]
     out = host.run(shlex.join(["timeout", "15", *argv]))
     return tool_output.ping(out.stdout, out.stderr)
 
 
-def test_mesh(host: Any, plan: dict[str, Any], nplan: dict[str, Any], twin: str, peer: str,
-              facts: dict[str, Any], seen: Any) -> None:
+def test_mesh(
+    host: Any,
+    plan: dict[str, Any],
+    nplan: dict[str, Any],
+    twin: str,
+    peer: str,
+    facts: dict[str, Any],
+    seen: Any,
+) -> None:
     spec = next(t for t in nplan["roce_fabric"]["twins"] if t["twin"] == twin)
     netdev = spec["netdev"]
     address = plan["hosts"][peer][f"fabric_{twin}_ip"]
     mtu = int(nplan["roce_fabric"]["mtu"])
     big = _ping(host, netdev, address, mtu - ICMP_IPV4_OVERHEAD, 3)
-    mac = tool_output.ip_neigh_mac(host.run(
-        f"ip -j neigh show {shlex.quote(address)} dev {shlex.quote(netdev)}").stdout)
+    mac = tool_output.ip_neigh_mac(
+        host.run(f"ip -j neigh show {shlex.quote(address)} dev {shlex.quote(netdev)}").stdout
+    )
     facts.setdefault("neigh", {})[address] = mac
     if big["received"] == big["sent"] and big["sent"] > 0:
         seen(f"{mtu}-byte frames to {peer} ({address}) on {netdev}")
@@ -43,5 +67,6 @@ def test_mesh(host: Any, plan: dict[str, Any], nplan: dict[str, Any], twin: str,
         raise AssertionError(
             f"{peer} ({address}) answers small pings on {netdev} but "
             f"{big['received']}/{big['sent']} "
-            f"{mtu}-byte DF pings{detail}: a hop on this path (switch port?) has a smaller MTU")
+            f"{mtu}-byte DF pings{detail}: a hop on this path (switch port?) has a smaller MTU"
+        )
     raise AssertionError(f"{peer} ({address}) does not answer on {netdev}{detail}")

@@ -29,8 +29,11 @@ def _env_diff(actual: dict[str, str], expected: dict[str, str]) -> list[str]:
     """What differs, one phrase per variable (missing, unexpected, other value)."""
     diff = [f"{k} missing (want {expected[k]!r})" for k in sorted(expected.keys() - actual.keys())]
     diff += [f"{k}={actual[k]!r} not expected" for k in sorted(actual.keys() - expected.keys())]
-    diff += [f"{k}={actual[k]!r}, want {expected[k]!r}"
-             for k in sorted(actual.keys() & expected.keys()) if str(actual[k]) != str(expected[k])]
+    diff += [
+        f"{k}={actual[k]!r}, want {expected[k]!r}"
+        for k in sorted(actual.keys() & expected.keys())
+        if str(actual[k]) != str(expected[k])
+    ]
     return diff
 
 
@@ -56,8 +59,9 @@ def test_reachable(request: pytest.FixtureRequest, host: Any, node: str, seen: A
         result = exc.args[0] if exc.args else exc
         why = (getattr(result, "stderr", "") or str(result)).strip().splitlines()
         mark_down(request.config, node, why[-1] if why else "ssh failed")
-        raise AssertionError(f"{node} does not answer over SSH: "
-                             f"{why[-1] if why else 'ssh failed'}") from None
+        raise AssertionError(
+            f"{node} does not answer over SSH: {why[-1] if why else 'ssh failed'}"
+        ) from None
     assert out.rc == 0, f"uname -n: rc {out.rc}: {out.stderr.strip()}"
     seen(f"answers as {out.stdout.strip()}")
 
@@ -87,30 +91,35 @@ def test_cuda(host: Any, nplan: dict[str, Any], seen: Any) -> None:
 
 
 # ------------------------------------------------------------------ fabric twins
-def test_twin_up(host: Any, nplan: dict[str, Any], twin: str, facts: dict[str, Any],
-                 seen: Any) -> None:
+def test_twin_up(
+    host: Any, nplan: dict[str, Any], twin: str, facts: dict[str, Any], seen: Any
+) -> None:
     netdev = _twin(nplan, twin)["netdev"]
     iface = host.interface(netdev)
     assert iface.exists, f"{netdev} does not exist"
     state = host.file(f"/sys/class/net/{netdev}/operstate").content_string.strip()
     carrier = host.run(f"cat /sys/class/net/{shlex.quote(netdev)}/carrier").stdout.strip()
     facts.setdefault("mac", {})[twin] = host.file(
-        f"/sys/class/net/{netdev}/address").content_string.strip()
-    assert state == "up" and carrier == "1", \
+        f"/sys/class/net/{netdev}/address"
+    ).content_string.strip()
+    assert state == "up" and carrier == "1", (
         f"{netdev} is {state} (carrier {carrier or 'unknown'}): cable, switch port or link down"
+    )
     seen(f"{netdev} up")
 
 
-def test_twin_address(host: Any, nplan: dict[str, Any], twin: str, facts: dict[str, Any],
-                      seen: Any) -> None:
+def test_twin_address(
+    host: Any, nplan: dict[str, Any], twin: str, facts: dict[str, Any], seen: Any
+) -> None:
     spec = _twin(nplan, twin)
     out = host.run("ip -j -4 addr show")
     assert out.rc == 0, f"ip addr show: {out.stderr.strip()}"
     every = tool_output.ip_addr(out.stdout)
     facts["addresses"] = every  # all interfaces: the cluster's duplicate-address check
     have = every.get(spec["netdev"], [])
-    assert spec["address"] in have, \
+    assert spec["address"] in have, (
         f"{spec['netdev']} has {', '.join(have) or 'no IPv4 address'}, want {spec['address']}"
+    )
     extra = [a for a in have if a != spec["address"]]
     assert not extra, f"{spec['netdev']} also has {', '.join(extra)} (want only {spec['address']})"
     seen(f"{spec['netdev']} {spec['address']}")
@@ -130,10 +139,10 @@ def test_twin_speed(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> N
     want = int(nplan["roce_fabric"]["speed_mbps"])
     text = host.run(f"cat /sys/class/net/{shlex.quote(netdev)}/speed").stdout.strip()
     have = int(text) if text.lstrip("-").isdigit() else -1
-    hint = " (negotiated down: force the switch port to full speed)" \
-        if 0 < have < want else ""
-    assert have == want, f"{netdev} speed {have if have > 0 else 'unknown'} Mb/s, " \
-                         f"want {want} Mb/s{hint}"
+    hint = " (negotiated down: force the switch port to full speed)" if 0 < have < want else ""
+    assert have == want, (
+        f"{netdev} speed {have if have > 0 else 'unknown'} Mb/s, want {want} Mb/s{hint}"
+    )
     seen(f"{netdev} {have} Mb/s")
 
 
@@ -141,43 +150,49 @@ def test_roce_device(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> 
     spec = _twin(nplan, twin)
     out = _run(host, ["ibdev2netdev"])
     assert out.rc == 0, f"ibdev2netdev: rc {out.rc}: {out.stderr.strip()[:200]}"
-    mapping = {row["ibdev"]: (row["netdev"], row["state"])
-               for row in tool_output.ibdev2netdev(out.stdout)}
-    assert spec["ibdev"] in mapping, \
+    mapping = {
+        row["ibdev"]: (row["netdev"], row["state"]) for row in tool_output.ibdev2netdev(out.stdout)
+    }
+    assert spec["ibdev"] in mapping, (
         f"no RoCE device {spec['ibdev']} (have {', '.join(sorted(mapping)) or 'none'})"
+    )
     netdev, state = mapping[spec["ibdev"]]
     assert netdev == spec["netdev"], f"{spec['ibdev']} maps to {netdev}, want {spec['netdev']}"
     assert state == "Up", f"{spec['ibdev']} ({netdev}) is {state}"
     seen(f"{spec['ibdev']} -> {netdev} Up")
 
 
-def test_roce_port(host: Any, plan: dict[str, Any], nplan: dict[str, Any], twin: str,
-                   seen: Any) -> None:
+def test_roce_port(
+    host: Any, plan: dict[str, Any], nplan: dict[str, Any], twin: str, seen: Any
+) -> None:
     """The twin's RDMA port as the verbs library sees it (``ibv_devinfo``): PORT_ACTIVE with
     link layer Ethernet, i.e. RoCE, where NCCL and ib_write_bw open it. Only on a profile
     whose hardware has RDMA (cluster_hw.rdma): a lab node has no verbs device to ask."""
     if not plan["cluster_hw"].get("rdma"):
-        pytest.skip(f"no RDMA devices on the {plan.get('hw_profile', '?')} profile "
-                    "(cluster_hw.rdma is not true)")
+        pytest.skip(
+            f"no RDMA devices on the {plan.get('hw_profile', '?')} profile "
+            "(cluster_hw.rdma is not true)"
+        )
     spec = _twin(nplan, twin)
     ibdev = spec["ibdev"]
     out = _run(host, ["ibv_devinfo"])
-    missing = " (ibv_devinfo is in Ubuntu's ibverbs-utils, from rdma-core)" \
-        if out.rc == 127 else ""
-    assert out.rc == 0, \
+    missing = " (ibv_devinfo is in Ubuntu's ibverbs-utils, from rdma-core)" if out.rc == 127 else ""
+    assert out.rc == 0, (
         f"ibv_devinfo: rc {out.rc}: {(out.stderr or out.stdout).strip()[:200]}{missing}"
+    )
     devices = {d["hca_id"]: d for d in tool_output.ibv_devinfo(out.stdout)}
-    assert ibdev in devices, \
-        f"ibv_devinfo lists no {ibdev} (have {', '.join(devices) or 'none'})"
+    assert ibdev in devices, f"ibv_devinfo lists no {ibdev} (have {', '.join(devices) or 'none'})"
     # A ConnectX-7 function has one port (phys_port_cnt 1), port 1 as in ibdev2netdev.
     port = next((p for p in devices[ibdev]["ports"] if p["port"] == 1), None)
     assert port is not None, f"{ibdev} has no port 1 in ibv_devinfo"
-    assert port.get("state") == "PORT_ACTIVE", \
-        f"{ibdev} port 1 ({spec['netdev']}) is {port.get('state', 'in no state')}, " \
+    assert port.get("state") == "PORT_ACTIVE", (
+        f"{ibdev} port 1 ({spec['netdev']}) is {port.get('state', 'in no state')}, "
         "want PORT_ACTIVE: no link, or the port is not up for RDMA"
-    assert port.get("link_layer") == "Ethernet", \
-        f"{ibdev} port 1 link layer {port.get('link_layer', 'unknown')}, want Ethernet: " \
+    )
+    assert port.get("link_layer") == "Ethernet", (
+        f"{ibdev} port 1 link layer {port.get('link_layer', 'unknown')}, want Ethernet: "
         "RoCE needs the ConnectX-7 port in Ethernet mode"
+    )
     seen(f"{ibdev} port 1 PORT_ACTIVE, Ethernet, active MTU {port.get('active_mtu', '?')}")
 
 
@@ -189,8 +204,9 @@ def test_nccl_env(host: Any, nplan: dict[str, Any], seen: Any) -> None:
         env_text = host.file(want["env_file"]).content_string
         if expected.get("NCCL_IB_GID_INDEX") == want["gid_placeholder"]:
             record = tool_output.env_file(host.file(want["record_file"]).content_string)
-            assert record.get("ROCE_GID_INDEX"), \
+            assert record.get("ROCE_GID_INDEX"), (
                 f"{want['record_file']} has no ROCE_GID_INDEX (provision the roce_fabric role)"
+            )
             expected["NCCL_IB_GID_INDEX"] = record["ROCE_GID_INDEX"]
         conf_text = host.file(want["conf_file"]).content_string
     diff = _env_diff(tool_output.env_file(env_text), expected)
@@ -198,8 +214,10 @@ def test_nccl_env(host: Any, nplan: dict[str, Any], seen: Any) -> None:
     nccl_only = {k: v for k, v in expected.items() if k.startswith("NCCL_")}
     diff = _env_diff(tool_output.env_file(conf_text), nccl_only)
     assert not diff, f"{want['conf_file']}: {'; '.join(diff)}"
-    seen(f"{len(expected)} variables as the inventory implies "
-         f"(NCCL_IB_GID_INDEX={expected.get('NCCL_IB_GID_INDEX')})")
+    seen(
+        f"{len(expected)} variables as the inventory implies "
+        f"(NCCL_IB_GID_INDEX={expected.get('NCCL_IB_GID_INDEX')})"
+    )
 
 
 def test_nccl_tests_binary(host: Any, nplan: dict[str, Any], binary: str, seen: Any) -> None:
@@ -216,16 +234,30 @@ def test_mpirun(host: Any, seen: Any) -> None:
     seen(out.stdout.strip().splitlines()[0] if out.stdout.strip() else "mpirun")
 
 
-def test_cluster_ssh(host: Any, plan: dict[str, Any], nplan: dict[str, Any], peer: str,
-                     seen: Any) -> None:
+def test_cluster_ssh(
+    host: Any, plan: dict[str, Any], nplan: dict[str, Any], peer: str, seen: Any
+) -> None:
     """As the cluster user with the cluster key only, over fabric a (mpirun's path), with
     strict host key checking."""
     user = nplan["base"]["cluster_user"]
     address = plan["hosts"][peer]["fabric_a_ip"]
     key = f"~/.ssh/{nplan['base']['key_name']}"  # ssh expands ~ in IdentityFile itself
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"IdentityFile={key}", "-o", "IdentitiesOnly=yes",
-            "-o", "ConnectTimeout=5", "--", address, "true"]
+    argv = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"IdentityFile={key}",
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "ConnectTimeout=5",
+        "--",
+        address,
+        "true",
+    ]
     if host.user.name != user:
         argv = ["sudo", "-n", "-u", user, "-H", *argv]
     out = _run(host, argv, timeout=10)
@@ -245,8 +277,9 @@ def test_clock(host: Any, nplan: dict[str, Any], settings: dict[str, Any], seen:
     offset_s = float(track["offset_s"])
     assert track["leap"] == "Normal", f"chronyd: leap status {track['leap']!r} (not synchronised)"
     assert track["reference"] != "00000000", "chronyd has no reference (not synchronised)"
-    assert abs(offset_s) * 1000 <= limit_ms, \
+    assert abs(offset_s) * 1000 <= limit_ms, (
         f"clock {offset_s * 1000:+.1f} ms from its reference (limit {limit_ms:g} ms)"
+    )
     seen(f"offset {offset_s * 1e6:+.0f} us, stratum {track['stratum']}")
 
 
@@ -256,8 +289,18 @@ def _model_check(host: Any, nplan: dict[str, Any], facts: dict[str, Any]) -> dic
 
     if "model_check" not in facts:
         m = nplan["model_cache"]
-        argv = [m["relay"], "check", m["root"], "--manifest", m["manifest"], "--state", m["state"],
-                "--link", m["link"], "--read-only"]
+        argv = [
+            m["relay"],
+            "check",
+            m["root"],
+            "--manifest",
+            m["manifest"],
+            "--state",
+            m["state"],
+            "--link",
+            m["link"],
+            "--read-only",
+        ]
         with as_root(host):
             out = _run(host, argv, timeout=600)
         assert out.rc == 0, f"{m['relay']} check: {(out.stderr or out.stdout).strip()[-300:]}"
@@ -271,34 +314,42 @@ def test_model_cache(host: Any, nplan: dict[str, Any], facts: dict[str, Any], se
         pytest.skip("no model configured (model_cache_source: none)")
     have = _model_check(host, nplan, facts)
     broken = have["missing"] + have["bad"]
-    assert not broken, (f"{m['root']}: {len(have['missing'])} missing, {len(have['bad'])} "
-                        f"damaged of {have['files']} files (first: {broken[0]}); "
-                        "run `sparkctl model sync`")
-    assert have.get("link_target") == m["root"], \
+    assert not broken, (
+        f"{m['root']}: {len(have['missing'])} missing, {len(have['bad'])} "
+        f"damaged of {have['files']} files (first: {broken[0]}); "
+        "run `sparkctl model sync`"
+    )
+    assert have.get("link_target") == m["root"], (
         f"{m['link']} points at {have.get('link_target')}, want {m['root']}"
+    )
     seen(f"{have['files']} files, {have['total_bytes'] / GiB:.2f} GiB match the manifest")
 
 
 def test_sglang_unit(host: Any, nplan: dict[str, Any], facts: dict[str, Any], seen: Any) -> None:
     unit = nplan["sglang"]["unit"]
-    out = host.run(f"systemctl show -p LoadState,UnitFileState,ActiveState,MemoryCurrent "
-                   f"{shlex.quote(unit)}")
+    out = host.run(
+        f"systemctl show -p LoadState,UnitFileState,ActiveState,MemoryCurrent {shlex.quote(unit)}"
+    )
     props = tool_output.systemctl_show(out.stdout)
     facts["sglang"] = props
-    assert props.get("LoadState") == "loaded", \
+    assert props.get("LoadState") == "loaded", (
         f"{unit} is not installed (LoadState {props.get('LoadState', '?')})"
+    )
     seen(f"{unit} loaded, {props.get('ActiveState', '?')}")
 
 
-def test_memory(host: Any, nplan: dict[str, Any], settings: dict[str, Any],
-                facts: dict[str, Any], seen: Any) -> None:
+def test_memory(
+    host: Any, nplan: dict[str, Any], settings: dict[str, Any], facts: dict[str, Any], seen: Any
+) -> None:
     """Room for this node's share of the weights plus headroom (SGLang's own use counts as room)."""
     mem = tool_output.meminfo(host.file("/proc/meminfo").content_string)
     facts["mem_available"] = mem["MemAvailable"]
     available = mem["MemAvailable"]
-    props = tool_output.systemctl_show(host.run(
-        f"systemctl show -p ActiveState,MemoryCurrent {shlex.quote(nplan['sglang']['unit'])}"
-    ).stdout)
+    props = tool_output.systemctl_show(
+        host.run(
+            f"systemctl show -p ActiveState,MemoryCurrent {shlex.quote(nplan['sglang']['unit'])}"
+        ).stdout
+    )
     if props.get("ActiveState") == "active" and props.get("MemoryCurrent", "").isdigit():
         available += int(props["MemoryCurrent"])
     share = 0
@@ -306,14 +357,17 @@ def test_memory(host: Any, nplan: dict[str, Any], settings: dict[str, Any],
         model = _model_check(host, nplan, facts)
         share = int(model["total_bytes"]) // max(1, int(nplan["sglang"]["nnodes"]))
     need = share + int(settings["mem_headroom_mb"]) * MiB
-    assert available >= need, (f"{available / GiB:.1f} GiB available, need {need / GiB:.1f} GiB "
-                               f"({share / GiB:.1f} GiB of weights + "
-                               f"{int(settings['mem_headroom_mb'])} MiB headroom)")
+    assert available >= need, (
+        f"{available / GiB:.1f} GiB available, need {need / GiB:.1f} GiB "
+        f"({share / GiB:.1f} GiB of weights + "
+        f"{int(settings['mem_headroom_mb'])} MiB headroom)"
+    )
     seen(f"{available / GiB:.1f} GiB available >= {need / GiB:.1f} GiB")
 
 
-def test_disk(host: Any, nplan: dict[str, Any], settings: dict[str, Any],
-              facts: dict[str, Any], seen: Any) -> None:
+def test_disk(
+    host: Any, nplan: dict[str, Any], settings: dict[str, Any], facts: dict[str, Any], seen: Any
+) -> None:
     m = nplan["model_cache"]
     headroom = int(settings["disk_headroom_mb"]) * MiB
     if m["source"] != "none":
@@ -324,6 +378,7 @@ def test_disk(host: Any, nplan: dict[str, Any], settings: dict[str, Any],
         out = host.run("df -P -B1 " + shlex.quote(m["dir"]) + " 2>/dev/null || df -P -B1 /")
         free = int(out.stdout.splitlines()[-1].split()[3])
         need, what = headroom, "headroom"
-    assert free >= need, f"{free / GiB:.1f} GiB free for {m['dir']}, need {need / GiB:.1f} GiB " \
-                         f"({what})"
+    assert free >= need, (
+        f"{free / GiB:.1f} GiB free for {m['dir']}, need {need / GiB:.1f} GiB ({what})"
+    )
     seen(f"{free / GiB:.1f} GiB free")

@@ -58,10 +58,18 @@ def rate_commands(port: str, ifb: str, rate_mbit: int) -> list[list[str]]:
     """tc commands (run in the switch) that shape ``port`` to ``rate_mbit`` both ways:
     egress on the port itself, ingress on the ifb its ingress is redirected to."""
     if rate_mbit <= 0:
-        raise SparkctlError(f"link rate must be a positive number of Mbit/s, not {rate_mbit}",
-                            ExitCode.BAD_INPUT)
-    tbf = ["tbf", "rate", f"{rate_mbit}mbit", "burst", str(burst_bytes(rate_mbit)),
-           "latency", "25ms"]
+        raise SparkctlError(
+            f"link rate must be a positive number of Mbit/s, not {rate_mbit}", ExitCode.BAD_INPUT
+        )
+    tbf = [
+        "tbf",
+        "rate",
+        f"{rate_mbit}mbit",
+        "burst",
+        str(burst_bytes(rate_mbit)),
+        "latency",
+        "25ms",
+    ]
     return [["tc", "qdisc", "replace", "dev", dev, "root", *tbf] for dev in (port, ifb)]
 
 
@@ -75,8 +83,30 @@ def ingress_redirect_commands(port: str, ifb: str) -> list[list[str]]:
         # The ifb only carries what the port admitted; it must never be the MTU limit.
         ["ip", "link", "set", ifb, "mtu", "65535", "up"],
         ["tc", "qdisc", "add", "dev", port, "handle", "ffff:", "ingress"],
-        ["tc", "filter", "add", "dev", port, "parent", "ffff:", "protocol", "all", "prio", "1",
-         "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb],
+        [
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            port,
+            "parent",
+            "ffff:",
+            "protocol",
+            "all",
+            "prio",
+            "1",
+            "u32",
+            "match",
+            "u32",
+            "0",
+            "0",
+            "action",
+            "mirred",
+            "egress",
+            "redirect",
+            "dev",
+            ifb,
+        ],
     ]
 
 
@@ -88,32 +118,74 @@ def ns_run(pid: int, cmd: Sequence[str], *, check: bool = True) -> str:
     return run(nsenter(pid, cmd), check=check, what=" ".join(cmd)).stdout
 
 
-def wire(cables: Sequence[Cable], node_pids: dict[str, int], switch_pid: int,
-         rate_mbit: int) -> None:
+def wire(
+    cables: Sequence[Cable], node_pids: dict[str, int], switch_pid: int, rate_mbit: int
+) -> None:
     """Create cables, bridges and shaping. The lab must be freshly created."""
     for bridge in sorted({c.bridge for c in cables}):
         ns_run(switch_pid, ["ip", "link", "add", bridge, "type", "bridge", "stp_state", "0"])
         ns_run(switch_pid, ["ip", "link", "set", bridge, "up"])
     for cable in cables:
         pid = node_pids[cable.node]
-        run(["ip", "link", "add", cable.node_if, "netns", str(pid), "type", "veth",
-             "peer", "name", cable.port, "netns", str(switch_pid)],
-            what=f"cabling {cable.node}:{cable.node_if} to {cable.port}")
-        ns_run(switch_pid, ["ip", "link", "set", cable.port, "mtu", str(DEFAULT_MTU),
-                            "master", cable.bridge])
-        for cmd in [*ingress_redirect_commands(cable.port, cable.ifb),
-                    *rate_commands(cable.port, cable.ifb, rate_mbit)]:
+        run(
+            [
+                "ip",
+                "link",
+                "add",
+                cable.node_if,
+                "netns",
+                str(pid),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                cable.port,
+                "netns",
+                str(switch_pid),
+            ],
+            what=f"cabling {cable.node}:{cable.node_if} to {cable.port}",
+        )
+        ns_run(
+            switch_pid,
+            ["ip", "link", "set", cable.port, "mtu", str(DEFAULT_MTU), "master", cable.bridge],
+        )
+        for cmd in [
+            *ingress_redirect_commands(cable.port, cable.ifb),
+            *rate_commands(cable.port, cable.ifb, rate_mbit),
+        ]:
             ns_run(switch_pid, cmd)
         ns_run(switch_pid, ["ip", "link", "set", cable.port, "up"])
         ns_run(pid, ["ip", "link", "set", cable.node_if, "up"])
     for node, pid in node_pids.items():
         a, b = UNCABLED_PAIR
-        run(["ip", "link", "add", a, "netns", str(pid), "type", "veth", "peer", "name", b,
-             "netns", str(pid)], what=f"uncabled port 0 twins on {node}")
+        run(
+            [
+                "ip",
+                "link",
+                "add",
+                a,
+                "netns",
+                str(pid),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                b,
+                "netns",
+                str(pid),
+            ],
+            what=f"uncabled port 0 twins on {node}",
+        )
 
 
-def set_port(switch_pid: int, cable: Cable, *, rate_mbit: int | None = None,
-             mtu: int | None = None, up: bool | None = None) -> None:
+def set_port(
+    switch_pid: int,
+    cable: Cable,
+    *,
+    rate_mbit: int | None = None,
+    mtu: int | None = None,
+    up: bool | None = None,
+) -> None:
     """Change one switch port live (rate, MTU, administrative state)."""
     if mtu is not None:
         ns_run(switch_pid, ["ip", "link", "set", cable.port, "mtu", str(mtu)])
@@ -129,9 +201,15 @@ def interfaces(ip_addr_json: str) -> list[dict[str, Any]]:
     sparkctl's one parser of ``ip -j`` (tool_output.ip_link and ip_addr): state is the
     operstate, addresses the IPv4 ``a.b.c.d/len`` of the link."""
     addresses = tool_output.ip_addr(ip_addr_json)
-    return [{"name": name, "state": link["operstate"], "mtu": link["mtu"],
-             "addresses": addresses.get(name, [])}
-            for name, link in tool_output.ip_link(ip_addr_json).items()]
+    return [
+        {
+            "name": name,
+            "state": link["operstate"],
+            "mtu": link["mtu"],
+            "addresses": addresses.get(name, []),
+        }
+        for name, link in tool_output.ip_link(ip_addr_json).items()
+    ]
 
 
 def links(pid: int) -> list[dict[str, Any]]:

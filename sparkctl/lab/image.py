@@ -36,10 +36,28 @@ APT_SOURCES = (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/so
 # Spark are installed by that role, except the heavy MPI stack, which is
 # baked in to keep the lab quick to provision (a DGX OS install ships it too).
 PACKAGES: tuple[str, ...] = (
-    "systemd", "systemd-sysv", "dbus", "openssh-server", "openssh-client",
-    "python3", "python3-apt", "netplan.io", "iproute2", "iputils-ping", "ethtool",
-    "openmpi-bin", "python3-mpi4py", "rsync", "iperf3", "sudo", "procps", "kmod",
-    "nftables", "ca-certificates", "less", "tcpdump",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "openssh-server",
+    "openssh-client",
+    "python3",
+    "python3-apt",
+    "netplan.io",
+    "iproute2",
+    "iputils-ping",
+    "ethtool",
+    "openmpi-bin",
+    "python3-mpi4py",
+    "rsync",
+    "iperf3",
+    "sudo",
+    "procps",
+    "kmod",
+    "nftables",
+    "ca-certificates",
+    "less",
+    "tcpdump",
     # Baked in (disabled, no Internet sources) so that the base role's install
     # never starts a chronyd that asks Debian's public pool: the lab is
     # isolated, and the base role turns chrony on with the cluster's sources.
@@ -88,9 +106,16 @@ _FILES: dict[str, tuple[str, int]] = {
 
 _ENABLE = ("systemd-networkd.service", "sparkctl-lab-hostkeys.service", "ssh.service")
 # Units that cannot work in a container and would only leave the node "degraded".
-_MASK = ("systemd-networkd-wait-online.service", "systemd-udevd.service",
-         "systemd-udev-trigger.service", "getty@tty1.service", "e2scrub_reap.service",
-         "apt-daily.timer", "apt-daily-upgrade.timer", "systemd-timesyncd.service")
+_MASK = (
+    "systemd-networkd-wait-online.service",
+    "systemd-udevd.service",
+    "systemd-udev-trigger.service",
+    "getty@tty1.service",
+    "e2scrub_reap.service",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "systemd-timesyncd.service",
+)
 
 # Units installed but left off: the roles turn them on with their own config.
 _DISABLE = ("chrony.service",)
@@ -104,10 +129,18 @@ class ImageRecipe:
     packages: tuple[str, ...] = PACKAGES
 
     def digest(self) -> str:
-        blob = json.dumps({"v": RECIPE_VERSION, "suite": self.suite,
-                           "packages": sorted(self.packages), "files": _FILES,
-                           "enable": _ENABLE, "mask": _MASK, "disable": _DISABLE},
-                          sort_keys=True)
+        blob = json.dumps(
+            {
+                "v": RECIPE_VERSION,
+                "suite": self.suite,
+                "packages": sorted(self.packages),
+                "files": _FILES,
+                "enable": _ENABLE,
+                "mask": _MASK,
+                "disable": _DISABLE,
+            },
+            sort_keys=True,
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
@@ -163,7 +196,8 @@ def host_sources(sources: tuple[Path, ...] = APT_SOURCES) -> AptSources:
             f"no Debian {SUITE} source in {', '.join(map(str, sources)) or 'no apt sources'}: "
             "the lab image takes its packages from this machine's apt mirror",
             ExitCode.ENVIRONMENT,
-            hint="name one: sparkctl lab up --mirror URL (or SPARKCTL_LAB_MIRROR)")
+            hint="name one: sparkctl lab up --mirror URL (or SPARKCTL_LAB_MIRROR)",
+        )
     return AptSources(main[0], security[0] if security else None)
 
 
@@ -172,13 +206,21 @@ def _apt_sources(apt: AptSources) -> str:
     # A mirror or caching proxy given alone is expected to serve debian-security
     # beside debian; this machine's own security source is used where it has one.
     security = (apt.security or mirror.rsplit("/", 1)[0] + "/debian-security").rstrip("/")
-    return (f"deb {mirror} {SUITE} main\n"
-            f"deb {mirror} {SUITE}-updates main\n"
-            f"deb {security} {SUITE}-security main\n")
+    return (
+        f"deb {mirror} {SUITE} main\n"
+        f"deb {mirror} {SUITE}-updates main\n"
+        f"deb {security} {SUITE}-security main\n"
+    )
 
 
-def ensure_image(podman: Podman, *, work_dir: Path, mirror: str | None = None,
-                 rebuild: bool = False, progress: Callable[[str], None] = log.info) -> str:
+def ensure_image(
+    podman: Podman,
+    *,
+    work_dir: Path,
+    mirror: str | None = None,
+    rebuild: bool = False,
+    progress: Callable[[str], None] = log.info,
+) -> str:
     """Return the image reference for the current recipe, building it when missing."""
     recipe = ImageRecipe()
     if not rebuild and podman.image_exists(recipe.ref):
@@ -189,8 +231,14 @@ def ensure_image(podman: Podman, *, work_dir: Path, mirror: str | None = None,
     return recipe.ref
 
 
-def build_image(podman: Podman, recipe: ImageRecipe, *, work_dir: Path, apt: AptSources,
-                progress: Callable[[str], None]) -> None:
+def build_image(
+    podman: Podman,
+    recipe: ImageRecipe,
+    *,
+    work_dir: Path,
+    apt: AptSources,
+    progress: Callable[[str], None],
+) -> None:
     mirror = apt.mirror
     debootstrap = require_tool("debootstrap")
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -198,26 +246,52 @@ def build_image(podman: Podman, recipe: ImageRecipe, *, work_dir: Path, apt: Apt
     with tempfile.TemporaryDirectory(prefix="image-", dir=work_dir) as tmp:
         root = Path(tmp) / "root"
         logfile = work_dir / "debootstrap.log"
-        progress(f"building lab image {recipe.ref} with debootstrap from {mirror} "
-                 f"(log: {logfile})")
+        progress(f"building lab image {recipe.ref} with debootstrap from {mirror} (log: {logfile})")
         with logfile.open("w") as fh:
             proc = subprocess.run(
-                [debootstrap, "--variant=minbase", f"--include={','.join(recipe.packages)}",
-                 recipe.suite, str(root), mirror],
-                stdout=fh, stderr=subprocess.STDOUT, check=False, timeout=900)
+                [
+                    debootstrap,
+                    "--variant=minbase",
+                    f"--include={','.join(recipe.packages)}",
+                    recipe.suite,
+                    str(root),
+                    mirror,
+                ],
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                check=False,
+                timeout=900,
+            )
         if proc.returncode != 0:
             tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-15:])
-            raise SparkctlError(f"debootstrap failed (exit {proc.returncode}):\n{tail}",
-                                ExitCode.LAB, hint=f"full log: {logfile}")
+            raise SparkctlError(
+                f"debootstrap failed (exit {proc.returncode}):\n{tail}",
+                ExitCode.LAB,
+                hint=f"full log: {logfile}",
+            )
         _customise(root, apt)
         progress("importing the root file system into podman")
-        tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."],
-                               stdout=subprocess.PIPE)
+        tar = subprocess.Popen(
+            ["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
+        )
         try:
             imp = subprocess.run(
-                [podman.binary, "import", "--change", 'CMD ["/sbin/init"]',
-                 "--change", f"LABEL io.sparkctl.recipe={recipe.digest()}", "-", recipe.ref],
-                stdin=tar.stdout, capture_output=True, text=True, env=podman.env, check=False)
+                [
+                    podman.binary,
+                    "import",
+                    "--change",
+                    'CMD ["/sbin/init"]',
+                    "--change",
+                    f"LABEL io.sparkctl.recipe={recipe.digest()}",
+                    "-",
+                    recipe.ref,
+                ],
+                stdin=tar.stdout,
+                capture_output=True,
+                text=True,
+                env=podman.env,
+                check=False,
+            )
         finally:
             if tar.stdout:
                 tar.stdout.close()
@@ -231,9 +305,12 @@ def build_image(podman: Podman, recipe: ImageRecipe, *, work_dir: Path, apt: Apt
 
 def no_public_time_sources(chrony_conf: str) -> str:
     """chrony.conf with its pool/server/peer lines commented out (the lab has no Internet)."""
-    return "".join(f"# off in the sparkctl lab (isolated): {line}"
-                   if line.split(maxsplit=1)[:1] in (["pool"], ["server"], ["peer"]) else line
-                   for line in chrony_conf.splitlines(keepends=True))
+    return "".join(
+        f"# off in the sparkctl lab (isolated): {line}"
+        if line.split(maxsplit=1)[:1] in (["pool"], ["server"], ["peer"])
+        else line
+        for line in chrony_conf.splitlines(keepends=True)
+    )
 
 
 def _customise(root: Path, apt: AptSources) -> None:

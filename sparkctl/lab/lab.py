@@ -65,76 +65,116 @@ class LabSpec:
         return tuple(h for h in self.hosts if h.role == "spark")
 
     @classmethod
-    def from_inventory(cls, path: Path, *, rate_mbit: int | None = None,
-                       driver_version: str | None = None) -> LabSpec:
+    def from_inventory(
+        cls, path: Path, *, rate_mbit: int | None = None, driver_version: str | None = None
+    ) -> LabSpec:
         inv = inv_mod.validate(path)
         if inv.switch is None:
             raise inv_mod.bad_input(path, None, None, "the lab needs a host in [switches]")
         if inv.switch.os != "linux":
-            raise inv_mod.bad_input(path, inv.switch.name, "switch_os",
-                                    f"the lab switch is a Linux bridge; got '{inv.switch.os}'")
+            raise inv_mod.bad_input(
+                path,
+                inv.switch.name,
+                "switch_os",
+                f"the lab switch is a Linux bridge; got '{inv.switch.os}'",
+            )
         subnet_raw = inv.cluster_var("lab_mgmt_subnet")
         try:
             subnet = ipaddress.IPv4Network(str(subnet_raw))
         except ValueError as exc:
-            raise inv_mod.bad_input(path, None, "lab_mgmt_subnet",
-                                    f"{subnet_raw!r} is not an IPv4 network") from exc
+            raise inv_mod.bad_input(
+                path, None, "lab_mgmt_subnet", f"{subnet_raw!r} is not an IPv4 network"
+            ) from exc
         gateway = next(subnet.hosts())
         hosts = [LabHost(n.name, n.mgmt_ip, "spark") for n in inv.nodes]
         hosts.append(LabHost(inv.switch.name, inv.switch.mgmt_ip, "switch"))
         seen: dict[str, str] = {}
         for h in hosts:
             addr = ipaddress.IPv4Address(h.mgmt_ip)
-            if addr not in subnet or addr in {gateway, subnet.network_address,
-                                              subnet.broadcast_address}:
-                raise inv_mod.bad_input(path, h.name, "ansible_host",
-                                        f"{h.mgmt_ip} is not a usable address of "
-                                        f"lab_mgmt_subnet {subnet} (.1 is the gateway)")
+            if addr not in subnet or addr in {
+                gateway,
+                subnet.network_address,
+                subnet.broadcast_address,
+            }:
+                raise inv_mod.bad_input(
+                    path,
+                    h.name,
+                    "ansible_host",
+                    f"{h.mgmt_ip} is not a usable address of "
+                    f"lab_mgmt_subnet {subnet} (.1 is the gateway)",
+                )
             if h.mgmt_ip in seen:
-                raise inv_mod.bad_input(path, h.name, "ansible_host",
-                                        f"{h.mgmt_ip} is also the address of {seen[h.mgmt_ip]}")
+                raise inv_mod.bad_input(
+                    path,
+                    h.name,
+                    "ansible_host",
+                    f"{h.mgmt_ip} is also the address of {seen[h.mgmt_ip]}",
+                )
             seen[h.mgmt_ip] = h.name
         cables = _cables(inv)
         rate = rate_mbit if rate_mbit is not None else inv.cluster_var("lab_link_rate_mbit", 1000)
         if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
-            raise inv_mod.bad_input(path, None, "lab_link_rate_mbit",
-                                    f"{rate!r} is not a positive integer (Mbit/s)")
+            raise inv_mod.bad_input(
+                path, None, "lab_link_rate_mbit", f"{rate!r} is not a positive integer (Mbit/s)"
+            )
         hw = LabHardware(
             gpu_name="NVIDIA GB10",
-            driver_version=driver_version or str(inv.cluster_var("lab_gpu_driver_version",
-                                                                 "580.95.05")),
+            driver_version=driver_version
+            or str(inv.cluster_var("lab_gpu_driver_version", "580.95.05")),
             cuda_version=str(inv.cluster_var("lab_cuda_version", "13.0")),
             link_rate_mbit=rate,
         )
-        return cls(inventory=path, hosts=tuple(hosts), switch=inv.switch.name,
-                   cables=tuple(cables), mgmt_subnet=str(subnet), rate_mbit=rate, hardware=hw,
-                   cluster=inv.cluster)
+        return cls(
+            inventory=path,
+            hosts=tuple(hosts),
+            switch=inv.switch.name,
+            cables=tuple(cables),
+            mgmt_subnet=str(subnet),
+            rate_mbit=rate,
+            hardware=hw,
+            cluster=inv.cluster,
+        )
 
 
 def _cables(inv: inv_mod.Inventory) -> list[fabric.Cable]:
     """One cable per node twin, from ``switch_ports``; every twin must be cabled."""
     path = inv.path
-    netdevs = {"a": str(inv.cluster_var("fabric_a_netdev", "enp1s0f1np1")),
-               "b": str(inv.cluster_var("fabric_b_netdev", "enP2p1s0f1np1"))}
+    netdevs = {
+        "a": str(inv.cluster_var("fabric_a_netdev", "enp1s0f1np1")),
+        "b": str(inv.cluster_var("fabric_b_netdev", "enP2p1s0f1np1")),
+    }
     node_names = {n.name for n in inv.nodes}
     cables = []
     for port in inv.ports:
         if len(port.name) > fabric.MAX_PORT_NAME:
-            raise inv_mod.bad_input(path, None, f"switch_ports.{port.name}",
-                                    f"lab switch ports become netdevs (and ifb-{port.name}): "
-                                    f"names of at most {fabric.MAX_PORT_NAME} characters")
+            raise inv_mod.bad_input(
+                path,
+                None,
+                f"switch_ports.{port.name}",
+                f"lab switch ports become netdevs (and ifb-{port.name}): "
+                f"names of at most {fabric.MAX_PORT_NAME} characters",
+            )
         if port.node not in node_names:
-            raise inv_mod.bad_input(path, None, f"switch_ports.{port.name}.node",
-                                    f"'{port.node}' is not a host in [sparks]")
+            raise inv_mod.bad_input(
+                path,
+                None,
+                f"switch_ports.{port.name}.node",
+                f"'{port.node}' is not a host in [sparks]",
+            )
         if port.twin not in netdevs:
-            raise inv_mod.bad_input(path, None, f"switch_ports.{port.name}.twin",
-                                    "the lab cables each twin to its own port: use a or b")
+            raise inv_mod.bad_input(
+                path,
+                None,
+                f"switch_ports.{port.name}.twin",
+                "the lab cables each twin to its own port: use a or b",
+            )
         cables.append(fabric.Cable(port.node, netdevs[port.twin], port.name, port.twin))
     for n in inv.nodes:
         for twin in netdevs:
             if not any(c.node == n.name and c.domain == twin for c in cables):
-                raise inv_mod.bad_input(path, n.name, "switch_ports",
-                                        f"no switch port is cabled to twin {twin}")
+                raise inv_mod.bad_input(
+                    path, n.name, "switch_ports", f"no switch port is cabled to twin {twin}"
+                )
     return cables
 
 
@@ -147,11 +187,18 @@ def check_environment() -> None:
     if os.geteuid() != 0:
         raise SparkctlError(
             "the lab needs root: it wires veth pairs between container network namespaces",
-            ExitCode.ENVIRONMENT, hint="run it as root, e.g. sudo .venv/bin/sparkctl lab up")
+            ExitCode.ENVIRONMENT,
+            hint="run it as root, e.g. sudo .venv/bin/sparkctl lab up",
+        )
     require_tool("podman", package="podman runc")
     require_tool("runc")
-    for tool, pkg in (("ip", "iproute2"), ("tc", "iproute2"), ("nsenter", "util-linux"),
-                      ("ssh-keygen", "openssh-client"), ("ssh", "openssh-client")):
+    for tool, pkg in (
+        ("ip", "iproute2"),
+        ("tc", "iproute2"),
+        ("nsenter", "util-linux"),
+        ("ssh-keygen", "openssh-client"),
+        ("ssh", "openssh-client"),
+    ):
         require_tool(tool, package=pkg)
 
 
@@ -180,9 +227,16 @@ class Lab:
                 return False
             raise SparkctlError(
                 f"a partial lab exists ({', '.join(sorted(existing))}); not touching it",
-                ExitCode.LAB, hint="sparkctl lab down, then sparkctl lab up")
-        image = ensure_image(self.podman, work_dir=self.dir / "build", mirror=mirror,
-                             rebuild=rebuild, progress=self.progress)
+                ExitCode.LAB,
+                hint="sparkctl lab down, then sparkctl lab up",
+            )
+        image = ensure_image(
+            self.podman,
+            work_dir=self.dir / "build",
+            mirror=mirror,
+            rebuild=rebuild,
+            progress=self.progress,
+        )
         self.dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         try:
@@ -201,17 +255,44 @@ class Lab:
     def _create(self, image: str) -> None:
         if not self.podman.network_exists(NETWORK):
             gateway = str(next(ipaddress.IPv4Network(self.spec.mgmt_subnet).hosts()))
-            self.podman("network", "create", "--label", f"{LABEL}=1", "--subnet",
-                        self.spec.mgmt_subnet, "--gateway", gateway, NETWORK)
+            self.podman(
+                "network",
+                "create",
+                "--label",
+                f"{LABEL}=1",
+                "--subnet",
+                self.spec.mgmt_subnet,
+                "--gateway",
+                gateway,
+                NETWORK,
+            )
         for host in self.spec.hosts:
             self.progress(f"starting {host.name} ({host.mgmt_ip})")
             self.podman(
-                "run", "-d", "--name", host.name, "--hostname", host.name,
-                "--label", f"{LABEL}=1", "--label", f"{LABEL}.role={host.role}",
-                "--systemd=always", "--cap-add", "NET_ADMIN", "--cap-add", "NET_RAW",
-                "--cap-add", "AUDIT_WRITE", "--cap-add", "SYS_PTRACE",
-                "--network", f"{NETWORK}:ip={host.mgmt_ip},interface_name={MGMT_IF}",
-                "--no-hosts", image)
+                "run",
+                "-d",
+                "--name",
+                host.name,
+                "--hostname",
+                host.name,
+                "--label",
+                f"{LABEL}=1",
+                "--label",
+                f"{LABEL}.role={host.role}",
+                "--systemd=always",
+                "--cap-add",
+                "NET_ADMIN",
+                "--cap-add",
+                "NET_RAW",
+                "--cap-add",
+                "AUDIT_WRITE",
+                "--cap-add",
+                "SYS_PTRACE",
+                "--network",
+                f"{NETWORK}:ip={host.mgmt_ip},interface_name={MGMT_IF}",
+                "--no-hosts",
+                image,
+            )
         with ThreadPoolExecutor(max_workers=len(self.spec.hosts)) as pool:
             list(pool.map(self._wait_booted, [h.name for h in self.spec.hosts]))
         for host in self.spec.hosts:
@@ -226,10 +307,15 @@ class Lab:
         read-write, inside the container's own mount namespace.
         """
         pid = self.podman.pid(name)
-        for cmd in (["mount", "--bind", "/proc/sys/net", "/proc/sys/net"],
-                    ["mount", "-o", "remount,bind,rw", "/proc/sys/net"]):
-            run(["nsenter", "-t", str(pid), "-m", *cmd], code=ExitCode.LAB,
-                what=f"{name}: {' '.join(cmd)}")
+        for cmd in (
+            ["mount", "--bind", "/proc/sys/net", "/proc/sys/net"],
+            ["mount", "-o", "remount,bind,rw", "/proc/sys/net"],
+        ):
+            run(
+                ["nsenter", "-t", str(pid), "-m", *cmd],
+                code=ExitCode.LAB,
+                what=f"{name}: {' '.join(cmd)}",
+            )
 
     def _wait_booted(self, name: str, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
@@ -239,21 +325,27 @@ class Lab:
             state = proc.stdout.strip()
             if state in {"running", "degraded"}:
                 if state == "degraded":
-                    failed = self.podman.exec(name, ["systemctl", "--failed", "--no-legend",
-                                                     "--plain"], check=False).stdout.strip()
+                    failed = self.podman.exec(
+                        name, ["systemctl", "--failed", "--no-legend", "--plain"], check=False
+                    ).stdout.strip()
                     log.warning("%s booted degraded: %s", name, failed)
                 return
             time.sleep(0.5)
-        raise SparkctlError(f"{name}: systemd did not finish booting in {timeout:.0f} s "
-                            f"(state: {state or 'unknown'})", ExitCode.LAB)
+        raise SparkctlError(
+            f"{name}: systemd did not finish booting in {timeout:.0f} s "
+            f"(state: {state or 'unknown'})",
+            ExitCode.LAB,
+        )
 
     def _pids(self) -> tuple[dict[str, int], int]:
         nodes = {h.name: self.podman.pid(h.name) for h in self.spec.sparks}
         return nodes, self.podman.pid(self.spec.switch)
 
     def _wire(self) -> None:
-        self.progress(f"cabling {len(self.spec.cables)} twins to {self.spec.switch}, "
-                      f"ports shaped to {self.spec.rate_mbit} Mbit/s")
+        self.progress(
+            f"cabling {len(self.spec.cables)} twins to {self.spec.switch}, "
+            f"ports shaped to {self.spec.rate_mbit} Mbit/s"
+        )
         node_pids, switch_pid = self._pids()
         fabric.wire(self.spec.cables, node_pids, switch_pid, self.spec.rate_mbit)
 
@@ -271,10 +363,14 @@ class Lab:
             standins.dress(self.podman, host.name, self.spec.hardware, settings)
 
     def _write_state(self, image: str) -> None:
-        state = {"inventory": str(self.spec.inventory.resolve()), "image": image,
-                 "network": NETWORK, "rate_mbit": self.spec.rate_mbit,
-                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                 "hosts": {h.name: h.mgmt_ip for h in self.spec.hosts}}
+        state = {
+            "inventory": str(self.spec.inventory.resolve()),
+            "image": image,
+            "network": NETWORK,
+            "rate_mbit": self.spec.rate_mbit,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "hosts": {h.name: h.mgmt_ip for h in self.spec.hosts},
+        }
         (self.dir / "lab.json").write_text(json.dumps(state, indent=2) + "\n")
 
     # ----------------------------------------------------------------- down
@@ -309,27 +405,42 @@ class Lab:
             switch_pid = self.podman.pid(self.spec.switch)
             rates = fabric.port_rates(switch_pid)
         for h in self.spec.hosts:
-            entry: dict[str, Any] = {"name": h.name, "role": h.role, "mgmt_ip": h.mgmt_ip,
-                                     "state": containers.get(h.name, {}).get("State", "absent"),
-                                     "links": []}
+            entry: dict[str, Any] = {
+                "name": h.name,
+                "role": h.role,
+                "mgmt_ip": h.mgmt_ip,
+                "state": containers.get(h.name, {}).get("State", "absent"),
+                "links": [],
+            }
             if entry["state"] == "running":
                 pid = self.podman.pid(h.name)
                 for link in fabric.links(pid):
                     name = link["name"]
                     if name == "lo" or name.startswith("ifb-"):
                         continue
-                    entry["links"].append({
-                        **link,
-                        **({"rate_mbit": rates[name]} if h.role == "switch" and name in rates
-                           else {}),
-                    })
+                    entry["links"].append(
+                        {
+                            **link,
+                            **(
+                                {"rate_mbit": rates[name]}
+                                if h.role == "switch" and name in rates
+                                else {}
+                            ),
+                        }
+                    )
             hosts.append(entry)
         up = all(h["state"] == "running" for h in hosts)
-        return {"up": up, "network": NETWORK if self.podman.network_exists(NETWORK) else None,
-                "rate_mbit": self.spec.rate_mbit, "inventory": str(self.spec.inventory),
-                "hosts": hosts,
-                "cables": [{"node": c.node, "interface": c.node_if, "port": c.port,
-                            "domain": c.domain} for c in self.spec.cables]}
+        return {
+            "up": up,
+            "network": NETWORK if self.podman.network_exists(NETWORK) else None,
+            "rate_mbit": self.spec.rate_mbit,
+            "inventory": str(self.spec.inventory),
+            "hosts": hosts,
+            "cables": [
+                {"node": c.node, "interface": c.node_if, "port": c.port, "domain": c.domain}
+                for c in self.spec.cables
+            ],
+        }
 
     # ---------------------------------------------------------------- ports
     def cable(self, ref: str) -> fabric.Cable:
@@ -339,31 +450,44 @@ class Lab:
             if c.port == ref or (c.node == node and c.domain == twin):
                 return c
         known = ", ".join(f"{c.port} ({c.node}:{c.domain})" for c in self.spec.cables)
-        raise SparkctlError(f"no switch port or node twin '{ref}' (known: {known})",
-                            ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            f"no switch port or node twin '{ref}' (known: {known})", ExitCode.BAD_INPUT
+        )
 
-    def make_model(self, node: str, directory: str, size_bytes: int, *, files: int = 4,
-                   owner: str = "root") -> dict[str, Any]:
+    def make_model(
+        self, node: str, directory: str, size_bytes: int, *, files: int = 4, owner: str = "root"
+    ) -> dict[str, Any]:
         """A synthetic model on ``node``: ``files`` shards of random bytes adding up to
         ``size_bytes`` plus a config.json, written inside the container (the lab has no
         internet and needs no real weights to rehearse a transfer). Replaces what was there."""
         if size_bytes < files:
-            raise SparkctlError(f"a model of {size_bytes} bytes cannot have {files} shards",
-                                ExitCode.BAD_INPUT)
+            raise SparkctlError(
+                f"a model of {size_bytes} bytes cannot have {files} shards", ExitCode.BAD_INPUT
+            )
         if node not in {h.name for h in self.spec.sparks}:
             raise SparkctlError(f"{node} is not a Spark of the lab", ExitCode.BAD_INPUT)
         if not directory.startswith("/"):
             raise SparkctlError(f"{directory} is not absolute", ExitCode.BAD_INPUT)
         self.podman.pid(node)  # running, or a clear error
-        proc = self.podman.exec(node, ["python3", "-c", _MAKE_MODEL, directory, str(size_bytes),
-                                       str(files), owner], timeout=3600)
+        proc = self.podman.exec(
+            node,
+            ["python3", "-c", _MAKE_MODEL, directory, str(size_bytes), str(files), owner],
+            timeout=3600,
+        )
         made: dict[str, Any] = json.loads(proc.stdout)
         return made
 
-    def set_port(self, cable: fabric.Cable, *, rate_mbit: int | None = None,
-                 mtu: int | None = None, up: bool | None = None) -> None:
-        fabric.set_port(self.podman.pid(self.spec.switch), cable, rate_mbit=rate_mbit,
-                        mtu=mtu, up=up)
+    def set_port(
+        self,
+        cable: fabric.Cable,
+        *,
+        rate_mbit: int | None = None,
+        mtu: int | None = None,
+        up: bool | None = None,
+    ) -> None:
+        fabric.set_port(
+            self.podman.pid(self.spec.switch), cable, rate_mbit=rate_mbit, mtu=mtu, up=up
+        )
 
 
 # Run inside a lab container by make_model (python3 is in the image).

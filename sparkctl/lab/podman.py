@@ -26,10 +26,22 @@ class Podman:
         self.binary = require_tool("podman", package="podman runc")
         self.env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
 
-    def __call__(self, *args: str, check: bool = True, input_text: str | None = None,
-                 timeout: float | None = 300) -> subprocess.CompletedProcess[str]:
-        return run([self.binary, *args], check=check, input_text=input_text, env=self.env,
-                   timeout=timeout, code=ExitCode.LAB, what=f"podman {args[0]}")
+    def __call__(
+        self,
+        *args: str,
+        check: bool = True,
+        input_text: str | None = None,
+        timeout: float | None = 300,
+    ) -> subprocess.CompletedProcess[str]:
+        return run(
+            [self.binary, *args],
+            check=check,
+            input_text=input_text,
+            env=self.env,
+            timeout=timeout,
+            code=ExitCode.LAB,
+            what=f"podman {args[0]}",
+        )
 
     def image_exists(self, ref: str) -> bool:
         return self("image", "exists", ref, check=False).returncode == 0
@@ -54,17 +66,36 @@ class Podman:
     def pid(self, name: str) -> int:
         info = self.inspect(name)
         if info is None or not info["State"]["Running"]:
-            raise SparkctlError(f"lab container {name} is not running", ExitCode.LAB,
-                                hint="sparkctl lab down && sparkctl lab up")
+            raise SparkctlError(
+                f"lab container {name} is not running",
+                ExitCode.LAB,
+                hint="sparkctl lab down && sparkctl lab up",
+            )
         return int(info["State"]["Pid"])
 
-    def exec(self, name: str, cmd: Sequence[str], *, check: bool = True,
-             input_text: str | None = None,
-             timeout: float | None = 120) -> subprocess.CompletedProcess[str]:
+    def exec(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        *,
+        check: bool = True,
+        input_text: str | None = None,
+        timeout: float | None = 120,
+    ) -> subprocess.CompletedProcess[str]:
         args = ["exec", "-i", name, *cmd] if input_text is not None else ["exec", name, *cmd]
         return self(*args, check=check, input_text=input_text, timeout=timeout)
 
     def write_file(self, name: str, path: str, content: str, mode: str = "0644") -> None:
         """Write ``content`` to ``path`` inside container ``name`` (parents created)."""
-        self.exec(name, ["sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"',
-                         "sh", path, mode], input_text=content)
+        self.exec(
+            name,
+            [
+                "sh",
+                "-c",
+                'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"',
+                "sh",
+                path,
+                mode,
+            ],
+            input_text=content,
+        )

@@ -98,8 +98,10 @@ VARIANT_LABEL: Final = "io.sparkctl.lab.variant"
 # appends /usr/local/nvidia/bin to PATH and the nvidia lib dirs to
 # LD_LIBRARY_PATH ("Add GKE default lib and bin locations"), and sets the
 # en_US.UTF-8 locale variables last.
-_BASE_PATH = "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:" \
-             "/usr/sbin:/usr/bin:/sbin:/bin"
+_BASE_PATH = (
+    "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:"
+    "/usr/sbin:/usr/bin:/sbin:/bin"
+)
 IMAGE_ENV: Final[tuple[str, ...]] = (
     f"PATH={_BASE_PATH}:/usr/local/nvidia/bin",
     "NVIDIA_VISIBLE_DEVICES=all",
@@ -144,26 +146,30 @@ class ImageRef:
             raise RegistryError(f"invalid reference format: {text!r}")
         rest, _, digest = text.partition("@")
         if digest and not _DIGEST.match(digest):
-            raise RegistryError(f"invalid reference format: {text!r} (digest must be "
-                                "sha256: and 64 lowercase hex digits)")
+            raise RegistryError(
+                f"invalid reference format: {text!r} (digest must be "
+                "sha256: and 64 lowercase hex digits)"
+            )
         name, tag = rest, None
         slash = rest.rfind("/")
         colon = rest.rfind(":")
         if colon > slash:
-            name, tag = rest[:colon], rest[colon + 1:]
+            name, tag = rest[:colon], rest[colon + 1 :]
             if not _TAG.match(tag):
                 raise RegistryError(f"invalid reference format: {text!r} (bad tag {tag!r})")
         first, _, remainder = name.partition("/")
         if remainder and ("." in first or ":" in first or first == "localhost"):
             if first not in {DOCKER_HUB, "index.docker.io", "registry-1.docker.io"}:
-                raise RegistryError(f"{text!r}: the lab serves Docker Hub references only "
-                                    f"(registry {first!r})")
+                raise RegistryError(
+                    f"{text!r}: the lab serves Docker Hub references only (registry {first!r})"
+                )
             name = remainder
         if name.startswith("library/"):
-            name = name[len("library/"):]
+            name = name[len("library/") :]
         if not _NAME.match(name):
-            raise RegistryError(f"invalid reference format: repository name ({name!r}) must "
-                                "be lowercase")
+            raise RegistryError(
+                f"invalid reference format: repository name ({name!r}) must be lowercase"
+            )
         return cls(name, tag, digest or None)
 
     @property
@@ -242,8 +248,13 @@ def _arch() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
 
 
-def build_image(ref: ImageRef | str, *, variant: str = "", source: Path = SGLANG_STANDIN_DIR,
-                python_version: str = LAB_BASE_PYTHON) -> ImageBlob:
+def build_image(
+    ref: ImageRef | str,
+    *,
+    variant: str = "",
+    source: Path = SGLANG_STANDIN_DIR,
+    python_version: str = LAB_BASE_PYTHON,
+) -> ImageBlob:
     """The image blob for ``ref``: the same inputs always give the same digest.
 
     ``variant`` (a label value) makes another image under the same tag: what a
@@ -259,11 +270,30 @@ def build_image(ref: ImageRef | str, *, variant: str = "", source: Path = SGLANG
     project = SGLANG_PYTHON_DIR.lstrip("/")
     site = f"usr/local/lib/python{python_version}/dist-packages"
     entries = [(f"{project}/sglang/{name}", data, mode) for name, data, mode in package]
-    dirs = {"tmp", "root", "etc", "var", "var/tmp", "run", "usr", "usr/local", "usr/local/bin",
-            "usr/local/lib", f"usr/local/lib/python{python_version}", site,
-            "sgl-workspace", "sgl-workspace/sglang", project, f"{project}/sglang"}
-    dirs |= {f"{project}/sglang/{p.as_posix()}" for name, _, _ in package
-             for p in Path(name).parents if p.as_posix() != "."}
+    dirs = {
+        "tmp",
+        "root",
+        "etc",
+        "var",
+        "var/tmp",
+        "run",
+        "usr",
+        "usr/local",
+        "usr/local/bin",
+        "usr/local/lib",
+        f"usr/local/lib/python{python_version}",
+        site,
+        "sgl-workspace",
+        "sgl-workspace/sglang",
+        project,
+        f"{project}/sglang",
+    }
+    dirs |= {
+        f"{project}/sglang/{p.as_posix()}"
+        for name, _, _ in package
+        for p in Path(name).parents
+        if p.as_posix() != "."
+    }
     dist = f"sglang-{version or '0'}"
     # An editable install by pip (setuptools >= 64): a .pth naming the project
     # directory, and a dist-info whose direct_url.json says "editable".
@@ -271,29 +301,47 @@ def build_image(ref: ImageRef | str, *, variant: str = "", source: Path = SGLANG
     info = f"{site}/{dist}.dist-info"
     dirs.add(info)
     entries += [
-        (f"{info}/METADATA", f"Metadata-Version: 2.1\nName: sglang\nVersion: "
-                             f"{version or '0'}\n".encode(), 0o644),
+        (
+            f"{info}/METADATA",
+            f"Metadata-Version: 2.1\nName: sglang\nVersion: {version or '0'}\n".encode(),
+            0o644,
+        ),
         (f"{info}/INSTALLER", b"pip\n", 0o644),
-        (f"{info}/direct_url.json", json.dumps(
-            {"dir_info": {"editable": True}, "url": f"file://{SGLANG_PYTHON_DIR}"},
-            sort_keys=True).encode() + b"\n", 0o644),
+        (
+            f"{info}/direct_url.json",
+            json.dumps(
+                {"dir_info": {"editable": True}, "url": f"file://{SGLANG_PYTHON_DIR}"},
+                sort_keys=True,
+            ).encode()
+            + b"\n",
+            0o644,
+        ),
     ]
     # /etc of the image: the accounts an Ubuntu base has (ubuntu:24.04 also has
     # user ubuntu, uid 1000). The docker stand-in adds hostname, hosts and
     # resolv.conf per container, as dockerd does.
     entries += [
-        ("etc/passwd", b"root:x:0:0:root:/root:/bin/bash\n"
-                       b"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-                       b"ubuntu:x:1000:1000:Ubuntu:/home/ubuntu:/bin/bash\n", 0o644),
+        (
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/bash\n"
+            b"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+            b"ubuntu:x:1000:1000:Ubuntu:/home/ubuntu:/bin/bash\n",
+            0o644,
+        ),
         ("etc/group", b"root:x:0:\nnogroup:x:65534:\nubuntu:x:1000:\n", 0o644),
-        ("etc/os-release", b'PRETTY_NAME="sparkctl lab image (base layer: the node\'s /usr)"\n'
-                           b"ID=sparkctl-lab\n", 0o644),
+        (
+            "etc/os-release",
+            b'PRETTY_NAME="sparkctl lab image (base layer: the node\'s /usr)"\nID=sparkctl-lab\n',
+            0o644,
+        ),
     ]
     dirs |= {"home", "home/ubuntu"}
     layer = _tar(entries, sorted(dirs))
-    labels = {"org.opencontainers.image.ref.name": "ubuntu",
-              "org.opencontainers.image.version": "24.04",
-              "io.sparkctl.lab.image": "SGLang stand-in (sparkctl/lab/standins/sglang)"}
+    labels = {
+        "org.opencontainers.image.ref.name": "ubuntu",
+        "org.opencontainers.image.version": "24.04",
+        "io.sparkctl.lab.image": "SGLang stand-in (sparkctl/lab/standins/sglang)",
+    }
     if version:
         labels["io.sparkctl.lab.sglang-version"] = version
     if variant:
@@ -303,18 +351,22 @@ def build_image(ref: ImageRef | str, *, variant: str = "", source: Path = SGLANG
         "os": "linux",
         "created": "1970-01-01T00:00:00Z",
         # The Ubuntu base image's CMD; neither nvidia/cuda nor SGLang sets one.
-        "config": {"Env": list(IMAGE_ENV), "Cmd": ["/bin/bash"], "WorkingDir": IMAGE_WORKDIR,
-                   "Labels": labels},
+        "config": {
+            "Env": list(IMAGE_ENV),
+            "Cmd": ["/bin/bash"],
+            "WorkingDir": IMAGE_WORKDIR,
+            "Labels": labels,
+        },
         "rootfs": {"type": "layers", "diff_ids": [_sha256(layer)]},
     }
     config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
     blob = _tar([("config.json", config_bytes, 0o644), ("layer.tar", layer, 0o644)], [])
-    return ImageBlob(digest=_sha256(blob), data=blob, image_id=_sha256(config_bytes),
-                     config=config)
+    return ImageBlob(digest=_sha256(blob), data=blob, image_id=_sha256(config_bytes), config=config)
 
 
-def registry_update(ref: ImageRef | str, *, variant: str = "",
-                    index: Mapping[str, str] | None = None) -> tuple[dict[str, bytes], str]:
+def registry_update(
+    ref: ImageRef | str, *, variant: str = "", index: Mapping[str, str] | None = None
+) -> tuple[dict[str, bytes], str]:
     """Files of a registry serving ``ref`` (paths relative to the registry dir), and
     the digest its tag now names.
 
@@ -323,8 +375,9 @@ def registry_update(ref: ImageRef | str, *, variant: str = "",
     """
     ref = ImageRef.parse(ref) if isinstance(ref, str) else ref
     if ref.digest:
-        raise RegistryError(f"{ref}: the lab registry serves a tag; give the reference "
-                            "without @sha256:...")
+        raise RegistryError(
+            f"{ref}: the lab registry serves a tag; give the reference without @sha256:..."
+        )
     blob = build_image(ref, variant=variant)
     entries = dict(index or {})
     entries[ref.key] = blob.digest
@@ -342,8 +395,9 @@ def parse_index(text: str, where: str = INDEX_NAME) -> dict[str, str]:
     except ValueError as exc:
         raise RegistryError(f"{where}: not JSON ({exc})") from None
     if not isinstance(data, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and v.startswith("sha256:")
-            for k, v in data.items()):
+        isinstance(k, str) and isinstance(v, str) and v.startswith("sha256:")
+        for k, v in data.items()
+    ):
         raise RegistryError(f"{where}: must map repository:tag to sha256:... digests")
     return data
 
@@ -402,8 +456,9 @@ def image_ref_of(inventory_value: object | None) -> str:
         raise RegistryError(f"sglang_image {value!r}: the lab takes a literal image reference")
     ref = ImageRef.parse(value)
     if ref.digest:
-        raise RegistryError(f"sglang_image {value!r}: give the tag; the digest is "
-                            "sglang_image_digest")
+        raise RegistryError(
+            f"sglang_image {value!r}: give the tag; the digest is sglang_image_digest"
+        )
     return str(ref)
 
 
@@ -412,8 +467,9 @@ def lab_image_ref(inventory: Any) -> str:
     return image_ref_of(inventory.cluster_var("sglang_image"))
 
 
-def move_lab_tag(podman: Podman, nodes: Iterable[str], ref: ImageRef | str,
-                 variant: str = "moved") -> str:
+def move_lab_tag(
+    podman: Podman, nodes: Iterable[str], ref: ImageRef | str, variant: str = "moved"
+) -> str:
     """:func:`move_tag` on the registries of running lab nodes; the new digest.
 
     ``variant=""`` moves the tag back to the original content (what
@@ -424,12 +480,21 @@ def move_lab_tag(podman: Podman, nodes: Iterable[str], ref: ImageRef | str,
 
     digest = ""
     for node in nodes:
-        current = podman.exec(node, ["sh", "-c", f'cat "{REGISTRY_DIR}/{INDEX_NAME}" 2>/dev/null'],
-                              check=False).stdout
-        files, digest = registry_update(ref, variant=variant,
-                                        index=parse_index(current, f"{node}:{INDEX_NAME}"))
-        standins.install(podman, node, [standins.NodeFile(f"{REGISTRY_DIR}/{name}", data, 0o644)
-                                        for name, data in sorted(files.items())], units=False)
+        current = podman.exec(
+            node, ["sh", "-c", f'cat "{REGISTRY_DIR}/{INDEX_NAME}" 2>/dev/null'], check=False
+        ).stdout
+        files, digest = registry_update(
+            ref, variant=variant, index=parse_index(current, f"{node}:{INDEX_NAME}")
+        )
+        standins.install(
+            podman,
+            node,
+            [
+                standins.NodeFile(f"{REGISTRY_DIR}/{name}", data, 0o644)
+                for name, data in sorted(files.items())
+            ],
+            units=False,
+        )
     return digest
 
 
@@ -447,14 +512,23 @@ def point_lab_tag(podman: Podman, nodes: Iterable[str], ref: ImageRef | str, dig
     ref = ImageRef.parse(ref) if isinstance(ref, str) else ref
     blob = f"{REGISTRY_DIR}/blobs/sha256/{digest.removeprefix('sha256:')}"
     for node in nodes:
-        current = podman.exec(node, ["sh", "-c", f'cat "{REGISTRY_DIR}/{INDEX_NAME}" 2>/dev/null; '
-                                                 f'test -f "{blob}" || echo NOBLOB'],
-                              check=False).stdout
+        current = podman.exec(
+            node,
+            [
+                "sh",
+                "-c",
+                f'cat "{REGISTRY_DIR}/{INDEX_NAME}" 2>/dev/null; test -f "{blob}" || echo NOBLOB',
+            ],
+            check=False,
+        ).stdout
         if current.rstrip().endswith("NOBLOB"):
-            raise RegistryError(f"{node}: the registry has no blob {digest} to point "
-                                f"{ref.key} at")
+            raise RegistryError(f"{node}: the registry has no blob {digest} to point {ref.key} at")
         entries = parse_index(current, f"{node}:{INDEX_NAME}")
         entries[ref.key] = digest
         text = (json.dumps(entries, indent=2, sort_keys=True) + "\n").encode()
-        standins.install(podman, node, [standins.NodeFile(f"{REGISTRY_DIR}/{INDEX_NAME}", text,
-                                                          0o644)], units=False)
+        standins.install(
+            podman,
+            node,
+            [standins.NodeFile(f"{REGISTRY_DIR}/{INDEX_NAME}", text, 0o644)],
+            units=False,
+        )

@@ -27,17 +27,30 @@ def ensure_client_key(ssh_dir: Path) -> Path:
     ssh_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = ssh_dir / KEY_NAME
     if not key.exists():
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkctl-lab", "-f", str(key)],
-            what="ssh-keygen")
+        run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkctl-lab", "-f", str(key)],
+            what="ssh-keygen",
+        )
     return key
 
 
 def ssh_base_args(ssh_dir: Path, *, batch: bool = True) -> list[str]:
     """ssh with the lab key and strict checking against the lab's known_hosts."""
-    return ["ssh", "-i", str(ssh_dir / KEY_NAME), "-o", "IdentitiesOnly=yes",
-            "-o", f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
-            "-o", "StrictHostKeyChecking=yes", "-o", f"BatchMode={'yes' if batch else 'no'}",
-            "-o", "ConnectTimeout=5"]
+    return [
+        "ssh",
+        "-i",
+        str(ssh_dir / KEY_NAME),
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        f"UserKnownHostsFile={ssh_dir / 'known_hosts'}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"BatchMode={'yes' if batch else 'no'}",
+        "-o",
+        "ConnectTimeout=5",
+    ]
 
 
 def record(lab: Lab, ssh_dir: Path) -> bool:
@@ -67,14 +80,20 @@ def record(lab: Lab, ssh_dir: Path) -> bool:
         deadline = time.monotonic() + 30
         while True:
             # stdin /dev/null: ssh sets O_NONBLOCK on a stdin it shares (see proc.run).
-            proc = subprocess.run([*ssh_base_args(ssh_dir), f"root@{addr}", "hostname"],
-                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  check=False, timeout=30)
+            proc = subprocess.run(
+                [*ssh_base_args(ssh_dir), f"root@{addr}", "hostname"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=30,
+            )
             if proc.returncode == 0 and proc.stdout.strip() == name:
                 return
             if time.monotonic() > deadline:
-                raise SparkctlError(f"{name}: SSH to {addr} failed: {proc.stderr.strip()}",
-                                    ExitCode.LAB)
+                raise SparkctlError(
+                    f"{name}: SSH to {addr} failed: {proc.stderr.strip()}", ExitCode.LAB
+                )
             time.sleep(0.5)
 
     with ThreadPoolExecutor(max_workers=len(lab.spec.hosts)) as pool:
@@ -92,5 +111,6 @@ def _wait_host_key(lab: Lab, name: str, timeout: float = 60) -> str:
             fields = proc.stdout.split()
             return f"{fields[0]} {fields[1]}"
         time.sleep(0.5)
-    raise SparkctlError(f"{name}: sshd did not come up with a host key in {timeout:.0f} s",
-                        ExitCode.LAB)
+    raise SparkctlError(
+        f"{name}: sshd did not come up with a host key in {timeout:.0f} s", ExitCode.LAB
+    )

@@ -111,13 +111,16 @@ class Cluster:
     def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
         return self.runner(node, command, timeout)
 
-    def each(self, nodes: Sequence[str], command: str,
-             timeout: int = 60) -> dict[str, tuple[int, str]]:
+    def each(
+        self, nodes: Sequence[str], command: str, timeout: int = 60
+    ) -> dict[str, tuple[int, str]]:
         """The same command on every node at once; ``{sudo}`` in it becomes each node's
         own prefix for root (:meth:`sudo`)."""
         with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-            futures = {n: pool.submit(self.runner, n, command.replace("{sudo}", self.sudo(n)),
-                                      timeout) for n in nodes}
+            futures = {
+                n: pool.submit(self.runner, n, command.replace("{sudo}", self.sudo(n)), timeout)
+                for n in nodes
+            }
             return {n: f.result() for n, f in futures.items()}
 
     def unit_states(self, nodes: Sequence[str] | None = None) -> dict[str, dict[str, str]]:
@@ -127,8 +130,11 @@ class Cluster:
         for node, (rc, text) in out.items():
             values = tool_output.systemctl_show(text)
             if rc != 0 or "ActiveState" not in values:
-                values = {"ActiveState": "unknown", "SubState": "unreachable",
-                          "error": text.strip().splitlines()[-1] if text.strip() else f"rc {rc}"}
+                values = {
+                    "ActiveState": "unknown",
+                    "SubState": "unreachable",
+                    "error": text.strip().splitlines()[-1] if text.strip() else f"rc {rc}",
+                }
             states[node] = values
         return states
 
@@ -155,11 +161,13 @@ class Cluster:
                 raise SparkctlError(
                     f"no API key: {API_KEY_ENV} is not set and {path} does not exist",
                     ExitCode.BAD_INPUT,
-                    hint="provision writes it (role sglang); or export the key") from None
+                    hint="provision writes it (role sglang); or export the key",
+                ) from None
             return None
         except OSError as exc:
-            raise SparkctlError(f"{path}: cannot read the API key: {exc.strerror}",
-                                ExitCode.ENVIRONMENT) from None
+            raise SparkctlError(
+                f"{path}: cannot read the API key: {exc.strerror}", ExitCode.ENVIRONMENT
+            ) from None
         # ansible's password lookup may append " salt=..." to the file.
         return key.split()[0] if key else None
 
@@ -176,8 +184,11 @@ class Cluster:
     def _secrets(self) -> list[str]:
         cached = self._secret_values
         if cached is None:
-            cached = [os.environ[v] for v in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-                      if len(os.environ.get(v, "")) >= 8]
+            cached = [
+                os.environ[v]
+                for v in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+                if len(os.environ.get(v, "")) >= 8
+            ]
             try:
                 key = self.api_key()
             except SparkctlError:
@@ -239,16 +250,27 @@ class Group:
         return self.cluster.unit_states(nodes or self.members)
 
 
-def open_cluster(inventory_path: Path | inventory.Inventory, command: str,
-                 extravars: Mapping[str, Any] | None = None) -> Cluster:
+def open_cluster(
+    inventory_path: Path | inventory.Inventory,
+    command: str,
+    extravars: Mapping[str, Any] | None = None,
+) -> Cluster:
     """Inventory checked (exit 2, nothing contacted), plan loaded, ssh_config written."""
-    inv = (inventory_path if isinstance(inventory_path, inventory.Inventory)
-           else inventory.validate(inventory_path))
+    inv = (
+        inventory_path
+        if isinstance(inventory_path, inventory.Inventory)
+        else inventory.validate(inventory_path)
+    )
     run_dir = results_dir(inv.cluster, command)
     run_dir.mkdir(parents=True)
     plan = load_plan(inv, run_dir, extravars)
     nodes = [n.name for n in inv.nodes]
     cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
-    return Cluster(inv=inv, plan=plan, run_dir=run_dir, ssh_config=cfg,
-                   extravars=dict(extravars or {}),
-                   runner=nccl.ssh_runner(cfg))
+    return Cluster(
+        inv=inv,
+        plan=plan,
+        run_dir=run_dir,
+        ssh_config=cfg,
+        extravars=dict(extravars or {}),
+        runner=nccl.ssh_runner(cfg),
+    )

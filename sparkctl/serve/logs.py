@@ -136,181 +136,332 @@ _HTTP = "srt/entrypoints/http_server.py"
 
 # ------------------------------------------------------------------ phases
 _PHASE_PATTERNS: tuple[tuple[Phase, Pattern], ...] = (
-    (Phase.READY, _p(
-        r"The server is fired up and ready to roll!",
-        S(f"sglang:{_HTTP}:2355", 'logger.info("The server is fired up and ready to roll!")'),
-        ex="[2025-12-03 05:10:07] The server is fired up and ready to roll!")),
-    (Phase.HTTP_READY, _p(
-        r"Uvicorn running on ",
-        S("uvicorn:uvicorn/server.py (Server._log_started_message)"),
-        S(f"sglang:{_HTTP}:2602", "uvicorn.run("),
-        ex="[2025-11-30 11:18:46] INFO:     Uvicorn running on http://127.0.0.1:30000 (Press "
-           "CTRL+C to quit)")),
-    (Phase.ENGINE_READY, _p(
-        r"Capture (?:target|draft) (?:decode|verify) (?:CUDA|CPU|NPU|XPU) graph end\.",
-        S(f"sglang:{_CG}:453", 'f"Capture {capture_name} {graph_backend[model_runner.device]} '
-          'end. "'),
-        S(f"sglang:{_CG}:425", 'capture_name = f"{role} decode"', '"cuda": "CUDA graph"'),
-        ex="[2026-03-08 12:29:19 TP1] Capture target decode CUDA graph end. elapsed=2.91 s, "
-           "mem usage=0.41 GB, avail mem=99.80 GB.")),
-    (Phase.ENGINE_READY, _p(
-        r"Capture cuda graph end\b",
-        S("sglang@0.4.6:srt/model_executor/model_runner.py:970", "Capture cuda graph end."),
-        ex="[2024-12-13 01:45:01 TP0] Capture cuda graph end. Time elapsed: 2.19 s")),
-    (Phase.ENGINE_READY, _p(
-        r"\bmax_total_num_tokens=\d+",
-        S("sglang:srt/managers/scheduler.py:1069",
-          'f"max_total_num_tokens={self.max_total_num_tokens}, "'),
-        ex="[2025-11-30 11:18:40 TP0] max_total_num_tokens=1030645, chunked_prefill_size=8192, "
-           "max_prefill_tokens=16384, max_running_requests=4096, context_len=131072, "
-           "available_gpu_mem=15.82 GB")),
+    (
+        Phase.READY,
+        _p(
+            r"The server is fired up and ready to roll!",
+            S(f"sglang:{_HTTP}:2355", 'logger.info("The server is fired up and ready to roll!")'),
+            ex="[2025-12-03 05:10:07] The server is fired up and ready to roll!",
+        ),
+    ),
+    (
+        Phase.HTTP_READY,
+        _p(
+            r"Uvicorn running on ",
+            S("uvicorn:uvicorn/server.py (Server._log_started_message)"),
+            S(f"sglang:{_HTTP}:2602", "uvicorn.run("),
+            ex="[2025-11-30 11:18:46] INFO:     Uvicorn running on http://127.0.0.1:30000 (Press "
+            "CTRL+C to quit)",
+        ),
+    ),
+    (
+        Phase.ENGINE_READY,
+        _p(
+            r"Capture (?:target|draft) (?:decode|verify) (?:CUDA|CPU|NPU|XPU) graph end\.",
+            S(
+                f"sglang:{_CG}:453",
+                'f"Capture {capture_name} {graph_backend[model_runner.device]} end. "',
+            ),
+            S(f"sglang:{_CG}:425", 'capture_name = f"{role} decode"', '"cuda": "CUDA graph"'),
+            ex="[2026-03-08 12:29:19 TP1] Capture target decode CUDA graph end. elapsed=2.91 s, "
+            "mem usage=0.41 GB, avail mem=99.80 GB.",
+        ),
+    ),
+    (
+        Phase.ENGINE_READY,
+        _p(
+            r"Capture cuda graph end\b",
+            S("sglang@0.4.6:srt/model_executor/model_runner.py:970", "Capture cuda graph end."),
+            ex="[2024-12-13 01:45:01 TP0] Capture cuda graph end. Time elapsed: 2.19 s",
+        ),
+    ),
+    (
+        Phase.ENGINE_READY,
+        _p(
+            r"\bmax_total_num_tokens=\d+",
+            S(
+                "sglang:srt/managers/scheduler.py:1069",
+                'f"max_total_num_tokens={self.max_total_num_tokens}, "',
+            ),
+            ex="[2025-11-30 11:18:40 TP0] max_total_num_tokens=1030645, chunked_prefill_size=8192, "
+            "max_prefill_tokens=16384, max_running_requests=4096, context_len=131072, "
+            "available_gpu_mem=15.82 GB",
+        ),
+    ),
     # The release's ranks other than TP0, once their scheduler is up (engine.py:1124).
-    (Phase.ENGINE_READY, _p(
-        r"Dummy health check server started in background thread at ",
-        S("sglang:srt/utils/common.py:3166",
-          'f"Dummy health check server started in background thread at '),
-        ex="[2026-03-08 12:29:21] Dummy health check server started in background thread at "
-           "127.0.0.1:30000")),
-    (Phase.CUDA_GRAPH, _p(
-        r"Capture (?:target|draft) (?:prefill|decode|verify) (?:CUDA|CPU|NPU|XPU) graph begin\.",
-        S(f"sglang:{_CG}:430", 'f"Capture {capture_name} {graph_backend[model_runner.device]} '
-          'begin. "'),
-        S(f"sglang:{_CG}:363", 'f"Capture {capture_name} CUDA graph begin. "'),
-        ex=("[2026-03-08 12:29:18 TP0] Capture target decode CUDA graph begin. backend=full, "
-            "num_tokens_per_req=1, bs=[1, 2, 4, 8], avail mem=100.21 GB",
-            "[2026-03-08 12:29:18 TP2] Capture target prefill CUDA graph begin. "
-            "backend=breakable, num_tokens=[4, 8], avail mem=100.30 GB"))),
-    (Phase.CUDA_GRAPH, _p(
-        r"Capture (?:target|draft) prefill CUDA graph end\.",
-        S(f"sglang:{_CG}:374", 'f"Capture {capture_name} CUDA graph end. "'),
-        ex="[2026-03-08 12:29:18 TP0] Capture target prefill CUDA graph end. elapsed=1.02 s, "
-           "mem usage=0.09 GB, avail mem=100.21 GB.")),
-    (Phase.CUDA_GRAPH, _p(
-        r"Capturing (?:batches|num tokens) \(",
-        S("sglang:srt/model_executor/runner/decode_cuda_graph_runner.py:904",
-          'f"Capturing batches ({bs=} {avail_mem=:.2f} GB)"'),
-        S("sglang:srt/model_executor/runner/prefill_cuda_graph_runner.py:1327",
-          'f"Capturing num tokens ({num_tokens=} {avail_mem=:.2f} GB)"'),
-        ex="  0%|          | 0/36 [00:00<?, ?it/s]\rCapturing batches (bs=256 avail_mem=99.80 "
-           "GB):   0%|          | 0/36 [00:00<?, ?it/s]")),
-    (Phase.CUDA_GRAPH, _p(
-        r"Capture cuda graph (?:begin|bs)\b",
-        S("sglang@0.4.6:srt/model_executor/model_runner.py:965", "Capture cuda graph begin."),
-        ex="[2025-03-27 21:33:31 TP0] Capture cuda graph begin. This can take up to several "
-           "minutes. avail mem=12.41 GB")),
-    (Phase.KV_CACHE, _p(
-        r"KV Cache is allocated\.",
-        S("sglang:srt/mem_cache/memory_pool.py:1670", 'else "KV Cache"',
-          'f"{cache_name} is allocated. dtype: {self.dtype}, "'),
-        S("sglang@0.4.6:srt/mem_cache/memory_pool.py:243", "KV Cache is allocated. #tokens: "),
-        ex=("[2026-03-08 12:29:18 TP1] KV Cache is allocated. dtype: torch.bfloat16, #tokens: "
-            "163840, K size: 2.50 GB, V size: 2.50 GB",
-            "[2025-03-27 21:33:31 TP0] KV Cache is allocated. #tokens: 1290355, K size: 38.46 "
-            "GB, V size: 38.46 GB"))),
-    (Phase.KV_CACHE, _p(
-        r"Memory pool end\.",
-        S("sglang:srt/mem_cache/kv_cache_configurator.py:258", 'f"Memory pool end. "'),
-        ex="[2024-12-13 01:44:59 TP0] Memory pool end. avail mem=2.44 GB")),
-    (Phase.KV_CACHE, _p(
-        r"Mamba Cache is allocated\.",
-        S("sglang:srt/mem_cache/memory_pool.py:789", 'f"Mamba Cache is allocated. "'),
-        ex="[2026-03-08 12:29:18 TP0] Mamba Cache is allocated. max_mamba_cache_size: 656, "
-           "conv_state size: 0.56GB, ssm_state size: 15.57GB ")),
-    (Phase.WEIGHTS_LOADED, _p(
-        r"Load weight end\.",
-        S("sglang:srt/model_executor/model_runner.py:1100", 'f"Load weight end. "'),
-        ex="[2026-03-08 12:29:18 TP1] Load weight end. elapsed=2.91 s, type=LlamaForCausalLM, "
-           "avail mem=109.80 GB, mem usage=0.12 GB.")),
-    (Phase.WEIGHTS_LOADING, _p(
-        r"Load weight begin\.",
-        S("sglang:srt/model_executor/model_runner.py:1012", 'f"Load weight begin. avail mem='),
-        ex="[2025-10-17 02:45:09 TP7] Load weight begin. avail mem=77.95 GB")),
-    (Phase.WEIGHTS_LOADING, _p(
-        r"(?:Multi-thread loading shards|Loading safetensors checkpoint shards): ",
-        S("sglang:srt/model_loader/weight_utils.py:1088", 'desc="Multi-thread loading shards"'),
-        S("sglang:srt/model_loader/weight_utils.py:982",
-          'desc="Loading safetensors checkpoint shards"'),
-        ex="Multi-thread loading shards:   0% Completed | 0/2 [00:00<?, ?it/s]")),
-    (Phase.NCCL_READY, _p(
-        r"Init torch distributed ends\.",
-        S("sglang:srt/distributed/bootstrap.py:127", 'f"Init torch distributed ends. elapsed='),
-        ex="[2026-03-25 16:44:54 TP1] Init torch distributed ends. elapsed=0.37 s, mem usage="
-           "0.88 GB")),
+    (
+        Phase.ENGINE_READY,
+        _p(
+            r"Dummy health check server started in background thread at ",
+            S(
+                "sglang:srt/utils/common.py:3166",
+                'f"Dummy health check server started in background thread at ',
+            ),
+            ex="[2026-03-08 12:29:21] Dummy health check server started in background thread at "
+            "127.0.0.1:30000",
+        ),
+    ),
+    (
+        Phase.CUDA_GRAPH,
+        _p(
+            r"Capture (?:target|draft) (?:prefill|decode|verify) (?:CUDA|CPU|NPU|XPU) graph begin\.",  # noqa: E501 - the real text, whole
+            S(
+                f"sglang:{_CG}:430",
+                'f"Capture {capture_name} {graph_backend[model_runner.device]} begin. "',
+            ),
+            S(f"sglang:{_CG}:363", 'f"Capture {capture_name} CUDA graph begin. "'),
+            ex=(
+                "[2026-03-08 12:29:18 TP0] Capture target decode CUDA graph begin. backend=full, "
+                "num_tokens_per_req=1, bs=[1, 2, 4, 8], avail mem=100.21 GB",
+                "[2026-03-08 12:29:18 TP2] Capture target prefill CUDA graph begin. "
+                "backend=breakable, num_tokens=[4, 8], avail mem=100.30 GB",
+            ),
+        ),
+    ),
+    (
+        Phase.CUDA_GRAPH,
+        _p(
+            r"Capture (?:target|draft) prefill CUDA graph end\.",
+            S(f"sglang:{_CG}:374", 'f"Capture {capture_name} CUDA graph end. "'),
+            ex="[2026-03-08 12:29:18 TP0] Capture target prefill CUDA graph end. elapsed=1.02 s, "
+            "mem usage=0.09 GB, avail mem=100.21 GB.",
+        ),
+    ),
+    (
+        Phase.CUDA_GRAPH,
+        _p(
+            r"Capturing (?:batches|num tokens) \(",
+            S(
+                "sglang:srt/model_executor/runner/decode_cuda_graph_runner.py:904",
+                'f"Capturing batches ({bs=} {avail_mem=:.2f} GB)"',
+            ),
+            S(
+                "sglang:srt/model_executor/runner/prefill_cuda_graph_runner.py:1327",
+                'f"Capturing num tokens ({num_tokens=} {avail_mem=:.2f} GB)"',
+            ),
+            ex="  0%|          | 0/36 [00:00<?, ?it/s]\rCapturing batches (bs=256 avail_mem=99.80 "
+            "GB):   0%|          | 0/36 [00:00<?, ?it/s]",
+        ),
+    ),
+    (
+        Phase.CUDA_GRAPH,
+        _p(
+            r"Capture cuda graph (?:begin|bs)\b",
+            S("sglang@0.4.6:srt/model_executor/model_runner.py:965", "Capture cuda graph begin."),
+            ex="[2025-03-27 21:33:31 TP0] Capture cuda graph begin. This can take up to several "
+            "minutes. avail mem=12.41 GB",
+        ),
+    ),
+    (
+        Phase.KV_CACHE,
+        _p(
+            r"KV Cache is allocated\.",
+            S(
+                "sglang:srt/mem_cache/memory_pool.py:1670",
+                'else "KV Cache"',
+                'f"{cache_name} is allocated. dtype: {self.dtype}, "',
+            ),
+            S("sglang@0.4.6:srt/mem_cache/memory_pool.py:243", "KV Cache is allocated. #tokens: "),
+            ex=(
+                "[2026-03-08 12:29:18 TP1] KV Cache is allocated. dtype: torch.bfloat16, #tokens: "
+                "163840, K size: 2.50 GB, V size: 2.50 GB",
+                "[2025-03-27 21:33:31 TP0] KV Cache is allocated. #tokens: 1290355, K size: 38.46 "
+                "GB, V size: 38.46 GB",
+            ),
+        ),
+    ),
+    (
+        Phase.KV_CACHE,
+        _p(
+            r"Memory pool end\.",
+            S("sglang:srt/mem_cache/kv_cache_configurator.py:258", 'f"Memory pool end. "'),
+            ex="[2024-12-13 01:44:59 TP0] Memory pool end. avail mem=2.44 GB",
+        ),
+    ),
+    (
+        Phase.KV_CACHE,
+        _p(
+            r"Mamba Cache is allocated\.",
+            S("sglang:srt/mem_cache/memory_pool.py:789", 'f"Mamba Cache is allocated. "'),
+            ex="[2026-03-08 12:29:18 TP0] Mamba Cache is allocated. max_mamba_cache_size: 656, "
+            "conv_state size: 0.56GB, ssm_state size: 15.57GB ",
+        ),
+    ),
+    (
+        Phase.WEIGHTS_LOADED,
+        _p(
+            r"Load weight end\.",
+            S("sglang:srt/model_executor/model_runner.py:1100", 'f"Load weight end. "'),
+            ex="[2026-03-08 12:29:18 TP1] Load weight end. elapsed=2.91 s, type=LlamaForCausalLM, "
+            "avail mem=109.80 GB, mem usage=0.12 GB.",
+        ),
+    ),
+    (
+        Phase.WEIGHTS_LOADING,
+        _p(
+            r"Load weight begin\.",
+            S("sglang:srt/model_executor/model_runner.py:1012", 'f"Load weight begin. avail mem='),
+            ex="[2025-10-17 02:45:09 TP7] Load weight begin. avail mem=77.95 GB",
+        ),
+    ),
+    (
+        Phase.WEIGHTS_LOADING,
+        _p(
+            r"(?:Multi-thread loading shards|Loading safetensors checkpoint shards): ",
+            S("sglang:srt/model_loader/weight_utils.py:1088", 'desc="Multi-thread loading shards"'),
+            S(
+                "sglang:srt/model_loader/weight_utils.py:982",
+                'desc="Loading safetensors checkpoint shards"',
+            ),
+            ex="Multi-thread loading shards:   0% Completed | 0/2 [00:00<?, ?it/s]",
+        ),
+    ),
+    (
+        Phase.NCCL_READY,
+        _p(
+            r"Init torch distributed ends\.",
+            S("sglang:srt/distributed/bootstrap.py:127", 'f"Init torch distributed ends. elapsed='),
+            ex="[2026-03-25 16:44:54 TP1] Init torch distributed ends. elapsed=0.37 s, mem usage="
+            "0.88 GB",
+        ),
+    ),
     # Every reason the custom all-reduce gives up (the cross-node one on Sparks);
     # "Custom allreduce is disabled ..." is the older releases' wording.
-    (Phase.NCCL_READY, _p(
-        r"CustomAll[Rr]educe(?:V2)? is disabled|Custom (?:quick )?allreduce is disabled",
-        S(f"sglang:{_CA}:482", 'f"{cls_name} is disabled because this process group" '
-          '" spans across nodes."'),
-        S("sglang:srt/distributed/device_communicators/custom_all_reduce.py:91",
-          'cls_name="CustomAllreduce"'),
-        S(f"sglang:{_CA}:514", 'f"{cls_name} is disabled because it\'s not supported on"'),
-        S("sglang:srt/distributed/device_communicators/quick_all_reduce.py:100",
-          '"Custom quick allreduce is disabled because "'),
-        S("sglang@0.4.6:srt/distributed/device_communicators/custom_all_reduce.py:187",
-          '"Custom allreduce is disabled because this process group"'),
-        ex=("[2026-03-08 12:29:15 TP1] CustomAllreduce is disabled because this process group "
-            "spans across nodes.",
-            "[2025-04-01 09:58:02 TP0] Custom allreduce is disabled because this process group "
-            "spans across nodes."))),
-    (Phase.NCCL_READY, _p(
-        r"- Init COMPLETE",
-        S("nccl:src/init.cc:1598@v2.28.9-1"),
-        ex="node01:322:322 [3] NCCL INFO ncclCommInitRank comm 0x55f5be32f460 rank 3 nranks 16 "
-           "cudaDev 3 nvmlDev 3 busId 5a000 commId 0x4e2671c9674e940d - Init COMPLETE")),
-    (Phase.DIST_INIT, _p(
-        r"Init torch distributed begin\.",
-        S("sglang:srt/distributed/bootstrap.py:62", 'logger.info("Init torch distributed begin.")'),
-        ex="[2026-07-14 07:49:04 TP3 EP3] Init torch distributed begin.")),
-    (Phase.DIST_INIT, _p(
-        r"sglang is using nccl==",
-        S("sglang:srt/distributed/device_communicators/pynccl.py:84", '"sglang is using nccl==%s"'),
-        ex="[2026-07-14 07:49:05 TP0 EP0] sglang is using nccl==2.28.9")),
-    (Phase.DIST_INIT, _p(
-        r"NCCL INFO Bootstrap ?: Using",
-        S("nccl:src/bootstrap.cc:121@v2.28.9-1"),
-        ex=("bm-220ab4v:175:175 [0] NCCL INFO Bootstrap: Using bond0:172.16.0.124<0>",
-            "node5:236:236 [2] NCCL INFO Bootstrap : Using bond0:10.0.0.3<0>"))),
-    (Phase.DIST_INIT, _p(
-        r"\[Gloo\] Rank \d+ is connected to",
-        S("gloo:gloo/rendezvous/context.cc (Context::connectFullMesh)"),
-        ex="[Gloo] Rank 1 is connected to 3 peer ranks. Expected number of connected peer ranks "
-           "is : 3")),
-    (Phase.STARTING, _p(
-        r"server_args=ServerArgs\(",
-        S("sglang:srt/entrypoints/engine.py:1059", 'logger.info(f"{server_args=}")'),
-        S("sglang:srt/server_args.py:438", "@dataclasses.dataclass"),
-        ex="[2026-03-08 12:29:13] server_args=ServerArgs(model_path='/var/lib/sparkctl/models/"
-           "current', tokenizer_path='/var/lib/sparkctl/models/current', tokenizer_mode='auto')")),
+    (
+        Phase.NCCL_READY,
+        _p(
+            r"CustomAll[Rr]educe(?:V2)? is disabled|Custom (?:quick )?allreduce is disabled",
+            S(
+                f"sglang:{_CA}:482",
+                'f"{cls_name} is disabled because this process group" " spans across nodes."',
+            ),
+            S(
+                "sglang:srt/distributed/device_communicators/custom_all_reduce.py:91",
+                'cls_name="CustomAllreduce"',
+            ),
+            S(f"sglang:{_CA}:514", 'f"{cls_name} is disabled because it\'s not supported on"'),
+            S(
+                "sglang:srt/distributed/device_communicators/quick_all_reduce.py:100",
+                '"Custom quick allreduce is disabled because "',
+            ),
+            S(
+                "sglang@0.4.6:srt/distributed/device_communicators/custom_all_reduce.py:187",
+                '"Custom allreduce is disabled because this process group"',
+            ),
+            ex=(
+                "[2026-03-08 12:29:15 TP1] CustomAllreduce is disabled because this process group "
+                "spans across nodes.",
+                "[2025-04-01 09:58:02 TP0] Custom allreduce is disabled because this process group "
+                "spans across nodes.",
+            ),
+        ),
+    ),
+    (
+        Phase.NCCL_READY,
+        _p(
+            r"- Init COMPLETE",
+            S("nccl:src/init.cc:1598@v2.28.9-1"),
+            ex="node01:322:322 [3] NCCL INFO ncclCommInitRank comm 0x55f5be32f460 rank 3 nranks 16 "
+            "cudaDev 3 nvmlDev 3 busId 5a000 commId 0x4e2671c9674e940d - Init COMPLETE",
+        ),
+    ),
+    (
+        Phase.DIST_INIT,
+        _p(
+            r"Init torch distributed begin\.",
+            S(
+                "sglang:srt/distributed/bootstrap.py:62",
+                'logger.info("Init torch distributed begin.")',
+            ),
+            ex="[2026-07-14 07:49:04 TP3 EP3] Init torch distributed begin.",
+        ),
+    ),
+    (
+        Phase.DIST_INIT,
+        _p(
+            r"sglang is using nccl==",
+            S(
+                "sglang:srt/distributed/device_communicators/pynccl.py:84",
+                '"sglang is using nccl==%s"',
+            ),
+            ex="[2026-07-14 07:49:05 TP0 EP0] sglang is using nccl==2.28.9",
+        ),
+    ),
+    (
+        Phase.DIST_INIT,
+        _p(
+            r"NCCL INFO Bootstrap ?: Using",
+            S("nccl:src/bootstrap.cc:121@v2.28.9-1"),
+            ex=(
+                "bm-220ab4v:175:175 [0] NCCL INFO Bootstrap: Using bond0:172.16.0.124<0>",
+                "node5:236:236 [2] NCCL INFO Bootstrap : Using bond0:10.0.0.3<0>",
+            ),
+        ),
+    ),
+    (
+        Phase.DIST_INIT,
+        _p(
+            r"\[Gloo\] Rank \d+ is connected to",
+            S("gloo:gloo/rendezvous/context.cc (Context::connectFullMesh)"),
+            ex="[Gloo] Rank 1 is connected to 3 peer ranks. Expected number of connected peer ranks "  # noqa: E501 - the real text, whole
+            "is : 3",
+        ),
+    ),
+    (
+        Phase.STARTING,
+        _p(
+            r"server_args=ServerArgs\(",
+            S("sglang:srt/entrypoints/engine.py:1059", 'logger.info(f"{server_args=}")'),
+            S("sglang:srt/server_args.py:438", "@dataclasses.dataclass"),
+            ex="[2026-03-08 12:29:13] server_args=ServerArgs(model_path='/var/lib/sparkctl/models/"
+            "current', tokenizer_path='/var/lib/sparkctl/models/current', tokenizer_mode='auto')",
+        ),
+    ),
 )
 
 # Lines that end start-up without a signature of their own (the signature, if
 # any, is on a nearby line: the exception at the end of the traceback).
 _GENERIC_FAILURES: tuple[Pattern, ...] = (
-    _p(r"Received sigquit from a child process",
-       S("sglang:srt/entrypoints/engine.py:1651",
-         '"Received sigquit from a child process. It usually means the child failed."'),
-       ex="[2025-04-21 10:02:11] Received sigquit from a child process. It usually means the "
-          "child failed."),
-    _p(r"SIGQUIT received\. .*It usually means one child failed",
-       S("sglang:srt/managers/tokenizer_manager.py:3755",
-         'f"SIGQUIT received. {signum=}, {frame=}. It usually means one child failed."'),
-       ex="[2026-03-08 14:00:05] SIGQUIT received. signum=None, frame=None. It usually means "
-          "one child failed."),
-    _p(r"\bDistBackendError\b",
-       S("torch:torch/distributed/distributed_c10d.py (DistBackendError)"),
-       ex="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
-          "NCCLUtils.hpp:268, unhandled system error (run with NCCL_DEBUG=INFO for details), "
-          "NCCL version 2.21.5"),
-    _p(r"\bnccl(?:System|Internal|InvalidUsage|Unhandled\w*)Error\b",
-       S("torch:torch/csrc/distributed/c10d/NCCLUtils.cpp (getNcclErrorDetailStr)"),
-       ex="ncclSystemError: System call (e.g. socket, malloc) or external library call failed "
-          "or device error."),
-    _p(r"RuntimeError: NCCL error",
-       S("sglang:srt/distributed/device_communicators/pynccl_wrapper.py:461",
-         'raise RuntimeError(f"NCCL error: {error_str}")'),
-       ex="RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for "
-          "details)"),
+    _p(
+        r"Received sigquit from a child process",
+        S(
+            "sglang:srt/entrypoints/engine.py:1651",
+            '"Received sigquit from a child process. It usually means the child failed."',
+        ),
+        ex="[2025-04-21 10:02:11] Received sigquit from a child process. It usually means the "
+        "child failed.",
+    ),
+    _p(
+        r"SIGQUIT received\. .*It usually means one child failed",
+        S(
+            "sglang:srt/managers/tokenizer_manager.py:3755",
+            'f"SIGQUIT received. {signum=}, {frame=}. It usually means one child failed."',
+        ),
+        ex="[2026-03-08 14:00:05] SIGQUIT received. signum=None, frame=None. It usually means "
+        "one child failed.",
+    ),
+    _p(
+        r"\bDistBackendError\b",
+        S("torch:torch/distributed/distributed_c10d.py (DistBackendError)"),
+        ex="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "NCCLUtils.hpp:268, unhandled system error (run with NCCL_DEBUG=INFO for details), "
+        "NCCL version 2.21.5",
+    ),
+    _p(
+        r"\bnccl(?:System|Internal|InvalidUsage|Unhandled\w*)Error\b",
+        S("torch:torch/csrc/distributed/c10d/NCCLUtils.cpp (getNcclErrorDetailStr)"),
+        ex="ncclSystemError: System call (e.g. socket, malloc) or external library call failed "
+        "or device error.",
+    ),
+    _p(
+        r"RuntimeError: NCCL error",
+        S(
+            "sglang:srt/distributed/device_communicators/pynccl_wrapper.py:461",
+            'raise RuntimeError(f"NCCL error: {error_str}")',
+        ),
+        ex="RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for "
+        "details)",
+    ),
 )
 
 
@@ -331,10 +482,10 @@ class _Rule:
         return any(p.search(line) for p in self.patterns)
 
 
-def _rule(id_: str, title: str, explanation: str, fix: str, *patterns: Pattern,
-          fatal: bool = True) -> _Rule:
-    return _Rule(id_, title, " ".join(explanation.split()), " ".join(fix.split()), patterns,
-                 fatal)
+def _rule(
+    id_: str, title: str, explanation: str, fix: str, *patterns: Pattern, fatal: bool = True
+) -> _Rule:
+    return _Rule(id_, title, " ".join(explanation.split()), " ".join(fix.split()), patterns, fatal)
 
 
 _FABRIC_IFNAME = (
@@ -371,11 +522,15 @@ _RULES: tuple[_Rule, ...] = (
         set SGLANG_HOST_IP in that host's `sglang_env_extra`), re-run `sparkctl provision`, and
         check the fabric with `sparkctl validate`.""",
         # Only a stack dump shows where it waits (faulthandler, py-spy).
-        _p(r'shm_broadcast\.py", line \d+,? in wait_until_ready',
-           S("sglang:srt/distributed/device_communicators/shm_broadcast.py:314",
-             "def wait_until_ready(self):"),
-           ex='  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/distributed/'
-              'device_communicators/shm_broadcast.py", line 344 in wait_until_ready'),
+        _p(
+            r'shm_broadcast\.py", line \d+,? in wait_until_ready',
+            S(
+                "sglang:srt/distributed/device_communicators/shm_broadcast.py:314",
+                "def wait_until_ready(self):",
+            ),
+            ex='  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/distributed/'
+            'device_communicators/shm_broadcast.py", line 344 in wait_until_ready',
+        ),
     ),
     _rule(
         "gloo_connect_full_mesh",
@@ -388,11 +543,13 @@ _RULES: tuple[_Rule, ...] = (
         f"""Set GLOO_SOCKET_IFNAME to the fabric interface on every node. {_FABRIC_IFNAME}
         GLOO_SOCKET_IFNAME takes one interface name, not an NCCL list such as ^lo,docker. If
         it is already right: {_FIREWALL}; then run `sparkctl validate`.""",
-        _p(r"Gloo connectFullMesh failed",
-           S("torch:torch/csrc/distributed/c10d/ProcessGroupGloo.cpp"),
-           S("issue:sgl-project/sglang#3226"),
-           ex="[rank10]:[E130 18:11:34.707542570 ProcessGroupGloo.cpp:143] Gloo connectFullMesh "
-              "failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error"),
+        _p(
+            r"Gloo connectFullMesh failed",
+            S("torch:torch/csrc/distributed/c10d/ProcessGroupGloo.cpp"),
+            S("issue:sgl-project/sglang#3226"),
+            ex="[rank10]:[E130 18:11:34.707542570 ProcessGroupGloo.cpp:143] Gloo connectFullMesh "
+            "failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+        ),
     ),
     _rule(
         "gloo_no_address",
@@ -403,9 +560,12 @@ _RULES: tuple[_Rule, ...] = (
         f"""GLOO_SOCKET_IFNAME must be the one fabric netdev that carries this node's
         `fabric_a_ip`. {_FABRIC_IFNAME} Check `ip -4 addr show dev <fabric_a_netdev>`; if the
         address is missing, `sparkctl provision` configures the fabric.""",
-        _p(r"Unable to find address for: ",
-           S("gloo:gloo/transport/tcp/device.cc:84"), S("issue:aws-samples/aws-do-eks#51"),
-           ex="ifa != nullptr. Unable to find address for: ^lo"),
+        _p(
+            r"Unable to find address for: ",
+            S("gloo:gloo/transport/tcp/device.cc:84"),
+            S("issue:aws-samples/aws-do-eks#51"),
+            ex="ifa != nullptr. Unable to find address for: ^lo",
+        ),
     ),
     _rule(
         "gloo_loopback",
@@ -414,13 +574,15 @@ _RULES: tuple[_Rule, ...] = (
         127.0.0.1; the other nodes will then connect to their own loopback and Gloo
         connectFullMesh fails (wtdcode/vllm-backport #14, aws-samples/aws-do-eks #50).""",
         f"""Set GLOO_SOCKET_IFNAME to the fabric interface on every node. {_FABRIC_IFNAME}""",
-        _p(r"Unable to resolve hostname to a \(local\) address",
-           S("torch:torch/csrc/distributed/c10d/ProcessGroupGloo.cpp"),
-           S("issue:wtdcode/vllm-backport#14"),
-           ex="[rank7]:[W806 14:25:27.650991133 ProcessGroupGloo.cpp:524] Warning: Unable to "
-              "resolve hostname to a (local) address. Using the loopback address as fallback. "
-              "Manually set the network interface to bind to with GLOO_SOCKET_IFNAME. "
-              "(function operator())"),
+        _p(
+            r"Unable to resolve hostname to a \(local\) address",
+            S("torch:torch/csrc/distributed/c10d/ProcessGroupGloo.cpp"),
+            S("issue:wtdcode/vllm-backport#14"),
+            ex="[rank7]:[W806 14:25:27.650991133 ProcessGroupGloo.cpp:524] Warning: Unable to "
+            "resolve hostname to a (local) address. Using the loopback address as fallback. "
+            "Manually set the network interface to bind to with GLOO_SOCKET_IFNAME. "
+            "(function operator())",
+        ),
         fatal=False,
     ),
     _rule(
@@ -432,18 +594,25 @@ _RULES: tuple[_Rule, ...] = (
         f"""NCCL_SOCKET_IFNAME must name the fabric netdev, up and carrying `fabric_a_ip`.
         {_FABRIC_IFNAME} Check `ip -4 addr show dev <fabric_a_netdev>` on the node and run
         `sparkctl provision` if the fabric is not configured.""",
-        _p(r"Bootstrap : no (?:NCCL_SOCKET_IFNAME )?(?:socket )?interface found",
-           S("nccl:src/bootstrap.cc:114@v2.28.9-1"),
-           ex="spark-2:4242:4242 [0] bootstrap.cc:114 NCCL WARN Bootstrap : no socket interface "
-              "found"),
-        _p(r"NET/Socket : no interface found",
-           S("nccl:src/transport/net_socket.cc:60@v2.28.9-1"),
-           ex="spark-2:4242:4242 [0] transport/net_socket.cc:60 NCCL WARN NET/Socket : no "
-              "interface found"),
-        _p(r"is neither AF_INET\(2\) nor AF_INET6\(10\)",
-           S("nccl:src/misc/socket.cc:819@v2.28.9-1"), S("issue:NVIDIA/nccl#1837"),
-           ex="[trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is neither "
-              "AF_INET(2) nor AF_INET6(10)"),
+        _p(
+            r"Bootstrap : no (?:NCCL_SOCKET_IFNAME )?(?:socket )?interface found",
+            S("nccl:src/bootstrap.cc:114@v2.28.9-1"),
+            ex="spark-2:4242:4242 [0] bootstrap.cc:114 NCCL WARN Bootstrap : no socket interface "
+            "found",
+        ),
+        _p(
+            r"NET/Socket : no interface found",
+            S("nccl:src/transport/net_socket.cc:60@v2.28.9-1"),
+            ex="spark-2:4242:4242 [0] transport/net_socket.cc:60 NCCL WARN NET/Socket : no "
+            "interface found",
+        ),
+        _p(
+            r"is neither AF_INET\(2\) nor AF_INET6\(10\)",
+            S("nccl:src/misc/socket.cc:819@v2.28.9-1"),
+            S("issue:NVIDIA/nccl#1837"),
+            ex="[trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is neither "
+            "AF_INET(2) nor AF_INET6(10)",
+        ),
     ),
     _rule(
         "nccl_connect_retrying",
@@ -455,13 +624,18 @@ _RULES: tuple[_Rule, ...] = (
         there yet or a firewall rejects (hiyouga/LlamaFactory #8045).""",
         f"""If it does not clear: NCCL_SOCKET_IFNAME must be the fabric netdev on every node.
         {_FABRIC_IFNAME} Also {_FIREWALL}.""",
-        _p(r"socket\w*Connect: connect (?:to \S+ )?returned .*retrying",
-           S(f"{_NCCL_SOCKET}:587@v2.28.9-1"), S("issue:hiyouga/LlamaFactory#8045"),
-           ex=("spark-1:4242:4250 [0] NCCL INFO socketPollConnect: connect to "
-               "192.168.100.12<41234> returned Connection refused, retrying (3/34) after sleep "
-               "for 300 msec",
-               "NCCL INFO socketPollConnect: connect returned No route to host, retrying "
-               "(26/34) after sleep for 2600 msec")),
+        _p(
+            r"socket\w*Connect: connect (?:to \S+ )?returned .*retrying",
+            S(f"{_NCCL_SOCKET}:587@v2.28.9-1"),
+            S("issue:hiyouga/LlamaFactory#8045"),
+            ex=(
+                "spark-1:4242:4250 [0] NCCL INFO socketPollConnect: connect to "
+                "192.168.100.12<41234> returned Connection refused, retrying (3/34) after sleep "
+                "for 300 msec",
+                "NCCL INFO socketPollConnect: connect returned No route to host, retrying "
+                "(26/34) after sleep for 2600 msec",
+            ),
+        ),
         fatal=False,
     ),
     _rule(
@@ -474,13 +648,18 @@ _RULES: tuple[_Rule, ...] = (
         f"""Set NCCL_SOCKET_IFNAME to the fabric interface on every node. {_FABRIC_IFNAME}
         Every node's `fabric_a_ip` must be on that interface, inside `fabric_a_subnet`. Then
         run `sparkctl validate` (its NCCL test uses the same environment).""",
-        _p(r"socket\w*Connect: [Cc]onnect to .*No route to host",
-           S(f"{_NCCL_SOCKET}:582@v2.28.9-1"), S("issue:sgl-project/sglang#3820"),
-           ex=("spark-1:4242:4250 [0] misc/socket.cc:582 NCCL WARN socketPollConnect: connect "
-               "to 192.168.100.12<41234> returned No route to host, exceeded error retry count "
-               "after 35 attempts",
-               "NCCL WARN socketPollConnect: Connect to 10.0.0.4<56849> returned 113(No route "
-               "to host) errno 115(Operation now in progress)")),
+        _p(
+            r"socket\w*Connect: [Cc]onnect to .*No route to host",
+            S(f"{_NCCL_SOCKET}:582@v2.28.9-1"),
+            S("issue:sgl-project/sglang#3820"),
+            ex=(
+                "spark-1:4242:4250 [0] misc/socket.cc:582 NCCL WARN socketPollConnect: connect "
+                "to 192.168.100.12<41234> returned No route to host, exceeded error retry count "
+                "after 35 attempts",
+                "NCCL WARN socketPollConnect: Connect to 10.0.0.4<56849> returned 113(No route "
+                "to host) errno 115(Operation now in progress)",
+            ),
+        ),
     ),
     _rule(
         "nccl_connect_failed",
@@ -491,15 +670,20 @@ _RULES: tuple[_Rule, ...] = (
         dropped on the way (sglang #5594).""",
         f"""Look at the peer rank's log first. Then: {_FIREWALL}; NCCL_SOCKET_IFNAME must be
         the fabric netdev ({_FABRIC_IFNAME}); test the links with `sparkctl validate`.""",
-        _p(r"socket\w*Connect: [Cc]onnect to \S+ (?:returned .*exceeded error retry count|"
-           r"returned \d+\(|failed)",
-           S(f"{_NCCL_SOCKET}:582@v2.28.9-1"), S(f"{_NCCL_SOCKET}:596@v2.28.9-1"),
-           S("issue:sgl-project/sglang#5594"),
-           ex=("NCCL WARN socketStartConnect: Connect to 10.0.0.82<38455> failed : Software "
-               "caused connection abort",
-               "spark-1:4242:4250 [0] misc/socket.cc:582 NCCL WARN socketPollConnect: connect "
-               "to 192.168.100.12<41234> returned Connection refused, exceeded error retry "
-               "count after 35 attempts")),
+        _p(
+            r"socket\w*Connect: [Cc]onnect to \S+ (?:returned .*exceeded error retry count|"
+            r"returned \d+\(|failed)",
+            S(f"{_NCCL_SOCKET}:582@v2.28.9-1"),
+            S(f"{_NCCL_SOCKET}:596@v2.28.9-1"),
+            S("issue:sgl-project/sglang#5594"),
+            ex=(
+                "NCCL WARN socketStartConnect: Connect to 10.0.0.82<38455> failed : Software "
+                "caused connection abort",
+                "spark-1:4242:4250 [0] misc/socket.cc:582 NCCL WARN socketPollConnect: connect "
+                "to 192.168.100.12<41234> returned Connection refused, exceeded error retry "
+                "count after 35 attempts",
+            ),
+        ),
     ),
     _rule(
         "rendezvous_incomplete",
@@ -511,11 +695,13 @@ _RULES: tuple[_Rule, ...] = (
         their own error. Every host in the `sparks` group must run the unit; the workers must
         reach the head's `fabric_a_ip` on `sglang_dist_port`: {_FIREWALL}. `sparkctl
         validate` tests the fabric; `sglang_dist_timeout` sets how long the head waits.""",
-        _p(r"waiting for clients\. \d+/\d+ clients joined",
-           S("torch:torch/csrc/distributed/c10d/TCPStore.cpp (TCPStore::waitForWorkers)"),
-           S("issue:sgl-project/sglang#507"),
-           ex="torch.distributed.DistStoreError: Timed out after 601 seconds waiting for "
-              "clients. 1/4 clients joined."),
+        _p(
+            r"waiting for clients\. \d+/\d+ clients joined",
+            S("torch:torch/csrc/distributed/c10d/TCPStore.cpp (TCPStore::waitForWorkers)"),
+            S("issue:sgl-project/sglang#507"),
+            ex="torch.distributed.DistStoreError: Timed out after 601 seconds waiting for "
+            "clients. 1/4 clients joined.",
+        ),
     ),
     _rule(
         "address_not_local",
@@ -528,10 +714,13 @@ _RULES: tuple[_Rule, ...] = (
         (`sparkctl provision` configures the fabric) and that the inventory gives each host
         its own `fabric_a_ip`; the HTTP address is `sglang_host` on the head and
         `sglang_worker_host` elsewhere.""",
-        _p(r"[Cc]annot assign requested address",
-           S("linux:strerror(EADDRNOTAVAIL)"), S("issue:sgl-project/sglang#4877"),
-           ex="(APIServer pid=396) zmq.error.ZMQError: Cannot assign requested address "
-              "(addr='tcp://10.27.91.102:13345')"),
+        _p(
+            r"[Cc]annot assign requested address",
+            S("linux:strerror(EADDRNOTAVAIL)"),
+            S("issue:sgl-project/sglang#4877"),
+            ex="(APIServer pid=396) zmq.error.ZMQError: Cannot assign requested address "
+            "(addr='tcp://10.27.91.102:13345')",
+        ),
     ),
     _rule(
         "port_in_use",
@@ -544,11 +733,14 @@ _RULES: tuple[_Rule, ...] = (
         a leftover container in `docker ps`) and stop it, or choose another `sglang_port`
         (HTTP, default 30000) or `sglang_dist_port` (rendezvous, default 50000; the head also
         uses the ports just above it) in the inventory.""",
-        _p(r"[Aa]ddress already in use",
-           S("linux:strerror(EADDRINUSE)"), S("uvicorn:uvicorn/server.py (Server.startup)"),
-           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketListenOp)"),
-           ex="ERROR (uvicorn.error):  [Errno 98] error while attempting to bind on address "
-              "('0.0.0.0', 7878): address already in use"),
+        _p(
+            r"[Aa]ddress already in use",
+            S("linux:strerror(EADDRINUSE)"),
+            S("uvicorn:uvicorn/server.py (Server.startup)"),
+            S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketListenOp)"),
+            ex="ERROR (uvicorn.error):  [Errno 98] error while attempting to bind on address "
+            "('0.0.0.0', 7878): address already in use",
+        ),
     ),
     _rule(
         "launcher_secrets",
@@ -563,10 +755,12 @@ _RULES: tuple[_Rule, ...] = (
         /etc/sparkctl/sglang-secrets.env` and that ExecStart of sparkctl-sglang.service has
         `--volume /etc/sparkctl/sglang-secrets.env:...:ro` (`systemctl cat
         sparkctl-sglang.service`); no drop-in may replace ExecStart.""",
-        _p(r"sparkctl sglang launcher: (?:cannot read the secrets file|SGLANG_API_KEY is empty)",
-           S("sparkctl:roles/sglang/files/sglang_launcher.py (read_key)"),
-           ex="sparkctl sglang launcher: cannot read the secrets file "
-              "/etc/sparkctl/sglang-secrets.env: No such file or directory"),
+        _p(
+            r"sparkctl sglang launcher: (?:cannot read the secrets file|SGLANG_API_KEY is empty)",
+            S("sparkctl:roles/sglang/files/sglang_launcher.py (read_key)"),
+            ex="sparkctl sglang launcher: cannot read the secrets file "
+            "/etc/sparkctl/sglang-secrets.env: No such file or directory",
+        ),
     ),
     _rule(
         "image_missing",
@@ -578,11 +772,13 @@ _RULES: tuple[_Rule, ...] = (
         """Run `sparkctl provision` (it pulls the pinned digest where it is missing; `-t
         sglang` is enough), then `sparkctl serve up`; check with `docker image inspect
         <sglang_image>@<digest>` on the node.""",
-        _p(r"Error response from daemon: No such image: ",
-           S("docker:moby daemon/errors.go (errNotFound, No such image: %s)"),
-           ex="docker: Error response from daemon: No such image: "
-              "lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:835d68f665a2c49804ca899216ea6a5a05"
-              "4661d8ab77e5a9b6f5c4cf4d1d6fae."),
+        _p(
+            r"Error response from daemon: No such image: ",
+            S("docker:moby daemon/errors.go (errNotFound, No such image: %s)"),
+            ex="docker: Error response from daemon: No such image: "
+            "lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:835d68f665a2c49804ca899216ea6a5a05"
+            "4661d8ab77e5a9b6f5c4cf4d1d6fae.",
+        ),
     ),
     _rule(
         "gpu_runtime",
@@ -595,15 +791,19 @@ _RULES: tuple[_Rule, ...] = (
         reinstall the driver for the running kernel; DGX OS ships the NVIDIA container toolkit
         (`nvidia-ctk runtime configure --runtime=docker` and a docker restart if it was
         removed).""",
-        _p(r'could not select device driver "" with capabilities: \[\[gpu\]\]',
-           S("docker:moby daemon/devices.go (errConflictingDeviceDriver)"),
-           S("issue:NVIDIA/nvidia-container-toolkit#230"),
-           ex='docker: Error response from daemon: could not select device driver "" with '
-              'capabilities: [[gpu]].'),
-        _p(r"nvidia-container-cli: initialization error: nvml error: driver not loaded",
-           S("issue:NVIDIA/nvidia-container-toolkit#260"),
-           ex="nvidia-container-cli: initialization error: nvml error: driver not loaded: "
-              "unknown."),
+        _p(
+            r'could not select device driver "" with capabilities: \[\[gpu\]\]',
+            S("docker:moby daemon/devices.go (errConflictingDeviceDriver)"),
+            S("issue:NVIDIA/nvidia-container-toolkit#230"),
+            ex='docker: Error response from daemon: could not select device driver "" with '
+            "capabilities: [[gpu]].",
+        ),
+        _p(
+            r"nvidia-container-cli: initialization error: nvml error: driver not loaded",
+            S("issue:NVIDIA/nvidia-container-toolkit#260"),
+            ex="nvidia-container-cli: initialization error: nvml error: driver not loaded: "
+            "unknown.",
+        ),
     ),
     _rule(
         "rdma_device_missing",
@@ -614,10 +814,12 @@ _RULES: tuple[_Rule, ...] = (
         """Check `ibdev2netdev` and `ls /dev/infiniband` on the node and run `sparkctl
         validate` (roce_device); load the modules (`modprobe mlx5_ib ib_uverbs`) or reboot
         after a driver update, then `sparkctl serve up`.""",
-        _p(r'error gathering device information while adding custom device "/dev/infiniband"',
-           S("docker:moby daemon/oci_linux.go (devicesFromPath)"),
-           ex='docker: Error response from daemon: error gathering device information while '
-              'adding custom device "/dev/infiniband": no such file or directory.'),
+        _p(
+            r'error gathering device information while adding custom device "/dev/infiniband"',
+            S("docker:moby daemon/oci_linux.go (devicesFromPath)"),
+            ex="docker: Error response from daemon: error gathering device information while "
+            'adding custom device "/dev/infiniband": no such file or directory.',
+        ),
     ),
     _rule(
         "model_not_found",
@@ -628,20 +830,26 @@ _RULES: tuple[_Rule, ...] = (
         """The path is `sglang_model_path` (default /var/lib/sparkctl/models/current). Copy the
         model to every node with `sparkctl model sync` and check `ls
         <sglang_model_path>/config.json` on each.""",
-        _p(r"HFValidationError: Repo id must be in the form",
-           S("huggingface_hub:src/huggingface_hub/utils/_validators.py (validate_repo_id)"),
-           ex="huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' "
-              "or 'namespace/repo_name': '~/models/deepseek-llm-7b-chat'. Use `repo_type` "
-              "argument if needed."),
-        _p(r"We couldn't connect to 'https://huggingface\.co'",
-           S("transformers:src/transformers/utils/hub.py (cached_files)"),
-           ex="OSError: We couldn't connect to 'https://huggingface.co' to load this file, "
-              "couldn't find it in the cached files and it looks like Qwen/Qwen3-8B is not the "
-              "path to a directory containing a file named config.json."),
-        _p(r"is not a valid JSON file",
-           S("transformers:src/transformers/configuration_utils.py (_dict_from_json_file)"),
-           ex="OSError: It looks like the config file at '/var/lib/sparkctl/models/current/"
-              "config.json' is not a valid JSON file."),
+        _p(
+            r"HFValidationError: Repo id must be in the form",
+            S("huggingface_hub:src/huggingface_hub/utils/_validators.py (validate_repo_id)"),
+            ex="huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' "
+            "or 'namespace/repo_name': '~/models/deepseek-llm-7b-chat'. Use `repo_type` "
+            "argument if needed.",
+        ),
+        _p(
+            r"We couldn't connect to 'https://huggingface\.co'",
+            S("transformers:src/transformers/utils/hub.py (cached_files)"),
+            ex="OSError: We couldn't connect to 'https://huggingface.co' to load this file, "
+            "couldn't find it in the cached files and it looks like Qwen/Qwen3-8B is not the "
+            "path to a directory containing a file named config.json.",
+        ),
+        _p(
+            r"is not a valid JSON file",
+            S("transformers:src/transformers/configuration_utils.py (_dict_from_json_file)"),
+            ex="OSError: It looks like the config file at '/var/lib/sparkctl/models/current/"
+            "config.json' is not a valid JSON file.",
+        ),
     ),
     _rule(
         "launch_args",
@@ -653,19 +861,27 @@ _RULES: tuple[_Rule, ...] = (
         against `python3 -m sglang.launch_server --help` of the pinned `sglang_version` /
         `sglang_image`. The topology comes from `node_rank` (per host), `sglang_nnodes` and
         `sglang_tp_size`: `sparkctl inventory check`.""",
-        _p(r"error: unrecognized arguments",
-           S("python:Lib/argparse.py (ArgumentParser.parse_args)"),
-           ex="sglang serve: error: unrecognized arguments: --reasoning_parser kimi_k2"),
-        _p(r"sglang serve: error: ",
-           S("sglang:srt/server_args.py:9355", 'argparse.ArgumentParser(prog="sglang serve")'),
-           ex="sglang serve: error: argument --port: invalid int value: 'x'"),
-        _p(r"launch_server\.py: error: ",
-           S("sglang@0.4.6:srt/server_args.py:1259", "parser = argparse.ArgumentParser()"),
-           S("issue:sgl-project/sglang#12818"),
-           ex="launch_server.py: error: unrecognized arguments: --reasoning_parser kimi_k2"),
-        _p(r"tp_size must be divisible by number of nodes",
-           S("sglang:srt/server_args.py:8704", '"tp_size must be divisible by number of nodes"'),
-           ex="AssertionError: tp_size must be divisible by number of nodes"),
+        _p(
+            r"error: unrecognized arguments",
+            S("python:Lib/argparse.py (ArgumentParser.parse_args)"),
+            ex="sglang serve: error: unrecognized arguments: --reasoning_parser kimi_k2",
+        ),
+        _p(
+            r"sglang serve: error: ",
+            S("sglang:srt/server_args.py:9355", 'argparse.ArgumentParser(prog="sglang serve")'),
+            ex="sglang serve: error: argument --port: invalid int value: 'x'",
+        ),
+        _p(
+            r"launch_server\.py: error: ",
+            S("sglang@0.4.6:srt/server_args.py:1259", "parser = argparse.ArgumentParser()"),
+            S("issue:sgl-project/sglang#12818"),
+            ex="launch_server.py: error: unrecognized arguments: --reasoning_parser kimi_k2",
+        ),
+        _p(
+            r"tp_size must be divisible by number of nodes",
+            S("sglang:srt/server_args.py:8704", '"tp_size must be divisible by number of nodes"'),
+            ex="AssertionError: tp_size must be divisible by number of nodes",
+        ),
     ),
     _rule(
         "kv_cache_no_memory",
@@ -678,11 +894,15 @@ _RULES: tuple[_Rule, ...] = (
         "0.85"]), or shrink what the cache must hold (`--context-length`,
         `--max-running-requests`), or serve a smaller / more quantised model; free unified
         memory on the node (other processes, a crashed container that kept its memory).""",
-        _p(r"Not enough memory\. Please try to increase --mem-fraction-static",
-           S("sglang:srt/model_executor/pool_configurator.py:64",
-             '"Not enough memory. Please try to increase --mem-fraction-static."'),
-           ex="RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-              "Current value: mem_fraction_static=0.2"),
+        _p(
+            r"Not enough memory\. Please try to increase --mem-fraction-static",
+            S(
+                "sglang:srt/model_executor/pool_configurator.py:64",
+                '"Not enough memory. Please try to increase --mem-fraction-static."',
+            ),
+            ex="RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            "Current value: mem_fraction_static=0.2",
+        ),
     ),
     _rule(
         "cuda_oom",
@@ -697,24 +917,38 @@ _RULES: tuple[_Rule, ...] = (
         capture also lower `--cuda-graph-max-bs-decode` (e.g. 16) or, as a last resort, add
         `--cuda-graph-backend-decode=disabled`; cap `--max-running-requests` /
         `--context-length`. Stop other memory users on the node.""",
-        _p(r"CUDA out of memory",
-           S("torch:c10/cuda/CUDACachingAllocator.cpp"),
-           ex="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 "
-              "has a total capacity of 119.70 GiB"),
-        _p(r"\bOutOfMemoryError\b",
-           S("torch:torch/cuda/memory.py (torch.OutOfMemoryError)"),
-           ex="torch.OutOfMemoryError: CUDA out of memory."),
-        _p(r"Capture cuda graph failed",
-           S("sglang:srt/model_executor/runner/decode_cuda_graph_runner.py:418",
-             'f"Capture cuda graph failed: {e}\\n"'),
-           ex="Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate "
-              "448.00 MiB. GPU 7 has a total capacity of 95.00"),
-        _p(r"(?:Prefill|Decode) out of memory\. Try to lower your batch size",
-           S("sglang:srt/mem_cache/allocation.py:240",
-             'f"Prefill out of memory. Try to lower your batch size.\\n"'),
-           S("sglang:srt/mem_cache/allocation.py:527",
-             'f"Decode out of memory. Try to lower your batch size.\\n"'),
-           ex="RuntimeError: Decode out of memory. Try to lower your batch size."),
+        _p(
+            r"CUDA out of memory",
+            S("torch:c10/cuda/CUDACachingAllocator.cpp"),
+            ex="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 "
+            "has a total capacity of 119.70 GiB",
+        ),
+        _p(
+            r"\bOutOfMemoryError\b",
+            S("torch:torch/cuda/memory.py (torch.OutOfMemoryError)"),
+            ex="torch.OutOfMemoryError: CUDA out of memory.",
+        ),
+        _p(
+            r"Capture cuda graph failed",
+            S(
+                "sglang:srt/model_executor/runner/decode_cuda_graph_runner.py:418",
+                'f"Capture cuda graph failed: {e}\\n"',
+            ),
+            ex="Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate "
+            "448.00 MiB. GPU 7 has a total capacity of 95.00",
+        ),
+        _p(
+            r"(?:Prefill|Decode) out of memory\. Try to lower your batch size",
+            S(
+                "sglang:srt/mem_cache/allocation.py:240",
+                'f"Prefill out of memory. Try to lower your batch size.\\n"',
+            ),
+            S(
+                "sglang:srt/mem_cache/allocation.py:527",
+                'f"Decode out of memory. Try to lower your batch size.\\n"',
+            ),
+            ex="RuntimeError: Decode out of memory. Try to lower your batch size.",
+        ),
     ),
     _rule(
         "scheduler_killed",
@@ -726,13 +960,17 @@ _RULES: tuple[_Rule, ...] = (
         """Check `dmesg -T | grep -i oom` on the node. Lower `--mem-fraction-static` in
         `sglang_extra_args`, cap `--context-length` / `--max-running-requests`, or serve a
         smaller model; stop other memory users (leftover containers: `docker ps`).""",
-        _p(r"scheduler died during initialization",
-           S("sglang:srt/entrypoints/engine.py:1681",
-             'f"Rank {rank} scheduler died during initialization "'),
-           S("issue:MiaAI-Lab/Qwen3.8-Flash-Next-Dual-DGX-Sparks#3"),
-           ex="RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If "
-              "exit code is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | "
-              "grep -i oom` to check."),
+        _p(
+            r"scheduler died during initialization",
+            S(
+                "sglang:srt/entrypoints/engine.py:1681",
+                'f"Rank {rank} scheduler died during initialization "',
+            ),
+            S("issue:MiaAI-Lab/Qwen3.8-Flash-Next-Dual-DGX-Sparks#3"),
+            ex="RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If "
+            "exit code is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | "
+            "grep -i oom` to check.",
+        ),
     ),
     _rule(
         "memory_unbalanced",
@@ -745,9 +983,11 @@ _RULES: tuple[_Rule, ...] = (
         """On the node with less free memory, stop leftover servers and containers
         (`systemctl status sparkctl-sglang.service`, `docker ps`) and other memory users;
         reboot it if the memory does not come back; then `sparkctl serve up` again.""",
-        _p(r"The memory capacity is unbalanced",
-           S("sglang:srt/distributed/bootstrap.py:264", '"The memory capacity is unbalanced. '),
-           ex="The memory capacity is unbalanced. Some GPUs may be occupied by other processes."),
+        _p(
+            r"The memory capacity is unbalanced",
+            S("sglang:srt/distributed/bootstrap.py:264", '"The memory capacity is unbalanced. '),
+            ex="The memory capacity is unbalanced. Some GPUs may be occupied by other processes.",
+        ),
     ),
     _rule(
         "unbalanced_loading",
@@ -758,12 +998,16 @@ _RULES: tuple[_Rule, ...] = (
         #1666).""",
         """Look at the other ranks' logs for their own error. Keep the model on local disk of
         every node (`sparkctl model sync`, `sglang_model_path`) and check free memory there.""",
-        _p(r"other ranks that didn't finish loading",
-           S("sglang:srt/model_executor/model_runner_components/load_model_utils.py:335",
-             "but there are other ranks that didn't finish loading."),
-           ex="ValueError: TP rank 1 could finish the model loading, but there are other ranks "
-              "that didn't finish loading. It is likely due to unexpected failures (e.g., OOM) "
-              "or a slow node."),
+        _p(
+            r"other ranks that didn't finish loading",
+            S(
+                "sglang:srt/model_executor/model_runner_components/load_model_utils.py:335",
+                "but there are other ranks that didn't finish loading.",
+            ),
+            ex="ValueError: TP rank 1 could finish the model loading, but there are other ranks "
+            "that didn't finish loading. It is likely due to unexpected failures (e.g., OOM) "
+            "or a slow node.",
+        ),
     ),
     _rule(
         "peer_lost",
@@ -774,30 +1018,45 @@ _RULES: tuple[_Rule, ...] = (
         the faulty rank, sglang #5602), or a forward pass stopped for --watchdog-timeout.""",
         """Look at the other ranks' logs first and fix their error. If every rank was healthy,
         test the links with `sparkctl validate` (link speed, MTU, RoCE).""",
-        _p(r"\bncclRemoteError\b",
-           S("torch:torch/csrc/distributed/c10d/NCCLUtils.cpp (getNcclErrorDetailStr)"),
-           ex="ncclRemoteError: A call failed possibly due to a network error or a remote "
-              "process exiting prematurely."),
-        _p(r"remote process exited or there was a network error",
-           S("nccl:src/init.cc:2691@v2.28.9-1"),
-           ex="RuntimeError: NCCL error: remote process exited or there was a network error"),
-        _p(r"Connection closed by (?:remote )?peer",
-           S(f"{_NCCL_SOCKET}:71@v2.28.9-1"), S("gloo:gloo/transport/tcp/pair.cc (Pair::read)"),
-           ex=("spark-1:4242:4250 [0] misc/socket.cc:71 NCCL WARN socketProgress: Connection "
-               "closed by remote peer spark-2<41234>",
-               "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] "
-               "Connection closed by peer [10.0.1.9]:45459")),
-        _p(r"received errors while waiting for send/recv from rank",
-           S("torch:torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (monitoredBarrier)"),
-           S("issue:sgl-project/sglang#5602"),
-           ex="Rank 3 successfully reached monitoredBarrier, but received errors while waiting "
-              "for send/recv from rank 0. Please check rank 0 logs for faulty rank."),
-        _p(r"Scheduler watchdog timeout",
-           S("sglang:srt/utils/watchdog.py:154", 'f"{self.debug_name} watchdog timeout "'),
-           S("sglang:srt/managers/scheduler_components/invariant_checker.py:482",
-             'debug_name="Scheduler"'),
-           ex="[2026-03-08 14:00:00 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, "
-              "self.soft=False)"),
+        _p(
+            r"\bncclRemoteError\b",
+            S("torch:torch/csrc/distributed/c10d/NCCLUtils.cpp (getNcclErrorDetailStr)"),
+            ex="ncclRemoteError: A call failed possibly due to a network error or a remote "
+            "process exiting prematurely.",
+        ),
+        _p(
+            r"remote process exited or there was a network error",
+            S("nccl:src/init.cc:2691@v2.28.9-1"),
+            ex="RuntimeError: NCCL error: remote process exited or there was a network error",
+        ),
+        _p(
+            r"Connection closed by (?:remote )?peer",
+            S(f"{_NCCL_SOCKET}:71@v2.28.9-1"),
+            S("gloo:gloo/transport/tcp/pair.cc (Pair::read)"),
+            ex=(
+                "spark-1:4242:4250 [0] misc/socket.cc:71 NCCL WARN socketProgress: Connection "
+                "closed by remote peer spark-2<41234>",
+                "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+                "Connection closed by peer [10.0.1.9]:45459",
+            ),
+        ),
+        _p(
+            r"received errors while waiting for send/recv from rank",
+            S("torch:torch/csrc/distributed/c10d/ProcessGroupGloo.cpp (monitoredBarrier)"),
+            S("issue:sgl-project/sglang#5602"),
+            ex="Rank 3 successfully reached monitoredBarrier, but received errors while waiting "
+            "for send/recv from rank 0. Please check rank 0 logs for faulty rank.",
+        ),
+        _p(
+            r"Scheduler watchdog timeout",
+            S("sglang:srt/utils/watchdog.py:154", 'f"{self.debug_name} watchdog timeout "'),
+            S(
+                "sglang:srt/managers/scheduler_components/invariant_checker.py:482",
+                'debug_name="Scheduler"',
+            ),
+            ex="[2026-03-08 14:00:00 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, "
+            "self.soft=False)",
+        ),
     ),
     _rule(
         "warmup_failed",
@@ -810,11 +1069,13 @@ _RULES: tuple[_Rule, ...] = (
         """Look at the other ranks' logs for an error. Keep proxies out of the unit's
         environment or put 127.0.0.1,localhost in NO_PROXY through `sglang_env_extra`; test
         the links with `sparkctl validate`.""",
-        _p(r"Initialization failed\. warmup error",
-           S(f"sglang:{_HTTP}:2324", 'f"Initialization failed. warmup error: {last_traceback}"'),
-           S(f"sglang:{_HTTP}:2185", 'f"Initialization failed. warmup error: {last_traceback}"'),
-           ex="[2024-12-13 01:47:34] Initialization failed. warmup error: Traceback (most recent "
-              "call last):"),
+        _p(
+            r"Initialization failed\. warmup error",
+            S(f"sglang:{_HTTP}:2324", 'f"Initialization failed. warmup error: {last_traceback}"'),
+            S(f"sglang:{_HTTP}:2185", 'f"Initialization failed. warmup error: {last_traceback}"'),
+            ex="[2024-12-13 01:47:34] Initialization failed. warmup error: Traceback (most recent "
+            "call last):",
+        ),
     ),
     _rule(
         "health_check_failed",
@@ -824,12 +1085,16 @@ _RULES: tuple[_Rule, ...] = (
         or the tensor-parallel group is stuck.""",
         """If another rank logged an error, fix that. If the server is only busy, raise
         SGLANG_HEALTH_CHECK_TIMEOUT through `sglang_env_extra`.""",
-        _p(r"Health check failed\. Server couldn't get a response from detokenizer",
-           S(f"sglang:{_HTTP}:714",
-             'f"Health check failed. Server couldn\'t get a response from detokenizer for last "'),
-           ex="[2026-03-08 14:00:00] Health check failed. Server couldn't get a response from "
-              "detokenizer for last 20 seconds. tic start time: 13:59:40. last_heartbeat time: "
-              "13:59:12"),
+        _p(
+            r"Health check failed\. Server couldn't get a response from detokenizer",
+            S(
+                f"sglang:{_HTTP}:714",
+                'f"Health check failed. Server couldn\'t get a response from detokenizer for last "',  # noqa: E501 - the real text, whole
+            ),
+            ex="[2026-03-08 14:00:00] Health check failed. Server couldn't get a response from "
+            "detokenizer for last 20 seconds. tic start time: 13:59:40. last_heartbeat time: "
+            "13:59:12",
+        ),
         fatal=False,
     ),
     _rule(
@@ -842,31 +1107,41 @@ _RULES: tuple[_Rule, ...] = (
         f"""Check that the head's unit runs and printed 'Init torch distributed begin.', and
         that this node reaches the head's `fabric_a_ip` over the fabric (`sparkctl
         validate`). Also: {_FIREWALL}.""",
-        _p(r"\[c10d\] The client socket has timed out after|DistNetworkError: The client socket "
-           r"has timed out after",
-           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::throwTimeoutError)"),
-           S("issue:sgl-project/sglang#2561"),
-           ex="[E1226 15:44:25.497183572 socket.cpp:1011] [c10d] The client socket has timed out "
-              "after 600000ms while trying to connect to (sws-8h100grid-05, 8000)."),
-        _p(r"The client socket has failed to connect to any network address",
-           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::run)"),
-           ex="[E socket.cpp:753] [c10d] The client socket has failed to connect to any network "
-              "address of (6841231, 47389)."),
-        _p(r"TCP client failed to connect/validate to host \S+ - timed out",
-           S("torch:torch/csrc/distributed/c10d/TCPStore.cpp (TCPClient::connect)"),
-           ex="[E1226 15:54:25.497497753 TCPStore.cpp:358] [c10d] TCP client failed to "
-              "connect/validate to host sws-8h100grid-05:8000 - timed out (try=1, "
-              "timeout=600000ms): The client socket has timed out after 600000ms"),
-        _p(r"DistNetworkError: [Ff]ailed to recv",
-           S("torch:torch/csrc/distributed/c10d/Utils.hpp (recvBytes)"),
-           ex="torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was "
-              "likely closed. Did the remote server shutdown or crash?"),
-        _p(r"\[c10d\] waitForInput: .*timed out after",
-           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketImpl::waitForInput)"),
-           S("issue:sgl-project/sglang#7478"),
-           ex="[rank0]:[E623 15:37:03.781413227 socket.cpp:460] [c10d] waitForInput: poll for "
-              "socket SocketImpl(fd=56, addr=[::ffff:10.0.0.1]:41234) returned 0, likely a "
-              "timeout, timed out after 1800000ms"),
+        _p(
+            r"\[c10d\] The client socket has timed out after|DistNetworkError: The client socket "
+            r"has timed out after",
+            S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::throwTimeoutError)"),
+            S("issue:sgl-project/sglang#2561"),
+            ex="[E1226 15:44:25.497183572 socket.cpp:1011] [c10d] The client socket has timed out "
+            "after 600000ms while trying to connect to (sws-8h100grid-05, 8000).",
+        ),
+        _p(
+            r"The client socket has failed to connect to any network address",
+            S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::run)"),
+            ex="[E socket.cpp:753] [c10d] The client socket has failed to connect to any network "
+            "address of (6841231, 47389).",
+        ),
+        _p(
+            r"TCP client failed to connect/validate to host \S+ - timed out",
+            S("torch:torch/csrc/distributed/c10d/TCPStore.cpp (TCPClient::connect)"),
+            ex="[E1226 15:54:25.497497753 TCPStore.cpp:358] [c10d] TCP client failed to "
+            "connect/validate to host sws-8h100grid-05:8000 - timed out (try=1, "
+            "timeout=600000ms): The client socket has timed out after 600000ms",
+        ),
+        _p(
+            r"DistNetworkError: [Ff]ailed to recv",
+            S("torch:torch/csrc/distributed/c10d/Utils.hpp (recvBytes)"),
+            ex="torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. Connection was "
+            "likely closed. Did the remote server shutdown or crash?",
+        ),
+        _p(
+            r"\[c10d\] waitForInput: .*timed out after",
+            S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketImpl::waitForInput)"),
+            S("issue:sgl-project/sglang#7478"),
+            ex="[rank0]:[E623 15:37:03.781413227 socket.cpp:460] [c10d] waitForInput: poll for "
+            "socket SocketImpl(fd=56, addr=[::ffff:10.0.0.1]:41234) returned 0, likely a "
+            "timeout, timed out after 1800000ms",
+        ),
     ),
     _rule(
         "dist_init_retrying",
@@ -876,20 +1151,26 @@ _RULES: tuple[_Rule, ...] = (
         warning is printed for other errors (no route, timed out), a problem if it goes on.""",
         f"""If it does not clear: the head must be running; this node must reach the head's
         `fabric_a_ip` on `sglang_dist_port` over the fabric; {_FIREWALL}.""",
-        _p(r"\[c10d\] The client socket has failed to connect to \[",
-           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::tryConnect)"),
-           S("issue:hpcaitech/Open-Sora#667"),
-           ex="[W socket.cpp:697] [c10d] The client socket has failed to connect to "
-              "[::ffff:0.104.99.143]:47389 (errno: 110 - Connection timed out)."),
-        _p(r"\[c10d\] The client socket has failed to connect to \d",
-           S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::tryConnect)"),
-           ex="[W socket.cpp:697] [c10d] The client socket has failed to connect to "
-              "0.104.99.143:47389 (errno: 110 - Connection timed out)."),
-        _p(r"TCP client failed to connect/validate to host \S+ - retrying",
-           S("torch:torch/csrc/distributed/c10d/TCPStore.cpp (TCPClient::connect)"),
-           ex="[W1226 15:44:25.497497753 TCPStore.cpp:358] [c10d] TCP client failed to "
-              "connect/validate to host sws-8h100grid-05:8000 - retrying (try=0, timeout="
-              "600000ms, delay=82879ms)"),
+        _p(
+            r"\[c10d\] The client socket has failed to connect to \[",
+            S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::tryConnect)"),
+            S("issue:hpcaitech/Open-Sora#667"),
+            ex="[W socket.cpp:697] [c10d] The client socket has failed to connect to "
+            "[::ffff:0.104.99.143]:47389 (errno: 110 - Connection timed out).",
+        ),
+        _p(
+            r"\[c10d\] The client socket has failed to connect to \d",
+            S("torch:torch/csrc/distributed/c10d/socket.cpp (SocketConnectOp::tryConnect)"),
+            ex="[W socket.cpp:697] [c10d] The client socket has failed to connect to "
+            "0.104.99.143:47389 (errno: 110 - Connection timed out).",
+        ),
+        _p(
+            r"TCP client failed to connect/validate to host \S+ - retrying",
+            S("torch:torch/csrc/distributed/c10d/TCPStore.cpp (TCPClient::connect)"),
+            ex="[W1226 15:44:25.497497753 TCPStore.cpp:358] [c10d] TCP client failed to "
+            "connect/validate to host sws-8h100grid-05:8000 - retrying (try=0, timeout="
+            "600000ms, delay=82879ms)",
+        ),
         fatal=False,
     ),
     # Last, so that a specific error on the same line wins; the traceback's last
@@ -904,11 +1185,15 @@ _RULES: tuple[_Rule, ...] = (
         """Read the last line of the traceback in `sparkctl serve logs <inventory> <node>` (or
         `journalctl -u sparkctl-sglang.service` on the node) and fix that; if it is a network
         error, also look at the other ranks' logs and run `sparkctl validate`.""",
-        _p(r"Scheduler hit an exception",
-           S("sglang:srt/managers/scheduler.py:4951",
-             'logger.error(f"Scheduler hit an exception: {traceback}")'),
-           ex="[2025-01-30 18:11:34 TP10] Scheduler hit an exception: Traceback (most recent "
-              "call last):"),
+        _p(
+            r"Scheduler hit an exception",
+            S(
+                "sglang:srt/managers/scheduler.py:4951",
+                'logger.error(f"Scheduler hit an exception: {traceback}")',
+            ),
+            ex="[2025-01-30 18:11:34 TP10] Scheduler hit an exception: Traceback (most recent "
+            "call last):",
+        ),
     ),
     _rule(
         "rdma_register_failed",
@@ -923,11 +1208,14 @@ _RULES: tuple[_Rule, ...] = (
         LimitMEMLOCK=infinity) and `grep Cma /proc/meminfo` on the node; on kernel 7.0 boot with
         the kernel parameter kho=off, or the 6.17 kernel, then `sparkctl validate` and `sparkctl
         serve up`.""",
-        _p(r"Call to ibv_reg_mr\w* failed with error Cannot allocate memory",
-           S("nccl:src/misc/ibvwrap.cc:40@v2.28.3-1"), S("issue:NVIDIA/nccl-tests#206"),
-           S("issue:MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark#259"),
-           ex="spark-1:4242:4250 [0] misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 "
-              "failed with error Cannot allocate memory"),
+        _p(
+            r"Call to ibv_reg_mr\w* failed with error Cannot allocate memory",
+            S("nccl:src/misc/ibvwrap.cc:40@v2.28.3-1"),
+            S("issue:NVIDIA/nccl-tests#206"),
+            S("issue:MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark#259"),
+            ex="spark-1:4242:4250 [0] misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 "
+            "failed with error Cannot allocate memory",
+        ),
     ),
     _rule(
         "rdma_completion_error",
@@ -940,74 +1228,102 @@ _RULES: tuple[_Rule, ...] = (
         """Let NCCL use the index sparkctl detects (`nccl_ib_gid_index: auto`), run `sparkctl
         provision` so it is detected again, and `sparkctl validate` (roce_device, twin_mtu and the
         full-MTU mesh pings name the twin).""",
-        _p(r"NET/IB ?: Got completion (?:from peer \S+ )?with (?:error|status=)\s*\d+",
-           S("nccl:src/transport/net_ib.cc:2470@v2.28.3-1"), S("issue:NVIDIA/nccl#426"),
-           ex=("spark-2:4242:4260 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got "
-               "completion with error 12, opcode 1, len 0, vendor err 129",
-               "spark-2:4242:4260 [0] transport/net_ib.cc:2470 NCCL WARN NET/IB: Got completion "
-               "from peer 192.168.100.12<45678> with status=12 opcode=0 len=0 vendor err 129 "
-               "(Send) hca rocep1s0f1")),
+        _p(
+            r"NET/IB ?: Got completion (?:from peer \S+ )?with (?:error|status=)\s*\d+",
+            S("nccl:src/transport/net_ib.cc:2470@v2.28.3-1"),
+            S("issue:NVIDIA/nccl#426"),
+            ex=(
+                "spark-2:4242:4260 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got "
+                "completion with error 12, opcode 1, len 0, vendor err 129",
+                "spark-2:4242:4260 [0] transport/net_ib.cc:2470 NCCL WARN NET/IB: Got completion "
+                "from peer 192.168.100.12<45678> with status=12 opcode=0 len=0 vendor err 129 "
+                "(Send) hca rocep1s0f1",
+            ),
+        ),
     ),
 )
 
-_HANG_RULES: dict[str, _Rule] = {r.id: r for r in (
-    _rule(
-        "dist_init_hang",
-        "Start-up stalls at the distributed rendezvous",
-        """The rank has not got past torch.distributed init: it waits for all --nnodes ranks
+_HANG_RULES: dict[str, _Rule] = {
+    r.id: r
+    for r in (
+        _rule(
+            "dist_init_hang",
+            "Start-up stalls at the distributed rendezvous",
+            """The rank has not got past torch.distributed init: it waits for all --nnodes ranks
         at --dist-init-addr (the head's `fabric_a_ip`:`sglang_dist_port`; a refused connect
         is retried without a log line), or for Gloo/NCCL connections that are being dropped.
         Typical causes: a rank not started or already failed, the head's address unreachable
         from a node, a firewall, or NCCL/Gloo on an interface that cannot reach the others
         (sglang #958: 'stopped at Init nccl begin').""",
-        f"""Check that every rank printed 'Init torch distributed begin.' and look at the ones
+            f"""Check that every rank printed 'Init torch distributed begin.' and look at the ones
         that did not. NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME must be the fabric netdev
         ({_FABRIC_IFNAME}); {_FIREWALL}. `sparkctl validate` tests the fabric between all
         nodes.""",
-    ),
-    _rule(
-        "cuda_graph_hang",
-        "CUDA graph capture does not finish",
-        """No progress since 'Capture target ... CUDA graph begin': multi-node CUDA graph
+        ),
+        _rule(
+            "cuda_graph_hang",
+            "CUDA graph capture does not finish",
+            """No progress since 'Capture target ... CUDA graph begin': multi-node CUDA graph
         capture can deadlock on an NCCL collective inside the graph; on 2x DGX Spark both
         nodes sat at 0/36 batch sizes after 34 minutes, GPUs spinning (al-engr.com, SGLang
         v0.5.12, citing sglang #19991). The capture bar is TP0's only and reaches the journal
         when it ends.""",
-        """Capture fewer batch sizes with a smaller `--cuda-graph-max-bs-decode`, or disable
+            """Capture fewer batch sizes with a smaller `--cuda-graph-max-bs-decode`, or disable
         the capture: add `--cuda-graph-backend-decode=disabled` (and
         `--cuda-graph-backend-prefill=disabled`) to `sglang_extra_args` (the same report found
         the SGLANG_DISABLE_CUDA_GRAPH environment variable had no effect).""",
-    ),
-)}
+        ),
+    )
+}
 
 # ------------------------------------------------------------ NCCL transport
 #: NCCL's own lines that say which network a communicator uses (NCCL_DEBUG=INFO).
-TRANSPORT_PATTERNS: Mapping[str, tuple[Pattern, ...]] = MappingProxyType({
-    "ib": (
-        _p(r"NCCL INFO Using network IB\b", S("nccl:src/init.cc:428@v2.28.9-1"),
-           ex="spark-1:4242:4242 [0] NCCL INFO Using network IB"),
-        _p(r"NCCL INFO Assigned NET plugin IB to comm", S("nccl:src/plugin/net.cc:244@v2.28.9-1"),
-           ex="spark-1:4242:4242 [0] NCCL INFO Assigned NET plugin IB to comm"),
-        _p(r"NCCL INFO Channel \d+(?:/\d+)? : .* via NET/IB/",
-           S("nccl:src/transport/net.cc:313@v2.28.9-1"),
-           ex="spark-1:4242:4242 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via "
-              "NET/IB/0/GDRDMA"),
-    ),
-    "socket": (
-        _p(r"NCCL INFO Using network Socket\b", S("nccl:src/init.cc:428@v2.28.9-1"),
-           ex="spark-1:4242:4242 [0] NCCL INFO Using network Socket"),
-        _p(r"NCCL INFO Assigned NET plugin Socket to comm",
-           S("nccl:src/plugin/net.cc:244@v2.28.9-1"),
-           ex="spark-1:4242:4242 [0] NCCL INFO Assigned NET plugin Socket to comm"),
-        _p(r"NCCL INFO Channel \d+(?:/\d+)? : .* via NET/Socket/",
-           S("nccl:src/transport/net.cc:313@v2.28.9-1"),
-           ex="spark-1:4242:4242 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via "
-              "NET/Socket/0"),
-        # No RDMA device at all: NCCL falls back to sockets.
-        _p(r"NCCL INFO NET/IB : No device found\.", S("nccl:src/transport/net_ib.cc:826@v2.28.9-1"),
-           ex="spark-1:4242:4242 [0] NCCL INFO NET/IB : No device found."),
-    ),
-})
+TRANSPORT_PATTERNS: Mapping[str, tuple[Pattern, ...]] = MappingProxyType(
+    {
+        "ib": (
+            _p(
+                r"NCCL INFO Using network IB\b",
+                S("nccl:src/init.cc:428@v2.28.9-1"),
+                ex="spark-1:4242:4242 [0] NCCL INFO Using network IB",
+            ),
+            _p(
+                r"NCCL INFO Assigned NET plugin IB to comm",
+                S("nccl:src/plugin/net.cc:244@v2.28.9-1"),
+                ex="spark-1:4242:4242 [0] NCCL INFO Assigned NET plugin IB to comm",
+            ),
+            _p(
+                r"NCCL INFO Channel \d+(?:/\d+)? : .* via NET/IB/",
+                S("nccl:src/transport/net.cc:313@v2.28.9-1"),
+                ex="spark-1:4242:4242 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via "
+                "NET/IB/0/GDRDMA",
+            ),
+        ),
+        "socket": (
+            _p(
+                r"NCCL INFO Using network Socket\b",
+                S("nccl:src/init.cc:428@v2.28.9-1"),
+                ex="spark-1:4242:4242 [0] NCCL INFO Using network Socket",
+            ),
+            _p(
+                r"NCCL INFO Assigned NET plugin Socket to comm",
+                S("nccl:src/plugin/net.cc:244@v2.28.9-1"),
+                ex="spark-1:4242:4242 [0] NCCL INFO Assigned NET plugin Socket to comm",
+            ),
+            _p(
+                r"NCCL INFO Channel \d+(?:/\d+)? : .* via NET/Socket/",
+                S("nccl:src/transport/net.cc:313@v2.28.9-1"),
+                ex="spark-1:4242:4242 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via "
+                "NET/Socket/0",
+            ),
+            # No RDMA device at all: NCCL falls back to sockets.
+            _p(
+                r"NCCL INFO NET/IB : No device found\.",
+                S("nccl:src/transport/net_ib.cc:826@v2.28.9-1"),
+                ex="spark-1:4242:4242 [0] NCCL INFO NET/IB : No device found.",
+            ),
+        ),
+    }
+)
 
 _TRANSPORT_RULE = _rule(
     "nccl_socket_transport",
@@ -1027,7 +1343,8 @@ _BY_ID: dict[str, _Rule] = {r.id: r for r in (*_RULES, *_HANG_RULES.values(), _T
 
 #: Every signature this module can report, by id (``line`` and ``rank`` empty).
 SIGNATURES: Mapping[str, Signature] = MappingProxyType(
-    {id_: rule.signature() for id_, rule in _BY_ID.items()})
+    {id_: rule.signature() for id_, rule in _BY_ID.items()}
+)
 
 #: Every pattern with what it stands for: a phase's value, a signature id, ``failure``
 #: (ends start-up without a signature) or ``transport:ib`` / ``transport:socket``.
@@ -1043,14 +1360,20 @@ PATTERNS: tuple[tuple[str, Pattern], ...] = (
 #: the rendezvous and NCCL init take seconds once every rank is up; after
 #: NCCL is ready 'Init torch distributed ends' follows at once; CUDA graph
 #: capture takes minutes for the default batch sizes.
-HANG_AFTER: Mapping[Phase, float] = MappingProxyType({
-    Phase.STARTING: 600.0,
-    Phase.DIST_INIT: 300.0,
-    Phase.NCCL_READY: 120.0,
-    Phase.CUDA_GRAPH: 900.0,
-})
-_HANG_ID = {Phase.STARTING: "dist_init_hang", Phase.DIST_INIT: "dist_init_hang",
-            Phase.NCCL_READY: "host_ip_hang", Phase.CUDA_GRAPH: "cuda_graph_hang"}
+HANG_AFTER: Mapping[Phase, float] = MappingProxyType(
+    {
+        Phase.STARTING: 600.0,
+        Phase.DIST_INIT: 300.0,
+        Phase.NCCL_READY: 120.0,
+        Phase.CUDA_GRAPH: 900.0,
+    }
+)
+_HANG_ID = {
+    Phase.STARTING: "dist_init_hang",
+    Phase.DIST_INIT: "dist_init_hang",
+    Phase.NCCL_READY: "host_ip_hang",
+    Phase.CUDA_GRAPH: "cuda_graph_hang",
+}
 
 _RANK = re.compile(r"^\[[^\]]*\bTP(\d+)\b|^\[rank(\d+)\]")
 
@@ -1108,8 +1431,9 @@ def nccl_transport(lines: Iterable[str]) -> str | None:
     return "ib" if "ib" in seen else None
 
 
-def transport_signature(transport: str | None, *, expected: str = "ib",
-                        rank: int | None = None, line: str = "") -> Signature | None:
+def transport_signature(
+    transport: str | None, *, expected: str = "ib", rank: int | None = None, line: str = ""
+) -> Signature | None:
     """``nccl_socket_transport`` when NCCL uses sockets where ``expected`` is ``'ib'``."""
     if expected == "ib" and transport == "socket":
         return _TRANSPORT_RULE.signature(line, rank)
@@ -1142,8 +1466,11 @@ class RankLog:
             self.transport = kind
         phase = phase_of(line)
         rule = _rule_for(line)
-        if rule is not None and rule.id == "dist_init_unreachable" \
-                and self.progress >= Phase.NCCL_READY:
+        if (
+            rule is not None
+            and rule.id == "dist_init_unreachable"
+            and self.progress >= Phase.NCCL_READY
+        ):
             rule = _BY_ID["host_ip_hang"]
         if phase is not None and (not self.milestones or phase > self.milestones[-1]):
             self.milestones.append(phase)
@@ -1186,8 +1513,9 @@ def milestones(lines: Iterable[str]) -> list[Phase]:
     return log.milestones
 
 
-def hang_signature(last_phase: Phase, seconds: float, *, rank: int | None = None,
-                   line: str = "") -> Signature | None:
+def hang_signature(
+    last_phase: Phase, seconds: float, *, rank: int | None = None, line: str = ""
+) -> Signature | None:
     """What a rank that has made no progress for ``seconds`` in ``last_phase`` is stuck on.
 
     Before or at the rendezvous (``STARTING``, ``DIST_INIT``): the dist-init

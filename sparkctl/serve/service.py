@@ -16,8 +16,9 @@ from sparkctl.validate import summary
 from sparkctl.validate.model import Report
 
 
-def verify_command(inventory_path: Path, *, as_json: bool = False,
-                   extravars: Mapping[str, Any] | None = None) -> Report:
+def verify_command(
+    inventory_path: Path, *, as_json: bool = False, extravars: Mapping[str, Any] | None = None
+) -> Report:
     from sparkctl.serve.verify import verify  # noqa: PLC0415
     from sparkctl.validate import report as report_io  # noqa: PLC0415
 
@@ -36,11 +37,17 @@ def verify_command(inventory_path: Path, *, as_json: bool = False,
     if report.verdict != "passed":
         bad = report.failed_checks()
         ranks = [f"{c.host} ({c.subject})" for c in bad if c.check == "rank_running"]
-        what = (f"rank not running: {', '.join(ranks)}" if ranks else
-                "; ".join(f"{c.check}: {c.message}" for c in bad[:3]))
-        raise SparkctlError(f"serve verify failed: {what}", ExitCode.CHECKS_FAILED,
-                            hint=f"sparkctl serve status {inventory_path}; "
-                                 f"sparkctl serve up {inventory_path} starts it again")
+        what = (
+            f"rank not running: {', '.join(ranks)}"
+            if ranks
+            else "; ".join(f"{c.check}: {c.message}" for c in bad[:3])
+        )
+        raise SparkctlError(
+            f"serve verify failed: {what}",
+            ExitCode.CHECKS_FAILED,
+            hint=f"sparkctl serve status {inventory_path}; "
+            f"sparkctl serve up {inventory_path} starts it again",
+        )
     return report
 
 
@@ -65,15 +72,20 @@ def _whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None) -> Non
     # provision changed anything on the nodes (unit, environment, model, network).
     changed = sorted(h for h, st in provisioned.stats.items() if st.changed)
     console.progress("up 2/4: validate")
-    report, run_dir = run.validate(run.Options(inventory=inventory_path,
-                                               extra=dict(extravars or {})))
+    report, run_dir = run.validate(
+        run.Options(inventory=inventory_path, extra=dict(extravars or {}))
+    )
     summary.show(report)
     if report.verdict != "passed":
-        raise SparkctlError(run.failure_summary(report) + f" (report: {run_dir / 'report.html'}"
-                            "); not starting the service on a cluster that failed validation",
-                            run.exit_code(report))
-    console.progress("up 3/4: serve up" + (f" (restart: provision changed {', '.join(changed)})"
-                                            if changed else ""))
+        raise SparkctlError(
+            run.failure_summary(report) + f" (report: {run_dir / 'report.html'}"
+            "); not starting the service on a cluster that failed validation",
+            run.exit_code(report),
+        )
+    console.progress(
+        "up 3/4: serve up"
+        + (f" (restart: provision changed {', '.join(changed)})" if changed else "")
+    )
     up.up(inventory_path, restart=bool(changed), extravars=extravars)
     console.progress("up 4/4: serve verify")
     verify_command(inventory_path, extravars=extravars)

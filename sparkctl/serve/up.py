@@ -75,8 +75,9 @@ class Rank:
             self.since = time.monotonic()
         # NCCL falling back to sockets starts and serves, at a fraction of the fabric's
         # speed: where RDMA is expected that is a failed start-up, said as such.
-        sig = logs.transport_signature(self.log.transport if self.rdma_expected else None,
-                                       rank=self.rank, line=line)
+        sig = logs.transport_signature(
+            self.log.transport if self.rdma_expected else None, rank=self.rank, line=line
+        )
         if sig is not None and all(s.id != sig.id for s in self.log.signatures):
             self.log.signatures.append(sig)
 
@@ -95,11 +96,17 @@ class Followers:
 
     def start(self) -> None:
         for node in self.cluster.nodes:
-            cmd = f"{self.cluster.sudo(node)}journalctl -u {shlex.quote(self.cluster.unit)} " \
-                  "-o cat -f -n 0 --no-pager"
-            proc = subprocess.Popen(["ssh", "-F", str(self.cluster.ssh_config), "--", node, cmd],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, text=True)
+            cmd = (
+                f"{self.cluster.sudo(node)}journalctl -u {shlex.quote(self.cluster.unit)} "
+                "-o cat -f -n 0 --no-pager"
+            )
+            proc = subprocess.Popen(
+                ["ssh", "-F", str(self.cluster.ssh_config), "--", node, cmd],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
             self.procs.append(proc)
             threading.Thread(target=self._pump, args=(node, proc), daemon=True).start()
         time.sleep(1.0)  # journalctl is following before anything starts
@@ -120,8 +127,9 @@ class Followers:
 
 
 def _table(ranks: dict[str, Rank], started: float) -> Table:
-    table = Table(box=None, title=f"serve up ({time.monotonic() - started:.0f} s)",
-                  title_justify="left")
+    table = Table(
+        box=None, title=f"serve up ({time.monotonic() - started:.0f} s)", title_justify="left"
+    )
     for col in ("rank", "phase", "unit", "last line"):
         table.add_column(col, no_wrap=col != "last line", overflow="ellipsis")
     for r in ranks.values():
@@ -132,8 +140,7 @@ def _table(ranks: dict[str, Rank], started: float) -> Table:
 
 def _health(url: str, ca_file: str | None = None, timeout: float = 5.0) -> int | None:
     try:
-        return httpx.get(f"{url}/health", timeout=timeout,
-                         verify=tls_context(ca_file)).status_code
+        return httpx.get(f"{url}/health", timeout=timeout, verify=tls_context(ca_file)).status_code
     except httpx.HTTPError:
         return None
 
@@ -153,14 +160,19 @@ def start_units(cluster: Cluster) -> None:
     for group in (cluster.workers, cluster.heads):
         if not group:
             continue
-        results = cluster.each(group, f"{{sudo}}systemctl reset-failed {unit} 2>/dev/null; "
-                                      f"{{sudo}}systemctl restart {unit}", 60)
+        results = cluster.each(
+            group,
+            f"{{sudo}}systemctl reset-failed {unit} 2>/dev/null; {{sudo}}systemctl restart {unit}",
+            60,
+        )
         bad = {n: out for n, (rc, out) in results.items() if rc != 0}
         if bad:
             node, out = next(iter(bad.items()))
-            raise SparkctlError(f"{node}: systemctl restart {cluster.unit} failed: "
-                                f"{out.strip()[-300:]}", ExitCode.CHECKS_FAILED,
-                                hint="provision installs the unit (role sglang)")
+            raise SparkctlError(
+                f"{node}: systemctl restart {cluster.unit} failed: {out.strip()[-300:]}",
+                ExitCode.CHECKS_FAILED,
+                hint="provision installs the unit (role sglang)",
+            )
 
 
 def stop_units(cluster: Cluster) -> dict[str, tuple[int, str]]:
@@ -178,8 +190,9 @@ class Waiter:
     def __init__(self, cluster: Cluster, followers: Followers, timeout: float) -> None:
         self.cluster, self.followers, self.timeout = cluster, followers, timeout
         rdma = bool(cluster.sglang().get("rdma_expected", False))
-        self.ranks = {n: Rank(n, cluster.rank(n), cluster.label(n), rdma_expected=rdma)
-                      for n in cluster.nodes}
+        self.ranks = {
+            n: Rank(n, cluster.rank(n), cluster.label(n), rdma_expected=rdma) for n in cluster.nodes
+        }
         self.started = time.monotonic()
         self.next_poll = 0.0
         self.shown: dict[str, logs.Phase] = {}
@@ -203,9 +216,12 @@ class Waiter:
         states = self.cluster.unit_states()
         for node, st in states.items():
             self.ranks[node].state = f"{st.get('ActiveState')}/{st.get('SubState')}"
-        dead = [n for n, st in states.items()
-                if st.get("ActiveState") in ("failed", "inactive")
-                or st.get("SubState") == "auto-restart"]
+        dead = [
+            n
+            for n, st in states.items()
+            if st.get("ActiveState") in ("failed", "inactive")
+            or st.get("SubState") == "auto-restart"
+        ]
         if dead:
             # The unit's state can be read before its last lines (the reason it stopped)
             # have come through journalctl -f and ssh: give them a moment.
@@ -256,11 +272,12 @@ def server_env_command(cluster: Cluster) -> str:
     s = cluster.sglang()
     if s.get("install_method") == "container":
         fmt = shlex.quote("{{json .Config.Env}}")
-        return (f"{{sudo}}{shlex.quote(str(s['engine']))} inspect --format {fmt} "
-                f"{shlex.quote(str(s['container_name']))}")
+        return (
+            f"{{sudo}}{shlex.quote(str(s['engine']))} inspect --format {fmt} "
+            f"{shlex.quote(str(s['container_name']))}"
+        )
     unit = shlex.quote(cluster.unit)
-    return (f"pid=$(systemctl show -p MainPID --value {unit}); "
-            "{sudo}cat /proc/$pid/environ")
+    return f"pid=$(systemctl show -p MainPID --value {unit}); {{sudo}}cat /proc/$pid/environ"
 
 
 def wrong_host_ip(cluster: Cluster) -> dict[str, str]:
@@ -273,8 +290,10 @@ def wrong_host_ip(cluster: Cluster) -> dict[str, str]:
         except ValueError:
             continue
         if rc == 0 and seen != want:
-            out[node] = (f"its process runs with SGLANG_HOST_IP={seen or '(empty)'}, not its "
-                         f"fabric address {want}")
+            out[node] = (
+                f"its process runs with SGLANG_HOST_IP={seen or '(empty)'}, not its "
+                f"fabric address {want}"
+            )
     return out
 
 
@@ -285,8 +304,12 @@ def wait_up(cluster: Cluster, followers: Followers, timeout: float) -> UpResult:
             waiter.report_phases()
         waiter.report_phases()
         return done
-    with Live(_table(waiter.ranks, waiter.started), console=console.err, transient=True,
-              refresh_per_second=4) as live:
+    with Live(
+        _table(waiter.ranks, waiter.started),
+        console=console.err,
+        transient=True,
+        refresh_per_second=4,
+    ) as live:
         while (done := waiter.step()) is None:
             live.update(_table(waiter.ranks, waiter.started))
     return done
@@ -300,18 +323,19 @@ def explain(result: UpResult, timeout: float) -> list[str]:
         # Fatal signatures; passing warnings ("still retrying") only when nothing else fits.
         sigs = [s for s in r.signatures if s.fatal]
         if result.message == "timed out":
-            if any(ln.startswith("sparkctl: its process runs with SGLANG_HOST_IP")
-                   for ln in r.lines):
+            if any(
+                ln.startswith("sparkctl: its process runs with SGLANG_HOST_IP") for ln in r.lines
+            ):
                 # Seen in the process itself, whatever the log: the message-queue hang.
-                hang: logs.Signature | None = replace(logs.SIGNATURES["host_ip_hang"],
-                                                      rank=r.rank)
+                hang: logs.Signature | None = replace(logs.SIGNATURES["host_ip_hang"], rank=r.rank)
             else:
                 hang = logs.hang_signature(r.phase, time.monotonic() - r.since, rank=r.rank)
             if hang is not None and hang.id not in {s.id for s in sigs}:
                 sigs.append(hang)
         sigs = sigs or list(r.signatures)
-        out.append(f"{r.label} {result.message} in phase {r.phase.value} "
-                   f"(unit {r.state}); its last lines:")
+        out.append(
+            f"{r.label} {result.message} in phase {r.phase.value} (unit {r.state}); its last lines:"
+        )
         out += [f"    {line}" for line in list(r.lines)[-8:]] or ["    (no log lines)"]
         for s in sigs:
             out.append(f"  {s.title}: {s.explanation}")
@@ -321,8 +345,11 @@ def explain(result: UpResult, timeout: float) -> list[str]:
 
 def _describe(cluster: Cluster) -> str:
     groups = cluster.groups()
-    parts = [f"TP={g.sglang()['tp_size']} over {len(g.members)} node(s), head {g.head}"
-             + (f" (group {g.name})" if len(groups) > 1 else "") for g in groups]
+    parts = [
+        f"TP={g.sglang()['tp_size']} over {len(g.members)} node(s), head {g.head}"
+        + (f" (group {g.name})" if len(groups) > 1 else "")
+        for g in groups
+    ]
     return "; ".join(parts)
 
 
@@ -333,21 +360,30 @@ def _endpoints(cluster: Cluster) -> str:
 def already_serving(cluster: Cluster) -> bool:
     """Every rank running and the head healthy: nothing to start."""
     states = cluster.unit_states()
-    running = all(st.get("ActiveState") == "active" and st.get("SubState") == "running"
-                  for st in states.values())
+    running = all(
+        st.get("ActiveState") == "active" and st.get("SubState") == "running"
+        for st in states.values()
+    )
     return running and all(_health(g.base_url, g.tls_ca_file) == 200 for g in cluster.groups())
 
 
-def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = False,
-       extravars: Mapping[str, Any] | None = None) -> UpResult:
+def up(
+    inventory_path: Path,
+    *,
+    timeout: float | None = None,
+    restart: bool = False,
+    extravars: Mapping[str, Any] | None = None,
+) -> UpResult:
     inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
     with inventory_lock(inv, "serve up"):
         cluster = open_cluster(inv, "serve-up", extravars)
         limit = float(timeout or cluster.sglang()["serve_timeout"])
         if not restart and already_serving(cluster):
-            console.out.print(f"already serving {cluster.model_name} at {_endpoints(cluster)}: "
-                              "every rank running, /health 200 (--restart starts it again)",
-                              highlight=False)
+            console.out.print(
+                f"already serving {cluster.model_name} at {_endpoints(cluster)}: "
+                "every rank running, /health 200 (--restart starts it again)",
+                highlight=False,
+            )
             return UpResult(True, 0.0, {}, "already serving")
         check_model_visible(cluster)
         console.progress(f"serve up: {_describe(cluster)}, waiting up to {limit:.0f} s")
@@ -365,12 +401,17 @@ def up(inventory_path: Path, *, timeout: float | None = None, restart: bool = Fa
             for line in lines:
                 console.err.print(line, markup=False, highlight=False)
             names = ", ".join(result.ranks[n].label for n in result.failed)
-            raise SparkctlError(f"serve up failed: {names} {result.message}; every rank was "
-                                f"stopped again (logs in {cluster.run_dir})",
-                                ExitCode.CHECKS_FAILED,
-                                hint=f"sparkctl serve logs {inventory_path} NODE")
-    console.out.print(f"[green]serving[/green] {cluster.model_name}: {_describe(cluster)} at "
-                      f"{_endpoints(cluster)} ({result.seconds:.0f} s)", highlight=False)
+            raise SparkctlError(
+                f"serve up failed: {names} {result.message}; every rank was "
+                f"stopped again (logs in {cluster.run_dir})",
+                ExitCode.CHECKS_FAILED,
+                hint=f"sparkctl serve logs {inventory_path} NODE",
+            )
+    console.out.print(
+        f"[green]serving[/green] {cluster.model_name}: {_describe(cluster)} at "
+        f"{_endpoints(cluster)} ({result.seconds:.0f} s)",
+        highlight=False,
+    )
     return result
 
 
@@ -387,8 +428,10 @@ def check_model_visible(cluster: Cluster) -> None:
     form ..." only once SGLang starts. The mounts are the unit's own, as systemd has loaded
     it on the node (a venv unit runs on the host and sees everything)."""
     path = str(cluster.sglang()["model_path"])
-    cmd = (f"systemctl show -p ExecStart --value {shlex.quote(cluster.unit)}; echo @@; "
-           f"readlink -f -- {shlex.quote(path)}")
+    cmd = (
+        f"systemctl show -p ExecStart --value {shlex.quote(cluster.unit)}; echo @@; "
+        f"readlink -f -- {shlex.quote(path)}"
+    )
     outside = {}
     for node, (rc, out) in cluster.each(cluster.nodes, cmd, 30).items():
         execstart, _, target = out.partition("@@")
@@ -404,14 +447,17 @@ def check_model_visible(cluster: Cluster) -> None:
         if not _inside(target, mounts):
             outside[node] = (target, mounts)
     if outside:
-        where = "; ".join(f"{node}: {path} -> {target} (mounted: {', '.join(mounts)})"
-                          for node, (target, mounts) in outside.items())
+        where = "; ".join(
+            f"{node}: {path} -> {target} (mounted: {', '.join(mounts)})"
+            for node, (target, mounts) in outside.items()
+        )
         raise SparkctlError(
             f"the model is outside what the server's container sees: {where}",
             ExitCode.CHECKS_FAILED,
             hint="provision with the same model source as model sync (e.g. -e "
-                 "model_cache_source=head -e model_cache_head_dir=DIR), or add the directory "
-                 "to sglang_model_mounts, then sparkctl provision")
+            "model_cache_source=head -e model_cache_head_dir=DIR), or add the directory "
+            "to sglang_model_mounts, then sparkctl provision",
+        )
 
 
 def _save_logs(cluster: Cluster, result: UpResult) -> None:
@@ -425,11 +471,16 @@ def down(inventory_path: Path) -> dict[str, str]:
         cluster = open_cluster(inv, "serve-down")
         stop_units(cluster)
         states = cluster.unit_states()
-    still = {n: st["ActiveState"] for n, st in states.items()
-             if st["ActiveState"] not in ("inactive", "failed")}
+    still = {
+        n: st["ActiveState"]
+        for n, st in states.items()
+        if st["ActiveState"] not in ("inactive", "failed")
+    }
     if still:
-        raise SparkctlError("still running after stop: " + ", ".join(
-            f"{n} ({s})" for n, s in still.items()), ExitCode.CHECKS_FAILED)
+        raise SparkctlError(
+            "still running after stop: " + ", ".join(f"{n} ({s})" for n, s in still.items()),
+            ExitCode.CHECKS_FAILED,
+        )
     console.out.print(f"stopped {cluster.unit} on {', '.join(cluster.nodes)}")
     return {n: st["ActiveState"] for n, st in states.items()}
 
@@ -437,11 +488,24 @@ def down(inventory_path: Path) -> dict[str, str]:
 def status(inventory_path: Path) -> dict[str, Any]:
     cluster = open_cluster(inventory_path, "serve-status")
     states = cluster.unit_states()
-    groups = [{"group": g.name, "head": g.head, "endpoint": f"{g.base_url}/v1",
-               "health": _health(g.base_url, g.tls_ca_file)} for g in cluster.groups()]
-    return {"endpoint": groups[0]["endpoint"], "health": groups[0]["health"], "groups": groups,
-            "ranks": [{"rank": cluster.rank(n), "group": cluster.group_of(n).name, "node": n,
-                       **states[n]} for n in cluster.nodes]}
+    groups = [
+        {
+            "group": g.name,
+            "head": g.head,
+            "endpoint": f"{g.base_url}/v1",
+            "health": _health(g.base_url, g.tls_ca_file),
+        }
+        for g in cluster.groups()
+    ]
+    return {
+        "endpoint": groups[0]["endpoint"],
+        "health": groups[0]["health"],
+        "groups": groups,
+        "ranks": [
+            {"rank": cluster.rank(n), "group": cluster.group_of(n).name, "node": n, **states[n]}
+            for n in cluster.nodes
+        ],
+    }
 
 
 def show_status(data: dict[str, Any]) -> None:
@@ -449,33 +513,48 @@ def show_status(data: dict[str, Any]) -> None:
     for col in ("rank", "node", "state", "since", "restarts"):
         table.add_column(col)
     for r in data["ranks"]:
-        table.add_row(str(r["rank"]), r["node"], f"{r['ActiveState']}/{r['SubState']}",
-                      r.get("ActiveEnterTimestamp", ""), r.get("NRestarts", ""))
+        table.add_row(
+            str(r["rank"]),
+            r["node"],
+            f"{r['ActiveState']}/{r['SubState']}",
+            r.get("ActiveEnterTimestamp", ""),
+            r.get("NRestarts", ""),
+        )
     console.out.print(table)
     for g in data["groups"]:
         health = g["health"]
         name = f"group {g['group']}: " if len(data["groups"]) > 1 else ""
-        console.out.print(f"{name}{g['endpoint']}: /health "
-                          f"{health if health is not None else 'no answer'}", highlight=False)
+        console.out.print(
+            f"{name}{g['endpoint']}: /health {health if health is not None else 'no answer'}",
+            highlight=False,
+        )
 
 
 def show_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) -> None:
     cluster = open_cluster(inventory_path, "serve-logs")
     nodes = [cluster.inv.node(node).name] if node else cluster.nodes
     for n in nodes:
-        cmd = (f"{cluster.sudo(n)}journalctl -u {shlex.quote(cluster.unit)} -n {int(lines)} "
-               f"--no-pager -o short-iso" + (" -f" if follow and len(nodes) == 1 else ""))
+        cmd = (
+            f"{cluster.sudo(n)}journalctl -u {shlex.quote(cluster.unit)} -n {int(lines)} "
+            f"--no-pager -o short-iso" + (" -f" if follow and len(nodes) == 1 else "")
+        )
         if follow and len(nodes) == 1:
-            with subprocess.Popen(["ssh", "-F", str(cluster.ssh_config), "--", n, cmd],
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  text=True) as proc:
+            with subprocess.Popen(
+                ["ssh", "-F", str(cluster.ssh_config), "--", n, cmd],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                text=True,
+            ) as proc:
                 assert proc.stdout is not None  # noqa: S101 - Popen with stdout=PIPE
                 for line in proc.stdout:
-                    console.out.print(cluster.redact(line.rstrip("\n")), markup=False,
-                                      highlight=False)
+                    console.out.print(
+                        cluster.redact(line.rstrip("\n")), markup=False, highlight=False
+                    )
             return
         rc, out = cluster.run(n, cmd, 60)
         console.out.print(f"[bold]== {cluster.label(n)}[/bold]", highlight=False)
-        console.out.print(cluster.redact(out.rstrip() if rc == 0 else
-                                         f"(journalctl rc {rc}: {out.strip()})"),
-                          markup=False, highlight=False)
+        console.out.print(
+            cluster.redact(out.rstrip() if rc == 0 else f"(journalctl rc {rc}: {out.strip()})"),
+            markup=False,
+            highlight=False,
+        )

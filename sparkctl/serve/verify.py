@@ -63,11 +63,20 @@ def _guard(check: str, host: str, fn: Callable[[], Check]) -> Check:
     except (openai.APIError, *ANSWER_ERRORS) as exc:
         # The client's "Connection error." hides why (refused, timed out, a certificate
         # that the CA does not vouch for): say its cause too.
-        cause = f" ({type(exc.__cause__).__name__}: {str(exc.__cause__)[:160]})" \
-            if isinstance(exc, openai.APIConnectionError) and exc.__cause__ else ""
+        cause = (
+            f" ({type(exc.__cause__).__name__}: {str(exc.__cause__)[:160]})"
+            if isinstance(exc, openai.APIConnectionError) and exc.__cause__
+            else ""
+        )
         result = _fail(check, host, f"{type(exc).__name__}: {str(exc)[:200]}{cause}")
-    return Check(result.check, result.host, result.subject, result.outcome, result.message,
-                 round(time.monotonic() - start, 3))
+    return Check(
+        result.check,
+        result.host,
+        result.subject,
+        result.outcome,
+        result.message,
+        round(time.monotonic() - start, 3),
+    )
 
 
 def _json(resp: httpx.Response) -> Any:
@@ -81,8 +90,10 @@ def _parsed(raw: Any, what: str) -> Any:
     """The OpenAI client's object of a ``with_raw_response`` answer, once it is a JSON object."""
     body = _json(raw.http_response)
     if not isinstance(body, dict):
-        raise ValueError(f"{what} returned {type(body).__name__}, not an object: "
-                         f"{raw.http_response.text[:120]!r}")
+        raise ValueError(
+            f"{what} returned {type(body).__name__}, not an object: "
+            f"{raw.http_response.text[:120]!r}"
+        )
     return raw.parse()
 
 
@@ -90,18 +101,23 @@ def _completion_tokens(usage: Any, chunks: int, max_tokens: int) -> int:
     """A stream's ``usage.completion_tokens``, if it is a count its content chunks agree with
     (each chunk carries at least one token, and there are at most max_tokens)."""
     if usage is None:
-        raise ValueError("the stream sent no usage (stream_options include_usage): no token "
-                         "count for a decode rate")
+        raise ValueError(
+            "the stream sent no usage (stream_options include_usage): no token "
+            "count for a decode rate"
+        )
     n = getattr(usage, "completion_tokens", None)
     if type(n) is not int or not chunks <= n <= max_tokens:
-        raise ValueError(f"usage.completion_tokens {n!r} for {chunks} content chunk(s) and "
-                         f"max_tokens {max_tokens}: not a token count")
+        raise ValueError(
+            f"usage.completion_tokens {n!r} for {chunks} content chunk(s) and "
+            f"max_tokens {max_tokens}: not a token count"
+        )
     return int(n)
 
 
 class _BoundedStream(httpx.SyncByteStream):
-    def __init__(self, inner: httpx.SyncByteStream, url: str, deadline: float,
-                 seconds: float, limit: int) -> None:
+    def __init__(
+        self, inner: httpx.SyncByteStream, url: str, deadline: float, seconds: float, limit: int
+    ) -> None:
         self.inner, self.url, self.deadline = inner, url, deadline
         self.seconds, self.limit = seconds, limit
 
@@ -110,8 +126,7 @@ class _BoundedStream(httpx.SyncByteStream):
         for chunk in self.inner:
             total += len(chunk)
             if time.monotonic() > self.deadline:
-                raise httpx.ReadTimeout(f"{self.url}: no complete answer within "
-                                        f"{self.seconds:g} s")
+                raise httpx.ReadTimeout(f"{self.url}: no complete answer within {self.seconds:g} s")
             if total > self.limit:
                 raise httpx.ReadError(f"{self.url}: the answer exceeds {self.limit} bytes")
             yield chunk
@@ -132,17 +147,23 @@ class BoundedTransport(httpx.BaseTransport):
         resp = self.inner.handle_request(request)
         if not isinstance(resp.stream, httpx.SyncByteStream):  # HTTPTransport's always is
             raise TypeError(f"{request.url}: not a synchronous response stream")
-        return httpx.Response(resp.status_code, headers=resp.headers, request=request,
-                              extensions=resp.extensions,
-                              stream=_BoundedStream(resp.stream, str(request.url), deadline,
-                                                    self.seconds, self.limit))
+        return httpx.Response(
+            resp.status_code,
+            headers=resp.headers,
+            request=request,
+            extensions=resp.extensions,
+            stream=_BoundedStream(
+                resp.stream, str(request.url), deadline, self.seconds, self.limit
+            ),
+        )
 
     def close(self) -> None:
         self.inner.close()
 
 
-def bounded_client(verify: ssl.SSLContext | bool, seconds: float,
-                   limit: int = ANSWER_LIMIT) -> httpx.Client:
+def bounded_client(
+    verify: ssl.SSLContext | bool, seconds: float, limit: int = ANSWER_LIMIT
+) -> httpx.Client:
     """An httpx client for verify: per-read timeouts below the whole-request deadline."""
     transport = BoundedTransport(httpx.HTTPTransport(verify=verify), seconds, limit)
     return httpx.Client(transport=transport, timeout=min(seconds, 120.0))
@@ -159,18 +180,22 @@ class Verifier:
         # https: the server's certificate checked against the inventory's CA file.
         self.tls_verify: ssl.SSLContext | bool = tls_context(cluster.tls_ca_file)
         self.http = bounded_client(self.tls_verify, GET_DEADLINE_S)
-        self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or "none",
-                                    timeout=120.0, max_retries=0,
-                                    http_client=bounded_client(self.tls_verify,
-                                                               COMPLETION_DEADLINE_S))
+        self.client = openai.OpenAI(
+            base_url=f"{self.url}/v1",
+            api_key=key or "none",
+            timeout=120.0,
+            max_retries=0,
+            http_client=bounded_client(self.tls_verify, COMPLETION_DEADLINE_S),
+        )
         s = cluster.sglang()
         self.tp, self.nnodes = int(s["tp_size"]), int(s["nnodes"])
         self.requests, self.max_tokens = int(s["verify_requests"]), int(s["verify_max_tokens"])
         self.figures: dict[str, float] = {}
 
     def get(self, path: str, *, auth: bool = True, timeout: float = 30.0) -> httpx.Response:
-        return self.http.get(f"{self.url}{path}", headers=self.headers if auth else {},
-                             timeout=timeout)
+        return self.http.get(
+            f"{self.url}{path}", headers=self.headers if auth else {}, timeout=timeout
+        )
 
     def get_current(self, path: str, deprecated: str) -> httpx.Response:
         """``path``, or its deprecated name where the pinned release predates it (404)."""
@@ -184,80 +209,129 @@ class Verifier:
         for node in self.cluster.nodes:
             st, rank = states[node], self.cluster.rank(node)
             running = st.get("ActiveState") == "active" and st.get("SubState") == "running"
-            out.append(Check("rank_running", node, f"rank {rank}", "passed" if running else
-                             "failed", f"{self.cluster.unit} {st.get('ActiveState')}/"
-                             f"{st.get('SubState')}" + (f" ({st['error']})" if st.get("error")
-                                                        else "")))
+            out.append(
+                Check(
+                    "rank_running",
+                    node,
+                    f"rank {rank}",
+                    "passed" if running else "failed",
+                    f"{self.cluster.unit} {st.get('ActiveState')}/"
+                    f"{st.get('SubState')}" + (f" ({st['error']})" if st.get("error") else ""),
+                )
+            )
         return out
 
     def health(self, path: str) -> Check:
         resp = self.get(path, timeout=60.0)
         ok = resp.status_code == 200
-        return Check(path.strip("/"), self.head, None, "passed" if ok else "failed",
-                     f"HTTP {resp.status_code}" + ("" if ok else f": {resp.text[:120]!r}"))
+        return Check(
+            path.strip("/"),
+            self.head,
+            None,
+            "passed" if ok else "failed",
+            f"HTTP {resp.status_code}" + ("" if ok else f": {resp.text[:120]!r}"),
+        )
 
     def server_info(self) -> Check:
         resp = self.get_current("/server_info", "/get_server_info")
         info = _json(resp)
         if not isinstance(info, dict):
-            raise ValueError(f"{resp.url.path} returned {type(info).__name__}, not an object: "
-                             f"{resp.text[:120]!r}")
+            raise ValueError(
+                f"{resp.url.path} returned {type(info).__name__}, not an object: "
+                f"{resp.text[:120]!r}"
+            )
         tp, nnodes = info.get("tp_size"), info.get("nnodes")
         # a count, not "4" or 4.0 or true: what came back is shown as it came (repr)
         ok = type(tp) is int and type(nnodes) is int and (tp, nnodes) == (self.tp, self.nnodes)
-        return Check("server_info", self.head, None, "passed" if ok else "failed",
-                     f"tp_size {tp!r}, nnodes {nnodes!r} (want {self.tp}, {self.nnodes}), "
-                     f"version {str(info.get('version', '?'))[:40]}")
+        return Check(
+            "server_info",
+            self.head,
+            None,
+            "passed" if ok else "failed",
+            f"tp_size {tp!r}, nnodes {nnodes!r} (want {self.tp}, {self.nnodes}), "
+            f"version {str(info.get('version', '?'))[:40]}",
+        )
 
     def models(self) -> Check:
         raw = self.client.models.with_raw_response.list()
         data = _parsed(raw, "/v1/models").data
         if not isinstance(data, list):
-            raise ValueError(f"/v1/models 'data' is {type(data).__name__}, not a list: "
-                             f"{raw.http_response.text[:120]!r}")
+            raise ValueError(
+                f"/v1/models 'data' is {type(data).__name__}, not a list: "
+                f"{raw.http_response.text[:120]!r}"
+            )
         ids = [getattr(m, "id", m) for m in data]
         want = self.cluster.model_name
         ok = want in ids
-        return Check("models", self.head, None, "passed" if ok else "failed",
-                     f"/v1/models lists {ids}" + ("" if ok else f", not {want!r}"))
+        return Check(
+            "models",
+            self.head,
+            None,
+            "passed" if ok else "failed",
+            f"/v1/models lists {ids}" + ("" if ok else f", not {want!r}"),
+        )
 
     def chat(self) -> Check:
         raw = self.client.chat.completions.with_raw_response.create(
-            model=self.cluster.model_name, max_tokens=self.max_tokens,
-            messages=[{"role": "user", "content": PROMPT}])
+            model=self.cluster.model_name,
+            max_tokens=self.max_tokens,
+            messages=[{"role": "user", "content": PROMPT}],
+        )
         choices = _parsed(raw, "/v1/chat/completions").choices
         if not isinstance(choices, list) or not choices or not hasattr(choices[0], "message"):
             raise ValueError(f"no choices in the answer: {raw.http_response.text[:120]!r}")
         text = getattr(choices[0].message, "content", None) or ""
         if not isinstance(text, str):
-            raise ValueError(f"message.content is {type(text).__name__}, not text: "
-                             f"{raw.http_response.text[:120]!r}")
+            raise ValueError(
+                f"message.content is {type(text).__name__}, not text: "
+                f"{raw.http_response.text[:120]!r}"
+            )
         ok = bool(text.strip())
-        return Check("chat_completion", self.head, None, "passed" if ok else "failed",
-                     f"{len(text)} characters, finish_reason {choices[0].finish_reason}: "
-                     f"{text[:60]!r}")
+        return Check(
+            "chat_completion",
+            self.head,
+            None,
+            "passed" if ok else "failed",
+            f"{len(text)} characters, finish_reason {choices[0].finish_reason}: {text[:60]!r}",
+        )
 
     def stream(self) -> Check:
         chunks, text = 0, ""
-        for chunk in self.client.completions.create(model=self.cluster.model_name, prompt=PROMPT,
-                                                    max_tokens=self.max_tokens, stream=True):
+        for chunk in self.client.completions.create(
+            model=self.cluster.model_name, prompt=PROMPT, max_tokens=self.max_tokens, stream=True
+        ):
             if chunk.choices and chunk.choices[0].text:
                 chunks += 1
                 text += chunk.choices[0].text
         ok = chunks >= 2
-        return Check("streamed_completion", self.head, None, "passed" if ok else "failed",
-                     f"{chunks} chunks, {len(text)} characters")
+        return Check(
+            "streamed_completion",
+            self.head,
+            None,
+            "passed" if ok else "failed",
+            f"{chunks} chunks, {len(text)} characters",
+        )
 
     def refused_without_key(self) -> Check:
         if not self.key:
             return Check("api_key", self.head, None, "skipped", "no API key configured")
-        resp = self.http.post(f"{self.url}/v1/chat/completions", timeout=30.0, json={
-            "model": self.cluster.model_name, "max_tokens": 1,
-            "messages": [{"role": "user", "content": "hello"}]})
+        resp = self.http.post(
+            f"{self.url}/v1/chat/completions",
+            timeout=30.0,
+            json={
+                "model": self.cluster.model_name,
+                "max_tokens": 1,
+                "messages": [{"role": "user", "content": "hello"}],
+            },
+        )
         ok = resp.status_code == 401
-        return Check("api_key", self.head, None, "passed" if ok else "failed",
-                     f"without the key: HTTP {resp.status_code}" + ("" if ok else
-                                                                    " (want 401)"))
+        return Check(
+            "api_key",
+            self.head,
+            None,
+            "passed" if ok else "failed",
+            f"without the key: HTTP {resp.status_code}" + ("" if ok else " (want 401)"),
+        )
 
     def timing(self) -> Check:
         ttft, rates, e2e = [], [], []
@@ -269,10 +343,13 @@ class Verifier:
             # request decodes max_tokens, so the rate is measured over the same length;
             # the usage chunk (include_usage) says how many tokens that was.
             for chunk in self.client.chat.completions.create(
-                    model=self.cluster.model_name, max_tokens=self.max_tokens, stream=True,
-                    stream_options={"include_usage": True},
-                    messages=[{"role": "user", "content": PROMPT}],
-                    extra_body={"ignore_eos": True}):
+                model=self.cluster.model_name,
+                max_tokens=self.max_tokens,
+                stream=True,
+                stream_options={"include_usage": True},
+                messages=[{"role": "user", "content": PROMPT}],
+                extra_body={"ignore_eos": True},
+            ):
                 if chunk.usage is not None:
                     usage = chunk.usage
                 if chunk.choices and chunk.choices[0].delta.content:
@@ -283,32 +360,53 @@ class Verifier:
                 raise ValueError("a streamed chat completion produced no content")
             tokens = _completion_tokens(usage, chunks, self.max_tokens)
             if tokens < 2 or end <= first:
-                raise ValueError(f"a streamed chat completion gave {tokens} token(s) with "
-                                 f"ignore_eos and max_tokens {self.max_tokens}: no decode rate")
+                raise ValueError(
+                    f"a streamed chat completion gave {tokens} token(s) with "
+                    f"ignore_eos and max_tokens {self.max_tokens}: no decode rate"
+                )
             ttft.append(first - start)
             e2e.append(end - start)
             rates.append((tokens - 1) / (end - first))
-        self.figures = {"ttft_s": statistics.median(ttft), "e2e_s": statistics.median(e2e),
-                        "decode_tokens_per_s": statistics.median(rates)}
+        self.figures = {
+            "ttft_s": statistics.median(ttft),
+            "e2e_s": statistics.median(e2e),
+            "decode_tokens_per_s": statistics.median(rates),
+        }
         f = self.figures
-        return Check("latency", self.head, None, "passed",
-                     f"median over {self.requests} requests: time to first token "
-                     f"{f['ttft_s']:.3f} s, decode {f['decode_tokens_per_s']:.1f} tokens/s, "
-                     f"end to end {f['e2e_s']:.3f} s")
+        return Check(
+            "latency",
+            self.head,
+            None,
+            "passed",
+            f"median over {self.requests} requests: time to first token "
+            f"{f['ttft_s']:.3f} s, decode {f['decode_tokens_per_s']:.1f} tokens/s, "
+            f"end to end {f['e2e_s']:.3f} s",
+        )
 
     def run(self) -> list[Check]:
         checks = self.ranks()
-        for name, fn in (("health", lambda: self.health("/health")),
-                         ("health_generate", lambda: self.health("/health_generate")),
-                         ("server_info", self.server_info), ("models", self.models),
-                         ("chat_completion", self.chat), ("streamed_completion", self.stream),
-                         ("api_key", self.refused_without_key)):
+        for name, fn in (
+            ("health", lambda: self.health("/health")),
+            ("health_generate", lambda: self.health("/health_generate")),
+            ("server_info", self.server_info),
+            ("models", self.models),
+            ("chat_completion", self.chat),
+            ("streamed_completion", self.stream),
+            ("api_key", self.refused_without_key),
+        ):
             checks.append(_guard(name, self.head, fn))
         if all(c.ok for c in checks):
             checks.append(_guard("latency", self.head, self.timing))
         else:
-            checks.append(Check("latency", self.head, None, "skipped",
-                                "not measured: the service is not healthy"))
+            checks.append(
+                Check(
+                    "latency",
+                    self.head,
+                    None,
+                    "skipped",
+                    "not measured: the service is not healthy",
+                )
+            )
         return checks
 
 
@@ -316,20 +414,28 @@ def verify(cluster: Cluster, started: str) -> Report:
     """Every TP group's endpoint (one per sglang_group), each with its own ranks."""
     key = cluster.api_key()
     t0 = time.monotonic()
-    report = Report(run_id=cluster.run_dir.name, cluster=cluster.inv.cluster,
-                    inventory=str(cluster.inv.path), started=started,
-                    sparkctl_version=__version__, hosts=cluster.nodes,
-                    thresholds=Thresholds(0.0, 0.0, 0, 0.0))
+    report = Report(
+        run_id=cluster.run_dir.name,
+        cluster=cluster.inv.cluster,
+        inventory=str(cluster.inv.path),
+        started=started,
+        sparkctl_version=__version__,
+        hosts=cluster.nodes,
+        thresholds=Thresholds(0.0, 0.0, 0, 0.0),
+    )
     groups = cluster.groups()
     for group in groups:
         verifier = Verifier(group, key)
         report.checks += [replace(c, message=cluster.redact(c.message)) for c in verifier.run()]
         name = f"group {group.name}: " if len(groups) > 1 else ""
-        report.notes.append(f"{name}endpoint {group.base_url}/v1, model {group.model_name}, "
-                            f"TP={verifier.tp} over {verifier.nnodes} nodes")
+        report.notes.append(
+            f"{name}endpoint {group.base_url}/v1, model {group.model_name}, "
+            f"TP={verifier.tp} over {verifier.nnodes} nodes"
+        )
         if verifier.figures:
-            report.notes.append(f"{name}serving figures: " + ", ".join(
-                f"{k} {v:.3f}" for k, v in verifier.figures.items()))
+            report.notes.append(
+                f"{name}serving figures: "
+                + ", ".join(f"{k} {v:.3f}" for k, v in verifier.figures.items())
+            )
     report.duration_s = time.monotonic() - t0
     return report
-

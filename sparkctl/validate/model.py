@@ -84,13 +84,17 @@ class Thresholds:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Thresholds:
-        return cls(line_rate_gbytes=float(data["line_rate_gbytes"]),
-                   min_fraction=float(data["min_fraction"]),
-                   judged_sizes=int(data["judged_sizes"]),
-                   baseline_tolerance=float(data["baseline_tolerance"]),
-                   fractions={str(k): None if v is None else float(v)
-                              for k, v in (data.get("fractions") or {}).items()},
-                   floor_ratio=float(data.get("floor_ratio", 0.0)))
+        return cls(
+            line_rate_gbytes=float(data["line_rate_gbytes"]),
+            min_fraction=float(data["min_fraction"]),
+            judged_sizes=int(data["judged_sizes"]),
+            baseline_tolerance=float(data["baseline_tolerance"]),
+            fractions={
+                str(k): None if v is None else float(v)
+                for k, v in (data.get("fractions") or {}).items()
+            },
+            floor_ratio=float(data.get("floor_ratio", 0.0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -159,22 +163,31 @@ class NcclRun:
 
     @property
     def key(self) -> str:
-        return f"{self.collective}[{','.join(self.hosts)}]" if self.scope == "pair" \
+        return (
+            f"{self.collective}[{','.join(self.hosts)}]"
+            if self.scope == "pair"
             else self.collective
+        )
 
     def busbw_by_size(self) -> dict[int, float]:
         """size -> the lower busbw of out-of-place and in-place, for every row."""
         if not self.report:
             return {}
-        return {int(r["size"]): min(float(r["out_of_place"]["busbw"]),
-                                    float(r["in_place"]["busbw"]))
-                for r in self.report["rows"]}
+        return {
+            int(r["size"]): min(float(r["out_of_place"]["busbw"]), float(r["in_place"]["busbw"]))
+            for r in self.report["rows"]
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> NcclRun:
         fit = data.get("fit")
-        return cls(**{**data, "judged": [Judged(**j) for j in data.get("judged", [])],
-                      "fit": Fit.from_dict(fit) if fit else None})
+        return cls(
+            **{
+                **data,
+                "judged": [Judged(**j) for j in data.get("judged", [])],
+                "fit": Fit.from_dict(fit) if fit else None,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -241,9 +254,11 @@ class Report:
 
     @property
     def verdict(self) -> Literal["passed", "failed"]:
-        ok = all(c.ok for c in self.checks) \
-            and all(r.outcome in ("passed", "skipped") for r in self.nccl if r.scope == "all") \
+        ok = (
+            all(c.ok for c in self.checks)
+            and all(r.outcome in ("passed", "skipped") for r in self.nccl if r.scope == "all")
             and (self.baseline is None or self.baseline.outcome != "failed")
+        )
         return "passed" if ok else "failed"
 
     def failed_checks(self) -> list[Check]:
@@ -251,10 +266,15 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": self.schema, "run_id": self.run_id, "cluster": self.cluster,
-            "inventory": self.inventory, "started": self.started,
-            "duration_s": round(self.duration_s, 3), "sparkctl_version": self.sparkctl_version,
-            "verdict": self.verdict, "hosts": list(self.hosts),
+            "schema": self.schema,
+            "run_id": self.run_id,
+            "cluster": self.cluster,
+            "inventory": self.inventory,
+            "started": self.started,
+            "duration_s": round(self.duration_s, 3),
+            "sparkctl_version": self.sparkctl_version,
+            "verdict": self.verdict,
+            "hosts": list(self.hosts),
             "thresholds": self.thresholds.to_dict(),
             "checks": [asdict(c) for c in self.checks],
             "nccl": [asdict(r) for r in self.nccl],
@@ -268,12 +288,17 @@ class Report:
         if data.get("schema") != SCHEMA:
             raise ValueError(f"report schema {data.get('schema')!r}, this sparkctl reads {SCHEMA}")
         return cls(
-            run_id=data["run_id"], cluster=data["cluster"], inventory=data["inventory"],
-            started=data["started"], sparkctl_version=data["sparkctl_version"],
-            hosts=list(data["hosts"]), thresholds=Thresholds.from_dict(data["thresholds"]),
+            run_id=data["run_id"],
+            cluster=data["cluster"],
+            inventory=data["inventory"],
+            started=data["started"],
+            sparkctl_version=data["sparkctl_version"],
+            hosts=list(data["hosts"]),
+            thresholds=Thresholds.from_dict(data["thresholds"]),
             checks=[Check.from_dict(c) for c in data["checks"]],
             nccl=[NcclRun.from_dict(r) for r in data["nccl"]],
             localisation=[Finding.from_dict(f) for f in data["localisation"]],
             baseline=Baseline.from_dict(data["baseline"]) if data.get("baseline") else None,
-            notes=list(data.get("notes", [])), duration_s=float(data.get("duration_s", 0.0)),
+            notes=list(data.get("notes", [])),
+            duration_s=float(data.get("duration_s", 0.0)),
         )

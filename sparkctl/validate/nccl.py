@@ -40,8 +40,11 @@ from sparkctl import nccl_report, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.validate.model import Finding, Fit, Judged, NcclRun, Outcome, Thresholds
 
-PROGRAMS = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
-            "reduce_scatter": "reduce_scatter_perf"}
+PROGRAMS = {
+    "all_reduce": "all_reduce_perf",
+    "all_gather": "all_gather_perf",
+    "reduce_scatter": "reduce_scatter_perf",
+}
 BUFFERS = 3  # send, receive and (with -c 1) the expected result
 
 
@@ -60,16 +63,19 @@ def thresholds_from(v: Mapping[str, Any], line_rate: float) -> Thresholds:
     raw = v["busbw_min_fraction"]
     fractions: dict[str, float | None] = {}
     if isinstance(raw, Mapping):
-        fractions = {str(k): None if x in (None, "", "None") else float(x)
-                     for k, x in raw.items()}
+        fractions = {str(k): None if x in (None, "", "None") else float(x) for k, x in raw.items()}
         gated = [x for x in fractions.values() if x is not None]
         headline = fractions.get("all_gather") or (max(gated) if gated else 0.0)
     else:
         headline = float(raw)
-    return Thresholds(line_rate_gbytes=line_rate, min_fraction=float(headline),
-                      judged_sizes=int(v["judged_sizes"]),
-                      baseline_tolerance=float(v["baseline_tolerance"]),
-                      fractions=fractions, floor_ratio=float(v.get("busbw_floor_ratio", 0.0)))
+    return Thresholds(
+        line_rate_gbytes=line_rate,
+        min_fraction=float(headline),
+        judged_sizes=int(v["judged_sizes"]),
+        baseline_tolerance=float(v["baseline_tolerance"]),
+        fractions=fractions,
+        floor_ratio=float(v.get("busbw_floor_ratio", 0.0)),
+    )
 
 
 def sweep_max(mem_available: Sequence[int], fraction: float, cap: int, floor: int) -> int:
@@ -101,15 +107,36 @@ class Launch:
     nccl_home: str | None = None  # a real build's NCCL (LD_LIBRARY_PATH); None in the lab
 
     def program_argv(self) -> list[str]:
-        return [f"{self.tests_dir}/{PROGRAMS[self.collective]}", "-b", str(self.min_bytes),
-                "-e", str(self.max_bytes), "-f", "2", "-g", "1", "-c", "1",
-                "-n", str(self.iters), "-w", str(self.warmup)]
+        return [
+            f"{self.tests_dir}/{PROGRAMS[self.collective]}",
+            "-b",
+            str(self.min_bytes),
+            "-e",
+            str(self.max_bytes),
+            "-f",
+            "2",
+            "-g",
+            "1",
+            "-c",
+            "1",
+            "-n",
+            str(self.iters),
+            "-w",
+            str(self.warmup),
+        ]
 
     def mpirun_argv(self) -> list[str]:
-        argv = ["mpirun", "-np", str(len(self.hosts)),
-                "-H", ",".join(f"{a}:1" for a in self.addresses),
-                # mpirun reaches the other nodes with the cluster key; never a new host key.
-                "--mca", "plm_rsh_args", "-o BatchMode=yes -o StrictHostKeyChecking=yes"]
+        argv = [
+            "mpirun",
+            "-np",
+            str(len(self.hosts)),
+            "-H",
+            ",".join(f"{a}:1" for a in self.addresses),
+            # mpirun reaches the other nodes with the cluster key; never a new host key.
+            "--mca",
+            "plm_rsh_args",
+            "-o BatchMode=yes -o StrictHostKeyChecking=yes",
+        ]
         if self.as_root:
             argv.append("--allow-run-as-root")
         for key in self.env_keys:
@@ -128,12 +155,17 @@ class Launch:
     def remote_command(self, env: Mapping[str, str]) -> str:
         """What the launcher runs: mpirun bounded by a timeout, the env file's variables
         given to ``env`` by name, each one quoted word."""
-        lib = (f"LD_LIBRARY_PATH={shlex.quote(self.nccl_home)}/lib"
-               "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; export LD_LIBRARY_PATH; "
-               if self.nccl_home else "")
+        lib = (
+            f"LD_LIBRARY_PATH={shlex.quote(self.nccl_home)}/lib"
+            "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; export LD_LIBRARY_PATH; "
+            if self.nccl_home
+            else ""
+        )
         assigns = shlex.join(f"{key}={value}" for key, value in env.items())
-        inner = (f"{lib}exec env {assigns}{' ' if assigns else ''}"
-                 f"timeout --kill-after=10 {self.timeout} {shlex.join(self.mpirun_argv())}")
+        inner = (
+            f"{lib}exec env {assigns}{' ' if assigns else ''}"
+            f"timeout --kill-after=10 {self.timeout} {shlex.join(self.mpirun_argv())}"
+        )
         return f"sh -c {shlex.quote(inner)}"
 
 
@@ -148,11 +180,15 @@ OUTPUT_LIMIT = 64 << 20
 def ssh_runner(ssh_config: Path, limit: int = OUTPUT_LIMIT) -> Runner:
     """Run a command on a node through the validate ssh_config (its ControlMaster); its
     stdout then its stderr, together cut at ``limit`` bytes."""
+
     def run(host: str, command: str, timeout: int) -> tuple[int, str]:
         deadline = time.monotonic() + timeout + 30
-        with subprocess.Popen(["ssh", "-F", str(ssh_config), "--", host, command],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL) as proc:
+        with subprocess.Popen(
+            ["ssh", "-F", str(ssh_config), "--", host, command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        ) as proc:
             out, note = _bounded_read(proc, deadline, limit)
             if note:
                 proc.kill()
@@ -160,14 +196,17 @@ def ssh_runner(ssh_config: Path, limit: int = OUTPUT_LIMIT) -> Runner:
         if note == "timeout":
             return 124, out + f"\nsparkctl: no answer from {host} within {timeout + 30} s\n"
         if note == "limit":
-            return 125, out + (f"\nsparkctl: {host} printed more than {limit >> 20} MiB; "
-                               "the rest was not read\n")
+            return 125, out + (
+                f"\nsparkctl: {host} printed more than {limit >> 20} MiB; the rest was not read\n"
+            )
         return code, out
+
     return run
 
 
-def _bounded_read(proc: subprocess.Popen[bytes], deadline: float,
-                  limit: int) -> tuple[str, str | None]:
+def _bounded_read(
+    proc: subprocess.Popen[bytes], deadline: float, limit: int
+) -> tuple[str, str | None]:
     """``proc``'s stdout and stderr (stdout first) until both close, the deadline passes
     ("timeout") or together more than ``limit`` bytes came ("limit")."""
     import selectors  # noqa: PLC0415
@@ -192,7 +231,7 @@ def _bounded_read(proc: subprocess.Popen[bytes], deadline: float,
                 if sum(len(b) for b in streams.values()) > limit:
                     note = "limit"
     out = bytes(streams[proc.stdout])[:limit]
-    err = bytes(streams[proc.stderr])[:max(0, limit - len(out))]
+    err = bytes(streams[proc.stderr])[: max(0, limit - len(out))]
     return (out + err).decode(errors="replace"), note
 
 
@@ -226,14 +265,27 @@ def fit(rep: nccl_report.NcclReport, collective: str, nranks: int, judged_sizes:
     the largest size's own measurement (method "measured").
     """
     factor = busbw_factor(collective, nranks)
-    sizes = sorted({r.size for r in rep.rows if r.size > 0})[-max(1, judged_sizes):]
-    points = [(r.size, h.time_us, h.busbw) for r in rep.rows if r.size in sizes
-              for h in (r.out_of_place, r.in_place)]
+    sizes = sorted({r.size for r in rep.rows if r.size > 0})[-max(1, judged_sizes) :]
+    points = [
+        (r.size, h.time_us, h.busbw)
+        for r in rep.rows
+        if r.size in sizes
+        for h in (r.out_of_place, r.in_place)
+    ]
     largest = max(sizes) if sizes else 0
     top = [_exact(s, t, b, factor) for s, t, b in points if s == largest]
     largest_busbw = sum(top) / len(top) if top else 0.0
-    measured = Fit("measured", sizes, round(largest_busbw, 6), round(largest_busbw / factor, 6),
-                   0.0, 0.0, factor, largest, round(largest_busbw, 6))
+    measured = Fit(
+        "measured",
+        sizes,
+        round(largest_busbw, 6),
+        round(largest_busbw / factor, 6),
+        0.0,
+        0.0,
+        factor,
+        largest,
+        round(largest_busbw, 6),
+    )
     timed = [(float(s), t) for s, t, _ in points if t > 0]
     if len(sizes) < 2 or len({s for s, _ in timed}) < 2:
         return measured
@@ -247,12 +299,20 @@ def fit(rep: nccl_report.NcclReport, collective: str, nranks: int, judged_sizes:
     latency = mean_t - slope * mean_s
     algbw = 1.0 / slope / 1e3  # bytes per us -> GB/s
     residual = math.sqrt(sum(((t - (latency + slope * s)) / t) ** 2 for s, t in timed) / n)
-    return Fit("fit", sizes, round(algbw * factor, 6), round(algbw, 6), round(latency, 3),
-               round(residual, 6), factor, largest, round(largest_busbw, 6))
+    return Fit(
+        "fit",
+        sizes,
+        round(algbw * factor, 6),
+        round(algbw, 6),
+        round(latency, 3),
+        round(residual, 6),
+        factor,
+        largest,
+        round(largest_busbw, 6),
+    )
 
 
-def consistency(rep: nccl_report.NcclReport, nranks: int,
-                pinned_nccl: str | None) -> str | None:
+def consistency(rep: nccl_report.NcclReport, nranks: int, pinned_nccl: str | None) -> str | None:
     """Why the run is not the run validate launched: another NCCL than the pinned build,
     or fewer distinct hosts and GPUs than ranks (two ranks on one node measure no link).
 
@@ -262,12 +322,16 @@ def consistency(rep: nccl_report.NcclReport, nranks: int,
         want = re.sub(r"^v|-\d+$", "", pinned_nccl.strip())
         seen = rep.nccl_versions
         if not seen:
-            return (f"the log does not say which NCCL ran (no nccl-library= on the version "
-                    f"line, no 'NCCL version' line): the pinned build is {want}")
+            return (
+                f"the log does not say which NCCL ran (no nccl-library= on the version "
+                f"line, no 'NCCL version' line): the pinned build is {want}"
+            )
         other = [v for v in seen if v != want]
         if other:
-            return (f"NCCL {', '.join(other)} ran, not the pinned {want} (LD_LIBRARY_PATH "
-                    "found another libnccl, such as DGX OS's libnccl2 or a pip wheel)")
+            return (
+                f"NCCL {', '.join(other)} ran, not the pinned {want} (LD_LIBRARY_PATH "
+                "found another libnccl, such as DGX OS's libnccl2 or a pip wheel)"
+            )
     if rep.ranks:
         problems = []
         if len(rep.ranks) != nranks:
@@ -277,56 +341,87 @@ def consistency(rep: nccl_report.NcclReport, nranks: int,
         if len(rep.devices) < nranks:
             problems.append(f"{len(rep.devices)} distinct GPU(s)")
         if problems:
-            return (f"{' and '.join(problems)} took part where {nranks} nodes were launched, "
-                    "one rank and one GPU each")
+            return (
+                f"{' and '.join(problems)} took part where {nranks} nodes were launched, "
+                "one rank and one GPU each"
+            )
     return None
 
 
-def judge(rep: nccl_report.NcclReport, collective: str, nranks: int,
-          th: Thresholds) -> tuple[Outcome, str, list[Judged], Fit]:
+def judge(
+    rep: nccl_report.NcclReport, collective: str, nranks: int, th: Thresholds
+) -> tuple[Outcome, str, list[Judged], Fit]:
     """The gate on one parsed run: wrong results, then the fitted busbw against the
     collective's threshold, then the largest measured size against the floor."""
     judged = []
     for row in rep.largest(th.judged_sizes):
         busbw = _precise(row, collective, nranks)
         wrong = sum((h.wrong or 0) for h in (row.out_of_place, row.in_place))
-        judged.append(Judged(size=row.size, busbw=round(busbw, 6),
-                             fraction=round(busbw / th.line_rate_gbytes, 4), wrong=wrong))
+        judged.append(
+            Judged(
+                size=row.size,
+                busbw=round(busbw, 6),
+                fraction=round(busbw / th.line_rate_gbytes, 4),
+                wrong=wrong,
+            )
+        )
     model = fit(rep, collective, nranks, th.judged_sizes)
     if rep.wrong:
-        return "failed", f"{rep.wrong} wrong result(s) (#wrong): the data did not arrive intact", \
-            judged, model
+        return (
+            "failed",
+            f"{rep.wrong} wrong result(s) (#wrong): the data did not arrive intact",
+            judged,
+            model,
+        )
     if rep.oob_values:
         return "failed", f"{rep.oob_values} out-of-bounds value(s)", judged, model
     rate = th.line_rate_gbytes
     fitted = describe_fit(model, rate)
     threshold, floor = th.threshold_for(collective), th.floor_for(collective)
     if threshold is None:
-        return "passed", (f"{fitted}; {collective} is not gated on bandwidth here (measured "
-                          "and reported only)"), judged, model
+        return (
+            "passed",
+            (f"{fitted}; {collective} is not gated on bandwidth here (measured and reported only)"),
+            judged,
+            model,
+        )
     fraction = th.fraction_for(collective) or 0.0
     limit = f"threshold {fraction:.1%} = {threshold:.3f} GB/s"
     if model.busbw < threshold:
         return "failed", f"{fitted}: below the {limit}", judged, model
     if floor is not None and model.largest_busbw < floor:
-        return "failed", (f"{fitted}, but {human(model.largest_size)} measured only "
-                          f"{model.largest_busbw:.3f} GB/s, below the floor {floor:.3f} GB/s "
-                          f"({th.floor_ratio:.0%} of the threshold): the fit extrapolates "
-                          "beyond what was measured"), judged, model
+        return (
+            "failed",
+            (
+                f"{fitted}, but {human(model.largest_size)} measured only "
+                f"{model.largest_busbw:.3f} GB/s, below the floor {floor:.3f} GB/s "
+                f"({th.floor_ratio:.0%} of the threshold): the fit extrapolates "
+                "beyond what was measured"
+            ),
+            judged,
+            model,
+        )
     return "passed", f"{fitted} (passes the {limit})", judged, model
 
 
 def describe_fit(model: Fit, line_rate: float) -> str:
     """One phrase: the fitted busbw, its share of the line rate, the rows behind it."""
-    share = f"{model.busbw / line_rate:.1%} of the line rate {line_rate:g} GB/s" \
-        if line_rate > 0 else "line rate unknown"
+    share = (
+        f"{model.busbw / line_rate:.1%} of the line rate {line_rate:g} GB/s"
+        if line_rate > 0
+        else "line rate unknown"
+    )
     largest = f"{model.largest_busbw:.3f} GB/s measured at {human(model.largest_size)}"
     if model.method == "measured":
-        return (f"busbw {model.busbw:.3f} GB/s at {human(model.largest_size)} as measured "
-                f"({share}; one size or times that do not grow with size: no fit)")
+        return (
+            f"busbw {model.busbw:.3f} GB/s at {human(model.largest_size)} as measured "
+            f"({share}; one size or times that do not grow with size: no fit)"
+        )
     span = f"{human(model.sizes[0])}..{human(model.sizes[-1])}"
-    return (f"fitted busbw {model.busbw:.3f} GB/s = {share} (alpha-beta fit over {span}: "
-            f"latency {model.latency_us:.0f} us, residual {model.residual:.1%}; {largest})")
+    return (
+        f"fitted busbw {model.busbw:.3f} GB/s = {share} (alpha-beta fit over {span}: "
+        f"latency {model.latency_us:.0f} us, residual {model.residual:.1%}; {largest})"
+    )
 
 
 def human(size: int) -> str:
@@ -345,19 +440,33 @@ def transport_problem(output: str, rdma_expected: bool) -> str | None:
     from sparkctl.serve.logs import nccl_transport  # noqa: PLC0415 - NCCL's lines, one parser
 
     if rdma_expected and nccl_transport(output.splitlines()) == "socket":
-        return ("NCCL used the Socket transport, not RDMA (its INFO lines: 'Using network "
-                "Socket' / 'via NET/Socket' / 'NET/IB : No device found.'): the RoCE devices "
-                "in NCCL_IB_HCA were not usable; check ibv_devinfo and the roce_device checks")
+        return (
+            "NCCL used the Socket transport, not RDMA (its INFO lines: 'Using network "
+            "Socket' / 'via NET/Socket' / 'NET/IB : No device found.'): the RoCE devices "
+            "in NCCL_IB_HCA were not usable; check ibv_devinfo and the roce_device checks"
+        )
     return None
 
 
-def run(launch: Launch, runner: Runner, th: Thresholds, log_path: Path,
-        scope: str = "all", *, rdma_expected: bool = False,
-        pinned_nccl: str | None = None) -> NcclRun:
+def run(
+    launch: Launch,
+    runner: Runner,
+    th: Thresholds,
+    log_path: Path,
+    scope: str = "all",
+    *,
+    rdma_expected: bool = False,
+    pinned_nccl: str | None = None,
+) -> NcclRun:
     """Start one nccl-tests run, keep its log, parse and judge it."""
     start = time.monotonic()
-    common = {"collective": launch.collective, "scope": scope, "hosts": list(launch.hosts),
-              "command": launch.mpirun_argv(), "log": log_path.name}
+    common: dict[str, Any] = {
+        "collective": launch.collective,
+        "scope": scope,
+        "hosts": list(launch.hosts),
+        "command": launch.mpirun_argv(),
+        "log": log_path.name,
+    }
     rc, text = runner(launch.hosts[0], launch.read_env_command(), 30)
     why = f"exit status {rc}: {text.strip()[-200:]}"
     try:
@@ -366,10 +475,13 @@ def run(launch: Launch, runner: Runner, th: Thresholds, log_path: Path,
         env, why = None, str(exc)
     if env is None:
         log_path.write_text(text)
-        return NcclRun(outcome="failed", duration_s=time.monotonic() - start,
-                       message=f"{launch.env_file} on {launch.hosts[0]} could not be read "
-                       f"({why}): provision writes it (the nccl role)",
-                       **common)  # type: ignore[arg-type]
+        return NcclRun(
+            outcome="failed",
+            duration_s=time.monotonic() - start,
+            message=f"{launch.env_file} on {launch.hosts[0]} could not be read "
+            f"({why}): provision writes it (the nccl role)",
+            **common,
+        )
     rc, output = runner(launch.hosts[0], launch.remote_command(env), launch.timeout)
     log_path.write_text(output)
     try:
@@ -377,23 +489,33 @@ def run(launch: Launch, runner: Runner, th: Thresholds, log_path: Path,
     except SparkctlError as exc:
         reason = _failure_reason(output, rc)
         message = reason or (f"exit status {rc}: {exc.message}" if rc else exc.message)
-        return NcclRun(outcome="failed", duration_s=time.monotonic() - start,
-                       message=message, **common)  # type: ignore[arg-type]
+        return NcclRun(
+            outcome="failed", duration_s=time.monotonic() - start, message=message, **common
+        )
     outcome, message, judged, model = judge(rep, launch.collective, len(launch.hosts), th)
-    problem = transport_problem(output, rdma_expected) \
-        or consistency(rep, len(launch.hosts), pinned_nccl)
+    problem = transport_problem(output, rdma_expected) or consistency(
+        rep, len(launch.hosts), pinned_nccl
+    )
     if problem:
         outcome, message = "failed", f"{problem} ({message})"
     if rc != 0 and outcome == "passed":
         outcome, message = "failed", f"exit status {rc} after a complete log: {message}"
-    return NcclRun(outcome=outcome, message=message, report=rep.to_dict(), judged=judged,
-                   fit=model, duration_s=time.monotonic() - start,
-                   **common)  # type: ignore[arg-type]
+    return NcclRun(
+        outcome=outcome,
+        message=message,
+        report=rep.to_dict(),
+        judged=judged,
+        fit=model,
+        duration_s=time.monotonic() - start,
+        **common,
+    )
 
 
 _REASONS = (
-    (re.compile(r"no answer from|timeout|timed out", re.I), "no result within the time limit "
-     "(a hang: a link or interface that drops traffic?)"),
+    (
+        re.compile(r"no answer from|timeout|timed out", re.I),
+        "no result within the time limit (a hang: a link or interface that drops traffic?)",
+    ),
     (re.compile(r"No route to host|Connection refused|unreachable", re.I), None),
     (re.compile(r"Host key verification failed|Permission denied", re.I), None),
 )
@@ -409,8 +531,10 @@ def _failure_reason(output: str, rc: int) -> str | None:
     if rc == 124:
         return _REASONS[0][1]
     if rc == 137:
-        return ("killed (exit 137): the time limit ran out, or the kernel's out-of-memory killer "
-                "stopped a rank (see the node's journal)")
+        return (
+            "killed (exit 137): the time limit ran out, or the kernel's out-of-memory killer "
+            "stopped a rank (see the node's journal)"
+        )
     return None
 
 
@@ -429,18 +553,34 @@ def pair_rounds(nodes: Sequence[str]) -> list[list[tuple[str, str]]]:
     return rounds
 
 
-def run_pairs(make: Callable[[tuple[str, str]], Launch], runner: Runner, th: Thresholds,
-              run_dir: Path, nodes: Sequence[str], *, rdma_expected: bool = False,
-              pinned_nccl: str | None = None) -> list[NcclRun]:
+def run_pairs(
+    make: Callable[[tuple[str, str]], Launch],
+    runner: Runner,
+    th: Thresholds,
+    run_dir: Path,
+    nodes: Sequence[str],
+    *,
+    rdma_expected: bool = False,
+    pinned_nccl: str | None = None,
+) -> list[NcclRun]:
     """Each round's pairs at once (disjoint pairs share no port), rounds one after another."""
     results: list[NcclRun] = []
     for round_ in pair_rounds(nodes):
         with ThreadPoolExecutor(max_workers=max(1, len(round_))) as pool:
             launches = [make(pair) for pair in round_]
-            futures = [pool.submit(run, launch, runner, th, run_dir / (
-                f"nccl-{launch.collective}-{'-'.join(launch.hosts)}.log"), "pair",
-                rdma_expected=rdma_expected, pinned_nccl=pinned_nccl)
-                for launch in launches]
+            futures = [
+                pool.submit(
+                    run,
+                    launch,
+                    runner,
+                    th,
+                    run_dir / (f"nccl-{launch.collective}-{'-'.join(launch.hosts)}.log"),
+                    "pair",
+                    rdma_expected=rdma_expected,
+                    pinned_nccl=pinned_nccl,
+                )
+                for launch in launches
+            ]
             results += [f.result() for f in futures]
     return results
 
@@ -478,9 +618,12 @@ def _measured(r: NcclRun) -> bool:
     return pair_busbw(r) is not None and not rep.get("wrong") and not rep.get("oob_values")
 
 
-def localise(pairs: Sequence[NcclRun], nodes: Sequence[str],
-             where: Callable[[str], str | None],
-             threshold: float | None = None) -> list[Finding]:
+def localise(
+    pairs: Sequence[NcclRun],
+    nodes: Sequence[str],
+    where: Callable[[str], str | None],
+    threshold: float | None = None,
+) -> list[Finding]:
     """The node(s) whose pairs all fall below the others', or the pairs, or the fabric.
 
     A pair is good when it measured a bandwidth within RELATIVE_SLOW of the best
@@ -491,35 +634,70 @@ def localise(pairs: Sequence[NcclRun], nodes: Sequence[str],
     """
     values = {frozenset(r.hosts): pair_busbw(r) for r in pairs if _measured(r)}
     best = max((v for v in values.values() if v is not None), default=0.0)
-    ok = {frozenset(r.hosts): frozenset(r.hosts) in values
-          and (values[frozenset(r.hosts)] or 0.0) >= RELATIVE_SLOW * best and best > 0
-          for r in pairs}
+    ok = {
+        frozenset(r.hosts): frozenset(r.hosts) in values
+        and (values[frozenset(r.hosts)] or 0.0) >= RELATIVE_SLOW * best
+        and best > 0
+        for r in pairs
+    }
     under = threshold is not None and best < threshold
     if all(ok.values()):
         if under:
-            return [Finding("cluster", None, (
-                f"every pair is alike (best {best:.3f} GB/s) and all miss the threshold "
-                f"{threshold:.3f} GB/s: a cause common to every node (switch, MTU, NCCL "
-                "environment), not one node"))]
-        return [Finding("cluster", None, "every pair passes on its own: the all-node run fails "
-                        "only with all ranks (switch capacity, or a collective-specific problem)")]
+            return [
+                Finding(
+                    "cluster",
+                    None,
+                    (
+                        f"every pair is alike (best {best:.3f} GB/s) and all miss the threshold "
+                        f"{threshold:.3f} GB/s: a cause common to every node (switch, MTU, NCCL "
+                        "environment), not one node"
+                    ),
+                )
+            ]
+        return [
+            Finding(
+                "cluster",
+                None,
+                "every pair passes on its own: the all-node run fails "
+                "only with all ranks (switch capacity, or a collective-specific problem)",
+            )
+        ]
     if not any(ok.values()):
-        return [Finding("cluster", None, f"all {len(pairs)} pairs fail or are slow: a cause common "
-                        "to every node (switch, MTU, NCCL environment), not one node")]
+        return [
+            Finding(
+                "cluster",
+                None,
+                f"all {len(pairs)} pairs fail or are slow: a cause common "
+                "to every node (switch, MTU, NCCL environment), not one node",
+            )
+        ]
     findings = []
     for node in implicated(ok, nodes):
         mine = [r for r in pairs if node in r.hosts]
         numbers = [v for r in mine if (v := values.get(frozenset(r.hosts))) is not None]
-        detail = (f"{min(numbers):.3f} GB/s" if len(numbers) == len(mine) else
-                  next(r.message for r in mine if frozenset(r.hosts) not in values))
+        detail = (
+            f"{min(numbers):.3f} GB/s"
+            if len(numbers) == len(mine)
+            else next(r.message for r in mine if frozenset(r.hosts) not in values)
+        )
         place = where(node)
-        findings.append(Finding(node, place, (
-            f"every pair with {node} fails or is slow ({detail}) while pairs without it "
-            f"reach {best:.3f} GB/s: look at {node}'s fabric link"
-            + (f", {place}" if place else ""))))
+        findings.append(
+            Finding(
+                node,
+                place,
+                (
+                    f"every pair with {node} fails or is slow ({detail}) while pairs without it "
+                    f"reach {best:.3f} GB/s: look at {node}'s fabric link"
+                    + (f", {place}" if place else "")
+                ),
+            )
+        )
     if not findings:
-        findings = [Finding(r.hosts[0], "-".join(r.hosts), f"pair {' - '.join(r.hosts)}: "
-                            f"{r.message}") for r in pairs if not ok[frozenset(r.hosts)]]
+        findings = [
+            Finding(r.hosts[0], "-".join(r.hosts), f"pair {' - '.join(r.hosts)}: {r.message}")
+            for r in pairs
+            if not ok[frozenset(r.hosts)]
+        ]
     return findings
 
 
@@ -528,8 +706,11 @@ def collective_of(rep: nccl_report.NcclReport, source: str) -> str:
     """The gate's name for the log's collective (``all_gather_perf`` -> all_gather)."""
     name = (rep.collective or "").removesuffix("_perf")
     if name not in PROGRAMS:
-        raise SparkctlError(f"{source}: the gate judges {', '.join(PROGRAMS)}; this log is "
-                            f"{rep.collective or 'of no named collective'}", ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            f"{source}: the gate judges {', '.join(PROGRAMS)}; this log is "
+            f"{rep.collective or 'of no named collective'}",
+            ExitCode.BAD_INPUT,
+        )
     return name
 
 
@@ -544,8 +725,10 @@ def ranks_of(rep: nccl_report.NcclReport, collective: str, source: str) -> int:
             scale = 2.0 if collective == "all_reduce" else 1.0
             if ratio < scale:
                 return max(2, round(scale / (scale - ratio)))
-    raise SparkctlError(f"{source}: no Rank lines and no row to tell the number of ranks "
-                        "from (busbw / algbw)", ExitCode.BAD_INPUT)
+    raise SparkctlError(
+        f"{source}: no Rank lines and no row to tell the number of ranks from (busbw / algbw)",
+        ExitCode.BAD_INPUT,
+    )
 
 
 def role_thresholds(line_rate: float) -> Thresholds:
@@ -570,6 +753,14 @@ def gate_log(rep: nccl_report.NcclReport, th: Thresholds, source: str) -> NcclRu
     problem = consistency(rep, nranks, None)
     if problem:
         outcome, message = "failed", f"{problem} ({message})"
-    return NcclRun(collective=collective, scope="all", hosts=rep.hosts, outcome=outcome,
-                   message=message, log=Path(source).name, report=rep.to_dict(),
-                   judged=judged, fit=model)
+    return NcclRun(
+        collective=collective,
+        scope="all",
+        hosts=rep.hosts,
+        outcome=outcome,
+        message=message,
+        log=Path(source).name,
+        report=rep.to_dict(),
+        judged=judged,
+        fit=model,
+    )

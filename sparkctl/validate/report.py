@@ -102,8 +102,9 @@ def write(report: Report, run_dir: Path) -> tuple[Path, Path]:
         _atomic_write(json_path, text)  # the record first: a broken renderer cannot lose it
         _atomic_write(html_path, render_html(report))
     except OSError as e:
-        raise SparkctlError(f"cannot write the report into {run_dir}: {e.strerror or e}",
-                            ExitCode.ENVIRONMENT) from e
+        raise SparkctlError(
+            f"cannot write the report into {run_dir}: {e.strerror or e}", ExitCode.ENVIRONMENT
+        ) from e
     return json_path, html_path
 
 
@@ -120,40 +121,112 @@ class _Nullable:
 
 
 _NUM = float  # int or float (not bool) where a number is expected
-_HALF = {"time_us": _NUM, "algbw": _NUM, "busbw": _NUM, "wrong": _Nullable(int),
-         "error?": _Nullable(_NUM), "*": None}
+_HALF = {
+    "time_us": _NUM,
+    "algbw": _NUM,
+    "busbw": _NUM,
+    "wrong": _Nullable(int),
+    "error?": _Nullable(_NUM),
+    "*": None,
+}
 _ROW = {"size": int, "out_of_place": _HALF, "in_place": _HALF, "*": None}
-_NCCL_REPORT = {"rows": [_ROW], "avg_busbw?": _NUM, "oob_values?": _Nullable(int),
-                "errors?": [str], "wrong?": int, "*": None}
-_FIT = {"method": ("fit", "measured"), "sizes": [int], "busbw": _NUM, "algbw": _NUM,
-        "latency_us": _NUM, "residual": _NUM, "factor": _NUM, "largest_size": int,
-        "largest_busbw": _NUM}
+_NCCL_REPORT = {
+    "rows": [_ROW],
+    "avg_busbw?": _NUM,
+    "oob_values?": _Nullable(int),
+    "errors?": [str],
+    "wrong?": int,
+    "*": None,
+}
+_FIT = {
+    "method": ("fit", "measured"),
+    "sizes": [int],
+    "busbw": _NUM,
+    "algbw": _NUM,
+    "latency_us": _NUM,
+    "residual": _NUM,
+    "factor": _NUM,
+    "largest_size": int,
+    "largest_busbw": _NUM,
+}
 _SPEC: dict[str, Any] = {
-    "schema": int, "run_id": str, "cluster": str, "inventory": str, "started": str,
-    "sparkctl_version": str, "hosts": [str], "duration_s?": _NUM, "verdict?": ("passed", "failed"),
+    "schema": int,
+    "run_id": str,
+    "cluster": str,
+    "inventory": str,
+    "started": str,
+    "sparkctl_version": str,
+    "hosts": [str],
+    "duration_s?": _NUM,
+    "verdict?": ("passed", "failed"),
     "notes?": [str],
-    "thresholds": {"line_rate_gbytes": _NUM, "min_fraction": _NUM, "judged_sizes": int,
-                   "baseline_tolerance": _NUM, "min_busbw_gbytes?": _NUM,
-                   "fractions?": {"*": None}, "floor_ratio?": _NUM},
-    "checks": [{"check": str, "host": str, "subject": _Nullable(str), "outcome": OUTCOMES,
-                "message": str, "duration_s?": _NUM}],
-    "nccl": [{"collective": str, "scope": ("all", "pair"), "hosts": [str], "outcome": OUTCOMES,
-              "message": str, "command?": [str], "log?": _Nullable(str),
-              "report?": _Nullable(_NCCL_REPORT), "duration_s?": _NUM,
-              "judged?": [{"size": int, "busbw": _NUM, "fraction": _NUM, "wrong": int}],
-              "fit?": _Nullable(_FIT)}],
+    "thresholds": {
+        "line_rate_gbytes": _NUM,
+        "min_fraction": _NUM,
+        "judged_sizes": int,
+        "baseline_tolerance": _NUM,
+        "min_busbw_gbytes?": _NUM,
+        "fractions?": {"*": None},
+        "floor_ratio?": _NUM,
+    },
+    "checks": [
+        {
+            "check": str,
+            "host": str,
+            "subject": _Nullable(str),
+            "outcome": OUTCOMES,
+            "message": str,
+            "duration_s?": _NUM,
+        }
+    ],
+    "nccl": [
+        {
+            "collective": str,
+            "scope": ("all", "pair"),
+            "hosts": [str],
+            "outcome": OUTCOMES,
+            "message": str,
+            "command?": [str],
+            "log?": _Nullable(str),
+            "report?": _Nullable(_NCCL_REPORT),
+            "duration_s?": _NUM,
+            "judged?": [{"size": int, "busbw": _NUM, "fraction": _NUM, "wrong": int}],
+            "fit?": _Nullable(_FIT),
+        }
+    ],
     "localisation": [{"host": str, "subject": _Nullable(str), "message": str}],
-    "baseline?": _Nullable({"path": str, "run_id": str, "tolerance": _NUM, "outcome": OUTCOMES,
-                            "message": str,
-                            "items": [{"collective": str, "size": int, "baseline_busbw": _NUM,
-                                       "current_busbw": _NUM, "change": _NUM,
-                                       "outcome": OUTCOMES}]}),
+    "baseline?": _Nullable(
+        {
+            "path": str,
+            "run_id": str,
+            "tolerance": _NUM,
+            "outcome": OUTCOMES,
+            "message": str,
+            "items": [
+                {
+                    "collective": str,
+                    "size": int,
+                    "baseline_busbw": _NUM,
+                    "current_busbw": _NUM,
+                    "change": _NUM,
+                    "outcome": OUTCOMES,
+                }
+            ],
+        }
+    ),
 }
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number", type(None): "null"}.get(type(value), "?")
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), "?")
 
 
 def _shape(value: Any, spec: Any, where: str) -> str | None:
@@ -161,13 +234,18 @@ def _shape(value: Any, spec: Any, where: str) -> str | None:
     if isinstance(spec, _Nullable):
         return None if value is None else _shape(value, spec.spec, where)
     if isinstance(spec, tuple):
-        return None if value in spec else \
-            f"{where} is {value!r}, not one of {', '.join(map(str, spec))}"
+        return (
+            None
+            if value in spec
+            else f"{where} is {value!r}, not one of {', '.join(map(str, spec))}"
+        )
     if isinstance(spec, list):
         if not isinstance(value, list):
             return f"{where} is {_kind(value)}, not a list"
-        return next((p for i, item in enumerate(value)
-                     if (p := _shape(item, spec[0], f"{where}[{i}]"))), None)
+        return next(
+            (p for i, item in enumerate(value) if (p := _shape(item, spec[0], f"{where}[{i}]"))),
+            None,
+        )
     if isinstance(spec, dict):
         return _shape_object(value, spec, where)
     if spec is _NUM:
@@ -213,8 +291,9 @@ def load(path: Path) -> Report:
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise bad("no such file" + (" (not a validate results directory?)"
-                                    if file is not path else "")) from None
+        raise bad(
+            "no such file" + (" (not a validate results directory?)" if file is not path else "")
+        ) from None
     except UnicodeDecodeError:
         raise bad("not a text file (not UTF-8)") from None
     except OSError as e:
@@ -246,8 +325,15 @@ def _all_runs(report: Report, collective: str) -> list[NcclRun]:
     return [r for r in report.nccl if r.scope == "all" and r.collective == collective]
 
 
-def _compare_run(run: NcclRun, baseline: Report, tolerance: float, *,
-                 items: list[BaselineItem], skipped: list[str], failures: list[str]) -> None:
+def _compare_run(
+    run: NcclRun,
+    baseline: Report,
+    tolerance: float,
+    *,
+    items: list[BaselineItem],
+    skipped: list[str],
+    failures: list[str],
+) -> None:
     """Compare one all-node run's judged sizes; append to ``items``, ``skipped``, ``failures``."""
     name = run.collective
     if run.outcome == "error":
@@ -273,13 +359,14 @@ def _compare_run(run: NcclRun, baseline: Report, tolerance: float, *,
         outcome: Outcome = "failed" if change < -tolerance - _EPSILON else "passed"
         items.append(BaselineItem(name, size, before, now, change, outcome))
         if outcome == "failed":
-            failures.append(f"{name} at {human_size(size)}: {_gbs(now)} GB/s is "
-                            f"{_pct(-change)} below the baseline's {_gbs(before)} GB/s "
-                            f"(run {baseline.run_id})")
+            failures.append(
+                f"{name} at {human_size(size)}: {_gbs(now)} GB/s is "
+                f"{_pct(-change)} below the baseline's {_gbs(before)} GB/s "
+                f"(run {baseline.run_id})"
+            )
 
 
-def compare(current: Report, baseline: Report, baseline_path: str,
-            tolerance: float) -> Baseline:
+def compare(current: Report, baseline: Report, baseline_path: str, tolerance: float) -> Baseline:
     """Compare the judged sizes of ``current``'s all-node runs with ``baseline``'s.
 
     An item fails when busbw dropped by more than ``tolerance`` (a fraction:
@@ -287,8 +374,10 @@ def compare(current: Report, baseline: Report, baseline_path: str,
     and said so in the message, never failed; so is a run that errored.
     """
     if not math.isfinite(tolerance) or tolerance < 0:
-        raise SparkctlError(f"baseline tolerance {tolerance!r} must be a fraction >= 0 "
-                            "(0.1 is 10%)", ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            f"baseline tolerance {tolerance!r} must be a fraction >= 0 (0.1 is 10%)",
+            ExitCode.BAD_INPUT,
+        )
     items: list[BaselineItem] = []
     skipped: list[str] = []
     failures: list[str] = []
@@ -299,8 +388,9 @@ def compare(current: Report, baseline: Report, baseline_path: str,
     if skipped:
         notes.append("not compared: " + "; ".join(skipped))
     if baseline.cluster != current.cluster:
-        notes.append(f"the baseline is of cluster {baseline.cluster!r}, "
-                     f"this run of {current.cluster!r}")
+        notes.append(
+            f"the baseline is of cluster {baseline.cluster!r}, this run of {current.cluster!r}"
+        )
     tail = "".join(f"; {n}" for n in notes)
     outcome: Outcome
     if failures:
@@ -309,14 +399,22 @@ def compare(current: Report, baseline: Report, baseline_path: str,
     elif items:
         outcome = "passed"
         collectives = len({i.collective for i in items})
-        message = (f"{len(items)} size(s) of {collectives} collective(s) within "
-                   f"{_pct(tolerance)} of run {baseline.run_id}") + tail
+        message = (
+            f"{len(items)} size(s) of {collectives} collective(s) within "
+            f"{_pct(tolerance)} of run {baseline.run_id}"
+        ) + tail
     else:
         outcome = "skipped"
         why = "; ".join(notes) if runs else "this run has no all-node NCCL run with judged sizes"
         message = f"nothing to compare with run {baseline.run_id}: {why}"
-    return Baseline(path=baseline_path, run_id=baseline.run_id, tolerance=tolerance,
-                    items=items, outcome=outcome, message=message)
+    return Baseline(
+        path=baseline_path,
+        run_id=baseline.run_id,
+        tolerance=tolerance,
+        items=items,
+        outcome=outcome,
+        message=message,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -358,8 +456,14 @@ def _table(head: Iterable[str], rows: Iterable[Iterable[str]], numeric: Iterable
     nums = set(numeric)
     out = ["<table><thead><tr>", *(f"<th>{h}</th>" for h in head), "</tr></thead><tbody>"]
     for row in rows:
-        out.append("<tr>" + "".join(f'<td class="num">{c}</td>' if i in nums else f"<td>{c}</td>"
-                                    for i, c in enumerate(row)) + "</tr>")
+        out.append(
+            "<tr>"
+            + "".join(
+                f'<td class="num">{c}</td>' if i in nums else f"<td>{c}</td>"
+                for i, c in enumerate(row)
+            )
+            + "</tr>"
+        )
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -387,8 +491,11 @@ def _matrix(report: Report) -> str:
     cells: dict[tuple[str, str], list[Check]] = {}
     for c in report.checks:
         cells.setdefault((c.check, c.host), []).append(c)
-    out = ["<table class=\"matrix\"><thead><tr><th>check</th>",
-           *(f"<th>{_e(h)}</th>" for h in hosts), "</tr></thead><tbody>"]
+    out = [
+        '<table class="matrix"><thead><tr><th>check</th>',
+        *(f"<th>{_e(h)}</th>" for h in hosts),
+        "</tr></thead><tbody>",
+    ]
     for name in names:
         out.append(f"<tr><th>{_e(name)}</th>")
         for host in hosts:
@@ -399,22 +506,27 @@ def _matrix(report: Report) -> str:
             worst = _worst(group)
             bad = [c for c in group if not c.ok]
             shown = bad or [c for c in group if c.outcome == "skipped"] or group
-            title = "\n".join(f"{c.subject or host}: {c.outcome}: {c.message}"
-                              for c in shown[:30])
+            title = "\n".join(f"{c.subject or host}: {c.outcome}: {c.message}" for c in shown[:30])
             count = f" {len(group) - len(bad)}/{len(group)}" if len(group) > 1 else ""
             subjects = ", ".join(_e(c.subject) for c in bad if c.subject)
-            detail = f'<br><small>{subjects}</small>' if subjects else ""
-            out.append(f'<td class="cell-{_e(worst)}" title="{_e(title)}">'
-                       f"{_outcome(worst)}{_e(count)}{detail}</td>")
+            detail = f"<br><small>{subjects}</small>" if subjects else ""
+            out.append(
+                f'<td class="cell-{_e(worst)}" title="{_e(title)}">'
+                f"{_outcome(worst)}{_e(count)}{detail}</td>"
+            )
         out.append("</tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
 
 def _check_list(checks: list[Check]) -> str:
-    return _table(["host", "check", "subject", "outcome", "message"],
-                  ([_e(c.host), _e(c.check), _e(c.subject or ""), _outcome(c.outcome),
-                    _e(c.message)] for c in checks))
+    return _table(
+        ["host", "check", "subject", "outcome", "message"],
+        (
+            [_e(c.host), _e(c.check), _e(c.subject or ""), _outcome(c.outcome), _e(c.message)]
+            for c in checks
+        ),
+    )
 
 
 def _rows(run: NcclRun) -> list[Mapping[str, Any]]:
@@ -428,7 +540,7 @@ def _svg_inline(svg: str, prefix: str) -> str:
     SVG without them, and they are the only URLs in the file); every id gets
     ``prefix`` so one plot's clip paths and markers cannot shadow another's.
     """
-    svg = svg[svg.index("<svg"):]
+    svg = svg[svg.index("<svg") :]
     svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
     svg = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}\1"', svg)
     svg = re.sub(r'(href=")#([^"]+)"', rf'\1#{prefix}\2"', svg)
@@ -459,18 +571,29 @@ def _plot(collective: str, runs: list[NcclRun], th: Thresholds, index: int) -> s
             sizes.update(x)
             top = max(top, *oop, *inp)
             if run.scope == "pair":
-                ax.plot(x, [min(a, b) for a, b in zip(oop, inp, strict=True)], color="#8c959f",
-                        alpha=0.45, linewidth=0.9,
-                        label=None if pair_labelled else "node pairs (lower of the two)")
+                ax.plot(
+                    x,
+                    [min(a, b) for a, b in zip(oop, inp, strict=True)],
+                    color="#8c959f",
+                    alpha=0.45,
+                    linewidth=0.9,
+                    label=None if pair_labelled else "node pairs (lower of the two)",
+                )
                 pair_labelled = True
                 continue
             ax.plot(x, oop, marker="o", markersize=3.5, color="#0969da", label="out-of-place")
-            ax.plot(x, inp, marker="s", markersize=3, color="#bf8700", linestyle="--",
-                    label="in-place")
+            ax.plot(
+                x, inp, marker="s", markersize=3, color="#bf8700", linestyle="--", label="in-place"
+            )
             judged = [j.size for j in run.judged]
             if judged:
-                ax.axvspan(min(judged) / 1.25, max(judged) * 1.25, color="#0969da", alpha=0.07,
-                           label="judged sizes")
+                ax.axvspan(
+                    min(judged) / 1.25,
+                    max(judged) * 1.25,
+                    color="#0969da",
+                    alpha=0.07,
+                    label="judged sizes",
+                )
             top = max(top, _draw_fit(ax, run, x))
         _draw_limits(ax, collective, th)
         ax.set_xscale("log", base=2)
@@ -488,8 +611,11 @@ def _plot(collective: str, runs: list[NcclRun], th: Thresholds, index: int) -> s
         ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
         buf = io.StringIO()
         with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"sparkctl{index}"}):
-            fig.savefig(buf, format="svg",
-                        metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
+            fig.savefig(
+                buf,
+                format="svg",
+                metadata={"Creator": None, "Date": None, "Format": None, "Type": None},
+            )
     finally:
         fig.clear()
     return _svg_inline(buf.getvalue(), f"p{index}-")
@@ -503,34 +629,67 @@ def _draw_fit(ax: Any, run: NcclRun, sizes: list[int]) -> float:
         return 0.0
     lo, hi = math.log2(min(sizes)), math.log2(max(sizes))
     grid = [2 ** (lo + (hi - lo) * i / 60) for i in range(61)]
-    ax.plot(grid, [fit.model_busbw(int(g)) for g in grid], color="#8250df", linewidth=1.2,
-            label=f"alpha-beta fit ({fit.latency_us:.0f} us latency)")
-    ax.axhline(fit.busbw, color="#8250df", linestyle="--", linewidth=1,
-               label=f"fitted busbw {_gbs(fit.busbw)} GB/s")
+    ax.plot(
+        grid,
+        [fit.model_busbw(int(g)) for g in grid],
+        color="#8250df",
+        linewidth=1.2,
+        label=f"alpha-beta fit ({fit.latency_us:.0f} us latency)",
+    )
+    ax.axhline(
+        fit.busbw,
+        color="#8250df",
+        linestyle="--",
+        linewidth=1,
+        label=f"fitted busbw {_gbs(fit.busbw)} GB/s",
+    )
     return fit.busbw
 
 
 def _draw_limits(ax: Any, collective: str, th: Thresholds) -> None:
     """Line rate, the collective's threshold and the floor under the largest size."""
-    ax.axhline(th.line_rate_gbytes, color="#1f2328", linestyle="-.", linewidth=1,
-               label=f"line rate {_gbs(th.line_rate_gbytes)} GB/s")
+    ax.axhline(
+        th.line_rate_gbytes,
+        color="#1f2328",
+        linestyle="-.",
+        linewidth=1,
+        label=f"line rate {_gbs(th.line_rate_gbytes)} GB/s",
+    )
     threshold = th.threshold_for(collective)
     if threshold is not None:
-        ax.axhline(threshold, color="#cf222e", linestyle=":", linewidth=1.4,
-                   label=f"threshold {_gbs(threshold)} GB/s")
+        ax.axhline(
+            threshold,
+            color="#cf222e",
+            linestyle=":",
+            linewidth=1.4,
+            label=f"threshold {_gbs(threshold)} GB/s",
+        )
     floor = th.floor_for(collective)
     if floor is not None:
-        ax.axhline(floor, color="#cf222e", linestyle=":", linewidth=0.8, alpha=0.6,
-                   label=f"floor (largest size) {_gbs(floor)} GB/s")
+        ax.axhline(
+            floor,
+            color="#cf222e",
+            linestyle=":",
+            linewidth=0.8,
+            alpha=0.6,
+            label=f"floor (largest size) {_gbs(floor)} GB/s",
+        )
 
 
 def _half_cell(half: Mapping[str, Any]) -> list[str]:
     wrong = half.get("wrong")
     error = half.get("error")
-    check = "N/A" if wrong is None and error is None else \
-        (str(wrong) if wrong is not None else f"{error:g}")
-    return [_e(f"{float(half['time_us']):g}"), _e(_gbs(float(half["algbw"]))),
-            _e(_gbs(float(half["busbw"]))), _e(check)]
+    check = (
+        "N/A"
+        if wrong is None and error is None
+        else (str(wrong) if wrong is not None else f"{error:g}")
+    )
+    return [
+        _e(f"{float(half['time_us']):g}"),
+        _e(_gbs(float(half["algbw"]))),
+        _e(_gbs(float(half["busbw"]))),
+        _e(check),
+    ]
 
 
 def _nccl_section(report: Report) -> str:
@@ -545,94 +704,211 @@ def _nccl_section(report: Report) -> str:
         pairs = [r for r in runs if r.scope == "pair"]
         out.append(f"<h3>{_e(name)}</h3>")
         threshold, fraction = th.threshold_for(name), th.fraction_for(name)
-        gate = (f"threshold for the fitted busbw {_gbs(threshold)} GB/s "
-                f"({_pct(fraction or 0.0)} of line rate)" if threshold is not None
-                else "not gated on bandwidth (measured and reported)")
+        gate = (
+            f"threshold for the fitted busbw {_gbs(threshold)} GB/s "
+            f"({_pct(fraction or 0.0)} of line rate)"
+            if threshold is not None
+            else "not gated on bandwidth (measured and reported)"
+        )
         if any(_rows(r) for r in runs):
-            out.append(f"<figure>{_plot(name, runs, th, index)}<figcaption>busbw of "
-                       f"{_e(name)} against message size, with the alpha-beta fit the gate "
-                       f"judges; line rate {_e(_gbs(th.line_rate_gbytes))} GB/s, "
-                       f"{_e(gate)}</figcaption></figure>")
+            out.append(
+                f"<figure>{_plot(name, runs, th, index)}<figcaption>busbw of "
+                f"{_e(name)} against message size, with the alpha-beta fit the gate "
+                f"judges; line rate {_e(_gbs(th.line_rate_gbytes))} GB/s, "
+                f"{_e(gate)}</figcaption></figure>"
+            )
         else:
             out.append('<p class="muted">No result rows to plot.</p>')
         for run in alls:
-            out.append(f"<p>All nodes ({_e(', '.join(run.hosts))}): {_outcome(run.outcome)} "
-                       f"&#8212; {_e(run.message)}</p>")
+            out.append(
+                f"<p>All nodes ({_e(', '.join(run.hosts))}): {_outcome(run.outcome)} "
+                f"&#8212; {_e(run.message)}</p>"
+            )
             if run.judged:
                 # Each row against this collective's own threshold (the gate itself
                 # judges the fit below); an ungated collective has none to compare.
-                head = (f"&#8805; threshold ({_e(_gbs(threshold))} GB/s)"
-                        if threshold is not None else "threshold")
-                out.append(_table(
-                    ["size", "bytes", "busbw (GB/s)", "of line rate", "#wrong", head],
-                    ([_e(human_size(j.size)), _e(j.size), _e(_gbs(j.busbw)), _e(_pct(j.fraction)),
-                      _e(j.wrong), ("not gated" if threshold is None else
-                                    "yes" if j.busbw >= threshold else "<b>no</b>")]
-                     for j in run.judged), numeric=(1, 2, 3, 4)))
+                head = (
+                    f"&#8805; threshold ({_e(_gbs(threshold))} GB/s)"
+                    if threshold is not None
+                    else "threshold"
+                )
+                out.append(
+                    _table(
+                        ["size", "bytes", "busbw (GB/s)", "of line rate", "#wrong", head],
+                        (
+                            [
+                                _e(human_size(j.size)),
+                                _e(j.size),
+                                _e(_gbs(j.busbw)),
+                                _e(_pct(j.fraction)),
+                                _e(j.wrong),
+                                (
+                                    "not gated"
+                                    if threshold is None
+                                    else "yes"
+                                    if j.busbw >= threshold
+                                    else "<b>no</b>"
+                                ),
+                            ]
+                            for j in run.judged
+                        ),
+                        numeric=(1, 2, 3, 4),
+                    )
+                )
             if run.fit is not None:
                 out.append(_fit_table(run, run.fit, th))
             if run.report:
                 rep = run.report
-                extra = [f"avg busbw {_gbs(float(rep.get('avg_busbw', 0.0)))} GB/s",
-                         f"out-of-bounds values {rep.get('oob_values', 'n/a')}",
-                         f"#wrong {rep.get('wrong', 'n/a')}"]
-                out.append(f'<p class="muted">{_e("; ".join(extra))}'
-                           + (f"; log <code>{_e(run.log)}</code>" if run.log else "") + "</p>")
+                extra = [
+                    f"avg busbw {_gbs(float(rep.get('avg_busbw', 0.0)))} GB/s",
+                    f"out-of-bounds values {rep.get('oob_values', 'n/a')}",
+                    f"#wrong {rep.get('wrong', 'n/a')}",
+                ]
+                out.append(
+                    f'<p class="muted">{_e("; ".join(extra))}'
+                    + (f"; log <code>{_e(run.log)}</code>" if run.log else "")
+                    + "</p>"
+                )
                 for err in rep.get("errors") or []:
                     out.append(f'<p class="o-failed"><code>{_e(err)}</code></p>')
-                out.append("<details><summary>every row</summary>" + _table(
-                    ["size", "count", "type", "redop", "time (us)", "algbw", "busbw", "#wrong",
-                     "in-place time (us)", "algbw", "busbw", "#wrong"],
-                    ([_e(human_size(int(r["size"]))), _e(r.get("count", "")),
-                      _e(r.get("type", "")), _e(r.get("redop", "")),
-                      *_half_cell(r["out_of_place"]), *_half_cell(r["in_place"])]
-                     for r in _rows(run)), numeric=range(4, 12)) + "</details>")
+                out.append(
+                    "<details><summary>every row</summary>"
+                    + _table(
+                        [
+                            "size",
+                            "count",
+                            "type",
+                            "redop",
+                            "time (us)",
+                            "algbw",
+                            "busbw",
+                            "#wrong",
+                            "in-place time (us)",
+                            "algbw",
+                            "busbw",
+                            "#wrong",
+                        ],
+                        (
+                            [
+                                _e(human_size(int(r["size"]))),
+                                _e(r.get("count", "")),
+                                _e(r.get("type", "")),
+                                _e(r.get("redop", "")),
+                                *_half_cell(r["out_of_place"]),
+                                *_half_cell(r["in_place"]),
+                            ]
+                            for r in _rows(run)
+                        ),
+                        numeric=range(4, 12),
+                    )
+                    + "</details>"
+                )
         if pairs:
+
             def largest(run: NcclRun) -> str:
                 by_size = run.busbw_by_size()
                 if not by_size:
                     return ""
                 size = max(by_size)
                 return f"{_gbs(by_size[size])} at {human_size(size)}"
-            out.append("<p>Node pairs (compared by their fitted busbw):</p>" + _table(
-                ["pair", "outcome", "fitted busbw (GB/s)", "busbw (GB/s) at the largest size",
-                 "message"],
-                ([_e(" + ".join(r.hosts)), _outcome(r.outcome),
-                  _e(_gbs(r.fit.busbw) if r.fit else ""), _e(largest(r)), _e(r.message)]
-                 for r in pairs), numeric=(2, 3)))
+
+            out.append(
+                "<p>Node pairs (compared by their fitted busbw):</p>"
+                + _table(
+                    [
+                        "pair",
+                        "outcome",
+                        "fitted busbw (GB/s)",
+                        "busbw (GB/s) at the largest size",
+                        "message",
+                    ],
+                    (
+                        [
+                            _e(" + ".join(r.hosts)),
+                            _outcome(r.outcome),
+                            _e(_gbs(r.fit.busbw) if r.fit else ""),
+                            _e(largest(r)),
+                            _e(r.message),
+                        ]
+                        for r in pairs
+                    ),
+                    numeric=(2, 3),
+                )
+            )
     return "".join(out)
 
 
 def _fit_table(run: NcclRun, fit: Fit, th: Thresholds) -> str:
     """The model the gate judged, beside the rows: bandwidth, latency, residual, floor."""
     threshold, floor = th.threshold_for(run.collective), th.floor_for(run.collective)
-    how = (f"alpha-beta fit over {human_size(fit.sizes[0])} .. {human_size(fit.sizes[-1])}, "
-           "out-of-place and in-place" if fit.method == "fit"
-           else "as measured (one size, or times that do not grow with size: no fit)")
+    how = (
+        f"alpha-beta fit over {human_size(fit.sizes[0])} .. {human_size(fit.sizes[-1])}, "
+        "out-of-place and in-place"
+        if fit.method == "fit"
+        else "as measured (one size, or times that do not grow with size: no fit)"
+    )
     return _table(
-        ["model", "fitted busbw (GB/s)", "of line rate", "algbw (GB/s)", "latency (us)",
-         "residual", "measured at the largest size (GB/s)", "threshold (GB/s)",
-         "floor (GB/s)"],
-        [[_e(how), _e(_gbs(fit.busbw)), _e(_pct(fit.busbw / th.line_rate_gbytes)
-                                           if th.line_rate_gbytes else "n/a"),
-          _e(_gbs(fit.algbw)), _e(f"{fit.latency_us:.0f}"), _e(_pct(fit.residual)),
-          _e(f"{_gbs(fit.largest_busbw)} at {human_size(fit.largest_size)}"),
-          _e(_gbs(threshold) if threshold is not None else "not gated"),
-          _e(_gbs(floor) if floor is not None else "none")]], numeric=range(1, 9))
+        [
+            "model",
+            "fitted busbw (GB/s)",
+            "of line rate",
+            "algbw (GB/s)",
+            "latency (us)",
+            "residual",
+            "measured at the largest size (GB/s)",
+            "threshold (GB/s)",
+            "floor (GB/s)",
+        ],
+        [
+            [
+                _e(how),
+                _e(_gbs(fit.busbw)),
+                _e(_pct(fit.busbw / th.line_rate_gbytes) if th.line_rate_gbytes else "n/a"),
+                _e(_gbs(fit.algbw)),
+                _e(f"{fit.latency_us:.0f}"),
+                _e(_pct(fit.residual)),
+                _e(f"{_gbs(fit.largest_busbw)} at {human_size(fit.largest_size)}"),
+                _e(_gbs(threshold) if threshold is not None else "not gated"),
+                _e(_gbs(floor) if floor is not None else "none"),
+            ]
+        ],
+        numeric=range(1, 9),
+    )
 
 
 def _baseline_section(report: Report) -> str:
     b = report.baseline
     if b is None:
         return '<p class="muted">No baseline comparison in this run.</p>'
-    out = [f"<p>{_outcome(b.outcome)} against run <code>{_e(b.run_id)}</code> "
-           f"(<code>{_e(b.path)}</code>), tolerance {_e(_pct(b.tolerance))}: {_e(b.message)}</p>"]
+    out = [
+        f"<p>{_outcome(b.outcome)} against run <code>{_e(b.run_id)}</code> "
+        f"(<code>{_e(b.path)}</code>), tolerance {_e(_pct(b.tolerance))}: {_e(b.message)}</p>"
+    ]
     if b.items:
-        out.append(_table(
-            ["collective", "size", "baseline busbw (GB/s)", "busbw (GB/s)", "change", "outcome"],
-            ([_e(i.collective), _e(human_size(i.size)), _e(_gbs(i.baseline_busbw)),
-              _e(_gbs(i.current_busbw)), _e(f"{i.change * 100:+.1f}%"), _outcome(i.outcome)]
-             for i in b.items), numeric=(2, 3, 4)))
+        out.append(
+            _table(
+                [
+                    "collective",
+                    "size",
+                    "baseline busbw (GB/s)",
+                    "busbw (GB/s)",
+                    "change",
+                    "outcome",
+                ],
+                (
+                    [
+                        _e(i.collective),
+                        _e(human_size(i.size)),
+                        _e(_gbs(i.baseline_busbw)),
+                        _e(_gbs(i.current_busbw)),
+                        _e(f"{i.change * 100:+.1f}%"),
+                        _outcome(i.outcome),
+                    ]
+                    for i in b.items
+                ),
+                numeric=(2, 3, 4),
+            )
+        )
     return "".join(out)
 
 
@@ -642,15 +918,21 @@ def render_html(report: Report) -> str:
     th = report.thresholds
     title = f"sparkctl validate {report.cluster} {report.run_id}: {verdict}"
     counts = {o: sum(1 for c in report.checks if c.outcome == o) for o in OUTCOMES}
-    meta = [("cluster", report.cluster), ("run", report.run_id), ("started", report.started),
-            ("duration", f"{report.duration_s:.1f} s"), ("hosts", ", ".join(report.hosts)),
-            ("inventory", report.inventory), ("sparkctl", report.sparkctl_version),
-            ("checks", ", ".join(f"{n} {o}" for o, n in counts.items() if n) or "none")]
+    meta = [
+        ("cluster", report.cluster),
+        ("run", report.run_id),
+        ("started", report.started),
+        ("duration", f"{report.duration_s:.1f} s"),
+        ("hosts", ", ".join(report.hosts)),
+        ("inventory", report.inventory),
+        ("sparkctl", report.sparkctl_version),
+        ("checks", ", ".join(f"{n} {o}" for o, n in counts.items() if n) or "none"),
+    ]
     failures = report.failed_checks()
     skipped = [c for c in report.checks if c.outcome == "skipped"]
     nccl_bad = [r for r in report.nccl if r.outcome in ("failed", "error")]
     parts = [
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>sparkctl validate: {_e(report.cluster)}</h1>",
@@ -660,26 +942,46 @@ def render_html(report: Report) -> str:
         *(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in meta),
         "</tbody></table>",
         "<h2>Thresholds</h2>",
-        _table(["line rate", "minimum fraction", "threshold (min busbw)", "judged sizes",
-                "baseline tolerance"],
-               [[_e(f"{_gbs(th.line_rate_gbytes)} GB/s"), _e(_pct(th.min_fraction)),
-                 _e(f"{_gbs(th.min_busbw_gbytes)} GB/s"), _e(f"the {th.judged_sizes} largest"),
-                 _e(_pct(th.baseline_tolerance))]]),
-        "<h2>Node checks</h2>", _matrix(report),
+        _table(
+            [
+                "line rate",
+                "minimum fraction",
+                "threshold (min busbw)",
+                "judged sizes",
+                "baseline tolerance",
+            ],
+            [
+                [
+                    _e(f"{_gbs(th.line_rate_gbytes)} GB/s"),
+                    _e(_pct(th.min_fraction)),
+                    _e(f"{_gbs(th.min_busbw_gbytes)} GB/s"),
+                    _e(f"the {th.judged_sizes} largest"),
+                    _e(_pct(th.baseline_tolerance)),
+                ]
+            ],
+        ),
+        "<h2>Node checks</h2>",
+        _matrix(report),
         "<h2>Failures</h2>",
         _check_list(failures) if failures else '<p class="muted">No check failed.</p>',
     ]
     if nccl_bad:
-        parts.append(_table(["NCCL run", "outcome", "message"],
-                            ([_e(r.key), _outcome(r.outcome), _e(r.message)] for r in nccl_bad)))
+        parts.append(
+            _table(
+                ["NCCL run", "outcome", "message"],
+                ([_e(r.key), _outcome(r.outcome), _e(r.message)] for r in nccl_bad),
+            )
+        )
     if skipped:
-        parts += ["<details><summary>Skipped checks</summary>", _check_list(skipped),
-                  "</details>"]
+        parts += ["<details><summary>Skipped checks</summary>", _check_list(skipped), "</details>"]
     parts += ["<h2>NCCL bandwidth</h2>", _nccl_section(report), "<h2>Localisation</h2>"]
     if report.localisation:
-        parts.append(_table(["host", "subject", "finding"],
-                            ([_e(f.host), _e(f.subject or ""), _e(f.message)]
-                             for f in report.localisation)))
+        parts.append(
+            _table(
+                ["host", "subject", "finding"],
+                ([_e(f.host), _e(f.subject or ""), _e(f.message)] for f in report.localisation),
+            )
+        )
     else:
         parts.append('<p class="muted">No findings.</p>')
     parts += ["<h2>Baseline</h2>", _baseline_section(report), "<h2>Notes</h2>"]

@@ -61,32 +61,39 @@ def _plan_key(inv_path: Path, extravars: Mapping[str, Any] | None = None) -> str
     # runs plan.yml tasks, and calls filter_plugins/, library/ and module_utils/ code
     # (a filter edit once left a stale plan). Bytecode caches are not inputs.
     for tree in (roles_dir(), playbooks_dir()):
-        sources += sorted(p for p in tree.rglob("*")
-                          if p.is_file() and "__pycache__" not in p.parts)
+        sources += sorted(
+            p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+        )
     for src in sources:
         digest.update(str(src).encode() + b"\0" + src.read_bytes() + b"\0")
     digest.update(str(state_dir()).encode())
     return digest.hexdigest()[:20]
 
 
-def load_plan(inv: inventory.Inventory, run_dir: Path,
-              extravars: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def load_plan(
+    inv: inventory.Inventory, run_dir: Path, extravars: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What every node should look like: cached until an input file (or -e) changes."""
     cache = state_dir() / "plans" / f"{inv.cluster}-{_plan_key(inv.path, extravars)}.json"
     if not cache.is_file():
         cache.parent.mkdir(parents=True, exist_ok=True)
         console.progress("plan: what the inventory implies for every node (validate_plan.yml)")
         tmp = cache.with_suffix(".tmp")
-        result = run_playbook("validate_plan.yml", inv.path, results_dir=run_dir / "plan",
-                              hosts=len(inv.hostvars),
-                              extravars={**dict(extravars or {}),
-                                         "validate_plan_file": str(tmp)},
-                              envvars=cluster_env(inv.cluster))
+        result = run_playbook(
+            "validate_plan.yml",
+            inv.path,
+            results_dir=run_dir / "plan",
+            hosts=len(inv.hostvars),
+            extravars={**dict(extravars or {}), "validate_plan_file": str(tmp)},
+            envvars=cluster_env(inv.cluster),
+        )
         if not result.ok or not tmp.is_file():
             detail = "; ".join(f"{f.host}: {f.message}" for f in result.failures)
-            raise SparkctlError(f"could not compute the plan from {inv.path}: "
-                                f"{detail or result.status} (artifacts in {result.artifact_dir})",
-                                result.exit_code() if result.failures else ExitCode.BAD_INPUT)
+            raise SparkctlError(
+                f"could not compute the plan from {inv.path}: "
+                f"{detail or result.status} (artifacts in {result.artifact_dir})",
+                result.exit_code() if result.failures else ExitCode.BAD_INPUT,
+            )
         tmp.replace(cache)
     plan: dict[str, Any] = json.loads(cache.read_text())
     (run_dir / "plan.json").write_text(json.dumps(plan, indent=1))
@@ -98,21 +105,45 @@ def thresholds(plan: dict[str, Any], line_rate: float) -> Thresholds:
 
 
 # ------------------------------------------------------------------ node checks
-def run_node_checks(plan_file: Path, ssh_config: Path, nodes: Sequence[str],
-                    run_dir: Path) -> tuple[list[Check], dict[str, dict[str, Any]], set[str]]:
+def run_node_checks(
+    plan_file: Path, ssh_config: Path, nodes: Sequence[str], run_dir: Path
+) -> tuple[list[Check], dict[str, dict[str, Any]], set[str]]:
     """One pytest process per node, all at once; their results and what they saw."""
     out_dir = run_dir / "checks"
     out_dir.mkdir(parents=True, exist_ok=True)
 
     def one(node: str) -> tuple[str, int, str]:
-        argv = [sys.executable, "-m", "pytest", str(CHECKS_DIR), "-c",
-                str(CHECKS_DIR / "pytest.ini"), "--rootdir", str(CHECKS_DIR), "-q",
-                "--no-header", "-rN", "--sparkctl-plan", str(plan_file), "--sparkctl-node", node,
-                "--sparkctl-ssh-config", str(ssh_config),
-                "--sparkctl-out", str(out_dir / f"{node}.json")]
+        argv = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(CHECKS_DIR),
+            "-c",
+            str(CHECKS_DIR / "pytest.ini"),
+            "--rootdir",
+            str(CHECKS_DIR),
+            "-q",
+            "--no-header",
+            "-rN",
+            "--sparkctl-plan",
+            str(plan_file),
+            "--sparkctl-node",
+            node,
+            "--sparkctl-ssh-config",
+            str(ssh_config),
+            "--sparkctl-out",
+            str(out_dir / f"{node}.json"),
+        ]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False,
-                              stdin=subprocess.DEVNULL, timeout=900)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            timeout=900,
+        )
         (out_dir / f"{node}.log").write_text(proc.stdout + proc.stderr)
         return node, proc.returncode, proc.stdout + proc.stderr
 
@@ -124,9 +155,15 @@ def run_node_checks(plan_file: Path, ssh_config: Path, nodes: Sequence[str],
             result = out_dir / f"{node}.json"
             if rc not in (0, 1) or not result.is_file():
                 tail = [ln for ln in output.splitlines() if ln.strip()][-3:]
-                checks.append(Check("suite", node, None, "error",
-                                    f"the node checks did not run (pytest exit {rc}): "
-                                    + " | ".join(tail)))
+                checks.append(
+                    Check(
+                        "suite",
+                        node,
+                        None,
+                        "error",
+                        f"the node checks did not run (pytest exit {rc}): " + " | ".join(tail),
+                    )
+                )
                 down.add(node)
                 continue
             data = json.loads(result.read_text())
@@ -136,8 +173,9 @@ def run_node_checks(plan_file: Path, ssh_config: Path, nodes: Sequence[str],
     return checks, facts, down
 
 
-def cluster_checks(plan: dict[str, Any], facts: dict[str, dict[str, Any]],
-                   down: set[str]) -> list[Check]:
+def cluster_checks(
+    plan: dict[str, Any], facts: dict[str, dict[str, Any]], down: set[str]
+) -> list[Check]:
     """Across nodes: no address on two nodes, every neighbour is the node that owns the address."""
     checks: list[Check] = []
     owners: dict[str, list[str]] = {}
@@ -151,30 +189,53 @@ def cluster_checks(plan: dict[str, Any], facts: dict[str, dict[str, Any]],
     fabric = {plan["hosts"][n][f"fabric_{t}_ip"] for n in plan["hosts"] for t in ("a", "b")}
     dups = {a: o for a, o in owners.items() if len({x.split()[0] for x in o}) > 1}
     if not facts:
-        checks.append(Check("unique_addresses", "cluster", None, "skipped",
-                            "no node reported its addresses"))
+        checks.append(
+            Check("unique_addresses", "cluster", None, "skipped", "no node reported its addresses")
+        )
     elif dups:
         for addr, where in sorted(dups.items()):
-            checks.append(Check("unique_addresses", "cluster", addr, "failed",
-                                f"{addr} is configured on {' and '.join(where)}"))
+            checks.append(
+                Check(
+                    "unique_addresses",
+                    "cluster",
+                    addr,
+                    "failed",
+                    f"{addr} is configured on {' and '.join(where)}",
+                )
+            )
     else:
-        checks.append(Check("unique_addresses", "cluster", None, "passed",
-                            f"{len(owners)} addresses on {len(facts)} nodes, none twice"))
+        checks.append(
+            Check(
+                "unique_addresses",
+                "cluster",
+                None,
+                "passed",
+                f"{len(owners)} addresses on {len(facts)} nodes, none twice",
+            )
+        )
     checks += _neighbour_checks(plan, facts, fabric)
     if down:
-        checks.append(Check("all_nodes", "cluster", None, "failed",
-                            f"no answer from {', '.join(sorted(down))}"))
+        checks.append(
+            Check(
+                "all_nodes", "cluster", None, "failed", f"no answer from {', '.join(sorted(down))}"
+            )
+        )
     return checks
 
 
-def mesh_findings(inv: inventory.Inventory, plan: dict[str, Any],
-                  checks: Sequence[Check]) -> list[Finding]:
+def mesh_findings(
+    inv: inventory.Inventory, plan: dict[str, Any], checks: Sequence[Check]
+) -> list[Finding]:
     """From the mesh pings: the node whose every path on a twin fails while others work."""
     nodes = list(plan["hosts"])
     findings = []
     for twin in ("a", "b"):
-        netdev = {n: next(t["netdev"] for t in plan["hosts"][n]["roce_fabric"]["twins"]
-                          if t["twin"] == twin) for n in nodes}
+        netdev = {
+            n: next(
+                t["netdev"] for t in plan["hosts"][n]["roce_fabric"]["twins"] if t["twin"] == twin
+            )
+            for n in nodes
+        }
         ok: dict[frozenset[str], bool] = {}
         jumbo_only: dict[str, bool] = {}
         for c in checks:
@@ -194,33 +255,48 @@ def mesh_findings(inv: inventory.Inventory, plan: dict[str, Any],
         for node in nccl.implicated(ok, nodes):
             ports = [p.name for p in inv.ports if p.node == node and p.twin in (twin, "both")]
             place = f"{netdev[node]}" + (f" (switch port {', '.join(ports)})" if ports else "")
-            what = (f"{mtu}-byte frames are dropped between {node} and every peer (small pings "
-                    f"pass): the MTU on {node}'s path {place} is below {mtu}"
-                    if jumbo_only.get(node) else
-                    f"no peer reaches {node} on twin {twin} and it reaches none, while the "
-                    f"others reach each other: {node}'s link on {place}")
+            what = (
+                f"{mtu}-byte frames are dropped between {node} and every peer (small pings "
+                f"pass): the MTU on {node}'s path {place} is below {mtu}"
+                if jumbo_only.get(node)
+                else f"no peer reaches {node} on twin {twin} and it reaches none, while the "
+                f"others reach each other: {node}'s link on {place}"
+            )
             findings.append(Finding(node, place, what))
     return findings
 
 
-def _neighbour_checks(plan: dict[str, Any], facts: dict[str, dict[str, Any]],
-                      fabric: set[str]) -> list[Check]:
+def _neighbour_checks(
+    plan: dict[str, Any], facts: dict[str, dict[str, Any]], fabric: set[str]
+) -> list[Check]:
     """The MAC that answered for each fabric address must be its owner's twin."""
     checks: list[Check] = []
-    mac_of = {plan["hosts"][n][f"fabric_{t}_ip"]: (n, t, facts.get(n, {}).get("mac", {}).get(t))
-              for n in plan["hosts"] for t in ("a", "b")}
+    mac_of = {
+        plan["hosts"][n][f"fabric_{t}_ip"]: (n, t, facts.get(n, {}).get("mac", {}).get(t))
+        for n in plan["hosts"]
+        for t in ("a", "b")
+    }
     wrong = []
     for observer, seen in facts.items():
         for addr, mac in seen.get("neigh", {}).items():
             owner, twin, want = mac_of.get(addr, (None, None, None))
             if addr in fabric and mac and want and mac.lower() != want.lower():
-                wrong.append(f"{observer} reached {addr} at {mac}, which is not {owner}'s "
-                             f"twin {twin} ({want}): another host answers for {owner}'s address")
+                wrong.append(
+                    f"{observer} reached {addr} at {mac}, which is not {owner}'s "
+                    f"twin {twin} ({want}): another host answers for {owner}'s address"
+                )
     if wrong:
         checks += [Check("neighbours", "cluster", None, "failed", w) for w in wrong]
     elif facts:
-        checks.append(Check("neighbours", "cluster", None, "passed",
-                            "every fabric address answered from its owner's interface"))
+        checks.append(
+            Check(
+                "neighbours",
+                "cluster",
+                None,
+                "passed",
+                "every fabric address answered from its owner's interface",
+            )
+        )
     return checks
 
 
@@ -237,7 +313,8 @@ def line_rate(plan: dict[str, Any], head: str, runner: nccl.Runner) -> float:
         raise SparkctlError(
             f"validate_line_rate_gbytes is not set and {head}:{LAB_HARDWARE} gives no "
             f"link_rate_mbit (rc {rc}): set validate_line_rate_gbytes in the inventory",
-            ExitCode.BAD_INPUT) from None
+            ExitCode.BAD_INPUT,
+        ) from None
     return rate_mbit / 8 / 1000
 
 
@@ -253,41 +330,67 @@ def _nccl_record(runner: nccl.Runner, head: str, version_file: str) -> dict[str,
     return {key: value for key, value in record.items() if value and value != "none"}
 
 
-def nccl_gate(inv: inventory.Inventory, plan: dict[str, Any], facts: dict[str, dict[str, Any]],
-              runner: nccl.Runner, *, th: Thresholds, run_dir: Path,
-              collectives: Sequence[str]) -> tuple[list[NcclRun], list[Finding], list[str]]:
+def nccl_gate(
+    inv: inventory.Inventory,
+    plan: dict[str, Any],
+    facts: dict[str, dict[str, Any]],
+    runner: nccl.Runner,
+    *,
+    th: Thresholds,
+    run_dir: Path,
+    collectives: Sequence[str],
+) -> tuple[list[NcclRun], list[Finding], list[str]]:
     nodes = [n.name for n in inv.nodes]
     head = nodes[0]
     hp = plan["hosts"][head]
     v, n_plan = hp["validate"], hp["nccl"]
     mem = [int(facts[n]["mem_available"]) for n in nodes if "mem_available" in facts.get(n, {})]
-    max_bytes = nccl.sweep_max(mem, float(v["nccl_mem_fraction"]), int(v["nccl_max_bytes"]),
-                               int(v["nccl_min_bytes"]))
+    max_bytes = nccl.sweep_max(
+        mem, float(v["nccl_mem_fraction"]), int(v["nccl_max_bytes"]), int(v["nccl_min_bytes"])
+    )
     min_bytes = min(int(v["nccl_min_bytes"]), max_bytes)
     as_root = hp["base"]["cluster_user"] == "root"
     record = _nccl_record(runner, head, n_plan.get("version_file", "/etc/sparkctl/nccl-version"))
     nccl_home, pinned = record.get("NCCL_HOME"), record.get("NCCL_VERSION")
     rdma = bool(n_plan.get("rdma_expected", False))
-    notes = [f"sweep {nccl.human(min_bytes)} .. {nccl.human(max_bytes)}: the largest buffer from "
-             f"the least available memory ({min(mem) / 2**30:.1f} GiB)" if mem else
-             f"sweep up to {nccl.human(max_bytes)} (no memory reading)"]
+    notes = [
+        f"sweep {nccl.human(min_bytes)} .. {nccl.human(max_bytes)}: the largest buffer from "
+        f"the least available memory ({min(mem) / 2**30:.1f} GiB)"
+        if mem
+        else f"sweep up to {nccl.human(max_bytes)} (no memory reading)"
+    ]
 
     def launch(collective: str, hosts: Sequence[str], lo: int) -> nccl.Launch:
         return nccl.Launch(
-            collective=collective, hosts=tuple(hosts),
+            collective=collective,
+            hosts=tuple(hosts),
             addresses=tuple(plan["hosts"][h]["fabric_a_ip"] for h in hosts),
-            tests_dir=n_plan["tests_dir"], env_file=n_plan["env_file"],
-            env_keys=tuple(sorted(n_plan["env"])), min_bytes=lo, max_bytes=max_bytes,
-            iters=int(v["nccl_iters"]), warmup=int(v["nccl_warmup_iters"]),
-            timeout=int(v["nccl_timeout"]), as_root=as_root, nccl_home=nccl_home)
+            tests_dir=n_plan["tests_dir"],
+            env_file=n_plan["env_file"],
+            env_keys=tuple(sorted(n_plan["env"])),
+            min_bytes=lo,
+            max_bytes=max_bytes,
+            iters=int(v["nccl_iters"]),
+            warmup=int(v["nccl_warmup_iters"]),
+            timeout=int(v["nccl_timeout"]),
+            as_root=as_root,
+            nccl_home=nccl_home,
+        )
 
     runs: list[NcclRun] = []
     for collective in collectives:
-        console.progress(f"nccl-tests {collective}: {len(nodes)} ranks, "
-                         f"{nccl.human(min_bytes)} .. {nccl.human(max_bytes)}")
-        result = nccl.run(launch(collective, nodes, min_bytes), runner, th,
-                          run_dir / f"nccl-{collective}.log", rdma_expected=rdma,
-                          pinned_nccl=pinned)
+        console.progress(
+            f"nccl-tests {collective}: {len(nodes)} ranks, "
+            f"{nccl.human(min_bytes)} .. {nccl.human(max_bytes)}"
+        )
+        result = nccl.run(
+            launch(collective, nodes, min_bytes),
+            runner,
+            th,
+            run_dir / f"nccl-{collective}.log",
+            rdma_expected=rdma,
+            pinned_nccl=pinned,
+        )
         console.progress(f"nccl-tests {collective}: {result.outcome}: {result.message}")
         runs.append(result)
 
@@ -300,40 +403,65 @@ def nccl_gate(inv: inventory.Inventory, plan: dict[str, Any], facts: dict[str, d
         # one, and a quarter of the time at a quarter of the rate.
         size = max(min_bytes, max_bytes >> 2)
         low = max(min_bytes, size >> max(0, th.judged_sizes - 1))
-        console.progress(f"localising: pairwise {collective} {nccl.human(low)} .. "
-                         f"{nccl.human(size)} over {len(nodes)} nodes")
-        pairs = nccl.run_pairs(lambda p: replace(launch(collective, p, low), max_bytes=size),
-                               runner, th, run_dir, nodes, rdma_expected=rdma,
-                               pinned_nccl=pinned)
+        console.progress(
+            f"localising: pairwise {collective} {nccl.human(low)} .. "
+            f"{nccl.human(size)} over {len(nodes)} nodes"
+        )
+        pairs = nccl.run_pairs(
+            lambda p: replace(launch(collective, p, low), max_bytes=size),
+            runner,
+            th,
+            run_dir,
+            nodes,
+            rdma_expected=rdma,
+            pinned_nccl=pinned,
+        )
         runs += pairs
-        findings = nccl.localise(pairs, nodes, lambda n: _port_of(inv, plan, n),
-                                 th.threshold_for(collective))
+        findings = nccl.localise(
+            pairs, nodes, lambda n: _port_of(inv, plan, n), th.threshold_for(collective)
+        )
     return runs, findings, notes
 
 
 def _port_of(inv: inventory.Inventory, plan: dict[str, Any], node: str) -> str | None:
     """The socket twin's netdev and the switch port it is cabled to, when the inventory says."""
     socket_if = plan["hosts"][node]["nccl"]["socket_ifname"]
-    twin = next((t["twin"] for t in plan["hosts"][node]["roce_fabric"]["twins"]
-                 if t["netdev"] == socket_if), "a")
+    twin = next(
+        (
+            t["twin"]
+            for t in plan["hosts"][node]["roce_fabric"]["twins"]
+            if t["netdev"] == socket_if
+        ),
+        "a",
+    )
     ports = [p.name for p in inv.ports if p.node == node and p.twin in (twin, "both")]
     return f"{socket_if} (switch port {', '.join(ports)})" if ports else socket_if
 
 
-def perftest(plan: dict[str, Any], nodes: Sequence[str], runner: nccl.Runner, *,
-             th: Thresholds, run_dir: Path, setting: Any) -> tuple[list[Check], list[str]]:
+def perftest(
+    plan: dict[str, Any],
+    nodes: Sequence[str],
+    runner: nccl.Runner,
+    *,
+    th: Thresholds,
+    run_dir: Path,
+    setting: Any,
+) -> tuple[list[Check], list[str]]:
     """ib_write_bw where the nodes have perftest and RDMA devices; a plain note where not."""
     if str(setting).lower() in ("false", "no"):
         return [], ["ib_write_bw: skipped (validate_perftest: false)"]
     missing = []
     for node in nodes:
-        rc, _ = runner(node, "command -v ib_write_bw >/dev/null && ls /sys/class/infiniband "
-                             "| grep -q .", 30)
+        rc, _ = runner(
+            node, "command -v ib_write_bw >/dev/null && ls /sys/class/infiniband | grep -q .", 30
+        )
         if rc != 0:
             missing.append(node)
     if missing:
-        note = (f"ib_write_bw: not available on {', '.join(missing)} (no perftest or no RDMA "
-                "devices; the lab has neither): RDMA write bandwidth not measured")
+        note = (
+            f"ib_write_bw: not available on {', '.join(missing)} (no perftest or no RDMA "
+            "devices; the lab has neither): RDMA write bandwidth not measured"
+        )
         if str(setting).lower() in ("true", "yes"):
             return [Check("rdma_write", n, None, "failed", note) for n in missing], []
         return [], [note]
@@ -364,45 +492,86 @@ def validate(opts: Options) -> tuple[Report, Path]:
         checks, facts, down = run_node_checks(run_dir / "plan.json", ssh_cfg, nodes, run_dir)
         checks += cluster_checks(plan, facts, down)
         # A node that did not answer comes first: nothing else about it is known.
-        mesh = [Finding(c.host, f"({c.message.removeprefix(c.host + ' ')})", c.message)
-                for c in checks if c.check in _BLOCKING and c.host in down and not c.ok]
+        mesh = [
+            Finding(c.host, f"({c.message.removeprefix(c.host + ' ')})", c.message)
+            for c in checks
+            if c.check in _BLOCKING and c.host in down and not c.ok
+        ]
         mesh += mesh_findings(inv, plan, checks)
         rate = line_rate(plan, nodes[0], runner) if nodes[0] not in down else 0.0
         th = thresholds(plan, rate)
-        report = Report(run_id=run_dir.name, cluster=inv.cluster, inventory=str(inv.path),
-                        started=stamp,
-                        sparkctl_version=__version__, hosts=nodes, thresholds=th, checks=checks,
-                        localisation=mesh)
-        collectives = list(opts.collectives) or \
-            list(plan["hosts"][nodes[0]]["validate"]["collectives"])
-        socket_twin_down = sorted({c.host for c in checks if not c.ok and (
-            c.check in _BLOCKING or (c.check in ("twin_up", "mesh") and c.subject
-                                     and c.subject.split()[0] == plan["hosts"].get(
-                                         c.host, {}).get("nccl", {}).get("socket_ifname")))})
+        report = Report(
+            run_id=run_dir.name,
+            cluster=inv.cluster,
+            inventory=str(inv.path),
+            started=stamp,
+            sparkctl_version=__version__,
+            hosts=nodes,
+            thresholds=th,
+            checks=checks,
+            localisation=mesh,
+        )
+        collectives = list(opts.collectives) or list(
+            plan["hosts"][nodes[0]]["validate"]["collectives"]
+        )
+        socket_twin_down = sorted(
+            {
+                c.host
+                for c in checks
+                if not c.ok
+                and (
+                    c.check in _BLOCKING
+                    or (
+                        c.check in ("twin_up", "mesh")
+                        and c.subject
+                        and c.subject.split()[0]
+                        == plan["hosts"].get(c.host, {}).get("nccl", {}).get("socket_ifname")
+                    )
+                )
+            }
+        )
         if not opts.nccl:
             report.notes.append("nccl-tests: skipped (--no-nccl)")
         elif socket_twin_down:
-            report.notes.append(f"nccl-tests: not started: {', '.join(socket_twin_down)} cannot "
-                                "carry it (see the failed checks)")
-            report.nccl = [NcclRun(c, "all", nodes, "skipped",
-                                   f"not started: {', '.join(socket_twin_down)} failed checks "
-                                   "on the socket interface") for c in collectives]
+            report.notes.append(
+                f"nccl-tests: not started: {', '.join(socket_twin_down)} cannot "
+                "carry it (see the failed checks)"
+            )
+            report.nccl = [
+                NcclRun(
+                    c,
+                    "all",
+                    nodes,
+                    "skipped",
+                    f"not started: {', '.join(socket_twin_down)} failed checks "
+                    "on the socket interface",
+                )
+                for c in collectives
+            ]
         else:
-            runs, findings, notes = nccl_gate(inv, plan, facts, runner, th=th, run_dir=run_dir,
-                                              collectives=collectives)
+            runs, findings, notes = nccl_gate(
+                inv, plan, facts, runner, th=th, run_dir=run_dir, collectives=collectives
+            )
             report.nccl = runs
             report.localisation += findings
             report.notes += notes
-            rdma, rdma_notes = perftest(plan, nodes, runner, th=th, run_dir=run_dir,
-                                        setting=plan["hosts"][nodes[0]]["validate"]["perftest"])
+            rdma, rdma_notes = perftest(
+                plan,
+                nodes,
+                runner,
+                th=th,
+                run_dir=run_dir,
+                setting=plan["hosts"][nodes[0]]["validate"]["perftest"],
+            )
             report.checks += rdma
             report.notes += rdma_notes
         from sparkctl.validate import report as report_io  # noqa: PLC0415
 
         if baseline_path is not None:
             base = report_io.load(baseline_path)
-            report.baseline = report_io.compare(report, base, str(baseline_path),
-                                                th.baseline_tolerance)
+            report.baseline = report_io.compare(
+                report, base, str(baseline_path), th.baseline_tolerance
+            )
         report.duration_s = time.monotonic() - started
         report_io.write(report, run_dir)
         if report.verdict == "passed":
@@ -418,13 +587,18 @@ def resolve_baseline(value: str, cluster: str) -> Path:
     if value == "last-good":
         link = last_good_link(cluster)
         if not link.exists():
-            raise SparkctlError(f"no last-good run for {cluster} yet ({link})", ExitCode.BAD_INPUT,
-                                hint="a validate run that passes becomes last-good")
+            raise SparkctlError(
+                f"no last-good run for {cluster} yet ({link})",
+                ExitCode.BAD_INPUT,
+                hint="a validate run that passes becomes last-good",
+            )
         return link.resolve()
     path = Path(value).expanduser()
     if not path.exists():
-        raise SparkctlError(f"{path}: no such baseline (give a run directory, its report.json, "
-                            "or last-good)", ExitCode.BAD_INPUT)
+        raise SparkctlError(
+            f"{path}: no such baseline (give a run directory, its report.json, or last-good)",
+            ExitCode.BAD_INPUT,
+        )
     return path
 
 
@@ -433,17 +607,24 @@ def failure_summary(report: Report) -> str:
     parts = []
     found = [f for f in report.localisation if f.host != "cluster"]
     if found:
-        parts.append("look at " + "; ".join(
-            f"{f.host}" + (f" {f.subject}" if f.subject else "") for f in found))
+        parts.append(
+            "look at "
+            + "; ".join(f"{f.host}" + (f" {f.subject}" if f.subject else "") for f in found)
+        )
     by_host: dict[str, list[str]] = {}
     for c in report.failed_checks():
         names = by_host.setdefault(c.host, [])
         if c.check not in names:
             names.append(c.check)
     if by_host:
-        parts.append("failed checks on " + ", ".join(
-            f"{host} ({', '.join(names[:4])}{f' +{len(names) - 4} more' if len(names) > 4 else ''})"
-            for host, names in sorted(by_host.items())))
+        parts.append(
+            "failed checks on "
+            + ", ".join(
+                f"{host} ({', '.join(names[:4])}"
+                f"{f' +{len(names) - 4} more' if len(names) > 4 else ''})"
+                for host, names in sorted(by_host.items())
+            )
+        )
     gate = [r.collective for r in report.nccl if r.scope == "all" and r.outcome == "failed"]
     if gate:
         parts.append(f"bandwidth gate failed: {', '.join(gate)}")

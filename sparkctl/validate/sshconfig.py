@@ -47,9 +47,12 @@ def control_dir() -> Path:
         path.mkdir(mode=0o700)
     info = path.lstat()
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise SparkctlError(f"{path}: not a directory of this user (uid {os.getuid()}); "
-                            "sparkctl keeps its SSH control sockets there",
-                            ExitCode.ENVIRONMENT, hint=f"remove {path} and run again")
+        raise SparkctlError(
+            f"{path}: not a directory of this user (uid {os.getuid()}); "
+            "sparkctl keeps its SSH control sockets there",
+            ExitCode.ENVIRONMENT,
+            hint=f"remove {path} and run again",
+        )
     if info.st_mode & 0o077:
         path.chmod(0o700)
     return path
@@ -61,14 +64,20 @@ def _options(args: str, source: str, host: str) -> list[tuple[str, str]]:
     try:
         return inventory_rules.ssh_options(args)
     except ValueError as exc:
-        raise SparkctlError(f"host {host}: variable {source}: {exc}", ExitCode.BAD_INPUT,
-                            hint="see docs/inventory.md, connection variables") from None
+        raise SparkctlError(
+            f"host {host}: variable {source}: {exc}",
+            ExitCode.BAD_INPUT,
+            hint="see docs/inventory.md, connection variables",
+        ) from None
 
 
 def inventory_options(name: str, hostvars: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The ``-o`` options of a host's ``ansible_ssh_common_args`` then ``_extra_args``."""
-    return [pair for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args")
-            for pair in _options(str(hostvars.get(var) or ""), var, name)]
+    return [
+        pair
+        for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args")
+        for pair in _options(str(hostvars.get(var) or ""), var, name)
+    ]
 
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -81,14 +90,17 @@ def known_hosts_file(name: str, hostvars: Mapping[str, Any]) -> Path:
     the first value it reads, and writes to the first file of a list), else
     ssh's default ``~/.ssh/known_hosts``.
     """
-    value = next((v for k, v in inventory_options(name, hostvars)
-                  if k.lower() == "userknownhostsfile"), DEFAULT_KNOWN_HOSTS)
+    value = next(
+        (v for k, v in inventory_options(name, hostvars) if k.lower() == "userknownhostsfile"),
+        DEFAULT_KNOWN_HOSTS,
+    )
     first = (shlex.split(value) or [DEFAULT_KNOWN_HOSTS])[0]
     if first.lower() == "none" or first == os.devnull:
-        raise SparkctlError(f"host {name}: UserKnownHostsFile {first}: its host key would never "
-                            "be checked", ExitCode.BAD_INPUT,
-                            hint="point UserKnownHostsFile at a file, or leave it out "
-                                 f"({DEFAULT_KNOWN_HOSTS})")
+        raise SparkctlError(
+            f"host {name}: UserKnownHostsFile {first}: its host key would never be checked",
+            ExitCode.BAD_INPUT,
+            hint=f"point UserKnownHostsFile at a file, or leave it out ({DEFAULT_KNOWN_HOSTS})",
+        )
     return Path(first.replace("%d", str(Path.home()))).expanduser()
 
 
@@ -97,9 +109,11 @@ def _word(host: str, var: str, value: Any, pattern: re.Pattern[str]) -> str:
     newline or a quote would start another line or option in the file."""
     text = str(value)
     if not pattern.fullmatch(text):
-        raise SparkctlError(f"host {host}: variable {var}: {text!r} cannot go into an "
-                            "ssh_config", ExitCode.BAD_INPUT,
-                            hint="run `sparkctl inventory check INVENTORY`")
+        raise SparkctlError(
+            f"host {host}: variable {var}: {text!r} cannot go into an ssh_config",
+            ExitCode.BAD_INPUT,
+            hint="run `sparkctl inventory check INVENTORY`",
+        )
     return text
 
 
@@ -107,10 +121,17 @@ def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
     rules = inventory_rules
     # ssh takes the first value it reads for an option: sparkctl's own come first.
     lines = [f"Host {_word(name, 'inventory_hostname', name, rules.HOST_NAME)}"]
-    lines += [f"  {k} {v}" for k, v in
-              (("StrictHostKeyChecking", "yes"), ("BatchMode", "yes"),
-               ("PasswordAuthentication", "no"), ("ControlMaster", "auto"),
-               ("ControlPersist", "300"), ("ControlPath", f"{control_dir()}/%C"))]
+    lines += [
+        f"  {k} {v}"
+        for k, v in (
+            ("StrictHostKeyChecking", "yes"),
+            ("BatchMode", "yes"),
+            ("PasswordAuthentication", "no"),
+            ("ControlMaster", "auto"),
+            ("ControlPersist", "300"),
+            ("ControlPath", f"{control_dir()}/%C"),
+        )
+    ]
     address = hostvars.get("ansible_host", name)
     if rules._ipv4(address) is None:  # the rules' own address reader
         _word(name, "ansible_host", address, rules.HOST_NAME)
@@ -121,15 +142,19 @@ def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
     if hostvars.get("ansible_port"):
         port = rules.port_number(hostvars["ansible_port"])
         if port is None:
-            raise SparkctlError(f"host {name}: variable ansible_port: "
-                                f"{hostvars['ansible_port']!r} is not a TCP port",
-                                ExitCode.BAD_INPUT)
+            raise SparkctlError(
+                f"host {name}: variable ansible_port: "
+                f"{hostvars['ansible_port']!r} is not a TCP port",
+                ExitCode.BAD_INPUT,
+            )
         lines.append(f"  Port {port}")
     for var in rules.KEY_FILE_VARS:
         if hostvars.get(var):
             key = Path(_word(name, var, hostvars[var], rules.KEY_FILE)).expanduser()
-            lines += [f"  IdentityFile {_word(name, var, key, rules.KEY_FILE)}",
-                      "  IdentitiesOnly yes"]
+            lines += [
+                f"  IdentityFile {_word(name, var, key, rules.KEY_FILE)}",
+                "  IdentitiesOnly yes",
+            ]
             break
     for opt, value in inventory_options(name, hostvars):
         if opt.lower() in _OURS:

@@ -10,8 +10,12 @@ from sparkctl import console
 from sparkctl.validate.model import Check, Report
 from sparkctl.validate.nccl import human
 
-_MARK = {"passed": "[green]ok[/green]", "skipped": "[dim]-[/dim]",
-         "failed": "[red]FAIL[/red]", "error": "[red]ERROR[/red]"}
+_MARK = {
+    "passed": "[green]ok[/green]",
+    "skipped": "[dim]-[/dim]",
+    "failed": "[red]FAIL[/red]",
+    "error": "[red]ERROR[/red]",
+}
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
 
@@ -25,21 +29,27 @@ def _cell(checks: list[Check]) -> str:
 
 def show(report: Report) -> None:
     out = console.out
-    hosts = list(report.hosts) + (["cluster"] if any(c.host == "cluster"
-                                                     for c in report.checks) else [])
+    hosts = list(report.hosts) + (
+        ["cluster"] if any(c.host == "cluster" for c in report.checks) else []
+    )
     matrix = Table(box=None, title="node checks", title_justify="left")
     matrix.add_column("check")
     for h in hosts:
         matrix.add_column(h, justify="center")
     names = list(dict.fromkeys(c.check for c in report.checks))
     for name in names:
-        matrix.add_row(name, *(_cell([c for c in report.checks if c.check == name and c.host == h])
-                               for h in hosts))
+        matrix.add_row(
+            name,
+            *(_cell([c for c in report.checks if c.check == name and c.host == h]) for h in hosts),
+        )
     out.print(matrix)
     for c in report.failed_checks():
         where = f"{c.host}" + (f" {c.subject}" if c.subject else "")
-        out.print(f"  [red]{c.outcome}[/red] {escape(c.check)} on [bold]{escape(where)}[/bold]: "
-                  f"{escape(c.message)}", highlight=False)
+        out.print(
+            f"  [red]{c.outcome}[/red] {escape(c.check)} on [bold]{escape(where)}[/bold]: "
+            f"{escape(c.message)}",
+            highlight=False,
+        )
     _gate(report)
     _tail(report)
 
@@ -48,43 +58,71 @@ def _gate(report: Report) -> None:
     out = console.out
     th = report.thresholds
     if report.nccl:
-        table = Table(box=None, title=f"bandwidth gate (line rate {th.line_rate_gbytes:g} GB/s; "
-                      "the alpha-beta fit over the judged sizes is judged)",
-                      title_justify="left")
-        for col in ("run", "size", "busbw GB/s", "of line", "fitted GB/s", "latency us",
-                    "threshold", "result"):
+        table = Table(
+            box=None,
+            title=f"bandwidth gate (line rate {th.line_rate_gbytes:g} GB/s; "
+            "the alpha-beta fit over the judged sizes is judged)",
+            title_justify="left",
+        )
+        for col in (
+            "run",
+            "size",
+            "busbw GB/s",
+            "of line",
+            "fitted GB/s",
+            "latency us",
+            "threshold",
+            "result",
+        ):
             table.add_column(col, justify="right" if col != "run" else "left")
         for r in report.nccl:
             name = r.collective if r.scope == "all" else f"  pair {'-'.join(r.hosts)}"
             limit = th.threshold_for(r.collective)
-            fitted = [f"{r.fit.busbw:.3f}" + ("" if r.fit.method == "fit" else " (as measured)"),
-                      f"{r.fit.latency_us:.0f}" if r.fit.method == "fit" else "",
-                      "not gated" if limit is None else f"{limit:.3f}"] if r.fit else ["", "", ""]
+            fitted = (
+                [
+                    f"{r.fit.busbw:.3f}" + ("" if r.fit.method == "fit" else " (as measured)"),
+                    f"{r.fit.latency_us:.0f}" if r.fit.method == "fit" else "",
+                    "not gated" if limit is None else f"{limit:.3f}",
+                ]
+                if r.fit
+                else ["", "", ""]
+            )
             if not r.judged:
                 table.add_row(name, "", "", "", *fitted, _MARK[r.outcome])
             for j in r.judged:
-                table.add_row(name, human(j.size), f"{j.busbw:.3f}", f"{j.fraction:.0%}",
-                              *fitted, _MARK[r.outcome])
+                table.add_row(
+                    name,
+                    human(j.size),
+                    f"{j.busbw:.3f}",
+                    f"{j.fraction:.0%}",
+                    *fitted,
+                    _MARK[r.outcome],
+                )
                 name = ""
                 fitted = ["", "", ""]
         out.print(table)
         for r in report.nccl:
             if r.outcome != "passed" and r.scope == "all":
-                out.print(f"  [red]{r.outcome}[/red] {r.collective}: {escape(r.message)}",
-                          highlight=False)
+                out.print(
+                    f"  [red]{r.outcome}[/red] {r.collective}: {escape(r.message)}", highlight=False
+                )
 
 
 def _tail(report: Report) -> None:
     out = console.out
     for f in report.localisation:
         where = f.host + (f" {f.subject}" if f.subject else "")
-        out.print(f"[yellow]localised[/yellow] [bold]{escape(where)}[/bold]: "
-                  f"{escape(f.message)}", highlight=False)
+        out.print(
+            f"[yellow]localised[/yellow] [bold]{escape(where)}[/bold]: {escape(f.message)}",
+            highlight=False,
+        )
     if report.baseline:
         b = report.baseline
         colour = "red" if b.outcome == "failed" else "green"
-        out.print(f"baseline {escape(b.run_id)}: [{colour}]{b.outcome}[/{colour}] "
-                  f"{escape(b.message)}", highlight=False)
+        out.print(
+            f"baseline {escape(b.run_id)}: [{colour}]{b.outcome}[/{colour}] {escape(b.message)}",
+            highlight=False,
+        )
     for note in report.notes:
         out.print(f"[dim]note: {escape(note)}[/dim]", highlight=False)
     colour = "green" if report.verdict == "passed" else "red"
@@ -92,6 +130,9 @@ def _tail(report: Report) -> None:
     gate = [r for r in report.nccl if r.scope == "all"]
     passing = sum(1 for r in gate if r.outcome == "passed")
     collectives = f", {passing}/{len(gate)} collectives pass" if gate else ""
-    out.print(f"[bold {colour}]{report.verdict.upper()}[/bold {colour}] {report.cluster}: "
-              f"{len(report.checks) - failed}/{len(report.checks)} checks ok{collectives} "
-              f"({report.duration_s:.0f} s)", highlight=False)
+    out.print(
+        f"[bold {colour}]{report.verdict.upper()}[/bold {colour}] {report.cluster}: "
+        f"{len(report.checks) - failed}/{len(report.checks)} checks ok{collectives} "
+        f"({report.duration_s:.0f} s)",
+        highlight=False,
+    )

@@ -101,18 +101,26 @@ def sglang_pin() -> str:
     """The release the sglang role installs (its single place: the role's defaults)."""
     pin = yaml.safe_load(SGLANG_DEFAULTS.read_text())["sglang_version"]
     if not isinstance(pin, str) or not pin:
-        raise AssertionError(f"{SGLANG_DEFAULTS}: sglang_version must be a version string, "
-                             f"got {pin!r}")
+        raise AssertionError(
+            f"{SGLANG_DEFAULTS}: sglang_version must be a version string, got {pin!r}"
+        )
     return pin
 
 
 def recipe(pin: str) -> dict[str, Any]:
     """Everything the venv is built from; its hash names the cache directory."""
-    stubs = {p.relative_to(STUBS).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in sorted(STUBS.rglob("*.py"))}
-    return {"sglang": f"sglang=={pin}", "python": "{}.{}".format(*sys.version_info[:2]),
-            "torch": TORCH, "requirements": list(LIGHT_REQUIREMENTS),
-            "no_deps": list(NO_DEPS_REQUIREMENTS), "stubs": stubs}
+    stubs = {
+        p.relative_to(STUBS).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(STUBS.rglob("*.py"))
+    }
+    return {
+        "sglang": f"sglang=={pin}",
+        "python": "{}.{}".format(*sys.version_info[:2]),
+        "torch": TORCH,
+        "requirements": list(LIGHT_REQUIREMENTS),
+        "no_deps": list(NO_DEPS_REQUIREMENTS),
+        "stubs": stubs,
+    }
 
 
 def recipe_hash(spec: dict[str, Any]) -> str:
@@ -135,18 +143,28 @@ class SGLangRelease:
     stubs: Path
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"}}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"}
+        }
         # The stubs first; no byte-code into the checkout's stubs directory (the
         # venv's own files were compiled by pip when installed).
-        env.update({"PYTHONPATH": str(self.stubs), "PYTHONDONTWRITEBYTECODE": "1",
-                    "PYTHONNOUSERSITE": "1"})
+        env.update(
+            {"PYTHONPATH": str(self.stubs), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
+        )
         return env
 
     def run(self, code: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """``python -c code args...`` in the venv with the stub path set (not checked)."""
-        return subprocess.run([str(self.python), "-c", code, *args], env=self.env(),
-                              capture_output=True, text=True, timeout=timeout, check=False)
+        return subprocess.run(
+            [str(self.python), "-c", code, *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def json(self, code: str, *args: str, timeout: float = 300) -> Any:
         """Run ``code``, which prints one JSON document as its LAST stdout line; return it.
@@ -154,12 +172,15 @@ class SGLangRelease:
         A non-zero exit fails the calling test with the interpreter's stderr."""
         proc = self.run(code, *args, timeout=timeout)
         if proc.returncode != 0:
-            raise AssertionError(f"python in the sglang {self.version} venv exited "
-                                 f"{proc.returncode}:\n{proc.stderr[-6000:]}")
+            raise AssertionError(
+                f"python in the sglang {self.version} venv exited "
+                f"{proc.returncode}:\n{proc.stderr[-6000:]}"
+            )
         lines = proc.stdout.strip().splitlines()
         if not lines:
-            raise AssertionError(f"no output from the sglang {self.version} venv:\n"
-                                 f"{proc.stderr[-3000:]}")
+            raise AssertionError(
+                f"no output from the sglang {self.version} venv:\n{proc.stderr[-3000:]}"
+            )
         return json.loads(lines[-1])
 
 
@@ -175,8 +196,10 @@ def _locked(path: Path, timeout: float) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"{path} stayed locked for {timeout:.0f} s: is another "
-                                       "build of the contract venv hanging?") from None
+                    raise TimeoutError(
+                        f"{path} stayed locked for {timeout:.0f} s: is another "
+                        "build of the contract venv hanging?"
+                    ) from None
                 time.sleep(1)
         try:
             yield
@@ -193,24 +216,37 @@ def _step(log: Path, *argv: str) -> None:
         out.write(f"\n$ {' '.join(argv)}\n")
         out.flush()
         began = time.monotonic()
-        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, text=True,
-                              timeout=3000, check=False,
-                              # START_ENV: built on a background thread while unit tests
-                              # change os.environ (PATH, state dirs).
-                              env={**START_ENV, "PIP_NO_INPUT": "1",
-                                   "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        proc = subprocess.run(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=3000,
+            check=False,
+            # START_ENV: built on a background thread while unit tests
+            # change os.environ (PATH, state dirs).
+            env={**START_ENV, "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        )
         out.write(f"# exit {proc.returncode} after {time.monotonic() - began:.1f} s\n")
     if proc.returncode != 0:
-        tail = "\n".join(line for line in log.read_text().splitlines()
-                         if "is ignored: it is neither a file nor a directory" not in line)
+        tail = "\n".join(
+            line
+            for line in log.read_text().splitlines()
+            if "is ignored: it is neither a file nor a directory" not in line
+        )
         raise BuildError(f"{' '.join(argv)} exited {proc.returncode}:\n{tail[-6000:]}")
 
 
 def build_venv(dest: Path, spec: dict[str, Any]) -> None:
     """Build the venv of ``spec`` in ``dest`` (a new directory); RECIPE_FILE is written last."""
     log = dest / BUILD_LOG
-    subprocess.run([sys.executable, "-m", "venv", str(dest)], check=True, capture_output=True,
-                   timeout=600, env=START_ENV)
+    subprocess.run(
+        [sys.executable, "-m", "venv", str(dest)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+        env=START_ENV,
+    )
     log.write_text(f"# contract venv for {spec['sglang']}\n")
     python = str(dest / "bin" / "python")
     pip = [python, "-m", "pip", "install", "--no-input"]
@@ -257,14 +293,22 @@ def ensure_venv(pin: str) -> Path:
 
 
 def release_from(venv: Path, stubs: Path = STUBS) -> SGLangRelease:
-    release = SGLangRelease(version="", venv=venv, python=venv / "bin" / "python",
-                            package_dir=Path(), stubs=stubs)
+    release = SGLangRelease(
+        version="", venv=venv, python=venv / "bin" / "python", package_dir=Path(), stubs=stubs
+    )
     # Found, not imported: locating the package does not run sglang/__init__.py.
-    found = release.json("import importlib.metadata, importlib.util, json; "
-                         "s = importlib.util.find_spec('sglang'); "
-                         "print(json.dumps([importlib.metadata.version('sglang'), s.origin]))")
-    return SGLangRelease(version=found[0], venv=venv, python=venv / "bin" / "python",
-                         package_dir=Path(found[1]).parent, stubs=stubs)
+    found = release.json(
+        "import importlib.metadata, importlib.util, json; "
+        "s = importlib.util.find_spec('sglang'); "
+        "print(json.dumps([importlib.metadata.version('sglang'), s.origin]))"
+    )
+    return SGLangRelease(
+        version=found[0],
+        venv=venv,
+        python=venv / "bin" / "python",
+        package_dir=Path(found[1]).parent,
+        stubs=stubs,
+    )
 
 
 BACKGROUND: dict[str, Background] = {}
@@ -288,12 +332,10 @@ def sglang_release() -> SGLangRelease:
     try:
         venv = BACKGROUND["venv"].join() if "venv" in BACKGROUND else ensure_venv(pin)
     except (BuildError, subprocess.SubprocessError, OSError) as exc:
-        pytest.fail(f"could not build the contract venv for sglang=={pin}: {exc}",
-                    pytrace=False)
+        pytest.fail(f"could not build the contract venv for sglang=={pin}: {exc}", pytrace=False)
     release = release_from(venv)
     if release.version != pin:
-        pytest.fail(f"{venv} holds sglang {release.version}, the role pins {pin}",
-                    pytrace=False)
+        pytest.fail(f"{venv} holds sglang {release.version}, the role pins {pin}", pytrace=False)
     print(f"\ncontract venv {venv} ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
     return release
 

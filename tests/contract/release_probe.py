@@ -75,8 +75,9 @@ def describe_action(action: argparse.Action) -> dict[str, Any]:
         "type": None if typ is None else getattr(typ, "__qualname__", repr(typ)),
         "default": plain(action.default),
         # Order only changes --help; argparse tests membership.
-        "choices": None if action.choices is None else sorted(
-            (plain(c) for c in action.choices), key=repr),
+        "choices": None
+        if action.choices is None
+        else sorted((plain(c) for c in action.choices), key=repr),
         "nargs": action.nargs,
         "const": plain(action.const),
         "required": action.required,
@@ -84,8 +85,11 @@ def describe_action(action: argparse.Action) -> dict[str, Any]:
 
 
 def describe_parser(parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
-    return [describe_action(a) for a in parser._actions  # argparse has no public API for these
-            if not isinstance(a, argparse._HelpAction)]
+    return [
+        describe_action(a)
+        for a in parser._actions  # argparse has no public API for these
+        if not isinstance(a, argparse._HelpAction)
+    ]
 
 
 def inexact_flags(parser: argparse.ArgumentParser, argv: list[str]) -> dict[str, list[str]]:
@@ -133,8 +137,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
     namespace: dict[str, Any] | None = None
     error = None
     try:
-        with warnings.catch_warnings(record=True) as caught, \
-                contextlib.redirect_stderr(stderr):
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(stderr):
             warnings.simplefilter("always")
             try:
                 namespace = {k: plain(v) for k, v in vars(parser.parse_args(argv)).items()}
@@ -142,9 +145,13 @@ def parse(argv: list[str]) -> dict[str, Any]:
                 error = f"exit {exc.code}: {stderr.getvalue().strip()}"
     finally:
         root.removeHandler(handler)
-    return {"namespace": namespace, "error": error,
-            "logged": handler.messages + [f"{w.category.__name__}: {w.message}" for w in caught],
-            "stderr": stderr.getvalue(), "inexact": inexact_flags(parser, argv)}
+    return {
+        "namespace": namespace,
+        "error": error,
+        "logged": handler.messages + [f"{w.category.__name__}: {w.message}" for w in caught],
+        "stderr": stderr.getvalue(),
+        "inexact": inexact_flags(parser, argv),
+    }
 
 
 def ports(argv: list[str]) -> dict[str, Any]:
@@ -172,11 +179,13 @@ def ports(argv: list[str]) -> dict[str, Any]:
         checked.clear()
         ns.enable_dp_attention = dp_attention
         port_args = sa.PortArgs.init_new(ns)
-        out[label] = {"endpoints": plain(dataclasses.asdict(port_args)),
-                      "checked": [list(c) for c in checked]}
+        out[label] = {
+            "endpoints": plain(dataclasses.asdict(port_args)),
+            "checked": [list(c) for c in checked],
+        }
     out["dist_init_method"] = release_function(
-        "srt/distributed/bootstrap.py", "_resolve_dist_init_method")(
-        server_args=ns, dist_port=port_args.nccl_port)
+        "srt/distributed/bootstrap.py", "_resolve_dist_init_method"
+    )(server_args=ns, dist_port=port_args.nccl_port)
     return out
 
 
@@ -199,10 +208,15 @@ def release_function(path: str, name: str) -> Any:
     source = Path(spec.origin).parent / path
     tree = ast.parse(source.read_text(), str(source))
     (node,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
-    namespace: dict[str, Any] = {"envs": envs, "NetworkAddress": NetworkAddress,
-                                 "ServerArgs": ServerArgs}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), str(source), "exec"),  # noqa: S102
-         namespace)
+    namespace: dict[str, Any] = {
+        "envs": envs,
+        "NetworkAddress": NetworkAddress,
+        "ServerArgs": ServerArgs,
+    }
+    exec(  # noqa: S102
+        compile(ast.Module(body=[node], type_ignores=[]), str(source), "exec"),
+        namespace,
+    )
     return namespace[name]
 
 
@@ -216,8 +230,9 @@ def validate(pairs: list[list[str]]) -> list[dict[str, Any]]:
         try:
             parsed = model.model_validate_json(text)
         except ValidationError as exc:
-            results.append({"model": name, "errors": plain(exc.errors(include_url=False)),
-                            "dumped": None})
+            results.append(
+                {"model": name, "errors": plain(exc.errors(include_url=False)), "dumped": None}
+            )
             continue
         # What the release would send for the same content: its own serialization,
         # with the options the release uses for this answer (``options[0]``).

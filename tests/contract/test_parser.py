@@ -55,8 +55,19 @@ def role_default(name: str) -> Any:
 # hold (also in the middle of a word); C-style backslash escapes; "$$" is a
 # literal "$" and "%%" a literal "%". ${NAME} references stay as written, and
 # other specifiers are refused: no rendered unit may need them.
-_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
-            "\\": "\\", '"': '"', "'": "'", "s": " "}
+_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "s": " ",
+}
 # systemd.service(5), table "Special executable prefixes".
 _EXEC_PREFIXES = "@-:+!"
 
@@ -76,14 +87,14 @@ def systemd_split(value: str) -> list[str]:
             i += 1
             continue
         word = word or ""
-        nxt = value[i + 1:i + 2]
+        nxt = value[i + 1 : i + 2]
         if c == "\\":
             if nxt in _ESCAPES:
                 word, i = word + _ESCAPES[nxt], i + 2
-            elif nxt == "x" and re.fullmatch(r"[0-9A-Fa-f]{2}", value[i + 2:i + 4]):
-                word, i = word + chr(int(value[i + 2:i + 4], 16)), i + 4
+            elif nxt == "x" and re.fullmatch(r"[0-9A-Fa-f]{2}", value[i + 2 : i + 4]):
+                word, i = word + chr(int(value[i + 2 : i + 4], 16)), i + 4
             else:
-                raise ValueError(f"unsupported escape {value[i:i + 2]!r} at {i} in {value!r}")
+                raise ValueError(f"unsupported escape {value[i : i + 2]!r} at {i} in {value!r}")
         elif quote is None and c in "\"'":
             quote, i = c, i + 1
         elif c == quote:
@@ -91,7 +102,7 @@ def systemd_split(value: str) -> list[str]:
         elif c in "$%" and nxt == c:
             word, i = word + c, i + 2
         elif c == "%":
-            raise ValueError(f"specifier {value[i:i + 2]!r} at {i} in {value!r}: not supported")
+            raise ValueError(f"specifier {value[i : i + 2]!r} at {i} in {value!r}: not supported")
         else:
             word, i = word + c, i + 1
     if quote is not None:
@@ -112,18 +123,21 @@ def exec_start(unit: str) -> list[str]:
     return argv
 
 
-@pytest.mark.parametrize(("value", "argv"), [
-    ("a b\tc", ["a", "b", "c"]),
-    ("  /bin/x   -y  ", ["/bin/x", "-y"]),
-    ('"a b" c', ["a b", "c"]),
-    ("'a b' \"c'd\"", ["a b", "c'd"]),
-    ('x"y z"w', ["xy zw"]),
-    ('"a\\"b" \'c\\\'d\'', ['a"b', "c'd"]),
-    ("a\\\\b \\x41\\sB", ["a\\b", "A B"]),
-    ("$$HOME 100%% \"$$x %%y\"", ["$HOME", "100%", "$x %y"]),
-    ('--api-key "${SGLANG_API_KEY}"', ["--api-key", "${SGLANG_API_KEY}"]),
-    ('"" x', ["", "x"]),
-])
+@pytest.mark.parametrize(
+    ("value", "argv"),
+    [
+        ("a b\tc", ["a", "b", "c"]),
+        ("  /bin/x   -y  ", ["/bin/x", "-y"]),
+        ('"a b" c', ["a b", "c"]),
+        ("'a b' \"c'd\"", ["a b", "c'd"]),
+        ('x"y z"w', ["xy zw"]),
+        ("\"a\\\"b\" 'c\\'d'", ['a"b', "c'd"]),
+        ("a\\\\b \\x41\\sB", ["a\\b", "A B"]),
+        ('$$HOME 100%% "$$x %%y"', ["$HOME", "100%", "$x %y"]),
+        ('--api-key "${SGLANG_API_KEY}"', ["--api-key", "${SGLANG_API_KEY}"]),
+        ('"" x', ["", "x"]),
+    ],
+)
 def test_systemd_split(value: str, argv: list[str]) -> None:
     assert systemd_split(value) == argv
 
@@ -136,15 +150,23 @@ def test_systemd_split_refuses(value: str) -> None:
 
 def test_systemd_split_reads_what_the_role_writes() -> None:
     """The role's own escaping (sglang_exec_line) splits back into the same argv."""
-    argv = ["/usr/bin/python3", "-c", 'import os; x = "$HOME" % 2 \\ y', "--flag", "a b",
-            "100%", "plain-word", "image:tag@<digest>"]
+    argv = [
+        "/usr/bin/python3",
+        "-c",
+        'import os; x = "$HOME" % 2 \\ y',
+        "--flag",
+        "a b",
+        "100%",
+        "plain-word",
+        "image:tag@<digest>",
+    ]
     line = ARGS.sglang_exec_line(argv)
     assert systemd_split(line) == argv, line
     assert exec_start(f"[Service]\nExecStart=-{line}\nRestart=no\n") == argv
 
 
 def test_exec_start_joins_continuation_lines() -> None:
-    assert exec_start("ExecStart=/bin/a \\\n  b \"c d\"\n") == ["/bin/a", "b", "c d"]
+    assert exec_start('ExecStart=/bin/a \\\n  b "c d"\n') == ["/bin/a", "b", "c d"]
 
 
 # ------------------------------------------------------------- the ranks
@@ -204,11 +226,19 @@ def _ranks(rendered: Rendered, name: str) -> list[Rank]:
             rules = rendered.read(node.name, FIREWALL)
             fabric, api = _FABRIC_RULE.search(rules), _API_RULE.search(rules)
             assert fabric is not None and api is not None, rules
-            out.append(Rank(inventory=name, node=node, args=(*args[:-1], DUMMY_KEY),
-                            head=members[0], position=position, size=len(members),
-                            fabric_subnet=str(inv.hostvars[members[0].name]["fabric_a_subnet"]),
-                            fabric_ports=_port_ranges(fabric.group("ports")),
-                            api_port_rule=api.group("port")))
+            out.append(
+                Rank(
+                    inventory=name,
+                    node=node,
+                    args=(*args[:-1], DUMMY_KEY),
+                    head=members[0],
+                    position=position,
+                    size=len(members),
+                    fabric_subnet=str(inv.hostvars[members[0].name]["fabric_a_subnet"]),
+                    fabric_ports=_port_ranges(fabric.group("ports")),
+                    api_port_rule=api.group("port"),
+                )
+            )
     return out
 
 
@@ -225,23 +255,31 @@ _CONTROL_ABBREVIATED = ["--model-path", "/m", "--tp", "2"]
 
 
 @pytest.fixture(scope="module")
-def release_answer(sglang_release: SGLangRelease, ranks: list[Rank],
-                   tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def release_answer(
+    sglang_release: SGLangRelease, ranks: list[Rank], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     """One run of release_probe.py in the venv: actions, every rank parsed, ports."""
     work = tmp_path_factory.mktemp("release-probe")
-    request = {"actions": True, "tmpdir": str(work),
-               "parse": {**{r.label: list(r.args) for r in ranks},
-                         "control/deprecated": _CONTROL_DEPRECATED,
-                         "control/abbreviated": _CONTROL_ABBREVIATED},
-               "ports": {r.label: list(r.args) for r in ranks}}
+    request = {
+        "actions": True,
+        "tmpdir": str(work),
+        "parse": {
+            **{r.label: list(r.args) for r in ranks},
+            "control/deprecated": _CONTROL_DEPRECATED,
+            "control/abbreviated": _CONTROL_ABBREVIATED,
+        },
+        "ports": {r.label: list(r.args) for r in ranks},
+    }
     (work / "request.json").write_text(json.dumps(request))
     answer: dict[str, Any] = sglang_release.json(
-        Path(release_probe.__file__).read_text(), str(work / "request.json"))
+        Path(release_probe.__file__).read_text(), str(work / "request.json")
+    )
     return answer
 
 
 def test_every_rank_parses_to_the_topology_the_inventory_intends(
-        ranks: list[Rank], release_answer: dict[str, Any]) -> None:
+    ranks: list[Rank], release_answer: dict[str, Any]
+) -> None:
     dist_port = role_default("sglang_dist_port")
     for rank in ranks:
         parsed = release_answer["parse"][rank.label]
@@ -251,11 +289,16 @@ def test_every_rank_parses_to_the_topology_the_inventory_intends(
         gpus = int(role_default("sglang_gpus_per_node"))
         host = role_default("sglang_host" if rank.position == 0 else "sglang_worker_host")
         want = {
-            "tp_size": rank.size * gpus, "nnodes": rank.size, "node_rank": rank.position,
-            "dist_init_addr": (f"{rank.head.fabric_ips['a']}:{dist_port}" if rank.size > 1
-                               else None),
-            "host": host, "port": int(role_default("sglang_port")),
-            "model_path": role_default("sglang_model_path"), "api_key": DUMMY_KEY,
+            "tp_size": rank.size * gpus,
+            "nnodes": rank.size,
+            "node_rank": rank.position,
+            "dist_init_addr": (
+                f"{rank.head.fabric_ips['a']}:{dist_port}" if rank.size > 1 else None
+            ),
+            "host": host,
+            "port": int(role_default("sglang_port")),
+            "model_path": role_default("sglang_model_path"),
+            "api_key": DUMMY_KEY,
             "enable_metrics": bool(role_default("sglang_enable_metrics")),
             "dist_timeout": int(role_default("sglang_dist_timeout")),
         }
@@ -264,21 +307,25 @@ def test_every_rank_parses_to_the_topology_the_inventory_intends(
 
 
 def test_no_flag_is_deprecated_or_only_an_abbreviation(
-        ranks: list[Rank], release_answer: dict[str, Any]) -> None:
+    ranks: list[Rank], release_answer: dict[str, Any]
+) -> None:
     """The release warns about deprecated flags through logging (argparse_actions.py:28-29);
     argparse silently takes a prefix of a longer option (``--tp`` for ``--tp-size``),
     which stops working the day the release adds another option with that prefix."""
     deprecated = release_answer["parse"]["control/deprecated"]
-    assert any("'--disable-cuda-graph' is deprecated" in m for m in deprecated["logged"]), \
+    assert any("'--disable-cuda-graph' is deprecated" in m for m in deprecated["logged"]), (
         deprecated
+    )
     abbreviated = release_answer["parse"]["control/abbreviated"]
     assert abbreviated["inexact"] == {"--tp": ["--tp-size"]}, abbreviated
     problems = []
     for rank in ranks:
         parsed = release_answer["parse"][rank.label]
         problems += [f"{rank.label}: the release logged {m!r}" for m in parsed["logged"]]
-        problems += [f"{rank.label}: {flag} is only an abbreviation of {full}"
-                     for flag, full in parsed["inexact"].items()]
+        problems += [
+            f"{rank.label}: {flag} is only an abbreviation of {full}"
+            for flag, full in parsed["inexact"].items()
+        ]
         if parsed["stderr"]:
             problems.append(f"{rank.label}: the parser printed {parsed['stderr']!r}")
     assert problems == []
@@ -309,36 +356,63 @@ def parser_differences(standin: list[dict[str, Any]], real: list[dict[str, Any]]
         theirs = json.loads(owners.pop())
         for key in _COMPARED:
             if action[key] != theirs[key]:
-                problems.append(f"{flags[0]}: {key} is {action[key]!r} in the stand-in, "
-                                f"{theirs[key]!r} in the release")
+                problems.append(
+                    f"{flags[0]}: {key} is {action[key]!r} in the stand-in, "
+                    f"{theirs[key]!r} in the release"
+                )
     return problems
 
 
 def test_parser_differences_names_each_kind_of_difference() -> None:
-    real = [{"option_strings": ["--a", "--a-alias"], "dest": "a", "kind": "_StoreAction",
-             "type": "int", "default": 1, "choices": None, "nargs": None, "const": None,
-             "required": False},
-            {"option_strings": ["--b"], "dest": "b", "kind": "_StoreTrueAction", "type": None,
-             "default": False, "choices": None, "nargs": 0, "const": True, "required": False}]
+    real = [
+        {
+            "option_strings": ["--a", "--a-alias"],
+            "dest": "a",
+            "kind": "_StoreAction",
+            "type": "int",
+            "default": 1,
+            "choices": None,
+            "nargs": None,
+            "const": None,
+            "required": False,
+        },
+        {
+            "option_strings": ["--b"],
+            "dest": "b",
+            "kind": "_StoreTrueAction",
+            "type": None,
+            "default": False,
+            "choices": None,
+            "nargs": 0,
+            "const": True,
+            "required": False,
+        },
+    ]
     assert parser_differences([real[0] | {"option_strings": ["--a"]}, real[1]], real) == []
-    changed = [real[0] | {"type": "str", "default": "1"}, {**real[1], "option_strings": ["--c"]},
-               {**real[1], "option_strings": ["--a", "--b"]}]
+    changed = [
+        real[0] | {"type": "str", "default": "1"},
+        {**real[1], "option_strings": ["--c"]},
+        {**real[1], "option_strings": ["--a", "--b"]},
+    ]
     assert parser_differences(changed, real) == [
         "--a: type is 'str' in the stand-in, 'int' in the release",
         "--a: default is '1' in the stand-in, 1 in the release",
         "--c: unknown to the release's parser",
-        "--a, --b: one stand-in option, several release options"]
+        "--a, --b: one stand-in option, several release options",
+    ]
 
 
 def test_standin_flags_are_the_releases_with_the_same_semantics(
-        release_answer: dict[str, Any]) -> None:
+    release_answer: dict[str, Any],
+) -> None:
     standin = release_probe.describe_parser(build_parser())
     real = release_answer["actions"]
     assert len(real) > 400, len(real)  # the whole release parser, not a stand-in
     assert standin, "the stand-in's parser has no actions"
     problems = parser_differences(standin, real)
     assert problems == [], "\n".join(
-        ["the lab stand-in's parser differs from sglang's:", *problems])
+        ["the lab stand-in's parser differs from sglang's:", *problems]
+    )
 
 
 # ------------------------------------------------------- ports and firewall
@@ -357,7 +431,8 @@ def _tcp(endpoint: Any) -> tuple[str, int] | None:
 
 
 def test_release_ports_of_each_rank_are_inside_the_fabric_firewall(
-        ranks: list[Rank], release_answer: dict[str, Any]) -> None:
+    ranks: list[Rank], release_answer: dict[str, Any]
+) -> None:
     """Every TCP port the release derives for a rank's flags is open to the fabric.
 
     Computed with the release's code in the venv (release_probe.ports):
@@ -381,8 +456,10 @@ def test_release_ports_of_each_rank_are_inside_the_fabric_firewall(
         answer = release_answer["ports"][rank.label]
         found: list[tuple[str, str, int]] = []
         rendezvous = _tcp(answer["dist_init_method"])
-        assert rendezvous == (rank.head.fabric_ips["a"], role_default("sglang_dist_port")), \
-            (rank.label, answer["dist_init_method"])
+        assert rendezvous == (rank.head.fabric_ips["a"], role_default("sglang_dist_port")), (
+            rank.label,
+            answer["dist_init_method"],
+        )
         found.append(("rendezvous", *rendezvous))
         as_given = answer["as_given"]["endpoints"]
         assert [k for k, v in as_given.items() if _tcp(v)] == [], (rank.label, as_given)
@@ -392,8 +469,10 @@ def test_release_ports_of_each_rank_are_inside_the_fabric_firewall(
                 found.append((f"dp-attention {key}", *endpoint))
         checked = dict(answer["dp_attention"]["checked"])
         assert checked.pop("nccl_port") == answer["dp_attention"]["endpoints"]["nccl_port"]
-        found += [(f"dp-attention {name}", rank.head.fabric_ips["a"], port)
-                  for name, port in checked.items()]
+        found += [
+            (f"dp-attention {name}", rank.head.fabric_ips["a"], port)
+            for name, port in checked.items()
+        ]
         assert len(found) >= 8, found
         for what, host, port in found:
             if host != rank.head.fabric_ips["a"]:
@@ -401,14 +480,23 @@ def test_release_ports_of_each_rank_are_inside_the_fabric_firewall(
             if ipaddress.ip_address(host) not in fabric:
                 problems.append(f"{rank.label}: {what} on {host}, outside {fabric}")
             if not _inside(port, rank.fabric_ports):
-                problems.append(f"{rank.label}: {what} port {port} is outside the firewall's "
-                                f"fabric ports {rank.fabric_ports}")
-        if not any(low <= LINUX_EPHEMERAL[0] and LINUX_EPHEMERAL[1] <= high
-                   for low, high in rank.fabric_ports):
-            problems.append(f"{rank.label}: the firewall's fabric ports {rank.fabric_ports} "
-                            f"do not hold the kernel's ephemeral range {LINUX_EPHEMERAL}")
+                problems.append(
+                    f"{rank.label}: {what} port {port} is outside the firewall's "
+                    f"fabric ports {rank.fabric_ports}"
+                )
+        if not any(
+            low <= LINUX_EPHEMERAL[0] and LINUX_EPHEMERAL[1] <= high
+            for low, high in rank.fabric_ports
+        ):
+            problems.append(
+                f"{rank.label}: the firewall's fabric ports {rank.fabric_ports} "
+                f"do not hold the kernel's ephemeral range {LINUX_EPHEMERAL}"
+            )
         if rank.position == 0 and rank.api_port_rule != str(
-                release_answer["parse"][rank.label]["namespace"]["port"]):
-            problems.append(f"{rank.label}: the API rule opens {rank.api_port_rule}, the head "
-                            "serves on another port")
+            release_answer["parse"][rank.label]["namespace"]["port"]
+        ):
+            problems.append(
+                f"{rank.label}: the API rule opens {rank.api_port_rule}, the head "
+                "serves on another port"
+            )
     assert problems == []

@@ -35,11 +35,25 @@ pytestmark = pytest.mark.contract
 
 WINDOW = 15  # lines either side of the cited one
 # Origins a citation may name besides the release (see logs.py and release.py).
-OTHER_ORIGINS = {"sglang@0.4.6", "nccl", "torch", "gloo", "uvicorn", "tqdm", "transformers",
-                 "huggingface_hub", "linux", "python", "zmq", "issue", "fixture",
-                 # the container around the server (docker CLI and moby daemon) and
-                 # sparkctl's own launcher inside it (roles/sglang/files/sglang_launcher.py)
-                 "docker", "sparkctl"}
+OTHER_ORIGINS = {
+    "sglang@0.4.6",
+    "nccl",
+    "torch",
+    "gloo",
+    "uvicorn",
+    "tqdm",
+    "transformers",
+    "huggingface_hub",
+    "linux",
+    "python",
+    "zmq",
+    "issue",
+    "fixture",
+    # the container around the server (docker CLI and moby daemon) and
+    # sparkctl's own launcher inside it (roles/sglang/files/sglang_launcher.py)
+    "docker",
+    "sparkctl",
+}
 
 
 def _citations() -> Iterator[tuple[str, str, tuple[str, ...]]]:
@@ -74,14 +88,18 @@ def _check(package: Path, ref: str, texts: tuple[str, ...]) -> list[str]:
         return [f"{ref}: {path} has {len(lines)} lines"]
     if not texts:
         return [f"{ref}: no text to look for"]
-    near = "\n".join(lines[max(0, line - 1 - WINDOW):line + WINDOW])
-    return [f"{ref}: {text!r} is not within {WINDOW} lines (now at: "
-            f"{', '.join(_where(package, text)) or 'nowhere'})"
-            for text in texts if text not in near]
+    near = "\n".join(lines[max(0, line - 1 - WINDOW) : line + WINDOW])
+    return [
+        f"{ref}: {text!r} is not within {WINDOW} lines (now at: "
+        f"{', '.join(_where(package, text)) or 'nowhere'})"
+        for text in texts
+        if text not in near
+    ]
 
 
 def test_every_sglang_citation_holds_in_the_installed_release(
-        sglang_release: SGLangRelease) -> None:
+    sglang_release: SGLangRelease,
+) -> None:
     package = sglang_release.package_dir
     assert (package / "srt" / "server_args.py").is_file(), package
     problems, checked = [], 0
@@ -154,14 +172,21 @@ def _unexplained(text: str) -> list[str]:
 
 
 @needs_loopback
-def test_a_healthy_standin_group_prints_only_catalogued_lines(tmp_path: Path,
-                                                               model_dir: Path) -> None:
+def test_a_healthy_standin_group_prints_only_catalogued_lines(
+    tmp_path: Path, model_dir: Path
+) -> None:
     with cluster(tmp_path, model_dir, 2) as c:
         _up(c)
         for path in ("/get_server_info", "/get_model_info", "/get_load", "/server_info"):
             assert c.request("GET", path)[0] == 200
-        assert c.json("POST", "/v1/chat/completions", {
-            "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4})[0] == 200
+        assert (
+            c.json(
+                "POST",
+                "/v1/chat/completions",
+                {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4},
+            )[0]
+            == 200
+        )
         c.wait_for(1, "Dummy health check server started", 10)
         logs_ = {rank: c.log(rank) for rank in (0, 1)}
     for rank, text in logs_.items():
@@ -169,8 +194,9 @@ def test_a_healthy_standin_group_prints_only_catalogued_lines(tmp_path: Path,
 
 
 @needs_loopback
-def test_a_failing_standin_start_up_prints_only_catalogued_lines(tmp_path: Path,
-                                                                  model_dir: Path) -> None:
+def test_a_failing_standin_start_up_prints_only_catalogued_lines(
+    tmp_path: Path, model_dir: Path
+) -> None:
     # one rank of two: the rendezvous times out, a traceback, the release's kill path
     with cluster(tmp_path, model_dir, 2, start=[1], timeout=3) as c:
         _wait_killed(c, 1)

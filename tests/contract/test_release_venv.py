@@ -44,7 +44,8 @@ def test_the_venv_holds_the_roles_pinned_release(sglang_release: SGLangRelease) 
 
 
 def test_imports_resolve_to_the_release_the_cpu_torch_and_the_stubs(
-        sglang_release: SGLangRelease) -> None:
+    sglang_release: SGLangRelease,
+) -> None:
     seen = sglang_release.json(_PROBE)
     assert Path(seen["server_args"]).is_relative_to(sglang_release.package_dir)
     assert Path(seen["protocol"]).is_relative_to(sglang_release.package_dir)
@@ -52,8 +53,16 @@ def test_imports_resolve_to_the_release_the_cpu_torch_and_the_stubs(
     assert seen["triton"] == "<triton-stub 'triton'>"  # sglang/_triton_stub.py's repr
     assert seen["path0"] == str(contract.STUBS)
     # Only stubs stand for these: none of them (nor a CUDA runtime) was installed.
-    gpu_only = {"triton", "torchvision", "sglang-kernel", "sgl-kernel", "flashinfer-python",
-                "nvidia-cuda-runtime", "nvidia-nccl-cu13", "cuda-python"}
+    gpu_only = {
+        "triton",
+        "torchvision",
+        "sglang-kernel",
+        "sgl-kernel",
+        "flashinfer-python",
+        "nvidia-cuda-runtime",
+        "nvidia-nccl-cu13",
+        "cuda-python",
+    }
     assert gpu_only.isdisjoint(seen["dists"]), gpu_only & set(seen["dists"])
 
 
@@ -75,8 +84,7 @@ def test_the_recipe_follows_the_pin_and_the_stubs(tmp_path: Path) -> None:
     assert contract.recipe_hash(contract.recipe("0.5.17")) == contract.recipe_hash(one)
 
 
-def test_an_unfinished_venv_is_never_used(tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unfinished_venv_is_never_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A directory under the final name without the recipe file is rebuilt, not trusted."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     spec = contract.recipe("9.9.9")
@@ -100,7 +108,8 @@ def test_an_unfinished_venv_is_never_used(tmp_path: Path,
 
 
 def test_a_failed_build_leaves_nothing_under_the_final_name(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
 
     def failing_build(dest: Path, got: dict[str, object]) -> None:
@@ -148,8 +157,15 @@ def test_two_processes_build_the_venv_once(tmp_path: Path) -> None:
     import sys  # noqa: PLC0415
 
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    racers = [subprocess.Popen([sys.executable, "-c", _RACER, str(contract.REPO), str(tmp_path)],
-                               stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(contract.REPO), str(tmp_path)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
     outs = [r.communicate(timeout=120)[0].strip() for r in racers]
     assert [r.returncode for r in racers] == [0, 0]
     assert outs[0] == outs[1] and Path(outs[0]).name.startswith("sglang-9.9.9-"), outs

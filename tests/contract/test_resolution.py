@@ -55,8 +55,10 @@ ROLE = REPO / "roles" / "sglang"
 PYTHON_VERSION = "3.12"  # Ubuntu 24.04's python3 (pip_as_spark.SPARK_MARKERS)
 GLIBC_MINOR = 39  # Ubuntu 24.04's glibc 2.39
 # The oldest manylinux level for aarch64 is glibc 2.17 (PEP 599: manylinux2014).
-PLATFORMS = ([f"manylinux_2_{minor}_aarch64" for minor in range(GLIBC_MINOR, 16, -1)]
-             + ["manylinux2014_aarch64", "linux_aarch64"])
+PLATFORMS = [f"manylinux_2_{minor}_aarch64" for minor in range(GLIBC_MINOR, 16, -1)] + [
+    "manylinux2014_aarch64",
+    "linux_aarch64",
+]
 TIMEOUT = 1500
 
 
@@ -67,7 +69,8 @@ def venv_requirement() -> str:
     variable = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_sglang_pip_requirement"]
     assert pip_task["ansible.builtin.pip"]["name"] == "{{ _sglang_pip_requirement }}", pip_task
     return jinja2.Template(variable, undefined=jinja2.StrictUndefined).render(
-        sglang_version=sglang_pin())
+        sglang_version=sglang_pin()
+    )
 
 
 @dataclass(frozen=True)
@@ -86,26 +89,48 @@ class Resolution:
 
 def _argv(requirement: str, target: Path, report: Path) -> list[str]:
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
-    return ["install", "--dry-run", "--ignore-installed", "--only-binary=:all:", *platforms,
-            "--python-version", PYTHON_VERSION, "--implementation", "cp", "--target",
-            str(target), "--report", str(report), "--no-cache-dir", "--no-input",
-            "--use-feature=fast-deps", requirement]
+    return [
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--only-binary=:all:",
+        *platforms,
+        "--python-version",
+        PYTHON_VERSION,
+        "--implementation",
+        "cp",
+        "--target",
+        str(target),
+        "--report",
+        str(report),
+        "--no-cache-dir",
+        "--no-input",
+        "--use-feature=fast-deps",
+        requirement,
+    ]
 
 
 def _cache_file(requirement: str) -> Path:
-    pip_version = subprocess.run([sys.executable, "-m", "pip", "--version"], check=True,
-                                 capture_output=True, text=True).stdout.split()[1]
-    key = {"argv": _argv(requirement, Path("T"), Path("R")), "markers": pip_as_spark.SPARK_MARKERS,
-           "pip": pip_version, "wrapper": hashlib.sha256(
-               Path(pip_as_spark.__file__).read_bytes()).hexdigest()}
+    pip_version = subprocess.run(
+        [sys.executable, "-m", "pip", "--version"], check=True, capture_output=True, text=True
+    ).stdout.split()[1]
+    key = {
+        "argv": _argv(requirement, Path("T"), Path("R")),
+        "markers": pip_as_spark.SPARK_MARKERS,
+        "pip": pip_version,
+        "wrapper": hashlib.sha256(Path(pip_as_spark.__file__).read_bytes()).hexdigest(),
+    }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     slug = re.sub(r"[^A-Za-z0-9.=-]+", "_", requirement)
     return cache_root() / "resolution" / f"{slug}-{digest}.json"
 
 
 def _pip_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PIP_") or k in {"PIP_CERT", "PIP_DEFAULT_TIMEOUT"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PIP_") or k in {"PIP_CERT", "PIP_DEFAULT_TIMEOUT"}
+    }
     env.update({"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     return env
 
@@ -124,9 +149,16 @@ def resolve_all(requirements: list[str]) -> dict[str, Resolution]:
         work = Path(tempfile.mkdtemp(prefix="sparkctl-resolve-"))
         log = (work / "pip.log").open("w")
         proc = subprocess.Popen(
-            [sys.executable, pip_as_spark.__file__,
-             *_argv(requirement, work / "target", work / "report.json")],
-            stdout=log, stderr=subprocess.STDOUT, env=_pip_env(), text=True)
+            [
+                sys.executable,
+                pip_as_spark.__file__,
+                *_argv(requirement, work / "target", work / "report.json"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_pip_env(),
+            text=True,
+        )
         running.append((requirement, cached, work, log, proc, time.monotonic()))
     for requirement, cached, work, log, proc, began in running:
         try:
@@ -137,10 +169,13 @@ def resolve_all(requirements: list[str]) -> dict[str, Resolution]:
                 proc.wait()
             log.close()
         report = work / "report.json"
-        data = {"requirement": requirement, "returncode": returncode,
-                "report": json.loads(report.read_text()) if report.is_file() else None,
-                "log": (work / "pip.log").read_text()[-20000:],
-                "seconds": round(time.monotonic() - began, 1)}
+        data = {
+            "requirement": requirement,
+            "returncode": returncode,
+            "report": json.loads(report.read_text()) if report.is_file() else None,
+            "log": (work / "pip.log").read_text()[-20000:],
+            "seconds": round(time.monotonic() - began, 1),
+        }
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(json.dumps(data))
@@ -148,8 +183,11 @@ def resolve_all(requirements: list[str]) -> dict[str, Resolution]:
         shutil.rmtree(work)
         done[requirement] = Resolution(cached=False, **data)
     for r in done.values():
-        print(f"\nresolved {r.requirement} for aarch64: exit {r.returncode}, {r.seconds} s"
-              f"{' (cached)' if r.cached else ''}", file=sys.stderr)
+        print(
+            f"\nresolved {r.requirement} for aarch64: exit {r.returncode}, {r.seconds} s"
+            f"{' (cached)' if r.cached else ''}",
+            file=sys.stderr,
+        )
     return done
 
 
@@ -178,7 +216,8 @@ def test_the_requirement_is_the_roles_pin() -> None:
 
 
 def test_the_venv_requirement_resolves_with_wheels_only_for_aarch64(
-        resolutions: dict[str, Resolution]) -> None:
+    resolutions: dict[str, Resolution],
+) -> None:
     r = resolutions[venv_requirement()]
     assert r.returncode == 0, r.log[-6000:]
     assert r.report is not None
@@ -187,45 +226,63 @@ def test_the_venv_requirement_resolves_with_wheels_only_for_aarch64(
     assert r.report["environment"]["python_version"] == PYTHON_VERSION
     installs = r.installs()
     assert installs["sglang"]["metadata"]["version"] == sglang_pin()
-    not_wheels = {name: i["download_info"]["url"] for name, i in installs.items()
-                  if not i["download_info"]["url"].endswith(".whl")}
+    not_wheels = {
+        name: i["download_info"]["url"]
+        for name, i in installs.items()
+        if not i["download_info"]["url"].endswith(".whl")
+    }
     assert not_wheels == {}
-    tags = {name: i["download_info"]["url"].rsplit("/", 1)[-1].removesuffix(".whl")
-            .split("-")[-1] for name, i in installs.items()}
-    foreign = {n: t for n, t in tags.items()
-               if t != "any" and not all(p.endswith("aarch64") for p in t.split("."))}
+    tags = {
+        name: i["download_info"]["url"].rsplit("/", 1)[-1].removesuffix(".whl").split("-")[-1]
+        for name, i in installs.items()
+    }
+    foreign = {
+        n: t
+        for n, t in tags.items()
+        if t != "any" and not all(p.endswith("aarch64") for p in t.split("."))
+    }
     assert foreign == {}
 
 
 def test_the_torch_it_picks_is_a_cuda_13_build_for_aarch64(
-        resolutions: dict[str, Resolution]) -> None:
+    resolutions: dict[str, Resolution],
+) -> None:
     torch = resolutions[venv_requirement()].installs()["torch"]
     wheel = torch["download_info"]["url"].rsplit("/", 1)[-1]
     assert re.fullmatch(r"torch-[0-9.]+-cp312-cp312-manylinux_2_\d+_aarch64\.whl", wheel), wheel
     assert "+cpu" not in torch["metadata"]["version"]
     # PyPI's aarch64 torch carries its CUDA as dependencies: the toolkit and the
     # cuNN-suffixed NVIDIA libraries; all of them must be CUDA 13.
-    requires = [req.split(";")[0].strip() for req in torch["metadata"]["requires_dist"]
-                if "extra ==" not in req]
+    requires = [
+        req.split(";")[0].strip()
+        for req in torch["metadata"]["requires_dist"]
+        if "extra ==" not in req
+    ]
     toolkit = [req for req in requires if re.match(r"cuda-toolkit\b", req)]
     assert len(toolkit) == 1 and re.search(r"==13\.", toolkit[0]), requires
     suffixes = {m.group(1) for req in requires if (m := re.match(r"nvidia-[a-z-]+-cu(\d+)", req))}
     assert suffixes == {"13"}, requires
     installs = resolutions[venv_requirement()].installs()
     assert installs["cuda-toolkit"]["metadata"]["version"].startswith("13.")
-    assert not [n for n in installs if re.fullmatch(r"nvidia-.*-cu12", n)
-                and n in {re.split(r"[\[=<>~! ]", r)[0] for r in requires}]
+    assert not [
+        n
+        for n in installs
+        if re.fullmatch(r"nvidia-.*-cu12", n)
+        and n in {re.split(r"[\[=<>~! ]", r)[0] for r in requires}
+    ]
 
 
 def test_sglang_all_fails_on_aarch64_for_lack_of_xatlas_wheels(
-        resolutions: dict[str, Resolution]) -> None:
+    resolutions: dict[str, Resolution],
+) -> None:
     """Why the role installs plain sglang: [all] pulls the diffusion extra, and one of its
     requirements, xatlas, has no wheel for linux aarch64 (only sources, which
     --only-binary refuses and a Spark would have to compile)."""
     everything = resolutions[_with_all(venv_requirement())]
     assert everything.returncode != 0
-    missing = re.findall(r"No matching distribution found for (\S+)(?: \(from ([^)]*)\))?",
-                         everything.log)
+    missing = re.findall(
+        r"No matching distribution found for (\S+)(?: \(from ([^)]*)\))?", everything.log
+    )
     assert missing == [("xatlas", "sglang[diffusion]")], everything.log[-4000:]
     # And xatlas reaches [all] exactly that way in the release's metadata.
     requires = resolutions[venv_requirement()].installs()["sglang"]["metadata"]["requires_dist"]

@@ -41,20 +41,36 @@ def _generator() -> ModuleType:
 
 def field_differences(data: dict[str, Any], release: dict[str, Any]) -> list[str]:
     """What the data file says that the release's dataclass does not, field by field."""
-    out = [f"{name}: the release {release['sglang']} has it (default {release['fields'][name]!r}"
-           "), the data file does not" for name in release["fields"] if name not in data["fields"]]
-    out += [f"{name}: in the data file, not a field of the release {release['sglang']}"
-            for name in data["fields"] if name not in release["fields"]]
-    out += [f"{name}: default {data['fields'][name]!r} in the data file, the release's is "
-            f"{release['fields'][name]!r}" for name in release["fields"]
-            if name in data["fields"] and (data["fields"][name] != release["fields"][name]
-                                           or type(data["fields"][name])
-                                           is not type(release["fields"][name]))]
-    if ([n for n in data["fields"] if n in release["fields"]]
-            != [n for n in release["fields"] if n in data["fields"]]):
+    out = [
+        f"{name}: the release {release['sglang']} has it (default {release['fields'][name]!r}"
+        "), the data file does not"
+        for name in release["fields"]
+        if name not in data["fields"]
+    ]
+    out += [
+        f"{name}: in the data file, not a field of the release {release['sglang']}"
+        for name in data["fields"]
+        if name not in release["fields"]
+    ]
+    out += [
+        f"{name}: default {data['fields'][name]!r} in the data file, the release's is "
+        f"{release['fields'][name]!r}"
+        for name in release["fields"]
+        if name in data["fields"]
+        and (
+            data["fields"][name] != release["fields"][name]
+            or type(data["fields"][name]) is not type(release["fields"][name])
+        )
+    ]
+    if [n for n in data["fields"] if n in release["fields"]] != [
+        n for n in release["fields"] if n in data["fields"]
+    ]:
         out.append("the fields are in another order than the dataclass's")
-    out += [f"{key}: {data.get(key)!r} in the data file, the release's {release[key]!r}"
-            for key in release if key != "fields" and data.get(key) != release[key]]
+    out += [
+        f"{key}: {data.get(key)!r} in the data file, the release's {release[key]!r}"
+        for key in release
+        if key != "fields" and data.get(key) != release[key]
+    ]
     return out
 
 
@@ -63,14 +79,17 @@ def test_field_differences_names_each_field() -> None:
     assert field_differences(base, base) == []
     assert field_differences(
         {**base, "fields": {"a": None, "b": 2, "c": 1, "z": False}},
-        {**base, "sglang": "2", "fields": {"a": None, "b": 1, "c": 1.0, "d": []}}) == [
+        {**base, "sglang": "2", "fields": {"a": None, "b": 1, "c": 1.0, "d": []}},
+    ) == [
         "d: the release 2 has it (default []), the data file does not",
         "z: in the data file, not a field of the release 2",
         "b: default 2 in the data file, the release's is 1",
         "c: default 1 in the data file, the release's is 1.0",
-        "sglang: '1' in the data file, the release's '2'"]
+        "sglang: '1' in the data file, the release's '2'",
+    ]
     assert field_differences({**base, "fields": {"b": 1, "a": None, "c": 1.0}}, base) == [
-        "the fields are in another order than the dataclass's"]
+        "the fields are in another order than the dataclass's"
+    ]
 
 
 def test_data_file_is_the_pinned_releases_server_args(sglang_release: SGLangRelease) -> None:
@@ -89,8 +108,8 @@ def test_data_file_is_the_pinned_releases_server_args(sglang_release: SGLangRele
     data = json.loads(path.read_text())
     problems = field_differences(data, release)
     assert problems == [], "\n".join(
-        [f"{path.relative_to(REPO)} is not sglang {pin}'s ServerArgs ({REGENERATE}):",
-         *problems])
+        [f"{path.relative_to(REPO)} is not sglang {pin}'s ServerArgs ({REGENERATE}):", *problems]
+    )
     # Byte for byte what the generator writes (one field per line, for reviewable diffs).
     assert path.read_text() == generator.render(release), REGENERATE
     # What the stand-in's /server_info relies on: model_path has no default (argparse

@@ -40,18 +40,36 @@ def _links(host_ip: str) -> dict[str, dict[str, object]]:
 
 # ----------------------------------------------------------------- SSH trust
 def test_ansible_reaches_every_host_with_strict_host_keys(lab: LabSession) -> None:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_HOST_KEY_CHECKING": "True"}
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+    }
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible"), "-i", str(SIM_INVENTORY), "all",
-         "-m", "ansible.builtin.command", "-a", "hostname", "-o"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=120,
-        check=False)
+        [
+            str(Path(sys.executable).parent / "ansible"),
+            "-i",
+            str(SIM_INVENTORY),
+            "all",
+            "-m",
+            "ansible.builtin.command",
+            "-a",
+            "hostname",
+            "-o",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [n.name for n in lab.inventory.nodes] + ["lab-switch"]
     for name in names:
-        assert re.search(rf"^{re.escape(name)} \| CHANGED \| rc=0 \| \(stdout\) {name}$",
-                         proc.stdout, re.M), proc.stdout
+        assert re.search(
+            rf"^{re.escape(name)} \| CHANGED \| rc=0 \| \(stdout\) {name}$", proc.stdout, re.M
+        ), proc.stdout
 
 
 def test_paramiko_rejects_unknown_keys_and_accepts_recorded_ones(lab: LabSession) -> None:
@@ -60,8 +78,14 @@ def test_paramiko_rejects_unknown_keys_and_accepts_recorded_ones(lab: LabSession
         client = paramiko.SSHClient()
         client.load_host_keys(str(SSH_DIR / "known_hosts"))
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        client.connect(_ip(lab, name), username="root", pkey=key, look_for_keys=False,
-                       allow_agent=False, timeout=10)
+        client.connect(
+            _ip(lab, name),
+            username="root",
+            pkey=key,
+            look_for_keys=False,
+            allow_agent=False,
+            timeout=10,
+        )
         _, stdout, _ = client.exec_command("hostname")
         assert stdout.read().decode().strip() == name
         client.close()
@@ -69,8 +93,14 @@ def test_paramiko_rejects_unknown_keys_and_accepts_recorded_ones(lab: LabSession
         stranger = paramiko.SSHClient()
         stranger.set_missing_host_key_policy(paramiko.RejectPolicy())
         with pytest.raises(paramiko.SSHException, match="not found in known_hosts"):
-            stranger.connect(_ip(lab, name), username="root", pkey=key, look_for_keys=False,
-                             allow_agent=False, timeout=10)
+            stranger.connect(
+                _ip(lab, name),
+                username="root",
+                pkey=key,
+                look_for_keys=False,
+                allow_agent=False,
+                timeout=10,
+            )
         stranger.close()
 
 
@@ -114,8 +144,13 @@ def test_switch_bridges_each_twin_into_its_own_domain(lab: LabSession) -> None:
 def test_status_json_reports_live_state(lab: LabSession) -> None:
     status = json.loads(sparkctl("lab", "status", "--json", check=True).stdout)
     assert status["up"] is True
-    assert {h["name"] for h in status["hosts"]} == {"spark1", "spark2", "spark3", "spark4",
-                                                     "lab-switch"}
+    assert {h["name"] for h in status["hosts"]} == {
+        "spark1",
+        "spark2",
+        "spark3",
+        "spark4",
+        "lab-switch",
+    }
     switch = next(h for h in status["hosts"] if h["role"] == "switch")
     rates = {ln["name"]: ln.get("rate_mbit") for ln in switch["links"]}
     assert all(rates[p.name] == 1000 for p in lab.inventory.ports), rates
@@ -141,8 +176,11 @@ def twin_a_addresses(lab: LabSession) -> Iterator[tuple[str, str]]:
         yield n1.mgmt_ip, n2.fabric_ips["a"]
     finally:
         for n in (n1, n2):
-            ssh(n.mgmt_ip, f"ip addr flush dev {FABRIC_IFS[0]}; "
-                           f"ip link set {FABRIC_IFS[0]} mtu 1500", check=False)
+            ssh(
+                n.mgmt_ip,
+                f"ip addr flush dev {FABRIC_IFS[0]}; ip link set {FABRIC_IFS[0]} mtu 1500",
+                check=False,
+            )
         for port in ("spark1:a", "spark2:a"):
             sparkctl("lab", "port", port, "--mtu", "1500")
 
@@ -152,7 +190,8 @@ def _jumbo_ping(src_ip: str, dst: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_jumbo_frames_need_the_switch_ports_raised(
-        lab: LabSession, twin_a_addresses: tuple[str, str]) -> None:
+    lab: LabSession, twin_a_addresses: tuple[str, str]
+) -> None:
     src, dst = twin_a_addresses
     ssh(lab.inventory.node("spark2").mgmt_ip, f"ip link set {FABRIC_IFS[0]} mtu 9000")
     ssh(src, f"ip link set {FABRIC_IFS[0]} mtu 9000")
@@ -188,21 +227,20 @@ def twin_b_pair(lab: LabSession) -> Iterator[tuple[str, str, str]]:
         for n in (n3, n4):
             ssh(n.mgmt_ip, "pkill -x iperf3", check=False)
         for n in added:
-            ssh(n.mgmt_ip, f"ip addr del {n.fabric_ips['b']}/24 dev {FABRIC_IFS[1]}",
-                check=False)
+            ssh(n.mgmt_ip, f"ip addr del {n.fabric_ips['b']}/24 dev {FABRIC_IFS[1]}", check=False)
 
 
 def _iperf(client: str, server: str, dst: str, *, reverse: bool) -> float:
     ssh(server, "iperf3 -s -1 -D")
     time.sleep(0.3)
-    out = ssh(client, f"iperf3 -c {dst} -t 4 -O 1 -J {'-R' if reverse else ''}",
-              timeout=60).stdout
+    out = ssh(client, f"iperf3 -c {dst} -t 4 -O 1 -J {'-R' if reverse else ''}", timeout=60).stdout
     return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 1e6
 
 
 @pytest.mark.quiet_host
 def test_throughput_follows_the_shaping_rate_both_ways(
-        lab: LabSession, twin_b_pair: tuple[str, str, str]) -> None:
+    lab: LabSession, twin_b_pair: tuple[str, str, str]
+) -> None:
     client, server, dst = twin_b_pair
     rate = int(lab.inventory.cluster_var("lab_link_rate_mbit"))
     for reverse in (False, True):
@@ -222,11 +260,16 @@ def test_nvidia_smi_answers_like_a_spark(lab: LabSession) -> None:
     driver = str(lab.inventory.cluster_var("lab_gpu_driver_version"))
     for node in lab.inventory.nodes:
         table = ssh(node.mgmt_ip, "nvidia-smi").stdout
-        assert re.search(rf"NVIDIA-SMI {re.escape(driver)}\s+Driver Version: "
-                         rf"{re.escape(driver)}\s+CUDA Version: 13\.0", table), table
+        assert re.search(
+            rf"NVIDIA-SMI {re.escape(driver)}\s+Driver Version: "
+            rf"{re.escape(driver)}\s+CUDA Version: 13\.0",
+            table,
+        ), table
         assert re.search(r"^\|\s+0\s+NVIDIA GB10\s", table, re.M), table
-        csv = ssh(node.mgmt_ip, "nvidia-smi --query-gpu=name,driver_version,compute_cap "
-                                "--format=csv,noheader").stdout
+        csv = ssh(
+            node.mgmt_ip,
+            "nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader",
+        ).stdout
         assert csv.strip() == f"NVIDIA GB10, {driver}, 12.1"
         assert "DGX Spark" in ssh(node.mgmt_ip, "cat /etc/dgx-release").stdout
 

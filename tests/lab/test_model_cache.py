@@ -32,10 +32,12 @@ SIZE_MIB = 96
 SOURCE = ["-e", "model_cache_source=head", "-e", f"model_cache_head_dir={MODEL_DIR}"]
 
 
-def _sync(*args: str, inventory: Path = SIM_INVENTORY,
-          env: dict[str, str] | None = None) -> tuple[int, dict[str, object], str]:
-    proc = sparkctl("model", "sync", str(inventory), "--json", *SOURCE, *args, timeout=1800,
-                    env=env)
+def _sync(
+    *args: str, inventory: Path = SIM_INVENTORY, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, object], str]:
+    proc = sparkctl(
+        "model", "sync", str(inventory), "--json", *SOURCE, *args, timeout=1800, env=env
+    )
     try:
         result = dict(json.loads(proc.stdout))
     except ValueError:
@@ -45,8 +47,9 @@ def _sync(*args: str, inventory: Path = SIM_INVENTORY,
 
 def _sums(ip: str, root: str) -> dict[str, str]:
     """relative path -> sha256 of every file under root on a node."""
-    out = ssh(ip, f"cd {root} && find . -type f ! -name '*.sparkctl-partial' -print0 "
-                  "| xargs -0 sha256sum").stdout
+    out = ssh(
+        ip, f"cd {root} && find . -type f ! -name '*.sparkctl-partial' -print0 | xargs -0 sha256sum"
+    ).stdout
     sums = {}
     for line in out.splitlines():
         digest, path = line.split(maxsplit=1)
@@ -73,12 +76,25 @@ def _netdev_with(ip: str, address: str) -> str:
 
 @pytest.fixture(scope="module")
 def model(lab: LabSession, provisioned: dict[str, object]) -> Iterator[dict[str, object]]:
-    made = sparkctl("lab", "model", "--size", f"{SIZE_MIB}MiB", "--files", "4", "--dir",
-                    MODEL_DIR, "--json", check=True)
+    made = sparkctl(
+        "lab",
+        "model",
+        "--size",
+        f"{SIZE_MIB}MiB",
+        "--files",
+        "4",
+        "--dir",
+        MODEL_DIR,
+        "--json",
+        check=True,
+    )
     yield dict(json.loads(made.stdout))
     for node in lab.inventory.nodes:  # leave the lab as the other modules expect it
-        ssh(node.mgmt_ip, f"rm -rf {CACHE} /srv/sparkctl-model /dev/shm/sparkctl-models",
-            check=False)
+        ssh(
+            node.mgmt_ip,
+            f"rm -rf {CACHE} /srv/sparkctl-model /dev/shm/sparkctl-models",
+            check=False,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +109,9 @@ def first_sync(lab: LabSession, model: dict[str, object]) -> dict[str, object]:
     return {"result": result, "twin_a_rx": rx[0], "twin_b_rx": rx[1], "mgmt_rx": rx[2]}
 
 
-def test_sync_puts_identical_copies_on_every_node(lab: LabSession,
-                                                  first_sync: dict[str, object]) -> None:
+def test_sync_puts_identical_copies_on_every_node(
+    lab: LabSession, first_sync: dict[str, object]
+) -> None:
     head = lab.inventory.node("spark1").mgmt_ip
     want = _sums(head, MODEL_DIR)
     assert len(want) == 5  # config.json and four shards
@@ -102,13 +119,15 @@ def test_sync_puts_identical_copies_on_every_node(lab: LabSession,
         assert _sums(node.mgmt_ip, COPY) == want, node.name
         assert ssh(node.mgmt_ip, f"readlink {CACHE}/current").stdout.strip() == COPY
         manifest = json.loads(
-            ssh(node.mgmt_ip, f"cat {CACHE}/.sparkctl/synthetic.manifest.json").stdout)
+            ssh(node.mgmt_ip, f"cat {CACHE}/.sparkctl/synthetic.manifest.json").stdout
+        )
         assert {f["path"]: f["sha256"] for f in manifest["files"]} == want
     assert ssh(head, f"readlink {CACHE}/current").stdout.strip() == MODEL_DIR
 
 
 def test_the_model_crosses_the_fabric_not_the_management_network(
-        first_sync: dict[str, object]) -> None:
+    first_sync: dict[str, object],
+) -> None:
     """Over both twins: the lab's two cores make model_cache_streams auto two streams,
     dealt over fabric_a and fabric_b (each carries a share, together the model)."""
     size = SIZE_MIB << 20
@@ -132,7 +151,8 @@ def test_a_second_sync_transfers_nothing(lab: LabSession, first_sync: dict[str, 
 
 
 def test_a_corrupt_and_a_truncated_file_are_repaired_and_nothing_else(
-        lab: LabSession, first_sync: dict[str, object]) -> None:
+    lab: LabSession, first_sync: dict[str, object]
+) -> None:
     spark2, spark3, spark4 = (lab.inventory.node(n).mgmt_ip for n in ("spark2", "spark3", "spark4"))
     shard2 = "model-00002-of-00004.safetensors"
     shard3 = "model-00003-of-00004.safetensors"
@@ -145,15 +165,14 @@ def test_a_corrupt_and_a_truncated_file_are_repaired_and_nothing_else(
     after = {ip: _mtimes(ip, COPY) for ip in (spark2, spark3, spark4)}
     for ip in (spark2, spark3, spark4):
         assert _sums(ip, COPY) == want
-    changed = {ip: sorted(p for p in after[ip] if after[ip][p] != before[ip][p])
-               for ip in after}
+    changed = {ip: sorted(p for p in after[ip] if after[ip][p] != before[ip][p]) for ip in after}
     assert changed == {spark2: [shard3], spark3: [shard2], spark4: []}
 
 
 @pytest.mark.fault
 def test_a_truncated_file_is_found_by_validate_and_repaired_by_model_sync(
-        lab: LabSession, first_sync: dict[str, object],
-        snapshot: Callable[[], dict[str, object]]) -> None:
+    lab: LabSession, first_sync: dict[str, object], snapshot: Callable[[], dict[str, object]]
+) -> None:
     spark2 = lab.inventory.node("spark2").mgmt_ip
     shard = "model-00004-of-00004.safetensors"
     ssh(spark2, f"truncate -s 4096 {COPY}/{shard}")
@@ -174,11 +193,15 @@ def test_a_truncated_file_is_found_by_validate_and_repaired_by_model_sync(
 
 
 def test_corruption_that_keeps_size_and_mtime_needs_full_verify(
-        lab: LabSession, first_sync: dict[str, object]) -> None:
+    lab: LabSession, first_sync: dict[str, object]
+) -> None:
     spark4 = lab.inventory.node("spark4").mgmt_ip
     shard = f"{COPY}/model-00001-of-00004.safetensors"
-    ssh(spark4, f"t=$(stat -c %y {shard}) && printf 'Y' | dd of={shard} bs=1 seek=10 "
-                f"conv=notrunc status=none && touch -d \"$t\" {shard}")
+    ssh(
+        spark4,
+        f"t=$(stat -c %y {shard}) && printf 'Y' | dd of={shard} bs=1 seek=10 "
+        f'conv=notrunc status=none && touch -d "$t" {shard}',
+    )
     want = _sums(lab.inventory.node("spark1").mgmt_ip, MODEL_DIR)
     rc, _, output = _sync()
     assert rc == 0, output[-5000:]
@@ -189,15 +212,20 @@ def test_corruption_that_keeps_size_and_mtime_needs_full_verify(
 
 
 def test_a_controller_directory_reaches_every_node_through_the_head(
-        lab: LabSession, first_sync: dict[str, object], tmp_path: Path) -> None:
+    lab: LabSession, first_sync: dict[str, object], tmp_path: Path
+) -> None:
     source = tmp_path / "ctl-model"
     (source / "sub").mkdir(parents=True)
-    blobs = {"config.json": b'{"model_type": "controller"}', "weights.bin": os.urandom(3 << 20),
-             "sub/tokenizer.bin": os.urandom(4099)}
+    blobs = {
+        "config.json": b'{"model_type": "controller"}',
+        "weights.bin": os.urandom(3 << 20),
+        "sub/tokenizer.bin": os.urandom(4099),
+    }
     for rel, data in blobs.items():
         (source / rel).write_bytes(data)
-    rc, _, output = _sync("-e", "model_cache_source=controller",
-                          "-e", f"model_cache_controller_dir={source}")
+    rc, _, output = _sync(
+        "-e", "model_cache_source=controller", "-e", f"model_cache_controller_dir={source}"
+    )
     assert rc == 0, output[-5000:]
     want = {rel: hashlib.sha256(data).hexdigest() for rel, data in blobs.items()}
     for node in lab.inventory.nodes:  # the head is the first hop and keeps a copy
@@ -208,7 +236,8 @@ def test_a_controller_directory_reaches_every_node_through_the_head(
 
 
 def test_a_node_without_room_is_refused_before_anything_is_copied(
-        lab: LabSession, first_sync: dict[str, object], tmp_path: Path) -> None:
+    lab: LabSession, first_sync: dict[str, object], tmp_path: Path
+) -> None:
     # spark4's cache on its /dev/shm (a 64 MB tmpfs in the lab) cannot hold the model.
     spark4 = lab.inventory.node("spark4").mgmt_ip
     free = int(ssh(spark4, "df --output=avail -B1 /dev/shm | tail -1").stdout)
@@ -217,7 +246,8 @@ def test_a_node_without_room_is_refused_before_anything_is_copied(
     shutil.copytree(SIM_INVENTORY.parent, inventory)
     (inventory / "host_vars").mkdir(exist_ok=True)
     (inventory / "host_vars" / "spark4.yml").write_text(
-        "model_cache_dir: /dev/shm/sparkctl-models\n")
+        "model_cache_dir: /dev/shm/sparkctl-models\n"
+    )
     rc, _, output = _sync(inventory=inventory / "sim.ini")
     assert rc != 0
     assert "spark4: the model needs" in output and "GiB are free; nothing was copied" in output
@@ -240,18 +270,32 @@ def lab_hub(lab: LabSession) -> Iterator[tuple[str, str, str]]:
     assert lab.inventory.switch is not None
     switch = lab.inventory.switch.mgmt_ip
     token = "hf_sparkctlSentinel" + "7" * 20
-    script = (Path(__file__).resolve().parents[2] / "sparkctl" / "lab" / "standins" /
-              "hfhub.py").read_text()
+    script = (
+        Path(__file__).resolve().parents[2] / "sparkctl" / "lab" / "standins" / "hfhub.py"
+    ).read_text()
     ssh(switch, f"mkdir -p {HUB}/src && cat > {HUB}/hfhub.py <<'PYEOF'\n{script}PYEOF\n")
-    ssh(switch, f"cd {HUB}/src && head -c 3145728 /dev/urandom > model.safetensors && "
-                "echo '{\"model_type\": \"sparkctl-synthetic\"}' > config.json && "
-                f"umask 077 && printf %s {token} > {HUB}/token")
-    made = json.loads(ssh(switch, f"python3 {HUB}/hfhub.py make-repo {HUB}/src --root "
-                                  f"{HUB}/repos --repo {HF_REPO}").stdout.splitlines()[-1])
-    ssh(switch, f"systemd-run --unit={HUB_UNIT} python3 {HUB}/hfhub.py --root {HUB}/repos "
-                f"--bind {switch} --port {HUB_PORT} --token-file {HUB}/token --rate 262144")
-    ssh(switch, f"for i in $(seq 50); do ss -Hltn 'sport = :{HUB_PORT}' | grep -q . && exit 0; "
-                "sleep 0.1; done; exit 1")
+    ssh(
+        switch,
+        f"cd {HUB}/src && head -c 3145728 /dev/urandom > model.safetensors && "
+        'echo \'{"model_type": "sparkctl-synthetic"}\' > config.json && '
+        f"umask 077 && printf %s {token} > {HUB}/token",
+    )
+    made = json.loads(
+        ssh(
+            switch,
+            f"python3 {HUB}/hfhub.py make-repo {HUB}/src --root {HUB}/repos --repo {HF_REPO}",
+        ).stdout.splitlines()[-1]
+    )
+    ssh(
+        switch,
+        f"systemd-run --unit={HUB_UNIT} python3 {HUB}/hfhub.py --root {HUB}/repos "
+        f"--bind {switch} --port {HUB_PORT} --token-file {HUB}/token --rate 262144",
+    )
+    ssh(
+        switch,
+        f"for i in $(seq 50); do ss -Hltn 'sport = :{HUB_PORT}' | grep -q . && exit 0; "
+        "sleep 0.1; done; exit 1",
+    )
     try:
         yield f"http://{switch}:{HUB_PORT}", str(made["commit"]), token
     finally:
@@ -261,8 +305,8 @@ def lab_hub(lab: LabSession) -> Iterator[tuple[str, str, str]]:
 
 
 def test_the_hugging_face_token_never_reaches_a_command_line_output_or_artifacts(
-        lab: LabSession, first_sync: dict[str, object],
-        lab_hub: tuple[str, str, str]) -> None:
+    lab: LabSession, first_sync: dict[str, object], lab_hub: tuple[str, str, str]
+) -> None:
     """A real download (huggingface_hub's snapshot_download on the head, from the lab Hub):
     while it runs, no process on the head has the token in its command line (world-readable
     in /proc) - Ansible's environment: would put it there; and afterwards it is in no output,
@@ -273,17 +317,38 @@ def test_the_hugging_face_token_never_reaches_a_command_line_output_or_artifacts
     ssh(head, f"echo {pattern} | base64 -d > /run/sparkctl-pattern")
     env = {**os.environ, "HF_TOKEN": token}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sparkctl", "model", "sync", str(SIM_INVENTORY), "--json",
-         "-e", "model_cache_source=hf", "-e", f"model_cache_hf_repo={HF_REPO}",
-         "-e", f"model_cache_hf_revision={commit}", "-e", f"model_cache_hf_endpoint={endpoint}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "sparkctl",
+            "model",
+            "sync",
+            str(SIM_INVENTORY),
+            "--json",
+            "-e",
+            "model_cache_source=hf",
+            "-e",
+            f"model_cache_hf_repo={HF_REPO}",
+            "-e",
+            f"model_cache_hf_revision={commit}",
+            "-e",
+            f"model_cache_hf_endpoint={endpoint}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     samples = during = 0
     holders: set[str] = set()
     try:
         while proc.poll() is None:
-            out = ssh(head, "grep -lF -f /run/sparkctl-pattern /proc/[0-9]*/cmdline 2>/dev/null; "
-                            "echo @@; grep -l fetch-hf /proc/[0-9]*/cmdline 2>/dev/null; true",
-                      timeout=30).stdout
+            out = ssh(
+                head,
+                "grep -lF -f /run/sparkctl-pattern /proc/[0-9]*/cmdline 2>/dev/null; "
+                "echo @@; grep -l fetch-hf /proc/[0-9]*/cmdline 2>/dev/null; true",
+                timeout=30,
+            ).stdout
             found, fetching = out.split("@@")
             holders |= set(found.split())
             samples += 1
@@ -300,9 +365,13 @@ def test_the_hugging_face_token_never_reaches_a_command_line_output_or_artifacts
     # the snapshot is on every node, byte for byte the Hub's
     snapshot = f"{CACHE}/hub/models--{HF_REPO.replace('/', '--')}/snapshots/{commit}"
     # the hub cache's snapshot holds links into its blobs: hash what they point to
-    sums = {n.name: dict(reversed(line.split(maxsplit=1)) for line in ssh(
-        n.mgmt_ip, f"cd {snapshot} && sha256sum -- *").stdout.splitlines())
-        for n in lab.inventory.nodes}
+    sums = {
+        n.name: dict(
+            reversed(line.split(maxsplit=1))
+            for line in ssh(n.mgmt_ip, f"cd {snapshot} && sha256sum -- *").stdout.splitlines()
+        )
+        for n in lab.inventory.nodes
+    }
     assert set(sums["spark1"]) == {"config.json", "model.safetensors"}
     assert all(s == sums["spark1"] for s in sums.values()), sums
     assert token not in stdout + stderr

@@ -20,8 +20,9 @@ from tests.labhost import fault_rule, ssh
 pytestmark = pytest.mark.lab
 
 
-def test_first_provision_succeeds_on_every_host(lab: LabSession,
-                                                provisioned: dict[str, object]) -> None:
+def test_first_provision_succeeds_on_every_host(
+    lab: LabSession, provisioned: dict[str, object]
+) -> None:
     hosts = provisioned["hosts"]
     assert isinstance(hosts, dict)
     assert set(hosts) == {"spark1", "spark2", "spark3", "spark4", "lab-switch"}
@@ -32,22 +33,30 @@ def test_first_provision_succeeds_on_every_host(lab: LabSession,
 
 
 def test_jumbo_frames_pass_between_every_pair_on_both_twins(
-        lab: LabSession, provisioned: dict[str, object]) -> None:
+    lab: LabSession, provisioned: dict[str, object]
+) -> None:
     nodes = lab.inventory.nodes
     for src, dst in itertools.permutations(nodes, 2):
         for twin, ifname in (("a", "enp1s0f1np1"), ("b", "enP2p1s0f1np1")):
-            out = ssh(src.mgmt_ip, f"ping -c 1 -W 2 -M do -s 8972 -I {ifname} "
-                                   f"{dst.fabric_ips[twin]}", check=False)
+            out = ssh(
+                src.mgmt_ip,
+                f"ping -c 1 -W 2 -M do -s 8972 -I {ifname} {dst.fabric_ips[twin]}",
+                check=False,
+            )
             assert out.returncode == 0, (src.name, dst.name, twin, out.stdout, out.stderr)
 
 
 def test_bad_inventory_is_refused_before_any_host_is_touched(
-        lab: LabSession, provisioned: dict[str, object], tmp_path: Path) -> None:
+    lab: LabSession, provisioned: dict[str, object], tmp_path: Path
+) -> None:
     bad = tmp_path / "inventory"
     shutil.copytree(SIM_INVENTORY.parent, bad)
     cluster = bad / "group_vars" / "sim" / "cluster.yml"
-    cluster.write_text(cluster.read_text().replace("fabric_b_subnet: 192.168.101.0/24",
-                                                   "fabric_b_subnet: 192.168.100.0/24"))
+    cluster.write_text(
+        cluster.read_text().replace(
+            "fabric_b_subnet: 192.168.101.0/24", "fabric_b_subnet: 192.168.100.0/24"
+        )
+    )
     proc = sparkctl("provision", str(bad / "sim.ini"))
     assert proc.returncode == 2
     assert "variable fabric_b_subnet" in proc.stderr
@@ -63,15 +72,19 @@ Snapshot = Callable[[], dict[str, object]]
 
 @pytest.mark.fault
 def test_a_node_unreachable_over_management_stops_provision_for_every_host(
-        lab: LabSession, provisioned: dict[str, object], snapshot: Snapshot) -> None:
+    lab: LabSession, provisioned: dict[str, object], snapshot: Snapshot
+) -> None:
     """spark3's SSH port refused from the controller (its management path cut, the
     node itself running): provision stops for the whole cluster before changing any
     host and names spark3; once spark3 answers again a re-run completes and changes
     nothing. That re-run is also the idempotency test of provision: a second full run
     after the session's first changes nothing on any host."""
     node = lab.inventory.node("spark3")
-    rule = fault_rule("OUTPUT", ["-d", node.mgmt_ip, "-p", "tcp", "--dport", "22"],
-                      ["-j", "REJECT", "--reject-with", "tcp-reset"])
+    rule = fault_rule(
+        "OUTPUT",
+        ["-d", node.mgmt_ip, "-p", "tcp", "--dport", "22"],
+        ["-j", "REJECT", "--reject-with", "tcp-reset"],
+    )
     before = snapshot()
     subprocess.run(["iptables", "-I", *rule], check=True)
     try:
@@ -83,8 +96,10 @@ def test_a_node_unreachable_over_management_stops_provision_for_every_host(
     assert result["hosts"]["spark3"]["unreachable"] == 1
     assert all(s["changed"] == 0 for s in result["hosts"].values()), result["hosts"]
     assert [f["host"] for f in result["failures"]] == ["spark3"]
-    assert ("provision stopped for the whole cluster: spark3 did not answer over SSH; "
-            "no host was changed") in proc.stderr, proc.stderr[-3000:]
+    assert (
+        "provision stopped for the whole cluster: spark3 did not answer over SSH; "
+        "no host was changed"
+    ) in proc.stderr, proc.stderr[-3000:]
     assert_unchanged(before, snapshot(), "the stopped provision")
     again = provision_lab()
     changed = {h: s["changed"] for h, s in again["hosts"].items()}  # type: ignore[attr-defined]
@@ -93,8 +108,8 @@ def test_a_node_unreachable_over_management_stops_provision_for_every_host(
 
 @pytest.mark.fault
 def test_netplan_change_that_cuts_the_node_off_is_rolled_back(
-        lab: LabSession, provisioned: dict[str, object], tmp_path: Path,
-        snapshot: Snapshot) -> None:
+    lab: LabSession, provisioned: dict[str, object], tmp_path: Path, snapshot: Snapshot
+) -> None:
     """A fabric route that steals the management path (replies to the controller
     leave through the fabric to a gateway that does not exist): the controller
     cannot reconnect, the node's own timer restores the previous netplan, the
@@ -108,17 +123,28 @@ def test_netplan_change_that_cuts_the_node_off_is_rolled_back(
         "roce_fabric_routes_a:\n"
         f"  - {{to: {controller}/32, via: 192.168.100.250}}\n"
         "roce_fabric_confirm_seconds: 8\n"
-        "roce_fabric_rollback_seconds: 20\n")
+        "roce_fabric_rollback_seconds: 20\n"
+    )
     before = ssh(node.mgmt_ip, "cat /etc/netplan/40-cx7.yaml").stdout
     state = snapshot()
     try:
-        proc = sparkctl("provision", str(inv / "sim.ini"), "--limit", "spark2",
-                        "--tags", "roce_fabric", timeout=600)
+        proc = sparkctl(
+            "provision",
+            str(inv / "sim.ini"),
+            "--limit",
+            "spark2",
+            "--tags",
+            "roce_fabric",
+            timeout=600,
+        )
     finally:
         # Undo what the run left behind: the role's staged copy holds the bad
         # route until the next provision rewrites it.
-        ssh(node.mgmt_ip, "cp -p /etc/netplan/40-cx7.yaml /etc/netplan/40-cx7.yaml.sparkctl-staged",
-            check=False)
+        ssh(
+            node.mgmt_ip,
+            "cp -p /etc/netplan/40-cx7.yaml /etc/netplan/40-cx7.yaml.sparkctl-staged",
+            check=False,
+        )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "rolled back" in proc.stderr, proc.stderr[-4000:]
     assert "40-cx7.yaml" in proc.stderr, proc.stderr[-4000:]
@@ -149,8 +175,8 @@ def _unit_image(ip: str) -> str:
 
 @pytest.mark.fault
 def test_a_moved_image_tag_stops_provision_until_pinned_or_accepted(
-        lab: LabSession, provisioned: dict[str, object],
-        snapshot: Callable[[], dict[str, object]]) -> None:
+    lab: LabSession, provisioned: dict[str, object], snapshot: Callable[[], dict[str, object]]
+) -> None:
     """Tags move; the unit runs the digest the first pull recorded. When the registry's tag
     resolves to another digest, provision stops naming both and the way forward, changes no
     unit; --accept-image-digest moves the cluster to exactly that digest."""
@@ -174,15 +200,17 @@ def test_a_moved_image_tag_stops_provision_until_pinned_or_accepted(
         assert f"{ref} now resolves to {new}, but this node was provisioned with {old}" in out
         assert f"--accept-image-digest {new}" in out and "sglang_image_digest" in out
         assert_unchanged(before, snapshot(), "provision with a moved tag")
-        moved = sparkctl("provision", str(SIM_INVENTORY), "-t", "sglang",
-                         "--accept-image-digest", new)
+        moved = sparkctl(
+            "provision", str(SIM_INVENTORY), "-t", "sglang", "--accept-image-digest", new
+        )
         assert moved.returncode == 0, moved.stdout[-3000:] + moved.stderr[-3000:]
         for node in lab.inventory.nodes:
             assert _image_record(node.mgmt_ip) == f"{ref}@{new}" == _unit_image(node.mgmt_ip)
     finally:
         registry.point_lab_tag(podman, nodes, ref, old)
-        back = sparkctl("provision", str(SIM_INVENTORY), "-t", "sglang",
-                        "--accept-image-digest", old)
+        back = sparkctl(
+            "provision", str(SIM_INVENTORY), "-t", "sglang", "--accept-image-digest", old
+        )
     assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
     assert _image_record(spark1) == recorded
     assert_unchanged(before, snapshot(), "provision back to the first digest")

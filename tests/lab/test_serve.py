@@ -95,8 +95,8 @@ def test_up_provisions_validates_serves_and_verifies(served: dict[str, Any]) -> 
 
 @pytest.mark.fault
 def test_verify_names_a_stopped_rank_and_serve_up_brings_it_back(
-        lab: LabSession, served: dict[str, Any],
-        snapshot: Callable[[], dict[str, object]]) -> None:
+    lab: LabSession, served: dict[str, Any], snapshot: Callable[[], dict[str, object]]
+) -> None:
     before = snapshot()
     ssh(lab.inventory.node("spark3").mgmt_ip, f"systemctl stop {UNIT}")
     faulted = snapshot()
@@ -113,15 +113,17 @@ def test_verify_names_a_stopped_rank_and_serve_up_brings_it_back(
     assert_unchanged(before, snapshot(), "serve up after the fault")
 
 
-def test_a_rank_on_the_wrong_interface_is_explained(lab: LabSession,
-                                                    served: dict[str, Any]) -> None:
+def test_a_rank_on_the_wrong_interface_is_explained(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
     """SGLANG_HOST_IP of the head on the management address: start-up hangs after NCCL
     init, for ever (the other ranks connect to the head's address, shm_broadcast.py)."""
     spark2 = lab.inventory.node("spark1")
     original = ssh(spark2.mgmt_ip, f"cat {ENV_FILE}").stdout
     assert f"SGLANG_HOST_IP={spark2.fabric_ips['a']}" in original
-    wrong = original.replace(f"SGLANG_HOST_IP={spark2.fabric_ips['a']}",
-                             f"SGLANG_HOST_IP={spark2.mgmt_ip}")
+    wrong = original.replace(
+        f"SGLANG_HOST_IP={spark2.fabric_ips['a']}", f"SGLANG_HOST_IP={spark2.mgmt_ip}"
+    )
     ssh(spark2.mgmt_ip, f"cat > {ENV_FILE} <<'EOF'\n{wrong}EOF")
     try:
         proc = _run("serve", "up", str(SIM_INVENTORY), "--restart", "--timeout", "60")
@@ -134,8 +136,7 @@ def test_a_rank_on_the_wrong_interface_is_explained(lab: LabSession,
     assert up.returncode == 0, up.stderr[-4000:]
 
 
-def test_serve_up_leaves_a_healthy_service_alone(lab: LabSession,
-                                                 served: dict[str, Any]) -> None:
+def test_serve_up_leaves_a_healthy_service_alone(lab: LabSession, served: dict[str, Any]) -> None:
     head = lab.inventory.node("spark1").mgmt_ip
     pid = ssh(head, f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
     proc = _run("serve", "up", str(SIM_INVENTORY))
@@ -144,7 +145,8 @@ def test_serve_up_leaves_a_healthy_service_alone(lab: LabSession,
 
 
 def test_secrets_never_reach_output_artifacts_reports_or_argv(
-        lab: LabSession, served: dict[str, Any]) -> None:
+    lab: LabSession, served: dict[str, Any]
+) -> None:
     """Sentinel API key and HF token were in the environment of every sparkctl run of
     this module (up = provision + validate + serve up + verify, verify, serve up, logs):
     on the nodes the key is only in the root-only secrets file and the server's memory;
@@ -165,20 +167,23 @@ def test_secrets_never_reach_output_artifacts_reports_or_argv(
         # the pattern travels base64-encoded, so this grep's own command line has no key;
         # every process's argv and environment (the container's processes among them)
         pattern = base64.b64encode(API_KEY.encode()).decode()
-        holders = ssh(node.mgmt_ip, f"echo {pattern} | base64 -d > /run/sparkctl-pattern && "
-                                    "grep -rlF -f /run/sparkctl-pattern /etc /var/lib/sparkctl "
-                                    "/var/lib/docker "
-                                    "/proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null; "
-                                    "rm -f /run/sparkctl-pattern").stdout.split()
+        holders = ssh(
+            node.mgmt_ip,
+            f"echo {pattern} | base64 -d > /run/sparkctl-pattern && "
+            "grep -rlF -f /run/sparkctl-pattern /etc /var/lib/sparkctl "
+            "/var/lib/docker "
+            "/proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null; "
+            "rm -f /run/sparkctl-pattern",
+        ).stdout.split()
         assert holders == [SECRETS], (node.name, holders)
         # SGLang logs server_args=ServerArgs(... api_key='...') (the stand-in as the
         # release): the launcher blanked it before the journal and docker's log got it
         journal = ssh(node.mgmt_ip, f"journalctl -u {UNIT} --no-pager -o cat").stdout
-        assert "server_args=ServerArgs(" in journal and "api_key='<redacted>'" in journal, \
-            node.name
+        assert "server_args=ServerArgs(" in journal and "api_key='<redacted>'" in journal, node.name
         assert API_KEY not in journal, node.name
-        docker = ssh(node.mgmt_ip, "docker inspect sparkctl-sglang; docker logs sparkctl-sglang"
-                     ).stdout
+        docker = ssh(
+            node.mgmt_ip, "docker inspect sparkctl-sglang; docker logs sparkctl-sglang"
+        ).stdout
         assert '"Env": [' in docker and "SGLANG_HOST_IP=" in docker, node.name
         assert API_KEY not in docker, node.name
     # and the key does work: the served endpoint takes it (verify's api_key check)
@@ -187,8 +192,11 @@ def test_secrets_never_reach_output_artifacts_reports_or_argv(
 
 
 def _drop_in(node_ip: str, text: str) -> None:
-    ssh(node_ip, f"mkdir -p {DROP_IN.rsplit('/', 1)[0]} && cat > {DROP_IN} <<'EOF'\n{text}EOF\n"
-                 "systemctl daemon-reload")
+    ssh(
+        node_ip,
+        f"mkdir -p {DROP_IN.rsplit('/', 1)[0]} && cat > {DROP_IN} <<'EOF'\n{text}EOF\n"
+        "systemctl daemon-reload",
+    )
 
 
 def _no_drop_in(node_ip: str) -> None:
@@ -197,8 +205,8 @@ def _no_drop_in(node_ip: str) -> None:
 
 @pytest.mark.fault
 def test_a_unit_whose_secret_does_not_reach_the_container_fails_as_on_a_spark(
-        lab: LabSession, served: dict[str, Any],
-        snapshot: Callable[[], dict[str, object]]) -> None:
+    lab: LabSession, served: dict[str, Any], snapshot: Callable[[], dict[str, object]]
+) -> None:
     """The composition of the old unit: the key in systemd's EnvironmentFile= only, and
     the container not given the file. docker passes a container only -e/--env-file, and
     only --volume paths: the rank's launcher finds no key, as on a real Spark, and serve up
@@ -209,10 +217,11 @@ def test_a_unit_whose_secret_does_not_reach_the_container_fails_as_on_a_spark(
     mount = f"{SECRETS}:{SECRETS}:ro"
     i = argv.index(mount)
     assert argv[i - 1] == "--volume"
-    without = argv[:i - 1] + argv[i + 1:]
+    without = argv[: i - 1] + argv[i + 1 :]
     before = snapshot()
-    _drop_in(spark3, f"[Service]\nEnvironmentFile={SECRETS}\nExecStart=\n"
-                     f"ExecStart={' '.join(without)}\n")
+    _drop_in(
+        spark3, f"[Service]\nEnvironmentFile={SECRETS}\nExecStart=\nExecStart={' '.join(without)}\n"
+    )
     try:
         proc = _run("serve", "up", str(SIM_INVENTORY), "--restart", "--timeout", "120")
         assert proc.returncode == 1, proc.stderr[-3000:]
@@ -229,8 +238,8 @@ def test_a_unit_whose_secret_does_not_reach_the_container_fails_as_on_a_spark(
 
 @pytest.mark.fault
 def test_the_firewall_stopped_takes_sglang_down_with_it(
-        lab: LabSession, served: dict[str, Any],
-        snapshot: Callable[[], dict[str, object]]) -> None:
+    lab: LabSession, served: dict[str, Any], snapshot: Callable[[], dict[str, object]]
+) -> None:
     """Fail closed: the unit is bound to its firewall (BindsTo=), so nothing serves
     unfiltered; serve verify names the rank. Starting the unit starts the firewall first
     (BindsTo= implies Requires=, with After=): serve up brings both back."""

@@ -50,8 +50,10 @@ def two_groups(lab: LabSession, provisioned: dict[str, object]) -> Iterator[None
 
 def test_each_group_runs_its_own_rendezvous(lab: LabSession, two_groups: None) -> None:
     for name, head_ip in (("spark2", "192.168.100.11"), ("spark4", "192.168.100.13")):
-        line = ssh(lab.inventory.node(name).mgmt_ip,
-                   "systemctl show -p ExecStart --value sparkctl-sglang.service").stdout
+        line = ssh(
+            lab.inventory.node(name).mgmt_ip,
+            "systemctl show -p ExecStart --value sparkctl-sglang.service",
+        ).stdout
         assert "--tp-size 2 --nnodes 2 --node-rank 1" in line, line
         assert f"--dist-init-addr {head_ip}:" in line, line
 
@@ -67,11 +69,17 @@ def test_both_groups_serve_and_verify(two_groups: None) -> None:
     assert set(info) == {"spark1", "spark3"}
     assert all(m.startswith("tp_size 2, nnodes 2") for m in info.values()), info
     ranks = {(c["host"], c["subject"]) for c in report["checks"] if c["check"] == "rank_running"}
-    assert ranks == {("spark1", "rank 0"), ("spark2", "rank 1"), ("spark3", "rank 0"),
-                     ("spark4", "rank 1")}
+    assert ranks == {
+        ("spark1", "rank 0"),
+        ("spark2", "rank 1"),
+        ("spark3", "rank 0"),
+        ("spark4", "rank 1"),
+    }
     status = json.loads(sparkctl("serve", "status", str(TWO), "--json", check=True).stdout)
-    assert [(g["group"], g["head"], g["health"]) for g in status["groups"]] == \
-        [("a", "spark1", 200), ("b", "spark3", 200)]
+    assert [(g["group"], g["head"], g["health"]) for g in status["groups"]] == [
+        ("a", "spark1", 200),
+        ("b", "spark3", 200),
+    ]
 
 
 def test_a_stopped_rank_is_named_with_its_group(lab: LabSession, two_groups: None) -> None:
@@ -82,6 +90,7 @@ def test_a_stopped_rank_is_named_with_its_group(lab: LabSession, two_groups: Non
     failed = {(c["check"], c["host"]) for c in report["checks"] if c["outcome"] == "failed"}
     assert ("rank_running", "spark4") in failed
     # group a does not depend on group b: it still answers
-    healthy = {c["host"] for c in report["checks"]
-               if c["check"] == "health" and c["outcome"] == "passed"}
+    healthy = {
+        c["host"] for c in report["checks"] if c["check"] == "health" and c["outcome"] == "passed"
+    }
     assert healthy == {"spark1"}

@@ -54,8 +54,12 @@ def _wait_offers(address: str, key: HostKey, timeout: float = 60) -> None:
     """Until sshd on ``address`` answers with ``key`` (it restarts with its new keys)."""
     deadline = time.monotonic() + timeout
     while True:
-        out = subprocess.run(["ssh-keyscan", "-T", "2", "-t", "ed25519", address],
-                             capture_output=True, text=True, check=False).stdout
+        out = subprocess.run(
+            ["ssh-keyscan", "-T", "2", "-t", "ed25519", address],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
         if key.text in out:
             return
         assert time.monotonic() < deadline, f"{address} does not offer {key.fingerprint}"
@@ -89,18 +93,24 @@ def rekeyed(lab: LabSession) -> Iterator[Rekeyed]:
     known = KNOWN_HOSTS.read_bytes()
     had_old = KNOWN_HOSTS.with_name("known_hosts.old").exists()
     old = _ed25519(podman)
-    _exec(podman, f"rm -rf {BACKUP} && mkdir -m 700 {BACKUP} && cp -a /etc/ssh/ssh_host_* "
-                  f"{BACKUP}/")
+    _exec(
+        podman, f"rm -rf {BACKUP} && mkdir -m 700 {BACKUP} && cp -a /etc/ssh/ssh_host_* {BACKUP}/"
+    )
     try:
-        _exec(podman, "rm /etc/ssh/ssh_host_* && ssh-keygen -A && systemctl restart ssh && "
-                      + END_SESSIONS)
+        _exec(
+            podman,
+            "rm /etc/ssh/ssh_host_* && ssh-keygen -A && systemctl restart ssh && " + END_SESSIONS,
+        )
         new = _ed25519(podman)
         assert new != old
         _wait_offers(address, new)
         yield Rekeyed(address, old, new)
     finally:
-        _exec(podman, f"rm -f /etc/ssh/ssh_host_* && cp -a {BACKUP}/ssh_host_* /etc/ssh/ && "
-                      f"rm -rf {BACKUP} && systemctl restart ssh && " + END_SESSIONS)
+        _exec(
+            podman,
+            f"rm -f /etc/ssh/ssh_host_* && cp -a {BACKUP}/ssh_host_* /etc/ssh/ && "
+            f"rm -rf {BACKUP} && systemctl restart ssh && " + END_SESSIONS,
+        )
         KNOWN_HOSTS.write_bytes(known)
         KNOWN_HOSTS.chmod(0o600)
         if not had_old:
@@ -130,8 +140,11 @@ def test_a_regenerated_host_key_stops_trust_and_validate(rekeyed: Rekeyed) -> No
     proc = sparkctl("validate", str(SIM_INVENTORY), "--no-nccl", "--json", timeout=900)
     assert proc.returncode != 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
-    refused = [c for c in report["checks"] if c["host"] == NODE and c["check"] == "reachable"
-               and c["outcome"] in ("failed", "error")]
+    refused = [
+        c
+        for c in report["checks"]
+        if c["host"] == NODE and c["check"] == "reachable" and c["outcome"] in ("failed", "error")
+    ]
     assert refused, report["checks"]
     assert re.search(r"host key", refused[0]["message"], re.I), refused[0]
     assert NODE in proc.stderr

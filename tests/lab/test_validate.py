@@ -37,8 +37,11 @@ def _validate(*args: str) -> tuple[int, dict[str, Any], str]:
 
 
 def _failed(report: dict[str, Any], check: str | None = None) -> list[dict[str, Any]]:
-    return [c for c in report["checks"] if c["outcome"] in ("failed", "error")
-            and (check is None or c["check"] == check)]
+    return [
+        c
+        for c in report["checks"]
+        if c["outcome"] in ("failed", "error") and (check is None or c["check"] == check)
+    ]
 
 
 def _wait_address(ip: str, netdev: str, address: str, timeout: float = 60) -> None:
@@ -55,8 +58,9 @@ def _wait_address(ip: str, netdev: str, address: str, timeout: float = 60) -> No
 def healthy(lab: LabSession, provisioned: dict[str, object]) -> dict[str, Any]:
     """The first validate of the provisioned lab: it must pass."""
     rc, report, err = _validate()
-    assert rc == 0, f"validate failed on a provisioned lab ({rc}):\n{err[-4000:]}\n" + \
-        json.dumps(_failed(report) if report else {}, indent=1)
+    assert rc == 0, f"validate failed on a provisioned lab ({rc}):\n{err[-4000:]}\n" + json.dumps(
+        _failed(report) if report else {}, indent=1
+    )
     return report
 
 
@@ -76,8 +80,17 @@ def port(lab: LabSession, snapshot: Snapshot) -> Iterator[Any]:
 
     yield change
     for name in changed:
-        sparkctl("lab", "port", name, "--mtu", "9216", "--up", "--rate",
-                 str(lab.inventory.cluster_var("lab_link_rate_mbit", 1000)), check=True)
+        sparkctl(
+            "lab",
+            "port",
+            name,
+            "--mtu",
+            "9216",
+            "--up",
+            "--rate",
+            str(lab.inventory.cluster_var("lab_link_rate_mbit", 1000)),
+            check=True,
+        )
     node = {n.name: n for n in lab.inventory.nodes}
     for n in node.values():
         for twin, netdev in (("a", TWIN_A), ("b", TWIN_B)):
@@ -91,10 +104,27 @@ def test_validate_passes_on_a_provisioned_lab(healthy: dict[str, Any]) -> None:
     hosts = {c["host"] for c in report["checks"]}
     assert hosts == {"spark1", "spark2", "spark3", "spark4", "cluster"}
     names = {c["check"] for c in report["checks"]}
-    assert {"gpu", "cuda", "twin_up", "twin_address", "twin_mtu", "twin_speed", "roce_device",
-            "nccl_env", "nccl_tests_binary", "mpirun", "cluster_ssh", "clock", "model_cache",
-            "sglang_unit", "memory", "disk", "mesh", "unique_addresses",
-            "neighbours"} <= names
+    assert {
+        "gpu",
+        "cuda",
+        "twin_up",
+        "twin_address",
+        "twin_mtu",
+        "twin_speed",
+        "roce_device",
+        "nccl_env",
+        "nccl_tests_binary",
+        "mpirun",
+        "cluster_ssh",
+        "clock",
+        "model_cache",
+        "sglang_unit",
+        "memory",
+        "disk",
+        "mesh",
+        "unique_addresses",
+        "neighbours",
+    } <= names
     # Full mesh: 4 nodes x 3 peers x 2 twins, each passed.
     mesh = [c for c in report["checks"] if c["check"] == "mesh"]
     assert len(mesh) == 24 and all(c["outcome"] == "passed" for c in mesh)
@@ -121,8 +151,9 @@ def test_report_files_and_last_good(healthy: dict[str, Any]) -> None:
 
 
 @pytest.mark.fault
-def test_switch_port_at_mtu_1500_fails_and_names_the_node(healthy: dict[str, Any], port: Any,
-                                                          snapshot: Snapshot) -> None:
+def test_switch_port_at_mtu_1500_fails_and_names_the_node(
+    healthy: dict[str, Any], port: Any, snapshot: Snapshot
+) -> None:
     port("swp5", "--mtu", "1500")  # spark3's twin a
     faulted = snapshot()
     rc, report, err = _validate("--no-nccl")
@@ -140,8 +171,9 @@ def test_switch_port_at_mtu_1500_fails_and_names_the_node(healthy: dict[str, Any
 
 
 @pytest.mark.fault
-def test_fabric_link_down_fails_naming_node_and_interface(healthy: dict[str, Any], port: Any,
-                                                          snapshot: Snapshot) -> None:
+def test_fabric_link_down_fails_naming_node_and_interface(
+    healthy: dict[str, Any], port: Any, snapshot: Snapshot
+) -> None:
     port("swp4", "--down")  # spark2's twin b: the cable pulled
     faulted = snapshot()
     rc, report, err = _validate("--no-nccl")
@@ -157,21 +189,31 @@ def test_fabric_link_down_fails_naming_node_and_interface(healthy: dict[str, Any
 
 @pytest.mark.fault
 def test_a_fabric_address_changed_behind_sparkctls_back_is_named(
-        healthy: dict[str, Any], lab: LabSession, snapshot: Snapshot) -> None:
+    healthy: dict[str, Any], lab: LabSession, snapshot: Snapshot
+) -> None:
     node = lab.inventory.node("spark4")
     good, wrong = node.fabric_ips["a"], "192.168.100.44"
     before = snapshot()
-    prefix = next(a.split("/")[1] for a in before["spark4"]["links"][TWIN_A]["inet"]  # type: ignore[index]
-                  if a.startswith(good + "/"))
-    ssh(node.mgmt_ip, f"ip addr del {good}/{prefix} dev {TWIN_A} && "
-                      f"ip addr add {wrong}/{prefix} dev {TWIN_A}")
+    prefix = next(
+        a.split("/")[1]
+        for a in before["spark4"]["links"][TWIN_A]["inet"]  # type: ignore[index]
+        if a.startswith(good + "/")
+    )
+    ssh(
+        node.mgmt_ip,
+        f"ip addr del {good}/{prefix} dev {TWIN_A} && ip addr add {wrong}/{prefix} dev {TWIN_A}",
+    )
     try:
         faulted = snapshot()
         rc, report, err = _validate("--no-nccl")
         assert_unchanged(faulted, snapshot(), "validate")
     finally:
-        ssh(node.mgmt_ip, f"ip addr del {wrong}/{prefix} dev {TWIN_A}; "
-                          f"ip addr replace {good}/{prefix} dev {TWIN_A}", check=False)
+        ssh(
+            node.mgmt_ip,
+            f"ip addr del {wrong}/{prefix} dev {TWIN_A}; "
+            f"ip addr replace {good}/{prefix} dev {TWIN_A}",
+            check=False,
+        )
     assert_unchanged(before, snapshot(), "undoing the fault")
     assert rc == 1, err[-2000:]
     wrong_addr = _failed(report, "twin_address")
@@ -184,7 +226,8 @@ def test_a_fabric_address_changed_behind_sparkctls_back_is_named(
 
 @pytest.mark.fault
 def test_port_shaped_to_a_quarter_fails_the_gate_and_pairs_name_the_node(
-        healthy: dict[str, Any], lab: LabSession, port: Any, snapshot: Snapshot) -> None:
+    healthy: dict[str, Any], lab: LabSession, port: Any, snapshot: Snapshot
+) -> None:
     rate = int(lab.inventory.cluster_var("lab_link_rate_mbit", 1000))
     port("swp3", "--rate", str(rate // 4))  # spark2's twin a, which carries the traffic
     faulted = snapshot()

@@ -75,8 +75,12 @@ class Scenario:
         return self.outcome == "passed"
 
 
-def run_scenario(role: str, env: Mapping[str, str], log: Path,
-                 started: list[subprocess.Popen[bytes]] | None = None) -> Scenario:
+def run_scenario(
+    role: str,
+    env: Mapping[str, str],
+    log: Path,
+    started: list[subprocess.Popen[bytes]] | None = None,
+) -> Scenario:
     """``molecule test`` in roles/<role>, then ``molecule destroy`` whatever happened."""
     cwd = REPO / "roles" / role
     began = time.monotonic()
@@ -88,9 +92,14 @@ def run_scenario(role: str, env: Mapping[str, str], log: Path,
             # stdin it inherits is non-blocking, and pytest's stdin is shared
             # with every background job of the session, any of which may set
             # O_NONBLOCK on it (seen in CI: roce_fabric's create failed so).
-            proc = subprocess.Popen([str(MOLECULE), "test"], cwd=cwd, env=dict(env),
-                                    stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [str(MOLECULE), "test"],
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
             if started is not None:
                 started.append(proc)
             try:
@@ -102,8 +111,15 @@ def run_scenario(role: str, env: Mapping[str, str], log: Path,
                 outcome = f"timed out after {TIMEOUT} s"
     finally:
         # Whatever happened (failure, timeout, interrupt): the instances go.
-        subprocess.run([str(MOLECULE), "destroy"], cwd=cwd, env=dict(env),
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=300, check=False)
+        subprocess.run(
+            [str(MOLECULE), "destroy"],
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
     return Scenario(role, outcome, time.monotonic() - began, log)
 
 
@@ -131,8 +147,9 @@ class ScenarioQueue:
             try:
                 if self.stopping.is_set():
                     raise RuntimeError("the test session ended before this scenario ran")
-                self.results[role] = run_scenario(role, env, self.logs / f"molecule-{role}.log",
-                                                  self.procs)
+                self.results[role] = run_scenario(
+                    role, env, self.logs / f"molecule-{role}.log", self.procs
+                )
             except BaseException as exc:
                 self.results[role] = exc
             finally:
@@ -158,12 +175,19 @@ SEQUENCE: list[ScenarioQueue] = []  # the one running in this session, if any
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    roles = [item.callspec.params["role"] for item in session.items
-             if Path(str(item.path)).resolve().is_relative_to(HERE)
-             and hasattr(item, "callspec") and "role" in item.callspec.params]
-    if (not roles or session.config.option.collectonly
-            or os.environ.get("SPARKCTL_MOLECULE_BACKGROUND") == "0"
-            or unavailable() is not None):
+    roles = [
+        item.callspec.params["role"]
+        for item in session.items
+        if Path(str(item.path)).resolve().is_relative_to(HERE)
+        and hasattr(item, "callspec")
+        and "role" in item.callspec.params
+    ]
+    if (
+        not roles
+        or session.config.option.collectonly
+        or os.environ.get("SPARKCTL_MOLECULE_BACKGROUND") == "0"
+        or unavailable() is not None
+    ):
         return  # nothing to run, or each test runs (or skips, or fails) on its own
     logs = Path(tempfile.mkdtemp(prefix="sparkctl-molecule-"))
     sequence = ScenarioQueue(roles, logs)

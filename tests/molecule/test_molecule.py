@@ -30,8 +30,7 @@ from tests.molecule.conftest import SEQUENCE, Scenario, molecule_env, run_scenar
 
 TAIL = 120  # lines of molecule's output shown when a scenario fails
 
-ROLES = sorted(p.parents[2].name
-               for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+ROLES = sorted(p.parents[2].name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 
 # Scenarios that find a defect in a role this file does not own, role -> what
 # fails (an xfail, strict: once the role is fixed the scenario passes, the test
@@ -71,18 +70,36 @@ def _tail(log: Path, lines: int = TAIL) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
-@pytest.mark.parametrize("role", [
-    pytest.param(role, marks=[pytest.mark.xfail(reason=KNOWN_DEFECTS[role], strict=True)]
-                 if role in KNOWN_DEFECTS else [])
-    for role in ROLES])
-def test_molecule_scenario(role: str, available: None, timings: dict[str, str],
-                           tmp_path: Path,
-                           record_property: Callable[[str, object], None]) -> None:
+@pytest.mark.parametrize(
+    "role",
+    [
+        pytest.param(
+            role,
+            marks=[pytest.mark.xfail(reason=KNOWN_DEFECTS[role], strict=True)]
+            if role in KNOWN_DEFECTS
+            else [],
+        )
+        for role in ROLES
+    ],
+)
+def test_molecule_scenario(
+    role: str,
+    available: None,
+    timings: dict[str, str],
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
     queued = next((q for q in SEQUENCE if role in q.roles), None)
-    result: Scenario = (queued.wait(role) if queued is not None
-                        else run_scenario(role, molecule_env(), tmp_path / f"molecule-{role}.log"))
+    result: Scenario = (
+        queued.wait(role)
+        if queued is not None
+        else run_scenario(role, molecule_env(), tmp_path / f"molecule-{role}.log")
+    )
     timings[role] = f"{result.seconds:6.0f} s  {result.outcome}"
     record_property("molecule_seconds", round(result.seconds))
     if not result.passed:
-        pytest.fail(f"molecule test in roles/{role} {result.outcome} after {result.seconds:.0f} s; "
-                    f"last {TAIL} lines of {result.log}:\n{_tail(result.log)}", pytrace=False)
+        pytest.fail(
+            f"molecule test in roles/{role} {result.outcome} after {result.seconds:.0f} s; "
+            f"last {TAIL} lines of {result.log}:\n{_tail(result.log)}",
+            pytrace=False,
+        )

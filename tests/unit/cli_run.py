@@ -10,14 +10,16 @@ import pytest
 from sparkctl import cli
 
 
-def check_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-              path: Path) -> tuple[int, str]:
+def check_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], path: Path
+) -> tuple[int, str]:
     """``sparkctl inventory check PATH`` in-process: (exit code, stdout + stderr)."""
     return run_cli(monkeypatch, capsys, "inventory", "check", str(path))
 
 
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-            *args: str) -> tuple[int, str]:
+def run_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str]:
     """``sparkctl ARGS`` in-process: (exit code, stdout + stderr)."""
     monkeypatch.setattr(sys, "argv", ["sparkctl", *args])
     code = 0

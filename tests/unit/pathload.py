@@ -33,9 +33,11 @@ def load_file(name: str, path: Path) -> ModuleType:
 # Runs a role's module file as a script, as Ansible's wrapper would, with
 # sparkctl's tool_output under its module_utils name (the pytest process's own
 # alias above does not reach a child process).
-_RUN_MODULE = ("import runpy, sys; from sparkctl import tool_output; "
-               "sys.modules['ansible.module_utils.sparkctl_tool_output'] = tool_output; "
-               "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+_RUN_MODULE = (
+    "import runpy, sys; from sparkctl import tool_output; "
+    "sys.modules['ansible.module_utils.sparkctl_tool_output'] = tool_output; "
+    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def module_command(module: Path, *args: str) -> list[str]:

@@ -24,19 +24,48 @@ from sparkctl.errors import ExitCode
 from tests.unit.cli_run import check_cli, run_cli
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
+    "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
+)
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "bad_inputs"
 CASES = sorted(p for p in CORPUS.iterdir() if (p / "expect.yml").is_file())
 VALID = [CORPUS / "_valid", CORPUS / "_valid_two_groups"]
 CATEGORIES = {
-    "wrong-type", "missing-required", "address", "subnet", "switch-os", "switch-ports", "tp",
-    "tp-groups", "yaml-syntax", "ini-syntax", "unreadable", "unknown-variable", "password",
-    "vault", "host-key", "api-sources", "connection", "range", "format", "relation", "secret",
+    "wrong-type",
+    "missing-required",
+    "address",
+    "subnet",
+    "switch-os",
+    "switch-ports",
+    "tp",
+    "tp-groups",
+    "yaml-syntax",
+    "ini-syntax",
+    "unreadable",
+    "unknown-variable",
+    "password",
+    "vault",
+    "host-key",
+    "api-sources",
+    "connection",
+    "range",
+    "format",
+    "relation",
+    "secret",
     "bomb",
 }
-KEYS = {"category", "why", "exit", "file", "host", "variable", "says", "suggest", "unreadable",
-        "secret"}
+KEYS = {
+    "category",
+    "why",
+    "exit",
+    "file",
+    "host",
+    "variable",
+    "says",
+    "suggest",
+    "unreadable",
+    "secret",
+}
 # Vault passwords Ansible would pick up from the environment: none for the corpus.
 VAULT_ENV = ("ANSIBLE_VAULT_PASSWORD_FILE", "ANSIBLE_VAULT_IDENTITY_LIST")
 
@@ -81,8 +110,10 @@ def assert_names_the_problem(output: str, dest: Path, expect: dict[str, Any]) ->
         lines = [ln for ln in lines if f"variable {expect['variable']}:" in ln]
     if expect.get("host"):
         lines = [ln for ln in lines if f"host {expect['host']}:" in ln]
-    assert lines, (f"no line names {where}, host {expect.get('host')}, variable "
-                   f"{expect.get('variable')}:\n{output}")
+    assert lines, (
+        f"no line names {where}, host {expect.get('host')}, variable "
+        f"{expect.get('variable')}:\n{output}"
+    )
     for text in expect["says"]:
         assert text in output, (text, output)
     if expect.get("suggest"):
@@ -119,8 +150,8 @@ def test_corpus_covers_every_category() -> None:
 
 @pytest.mark.parametrize("valid", VALID, ids=[p.name for p in VALID])
 def test_the_inventories_the_cases_edit_pass(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        valid: Path) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], valid: Path
+) -> None:
     """Each case fails for its one edit, not for something every case shares."""
     shutil.copytree(valid, tmp_path / valid.name)
     code, output = check_cli(monkeypatch, capsys, tmp_path / valid.name / "tiny.ini")
@@ -130,8 +161,8 @@ def test_the_inventories_the_cases_edit_pass(
 
 @pytest.mark.parametrize("case", CASES, ids=[p.name for p in CASES])
 def test_inventory_check_refuses_naming_file_host_and_variable(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        case: Path) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], case: Path
+) -> None:
     dest, ini, expect = materialise(case, tmp_path)
     code, output = check_cli(monkeypatch, capsys, ini)
     assert code == expect["exit"] == ExitCode.BAD_INPUT, output
@@ -153,15 +184,27 @@ def test_unreadable_cases_are_unreadable_the_honest_way(tmp_path: Path) -> None:
 # A case per kind of failure: a load error, a rule, YAML, the vault, host keys, passwords,
 # and of every family of the schema (issue 16): a connection value that would be an ssh
 # line, a relation, a plaintext secret, an alias bomb, a range, an injection-style format.
-NO_CONTACT = ["wrong-type-string-for-number", "missing-node-rank", "address-duplicate-mgmt",
-              "yaml-syntax-group-vars", "ini-syntax-unknown-section-type", "vault-no-password",
-              "host-key-strict-no", "password-ansible-password", "switch-os-junos",
-              "connection-user-newline-match-exec", "host-key-known-hosts-command",
-              "relation-extra-arg-secret", "secret-api-key-plaintext", "bomb-yaml-aliases",
-              "range-switch-mtu-value", "format-sglang-extra-args-newline-exec-start-pre",
-              "format-nccl-env-extra-key-newline"]
+NO_CONTACT = [
+    "wrong-type-string-for-number",
+    "missing-node-rank",
+    "address-duplicate-mgmt",
+    "yaml-syntax-group-vars",
+    "ini-syntax-unknown-section-type",
+    "vault-no-password",
+    "host-key-strict-no",
+    "password-ansible-password",
+    "switch-os-junos",
+    "connection-user-newline-match-exec",
+    "host-key-known-hosts-command",
+    "relation-extra-arg-secret",
+    "secret-api-key-plaintext",
+    "bomb-yaml-aliases",
+    "range-switch-mtu-value",
+    "format-sglang-extra-args-newline-exec-start-pre",
+    "format-nccl-env-extra-key-newline",
+]
 COMMANDS = [("provision",), ("validate",), ("serve", "up")]
-RECORDER = "#!/bin/sh\necho \"$(basename \"$0\") $*\" >> '{marker}'\nexit 255\n"
+RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >> \'{marker}\'\nexit 255\n'
 
 
 @pytest.fixture
@@ -181,8 +224,14 @@ def test_the_recorders_record(recorders: tuple[Path, Path]) -> None:
     """The check below means something: a started ssh leaves the marker."""
     bin_dir, marker = recorders
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = subprocess.run(["ssh", "-o", "BatchMode=yes", "192.0.2.11", "true"], env=env,
-                          capture_output=True, text=True, check=False, timeout=30)
+    proc = subprocess.run(
+        ["ssh", "-o", "BatchMode=yes", "192.0.2.11", "true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     assert proc.returncode == 255
     assert marker.read_text() == "ssh -o BatchMode=yes 192.0.2.11 true\n"
 
@@ -190,8 +239,14 @@ def test_the_recorders_record(recorders: tuple[Path, Path]) -> None:
 @pytest.mark.parametrize("command", COMMANDS, ids=["-".join(c) for c in COMMANDS])
 @pytest.mark.parametrize("name", NO_CONTACT)
 def test_commands_stop_before_contacting_any_host(
-        *, tmp_path: Path, recorders: tuple[Path, Path], name: str, command: tuple[str, ...],
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    *,
+    tmp_path: Path,
+    recorders: tuple[Path, Path],
+    name: str,
+    command: tuple[str, ...],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The real command, in-process (its own entry point, cli.main): anything it started
     (ansible-playbook, ssh-keyscan) would find the recorders first on PATH."""
     assert expectation(CORPUS / name)["category"] in CATEGORIES

@@ -69,8 +69,9 @@ def _fake_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> N
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
 
 
-def test_the_ssh_runner_cuts_endless_output(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ssh_runner_cuts_endless_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An ssh that prints forever: validate's runner stops reading at its limit."""
     _fake_ssh(tmp_path, monkeypatch, "exec yes 'NCCL INFO endless output from a broken node'")
     code, out = nccl.ssh_runner(tmp_path / "ssh_config", limit=1 << 20)("spark1", "x", 60)
@@ -79,8 +80,9 @@ def test_the_ssh_runner_cuts_endless_output(tmp_path: Path,
     assert len(out) < (1 << 20) + 200
 
 
-def test_the_ssh_runner_keeps_stdout_before_stderr(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ssh_runner_keeps_stdout_before_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _fake_ssh(tmp_path, monkeypatch, "echo out1; echo err1 >&2; echo out2; exit 3")
     code, out = nccl.ssh_runner(tmp_path / "ssh_config")("spark1", "x", 60)
     assert (code, out) == (3, "out1\nout2\nerr1\n")

@@ -22,7 +22,8 @@ from sparkctl import __version__, cli
 from sparkctl.errors import ExitCode
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
+    "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB_TOOLS = ("podman", "runc", "ip", "tc", "nsenter", "ssh-keygen", "ssh")
@@ -35,8 +36,9 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
 
 
-def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-             *args: str) -> tuple[int, str, str]:
+def run_main(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
     """Run sparkctl's entry point in-process; return (exit code, stdout, stderr)."""
     monkeypatch.setattr(sys, "argv", ["sparkctl", *args])
     code = 0
@@ -59,7 +61,7 @@ def stub_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir.mkdir()
     for tool in LAB_TOOLS:
         stub = bin_dir / tool
-        stub.write_text("#!/bin/sh\necho \"stub $0 must not run\" >&2\nexit 97\n")
+        stub.write_text('#!/bin/sh\necho "stub $0 must not run" >&2\nexit 97\n')
         stub.chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.setattr(os, "geteuid", lambda: 0)
@@ -68,8 +70,13 @@ def stub_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 # -------------------------------------------------------------- subprocess
 def test_version_subprocess() -> None:
-    proc = subprocess.run([sys.executable, "-m", "sparkctl", "--version"], capture_output=True,
-                          text=True, check=False, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"sparkctl, version {__version__}"
 
@@ -78,8 +85,9 @@ def test_console_script_help() -> None:
     script = Path(sys.executable).parent / "sparkctl"
     if not script.exists():
         pytest.skip(f"no sparkctl console script next to {sys.executable}")
-    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=False,
-                          timeout=60)
+    proc = subprocess.run(
+        [str(script), "--help"], capture_output=True, text=True, check=False, timeout=60
+    )
     assert proc.returncode == 0
     assert "Usage: sparkctl" in proc.stdout
     assert "lab" in proc.stdout.split("Commands:")[1].split()
@@ -92,16 +100,18 @@ def test_version(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[
     assert __version__ in out
 
 
-def test_help_lists_lab(monkeypatch: pytest.MonkeyPatch,
-                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_lists_lab(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run_main(monkeypatch, capsys, "--help")
     assert code == 0
     commands = out.split("Commands:")[1]
     assert "lab" in commands.split()
 
 
-def test_lab_help_lists_subcommands(monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_lab_help_lists_subcommands(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, _ = run_main(monkeypatch, capsys, "lab", "-h")
     assert code == 0
     words = out.split("Commands:")[1].split()
@@ -109,8 +119,9 @@ def test_lab_help_lists_subcommands(monkeypatch: pytest.MonkeyPatch,
         assert sub in words
 
 
-def test_lab_up_not_root(monkeypatch: pytest.MonkeyPatch,
-                         capsys: pytest.CaptureFixture[str], stub_tools: Path) -> None:
+def test_lab_up_not_root(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path
+) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # every tool present, but not root
     code, out, err = run_main(monkeypatch, capsys, "lab", "up")
     assert code == int(ExitCode.ENVIRONMENT) == 4
@@ -119,8 +130,9 @@ def test_lab_up_not_root(monkeypatch: pytest.MonkeyPatch,
     assert "Traceback" not in err + out
 
 
-def test_lab_up_without_podman(monkeypatch: pytest.MonkeyPatch,
-                               capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_lab_up_without_podman(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
@@ -133,18 +145,21 @@ def test_lab_up_without_podman(monkeypatch: pytest.MonkeyPatch,
 
 
 @pytest.mark.parametrize("missing", ["runc", "tc", "nsenter", "ssh-keygen"])
-def test_lab_up_without_a_wiring_tool(monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str], stub_tools: Path,
-                                      missing: str) -> None:
+def test_lab_up_without_a_wiring_tool(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stub_tools: Path,
+    missing: str,
+) -> None:
     (stub_tools / missing).unlink()
     code, _, err = run_main(monkeypatch, capsys, "lab", "up")
     assert code == ExitCode.ENVIRONMENT
     assert f"'{missing}'" in err
 
 
-def test_lab_up_nonexistent_inventory(monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str],
-                                      stub_tools: Path) -> None:
+def test_lab_up_nonexistent_inventory(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path
+) -> None:
     code, out, err = run_main(monkeypatch, capsys, "lab", "up", "-i", "/nonexistent.ini")
     assert code == int(ExitCode.BAD_INPUT) == 2
     assert "/nonexistent.ini" in err
@@ -153,37 +168,52 @@ def test_lab_up_nonexistent_inventory(monkeypatch: pytest.MonkeyPatch,
     assert "Traceback" not in err + out
 
 
-def test_lab_up_inventory_from_env(monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str], stub_tools: Path) -> None:
+def test_lab_up_inventory_from_env(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path
+) -> None:
     monkeypatch.setenv("SPARKCTL_LAB_INVENTORY", "/nonexistent-env.ini")
     code, _, err = run_main(monkeypatch, capsys, "lab", "up")
     assert code == ExitCode.BAD_INPUT
     assert "/nonexistent-env.ini" in err
 
 
-def test_lab_up_real_cluster_inventory_refused(monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str],
-                                               stub_tools: Path) -> None:
-    code, _, err = run_main(monkeypatch, capsys, "lab", "up", "-i",
-                            str(ROOT / "inventory" / "lab.ini"))
+def test_lab_up_real_cluster_inventory_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path
+) -> None:
+    code, _, err = run_main(
+        monkeypatch, capsys, "lab", "up", "-i", str(ROOT / "inventory" / "lab.ini")
+    )
     assert code == ExitCode.BAD_INPUT
     assert "switch_os" in err
     assert "stub" not in err
 
 
-def test_inventory_directory_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str],
-                                              stub_tools: Path, tmp_path: Path) -> None:
+def test_inventory_directory_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stub_tools: Path,
+    tmp_path: Path,
+) -> None:
     code, _, err = run_main(monkeypatch, capsys, "lab", "up", "-i", str(tmp_path))
     assert code == ExitCode.BAD_INPUT
     assert "directory" in err
 
 
-@pytest.mark.parametrize("args", [("lab", "up", "--rate", "0"), ("lab", "nosuch"),
-                                  ("--nosuch",), ("lab", "port", "swp1", "--mtu", "9")])
-def test_usage_errors_exit_2(monkeypatch: pytest.MonkeyPatch,
-                             capsys: pytest.CaptureFixture[str], stub_tools: Path,
-                             args: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("lab", "up", "--rate", "0"),
+        ("lab", "nosuch"),
+        ("--nosuch",),
+        ("lab", "port", "swp1", "--mtu", "9"),
+    ],
+)
+def test_usage_errors_exit_2(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stub_tools: Path,
+    args: tuple[str, ...],
+) -> None:
     code, out, err = run_main(monkeypatch, capsys, *args)
     assert code == ExitCode.BAD_INPUT
     assert "Error" in err
@@ -191,34 +221,36 @@ def test_usage_errors_exit_2(monkeypatch: pytest.MonkeyPatch,
     assert "stub" not in err
 
 
-def test_debug_prints_traceback(monkeypatch: pytest.MonkeyPatch,
-                                capsys: pytest.CaptureFixture[str], stub_tools: Path) -> None:
-    code, _, err = run_main(monkeypatch, capsys, "--debug", "lab", "up", "-i",
-                            "/nonexistent.ini")
+def test_debug_prints_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path
+) -> None:
+    code, _, err = run_main(monkeypatch, capsys, "--debug", "lab", "up", "-i", "/nonexistent.ini")
     assert code == ExitCode.BAD_INPUT
     assert "Traceback" in err
     assert "/nonexistent.ini" in err
 
 
-def test_debug_from_env_prints_traceback(monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str],
-                                         stub_tools: Path) -> None:
+def test_debug_from_env_prints_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path
+) -> None:
     monkeypatch.setenv("SPARKCTL_DEBUG", "1")
     code, _, err = run_main(monkeypatch, capsys, "lab", "up", "-i", "/nonexistent.ini")
     assert code == ExitCode.BAD_INPUT
     assert "Traceback" in err
 
 
-def test_debug_env_zero_means_off(monkeypatch: pytest.MonkeyPatch,
-                                  capsys: pytest.CaptureFixture[str], stub_tools: Path) -> None:
+def test_debug_env_zero_means_off(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path
+) -> None:
     monkeypatch.setenv("SPARKCTL_DEBUG", "0")
     code, _, err = run_main(monkeypatch, capsys, "lab", "up", "-i", "/nonexistent.ini")
     assert code == ExitCode.BAD_INPUT
     assert "Traceback" not in err
 
 
-def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch,
-                          capsys: pytest.CaptureFixture[str], stub_tools: Path) -> None:
+def test_ctrl_c_exits_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path
+) -> None:
     from sparkctl.lab import lab as lab_mod  # noqa: PLC0415
 
     def interrupted() -> None:
@@ -234,22 +266,29 @@ SIM = str(ROOT / "inventory" / "sim.ini")
 
 
 def test_model_sync_without_a_model_is_refused_before_any_host(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        stub_tools: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path
+) -> None:
     code, out, err = run_main(monkeypatch, capsys, "model", "sync", SIM)
     assert code == ExitCode.BAD_INPUT
     assert "variable model_cache_source" in err and "nothing was contacted" in err
     assert "stub" not in err and "Traceback" not in err + out
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    ("model_cache_source", "expected KEY=VALUE"),
-    ("{not: [closed", "not a YAML mapping"),
-    ("[1, 2]=x", "expected KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("model_cache_source", "expected KEY=VALUE"),
+        ("{not: [closed", "not a YAML mapping"),
+        ("[1, 2]=x", "expected KEY=VALUE"),
+    ],
+)
 def test_model_sync_bad_extra_vars_are_usage_errors(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path,
-        extra: str, message: str) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stub_tools: Path,
+    extra: str,
+    message: str,
+) -> None:
     code, _, err = run_main(monkeypatch, capsys, "model", "sync", SIM, "-e", extra)
     assert code == ExitCode.BAD_INPUT
     assert message in err
@@ -265,8 +304,9 @@ def test_lab_model_size_is_parsed_in_binary_units() -> None:
             cli.parse_size(bad)
 
 
-def test_report_nccl_parses_a_saved_log(monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_report_nccl_parses_a_saved_log(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     from tests.unit.test_nccl_report import MODERN  # noqa: PLC0415
 
     log = tmp_path / "run.log"
@@ -277,11 +317,15 @@ def test_report_nccl_parses_a_saved_log(monkeypatch: pytest.MonkeyPatch,
     assert data["avg_busbw"] == 11.455 and len(data["rows"]) == 3 and data["wrong"] == 0
 
 
-@pytest.mark.parametrize("content", [b"", b"\x00\xff\xfe garbage",
-                                     b"#       size count type redop\n"])
+@pytest.mark.parametrize(
+    "content", [b"", b"\x00\xff\xfe garbage", b"#       size count type redop\n"]
+)
 def test_report_nccl_refuses_what_is_not_a_complete_log(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
-        content: bytes) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    content: bytes,
+) -> None:
     log = tmp_path / "bad.log"
     log.write_bytes(content)
     code, out, err = run_main(monkeypatch, capsys, "report", "nccl", str(log))
@@ -289,7 +333,8 @@ def test_report_nccl_refuses_what_is_not_a_complete_log(
     assert str(log) in err and "Traceback" not in err + out
 
 
-def test_report_nccl_missing_file(monkeypatch: pytest.MonkeyPatch,
-                                  capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_report_nccl_missing_file(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     code, _, err = run_main(monkeypatch, capsys, "report", "nccl", str(tmp_path / "absent.log"))
     assert code == ExitCode.BAD_INPUT and "absent.log" in err

@@ -20,9 +20,12 @@ def _scale() -> ModuleType:
 
 
 def _shape(inv: inventory.Inventory) -> tuple[object, ...]:
-    return (inv.cluster,
-            [(n.name, n.rank, n.mgmt_ip, dict(n.fabric_ips)) for n in inv.nodes],
-            inv.switch, sorted((p.name, p.node, p.twin) for p in inv.ports))
+    return (
+        inv.cluster,
+        [(n.name, n.rank, n.mgmt_ip, dict(n.fabric_ips)) for n in inv.nodes],
+        inv.switch,
+        sorted((p.name, p.node, p.twin) for p in inv.ports),
+    )
 
 
 def test_the_four_node_inventory_is_sim_ini(tmp_path: Path) -> None:
@@ -35,8 +38,9 @@ def test_an_eight_node_inventory_passes_the_rules(tmp_path: Path) -> None:
     assert [n.name for n in made.nodes] == [f"spark{i}" for i in range(1, 9)]
     assert [n.rank for n in made.nodes] == list(range(8))
     assert len(made.ports) == 16
-    assert {(p.node, p.twin) for p in made.ports} == \
-        {(f"spark{i}", t) for i in range(1, 9) for t in "ab"}
+    assert {(p.node, p.twin) for p in made.ports} == {
+        (f"spark{i}", t) for i in range(1, 9) for t in "ab"
+    }
     # One fork per host: eight nodes and the switch.
     assert len(made.hostvars) == 9
 

@@ -19,8 +19,10 @@ probe_mod = load_file("sparkctl_probe", LIB / "sparkctl_probe.py")
 
 
 def _entries(tmp: Path) -> list[dict[str, str]]:
-    return [{"path": str(tmp / "bin" / "a"), "content": "#!/bin/sh\necho a\n", "mode": "0755"},
-            {"path": str(tmp / "bin" / "marker"), "content": "made by a test\n"}]
+    return [
+        {"path": str(tmp / "bin" / "a"), "content": "#!/bin/sh\necho a\n", "mode": "0755"},
+        {"path": str(tmp / "bin" / "marker"), "content": "made by a test\n"},
+    ]
 
 
 def _run(params: dict[str, object], check: bool = False) -> dict[str, object]:
@@ -30,23 +32,30 @@ def _run(params: dict[str, object], check: bool = False) -> dict[str, object]:
 def test_files_writes_what_is_missing_then_nothing(tmp_path: Path) -> None:
     params = {"directories": [str(tmp_path / "bin")], "files": _entries(tmp_path)}
     first = _run(params)
-    assert first["changed_paths"] == [str(tmp_path / "bin"), str(tmp_path / "bin" / "a"),
-                                      str(tmp_path / "bin" / "marker")]
+    assert first["changed_paths"] == [
+        str(tmp_path / "bin"),
+        str(tmp_path / "bin" / "a"),
+        str(tmp_path / "bin" / "marker"),
+    ]
     assert (tmp_path / "bin" / "a").read_text() == "#!/bin/sh\necho a\n"
     assert (tmp_path / "bin" / "a").stat().st_mode & 0o7777 == 0o755
     assert (tmp_path / "bin" / "marker").stat().st_mode & 0o7777 == 0o644
     again = _run(params)
     assert again["changed"] is False and again["changed_paths"] == []
-    assert again["sha256"][str(tmp_path / "bin" / "marker")] == \
-        hashlib.sha256(b"made by a test\n").hexdigest()
+    assert (
+        again["sha256"][str(tmp_path / "bin" / "marker")]
+        == hashlib.sha256(b"made by a test\n").hexdigest()
+    )
 
 
 def test_files_check_mode_reports_and_touches_nothing(tmp_path: Path) -> None:
     out = _run({"directories": [str(tmp_path / "bin")], "files": _entries(tmp_path)}, check=True)
     assert out["changed"] is True
     assert not (tmp_path / "bin").exists()
-    assert [d["after_header"] for d in out["diff"]] == [str(tmp_path / "bin" / "a"),
-                                                        str(tmp_path / "bin" / "marker")]
+    assert [d["after_header"] for d in out["diff"]] == [
+        str(tmp_path / "bin" / "a"),
+        str(tmp_path / "bin" / "marker"),
+    ]
 
 
 def test_files_rewrites_on_content_or_mode_drift_only(tmp_path: Path) -> None:
@@ -54,8 +63,10 @@ def test_files_rewrites_on_content_or_mode_drift_only(tmp_path: Path) -> None:
     _run(params)
     (tmp_path / "bin" / "marker").write_text("edited by hand\n")
     (tmp_path / "bin" / "a").chmod(0o700)
-    assert _run(params)["changed_paths"] == [str(tmp_path / "bin" / "a"),
-                                             str(tmp_path / "bin" / "marker")]
+    assert _run(params)["changed_paths"] == [
+        str(tmp_path / "bin" / "a"),
+        str(tmp_path / "bin" / "marker"),
+    ]
     assert (tmp_path / "bin" / "marker").read_text() == "made by a test\n"
     assert _run(params)["changed_paths"] == []
 
@@ -97,15 +108,18 @@ def test_block_is_appended_then_replaced_and_the_rest_kept(tmp_path: Path) -> No
     hosts.write_text("127.0.0.1 localhost")  # no final newline
     hosts.chmod(0o640)
     assert _run({"blocks": [{"path": str(hosts), **BLOCK}]})["changed"] is True
-    assert hosts.read_text() == ("127.0.0.1 localhost\n# BEGIN test block\n10.0.0.1 a\n"
-                                 "10.0.0.2 b\n# END test block\n")
+    assert hosts.read_text() == (
+        "127.0.0.1 localhost\n# BEGIN test block\n10.0.0.1 a\n10.0.0.2 b\n# END test block\n"
+    )
     assert hosts.stat().st_mode & 0o7777 == 0o640  # the file's mode is kept
     assert _run({"blocks": [{"path": str(hosts), **BLOCK}]})["changed"] is False
     hosts.write_text(hosts.read_text() + "192.0.2.9 added-later\n")
     changed = {**BLOCK, "block": "10.0.0.3 c\n"}
     assert _run({"blocks": [{"path": str(hosts), **changed}]})["changed"] is True
-    assert hosts.read_text() == ("127.0.0.1 localhost\n# BEGIN test block\n10.0.0.3 c\n"
-                                 "# END test block\n192.0.2.9 added-later\n")
+    assert hosts.read_text() == (
+        "127.0.0.1 localhost\n# BEGIN test block\n10.0.0.3 c\n"
+        "# END test block\n192.0.2.9 added-later\n"
+    )
 
 
 def test_block_creates_a_missing_file_unless_told_not_to(tmp_path: Path) -> None:
@@ -120,22 +134,32 @@ def test_block_creates_a_missing_file_unless_told_not_to(tmp_path: Path) -> None
 def test_digests_report_other_files_without_touching_them(tmp_path: Path) -> None:
     live = tmp_path / "live.yaml"
     live.write_text("x\n")
-    out = _run({"files": [{"path": str(tmp_path / "staged.yaml"), "content": "x\n"}],
-                "digests": [str(live), str(tmp_path / "absent")]})
+    out = _run(
+        {
+            "files": [{"path": str(tmp_path / "staged.yaml"), "content": "x\n"}],
+            "digests": [str(live), str(tmp_path / "absent")],
+        }
+    )
     assert out["sha256"][str(live)] == out["sha256"][str(tmp_path / "staged.yaml")]
     assert out["sha256"][str(tmp_path / "absent")] is None
 
 
-@pytest.mark.parametrize(("params", "message"), [
-    ({"files": [{"path": "relative/x", "content": ""}]}, "not absolute"),
-    ({"files": [{"path": "/x", "content": "", "mode": "rwx"}]}, "not octal"),
-    ({"files": [{"path": "/x", "content": None}]}, "content must be text"),
-    ({"files": [{"path": "/x", "content": "", "validate": "nft -c -f"}]}, "has no %s"),
-    ({"files": [{"path": "/x", "content": ""}, {"path": "/x", "content": "y"}]}, "listed twice"),
-    ({"files": [{"path": "/x", "content": "", "owner": "no-such-user-here"}]}, "no user"),
-    ({"blocks": [{"path": "/x", "block": "", "marker": "# plain"}]}, "has no {mark}"),
-    ({"directories": ["relative"]}, "not absolute"),
-])
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"files": [{"path": "relative/x", "content": ""}]}, "not absolute"),
+        ({"files": [{"path": "/x", "content": "", "mode": "rwx"}]}, "not octal"),
+        ({"files": [{"path": "/x", "content": None}]}, "content must be text"),
+        ({"files": [{"path": "/x", "content": "", "validate": "nft -c -f"}]}, "has no %s"),
+        (
+            {"files": [{"path": "/x", "content": ""}, {"path": "/x", "content": "y"}]},
+            "listed twice",
+        ),
+        ({"files": [{"path": "/x", "content": "", "owner": "no-such-user-here"}]}, "no user"),
+        ({"blocks": [{"path": "/x", "block": "", "marker": "# plain"}]}, "has no {mark}"),
+        ({"directories": ["relative"]}, "not absolute"),
+    ],
+)
 def test_files_refuses_bad_entries(params: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         _run(params, check=True)
@@ -147,10 +171,14 @@ def test_probe_reads_looks_and_runs(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("KEY=hunter2hunter2\n")
     secret.chmod(0o600)
-    out = probe_mod.probe(files=[str(secret), str(tmp_path / "missing")], read=[str(text)],
-                          commands={"py": [sys.executable, "-c",
-                                           "print('hi'); import sys; sys.exit(3)"],
-                                    "nope": ["/nonexistent/program"]})
+    out = probe_mod.probe(
+        files=[str(secret), str(tmp_path / "missing")],
+        read=[str(text)],
+        commands={
+            "py": [sys.executable, "-c", "print('hi'); import sys; sys.exit(3)"],
+            "nope": ["/nonexistent/program"],
+        },
+    )
     assert out["files"][str(text)]["content"] == "A=1\n"
     assert out["files"][str(secret)]["mode"] == "0600"
     assert "content" not in out["files"][str(secret)]
@@ -162,22 +190,30 @@ def test_probe_reads_looks_and_runs(tmp_path: Path) -> None:
 
 
 def test_probe_reports_a_command_that_hangs(tmp_path: Path) -> None:
-    out = probe_mod.probe([], [], {"slow": [sys.executable, "-c", "import time; time.sleep(5)"]},
-                          timeout=1)
+    out = probe_mod.probe(
+        [], [], {"slow": [sys.executable, "-c", "import time; time.sleep(5)"]}, timeout=1
+    )
     assert out["commands"]["slow"]["rc"] == 124
 
 
 def test_probe_parses_dpkg_status_like_package_facts() -> None:
-    text = ("bash\t5.2-1\tarm64\tii \n"
-            "nvidia-driver-580\t580.95-0ubuntu1\tarm64\thi \n"
-            "removed-pkg\t1.0\tarm64\trc \n"
-            "libc6:arm64\t2.39\tarm64\tii \n"
-            "garbled line\n")
+    text = (
+        "bash\t5.2-1\tarm64\tii \n"
+        "nvidia-driver-580\t580.95-0ubuntu1\tarm64\thi \n"
+        "removed-pkg\t1.0\tarm64\trc \n"
+        "libc6:arm64\t2.39\tarm64\tii \n"
+        "garbled line\n"
+    )
     out = TO.dpkg_query(text)
     assert sorted(out) == ["bash", "libc6", "nvidia-driver-580"]
     assert out["nvidia-driver-580"][0]["selection"] == "hold"
-    assert out["bash"][0] == {"name": "bash", "version": "5.2-1", "arch": "arm64",
-                              "source": "apt", "selection": "install"}
+    assert out["bash"][0] == {
+        "name": "bash",
+        "version": "5.2-1",
+        "arch": "arm64",
+        "source": "apt",
+        "selection": "install",
+    }
 
 
 def test_probe_reads_packages_of_this_machine() -> None:
@@ -186,12 +222,15 @@ def test_probe_reads_packages_of_this_machine() -> None:
 
 
 def test_probe_parses_systemctl_show_per_unit() -> None:
-    text = ("LoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\n"
-            "FragmentPath=/lib/systemd/system/chrony.service\n\n"
-            "LoadState=not-found\nActiveState=inactive\nSubState=dead\nUnitFileState=\n"
-            "FragmentPath=\n")
-    out = TO.systemctl_show_units(text, ["chrony.service", "gone.service"],
-                                  list(probe_mod.UNIT_PROPERTIES))
+    text = (
+        "LoadState=loaded\nActiveState=active\nSubState=running\nUnitFileState=enabled\n"
+        "FragmentPath=/lib/systemd/system/chrony.service\n\n"
+        "LoadState=not-found\nActiveState=inactive\nSubState=dead\nUnitFileState=\n"
+        "FragmentPath=\n"
+    )
+    out = TO.systemctl_show_units(
+        text, ["chrony.service", "gone.service"], list(probe_mod.UNIT_PROPERTIES)
+    )
     assert out["chrony.service"]["UnitFileState"] == "enabled"
     assert out["gone.service"]["LoadState"] == "not-found"
     empty = TO.systemctl_show_units("", ["x.service"], list(probe_mod.UNIT_PROPERTIES))

@@ -43,8 +43,9 @@ def test_every_constraint_is_well_formed_and_names_a_declared_variable() -> None
     specs = rules.load_specs(ROLES)
     for name, (role, constraint) in constraints.items():
         assert name in specs, f"roles/{role}/meta/constraints.yml: {name} is not in argument_specs"
-        assert specs[name][0] == role, \
+        assert specs[name][0] == role, (
             f"{name}: declared by {specs[name][0]}, constrained by {role}"
+        )
         assert constraint, f"{name}: empty constraint"
         _check_shape(name, constraint)
 
@@ -61,8 +62,9 @@ def test_the_roles_own_defaults_meet_their_constraints() -> None:
         defaults = _literal_defaults(role)
         if name in defaults:
             checked += 1
-            assert rules.constraint_problem(defaults[name], constraint) is None, \
+            assert rules.constraint_problem(defaults[name], constraint) is None, (
                 f"roles/{role}/defaults/main.yml: {name}: {defaults[name]!r}"
+            )
     assert checked >= 20
 
 
@@ -73,49 +75,89 @@ def test_every_constraint_has_a_case_in_the_bad_input_corpus() -> None:
         if variable:
             covered.add(str(variable).split(".", 1)[0])
     missing = sorted(set(_constraints()) - covered)
-    assert not missing, ("constraints without a bad-input case (tests/fixtures/bad_inputs/): "
-                         + ", ".join(missing))
+    assert not missing, (
+        "constraints without a bad-input case (tests/fixtures/bad_inputs/): " + ", ".join(missing)
+    )
 
 
-@pytest.mark.parametrize(("fmt", "good", "bad"), [
-    ("word", ["--enable-metrics", "--mem-fraction-static=0.8"],
-     ["a b", "--x\n", "$(id)", "a;b", "'q'", ""]),
-    ("env_name", ["NCCL_DEBUG", "_X1"], ["1X", "A-B", "A\n", "reboot\n"]),
-    ("env_value", ["^mlx5_0", "1", ""], ["a b", "1\n", "$X", "#c", "'q'"]),
-    ("abs_path", ["/etc/sparkctl/nccl.env", "/", "/opt/x/"],
-     ["etc/x", "/../../tmp/x", "/a/../b", "/a//b", "/a\n", "/a b", "~/x"]),
-    ("controller_path", ["~/.ssh/id", "/srv/models", "~"], ["../x", "~/../x", "~root/x"]),
-    ("unit_path", ["/var/lib/sparkctl/models/current", "/srv/sparkctl-model/mol", "/"],
-     ["/a:/etc", "/etc/%H.env", "/a,b", "/../x", "/a\n", "x/y"]),
-    ("ifname", ["enp1s0f1np1", "enP2p1s0f1np1", "eth0.100"],
-     ["", ".", "..", "a/b", "a:b", "a b", "abcdefghijklmnop"]),
-    ("ipv4", ["10.77.0.1"], ["10.77.0.1 ", "10.77.0.256", "::1", "10.77.0.0/24"]),
-    ("ipv4_network", ["10.77.0.0/24", "10.77.0.5/24", "10.77.0.5"], ["10.77.0.0/33", "x"]),
-    ("hf_repo", ["Qwen/Qwen3-235B-A22B-FP8", "org/name.v2"],
-     ["name", "a/b/c", "/a", "a/b\n", "org/..", "org/a--b", "-org/x", "o/" + "x" * 97]),
-    ("git_sha", ["0" * 40], ["0" * 39, "0" * 40 + "\n", "G" * 40, "main"]),
-    ("version", ["580", "2.28.9"], ["2.28.9-1", "v2", "2..9", ""]),
-    ("pip_version", ["0.5.17", "0.5.12.post1", "1.0rc2", "2.4.0.dev1"],
-     ["0.5.17 ", "v0.5.17", ">=0.5", "0.5.17; reboot", "0.5.17\n", "latest", ""]),
-    ("https_url", ["https://developer.download.nvidia.com/compute/cuda/repos/x.deb"],
-     ["http://x", "https://x/a?b=c", "https://x/a;id", "file:///etc/passwd"]),
-    ("http_url", ["https://huggingface.co", "http://10.77.0.2:8999"],
-     ["ftp://x", "http://x/a?b=c", "http://x\n", "https://x/$(id)"]),
-    ("image_ref", ["lmsysorg/sglang:v0.5.17-cu130-runtime", "localhost:5000/sglang:x"],
-     ["Lmsys/sglang", "a b", "x:y:z:w"]),
-    ("digest", ["sha256:" + "a" * 64], ["sha256:" + "a" * 63, "md5:x"]),
-    ("hostport_list", ["30000", "32768-60999", "1", "65535"],
-     ["0", "70000", "60999-32768", "1-65536", "80,443", "80\n", ""]),
-    ("digits", ["580", "0"], ["580.0", "580-1", "", "5 8", "580\n"]),
-    ("dashed_version", ["13-0", "13", "12-8"], ["13.0", "13-", "-0", "", "13-0\n"]),
-    ("release_tag", ["v2.28.9-1", "v2.18.3", "2.28.9"],
-     ["v2.28", "2.28.9-1-x", "master", "v2.28.9-1\n", "v2.28.9;id", ""]),
-    ("ibdev", ["rocep1s0f1", "roceP2p1s0f0", "mlx5_0:1"],
-     ["mlx5_0,mlx5_1", "^mlx5_0", "mlx5_0:", "rocep1s0f1\n", ""]),
-    ("auto_or_int", ["auto", "3", "0"], ["Auto", "-1", "3\n", "$(id)", ""]),
-    ("auto_bool", ["auto", "true", "False", "yes", "no"], ["required", "1", "auto\n", ""]),
-    ("power_of_two", ["1", "1048576", "4294967296"], ["0", "1000000", "-4", "1e6", "", "4\n"]),
-])
+@pytest.mark.parametrize(
+    ("fmt", "good", "bad"),
+    [
+        (
+            "word",
+            ["--enable-metrics", "--mem-fraction-static=0.8"],
+            ["a b", "--x\n", "$(id)", "a;b", "'q'", ""],
+        ),
+        ("env_name", ["NCCL_DEBUG", "_X1"], ["1X", "A-B", "A\n", "reboot\n"]),
+        ("env_value", ["^mlx5_0", "1", ""], ["a b", "1\n", "$X", "#c", "'q'"]),
+        (
+            "abs_path",
+            ["/etc/sparkctl/nccl.env", "/", "/opt/x/"],
+            ["etc/x", "/../../tmp/x", "/a/../b", "/a//b", "/a\n", "/a b", "~/x"],
+        ),
+        ("controller_path", ["~/.ssh/id", "/srv/models", "~"], ["../x", "~/../x", "~root/x"]),
+        (
+            "unit_path",
+            ["/var/lib/sparkctl/models/current", "/srv/sparkctl-model/mol", "/"],
+            ["/a:/etc", "/etc/%H.env", "/a,b", "/../x", "/a\n", "x/y"],
+        ),
+        (
+            "ifname",
+            ["enp1s0f1np1", "enP2p1s0f1np1", "eth0.100"],
+            ["", ".", "..", "a/b", "a:b", "a b", "abcdefghijklmnop"],
+        ),
+        ("ipv4", ["10.77.0.1"], ["10.77.0.1 ", "10.77.0.256", "::1", "10.77.0.0/24"]),
+        ("ipv4_network", ["10.77.0.0/24", "10.77.0.5/24", "10.77.0.5"], ["10.77.0.0/33", "x"]),
+        (
+            "hf_repo",
+            ["Qwen/Qwen3-235B-A22B-FP8", "org/name.v2"],
+            ["name", "a/b/c", "/a", "a/b\n", "org/..", "org/a--b", "-org/x", "o/" + "x" * 97],
+        ),
+        ("git_sha", ["0" * 40], ["0" * 39, "0" * 40 + "\n", "G" * 40, "main"]),
+        ("version", ["580", "2.28.9"], ["2.28.9-1", "v2", "2..9", ""]),
+        (
+            "pip_version",
+            ["0.5.17", "0.5.12.post1", "1.0rc2", "2.4.0.dev1"],
+            ["0.5.17 ", "v0.5.17", ">=0.5", "0.5.17; reboot", "0.5.17\n", "latest", ""],
+        ),
+        (
+            "https_url",
+            ["https://developer.download.nvidia.com/compute/cuda/repos/x.deb"],
+            ["http://x", "https://x/a?b=c", "https://x/a;id", "file:///etc/passwd"],
+        ),
+        (
+            "http_url",
+            ["https://huggingface.co", "http://10.77.0.2:8999"],
+            ["ftp://x", "http://x/a?b=c", "http://x\n", "https://x/$(id)"],
+        ),
+        (
+            "image_ref",
+            ["lmsysorg/sglang:v0.5.17-cu130-runtime", "localhost:5000/sglang:x"],
+            ["Lmsys/sglang", "a b", "x:y:z:w"],
+        ),
+        ("digest", ["sha256:" + "a" * 64], ["sha256:" + "a" * 63, "md5:x"]),
+        (
+            "hostport_list",
+            ["30000", "32768-60999", "1", "65535"],
+            ["0", "70000", "60999-32768", "1-65536", "80,443", "80\n", ""],
+        ),
+        ("digits", ["580", "0"], ["580.0", "580-1", "", "5 8", "580\n"]),
+        ("dashed_version", ["13-0", "13", "12-8"], ["13.0", "13-", "-0", "", "13-0\n"]),
+        (
+            "release_tag",
+            ["v2.28.9-1", "v2.18.3", "2.28.9"],
+            ["v2.28", "2.28.9-1-x", "master", "v2.28.9-1\n", "v2.28.9;id", ""],
+        ),
+        (
+            "ibdev",
+            ["rocep1s0f1", "roceP2p1s0f0", "mlx5_0:1"],
+            ["mlx5_0,mlx5_1", "^mlx5_0", "mlx5_0:", "rocep1s0f1\n", ""],
+        ),
+        ("auto_or_int", ["auto", "3", "0"], ["Auto", "-1", "3\n", "$(id)", ""]),
+        ("auto_bool", ["auto", "true", "False", "yes", "no"], ["required", "1", "auto\n", ""]),
+        ("power_of_two", ["1", "1048576", "4294967296"], ["0", "1000000", "-4", "1e6", "", "4\n"]),
+    ],
+)
 def test_formats(fmt: str, good: list[str], bad: list[str]) -> None:
     ok, _ = rules.FORMATS[fmt]
     assert [v for v in good if not ok(v)] == []
@@ -134,13 +176,18 @@ def test_ranges_lengths_and_nested_constraints() -> None:
     assert problem("", {"format": "digest", "allow_empty": True}) is None  # "" is unset
     assert problem("", {"format": "digest"}) == "'' is not an image digest (sha256:64 hex digits)"
     assert problem("sha256:x", {"format": "digest", "allow_empty": True}) is not None
-    assert problem(["--a", "b c"], {"items": {"format": "word"}}) == \
-        "item 1: 'b c' is not one word (letters, digits and _ . , : / = @ + -)"
-    assert problem({"reboot\n": "1"}, {"keys": {"format": "env_name"}}) == \
-        "key 'reboot\\n' is not an environment variable name"
+    assert (
+        problem(["--a", "b c"], {"items": {"format": "word"}})
+        == "item 1: 'b c' is not one word (letters, digits and _ . , : / = @ + -)"
+    )
+    assert (
+        problem({"reboot\n": "1"}, {"keys": {"format": "env_name"}})
+        == "key 'reboot\\n' is not an environment variable name"
+    )
     assert problem({"A": "$(id)"}, {"values": {"format": "env_value"}}).startswith("A: '$(id)'")
     secret = {"format": "api_key", "secret": True, "allow_empty": True}
     assert problem("short-key-42", secret) == (
-        "the value (not shown) is not a key of 16 or more letters, digits and . _ ~ + / = : -")
+        "the value (not shown) is not a key of 16 or more letters, digits and . _ ~ + / = : -"
+    )
     assert problem("k" * 16, secret) is None and problem("", secret) is None
     assert problem("a-key-of-enough-length\nExecStartPre=/bin/id", secret) is not None

@@ -28,11 +28,16 @@ def _python_patterns(path: Path) -> list[tuple[int, str, bool]]:
     """(line, pattern, multiline) of every re.<func>("literal", ...) call in a file."""
     out: list[tuple[int, str, bool]] = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in _RE_FUNCS and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "re" and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _RE_FUNCS
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "re"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             continue
         flags = ast.unparse(node.args[-1]) if len(node.args) > 1 else ""
         flags += " ".join(ast.unparse(k.value) for k in node.keywords if k.arg == "flags")
@@ -46,33 +51,46 @@ def _python_patterns(path: Path) -> list[tuple[int, str, bool]]:
 def _sources() -> list[Path]:
     files = [*(REPO / "sparkctl").rglob("*.py"), *(REPO / "roles").rglob("*.py")]
     # The lab's stand-ins print and parse what the real tools do; not validators of input.
-    return sorted(p for p in files if "standins" not in p.parts and not p.is_symlink()
-                  and "__pycache__" not in p.parts)
+    return sorted(
+        p
+        for p in files
+        if "standins" not in p.parts and not p.is_symlink() and "__pycache__" not in p.parts
+    )
 
 
 def test_no_python_validator_ends_in_a_dollar() -> None:
-    found = [f"{p.relative_to(REPO)}:{line}: {pattern!r}"
-             for p in _sources() for line, pattern, multiline in _python_patterns(p)
-             if pattern.endswith("$") and not pattern.endswith("\\$") and not multiline]
+    found = [
+        f"{p.relative_to(REPO)}:{line}: {pattern!r}"
+        for p in _sources()
+        for line, pattern, multiline in _python_patterns(p)
+        if pattern.endswith("$") and not pattern.endswith("\\$") and not multiline
+    ]
     assert not found, "anchor with \\Z (or use re.fullmatch):\n" + "\n".join(found)
 
 
 def test_no_jinja_match_test_ends_in_a_dollar() -> None:
     jinja = re.compile(r"""\bis\s+(?:not\s+)?(?:match|search)\(\s*(['"])(.*?)\1""")
-    found = [f"{p.relative_to(REPO)}:{n}: {m.group(2)!r}"
-             for p in sorted((REPO / "roles").rglob("*.yml")) + sorted(
-                 (REPO / "playbooks").rglob("*.yml"))
-             for n, line in enumerate(p.read_text().splitlines(), 1)
-             for m in jinja.finditer(line) if m.group(2).endswith("$")]
+    found = [
+        f"{p.relative_to(REPO)}:{n}: {m.group(2)!r}"
+        for p in sorted((REPO / "roles").rglob("*.yml"))
+        + sorted((REPO / "playbooks").rglob("*.yml"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        for m in jinja.finditer(line)
+        if m.group(2).endswith("$")
+    ]
     assert not found, "anchor Jinja match tests with \\Z:\n" + "\n".join(found)
 
 
 def test_the_scan_sees_a_dollar_where_there_is_one(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text('import re\nA = re.compile(r"^[a-z]+$")\nB = re.compile(r"^x$", re.M)\n'
-                      'C = re.fullmatch(r"[a-z]+$", "a")\n')
+    sample.write_text(
+        'import re\nA = re.compile(r"^[a-z]+$")\nB = re.compile(r"^x$", re.M)\n'
+        'C = re.fullmatch(r"[a-z]+$", "a")\n'
+    )
     assert [(line, multiline) for line, _, multiline in _python_patterns(sample)] == [
-        (2, False), (3, True)]
+        (2, False),
+        (3, True),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +100,9 @@ def nccl_env() -> object:
 
 @pytest.fixture(scope="module")
 def sglang_args() -> object:
-    return load_file("sglang_args_anchor",
-                     REPO / "roles" / "sglang" / "filter_plugins" / "sglang_args.py")
+    return load_file(
+        "sglang_args_anchor", REPO / "roles" / "sglang" / "filter_plugins" / "sglang_args.py"
+    )
 
 
 def test_nccl_env_refuses_a_key_or_value_with_a_trailing_newline(nccl_env: object) -> None:

@@ -23,7 +23,8 @@ from sparkctl.errors import ExitCode
 from tests.unit.pathload import load_file
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
+    "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
@@ -65,16 +66,18 @@ def _append(path: Path, text: str) -> None:
     path.write_text(path.read_text() + textwrap.dedent(text))
 
 
-def _check_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-               path: Path) -> tuple[int, str]:
+def _check_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], path: Path
+) -> tuple[int, str]:
     monkeypatch.setattr(sys, "argv", ["sparkctl", "inventory", "check", str(path)])
     with pytest.raises(SystemExit) as info:
         cli.main()
     return int(info.value.code or 0), capsys.readouterr().err
 
 
-def _passes(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-            path: Path) -> None:
+def _passes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], path: Path
+) -> None:
     monkeypatch.setattr(sys, "argv", ["sparkctl", "inventory", "check", str(path)])
     cli.main()
     out = capsys.readouterr()
@@ -99,29 +102,35 @@ def _groups_of(path: Path) -> dict[str, list[str]]:
 # ------------------------------------------------------------ valid splits
 def test_shipped_two_group_example_is_sim_ini_plus_the_groups() -> None:
     """inventory/sim-two-groups.ini: sim.ini's hosts and addresses, groups a and b."""
+
     def hosts(path: Path) -> dict[str, str]:
-        lines = [ln for ln in path.read_text().splitlines()
-                 if ln.startswith("spark") and " ansible_host=" in ln]
+        lines = [
+            ln
+            for ln in path.read_text().splitlines()
+            if ln.startswith("spark") and " ansible_host=" in ln
+        ]
         return {ln.split()[0]: ln for ln in lines}
 
     sim, two = hosts(SIM), hosts(TWO_GROUPS)
     assert sorted(two) == SPARKS
     assert {h: two[h] for h in SPARKS} == {
-        h: f"{sim[h]} sglang_group={'a' if h in ('spark1', 'spark2') else 'b'}" for h in SPARKS}
+        h: f"{sim[h]} sglang_group={'a' if h in ('spark1', 'spark2') else 'b'}" for h in SPARKS
+    }
     sections = [ln for ln in TWO_GROUPS.read_text().splitlines() if ln.startswith("[")]
     assert sections == [ln for ln in SIM.read_text().splitlines() if ln.startswith("[")]
     assert inventory.load(TWO_GROUPS).cluster == "sim"  # group_vars/sim is shared
     assert _groups_of(TWO_GROUPS) == {"a": ["spark1", "spark2"], "b": ["spark3", "spark4"]}
 
 
-def test_shipped_two_group_example_passes(monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_shipped_two_group_example_passes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     _passes(monkeypatch, capsys, TWO_GROUPS)
 
 
 def test_two_groups_of_two_with_their_tp_set_pass(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _sim_copy(tmp_path, {"spark1": "a", "spark2": "a", "spark3": "b", "spark4": "b"})
     _append(_cluster_yml(tmp_path), "sglang_tp_size: 2\nsglang_nnodes: 2\n")
     _passes(monkeypatch, capsys, path)
@@ -129,8 +138,8 @@ def test_two_groups_of_two_with_their_tp_set_pass(
 
 
 def test_one_group_of_four_named_or_not_is_todays_cluster(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert _groups_of(SIM) == {"main": SPARKS}
     path = _sim_copy(tmp_path)
     _append(_cluster_yml(tmp_path), "sglang_group: main\nsglang_tp_size: 4\n")
@@ -139,11 +148,12 @@ def test_one_group_of_four_named_or_not_is_todays_cluster(
 
 
 def test_groups_follow_node_rank_and_a_group_of_one_passes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # spark4 alone (TP=1); spark1..3 a group of three, listed out of rank order.
-    path = _sim_copy(tmp_path, {"spark1": "trio", "spark2": "trio", "spark3": "trio",
-                                "spark4": "solo"})
+    path = _sim_copy(
+        tmp_path, {"spark1": "trio", "spark2": "trio", "spark3": "trio", "spark4": "solo"}
+    )
     lines = path.read_text().splitlines()
     first = next(i for i, ln in enumerate(lines) if ln.startswith("spark1 "))
     lines[first], lines[first + 2] = lines[first + 2], lines[first]
@@ -155,8 +165,8 @@ def test_groups_follow_node_rank_and_a_group_of_one_passes(
 
 # -------------------------------------------------------------- bad splits
 def test_cluster_wide_tp_names_every_host_with_its_group(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _sim_copy(tmp_path, {"spark1": "a", "spark2": "a", "spark3": "b", "spark4": "b"})
     _append(_cluster_yml(tmp_path), "sglang_tp_size: 4\n")
     code, err = _check_cli(monkeypatch, capsys, path)
@@ -166,8 +176,10 @@ def test_cluster_wide_tp_names_every_host_with_its_group(
     for host, line in zip(SPARKS, lines, strict=True):
         group = "'a' (spark1, spark2)" if host in ("spark1", "spark2") else "'b' (spark3, spark4)"
         assert line.startswith(f"{_cluster_yml(tmp_path)}:"), line
-        assert (f"host {host}: variable sglang_tp_size: TP 4 does not match the 2 Sparks of "
-                f"SGLang group {group} x 1 GPU(s) per node") in line, line
+        assert (
+            f"host {host}: variable sglang_tp_size: TP 4 does not match the 2 Sparks of "
+            f"SGLang group {group} x 1 GPU(s) per node"
+        ) in line, line
         assert "(set sglang_tp_size: 2 for this group" in line, line
 
 
@@ -179,34 +191,50 @@ class Bad(NamedTuple):
 
 
 BAD = {
-    "nnodes": Bad("spark3", "sglang_nnodes=4", "sglang_nnodes",
-                  "4 nodes does not match the 2 Sparks of SGLang group 'b' (spark3, spark4)"),
+    "nnodes": Bad(
+        "spark3",
+        "sglang_nnodes=4",
+        "sglang_nnodes",
+        "4 nodes does not match the 2 Sparks of SGLang group 'b' (spark3, spark4)",
+    ),
     "tp-not-a-multiple": Bad(
-        "spark1", "sglang_tp_size=3", "sglang_tp_size",
-        "TP 3 is not a multiple of the 2 Sparks of SGLang group 'a' (spark1, spark2)"),
+        "spark1",
+        "sglang_tp_size=3",
+        "sglang_tp_size",
+        "TP 3 is not a multiple of the 2 Sparks of SGLang group 'a' (spark1, spark2)",
+    ),
     "tp-mismatch": Bad(
-        "spark2", "sglang_tp_size=4", "sglang_tp_size",
-        "TP 4 does not match the 2 Sparks of SGLang group 'a' (spark1, spark2) x 1 GPU(s) "
-        "per node"),
-    "tp-zero": Bad("spark4", "sglang_tp_size=0", "sglang_tp_size",
-                   "0 is an integer, but sglang needs a positive integer"),
-    "group-not-a-string": Bad("spark4", "sglang_group=1", "sglang_group",
-                              "1 is an integer, but sglang needs a string"),
-    "rank-twice-across-groups": Bad("spark3", "node_rank=0", "node_rank",
-                                    "rank 0 is also spark1's"),
+        "spark2",
+        "sglang_tp_size=4",
+        "sglang_tp_size",
+        "TP 4 does not match the 2 Sparks of SGLang group 'a' (spark1, spark2) x 1 GPU(s) per node",
+    ),
+    "tp-zero": Bad(
+        "spark4",
+        "sglang_tp_size=0",
+        "sglang_tp_size",
+        "0 is an integer, but sglang needs a positive integer",
+    ),
+    "group-not-a-string": Bad(
+        "spark4", "sglang_group=1", "sglang_group", "1 is an integer, but sglang needs a string"
+    ),
+    "rank-twice-across-groups": Bad(
+        "spark3", "node_rank=0", "node_rank", "rank 0 is also spark1's"
+    ),
 }
 
 
 @pytest.mark.parametrize("bad", [pytest.param(b, id=name) for name, b in BAD.items()])
 def test_one_bad_host_is_named_with_file_host_variable_and_group(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        bad: Bad) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], bad: Bad
+) -> None:
     path = _sim_copy(tmp_path, {"spark1": "a", "spark2": "a", "spark3": "b", "spark4": "b"})
     if bad.var == "node_rank":
         old = f"{bad.host} ansible_host=10.77.0.13 node_rank=2"
         assert old in path.read_text()
-        path.write_text(path.read_text().replace(
-            old, f"{bad.host} ansible_host=10.77.0.13 {bad.extra}"))
+        path.write_text(
+            path.read_text().replace(old, f"{bad.host} ansible_host=10.77.0.13 {bad.extra}")
+        )
     else:
         _edit_host(path, bad.host, bad.extra)
     code, err = _check_cli(monkeypatch, capsys, path)
@@ -217,8 +245,9 @@ def test_one_bad_host_is_named_with_file_host_variable_and_group(
     assert f"host {bad.host}: variable {bad.var}: {bad.text}" in lines[0], lines[0]
 
 
-def test_group_name_that_is_not_a_word(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_group_name_that_is_not_a_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _sim_copy(tmp_path, {"spark1": "a", "spark2": "a"})
     for host in ("spark3", "spark4"):
         _write(tmp_path / "host_vars" / f"{host}.yml", "sglang_group: 'b c'\n")
@@ -226,14 +255,16 @@ def test_group_name_that_is_not_a_word(tmp_path: Path, monkeypatch: pytest.Monke
     assert code == ExitCode.BAD_INPUT, err
     lines = _lines(err, "sglang_group")
     assert [ln.split(": host ")[0] for ln in lines] == [
-        f"{tmp_path}/host_vars/spark3.yml:1:15", f"{tmp_path}/host_vars/spark4.yml:1:15"]
+        f"{tmp_path}/host_vars/spark3.yml:1:15",
+        f"{tmp_path}/host_vars/spark4.yml:1:15",
+    ]
     for host, line in zip(("spark3", "spark4"), lines, strict=True):
         assert f"host {host}: variable sglang_group: 'b c' is not a simple word" in line, line
 
 
 def test_one_bad_group_name_for_every_host_is_reported_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _sim_copy(tmp_path)
     _append(_cluster_yml(tmp_path), "sglang_group: 'my group'\n")
     code, err = _check_cli(monkeypatch, capsys, path)
@@ -248,9 +279,13 @@ def _hostvars(groups: list[str | None], **extra: dict[str, Any]) -> dict[str, di
     base = {"fabric_a_subnet": "192.168.100.0/24", "fabric_b_subnet": "192.168.101.0/24"}
     out = {}
     for i, (host, group) in enumerate(zip(SPARKS, groups, strict=True), 1):
-        hv: dict[str, Any] = {**base, "ansible_host": f"10.0.0.{i}", "node_rank": i - 1,
-                              "fabric_a_ip": f"192.168.100.{i}",
-                              "fabric_b_ip": f"192.168.101.{i}"}
+        hv: dict[str, Any] = {
+            **base,
+            "ansible_host": f"10.0.0.{i}",
+            "node_rank": i - 1,
+            "fabric_a_ip": f"192.168.100.{i}",
+            "fabric_b_ip": f"192.168.101.{i}",
+        }
         if group is not None:
             hv["sglang_group"] = group
         out[host] = {**hv, **extra.get(host, {})}
@@ -266,17 +301,21 @@ def test_default_group_keeps_todays_cluster_wide_messages() -> None:
     assert _check(_hostvars([None] * 4, **every)) == [
         "all hosts: variable sglang_nnodes: 3 nodes does not match the 4 Sparks in [sparks] "
         "(one SGLang process per Spark)",
-        "all hosts: variable sglang_tp_size: TP 8 does not match 4 Sparks x 1 GPU(s) per node"]
+        "all hosts: variable sglang_tp_size: TP 8 does not match 4 Sparks x 1 GPU(s) per node",
+    ]
     # the same on one host only (not noticed before groups) names that host
     assert _check(_hostvars([None] * 4, spark2={"sglang_tp_size": 8})) == [
         "host spark2: variable sglang_tp_size: TP 8 does not match the 4 Sparks of SGLang group "
-        "'main' (spark1, spark2, spark3, spark4) x 1 GPU(s) per node"]
+        "'main' (spark1, spark2, spark3, spark4) x 1 GPU(s) per node"
+    ]
 
 
 def test_groups_are_ordered_by_head_and_members_by_node_rank() -> None:
     hostvars = _hostvars(["b", "a", "b", "a"])
     assert inventory_rules.sglang_groups(list(reversed(SPARKS)), hostvars) == {
-        "b": ["spark1", "spark3"], "a": ["spark2", "spark4"]}
+        "b": ["spark1", "spark3"],
+        "a": ["spark2", "spark4"],
+    }
     assert _check(hostvars) == []
 
 
@@ -285,7 +324,8 @@ def test_gpus_per_node_count_per_group() -> None:
     assert _check(_hostvars(["a", "a", "b", "b"], **two_gpus)) == []
     assert _check(_hostvars(["a", "a", "b", "b"], spark3={"sglang_tp_size": 4})) == [
         "host spark3: variable sglang_tp_size: TP 4 does not match the 2 Sparks of SGLang group "
-        "'b' (spark3, spark4) x 1 GPU(s) per node"]
+        "'b' (spark3, spark4) x 1 GPU(s) per node"
+    ]
 
 
 def test_preflight_filter_reports_the_group_problems_too() -> None:
@@ -296,4 +336,5 @@ def test_preflight_filter_reports_the_group_problems_too() -> None:
     assert problems_filter(hostvars, {"sparks": SPARKS}, str(ROLES)) == [
         "host spark4: variable sglang_nnodes: 4 nodes does not match the 2 Sparks of SGLang "
         "group 'b' (spark3, spark4) (one SGLang process per Spark) (set sglang_nnodes: 2 for "
-        "this group, or leave it unset: it defaults to the group's size)"]
+        "this group, or leave it unset: it defaults to the group's size)"
+    ]

@@ -16,8 +16,13 @@ import yaml
 from sparkctl import inventory_rules
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
-FILES = sorted([*ROLES.glob("*/meta/argument_specs.yml"), *ROLES.glob("*/meta/constraints.yml"),
-                *ROLES.glob("*/defaults/main.yml")])
+FILES = sorted(
+    [
+        *ROLES.glob("*/meta/argument_specs.yml"),
+        *ROLES.glob("*/meta/constraints.yml"),
+        *ROLES.glob("*/defaults/main.yml"),
+    ]
+)
 
 
 def test_the_files_the_rules_read_are_there() -> None:

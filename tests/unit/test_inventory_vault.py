@@ -22,7 +22,8 @@ from sparkctl import inventory, runner
 from tests.unit.cli_run import check_cli
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
+    "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "inventory" / "sim.ini"
@@ -43,8 +44,9 @@ def vaulted(name: str, ciphertext: str) -> str:
 class Copy:
     """A copy of sim.ini with a vaulted sglang_api_key, its password and its plaintext."""
 
-    def __init__(self, tmp_path: Path, *, var: str = "sglang_api_key",
-                 vault_id: str = "default") -> None:
+    def __init__(
+        self, tmp_path: Path, *, var: str = "sglang_api_key", vault_id: str = "default"
+    ) -> None:
         shutil.copy(SIM, tmp_path / "sim.ini")
         shutil.copytree(SIM.parent / "group_vars", tmp_path / "group_vars")
         self.path = tmp_path / "sim.ini"
@@ -64,8 +66,8 @@ def _env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_passes_with_the_password_file_and_never_shows_the_value(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     copy = Copy(tmp_path)
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(copy.password_file))
     code, output = check_cli(monkeypatch, capsys, copy.path)
@@ -79,45 +81,53 @@ def test_passes_with_the_password_file_and_never_shows_the_value(
 
 
 def test_without_a_password_exit_2_naming_file_and_variable(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     copy = Copy(tmp_path)
     code, output = check_cli(monkeypatch, capsys, copy.path)
     assert code == 2, output
     (line,) = [ln for ln in output.splitlines() if ln.startswith("error:")]
     assert f"{copy.secrets}:1:" in line, line
-    assert "variable sglang_api_key: is vault-encrypted and no vault password is available" \
-        in line, line
+    assert (
+        "variable sglang_api_key: is vault-encrypted and no vault password is available" in line
+    ), line
     assert "set ANSIBLE_VAULT_PASSWORD_FILE" in output
     assert copy.plaintext not in output
     assert "Traceback" not in output
 
 
-def test_a_wrong_password_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_wrong_password_is_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     copy = Copy(tmp_path)
     copy.password_file.write_text("not-the-password\n")
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(copy.password_file))
     code, output = check_cli(monkeypatch, capsys, copy.path)
     assert code == 2, output
     assert f"{copy.secrets}:1:" in output
-    assert "variable sglang_api_key: is vault-encrypted and none of the vault passwords given " \
-           "decrypts it" in output
+    assert (
+        "variable sglang_api_key: is vault-encrypted and none of the vault passwords given "
+        "decrypts it" in output
+    )
 
 
-def test_a_missing_password_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_password_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     copy = Copy(tmp_path)
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(tmp_path / "nope"))
     code, output = check_cli(monkeypatch, capsys, copy.path)
     assert code == 2, output
-    assert f"{tmp_path / 'nope'}: cannot use this vault password file (set by env: " \
-           "ANSIBLE_VAULT_PASSWORD_FILE)" in output
+    assert (
+        f"{tmp_path / 'nope'}: cannot use this vault password file (set by env: "
+        "ANSIBLE_VAULT_PASSWORD_FILE)" in output
+    )
     assert "Traceback" not in output
 
 
-def test_a_vault_identity_list_works_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_vault_identity_list_works_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     copy = Copy(tmp_path, vault_id="prod")
     monkeypatch.setenv("ANSIBLE_VAULT_IDENTITY_LIST", f"prod@{copy.password_file}")
     code, output = check_cli(monkeypatch, capsys, copy.path)
@@ -126,15 +136,17 @@ def test_a_vault_identity_list_works_too(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_a_rule_never_prints_the_decrypted_value(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A vaulted value of the wrong type is reported without its plaintext."""
     copy = Copy(tmp_path, var="roce_fabric_mtu")
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(copy.password_file))
     code, output = check_cli(monkeypatch, capsys, copy.path)
     assert code == 2, output
-    assert "variable roce_fabric_mtu: '<vault-encrypted value>' is a string, but roce_fabric " \
-           "needs an integer" in output
+    assert (
+        "variable roce_fabric_mtu: '<vault-encrypted value>' is a string, but roce_fabric "
+        "needs an integer" in output
+    )
     assert copy.plaintext not in output
 
 
@@ -145,21 +157,32 @@ def test_vault_password_file_of_ansible_cfg(tmp_path: Path) -> None:
     cfg.write_text(f"[defaults]\nvault_password_file = {copy.password_file}\n")
     env = {k: v for k, v in os.environ.items() if k not in VAULT_ENV}
     env.update(ANSIBLE_CONFIG=str(cfg), SPARKCTL_STATE_DIR=str(tmp_path / "state"))
-    proc = subprocess.run([sys.executable, "-m", "sparkctl", "inventory", "check",
-                           str(copy.path)], env=env, capture_output=True, text=True,
-                          check=False, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "inventory", "check", str(copy.path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert copy.plaintext not in proc.stdout + proc.stderr
     cfg.write_text("[defaults]\n")
-    proc = subprocess.run([sys.executable, "-m", "sparkctl", "inventory", "check",
-                           str(copy.path)], env=env, capture_output=True, text=True,
-                          check=False, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "inventory", "check", str(copy.path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "variable sglang_api_key: is vault-encrypted" in proc.stderr
 
 
 def test_runner_passes_the_vault_password_file_to_ansible(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert "ANSIBLE_VAULT_PASSWORD_FILE" not in runner._env({})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", "vault-password")
@@ -189,20 +212,29 @@ def test_the_playbooks_get_the_password_the_check_used(tmp_path: Path) -> None:
         "inventory.load(inv)\n"
         "r = runner.run_playbook('preflight.yml', inv, results_dir=out, hosts=1)\n"
         "print(r.status, r.rc, [f.message for f in r.failures])\n"
-        "sys.exit(0 if r.ok else 1)\n")
-    proc = subprocess.run([sys.executable, "-c", script, str(copy.path), str(tmp_path / "run")],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, check=False,
-                          timeout=300)
+        "sys.exit(0 if r.ok else 1)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(copy.path), str(tmp_path / "run")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("successful 0"), proc.stdout
     assert copy.plaintext not in proc.stdout + proc.stderr
 
 
 def test_the_runner_passes_identities_and_the_password_file_as_absolute_paths(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ANSIBLE_VAULT_IDENTITY_LIST", "prod@prod-pw,prompt,dev@~/dev-pw")
     env = runner._env({})
     assert env["ANSIBLE_VAULT_IDENTITY_LIST"] == (
-        f"prod@{tmp_path / 'prod-pw'},dev@{Path.home() / 'dev-pw'}")
+        f"prod@{tmp_path / 'prod-pw'},dev@{Path.home() / 'dev-pw'}"
+    )
     assert "ANSIBLE_VAULT_PASSWORD_FILE" not in env

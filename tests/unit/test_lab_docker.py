@@ -35,8 +35,10 @@ def _namespaces_work() -> str | None:
     """Why containers cannot be made here (None: they can)."""
     if os.geteuid() != 0:
         return "the docker stand-in needs root (it writes full uid/gid maps), as on a lab node"
-    probe = ("import ctypes,os,sys\nlibc=ctypes.CDLL(None,use_errno=True)\n"
-             "sys.exit(0 if libc.unshare(0x10000000|0x20000|0x20000000)==0 else 1)")
+    probe = (
+        "import ctypes,os,sys\nlibc=ctypes.CDLL(None,use_errno=True)\n"
+        "sys.exit(0 if libc.unshare(0x10000000|0x20000|0x20000000)==0 else 1)"
+    )
     done = subprocess.run([sys.executable, "-c", probe], check=False, timeout=30)
     return None if done.returncode == 0 else "unshare(CLONE_NEWUSER|NEWNS|NEWPID) is refused here"
 
@@ -69,16 +71,26 @@ class Node:
     def registry(self) -> Path:
         return self.base / "registry"
 
-    def docker(self, *args: str, env: dict[str, str] | None = None,
-               timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, str(DOCKER_PY), *args], capture_output=True,
-                              text=True, env={**self.env, **(env or {})}, timeout=timeout,
-                              check=False)
+    def docker(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(DOCKER_PY), *args],
+            capture_output=True,
+            text=True,
+            env={**self.env, **(env or {})},
+            timeout=timeout,
+            check=False,
+        )
 
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, str(DOCKER_PY), *args], text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={**self.env, **(env or {})})
+        return subprocess.Popen(
+            [sys.executable, str(DOCKER_PY), *args],
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**self.env, **(env or {})},
+        )
 
     def inspect(self, name: str) -> dict[str, Any]:
         done = self.docker("inspect", name)
@@ -95,9 +107,12 @@ class Node:
 def make_node(base: Path) -> Node:
     base.mkdir(parents=True, exist_ok=True)
     node = Node(base)
-    node.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                DOCKER.ROOT_ENV: str(node.root), DOCKER.REGISTRY_ENV: str(node.registry),
-                DOCKER.HW_ENV: str(base / "hardware.json")}
+    node.env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        DOCKER.ROOT_ENV: str(node.root),
+        DOCKER.REGISTRY_ENV: str(node.registry),
+        DOCKER.HW_ENV: str(base / "hardware.json"),
+    }
     registry.write_registry(node.registry, IMAGE)
     return node
 
@@ -115,8 +130,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         lab.docker("rm", "--force", *left)
 
 
-def run(node: Node, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[
-        str]:
+def run(
+    node: Node, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return node.docker("run", "--rm", *args, env=env)
 
 
@@ -126,13 +142,29 @@ def run(node: Node, *args: str, env: dict[str, str] | None = None) -> subprocess
 @needs_root
 def test_the_container_gets_only_image_env_file_and_e_values(node: Node, tmp_path: Path) -> None:
     env_file = tmp_path / "app.env"
-    env_file.write_text("# a comment\n  FROM_FILE=file value # kept\nQUOTED=\"q v\"\n"
-                        "OVERRIDE=from-file\nBARE\nNOT_SET_ANYWHERE\n")
-    caller = {"LEAKED_FROM_CALLER": "must-not-reach", "BARE": "caller-value",
-              "NCCL_DEBUG": "INFO-from-systemd"}
-    done = run(node, "--env-file", str(env_file), "-e", "OVERRIDE=from-e", "-e", "BARE_E",
-               IMAGE, "python3", "-c", "import json,os; print(json.dumps(dict(os.environ)))",
-               env={**caller, "BARE_E": "e-caller"})
+    env_file.write_text(
+        '# a comment\n  FROM_FILE=file value # kept\nQUOTED="q v"\n'
+        "OVERRIDE=from-file\nBARE\nNOT_SET_ANYWHERE\n"
+    )
+    caller = {
+        "LEAKED_FROM_CALLER": "must-not-reach",
+        "BARE": "caller-value",
+        "NCCL_DEBUG": "INFO-from-systemd",
+    }
+    done = run(
+        node,
+        "--env-file",
+        str(env_file),
+        "-e",
+        "OVERRIDE=from-e",
+        "-e",
+        "BARE_E",
+        IMAGE,
+        "python3",
+        "-c",
+        "import json,os; print(json.dumps(dict(os.environ)))",
+        env={**caller, "BARE_E": "e-caller"},
+    )
     assert done.returncode == 0, done.stderr
     env = json.loads(done.stdout)
     assert env["FROM_FILE"] == "file value # kept"
@@ -150,30 +182,55 @@ def test_the_container_gets_only_image_env_file_and_e_values(node: Node, tmp_pat
 
 
 @needs_root
-def test_inspect_shows_env_file_values_so_secrets_do_not_belong_there(node: Node,
-                                                                      tmp_path: Path) -> None:
+def test_inspect_shows_env_file_values_so_secrets_do_not_belong_there(
+    node: Node, tmp_path: Path
+) -> None:
     env_file = tmp_path / "secret.env"
     env_file.write_text("SGLANG_API_KEY=s3cret\n")
     secrets_file = tmp_path / "secrets.env"
     secrets_file.write_text("SGLANG_API_KEY=mounted\n")
-    started = node.docker("run", "-d", "--name", "envshow", "--env-file", str(env_file),
-                          "-v", f"{secrets_file}:/etc/sparkctl/sglang-secrets.env:ro",
-                          "--network", "host", "--ipc", "host", IMAGE, "sleep", "600")
+    started = node.docker(
+        "run",
+        "-d",
+        "--name",
+        "envshow",
+        "--env-file",
+        str(env_file),
+        "-v",
+        f"{secrets_file}:/etc/sparkctl/sglang-secrets.env:ro",
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+        IMAGE,
+        "sleep",
+        "600",
+    )
     assert started.returncode == 0, started.stderr
     try:
         info = node.inspect("envshow")
         assert "SGLANG_API_KEY=s3cret" in info["Config"]["Env"]  # as real docker shows it
         assert not [e for e in info["Config"]["Env"] if "mounted" in e]
-        assert info["Mounts"] == [{"Type": "bind", "Source": str(secrets_file),
-                                   "Destination": "/etc/sparkctl/sglang-secrets.env",
-                                   "Mode": "ro", "RW": False, "Propagation": "rprivate"}]
+        assert info["Mounts"] == [
+            {
+                "Type": "bind",
+                "Source": str(secrets_file),
+                "Destination": "/etc/sparkctl/sglang-secrets.env",
+                "Mode": "ro",
+                "RW": False,
+                "Propagation": "rprivate",
+            }
+        ]
         assert info["HostConfig"]["Binds"] == [
-            f"{secrets_file}:/etc/sparkctl/sglang-secrets.env:ro"]
+            f"{secrets_file}:/etc/sparkctl/sglang-secrets.env:ro"
+        ]
         assert info["HostConfig"]["NetworkMode"] == "host"
         assert info["HostConfig"]["IpcMode"] == "host"
         assert info["Config"]["Image"] == IMAGE
-        assert info["Image"] == node.docker("image", "inspect", "--format", "{{.Id}}",
-                                            IMAGE).stdout.strip()
+        assert (
+            info["Image"]
+            == node.docker("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip()
+        )
         assert info["State"]["Running"] and info["State"]["Pid"] > 0
         assert info["Name"] == "/envshow" and len(info["Id"]) == 64
         fmt = node.docker("inspect", "--format", "{{json .Config.Env}}", "envshow")
@@ -193,29 +250,54 @@ def test_only_the_image_and_mounted_host_paths_are_visible(node: Node, tmp_path:
     host_etc.mkdir()
     (host_etc / "nccl.env").write_text("NCCL_X=1\n")
     (host_etc / "other.env").write_text("unmounted\n")
-    script = ("import os; "
-              "print(os.path.exists('/etc/sparkctl/nccl.env'), "
-              f"os.path.exists({str(host_etc / 'other.env')!r}), "
-              f"os.path.exists({str(tmp_path)!r}), "
-              "os.path.exists('/usr/bin/docker'), os.path.exists('/usr/bin/nvidia-smi'), "
-              "os.path.exists('/etc/sparkctl-lab/hardware.json'), "
-              "os.path.isfile('/sgl-workspace/sglang/python/sglang/__init__.py'), "
-              "os.getcwd())")
-    done = run(node, "-v", f"{host_etc / 'nccl.env'}:/etc/sparkctl/nccl.env:ro", IMAGE,
-               "python3", "-c", script)
+    script = (
+        "import os; "
+        "print(os.path.exists('/etc/sparkctl/nccl.env'), "
+        f"os.path.exists({str(host_etc / 'other.env')!r}), "
+        f"os.path.exists({str(tmp_path)!r}), "
+        "os.path.exists('/usr/bin/docker'), os.path.exists('/usr/bin/nvidia-smi'), "
+        "os.path.exists('/etc/sparkctl-lab/hardware.json'), "
+        "os.path.isfile('/sgl-workspace/sglang/python/sglang/__init__.py'), "
+        "os.getcwd())"
+    )
+    done = run(
+        node,
+        "-v",
+        f"{host_etc / 'nccl.env'}:/etc/sparkctl/nccl.env:ro",
+        IMAGE,
+        "python3",
+        "-c",
+        script,
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "False", "False", "False", "False", "False", "True",
-                                   "/sgl-workspace/sglang"]
+    assert done.stdout.split() == [
+        "True",
+        "False",
+        "False",
+        "False",
+        "False",
+        "False",
+        "True",
+        "/sgl-workspace/sglang",
+    ]
 
 
 @needs_root
-def test_ro_binds_are_read_only_and_rw_binds_write_to_the_host(node: Node,
-                                                               tmp_path: Path) -> None:
+def test_ro_binds_are_read_only_and_rw_binds_write_to_the_host(node: Node, tmp_path: Path) -> None:
     ro, rw = tmp_path / "ro", tmp_path / "rw"
     ro.mkdir()
     rw.mkdir()
-    done = run(node, "-v", f"{ro}:/ro:ro", "-v", f"{rw}:/rw", IMAGE, "sh", "-c",
-               "touch /ro/x; echo ro=$?; echo hi > /rw/y; echo rw=$?")
+    done = run(
+        node,
+        "-v",
+        f"{ro}:/ro:ro",
+        "-v",
+        f"{rw}:/rw",
+        IMAGE,
+        "sh",
+        "-c",
+        "touch /ro/x; echo ro=$?; echo hi > /rw/y; echo rw=$?",
+    )
     assert done.stdout.split() == ["ro=1", "rw=0"]
     assert "Read-only file system" in done.stderr
     assert not (ro / "x").exists()
@@ -235,8 +317,17 @@ def test_user_runs_as_that_uid_and_gid(node: Node, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir(mode=0o777)
     out.chmod(0o777)
-    done = run(node, "--user", "1000:1000", "-v", f"{out}:/out", IMAGE, "sh", "-c",
-               "id -u; id -g; touch /out/f")
+    done = run(
+        node,
+        "--user",
+        "1000:1000",
+        "-v",
+        f"{out}:/out",
+        IMAGE,
+        "sh",
+        "-c",
+        "id -u; id -g; touch /out/f",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1000", "1000"]
     st = (out / "f").stat()
@@ -261,8 +352,10 @@ def test_pull_never_without_the_image_is_dockers_error_125(tmp_path: Path) -> No
     fresh = make_node(tmp_path)
     done = fresh.docker("run", "--rm", "--pull", "never", IMAGE, "true")
     assert done.returncode == 125
-    assert done.stderr == (f"docker: Error response from daemon: No such image: {IMAGE}\n\n"
-                           "Run 'docker run --help' for more information\n")
+    assert done.stderr == (
+        f"docker: Error response from daemon: No such image: {IMAGE}\n\n"
+        "Run 'docker run --help' for more information\n"
+    )
     absent = fresh.docker("image", "inspect", "--format", "{{.Id}}", IMAGE)
     assert absent.returncode == 1
     assert absent.stderr.strip() == f"Error response from daemon: No such image: {IMAGE}"
@@ -277,8 +370,9 @@ def test_pull_prints_dockers_lines_and_verifies_the_digest(tmp_path: Path) -> No
     blob.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
     corrupt = fresh.docker("pull", IMAGE)
     assert corrupt.returncode == 1
-    assert (f"Error response from daemon: filesystem layer verification failed for digest "
-            f"{digest}") in corrupt.stderr
+    assert (
+        f"Error response from daemon: filesystem layer verification failed for digest {digest}"
+    ) in corrupt.stderr
     assert fresh.docker("image", "inspect", IMAGE).returncode == 1
     blob.write_bytes(good)
     pulled = fresh.docker("pull", IMAGE)
@@ -308,8 +402,13 @@ def test_a_moved_tag_pulls_new_content_and_by_digest_the_old(tmp_path: Path) -> 
     pulled = fresh.docker("pull", IMAGE)
     assert f"Digest: {new}" in pulled.stdout
     assert f"Status: Downloaded newer image for {IMAGE}" in pulled.stdout
-    label = fresh.docker("image", "inspect", "--format",
-                         f'{{{{index .Config.Labels "{registry.VARIANT_LABEL}"}}}}', IMAGE)
+    label = fresh.docker(
+        "image",
+        "inspect",
+        "--format",
+        f'{{{{index .Config.Labels "{registry.VARIANT_LABEL}"}}}}',
+        IMAGE,
+    )
     assert label.stdout.strip() == "moved"
     pinned = f"{IMAGE}@{old}"
     by_digest = fresh.docker("pull", pinned)
@@ -319,8 +418,10 @@ def test_a_moved_tag_pulls_new_content_and_by_digest_the_old(tmp_path: Path) -> 
     # name:tag@digest runs the digest's image whatever the tag says now
     runs = fresh.docker("run", "--rm", "--pull", "never", pinned, "cat", "/etc/os-release")
     assert runs.returncode == 0, runs.stderr
-    ids = {fresh.docker("image", "inspect", "--format", "{{.Id}}", r).stdout.strip()
-           for r in (IMAGE, pinned)}
+    ids = {
+        fresh.docker("image", "inspect", "--format", "{{.Id}}", r).stdout.strip()
+        for r in (IMAGE, pinned)
+    }
     assert len(ids) == 2
     assert registry.restore_tag(fresh.registry, IMAGE) == old
 
@@ -331,9 +432,11 @@ def test_tags_and_repositories_the_registry_does_not_have(tmp_path: Path) -> Non
     repo = IMAGE.rsplit(":", 1)[0]
     unknown = fresh.docker("pull", f"{repo}:no-such-tag")
     assert unknown.returncode == 1
-    assert unknown.stderr.strip() == (f"Error response from daemon: manifest for "
-                                      f"{repo}:no-such-tag not found: manifest unknown: "
-                                      "manifest unknown")
+    assert unknown.stderr.strip() == (
+        f"Error response from daemon: manifest for "
+        f"{repo}:no-such-tag not found: manifest unknown: "
+        "manifest unknown"
+    )
     other = fresh.docker("pull", "someone/else:v1")
     assert other.returncode == 1 and "pull access denied for someone/else" in other.stderr
 
@@ -370,8 +473,10 @@ def test_a_second_container_with_the_same_name_is_refused(node: Node) -> None:
     try:
         second = node.docker("run", "-d", "--name", "twin", IMAGE, "true")
         assert second.returncode == 125
-        assert (f'Conflict. The container name "/twin" is already in use by container "{cid}"'
-                in second.stderr)
+        assert (
+            f'Conflict. The container name "/twin" is already in use by container "{cid}"'
+            in second.stderr
+        )
     finally:
         node.docker("rm", "-f", "twin")
 
@@ -381,8 +486,10 @@ def test_rm_refuses_a_running_container_and_force_kills_it(node: Node) -> None:
     assert node.docker("run", "-d", "--name", "victim", IMAGE, "sleep", "600").returncode == 0
     refused = node.docker("rm", "victim")
     assert refused.returncode == 1
-    assert ('cannot remove container "/victim": container is running: stop the container '
-            "before removing or force remove") in refused.stderr
+    assert (
+        'cannot remove container "/victim": container is running: stop the container '
+        "before removing or force remove"
+    ) in refused.stderr
     forced = node.docker("rm", "--force", "victim")
     assert forced.returncode == 0 and forced.stdout == "victim\n"
     assert node.docker("inspect", "victim").returncode == 1
@@ -396,8 +503,7 @@ def test_rm_refuses_a_running_container_and_force_kills_it(node: Node) -> None:
 @needs_root
 def test_stop_sends_sigterm_to_pid_1_which_runs_its_handler(node: Node) -> None:
     script = 'trap "echo got-term; exit 7" TERM; echo ready; while :; do sleep 0.1; done'
-    assert node.docker("run", "-d", "--name", "handler", IMAGE, "sh", "-c",
-                       script).returncode == 0
+    assert node.docker("run", "-d", "--name", "handler", IMAGE, "sh", "-c", script).returncode == 0
     try:
         wait_for("the trap", lambda: "ready" in node.docker("logs", "handler").stdout)
         stopped = node.docker("stop", "--timeout", "60", "handler")
@@ -424,8 +530,9 @@ def test_pid_1_without_a_handler_ignores_sigterm_and_is_killed_after_time(node: 
 
 @needs_root
 def test_foreground_run_relays_output_and_proxies_sigterm(node: Node) -> None:
-    script = ('trap "echo got-term; echo bye >&2; exit 9" TERM; echo ready; '
-              "while :; do sleep 0.1; done")
+    script = (
+        'trap "echo got-term; echo bye >&2; exit 9" TERM; echo ready; while :; do sleep 0.1; done'
+    )
     client = node.popen("run", "--rm", "--name", "proxied", IMAGE, "sh", "-c", script)
     try:
         assert client.stdout is not None
@@ -456,8 +563,9 @@ def test_the_container_outlives_a_killed_client(node: Node) -> None:
 
 @needs_root
 def test_logs_keep_both_streams_and_tail(node: Node) -> None:
-    done = node.docker("run", "-d", "--name", "talker", IMAGE, "sh", "-c",
-                       "echo out1; echo err1 >&2; echo out2")
+    done = node.docker(
+        "run", "-d", "--name", "talker", IMAGE, "sh", "-c", "echo out1; echo err1 >&2; echo out2"
+    )
     assert done.returncode == 0, done.stderr
     try:
         wait_for("the container to exit", lambda: node.status("talker") == "exited")
@@ -465,8 +573,7 @@ def test_logs_keep_both_streams_and_tail(node: Node) -> None:
         assert (logs.stdout, logs.stderr) == ("out1\nout2\n", "err1\n")
         tail = node.docker("logs", "--tail", "1", "talker")
         assert tail.stdout + tail.stderr in {"out2\n", "err1\n"}  # the one last line
-        listed = node.docker("ps", "-a", "--filter", "name=^talker$", "--format",
-                             "{{.Status}}")
+        listed = node.docker("ps", "-a", "--filter", "name=^talker$", "--format", "{{.Status}}")
         assert listed.stdout.startswith("Exited (0) ")
         path = Path(node.inspect("talker")["LogPath"])
         first = json.loads(path.read_text().splitlines()[0])
@@ -493,18 +600,29 @@ def test_rm_flag_removes_the_container_and_without_it_it_stays(node: Node) -> No
 def test_devices_must_exist_and_are_bound(node: Node) -> None:
     missing = run(node, "--device", "/dev/no-such-device", IMAGE, "true")
     assert missing.returncode == 127
-    assert ('error gathering device information while adding custom device '
-            '"/dev/no-such-device": no such file or directory') in missing.stderr
-    bound = run(node, "--device", "/dev/null:/dev/mynull", IMAGE, "sh", "-c",
-                "echo x > /dev/mynull && test -c /dev/mynull && echo ok")
+    assert (
+        "error gathering device information while adding custom device "
+        '"/dev/no-such-device": no such file or directory'
+    ) in missing.stderr
+    bound = run(
+        node,
+        "--device",
+        "/dev/null:/dev/mynull",
+        IMAGE,
+        "sh",
+        "-c",
+        "echo x > /dev/mynull && test -c /dev/mynull && echo ok",
+    )
     assert bound.stdout == "ok\n", bound.stderr
 
 
 @needs_root
 def test_gpus_fail_like_docker_without_a_gpu_and_expose_the_node_with_one(
-        node: Node, tmp_path: Path) -> None:
-    no_runtime = run(node, "--gpus", "all", IMAGE, "true",
-                     env={DOCKER.HW_ENV: str(tmp_path / "absent.json")})
+    node: Node, tmp_path: Path
+) -> None:
+    no_runtime = run(
+        node, "--gpus", "all", IMAGE, "true", env={DOCKER.HW_ENV: str(tmp_path / "absent.json")}
+    )
     assert no_runtime.returncode == 125
     assert 'could not select device driver "" with capabilities: [[gpu]]' in no_runtime.stderr
     hw = tmp_path / "hardware.json"
@@ -513,8 +631,15 @@ def test_gpus_fail_like_docker_without_a_gpu_and_expose_the_node_with_one(
     assert no_driver.returncode == 125
     assert "nvml error: driver not loaded" in no_driver.stderr
     hw.write_text(json.dumps({"gpu_present": True, "gpu_name": "NVIDIA GB10"}))
-    with_gpu = run(node, "--gpus", "all", IMAGE, "cat", "/etc/sparkctl-lab/hardware.json",
-                   env={DOCKER.HW_ENV: str(hw)})
+    with_gpu = run(
+        node,
+        "--gpus",
+        "all",
+        IMAGE,
+        "cat",
+        "/etc/sparkctl-lab/hardware.json",
+        env={DOCKER.HW_ENV: str(hw)},
+    )
     assert with_gpu.returncode == 0, with_gpu.stderr
     assert json.loads(with_gpu.stdout)["gpu_name"] == "NVIDIA GB10"
 
@@ -542,8 +667,12 @@ def test_env_file_syntax_is_dockers(tmp_path: Path) -> None:
 
 
 def test_templates_render_the_forms_sparkctl_uses_and_refuse_others() -> None:
-    data = {"Id": "sha256:ab", "State": {"Status": "running", "Running": True},
-            "RepoDigests": ["r@sha256:1", "r@sha256:2"], "Config": {"Env": ["A=1", "B=<&>"]}}
+    data = {
+        "Id": "sha256:ab",
+        "State": {"Status": "running", "Running": True},
+        "RepoDigests": ["r@sha256:1", "r@sha256:2"],
+        "Config": {"Env": ["A=1", "B=<&>"]},
+    }
     render = DOCKER.render
     assert render("{{.Id}}", data) == "sha256:ab"
     assert render("{{.State.Status}} {{.State.Running}}", data) == "running true"
@@ -551,7 +680,7 @@ def test_templates_render_the_forms_sparkctl_uses_and_refuse_others() -> None:
     assert render("{{index .RepoDigests 1}}", data) == "r@sha256:2"
     assert render("{{json .Config.Env}}", data) == '["A=1","B=<&>"]'  # no HTML escaping
     assert render("{{.RepoDigests}}", data) == "[r@sha256:1 r@sha256:2]"
-    for bad in ("{{range .RepoDigests}}{{.}}{{end}}", "{{printf \"%s\" .Id}}"):
+    for bad in ("{{range .RepoDigests}}{{.}}{{end}}", '{{printf "%s" .Id}}'):
         with pytest.raises(DOCKER.TemplateError, match="sparkctl lab stand-in"):
             DOCKER.check_template(bad)
     with pytest.raises(DOCKER.TemplateError, match='map has no entry for key "Nope"'):
@@ -561,33 +690,46 @@ def test_templates_render_the_forms_sparkctl_uses_and_refuse_others() -> None:
 def test_flags_parse_like_pflag() -> None:
     parsed, rest = DOCKER.parse_flags(
         ["-d", "--name=x", "-e", "A=1", "-eB=2", "--rm", "img", "--name", "cmd-arg"],
-        DOCKER.RUN_FLAGS, command="docker run", usage=DOCKER.RUN_USAGE, interspersed=False)
+        DOCKER.RUN_FLAGS,
+        command="docker run",
+        usage=DOCKER.RUN_USAGE,
+        interspersed=False,
+    )
     assert parsed["detach"] and parsed["rm"] and parsed["name"] == "x"
     assert parsed["env"] == ["A=1", "B=2"]
     assert rest == ["img", "--name", "cmd-arg"]  # flags stop at the image
     with pytest.raises(DOCKER.DockerError) as exc:
-        DOCKER.parse_flags(["--name"], DOCKER.RUN_FLAGS, command="docker run",
-                           usage=DOCKER.RUN_USAGE)
-    assert exc.value.code == 125 and exc.value.message.startswith(
-        "flag needs an argument: --name")
+        DOCKER.parse_flags(
+            ["--name"], DOCKER.RUN_FLAGS, command="docker run", usage=DOCKER.RUN_USAGE
+        )
+    assert exc.value.code == 125 and exc.value.message.startswith("flag needs an argument: --name")
 
 
 def test_volume_specs() -> None:
     vol = DOCKER.parse_volume("/a:/b:ro")
     assert (vol.source, vol.destination, vol.read_only) == ("/a", "/b", True)
-    for bad, message in (("/a:b", "mount path must be absolute"), ("/a:/b:xx", "invalid mode"),
-                         ("named:/b", "named volumes"), ("/only", "anonymous volumes")):
+    for bad, message in (
+        ("/a:b", "mount path must be absolute"),
+        ("/a:/b:xx", "invalid mode"),
+        ("named:/b", "named volumes"),
+        ("/only", "anonymous volumes"),
+    ):
         with pytest.raises(DOCKER.DockerError, match=message):
             DOCKER.parse_volume(bad)
 
 
 def test_merge_env_replaces_in_place_and_appends() -> None:
     assert DOCKER.merge_env(["PATH=/a", "X=1"], ["X=2", "Y=3", "PATH=/b"]) == [
-        "PATH=/b", "X=2", "Y=3"]
+        "PATH=/b",
+        "X=2",
+        "Y=3",
+    ]
 
 
-@pytest.mark.skipif(shutil.which("systemd-run") is None or not Path("/run/systemd/system").is_dir(),
-                    reason="no systemd here: the shim is started without a scope")
+@pytest.mark.skipif(
+    shutil.which("systemd-run") is None or not Path("/run/systemd/system").is_dir(),
+    reason="no systemd here: the shim is started without a scope",
+)
 def test_where_systemd_runs_the_shim_gets_a_docker_scope() -> None:
     command = DOCKER._shim_command("ab" * 32, [3, 4, 5])
     assert command[1:3] == ["--scope", "--quiet"] and f"--unit=docker-{'ab' * 32}.scope" in command
@@ -604,8 +746,10 @@ def test_images_and_ps_list_in_table_json_and_template_form(node: Node) -> None:
     assert any(r.split()[:2] == [repo, tag] for r in rows), table.stdout
     lines = node.docker("images", "--format", "json").stdout.splitlines()
     assert {(json.loads(x)["Repository"], json.loads(x)["Tag"]) for x in lines} >= {(repo, tag)}
-    assert f"{repo}:{tag}" in node.docker("images", "--format",
-                                          "{{.Repository}}:{{.Tag}}").stdout.split()
+    assert (
+        f"{repo}:{tag}"
+        in node.docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+    )
     assert node.docker("run", "-d", "--name", "lister", IMAGE, "sleep", "60").returncode == 0
     try:
         ps = node.docker("ps", "--filter", "name=lister", "--format", "table {{.Names}}")

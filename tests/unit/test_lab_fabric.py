@@ -24,7 +24,8 @@ from sparkctl.lab import fabric
 from sparkctl.lab.fabric import Cable
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
+    "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 IFNAMSIZ = 16  # include/uapi/linux/if.h: names are at most 15 characters plus NUL
@@ -113,9 +114,30 @@ def test_ingress_redirect_commands_literal() -> None:
         ["ip", "link", "add", "ifb-swp3", "type", "ifb"],
         ["ip", "link", "set", "ifb-swp3", "mtu", "65535", "up"],
         ["tc", "qdisc", "add", "dev", "swp3", "handle", "ffff:", "ingress"],
-        ["tc", "filter", "add", "dev", "swp3", "parent", "ffff:", "protocol", "all", "prio", "1",
-         "u32", "match", "u32", "0", "0", "action", "mirred", "egress", "redirect",
-         "dev", "ifb-swp3"],
+        [
+            "tc",
+            "filter",
+            "add",
+            "dev",
+            "swp3",
+            "parent",
+            "ffff:",
+            "protocol",
+            "all",
+            "prio",
+            "1",
+            "u32",
+            "match",
+            "u32",
+            "0",
+            "0",
+            "action",
+            "mirred",
+            "egress",
+            "redirect",
+            "dev",
+            "ifb-swp3",
+        ],
     ]
 
 
@@ -161,7 +183,14 @@ def test_sim_names_fit_ifnamsiz_and_are_unique() -> None:
 
 def test_nsenter_wraps_command() -> None:
     assert fabric.nsenter(4242, ["ip", "-j", "addr"]) == [
-        "nsenter", "-t", "4242", "-n", "ip", "-j", "addr"]
+        "nsenter",
+        "-t",
+        "4242",
+        "-n",
+        "ip",
+        "-j",
+        "addr",
+    ]
 
 
 # ------------------------------------------------------------- interfaces
@@ -173,10 +202,18 @@ def test_interfaces_of_a_real_ip_j_addr_through_the_one_parser() -> None:
     links = fabric.interfaces((FIXTURES / "build-host-ip-j-addr.json").read_text())
     by_name = {link["name"]: link for link in links}
     assert [link["name"] for link in links][:4] == ["lo", "ifb0", "ifb1", "eth0"]  # ip's order
-    assert by_name["eth0"] == {"name": "eth0", "state": "UP", "mtu": 1400,
-                               "addresses": ["192.0.2.2/24"]}  # IPv6 fd00::2 left out
-    assert by_name["lo"] == {"name": "lo", "state": "UNKNOWN", "mtu": 65536,
-                             "addresses": ["127.0.0.1/8"]}
+    assert by_name["eth0"] == {
+        "name": "eth0",
+        "state": "UP",
+        "mtu": 1400,
+        "addresses": ["192.0.2.2/24"],
+    }  # IPv6 fd00::2 left out
+    assert by_name["lo"] == {
+        "name": "lo",
+        "state": "UNKNOWN",
+        "mtu": 65536,
+        "addresses": ["127.0.0.1/8"],
+    }
     assert by_name["ifb0"] == {"name": "ifb0", "state": "DOWN", "mtu": 1500, "addresses": []}
     assert by_name["veth0"]["addresses"] == []  # IPv6 link-local only
 
@@ -213,13 +250,15 @@ def test_parse_tbf_rates_ignores_odd_entries() -> None:
 
 # ------------------------------------------- the commands on a real kernel
 def _ip_netns(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", "netns", *args], capture_output=True, text=True, check=False,
-                          timeout=30)
+    return subprocess.run(
+        ["ip", "netns", *args], capture_output=True, text=True, check=False, timeout=30
+    )
 
 
 def _in_ns(ns: str, cmd: list[str]) -> str:
-    proc = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True,
-                          check=False, timeout=30)
+    proc = subprocess.run(
+        ["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, check=False, timeout=30
+    )
     assert proc.returncode == 0, f"{' '.join(cmd)} in {ns}: {proc.stderr.strip()}"
     return proc.stdout
 
@@ -240,20 +279,41 @@ def test_generated_commands_run_in_a_network_namespace() -> None:
             created.append(ns)
         cable = Cable(node="spark1", node_if="enp1s0f1np1", port="swp1", domain="a")
         # One cable, as fabric.wire makes it: a veth with an end in each namespace.
-        subprocess.run(["ip", "link", "add", cable.port, "netns", sw, "type", "veth",
-                        "peer", "name", cable.node_if, "netns", node],
-                       check=True, capture_output=True, timeout=30)
-        for cmd in [*fabric.ingress_redirect_commands(cable.port, cable.ifb),
-                    *fabric.rate_commands(cable.port, cable.ifb, 250)]:
+        subprocess.run(
+            [
+                "ip",
+                "link",
+                "add",
+                cable.port,
+                "netns",
+                sw,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                cable.node_if,
+                "netns",
+                node,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        for cmd in [
+            *fabric.ingress_redirect_commands(cable.port, cable.ifb),
+            *fabric.rate_commands(cable.port, cable.ifb, 250),
+        ]:
             _in_ns(sw, cmd)
 
         qdiscs = json.loads(_in_ns(sw, ["tc", "-j", "qdisc", "show"]))
         assert fabric.parse_tbf_rates(qdiscs) == {"swp1": 250, "ifb-swp1": 250}
-        filters = json.loads(_in_ns(sw, ["tc", "-j", "filter", "show", "dev", "swp1",
-                                         "ingress"]))
-        redirects = [(a.get("mirred_action"), a.get("to_dev")) for f in filters
-                     for a in f.get("options", {}).get("actions", [])
-                     if a.get("kind") == "mirred"]
+        filters = json.loads(_in_ns(sw, ["tc", "-j", "filter", "show", "dev", "swp1", "ingress"]))
+        redirects = [
+            (a.get("mirred_action"), a.get("to_dev"))
+            for f in filters
+            for a in f.get("options", {}).get("actions", [])
+            if a.get("kind") == "mirred"
+        ]
         assert redirects == [("redirect", "ifb-swp1")]  # moved, not copied: all of it is shaped
 
         # Traffic arriving on the port really goes through the ifb's shaper.
@@ -261,11 +321,17 @@ def test_generated_commands_run_in_a_network_namespace() -> None:
         _in_ns(node, ["ip", "addr", "add", "10.254.0.2/30", "dev", "enp1s0f1np1"])
         _in_ns(sw, ["ip", "link", "set", "swp1", "up"])
         _in_ns(node, ["ip", "link", "set", "enp1s0f1np1", "up"])
-        _in_ns(node, [sys.executable, "-c",
-                      "import socket, time\n"
-                      "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                      "for _ in range(5):\n"
-                      "    s.sendto(b'x' * 100, ('10.254.0.1', 9)); time.sleep(0.02)\n"])
+        _in_ns(
+            node,
+            [
+                sys.executable,
+                "-c",
+                "import socket, time\n"
+                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "for _ in range(5):\n"
+                "    s.sendto(b'x' * 100, ('10.254.0.1', 9)); time.sleep(0.02)\n",
+            ],
+        )
         stats = json.loads(_in_ns(sw, ["tc", "-j", "-s", "qdisc", "show", "dev", "ifb-swp1"]))
         shaped = [q for q in stats if q.get("kind") == "tbf"]
         assert len(shaped) == 1

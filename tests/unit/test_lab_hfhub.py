@@ -63,18 +63,36 @@ def hf_python() -> Path:
             shutil.rmtree(venv, ignore_errors=True)
             # No pip of its own (ensurepip costs more than the install: 6-7 s of CPU): this
             # venv's pip installs into it.
-            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
-                           check=True, timeout=120)
-            pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(python),
-                                  "install", "-q", "--disable-pip-version-check",
-                                  f"huggingface_hub=={pin}"],
-                                 capture_output=True, text=True, timeout=600, check=False)
+            subprocess.run(
+                [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+            )
+            pip = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "--python",
+                    str(python),
+                    "install",
+                    "-q",
+                    "--disable-pip-version-check",
+                    f"huggingface_hub=={pin}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
             if pip.returncode != 0:
                 pytest.fail(f"pip install huggingface_hub=={pin} failed:\n{pip.stderr[-2000:]}")
             ready.write_text(pin)
-    got = subprocess.run([str(python), "-c",
-                          "import huggingface_hub; print(huggingface_hub.__version__)"],
-                         capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    got = subprocess.run(
+        [str(python), "-c", "import huggingface_hub; print(huggingface_hub.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
     assert got == pin
     return python
 
@@ -96,9 +114,22 @@ class Hub:
 def running_hub(root: Path, work: Path, *extra: str) -> Iterator[Hub]:
     log = work / f"hub-{len(list(work.glob('hub-*.log')))}.log"
     with log.open("w") as err:
-        proc = subprocess.Popen([sys.executable, str(HFHUB), "--root", str(root),
-                                 "--bind", "127.0.0.1", "--port", "0", *extra],
-                                stdout=subprocess.PIPE, stderr=err, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(HFHUB),
+                "--root",
+                str(root),
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                "0",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
     try:
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], 30)
@@ -120,15 +151,22 @@ def _files(seed: str, sizes: dict[str, int]) -> dict[str, bytes]:
     return out
 
 
-TINY = {"config.json": 120, "generation_config.json": 60, "tokenizer/tokenizer.json": 3000,
-        "tokenizer/special_tokens_map.json": 90, "added_tokens.json": 0,
-        "model-00001-of-00002.safetensors": 200_000, "model-00002-of-00002.safetensors": 70_001}
+TINY = {
+    "config.json": 120,
+    "generation_config.json": 60,
+    "tokenizer/tokenizer.json": 3000,
+    "tokenizer/special_tokens_map.json": 90,
+    "added_tokens.json": 0,
+    "model-00001-of-00002.safetensors": 200_000,
+    "model-00002-of-00002.safetensors": 70_001,
+}
 SLOW = {"config.json": 100, "model.safetensors": 240_000}
 RATE = 160_000  # bytes per second: the slow download takes ~1.5 s
 
 
-def _publish(root: Path, src: Path, repo_id: str, data: dict[str, bytes], *,
-             gated: bool = False) -> str:
+def _publish(
+    root: Path, src: Path, repo_id: str, data: dict[str, bytes], *, gated: bool = False
+) -> str:
     for rel, blob in data.items():
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_bytes(blob)
@@ -147,11 +185,15 @@ class Published:
 def published(tmp_path_factory: pytest.TempPathFactory) -> Published:
     base = tmp_path_factory.mktemp("hubroot")
     root = base / "root"
-    data = {"org/tiny": _files("tiny", TINY), "org/gated": _files("gated", {"config.json": 50}),
-            "org/slow": _files("slow", SLOW)}
-    commits = {repo: _publish(root, base / repo.replace("/", "_"), repo, files,
-                              gated=repo == "org/gated")
-               for repo, files in data.items()}
+    data = {
+        "org/tiny": _files("tiny", TINY),
+        "org/gated": _files("gated", {"config.json": 50}),
+        "org/slow": _files("slow", SLOW),
+    }
+    commits = {
+        repo: _publish(root, base / repo.replace("/", "_"), repo, files, gated=repo == "org/gated")
+        for repo, files in data.items()
+    }
     for repo, files in data.items():
         files[".gitattributes"] = (root / repo / ".gitattributes").read_bytes()
     token_file = base / "token"
@@ -163,30 +205,59 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Published:
 @pytest.fixture(scope="module")
 def hub(published: Published, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     # Two entries per tree page: the listing is only complete if the client follows Link.
-    with running_hub(published.root, tmp_path_factory.mktemp("hublog"), "--token-file",
-                     str(published.token_file), "--tree-page-size", "2") as server:
+    with running_hub(
+        published.root,
+        tmp_path_factory.mktemp("hublog"),
+        "--token-file",
+        str(published.token_file),
+        "--tree-page-size",
+        "2",
+    ) as server:
         yield server
 
 
 # ------------------------------------------------------------------- the relay
 def _env(tmp: Path, endpoint: str) -> dict[str, str]:
     """A clean environment: no proxy, no saved token, no HF_TOKEN; the lab Hub as endpoint."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp / "home"),
-            "HF_HOME": str(tmp / "hf-home"), "HF_ENDPOINT": endpoint,
-            "HF_HUB_DISABLE_TELEMETRY": "1", "LANG": "C.UTF-8"}
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp / "home"),
+        "HF_HOME": str(tmp / "hf-home"),
+        "HF_ENDPOINT": endpoint,
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "LANG": "C.UTF-8",
+    }
 
 
 def _fetch_argv(python: Path, tmp: Path, repo: str, commit: str) -> list[str]:
-    return [str(python), str(RELAY), "fetch-hf", repo, "--revision", commit,
-            "--cache-dir", str(tmp / "hub-cache"), "--manifest", str(tmp / "manifest.json"),
-            "--state", str(tmp / "state.json")]
+    return [
+        str(python),
+        str(RELAY),
+        "fetch-hf",
+        repo,
+        "--revision",
+        commit,
+        "--cache-dir",
+        str(tmp / "hub-cache"),
+        "--manifest",
+        str(tmp / "manifest.json"),
+        "--state",
+        str(tmp / "state.json"),
+    ]
 
 
-def fetch(python: Path, tmp: Path, hub: Hub, repo: str, stdin: str
-          ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*_fetch_argv(python, tmp, repo, hub.repos[repo]), "--token-stdin"],
-                          input=stdin, env=_env(tmp, hub.endpoint), capture_output=True,
-                          text=True, timeout=120, check=False)
+def fetch(
+    python: Path, tmp: Path, hub: Hub, repo: str, stdin: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*_fetch_argv(python, tmp, repo, hub.repos[repo]), "--token-stdin"],
+        input=stdin,
+        env=_env(tmp, hub.endpoint),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _blob_name(data: bytes, lfs: bool) -> str:
@@ -198,7 +269,8 @@ def _blob_name(data: bytes, lfs: bool) -> str:
 
 
 def test_the_real_client_fetches_a_repository_into_the_hub_cache_layout(
-        hf_python: Path, hub: Hub, published: Published, tmp_path: Path) -> None:
+    hf_python: Path, hub: Hub, published: Published, tmp_path: Path
+) -> None:
     logged = len(hub.requests())
     done = fetch(hf_python, tmp_path, hub, "org/tiny", TOKEN + "\n")
     assert done.returncode == 0, done.stderr
@@ -224,8 +296,9 @@ def test_the_real_client_fetches_a_repository_into_the_hub_cache_layout(
     assert len(trees) == (entries + 1) // 2 and all(r["status"] == 200 for r in trees)
     cdn = [r for r in seen if r["port"] == "cdn"]
     # LFS bodies came from the CDN, signed, without the bearer (the client drops it).
-    assert sorted(r["path"].rsplit("/", 1)[1] for r in cdn) == \
-        sorted(_blob_name(want[f], True) for f in want if f.endswith(".safetensors"))
+    assert sorted(r["path"].rsplit("/", 1)[1] for r in cdn) == sorted(
+        _blob_name(want[f], True) for f in want if f.endswith(".safetensors")
+    )
     assert all(r["auth"] == "none" and r["status"] == 200 for r in cdn)
     assert all(r["auth"] == "valid" for r in seen if r["port"] == "hub")
 
@@ -236,15 +309,28 @@ def test_the_real_client_fetches_a_repository_into_the_hub_cache_layout(
     assert len(hub.requests()) == before  # a complete copy: the Hub is not contacted
 
 
-@pytest.mark.parametrize("case", [
-    ("org/tiny", "", ["RepositoryNotFoundError: 401 Client Error", "Repository Not Found"]),
-    ("org/tiny", "hf_" + "x" * 34, ["HfHubHTTPError: Client error '401 Unauthorized'",
-                                    "Invalid credentials in Authorization header"]),
-    ("org/gated", "", ["GatedRepoError: 401 Client Error",
-                       "Access to model org/gated is restricted"]),
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("org/tiny", "", ["RepositoryNotFoundError: 401 Client Error", "Repository Not Found"]),
+        (
+            "org/tiny",
+            "hf_" + "x" * 34,
+            [
+                "HfHubHTTPError: Client error '401 Unauthorized'",
+                "Invalid credentials in Authorization header",
+            ],
+        ),
+        (
+            "org/gated",
+            "",
+            ["GatedRepoError: 401 Client Error", "Access to model org/gated is restricted"],
+        ),
+    ],
+)
 def test_a_missing_or_wrong_token_fails_with_the_library_error(
-        hf_python: Path, hub: Hub, tmp_path: Path, case: tuple[str, str, list[str]]) -> None:
+    hf_python: Path, hub: Hub, tmp_path: Path, case: tuple[str, str, list[str]]
+) -> None:
     repo, token, error = case
     done = fetch(hf_python, tmp_path, hub, repo, token + "\n")
     assert done.returncode == 1
@@ -281,12 +367,16 @@ class Watch:
     returncode: int
 
 
-def start(argv: list[str], tmp: Path, endpoint: str, stdin: str | None
-          ) -> subprocess.Popen[bytes]:
+def start(argv: list[str], tmp: Path, endpoint: str, stdin: str | None) -> subprocess.Popen[bytes]:
     """The relay in the background, its output in files (nothing to drain while watching)."""
     with (tmp / "out").open("wb") as out, (tmp / "err").open("wb") as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=_env(tmp, endpoint),
-                                stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE)
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=err,
+            env=_env(tmp, endpoint),
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        )
     if stdin is not None:
         assert proc.stdin is not None
         proc.stdin.write(stdin.encode())
@@ -315,8 +405,14 @@ def watch(proc: subprocess.Popen[bytes], relay_pid: int, blobs: Path, token: str
 
 @pytest.fixture(scope="module")
 def slow_hub(published: Published, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    with running_hub(published.root, tmp_path_factory.mktemp("slowlog"), "--token-file",
-                     str(published.token_file), "--rate", str(RATE)) as server:
+    with running_hub(
+        published.root,
+        tmp_path_factory.mktemp("slowlog"),
+        "--token-file",
+        str(published.token_file),
+        "--rate",
+        str(RATE),
+    ) as server:
         yield server
 
 
@@ -327,7 +423,8 @@ def _check_slow_copy(tmp: Path, published: Published) -> None:
 
 
 def test_no_process_shows_the_token_while_the_download_runs(
-        hf_python: Path, slow_hub: Hub, published: Published, tmp_path: Path) -> None:
+    hf_python: Path, slow_hub: Hub, published: Published, tmp_path: Path
+) -> None:
     """The lead's task hands the token on stdin: neither the relay's command line nor its
     environment (nor any other process of this tree: the Hub, this test) holds it."""
     argv = _fetch_argv(hf_python, tmp_path, "org/slow", published.commits["org/slow"])
@@ -340,13 +437,15 @@ def test_no_process_shows_the_token_while_the_download_runs(
 
 
 def test_the_watch_sees_the_token_passed_the_old_way(
-        hf_python: Path, slow_hub: Hub, published: Published, tmp_path: Path) -> None:
+    hf_python: Path, slow_hub: Hub, published: Published, tmp_path: Path
+) -> None:
     """Control, and the old path still working: Ansible's ``environment:`` runs
     ``/bin/sh -c 'HF_TOKEN=... python3 ...'``; the token is in the shell's world-readable
     command line and in the relay's environment for the whole download."""
     argv = _fetch_argv(hf_python, tmp_path, "org/slow", published.commits["org/slow"])
-    proc = start(["/bin/sh", "-c", f"HF_TOKEN={TOKEN} {shlex.join(argv)}"], tmp_path,
-                 slow_hub.endpoint, None)
+    proc = start(
+        ["/bin/sh", "-c", f"HF_TOKEN={TOKEN} {shlex.join(argv)}"], tmp_path, slow_hub.endpoint, None
+    )
     blobs = tmp_path / "hub-cache" / "models--org--slow" / "blobs"
     seen = watch(proc, proc.pid, blobs, TOKEN)
     assert seen.returncode == 0, (tmp_path / "err").read_text()
@@ -357,13 +456,15 @@ def test_the_watch_sees_the_token_passed_the_old_way(
 
 
 # ------------------------------------------------------- the Hub's own answers
-def _request(url: str, method: str = "GET", headers: dict[str, str] | None = None
-             ) -> tuple[int, dict[str, str], bytes]:
+def _request(
+    url: str, method: str = "GET", headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
     try:
-        conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""),
-                     headers=headers or {})
+        conn.request(
+            method, parts.path + (f"?{parts.query}" if parts.query else ""), headers=headers or {}
+        )
         response = conn.getresponse()
         return response.status, dict(response.getheaders()), response.read()
     finally:
@@ -371,7 +472,8 @@ def _request(url: str, method: str = "GET", headers: dict[str, str] | None = Non
 
 
 def test_lfs_files_redirect_to_signed_cdn_urls_that_serve_ranges(
-        hub: Hub, published: Published) -> None:
+    hub: Hub, published: Published
+) -> None:
     commit = published.commits["org/tiny"]
     name = "model-00002-of-00002.safetensors"
     data = published.data["org/tiny"][name]
@@ -391,15 +493,19 @@ def test_lfs_files_redirect_to_signed_cdn_urls_that_serve_ranges(
     tampered = location.split("?")[0] + "?" + urlencode({k: v[0] for k, v in query.items()})
     assert _request(tampered)[0] == 403
     assert _request(url, "HEAD")[1]["X-Error-Code"] == "RepoNotFound"  # no token
-    status, headers, body = _request(f"{hub.endpoint}/org/tiny/resolve/{commit}/nope.bin",
-                                     headers={"Authorization": f"Bearer {TOKEN}"})
-    assert (status, headers["X-Error-Code"], headers["X-Repo-Commit"]) == \
-        (404, "EntryNotFound", commit)
+    status, headers, body = _request(
+        f"{hub.endpoint}/org/tiny/resolve/{commit}/nope.bin",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert (status, headers["X-Error-Code"], headers["X-Repo-Commit"]) == (
+        404,
+        "EntryNotFound",
+        commit,
+    )
     assert json.loads(body) == {"error": "Entry not found"}
 
 
-def test_the_commit_is_the_id_git_gives_the_same_tree(published: Published,
-                                                     tmp_path: Path) -> None:
+def test_the_commit_is_the_id_git_gives_the_same_tree(published: Published, tmp_path: Path) -> None:
     """LFS files enter the tree as their git-lfs pointers, as in the Hub's git repositories."""
     git = shutil.which("git")
     if git is None:
@@ -408,16 +514,25 @@ def test_the_commit_is_the_id_git_gives_the_same_tree(published: Published,
     shutil.copytree(published.root / "org" / "tiny", work)
     for path in work.rglob("*.safetensors"):
         blob = path.read_bytes()
-        path.write_text("version https://git-lfs.github.com/spec/v1\n"
-                        f"oid sha256:{hashlib.sha256(blob).hexdigest()}\nsize {len(blob)}\n")
-    who = {"GIT_AUTHOR_NAME": "sparkctl lab", "GIT_AUTHOR_EMAIL": "lab@sparkctl.invalid",
-           "GIT_AUTHOR_DATE": "@0 +0000", "GIT_COMMITTER_NAME": "sparkctl lab",
-           "GIT_COMMITTER_EMAIL": "lab@sparkctl.invalid", "GIT_COMMITTER_DATE": "@0 +0000",
-           "HOME": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        path.write_text(
+            "version https://git-lfs.github.com/spec/v1\n"
+            f"oid sha256:{hashlib.sha256(blob).hexdigest()}\nsize {len(blob)}\n"
+        )
+    who = {
+        "GIT_AUTHOR_NAME": "sparkctl lab",
+        "GIT_AUTHOR_EMAIL": "lab@sparkctl.invalid",
+        "GIT_AUTHOR_DATE": "@0 +0000",
+        "GIT_COMMITTER_NAME": "sparkctl lab",
+        "GIT_COMMITTER_EMAIL": "lab@sparkctl.invalid",
+        "GIT_COMMITTER_DATE": "@0 +0000",
+        "HOME": str(tmp_path),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
 
     def run(*args: str) -> str:
-        return subprocess.run([git, *args], cwd=work, env=who, capture_output=True, text=True,
-                              check=True, timeout=30).stdout.strip()
+        return subprocess.run(
+            [git, *args], cwd=work, env=who, capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
 
     run("init", "-q")
     run("add", "-A")
@@ -434,16 +549,31 @@ def test_a_changed_file_makes_another_commit(tmp_path: Path) -> None:
     assert hfhub.index_repo(tmp_path / "root", "org/m").commit == second  # from its side file
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["make-repo", "{src}", "--root", "{root}", "--repo", "no-namespace"], "org/name"),
-    (["make-repo", "{src}", "--root", "{root}", "--repo", "org/a--b"], "'--'"),
-    (["make-repo", "{root}/missing", "--root", "{root}", "--repo", "org/x"], "not a directory"),
-    (["--root", "{root}/missing", "--bind", "127.0.0.1", "--port", "0"], "not a directory"),
-    (["--root", "{root}", "--bind", "127.0.0.1", "--port", "0", "--token-file", "{src}/empty"],
-     "holds no token"),
-])
-def test_bad_input_is_refused_with_a_message(tmp_path: Path, argv: list[str], message: str,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["make-repo", "{src}", "--root", "{root}", "--repo", "no-namespace"], "org/name"),
+        (["make-repo", "{src}", "--root", "{root}", "--repo", "org/a--b"], "'--'"),
+        (["make-repo", "{root}/missing", "--root", "{root}", "--repo", "org/x"], "not a directory"),
+        (["--root", "{root}/missing", "--bind", "127.0.0.1", "--port", "0"], "not a directory"),
+        (
+            [
+                "--root",
+                "{root}",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--token-file",
+                "{src}/empty",
+            ],
+            "holds no token",
+        ),
+    ],
+)
+def test_bad_input_is_refused_with_a_message(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "empty").write_text("\n")
     (tmp_path / "root").mkdir()
@@ -453,7 +583,22 @@ def test_bad_input_is_refused_with_a_message(tmp_path: Path, argv: list[str], me
 
 
 def test_bad_rate_is_refused_by_the_parser(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(HFHUB), "--root", str(tmp_path), "--bind",
-                           "127.0.0.1", "--port", "0", "--rate", "0"], capture_output=True,
-                          text=True, timeout=30, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(HFHUB),
+            "--root",
+            str(tmp_path),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--rate",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 2 and "must be above 0" in done.stderr

@@ -74,8 +74,14 @@ def test_digest_is_stable_across_processes() -> None:
     image is found again by the next `lab up`)."""
     code = "from sparkctl.lab.image import ImageRecipe; print(ImageRecipe().digest())"
     for seed in ("1", "12345"):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             check=True, env={**os.environ, "PYTHONHASHSEED": seed}, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            timeout=60,
+        )
         assert out.stdout.strip() == ImageRecipe().digest()
 
 
@@ -100,33 +106,49 @@ def test_digest_changes_with_the_files_written(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_packages_the_lab_relies_on() -> None:
-    for pkg in ("systemd", "openssh-server", "python3", "netplan.io", "iproute2", "ethtool",
-                "openmpi-bin", "iperf3", "sudo"):
+    for pkg in (
+        "systemd",
+        "openssh-server",
+        "python3",
+        "netplan.io",
+        "iproute2",
+        "ethtool",
+        "openmpi-bin",
+        "iperf3",
+        "sudo",
+    ):
         assert pkg in PACKAGES
 
 
 # ------------------------------------------------------------ host_sources
 def test_deb822_mirror_and_security(tmp_path: Path) -> None:
-    src = write(tmp_path / "debian.sources", DEBIAN_SOURCES.format(main="http://deb.example.org/debian"))
-    assert host_sources((src,)) == AptSources("http://deb.example.org/debian",
-                                              "http://deb.example.org/debian-security")
+    src = write(
+        tmp_path / "debian.sources", DEBIAN_SOURCES.format(main="http://deb.example.org/debian")
+    )
+    assert host_sources((src,)) == AptSources(
+        "http://deb.example.org/debian", "http://deb.example.org/debian-security"
+    )
     assert host_sources((src,)).mirror == "http://deb.example.org/debian"
 
 
 def test_deb822_custom_mirror_trailing_slash_stripped(tmp_path: Path) -> None:
-    src = write(tmp_path / "debian.sources",
-                DEBIAN_SOURCES.format(main="http://ftp.de.example.org/debian/"))
+    src = write(
+        tmp_path / "debian.sources", DEBIAN_SOURCES.format(main="http://ftp.de.example.org/debian/")
+    )
     assert host_sources((src,)).mirror == "http://ftp.de.example.org/debian"
 
 
 def test_deb822_skips_security_stanza(tmp_path: Path) -> None:
     src = write(tmp_path / "debian.sources", SECURITY_FIRST_SOURCES)
-    assert host_sources((src,)) == AptSources("https://mirror.example.net/debian",
-                                              "http://security.example.org/debian-security")
+    assert host_sources((src,)) == AptSources(
+        "https://mirror.example.net/debian", "http://security.example.org/debian-security"
+    )
 
 
 def test_deb822_updates_alone_is_not_the_suite(tmp_path: Path) -> None:
-    src = write(tmp_path / "debian.sources", """\
+    src = write(
+        tmp_path / "debian.sources",
+        """\
         Types: deb
         URIs: http://updates.example.net/debian
         Suites: bookworm-updates
@@ -136,17 +158,21 @@ def test_deb822_updates_alone_is_not_the_suite(tmp_path: Path) -> None:
         URIs: http://mirror.example.net/debian
         Suites: bookworm
         Components: main
-        """)
+        """,
+    )
     assert host_sources((src,)) == AptSources("http://mirror.example.net/debian")
 
 
 def test_no_source_for_the_suite_is_an_environment_error(tmp_path: Path) -> None:
-    src = write(tmp_path / "debian.sources", """\
+    src = write(
+        tmp_path / "debian.sources",
+        """\
         Types: deb
         URIs: http://mirror.example.net/debian
         Suites: trixie trixie-updates
         Components: main
-        """)
+        """,
+    )
     for sources in ((src,), (tmp_path / "nope.sources", tmp_path / "nope.list"), ()):
         with pytest.raises(SparkctlError) as err:
             host_sources(sources)
@@ -156,32 +182,41 @@ def test_no_source_for_the_suite_is_an_environment_error(tmp_path: Path) -> None
 
 
 def test_one_line_sources_list(tmp_path: Path) -> None:
-    src = write(tmp_path / "sources.list", """\
+    src = write(
+        tmp_path / "sources.list",
+        """\
         # deb http://old.example.org/debian bookworm main
         deb http://security.example.org/debian-security bookworm-security main
         deb-src http://src.example.org/debian bookworm main
         deb https://packages.example.com/apt cloud-sdk-bookworm main
         deb [arch=amd64 signed-by=/etc/apt/k.gpg] http://ftp.example.org/debian/ bookworm main
         deb http://second.example.org/debian bookworm main
-        """)
-    assert host_sources((src,)) == AptSources("http://ftp.example.org/debian",
-                                              "http://security.example.org/debian-security")
+        """,
+    )
+    assert host_sources((src,)) == AptSources(
+        "http://ftp.example.org/debian", "http://security.example.org/debian-security"
+    )
 
 
 def test_one_line_sources_list_security_only(tmp_path: Path) -> None:
-    src = write(tmp_path / "sources.list", """\
+    src = write(
+        tmp_path / "sources.list",
+        """\
         deb http://security.example.org/debian-security bookworm-security main
         deb http://deb.example.org/debian-security/ bookworm main
-        """)
+        """,
+    )
     with pytest.raises(SparkctlError, match="no Debian bookworm source"):
         host_sources((src,))
 
 
 def test_first_readable_source_wins(tmp_path: Path) -> None:
-    deb822 = write(tmp_path / "debian.sources",
-                   DEBIAN_SOURCES.format(main="http://first.example.org/debian"))
-    legacy = write(tmp_path / "sources.list",
-                   "deb http://second.example.org/debian bookworm main\n")
+    deb822 = write(
+        tmp_path / "debian.sources", DEBIAN_SOURCES.format(main="http://first.example.org/debian")
+    )
+    legacy = write(
+        tmp_path / "sources.list", "deb http://second.example.org/debian bookworm main\n"
+    )
     missing = tmp_path / "missing.sources"
     assert host_sources((deb822, legacy)).mirror == "http://first.example.org/debian"
     assert host_sources((missing, legacy)).mirror == "http://second.example.org/debian"
@@ -192,14 +227,16 @@ def test_first_readable_source_wins(tmp_path: Path) -> None:
 def test_no_mirror_is_named_in_the_image_module() -> None:
     """The image's mirror comes from this machine's apt sources or --mirror only."""
     text = Path(image.__file__).read_text()
-    assert not re.findall(r"https?://[a-z0-9.-]+\.[a-z]{2,}", text), \
-        re.findall(r"https?://[a-z0-9.-]+\.[a-z]{2,}", text)
+    assert not re.findall(r"https?://[a-z0-9.-]+\.[a-z]{2,}", text), re.findall(
+        r"https?://[a-z0-9.-]+\.[a-z]{2,}", text
+    )
 
 
 # ------------------------------------------------------------ _apt_sources
 def test_apt_sources_with_this_machines_security_source() -> None:
-    assert _apt_sources(AptSources("http://deb.example.org/debian",
-                                   "http://security.example.org/debian-security/")) == (
+    assert _apt_sources(
+        AptSources("http://deb.example.org/debian", "http://security.example.org/debian-security/")
+    ) == (
         "deb http://deb.example.org/debian bookworm main\n"
         "deb http://deb.example.org/debian bookworm-updates main\n"
         "deb http://security.example.org/debian-security bookworm-security main\n"
@@ -220,11 +257,13 @@ def test_apt_sources_mirror_with_trailing_slash() -> None:
 
 
 def test_lab_chrony_has_no_public_sources() -> None:
-    debian = ("confdir /etc/chrony/conf.d\n"
-              "# Use Debian vendor zone.\n"
-              "pool 2.debian.pool.ntp.org iburst\n"
-              "server time.example iburst\n"
-              "sourcedir /run/chrony-dhcp\n")
+    debian = (
+        "confdir /etc/chrony/conf.d\n"
+        "# Use Debian vendor zone.\n"
+        "pool 2.debian.pool.ntp.org iburst\n"
+        "server time.example iburst\n"
+        "sourcedir /run/chrony-dhcp\n"
+    )
     out = image.no_public_time_sources(debian)
     live = [line for line in out.splitlines() if line and not line.startswith("#")]
     assert live == ["confdir /etc/chrony/conf.d", "sourcedir /run/chrony-dhcp"]

@@ -21,19 +21,29 @@ from tests.unit.pathload import load_file
 DOCKER = load_file("lab_docker_standin_for_registry", standins.STANDINS_DIR / "docker.py")
 ROLE_IMAGE = yaml.safe_load((roles_dir() / "sglang/defaults/main.yml").read_text())["sglang_image"]
 ROLE_NCCL_DIR = yaml.safe_load((roles_dir() / "nccl/defaults/main.yml").read_text())[
-    "nccl_tests_dir"]
+    "nccl_tests_dir"
+]
 
 
 def _members(blob: bytes) -> dict[str, bytes]:
     with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        return {m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
-                for m in tar.getmembers() if m.isfile()}
+        return {
+            m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile()
+        }
 
 
 def _layer(blob: bytes) -> dict[str, tuple[bytes | None, int, int]]:
     with tarfile.open(fileobj=io.BytesIO(_members(blob)["layer.tar"])) as tar:
-        return {m.name: (tar.extractfile(m).read() if m.isfile() else None,  # type: ignore[union-attr]
-                         m.mode, m.uid) for m in tar.getmembers()}
+        return {
+            m.name: (
+                tar.extractfile(m).read() if m.isfile() else None,  # type: ignore[union-attr]
+                m.mode,
+                m.uid,
+            )
+            for m in tar.getmembers()
+        }
 
 
 def test_image_is_deterministic_and_content_addressed() -> None:
@@ -44,8 +54,9 @@ def test_image_is_deterministic_and_content_addressed() -> None:
     assert set(parts) == {"config.json", "layer.tar"}
     assert one.image_id == "sha256:" + hashlib.sha256(parts["config.json"]).hexdigest()
     config = json.loads(parts["config.json"])
-    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(parts["layer.tar"])
-                                            .hexdigest()]
+    assert config["rootfs"]["diff_ids"] == [
+        "sha256:" + hashlib.sha256(parts["layer.tar"]).hexdigest()
+    ]
     assert one.image_id != one.digest  # an image ID is not a repo digest, as in docker
 
 
@@ -65,10 +76,16 @@ def test_layer_puts_the_standin_where_the_image_has_sglang() -> None:
     project = registry.SGLANG_PYTHON_DIR.lstrip("/")
     source = registry.SGLANG_STANDIN_DIR
     # every file of the package (its data file of the release's ServerArgs defaults too)
-    expected = {p.relative_to(source).as_posix(): p.read_bytes() for p in source.rglob("*")
-                if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
-    shipped = {name[len(project) + len("/sglang/"):]: data for name, (data, _, _) in layer.items()
-               if name.startswith(f"{project}/sglang/") and data is not None}
+    expected = {
+        p.relative_to(source).as_posix(): p.read_bytes()
+        for p in source.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
+    shipped = {
+        name[len(project) + len("/sglang/") :]: data
+        for name, (data, _, _) in layer.items()
+        if name.startswith(f"{project}/sglang/") and data is not None
+    }
     assert shipped == expected
     assert not [n for n in layer if "__pycache__" in n or n.endswith(".pyc")]
     site = f"usr/local/lib/python{registry.LAB_BASE_PYTHON}/dist-packages"
@@ -87,24 +104,36 @@ def test_image_config_is_the_images_env_workdir_and_cmd() -> None:
     assert cfg["Cmd"] == ["/bin/bash"]
 
 
-@pytest.mark.parametrize(("text", "repository", "tag", "digest"), [
-    ("lmsysorg/sglang:v0.5.17-cu130-runtime", "lmsysorg/sglang", "v0.5.17-cu130-runtime", None),
-    ("docker.io/lmsysorg/sglang:v1", "lmsysorg/sglang", "v1", None),
-    ("docker.io/library/ubuntu", "ubuntu", None, None),
-    ("lmsysorg/sglang:v1@sha256:" + "a" * 64, "lmsysorg/sglang", "v1", "sha256:" + "a" * 64),
-    ("lmsysorg/sglang@sha256:" + "b" * 64, "lmsysorg/sglang", None, "sha256:" + "b" * 64),
-])
+@pytest.mark.parametrize(
+    ("text", "repository", "tag", "digest"),
+    [
+        ("lmsysorg/sglang:v0.5.17-cu130-runtime", "lmsysorg/sglang", "v0.5.17-cu130-runtime", None),
+        ("docker.io/lmsysorg/sglang:v1", "lmsysorg/sglang", "v1", None),
+        ("docker.io/library/ubuntu", "ubuntu", None, None),
+        ("lmsysorg/sglang:v1@sha256:" + "a" * 64, "lmsysorg/sglang", "v1", "sha256:" + "a" * 64),
+        ("lmsysorg/sglang@sha256:" + "b" * 64, "lmsysorg/sglang", None, "sha256:" + "b" * 64),
+    ],
+)
 def test_references_parse_alike_here_and_in_the_docker_standin(
-        text: str, repository: str, tag: str | None, digest: str | None) -> None:
+    text: str, repository: str, tag: str | None, digest: str | None
+) -> None:
     ref = registry.ImageRef.parse(text)
     assert (ref.repository, ref.tag, ref.digest) == (repository, tag, digest)
     theirs = DOCKER.Ref.parse(text)
     assert (theirs.repository, theirs.tag, theirs.digest) == (repository, tag, digest)
 
 
-@pytest.mark.parametrize("text", ["", "LmsysOrg/sglang:v1", "lmsysorg/sglang:bad tag",
-                                  "lmsysorg/sglang@sha256:123", " lmsysorg/sglang",
-                                  "ghcr.io/someone/sglang:v1"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "LmsysOrg/sglang:v1",
+        "lmsysorg/sglang:bad tag",
+        "lmsysorg/sglang@sha256:123",
+        " lmsysorg/sglang",
+        "ghcr.io/someone/sglang:v1",
+    ],
+)
 def test_bad_references_are_refused(text: str) -> None:
     with pytest.raises(registry.RegistryError):
         registry.ImageRef.parse(text)
@@ -157,8 +186,9 @@ def test_settings_default_to_the_roles_defaults() -> None:
 
 
 def test_node_files_put_every_placement_where_the_table_says() -> None:
-    settings = standins.NodeSettings.from_values(nccl_tests_dir="/srv/nccl-tests",
-                                                 sglang_image="lmsysorg/sglang:v7")
+    settings = standins.NodeSettings.from_values(
+        nccl_tests_dir="/srv/nccl-tests", sglang_image="lmsysorg/sglang:v7"
+    )
     hw = LabHardware()
     files = {f.path: f for f in standins.node_files("spark-02", hw, settings)}
     docker = standins.STANDINS_DIR / "docker.py"
@@ -182,6 +212,5 @@ def test_node_files_put_every_placement_where_the_table_says() -> None:
 
 
 def test_the_docker_standin_hides_exactly_the_host_tools_the_table_installs() -> None:
-    host_tools = {t for p in standins.PLACEMENTS for t in p.targets
-                  if t.startswith("/usr/bin/")}
+    host_tools = {t for p in standins.PLACEMENTS for t in p.targets if t.startswith("/usr/bin/")}
     assert set(DOCKER.HOST_ONLY_TOOLS) == host_tools

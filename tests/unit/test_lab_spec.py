@@ -18,7 +18,8 @@ from sparkctl.lab.fabric import Cable
 from sparkctl.lab.lab import LabHost, LabSpec
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
+    "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "inventory" / "sim.ini"
@@ -64,8 +65,10 @@ def test_sim_spec() -> None:
     assert spec.mgmt_subnet == "10.77.0.0/24"
     assert spec.switch == "lab-switch"
     assert spec.hosts == (
-        LabHost("spark1", "10.77.0.11", "spark"), LabHost("spark2", "10.77.0.12", "spark"),
-        LabHost("spark3", "10.77.0.13", "spark"), LabHost("spark4", "10.77.0.14", "spark"),
+        LabHost("spark1", "10.77.0.11", "spark"),
+        LabHost("spark2", "10.77.0.12", "spark"),
+        LabHost("spark3", "10.77.0.13", "spark"),
+        LabHost("spark4", "10.77.0.14", "spark"),
         LabHost("lab-switch", "10.77.0.2", "switch"),
     )
     assert [h.name for h in spec.sparks] == ["spark1", "spark2", "spark3", "spark4"]
@@ -80,10 +83,14 @@ def test_sim_cables() -> None:
     spec = LabSpec.from_inventory(SIM)
     assert len(spec.cables) == 8
     assert spec.cables == (
-        Cable("spark1", A, "swp1", "a"), Cable("spark1", B, "swp2", "b"),
-        Cable("spark2", A, "swp3", "a"), Cable("spark2", B, "swp4", "b"),
-        Cable("spark3", A, "swp5", "a"), Cable("spark3", B, "swp6", "b"),
-        Cable("spark4", A, "swp7", "a"), Cable("spark4", B, "swp8", "b"),
+        Cable("spark1", A, "swp1", "a"),
+        Cable("spark1", B, "swp2", "b"),
+        Cable("spark2", A, "swp3", "a"),
+        Cable("spark2", B, "swp4", "b"),
+        Cable("spark3", A, "swp5", "a"),
+        Cable("spark3", B, "swp6", "b"),
+        Cable("spark4", A, "swp7", "a"),
+        Cable("spark4", B, "swp8", "b"),
     )
     # Every node twin exactly once, every port exactly once.
     assert len({(c.node, c.domain) for c in spec.cables}) == 8
@@ -100,8 +107,11 @@ def test_overrides_rate_and_driver_version() -> None:
 
 def test_rate_and_driver_read_from_group_vars(sim_copy: Path) -> None:
     edit(lab_yml(sim_copy), "lab_link_rate_mbit: 1000", "lab_link_rate_mbit: 400")
-    edit(lab_yml(sim_copy), 'lab_gpu_driver_version: "580.95.05"',
-         'lab_gpu_driver_version: "575.1.2"')
+    edit(
+        lab_yml(sim_copy),
+        'lab_gpu_driver_version: "580.95.05"',
+        'lab_gpu_driver_version: "575.1.2"',
+    )
     spec = LabSpec.from_inventory(sim_copy)
     assert spec.rate_mbit == 400
     assert spec.hardware.driver_version == "575.1.2"
@@ -170,8 +180,7 @@ def test_bad_mgmt_subnet(sim_copy: Path, subnet: str) -> None:
 
 
 def test_switch_port_names_unknown_node(sim_copy: Path) -> None:
-    edit(cluster_yml(sim_copy), "swp8: {node: spark4, twin: b}",
-         "swp8: {node: spark9, twin: b}")
+    edit(cluster_yml(sim_copy), "swp8: {node: spark4, twin: b}", "swp8: {node: spark9, twin: b}")
     message = spec_error(sim_copy)
     assert str(sim_copy) in message
     assert "variable switch_ports.swp8.node" in message
@@ -187,8 +196,11 @@ def test_twin_left_uncabled(sim_copy: Path) -> None:
 
 
 def test_node_without_any_port(sim_copy: Path) -> None:
-    edit(cluster_yml(sim_copy), "  swp5: {node: spark3, twin: a}\n"
-         "  swp6: {node: spark3, twin: b}\n", "")
+    edit(
+        cluster_yml(sim_copy),
+        "  swp5: {node: spark3, twin: a}\n  swp6: {node: spark3, twin: b}\n",
+        "",
+    )
     message = spec_error(sim_copy)
     assert "host spark3" in message
     assert "variable switch_ports" in message
@@ -196,8 +208,11 @@ def test_node_without_any_port(sim_copy: Path) -> None:
 
 def test_twin_both_is_not_a_lab_cable(sim_copy: Path) -> None:
     # A valid inventory for a real switch (one port carries both twins) ...
-    edit(cluster_yml(sim_copy), "swp1: {node: spark1, twin: a}\n  swp2: {node: spark1, twin: b}",
-         "swp1: {node: spark1, twin: both}")
+    edit(
+        cluster_yml(sim_copy),
+        "swp1: {node: spark1, twin: a}\n  swp2: {node: spark1, twin: b}",
+        "swp1: {node: spark1, twin: both}",
+    )
     message = spec_error(sim_copy)
     # ... is refused by the lab, which cables every twin to a port of its own.
     assert "variable switch_ports.swp1.twin" in message
@@ -234,16 +249,19 @@ def test_bad_rate_override(sim_copy: Path) -> None:
 
 
 def test_twin_cabled_twice(sim_copy: Path) -> None:
-    edit(cluster_yml(sim_copy), "  swp8: {node: spark4, twin: b}\n",
-         "  swp8: {node: spark4, twin: b}\n  swp9: {node: spark1, twin: a}\n")
+    edit(
+        cluster_yml(sim_copy),
+        "  swp8: {node: spark4, twin: b}\n",
+        "  swp8: {node: spark4, twin: b}\n  swp9: {node: spark1, twin: a}\n",
+    )
     message = spec_error(sim_copy)
     assert "switch_ports.swp9" in message
 
 
 @pytest.mark.parametrize("port", ["swp-spark1-a-twin", "Ethernet-port-0001"])
 def test_port_name_too_long_for_a_netdev(sim_copy: Path, port: str) -> None:
-    edit(cluster_yml(sim_copy), "swp1: {node: spark1, twin: a}",
-         f"{port}: {{node: spark1, twin: a}}")
+    edit(
+        cluster_yml(sim_copy), "swp1: {node: spark1, twin: a}", f"{port}: {{node: spark1, twin: a}}"
+    )
     message = spec_error(sim_copy)
     assert port in message
-

@@ -37,8 +37,9 @@ from sparkctl.lab.standins import PLACEMENTS, STANDINS_DIR
 
 # The stand-in programs of the placement table, by file name (docker.py is
 # /usr/bin/docker, nccl_tests.py the nccl-tests binaries).
-STANDIN_PROGRAMS = {p.source: p.targets for p in PLACEMENTS
-                    if not p.source.startswith("<generated:")}
+STANDIN_PROGRAMS = {
+    p.source: p.targets for p in PLACEMENTS if not p.source.startswith("<generated:")
+}
 
 HOST = "spark-01"
 MACS = {
@@ -314,7 +315,8 @@ def test_query_gpu_csv_with_header_and_units(node: Node) -> None:
 def test_query_gpu_noheader_nounits(node: Node) -> None:
     node.set_temperature(44000)
     out = node.run(
-        "nvidia-smi", "--query-gpu=index,name,memory.total,utilization.gpu,temperature.gpu",
+        "nvidia-smi",
+        "--query-gpu=index,name,memory.total,utilization.gpu,temperature.gpu",
         "--format=csv,noheader,nounits",
     ).stdout
     # the shape unslothai/unsloth#10703 and others parse on a GB10
@@ -442,8 +444,7 @@ def test_ibdev2netdev_verbose(node: Node) -> None:
     assert lines == [
         "0000:01:00.0 rocep1s0f0 (MT4129 - NA)  fw 28.45.4028 port 1 (DOWN  ) ==> "
         "enp1s0f0np0 (Down)",
-        "0000:01:00.1 rocep1s0f1 (MT4129 - NA)  fw 28.45.4028 port 1 (ACTIVE) ==> "
-        "enp1s0f1np1 (Up)",
+        "0000:01:00.1 rocep1s0f1 (MT4129 - NA)  fw 28.45.4028 port 1 (ACTIVE) ==> enp1s0f1np1 (Up)",
         "0002:01:00.0 roceP2p1s0f0 (MT4129 - NA)  fw 28.45.4028 port 1 (ACTIVE) ==> "
         "enP2p1s0f0np0 (Up)",
         "0002:01:00.1 roceP2p1s0f1 (MT4129 - NA)  fw 28.45.4028 port 1 (ACTIVE) ==> "
@@ -455,8 +456,7 @@ def test_ibdev2netdev_rejects_unknown_arguments_like_the_script(node: Node) -> N
     result = node.run("ibdev2netdev", "-x")
     assert result.returncode == 255
     assert result.stdout.endswith(
-        "-h, --help                print help message\n"
-        "-v, --verbose             print more info\n"
+        "-h, --help                print help message\n-v, --verbose             print more info\n"
     )
 
 
@@ -669,15 +669,23 @@ def test_standin_outputs_are_read_by_the_one_parser_as_real_ones(node: Node) -> 
     node.set_operstate("enp1s0f0np0", "down")
     plain = tool_output.ibdev2netdev(node.run("ibdev2netdev").stdout)
     verbose = tool_output.ibdev2netdev(node.run("ibdev2netdev", "-v").stdout)
-    assert [(r["ibdev"], r["netdev"], r["state"]) for r in plain] == \
-        [(r["ibdev"], r["netdev"], r["state"]) for r in verbose]
+    assert [(r["ibdev"], r["netdev"], r["state"]) for r in plain] == [
+        (r["ibdev"], r["netdev"], r["state"]) for r in verbose
+    ]
     assert [r["port_state"] for r in verbose] == ["DOWN", "ACTIVE", "ACTIVE", "ACTIVE"]
-    gpus = tool_output.nvidia_smi_csv(node.run(
-        "nvidia-smi", "--query-gpu=name,driver_version,compute_cap,pci.bus_id,memory.total",
-        "--format=csv").stdout, ["name", "driver_version", "compute_cap", "pci.bus_id"])
+    gpus = tool_output.nvidia_smi_csv(
+        node.run(
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,compute_cap,pci.bus_id,memory.total",
+            "--format=csv",
+        ).stdout,
+        ["name", "driver_version", "compute_cap", "pci.bus_id"],
+    )
     assert gpus[0]["name"] == "NVIDIA GB10" and gpus[0]["memory.total"] is None
     assert tool_output.nvidia_smi_cuda(node.run("nvidia-smi").stdout)
-    assert tool_output.nvidia_smi_banner(node.run("nvidia-smi", "--version").stdout)[
-        "driver_version"] == gpus[0]["driver_version"]
+    assert (
+        tool_output.nvidia_smi_banner(node.run("nvidia-smi", "--version").stdout)["driver_version"]
+        == gpus[0]["driver_version"]
+    )
     rows = tool_output.show_gids(node.run("show_gids").stdout)
     assert {r["dev"] for r in rows} >= {"rocep1s0f1", "roceP2p1s0f1"}

@@ -40,8 +40,14 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _hold(*hosts: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, *hosts], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=os.environ.copy(), cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, *hosts],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+        cwd=REPO,
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
@@ -56,20 +62,24 @@ def holder() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def test_a_second_run_on_a_held_host_is_refused_naming_host_command_pid_and_since(
-        holder: list[subprocess.Popen[str]]) -> None:
+    holder: list[subprocess.Popen[str]],
+) -> None:
     holder.append(_hold("spark2=10.0.0.12"))
     hosts = [("spark1", "10.0.0.11"), ("spark2", "10.0.0.12")]
     with pytest.raises(SparkctlError) as err, host_locks(hosts, "validate", "x.ini"):
         pytest.fail("entered a held lock")
     assert err.value.code is ExitCode.LOCKED
     msg = err.value.message
-    assert msg.startswith("spark2 (10.0.0.12) is in use by another sparkctl run: already "
-                          f"running (provision of inventory/other.ini, pid {holder[0].pid}, "
-                          "since "), msg
+    assert msg.startswith(
+        "spark2 (10.0.0.12) is in use by another sparkctl run: already "
+        f"running (provision of inventory/other.ini, pid {holder[0].pid}, "
+        "since "
+    ), msg
 
 
 def test_all_or_nothing_a_refused_run_releases_what_it_took(
-        holder: list[subprocess.Popen[str]]) -> None:
+    holder: list[subprocess.Popen[str]],
+) -> None:
     holder.append(_hold("spark2=10.0.0.12"))
     hosts = [("spark1", "10.0.0.11"), ("spark2", "10.0.0.12")]
     with pytest.raises(SparkctlError), host_locks(hosts, "validate", "x"):
@@ -94,7 +104,8 @@ def test_a_crashed_holder_leaves_no_stale_lock(holder: list[subprocess.Popen[str
 
 
 def test_the_same_process_may_take_its_hosts_again_sparkctl_up(
-        holder: list[subprocess.Popen[str]]) -> None:
+    holder: list[subprocess.Popen[str]],
+) -> None:
     hosts = [("spark1", "10.0.0.11")]
     with host_locks(hosts, "up", "x"), host_locks(hosts, "provision", "x"):
         pass
@@ -102,8 +113,7 @@ def test_the_same_process_may_take_its_hosts_again_sparkctl_up(
     holder.append(_hold("spark1=10.0.0.11"))
 
 
-def test_two_inventories_of_the_same_machines_conflict(
-        holder: list[subprocess.Popen[str]]) -> None:
+def test_two_inventories_of_the_same_machines_conflict(holder: list[subprocess.Popen[str]]) -> None:
     # sim-two-groups.ini describes the same four lab Sparks as sim.ini
     holder.append(_hold("spark4=10.77.0.14"))
     with pytest.raises(SparkctlError) as err, inventory_lock(TWO_GROUPS, "serve up"):
@@ -114,20 +124,32 @@ def test_two_inventories_of_the_same_machines_conflict(
 
 
 def test_cli_exits_6_and_contacts_nothing_while_another_run_holds_a_host(
-        holder: list[subprocess.Popen[str]], tmp_path: Path) -> None:
+    holder: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
     holder.append(_hold("spark3=10.77.0.13"))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     marker = tmp_path / "contacted"
     for tool in ("ssh", "scp", "sftp", "ansible-playbook"):
         script = bin_dir / tool
-        script.write_text(f"#!/bin/sh\necho \"$0 $*\" >> {marker}\nexit 255\n")
+        script.write_text(f'#!/bin/sh\necho "$0 $*" >> {marker}\nexit 255\n')
         script.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin"}
-    for args in (["validate", str(SIM), "--no-nccl"], ["serve", "verify", str(SIM)],
-                 ["serve", "down", str(SIM)], ["provision", str(SIM)]):
-        proc = subprocess.run([sys.executable, "-m", "sparkctl", *args], env=env, cwd=REPO,
-                              capture_output=True, text=True, timeout=300, check=False)
+    for args in (
+        ["validate", str(SIM), "--no-nccl"],
+        ["serve", "verify", str(SIM)],
+        ["serve", "down", str(SIM)],
+        ["provision", str(SIM)],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "sparkctl", *args],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert proc.returncode == ExitCode.LOCKED, (args, proc.stdout, proc.stderr)
         assert "spark3 (10.77.0.13) is in use by another sparkctl run" in proc.stderr, args
         assert "Traceback" not in proc.stderr

@@ -40,8 +40,12 @@ def _model(root: Path, sizes: dict[str, int]) -> dict[str, bytes]:
     return out
 
 
-SIZES = {"config.json": 300, "model-00001-of-00002.safetensors": 3 << 20,
-         "model-00002-of-00002.safetensors": (2 << 20) + 17, "sub/tokenizer.json": 5000}
+SIZES = {
+    "config.json": 300,
+    "model-00001-of-00002.safetensors": 3 << 20,
+    "model-00002-of-00002.safetensors": (2 << 20) + 17,
+    "sub/tokenizer.json": 5000,
+}
 
 
 @pytest.fixture
@@ -49,8 +53,19 @@ def source(tmp_path: Path) -> tuple[Path, dict[str, bytes], Path]:
     root = tmp_path / "head" / "model"
     data = _model(root, SIZES)
     manifest = tmp_path / "head" / "manifest.json"
-    assert relay.main(["manifest", str(root), "--out", str(manifest),
-                       "--state", str(tmp_path / "head" / "state.json")]) == 0
+    assert (
+        relay.main(
+            [
+                "manifest",
+                str(root),
+                "--out",
+                str(manifest),
+                "--state",
+                str(tmp_path / "head" / "state.json"),
+            ]
+        )
+        == 0
+    )
     return root, data, manifest
 
 
@@ -86,8 +101,9 @@ def test_manifest_follows_snapshot_links_into_blobs(tmp_path: Path) -> None:
     snap.mkdir(parents=True)
     (snap / "model.safetensors").symlink_to("../../blobs/abc")
     out = relay.build_manifest(snap, tmp_path / "s.json")
-    assert out["files"] == [{"path": "model.safetensors", "size": 7,
-                             "sha256": hashlib.sha256(b"weights").hexdigest()}]
+    assert out["files"] == [
+        {"path": "model.safetensors", "size": 7, "sha256": hashlib.sha256(b"weights").hexdigest()}
+    ]
 
 
 def test_manifest_follows_no_link_out_of_the_model_root(tmp_path: Path) -> None:
@@ -108,7 +124,9 @@ def test_manifest_follows_no_link_out_of_the_model_root(tmp_path: Path) -> None:
     (root / "sub").unlink()
     (root / "inside.json").symlink_to("config.json")  # a link within the root is fine
     assert {f["path"] for f in relay.build_manifest(root, tmp_path / "s.json")["files"]} == {
-        "config.json", "inside.json"}
+        "config.json",
+        "inside.json",
+    }
 
 
 def test_the_receiver_writes_through_no_link(tmp_path: Path, source: Source) -> None:
@@ -152,13 +170,18 @@ def test_check_finds_missing_truncated_and_corrupt_files(tmp_path: Path, source:
     assert out["missing"] == ["config.json"]
     assert sorted(out["bad"]) == ["model-00002-of-00002.safetensors", "sub/tokenizer.json"]
     assert sorted(need.read_text().split()) == sorted(out["missing"] + out["bad"])
-    assert out["need_bytes"] == SIZES["config.json"] + SIZES["model-00002-of-00002.safetensors"] \
+    assert (
+        out["need_bytes"]
+        == SIZES["config.json"]
+        + SIZES["model-00002-of-00002.safetensors"]
         + SIZES["sub/tokenizer.json"]
+    )
     assert out["free_bytes"] > 0
 
 
 def test_check_quick_mode_trusts_verified_files_until_they_change(
-        tmp_path: Path, source: Source) -> None:
+    tmp_path: Path, source: Source
+) -> None:
     _, _, manifest = source
     node = tmp_path / "n2"
     _model(node, SIZES)
@@ -180,11 +203,15 @@ def test_check_quick_mode_trusts_verified_files_until_they_change(
 _SHA = "a" * 64
 
 
-@pytest.mark.parametrize("text", [
-    json.dumps({"files": [{"path": "../etc/passwd", "size": 1, "sha256": _SHA}]}),
-    json.dumps({"files": [{"path": "/abs", "size": 1, "sha256": _SHA}]}),
-    json.dumps({"files": [{"path": "x", "size": "1", "sha256": "short"}]}),
-    "not json"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps({"files": [{"path": "../etc/passwd", "size": 1, "sha256": _SHA}]}),
+        json.dumps({"files": [{"path": "/abs", "size": 1, "sha256": _SHA}]}),
+        json.dumps({"files": [{"path": "x", "size": "1", "sha256": "short"}]}),
+        "not json",
+    ],
+)
 def test_a_bad_manifest_is_refused(tmp_path: Path, text: str) -> None:
     path = tmp_path / "m.json"
     path.write_text(text)
@@ -194,19 +221,27 @@ def test_a_bad_manifest_is_refused(tmp_path: Path, text: str) -> None:
 
 def _hop(tmp_path: Path, name: str, manifest: Path) -> dict[str, Any]:
     base = tmp_path / name
-    return {"host": name, "root": str(base / "model"), "manifest": str(manifest),
-            "state": str(base / "state.json"), "need": str(base / "need"),
-            "via": "sh -c", "relay": f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))}"}
+    return {
+        "host": name,
+        "root": str(base / "model"),
+        "manifest": str(manifest),
+        "state": str(base / "state.json"),
+        "need": str(base / "need"),
+        "via": "sh -c",
+        "relay": f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))}",
+    }
 
 
 def _need(hop: dict[str, Any], manifest: Path) -> dict[str, Any]:
-    out: dict[str, Any] = relay.check(Path(hop["root"]), manifest, Path(hop["state"]),
-                                      Path(hop["need"]))
+    out: dict[str, Any] = relay.check(
+        Path(hop["root"]), manifest, Path(hop["state"]), Path(hop["need"])
+    )
     return out
 
 
 def test_chain_delivers_each_node_what_it_lacks_and_nothing_else(
-        tmp_path: Path, source: Source) -> None:
+    tmp_path: Path, source: Source
+) -> None:
     root, data, manifest = source
     hops = [_hop(tmp_path, f"spark{i}", manifest) for i in (2, 3, 4)]
     # spark3 already has everything but one shard; spark2 and spark4 have nothing.
@@ -233,20 +268,21 @@ def test_chain_delivers_each_node_what_it_lacks_and_nothing_else(
     assert not list(tmp_path.rglob("*.sparkctl-partial"))
 
 
-def test_a_hop_that_fails_stops_the_chain_with_its_name(
-        tmp_path: Path, source: Source) -> None:
+def test_a_hop_that_fails_stops_the_chain_with_its_name(tmp_path: Path, source: Source) -> None:
     root, _, manifest = source
     hops = [_hop(tmp_path, f"spark{i}", manifest) for i in (2, 3)]
     for hop in hops:
         _need(hop, manifest)
     hops[1]["manifest"] = str(tmp_path / "missing-manifest.json")
-    with pytest.raises(relay.RelayError,
-                       match=r"spark3 stopped reading: .*not a sparkctl model manifest"):
+    with pytest.raises(
+        relay.RelayError, match=r"spark3 stopped reading: .*not a sparkctl model manifest"
+    ):
         relay.send(root, list(SIZES), hops, None)
 
 
 def test_a_stream_that_does_not_match_the_manifest_leaves_no_file(
-        tmp_path: Path, source: Source) -> None:
+    tmp_path: Path, source: Source
+) -> None:
     root, _, manifest = source
     hop = _hop(tmp_path, "spark2", manifest)
     _need(hop, manifest)
@@ -258,8 +294,11 @@ def test_a_stream_that_does_not_match_the_manifest_leaves_no_file(
 
 
 # ------------------------------------------------------- fetch-hf (the Hub faked)
-REMOTE = {"config.json": b'{"model_type": "llama"}', "model.safetensors": os.urandom(70000),
-          "tokenizer/tokenizer.json": b"{}" * 300}
+REMOTE = {
+    "config.json": b'{"model_type": "llama"}',
+    "model.safetensors": os.urandom(70000),
+    "tokenizer/tokenizer.json": b"{}" * 300,
+}
 REPO, REV = "org/tiny", "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -276,8 +315,9 @@ class FakeHub:
         self.say: list[str] = []  # written on stderr by the "library", one write each
         self.error: Exception | None = None
 
-    def snapshot_download(self, *, repo_id: str, revision: str, cache_dir: str,
-                          token: str | bool | None) -> str:
+    def snapshot_download(
+        self, *, repo_id: str, revision: str, cache_dir: str, token: str | bool | None
+    ) -> str:
         self.calls += 1
         self.tokens.append(token)
         self.env_tokens.append(os.environ.get("HF_TOKEN"))
@@ -310,19 +350,22 @@ def hub(monkeypatch: pytest.MonkeyPatch) -> FakeHub:
 
 
 def _fetch(tmp_path: Path) -> dict[str, Any]:
-    out: dict[str, Any] = relay.fetch_hf(REPO, REV, tmp_path / "hub", tmp_path / "m.json",
-                                         tmp_path / "state.json")
+    out: dict[str, Any] = relay.fetch_hf(
+        REPO, REV, tmp_path / "hub", tmp_path / "m.json", tmp_path / "state.json"
+    )
     return out
 
 
-def test_fetch_writes_the_revision_manifest_from_the_first_download(tmp_path: Path,
-                                                                     hub: FakeHub) -> None:
+def test_fetch_writes_the_revision_manifest_from_the_first_download(
+    tmp_path: Path, hub: FakeHub
+) -> None:
     out = _fetch(tmp_path)
     assert out["downloaded"] and sorted(hub.fetched) == sorted(REMOTE)
     manifest = json.loads((tmp_path / "m.json").read_text())
     assert manifest["revision"] == REV and manifest["repo"] == REPO
-    assert {f["path"]: f["sha256"] for f in manifest["files"]} == \
-        {rel: hashlib.sha256(data).hexdigest() for rel, data in REMOTE.items()}
+    assert {f["path"]: f["sha256"] for f in manifest["files"]} == {
+        rel: hashlib.sha256(data).hexdigest() for rel, data in REMOTE.items()
+    }
     assert out["path"].endswith(f"models--org--tiny/snapshots/{REV}")
 
 
@@ -333,8 +376,9 @@ def test_fetch_of_a_complete_copy_does_not_contact_the_hub(tmp_path: Path, hub: 
     assert hub.calls == 1
 
 
-def test_fetch_downloads_a_damaged_file_again_instead_of_trusting_it(tmp_path: Path,
-                                                                     hub: FakeHub) -> None:
+def test_fetch_downloads_a_damaged_file_again_instead_of_trusting_it(
+    tmp_path: Path, hub: FakeHub
+) -> None:
     first = _fetch(tmp_path)
     shard = Path(first["path"]) / "model.safetensors"
     blob = shard.resolve()
@@ -344,12 +388,14 @@ def test_fetch_downloads_a_damaged_file_again_instead_of_trusting_it(tmp_path: P
     assert out["repaired"] == ["model.safetensors"] and hub.fetched == ["model.safetensors"]
     assert shard.read_bytes() == REMOTE["model.safetensors"]
     manifest = json.loads((tmp_path / "m.json").read_text())  # still the first download's
-    assert {f["path"]: f["sha256"] for f in manifest["files"]}["model.safetensors"] == \
-        hashlib.sha256(REMOTE["model.safetensors"]).hexdigest()
+    assert {f["path"]: f["sha256"] for f in manifest["files"]}[
+        "model.safetensors"
+    ] == hashlib.sha256(REMOTE["model.safetensors"]).hexdigest()
 
 
-def test_fetch_refuses_a_download_that_contradicts_the_manifest(tmp_path: Path,
-                                                                hub: FakeHub) -> None:
+def test_fetch_refuses_a_download_that_contradicts_the_manifest(
+    tmp_path: Path, hub: FakeHub
+) -> None:
     first = _fetch(tmp_path)
     (Path(first["path"]) / "config.json").unlink()
     hub.files["config.json"] = b'{"model_type": "changed upstream"}'
@@ -358,7 +404,8 @@ def test_fetch_refuses_a_download_that_contradicts_the_manifest(tmp_path: Path,
 
 
 def test_fetch_without_the_library_says_which_python_to_use(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     with pytest.raises(relay.RelayError, match="huggingface_hub is not installed"):
         _fetch(tmp_path)
@@ -373,8 +420,12 @@ def test_read_only_check_writes_nothing_on_the_node(tmp_path: Path, source: Sour
         handle.truncate(10)
     state = tmp_path / "n2state.json"
     before = sorted(p.name for p in tmp_path.iterdir())
-    assert relay.main(["check", str(node), "--manifest", str(manifest), "--state", str(state),
-                       "--read-only"]) == 0
+    assert (
+        relay.main(
+            ["check", str(node), "--manifest", str(manifest), "--state", str(state), "--read-only"]
+        )
+        == 0
+    )
     out = relay.check(node, manifest, state, None, read_only=True)
     assert out["bad"] == ["config.json"] and out["missing"] == []
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no state file
@@ -388,10 +439,24 @@ def test_read_only_check_writes_nothing_on_the_node(tmp_path: Path, source: Sour
 TOKEN = "hf_" + os.urandom(18).hex()  # a new one every run
 
 
-def _fetch_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdin: bytes | None,
-                capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    argv = ["fetch-hf", REPO, "--revision", REV, "--cache-dir", str(tmp_path / "hub"),
-            "--manifest", str(tmp_path / "m.json"), "--state", str(tmp_path / "state.json")]
+def _fetch_main(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stdin: bytes | None,
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[int, str, str]:
+    argv = [
+        "fetch-hf",
+        REPO,
+        "--revision",
+        REV,
+        "--cache-dir",
+        str(tmp_path / "hub"),
+        "--manifest",
+        str(tmp_path / "m.json"),
+        "--state",
+        str(tmp_path / "state.json"),
+    ]
     if stdin is not None:
         argv.append("--token-stdin")
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
@@ -400,11 +465,16 @@ def _fetch_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdin: bytes | 
     return rc, out, err
 
 
-@pytest.mark.parametrize("stdin", [TOKEN.encode() + b"\n", TOKEN.encode(),
-                                   b"  " + TOKEN.encode() + b"\r\n\n"])
+@pytest.mark.parametrize(
+    "stdin", [TOKEN.encode() + b"\n", TOKEN.encode(), b"  " + TOKEN.encode() + b"\r\n\n"]
+)
 def test_token_stdin_goes_to_the_library_only(
-        tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str], stdin: bytes) -> None:
+    tmp_path: Path,
+    hub: FakeHub,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stdin: bytes,
+) -> None:
     """What Ansible's ``stdin:`` hands over (with or without its newline) is the token the
     library gets as ``token=``; it is not put into the environment children inherit."""
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -417,8 +487,11 @@ def test_token_stdin_goes_to_the_library_only(
 
 
 def test_empty_token_stdin_is_anonymous_even_with_hf_token_set(
-        tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path,
+    hub: FakeHub,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("HF_TOKEN", "hf_fromTheEnvironment")
     rc, _, err = _fetch_main(tmp_path, monkeypatch, b"\n", capsys)
     assert rc == 0, err
@@ -426,8 +499,11 @@ def test_empty_token_stdin_is_anonymous_even_with_hf_token_set(
 
 
 def test_without_token_stdin_hf_token_still_works(
-        tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path,
+    hub: FakeHub,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     rc, _, err = _fetch_main(tmp_path, monkeypatch, None, capsys)
     assert rc == 0, err
@@ -441,8 +517,12 @@ def test_without_token_stdin_hf_token_still_works(
 
 @pytest.mark.parametrize("env", [False, True])
 def test_the_token_is_masked_in_errors_and_in_what_the_library_prints(
-        tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str], env: bool) -> None:
+    tmp_path: Path,
+    hub: FakeHub,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: bool,
+) -> None:
     """A library (or a mirror's error page) that repeats the token does not get it printed,
     even when it writes it in two pieces."""
     hub.say = [f"warning: sending Bearer {TOKEN[:9]}", f"{TOKEN[9:]} to the mirror\n"]
@@ -460,15 +540,23 @@ def test_the_token_is_masked_in_errors_and_in_what_the_library_prints(
     assert sys.stderr is not None and not isinstance(sys.stderr, relay.MaskedStream)
 
 
-@pytest.mark.parametrize("case", [
-    (TOKEN.encode() + b"\nsecond-line\n", "more than one line"),
-    (b"hf_with space\n", "spaces or control characters"),
-    (b"hf_tab\there\n", "spaces or control characters"),
-    ("hf_n\u00f6t_ascii\n".encode(), "not ASCII"),
-    (b"x" * 5000, "more than 4096 bytes")])
+@pytest.mark.parametrize(
+    "case",
+    [
+        (TOKEN.encode() + b"\nsecond-line\n", "more than one line"),
+        (b"hf_with space\n", "spaces or control characters"),
+        (b"hf_tab\there\n", "spaces or control characters"),
+        ("hf_n\u00f6t_ascii\n".encode(), "not ASCII"),
+        (b"x" * 5000, "more than 4096 bytes"),
+    ],
+)
 def test_a_bad_token_stdin_is_refused_without_echoing_it(
-        tmp_path: Path, hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str], case: tuple[bytes, str]) -> None:
+    tmp_path: Path,
+    hub: FakeHub,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    case: tuple[bytes, str],
+) -> None:
     stdin, why = case
     rc, out, err = _fetch_main(tmp_path, monkeypatch, stdin, capsys)
     assert rc == 1 and why in err and hub.calls == 0
@@ -477,14 +565,18 @@ def test_a_bad_token_stdin_is_refused_without_echoing_it(
 
 
 # ------------------------------------------- several streams, twins, ranges, tcp
-def _everything_delivered(hops: list[dict[str, Any]], data: dict[str, bytes],
-                          manifest: Path) -> None:
+def _everything_delivered(
+    hops: list[dict[str, Any]], data: dict[str, bytes], manifest: Path
+) -> None:
     for hop in hops:
         for rel, blob in data.items():
             assert (Path(hop["root"]) / rel).read_bytes() == blob
         assert _need(hop, manifest)["need"] == 0
-        leftovers = [p.name for p in Path(hop["root"]).parent.rglob("*")
-                     if p.name.endswith((".sparkctl-partial", ".sparkctl-ranges", ".streams"))]
+        leftovers = [
+            p.name
+            for p in Path(hop["root"]).parent.rglob("*")
+            if p.name.endswith((".sparkctl-partial", ".sparkctl-ranges", ".streams"))
+        ]
         assert leftovers == []
 
 
@@ -519,7 +611,8 @@ def test_auto_streams_uses_both_twins_and_half_the_cores() -> None:
 
 
 def test_streams_over_both_twins_split_a_big_file_and_deliver_everything(
-        tmp_path: Path, source: Source, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, source: Source, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A 1 MiB MIN_PIECE makes the 3 MiB shard split across streams here (the
     # sender plans in this process; the receivers take whatever pieces come).
     monkeypatch.setattr(relay, "MIN_PIECE", 1 << 20)
@@ -541,7 +634,8 @@ def test_streams_over_both_twins_split_a_big_file_and_deliver_everything(
     assert out["error"] is None and out["finished"] and out["streams"] == 3
     _everything_delivered(hops, data, manifest)
     assert sorted(seen.read_text().split()) == sorted(
-        [f"twin-a-{i}" for i in range(3)] * 2 + [f"twin-b-{i}" for i in range(3)])
+        [f"twin-a-{i}" for i in range(3)] * 2 + [f"twin-b-{i}" for i in range(3)]
+    )
     board = json.loads(progress.read_text())
     for hop in hops:
         assert board["hosts"][hop["host"]]["done"]
@@ -551,7 +645,8 @@ def test_streams_over_both_twins_split_a_big_file_and_deliver_everything(
 
 
 def test_the_unencrypted_transport_delivers_over_tcp_on_each_hops_address(
-        tmp_path: Path, source: Source) -> None:
+    tmp_path: Path, source: Source
+) -> None:
     root, data, manifest = source
     hops = [_hop(tmp_path, f"spark{i}", manifest) for i in (2, 3)]
     for hop in hops:
@@ -597,8 +692,9 @@ def test_a_tcp_hop_without_a_token_refuses_to_listen() -> None:
         relay._listen({"host": "127.0.0.1"}, 0, io.BytesIO(b"\n"), io.StringIO())
 
 
-def test_a_corrupt_range_leaves_no_file(tmp_path: Path, source: Source,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_corrupt_range_leaves_no_file(
+    tmp_path: Path, source: Source, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(relay, "MIN_PIECE", 1 << 20)
     root, _, manifest = source
     hop = _hop(tmp_path, "spark2", manifest)
@@ -608,8 +704,9 @@ def test_a_corrupt_range_leaves_no_file(tmp_path: Path, source: Source,
     blob = bytearray(shard.read_bytes())
     blob[-1] ^= 0xFF  # same size, last range differs from the manifest
     shard.write_bytes(bytes(blob))
-    with pytest.raises(relay.RelayError,
-                       match=r"model-00001-of-00002\.safetensors: received 3145728 bytes"):
+    with pytest.raises(
+        relay.RelayError, match=r"model-00001-of-00002\.safetensors: received 3145728 bytes"
+    ):
         relay.send(root, [shard.name], [hop], None, "j2", streams=3)
     assert not (Path(hop["root"]) / shard.name).exists()
     assert not [p for p in Path(hop["root"]).rglob("*") if p.name.startswith(shard.name)]
@@ -627,23 +724,43 @@ def _stream(records: list[tuple[dict[str, Any], bytes]], end: int | None) -> byt
 
 
 def _recv_bytes(hop: dict[str, Any], stream: bytes) -> Any:
-    return subprocess.run([sys.executable, str(SCRIPT), "recv", "--chain", json.dumps([hop])],
-                          input=stream, capture_output=True, check=False)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "recv", "--chain", json.dumps([hop])],
+        input=stream,
+        capture_output=True,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("records", "end", "message"), [
-    ([], None, "cut off"),
-    ([({"path": "config.json", "offset": 0, "length": 300, "size": 300}, b"x" * 100)], None,
-     "cut off"),
-    ([], 1, "ended after 0 pieces, its sender sent 1"),
-    ([({"path": "../etc/passwd", "offset": 0, "length": 1, "size": 1}, b"x")], 1,
-     "which the manifest does not list"),
-    ([({"path": "config.json", "offset": 200, "length": 200, "size": 300}, b"x" * 200)], 1,
-     "does not fit"),
-])
+@pytest.mark.parametrize(
+    ("records", "end", "message"),
+    [
+        ([], None, "cut off"),
+        (
+            [({"path": "config.json", "offset": 0, "length": 300, "size": 300}, b"x" * 100)],
+            None,
+            "cut off",
+        ),
+        ([], 1, "ended after 0 pieces, its sender sent 1"),
+        (
+            [({"path": "../etc/passwd", "offset": 0, "length": 1, "size": 1}, b"x")],
+            1,
+            "which the manifest does not list",
+        ),
+        (
+            [({"path": "config.json", "offset": 200, "length": 200, "size": 300}, b"x" * 200)],
+            1,
+            "does not fit",
+        ),
+    ],
+)
 def test_a_bad_stream_is_refused_and_leaves_no_file(
-        tmp_path: Path, source: Source, records: list[tuple[dict[str, Any], bytes]],
-        end: int | None, message: str) -> None:
+    tmp_path: Path,
+    source: Source,
+    records: list[tuple[dict[str, Any], bytes]],
+    end: int | None,
+    message: str,
+) -> None:
     _, _, manifest = source
     hop = _hop(tmp_path, "spark2", manifest)
     _need(hop, manifest)
@@ -659,8 +776,11 @@ def test_check_clears_what_an_interrupted_transfer_left(tmp_path: Path, source: 
     hop = _hop(tmp_path, "spark2", manifest)
     node = Path(hop["root"])
     (node / "sub").mkdir(parents=True)
-    for name in ("sub/tokenizer.json.j9.sparkctl-partial", "sub/tokenizer.json.j9.sparkctl-ranges",
-                 "config.json.sparkctl-partial"):
+    for name in (
+        "sub/tokenizer.json.j9.sparkctl-partial",
+        "sub/tokenizer.json.j9.sparkctl-ranges",
+        "config.json.sparkctl-partial",
+    ):
         (node / name).write_text("left over")
     counter = Path(hop["state"]).with_name("state.json.j9.streams")
     counter.write_text("2\n")

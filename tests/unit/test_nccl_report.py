@@ -61,7 +61,11 @@ def test_modern_layout_every_field() -> None:
     assert [r.size for r in report.rows] == [1048576, 2097152, 4194304]
     last = report.largest()[0]
     assert (last.count, last.type, last.redop, last.root) == (1048576, "float", "sum", -1)
-    assert (last.out_of_place.time_us, last.out_of_place.algbw, last.out_of_place.busbw) == (350.20, 11.98, 11.98)
+    assert (last.out_of_place.time_us, last.out_of_place.algbw, last.out_of_place.busbw) == (
+        350.20,
+        11.98,
+        11.98,
+    )
     assert last.in_place.busbw == 12.02 and last.in_place.wrong == 0
     assert report.avg_busbw == 11.455 and report.oob_values == 0 and report.wrong == 0
     assert report.errors == []
@@ -80,8 +84,10 @@ def test_old_layout_without_root_reads_the_error_column() -> None:
 
 
 def test_wrong_counts_and_unchecked_in_place_results() -> None:
-    text = MODERN.replace("11.98      0   349.00   12.02   12.02      0",
-                          "11.98      3   349.00   12.02   12.02    N/A")
+    text = MODERN.replace(
+        "11.98      0   349.00   12.02   12.02      0",
+        "11.98      3   349.00   12.02   12.02    N/A",
+    )
     assert text != MODERN
     report = parse(text)
     assert report.wrong == 3
@@ -90,36 +96,88 @@ def test_wrong_counts_and_unchecked_in_place_results() -> None:
 
 def test_timestamp_column() -> None:
     text = MODERN.replace("busbw #wrong\n#        (B)", "busbw #wrong  timestamp\n#        (B)")
-    text = "\n".join(line + "  2026-11-30 04:00:00" if line.startswith("   ") and line.strip()[0].isdigit() else line
-                     for line in text.splitlines())
+    text = "\n".join(
+        line + "  2026-11-30 04:00:00"
+        if line.startswith("   ") and line.strip()[0].isdigit()
+        else line
+        for line in text.splitlines()
+    )
     report = parse(text)
     assert [r.timestamp for r in report.rows] == ["2026-11-30 04:00:00"] * 3
     assert report.rows[2].in_place.wrong == 0
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "no nccl-tests column header"),
-    ("random words\nnot a log\n", "no nccl-tests column header"),
-    (MODERN.split("# Out of bounds", maxsplit=1)[0], "no 'Avg bus bandwidth' line after 3 row(s)"),
-    (MODERN.replace("     2097152        524288     float     sum      -1   180.33   11.63   11.63      0   179.90   11.66   11.66      0",
-                    "     2097152        524288     float     sum      -1   180.33   11.6"), "fields where the header has 13"),
-    (MODERN.replace("98.10   10.69", "98.10   fast"), "are not numbers"),
-    (MODERN.split("     1048576", maxsplit=1)[0] + "spark2: Test NCCL failure common.cu:1080 'unhandled system error'\n",
-     "the run failed: spark2: Test NCCL failure"),
-    (MODERN.replace("# Avg bus bandwidth    : 11.4550", "# Avg bus bandwidth    : nan-ish"), "unreadable average"),
-    # rows nccl-tests cannot have printed, refused even where the average still adds up
-    (MODERN.replace("10.69   10.69      0", "10.69     inf      0"), "run.log:12: busbw 'inf' is not a measurement"),
-    (MODERN.replace("10.69   10.69      0", "10.69     nan      0"), "run.log:12: busbw 'nan' is not a measurement"),
-    (MODERN.replace("10.69   10.69      0    97.55   10.75   10.75", "10.69  -10.69      0    97.55   10.75   32.13"), "run.log:12: busbw '-10.69' is not a measurement"),
-    (MODERN.replace("    98.10   10.69", "   -98.10   10.69"), "run.log:12: time '-98.10' is not a measurement"),
-    (MODERN.replace("262144     float", "-262144     float"), "run.log:12: count -262144 is negative"),
-    (MODERN.replace("# Out of bounds", "    -1048576        262144     float     sum      -1    98.10   10.69   11.455      0    97.55   10.75   11.455      0\n# Out of bounds"),
-     "run.log:15: size '-1048576' is not a byte count"),
-    (MODERN.replace("     1048576        262144", "     1.048e6        262144"), "run.log:12: size '1.048e6' is not a byte count"),
-    (MODERN.replace("     2097152        524288", "     1048576        131072"),
-     "run.log:13: 1048576 bytes of float are 131072 elements here and 262144 on line 12: rows that contradict each other"),
-    (OLD.replace("164.46  5e-07", "164.46    nan"), "run.log:6: error column 'nan' is not a maximum error"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "no nccl-tests column header"),
+        ("random words\nnot a log\n", "no nccl-tests column header"),
+        (
+            MODERN.split("# Out of bounds", maxsplit=1)[0],
+            "no 'Avg bus bandwidth' line after 3 row(s)",
+        ),
+        (
+            MODERN.replace(
+                "     2097152        524288     float     sum      -1   180.33   11.63   11.63      0   179.90   11.66   11.66      0",
+                "     2097152        524288     float     sum      -1   180.33   11.6",
+            ),
+            "fields where the header has 13",
+        ),
+        (MODERN.replace("98.10   10.69", "98.10   fast"), "are not numbers"),
+        (
+            MODERN.split("     1048576", maxsplit=1)[0]
+            + "spark2: Test NCCL failure common.cu:1080 'unhandled system error'\n",
+            "the run failed: spark2: Test NCCL failure",
+        ),
+        (
+            MODERN.replace("# Avg bus bandwidth    : 11.4550", "# Avg bus bandwidth    : nan-ish"),
+            "unreadable average",
+        ),
+        # rows nccl-tests cannot have printed, refused even where the average still adds up
+        (
+            MODERN.replace("10.69   10.69      0", "10.69     inf      0"),
+            "run.log:12: busbw 'inf' is not a measurement",
+        ),
+        (
+            MODERN.replace("10.69   10.69      0", "10.69     nan      0"),
+            "run.log:12: busbw 'nan' is not a measurement",
+        ),
+        (
+            MODERN.replace(
+                "10.69   10.69      0    97.55   10.75   10.75",
+                "10.69  -10.69      0    97.55   10.75   32.13",
+            ),
+            "run.log:12: busbw '-10.69' is not a measurement",
+        ),
+        (
+            MODERN.replace("    98.10   10.69", "   -98.10   10.69"),
+            "run.log:12: time '-98.10' is not a measurement",
+        ),
+        (
+            MODERN.replace("262144     float", "-262144     float"),
+            "run.log:12: count -262144 is negative",
+        ),
+        (
+            MODERN.replace(
+                "# Out of bounds",
+                "    -1048576        262144     float     sum      -1    98.10   10.69   11.455      0    97.55   10.75   11.455      0\n# Out of bounds",
+            ),
+            "run.log:15: size '-1048576' is not a byte count",
+        ),
+        (
+            MODERN.replace("     1048576        262144", "     1.048e6        262144"),
+            "run.log:12: size '1.048e6' is not a byte count",
+        ),
+        (
+            MODERN.replace("     2097152        524288", "     1048576        131072"),
+            "run.log:13: 1048576 bytes of float are 131072 elements here and 262144 on line 12: rows that contradict each other",
+        ),
+        (
+            OLD.replace("164.46  5e-07", "164.46    nan"),
+            "run.log:6: error column 'nan' is not a maximum error",
+        ),
+    ],
+)
 def test_partial_or_garbled_logs_are_refused(text: str, message: str) -> None:
     with pytest.raises(SparkctlError, match=re.escape(message)) as info:
         parse(text, "run.log")
@@ -137,7 +195,12 @@ def test_run_cycles_repeat_rows_with_the_same_counts() -> None:
 
 
 def test_a_failure_line_in_a_complete_log_is_reported() -> None:
-    report = parse(MODERN.replace("# Out of bounds", "spark2:4322:4400 [0] NCCL WARN NET/IB : Got completion with error 12\n# Out of bounds"))
+    report = parse(
+        MODERN.replace(
+            "# Out of bounds",
+            "spark2:4322:4400 [0] NCCL WARN NET/IB : Got completion with error 12\n# Out of bounds",
+        )
+    )
     assert report.errors and "NCCL WARN" in report.errors[0]
 
 
@@ -166,45 +229,144 @@ class Seen:
 
 
 # 2 ranks x (rows 8 B..512 KiB: 4..524288, then the %g-printed counts), both halves.
-RTX3090_WRONG = 2 * (sum(4 << i for i in range(18)) + 1048580 + 2097150 + 4194300 + 8388610
-                     + 16777200 + 33554400 + 67108900 + 134218000 + 268435000)
+RTX3090_WRONG = 2 * (
+    sum(4 << i for i in range(18))
+    + 1048580
+    + 2097150
+    + 4194300
+    + 8388610
+    + 16777200
+    + 33554400
+    + 67108900
+    + 134218000
+    + 268435000
+)
 
 REAL = {
-    "dgx2-v100-all-gather-oob-failed.log":
-        Seen(31, 0, 8589934560, (73.75, 112.34), 30.2993, 4, (4, "FAILED"), None, None, "none", None),
-    "dgx2-v100-broadcast-root.log":
-        Seen(31, 8, 8589934592, (122.15, 122.07), 41.2456, 0, (0, "OK"), None, None, "none", 0),
-    "v100-pre-hash-all-gather-oob-failed.log":
-        Seen(1, 4294967296, 4294967296, (129.05, 128.84), 128.942, 2, (2, "FAILED"), None, None, "none", None),
-    "gh200-2.17.8-all-reduce-wrong-oob-failed.log":
-        Seen(25, 8, 134217728, (22.87, 22.80), 4.79995, 96 + 32, (4, "FAILED"), "2.17.8", "all_reduce_perf", "sum", -1),
-    "rtx5090-alltoall-inplace-unchecked.log":
-        Seen(1, 33554432, 33554432, (0.0, 0.0), 0.0, 0, (0, "OK"), None, None, "none", -1),
-    "gb10-2.18.3-all-gather-mpirun-noise.log":
-        Seen(3, 1073741824, 4294967296, (22.14, 22.46), 21.4033, 0, (0, "OK"), "2.18.3", "all_gather_perf", "none", -1),
-    "gb10-2.19.6-all-gather.log":
-        Seen(6, 536870912, 17179869184, (23.74, 24.20), 22.1205, 0, (0, "OK"), "2.19.6", "all_gather_perf", "none", -1),
-    "gb10-2.18.3-all-gather-degraded-direct-cable.log":
-        Seen(3, 1073741824, 4294967296, (2.82, 2.83), 2.82151, 0, (0, "OK"), "2.18.3", "all_gather_perf", "none", -1),
-    "gb10-2.18.5-all-gather-16g-one-size.log":
-        Seen(1, 17179869184, 17179869184, (22.94, 22.98), 22.9611, 0, (0, "OK"), "2.18.5", "all_gather_perf", "none", -1),
-    "p5-h100-all-reduce-mpi-rank-prefix.log":
-        Seen(32, 0, 2147483648, (437.79, 437.89), 52.9753, 0, (0, "OK"), None, None, "sum", -1),
-    "rtx3090-2node-wrong-exponent-oob-failed.log":
-        Seen(27, 8, 536870912, (7.41, 7.35), 3.02663, RTX3090_WRONG, (108, "FAILED"), None, None, "sum", -1),
+    "dgx2-v100-all-gather-oob-failed.log": Seen(
+        31, 0, 8589934560, (73.75, 112.34), 30.2993, 4, (4, "FAILED"), None, None, "none", None
+    ),
+    "dgx2-v100-broadcast-root.log": Seen(
+        31, 8, 8589934592, (122.15, 122.07), 41.2456, 0, (0, "OK"), None, None, "none", 0
+    ),
+    "v100-pre-hash-all-gather-oob-failed.log": Seen(
+        1,
+        4294967296,
+        4294967296,
+        (129.05, 128.84),
+        128.942,
+        2,
+        (2, "FAILED"),
+        None,
+        None,
+        "none",
+        None,
+    ),
+    "gh200-2.17.8-all-reduce-wrong-oob-failed.log": Seen(
+        25,
+        8,
+        134217728,
+        (22.87, 22.80),
+        4.79995,
+        96 + 32,
+        (4, "FAILED"),
+        "2.17.8",
+        "all_reduce_perf",
+        "sum",
+        -1,
+    ),
+    "rtx5090-alltoall-inplace-unchecked.log": Seen(
+        1, 33554432, 33554432, (0.0, 0.0), 0.0, 0, (0, "OK"), None, None, "none", -1
+    ),
+    "gb10-2.18.3-all-gather-mpirun-noise.log": Seen(
+        3,
+        1073741824,
+        4294967296,
+        (22.14, 22.46),
+        21.4033,
+        0,
+        (0, "OK"),
+        "2.18.3",
+        "all_gather_perf",
+        "none",
+        -1,
+    ),
+    "gb10-2.19.6-all-gather.log": Seen(
+        6,
+        536870912,
+        17179869184,
+        (23.74, 24.20),
+        22.1205,
+        0,
+        (0, "OK"),
+        "2.19.6",
+        "all_gather_perf",
+        "none",
+        -1,
+    ),
+    "gb10-2.18.3-all-gather-degraded-direct-cable.log": Seen(
+        3,
+        1073741824,
+        4294967296,
+        (2.82, 2.83),
+        2.82151,
+        0,
+        (0, "OK"),
+        "2.18.3",
+        "all_gather_perf",
+        "none",
+        -1,
+    ),
+    "gb10-2.18.5-all-gather-16g-one-size.log": Seen(
+        1,
+        17179869184,
+        17179869184,
+        (22.94, 22.98),
+        22.9611,
+        0,
+        (0, "OK"),
+        "2.18.5",
+        "all_gather_perf",
+        "none",
+        -1,
+    ),
+    "p5-h100-all-reduce-mpi-rank-prefix.log": Seen(
+        32, 0, 2147483648, (437.79, 437.89), 52.9753, 0, (0, "OK"), None, None, "sum", -1
+    ),
+    "rtx3090-2node-wrong-exponent-oob-failed.log": Seen(
+        27,
+        8,
+        536870912,
+        (7.41, 7.35),
+        3.02663,
+        RTX3090_WRONG,
+        (108, "FAILED"),
+        None,
+        None,
+        "sum",
+        -1,
+    ),
     # Not published: the sparkctl lab's stand-in, 4 ranks over 1000 Mbit/s links (SOURCES.md).
-    "lab-standin-all-reduce-4ranks.log":
-        Seen(5, 1048576, 16777216, (0.11, 0.09), 0.112002, 0, (0, "OK"), "2.18.3", "all_reduce_perf", "sum", -1),
+    "lab-standin-all-reduce-4ranks.log": Seen(
+        5,
+        1048576,
+        16777216,
+        (0.11, 0.09),
+        0.112002,
+        0,
+        (0, "OK"),
+        "2.18.3",
+        "all_reduce_perf",
+        "sum",
+        -1,
+    ),
 }
 
 REFUSED = {
-    "gh200-2.17.8-cuda-busy-no-table.log":
-        "no nccl-tests column header (# size count type redop ...); the run failed: gpu-1-1: "
-        "Test CUDA failure common.cu:1304 'CUDA-capable device(s) is/are busy or unavailable'",
-    "rtx5090-header-then-nccl-failure.log":
-        "a column header but no result rows; the run failed: GENOA-06: Test NCCL failure common.cu:392",
-    "aws-scatter-srun-label-excerpt.log:6":
-        "rows left out ('...'): an excerpt, not a whole log",
+    "gh200-2.17.8-cuda-busy-no-table.log": "no nccl-tests column header (# size count type redop ...); the run failed: gpu-1-1: "
+    "Test CUDA failure common.cu:1304 'CUDA-capable device(s) is/are busy or unavailable'",
+    "rtx5090-header-then-nccl-failure.log": "a column header but no result rows; the run failed: GENOA-06: Test NCCL failure common.cu:392",
+    "aws-scatter-srun-label-excerpt.log:6": "rows left out ('...'): an excerpt, not a whole log",
 }
 
 
@@ -236,15 +398,45 @@ def test_real_log(name: str) -> None:
 # NCCL library (nccl-library= on the version line), and the Rank lines: ranks, distinct
 # hosts, distinct GPUs (host, bus id), the GPU's name, as each real log prints them.
 WHO_RAN = {
-    "gb10-2.18.3-all-gather-mpirun-noise.log": ("2.28.9", 2, ["spark-fb97", "spark-4440"], 2, "NVIDIA GB10"),
-    "gb10-2.18.3-all-gather-degraded-direct-cable.log": ("2.28.9", 2, ["spark-fb97", "spark-4440"], 2, "NVIDIA GB10"),
+    "gb10-2.18.3-all-gather-mpirun-noise.log": (
+        "2.28.9",
+        2,
+        ["spark-fb97", "spark-4440"],
+        2,
+        "NVIDIA GB10",
+    ),
+    "gb10-2.18.3-all-gather-degraded-direct-cable.log": (
+        "2.28.9",
+        2,
+        ["spark-fb97", "spark-4440"],
+        2,
+        "NVIDIA GB10",
+    ),
     "gb10-2.19.6-all-gather.log": ("2.28.9", 2, ["spark-101", "spark-102"], 2, "NVIDIA GB10"),
-    "gb10-2.18.5-all-gather-16g-one-size.log": ("2.28.9", 2, ["promaxgb10-4c75", "promaxgb10-4c99"], 2, "NVIDIA GB10"),
-    "gh200-2.17.8-all-reduce-wrong-oob-failed.log": ("2.29.2", 2, ["gpu-1-1", "gpu-1-7"], 2, "NVIDIA GH200 120GB"),
+    "gb10-2.18.5-all-gather-16g-one-size.log": (
+        "2.28.9",
+        2,
+        ["promaxgb10-4c75", "promaxgb10-4c99"],
+        2,
+        "NVIDIA GB10",
+    ),
+    "gh200-2.17.8-all-reduce-wrong-oob-failed.log": (
+        "2.29.2",
+        2,
+        ["gpu-1-1", "gpu-1-7"],
+        2,
+        "NVIDIA GH200 120GB",
+    ),
     # The DGX-2 run: 12 ranks in one process group on one host, 12 GPUs by bus id.
     "dgx2-v100-all-gather-oob-failed.log": (None, 12, ["seville"], 12, "Tesla V100-SXM3-32GB"),
     # The lab's stand-in has no NCCL: nccl-library=0.
-    "lab-standin-all-reduce-4ranks.log": (None, 4, ["spark1", "spark2", "spark3", "spark4"], 4, "NVIDIA GB10"),
+    "lab-standin-all-reduce-4ranks.log": (
+        None,
+        4,
+        ["spark1", "spark2", "spark3", "spark4"],
+        4,
+        "NVIDIA GB10",
+    ),
     # Starts at the column header: no Rank lines to read.
     "p5-h100-all-reduce-mpi-rank-prefix.log": (None, 0, [], 0, None),
 }
@@ -266,9 +458,12 @@ def test_real_log_says_which_nccl_ran_on_which_gpus(name: str) -> None:
 def test_rank_lines_of_the_layout_without_groups_and_nccl_banner() -> None:
     # NVIDIA/nccl #583 (2021): "Rank  0 Pid ... on HOST device  0 [0x00] NAME", no Group;
     # NCCL's INFO banner as a run with NCCL_DEBUG=INFO prints it (tests/fixtures/sglang).
-    text = MODERN.replace("# Using devices\n", "# Using devices\n"
-                          "   Rank  0 Pid 1821213 on AI-A100-Beethoven01 device  0 [0x00] NVIDIA A100-SXM4-40GB\n"
-                          "bm-220ab4v:175:175 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n")
+    text = MODERN.replace(
+        "# Using devices\n",
+        "# Using devices\n"
+        "   Rank  0 Pid 1821213 on AI-A100-Beethoven01 device  0 [0x00] NVIDIA A100-SXM4-40GB\n"
+        "bm-220ab4v:175:175 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n",
+    )
     assert text != MODERN
     report = parse(text)
     assert report.ranks[0].group is None and report.ranks[0].bus_id == "0x00"
@@ -276,9 +471,18 @@ def test_rank_lines_of_the_layout_without_groups_and_nccl_banner() -> None:
     assert "2.28.9" in report.nccl_versions
 
 
-@pytest.mark.parametrize(("code", "version"), [
-    (22809, "2.28.9"), (23102, "2.31.2"), (22902, "2.29.2"), (21003, "2.10.3"),
-    (2804, "2.8.4"), (2708, "2.7.8"), (0, None)])
+@pytest.mark.parametrize(
+    ("code", "version"),
+    [
+        (22809, "2.28.9"),
+        (23102, "2.31.2"),
+        (22902, "2.29.2"),
+        (21003, "2.10.3"),
+        (2804, "2.8.4"),
+        (2708, "2.7.8"),
+        (0, None),
+    ],
+)
 def test_nccl_version_code(code: int, version: str | None) -> None:
     # nccl.h: NCCL_VERSION(X,Y,Z) is X*10000+Y*100+Z from 2.9 on, X*1000+Y*100+Z before.
     from sparkctl.nccl_report import nccl_version_from_code  # noqa: PLC0415
@@ -299,11 +503,14 @@ def test_real_failures_that_complete_show_where() -> None:
     gh200 = parse(fixture("gh200-2.17.8-all-reduce-wrong-oob-failed.log"))
     bad = [r for r in gh200.rows if r.out_of_place.wrong or r.in_place.wrong]
     assert [(r.size, r.out_of_place.wrong, r.in_place.wrong) for r in bad] == [(1048576, 96, 32)]
-    assert gh200.errors == [".. gpu-1-1 pid 662195: Test failure common.cu:1189",
-                            ".. gpu-1-7 pid 2448661: Test failure common.cu:1189"]
+    assert gh200.errors == [
+        ".. gpu-1-1 pid 662195: Test failure common.cu:1189",
+        ".. gpu-1-7 pid 2448661: Test failure common.cu:1189",
+    ]
     dgx2 = parse(fixture("dgx2-v100-all-gather-oob-failed.log"))
-    assert [(r.size, r.out_of_place.error, r.in_place.error) for r in dgx2.rows if r.out_of_place.error] \
-        == [(4294967280, 1.0, 1.0), (8589934560, 1.0, 1.0)]
+    assert [
+        (r.size, r.out_of_place.error, r.in_place.error) for r in dgx2.rows if r.out_of_place.error
+    ] == [(4294967280, 1.0, 1.0), (8589934560, 1.0, 1.0)]
     assert dgx2.rows[0].out_of_place.wrong is None and dgx2.errors == []
     rtx = parse(fixture("rtx3090-2node-wrong-exponent-oob-failed.log"))
     assert rtx.rows[18].size == 2097152 and rtx.rows[18].in_place.wrong == 1048580  # "1.04858e+06"
@@ -324,9 +531,13 @@ def test_real_logs_keep_their_lines_and_times() -> None:
 
 def test_a_real_log_cut_short_is_refused() -> None:
     lines = fixture("gb10-2.19.6-all-gather.log").splitlines(keepends=True)
-    with pytest.raises(SparkctlError, match=re.escape("run.log: no 'Avg bus bandwidth' line after 4 row(s)")):
+    with pytest.raises(
+        SparkctlError, match=re.escape("run.log: no 'Avg bus bandwidth' line after 4 row(s)")
+    ):
         parse("".join(lines[:15]), "run.log")
-    with pytest.raises(SparkctlError, match=re.escape("run.log:15: 6 fields where the header has 13")):
+    with pytest.raises(
+        SparkctlError, match=re.escape("run.log:15: 6 fields where the header has 13")
+    ):
         parse("".join(lines[:14]) + lines[14][:60] + "\n", "run.log")
 
 
@@ -334,26 +545,39 @@ def test_a_real_log_with_a_row_missing_is_refused() -> None:
     text = fixture("dgx2-v100-broadcast-root.log")
     row = "  4294967296    1073741824   float       0    35198  122.02  122.02  0e+00    35192  122.05  122.05  0e+00\n"
     assert row in text
-    with pytest.raises(SparkctlError, match=r"run.log:52: the 'Avg bus bandwidth' 41.2456 is not the mean of the 30 row\(s\)") as info:
+    with pytest.raises(
+        SparkctlError,
+        match=r"run.log:52: the 'Avg bus bandwidth' 41.2456 is not the mean of the 30 row\(s\)",
+    ) as info:
         parse(text.replace(row, ""), "run.log")
     assert info.value.code == ExitCode.BAD_INPUT
 
 
 def test_two_real_runs_in_one_log_are_refused() -> None:
     text = fixture("dgx2-v100-all-gather-oob-failed.log") + fixture("dgx2-v100-broadcast-root.log")
-    with pytest.raises(SparkctlError, match=re.escape("run.log:73: a second column header (the first is on line 19)")):
+    with pytest.raises(
+        SparkctlError,
+        match=re.escape("run.log:73: a second column header (the first is on line 19)"),
+    ):
         parse(text, "run.log")
     two_avgs = fixture("rtx5090-alltoall-inplace-unchecked.log") + "# Avg bus bandwidth    : 0 \n"
     with pytest.raises(SparkctlError, match="a second 'Avg bus bandwidth' line"):
         parse(two_avgs, "run.log")
-    late_row = fixture("gb10-2.19.6-all-gather.log") + "   536870912      67108864     float    none      -1  14594.4   36.79   18.39       0  13778.0   38.97   19.48       0\n"
+    late_row = (
+        fixture("gb10-2.19.6-all-gather.log")
+        + "   536870912      67108864     float    none      -1  14594.4   36.79   18.39       0  13778.0   38.97   19.48       0\n"
+    )
     with pytest.raises(SparkctlError, match="a result row after the 'Avg bus bandwidth' line 19"):
         parse(late_row, "run.log")
 
 
 def test_srun_labels_and_indentation_are_read_through() -> None:
     plain = parse(fixture("gb10-2.19.6-all-gather.log"))
-    labelled = parse("".join(f"0: {line}" for line in fixture("gb10-2.19.6-all-gather.log").splitlines(keepends=True)))
+    labelled = parse(
+        "".join(
+            f"0: {line}" for line in fixture("gb10-2.19.6-all-gather.log").splitlines(keepends=True)
+        )
+    )
     assert labelled == plain
 
 
@@ -371,9 +595,15 @@ def test_cputime_columns() -> None:
 
 def test_bitwise_columns_and_summary() -> None:
     text = MODERN.replace("busbw #wrong", "busbw #wrong #bitdiff")
-    text = "\n".join(line.replace("      0   ", "      0         0   ") + "         7" if line.startswith("     ") else line
-                     for line in text.splitlines())
-    text = text.replace("# Avg bus bandwidth", "# Bitwise mismatches   : 3 FAILED\n# Avg bus bandwidth")
+    text = "\n".join(
+        line.replace("      0   ", "      0         0   ") + "         7"
+        if line.startswith("     ")
+        else line
+        for line in text.splitlines()
+    )
+    text = text.replace(
+        "# Avg bus bandwidth", "# Bitwise mismatches   : 3 FAILED\n# Avg bus bandwidth"
+    )
     report = parse(text)
     assert report.rows[2].out_of_place.extra == (("#bitdiff", 0.0),)
     assert report.rows[2].in_place.extra == (("#bitdiff", 7.0),)
@@ -382,17 +612,34 @@ def test_bitwise_columns_and_summary() -> None:
 
 
 def test_average_checked_against_a_minimum() -> None:
-    report = parse(MODERN.replace("# Avg bus bandwidth    : 11.4550", "# Avg bus bandwidth    : 11.455 FAILED"))
+    report = parse(
+        MODERN.replace("# Avg bus bandwidth    : 11.4550", "# Avg bus bandwidth    : 11.455 FAILED")
+    )
     assert report.avg_check == "FAILED"
 
 
-@pytest.mark.parametrize(("header", "message"), [
-    ("#       size         count      type   redop    root     time   algbw   busbw", "column header not understood"),
-    ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   #wrong   busbw", "column header not understood"),
-    ("#       size         count      type   redop    root     time   algbw   busbw #wrong     cputime   algbw   busbw #wrong", "column header not understood"),
-])
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (
+            "#       size         count      type   redop    root     time   algbw   busbw",
+            "column header not understood",
+        ),
+        (
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   #wrong   busbw",
+            "column header not understood",
+        ),
+        (
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     cputime   algbw   busbw #wrong",
+            "column header not understood",
+        ),
+    ],
+)
 def test_headers_that_are_not_understood_are_refused(header: str, message: str) -> None:
-    text = MODERN.replace("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong", header)
+    text = MODERN.replace(
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+        header,
+    )
     assert text != MODERN
     with pytest.raises(SparkctlError, match=re.escape(f"run.log:10: {message}")):
         parse(text, "run.log")
@@ -405,8 +652,9 @@ def test_headers_that_are_not_understood_are_refused(header: str, message: str) 
 # header it does not understand and a missing file.
 
 
-def report_nccl(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                path: Path) -> tuple[int, str, str]:
+def report_nccl(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], path: Path
+) -> tuple[int, str, str]:
     from sparkctl import cli  # noqa: PLC0415
 
     monkeypatch.delenv("SPARKCTL_DEBUG", raising=False)
@@ -425,8 +673,9 @@ FIGURE = re.compile(r"\d+(?:\.\d+)?\s*GB/s|average bus bandwidth \d")
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.log")))
-def test_report_nccl_on_every_fixture(monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str], name: str) -> None:
+def test_report_nccl_on_every_fixture(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
     code, out, err = report_nccl(monkeypatch, capsys, FIXTURES / name)
     if name in REAL:
         seen = REAL[name]
@@ -448,36 +697,65 @@ ROWS = [line for line in MODERN.splitlines() if line.startswith("     ")]
 
 # name: (the log, "FILE" or "FILE:line" in the message, what the message says)
 BROKEN: dict[str, tuple[str, str, str]] = {
-    "header-but-no-rows": (MODERN.replace("\n".join(ROWS) + "\n", ""), "FILE",
-                           "a column header but no result rows"),
-    "time-not-a-number": (MODERN.replace("   180.33   11.63", "   fast   11.63"), "FILE:13",
-                          "time/algbw/busbw ['fast', '11.63', '11.63'] are not numbers"),
-    "row-with-fewer-columns": (MODERN.replace(ROWS[1], ROWS[1].rsplit(None, 4)[0]), "FILE:13",
-                               "9 fields where the header has 13 (line 10)"),
-    "busbw-nan": (MODERN.replace("11.98   11.98", "11.98     nan"), "FILE:14",
-                  "busbw 'nan' is not a measurement"),
-    "busbw-inf": (MODERN.replace("12.02   12.02", "12.02     inf"), "FILE:14",
-                  "busbw 'inf' is not a measurement"),
-    "busbw-negative": (MODERN.replace("10.69   10.69", "10.69  -10.69"), "FILE:12",
-                       "busbw '-10.69' is not a measurement"),
-    "size-negative": (MODERN.replace("     1048576        262144", "    -1048576        262144"),
-                      "FILE:12", "size '-1048576' is not a byte count"),
-    "cut-mid-row": (MODERN[:MODERN.index(ROWS[1]) + 60], "FILE:13",
-                    "6 fields where the header has 13"),
-    "same-size-other-count": (MODERN.replace(ROWS[1], ROWS[1] + "\n" + ROWS[1].replace(
-        "524288", "524289")), "FILE:14", "2097152 bytes of float are 524289 elements here and "
-                                         "524288 on line 13: rows that contradict each other"),
-    "same-size-other-busbw": (MODERN.replace(ROWS[1], ROWS[1] + "\n" + ROWS[1].replace(
-        "11.63   11.63", "11.63   99.99")), "FILE:17", "the 'Avg bus bandwidth' 11.455 is not "
-                                                       "the mean of the 4 row(s)"),
+    "header-but-no-rows": (
+        MODERN.replace("\n".join(ROWS) + "\n", ""),
+        "FILE",
+        "a column header but no result rows",
+    ),
+    "time-not-a-number": (
+        MODERN.replace("   180.33   11.63", "   fast   11.63"),
+        "FILE:13",
+        "time/algbw/busbw ['fast', '11.63', '11.63'] are not numbers",
+    ),
+    "row-with-fewer-columns": (
+        MODERN.replace(ROWS[1], ROWS[1].rsplit(None, 4)[0]),
+        "FILE:13",
+        "9 fields where the header has 13 (line 10)",
+    ),
+    "busbw-nan": (
+        MODERN.replace("11.98   11.98", "11.98     nan"),
+        "FILE:14",
+        "busbw 'nan' is not a measurement",
+    ),
+    "busbw-inf": (
+        MODERN.replace("12.02   12.02", "12.02     inf"),
+        "FILE:14",
+        "busbw 'inf' is not a measurement",
+    ),
+    "busbw-negative": (
+        MODERN.replace("10.69   10.69", "10.69  -10.69"),
+        "FILE:12",
+        "busbw '-10.69' is not a measurement",
+    ),
+    "size-negative": (
+        MODERN.replace("     1048576        262144", "    -1048576        262144"),
+        "FILE:12",
+        "size '-1048576' is not a byte count",
+    ),
+    "cut-mid-row": (
+        MODERN[: MODERN.index(ROWS[1]) + 60],
+        "FILE:13",
+        "6 fields where the header has 13",
+    ),
+    "same-size-other-count": (
+        MODERN.replace(ROWS[1], ROWS[1] + "\n" + ROWS[1].replace("524288", "524289")),
+        "FILE:14",
+        "2097152 bytes of float are 524289 elements here and "
+        "524288 on line 13: rows that contradict each other",
+    ),
+    "same-size-other-busbw": (
+        MODERN.replace(ROWS[1], ROWS[1] + "\n" + ROWS[1].replace("11.63   11.63", "11.63   99.99")),
+        "FILE:17",
+        "the 'Avg bus bandwidth' 11.455 is not the mean of the 4 row(s)",
+    ),
     "utf16-log": (MODERN, "FILE", "no nccl-tests column header"),  # written UTF-16 below
 }
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_report_nccl_refuses_a_broken_log_naming_where(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
-        case: str) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, case: str
+) -> None:
     text, where, says = BROKEN[case]
     log = tmp_path / f"{case}.log"
     if case == "utf16-log":
@@ -491,9 +769,9 @@ def test_report_nccl_refuses_a_broken_log_naming_where(
     assert not FIGURE.search(out), out
 
 
-def test_report_nccl_refuses_a_directory(monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str],
-                                         tmp_path: Path) -> None:
+def test_report_nccl_refuses_a_directory(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     logs = tmp_path / "logs.d"
     logs.mkdir()
     (logs / "run.log").write_text(MODERN)
@@ -504,8 +782,9 @@ def test_report_nccl_refuses_a_directory(monkeypatch: pytest.MonkeyPatch,
 
 
 # ------------------------------------------------ sparkctl report nccl FILE --gate
-def report_gate(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                *args: str) -> tuple[int, str, str]:
+def report_gate(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
     from tests.unit.test_cli import run_main  # noqa: PLC0415
 
     return run_main(monkeypatch, capsys, "report", "nccl", *args)
@@ -515,27 +794,37 @@ def _cut(name: str, top: int) -> str:
     """The log as a sweep that stopped at ``top`` would have printed it: the rows above
     gone, the average the rows left (nccl-tests' mean of every busbw printed)."""
     text = fixture(name)
-    keep = [ln for ln in text.splitlines(keepends=True)
-            if not (ln.strip()[:1].isdigit() and int(ln.split()[0]) > top)]
+    keep = [
+        ln
+        for ln in text.splitlines(keepends=True)
+        if not (ln.strip()[:1].isdigit() and int(ln.split()[0]) > top)
+    ]
     rows = [r for r in parse(text).rows if r.size <= top]
     mean = sum(h.busbw for r in rows for h in (r.out_of_place, r.in_place)) / (2 * len(rows))
-    return re.sub(r"# Avg bus bandwidth    : [\d.]+", f"# Avg bus bandwidth    : {mean:.6g}",
-                  "".join(keep))
+    return re.sub(
+        r"# Avg bus bandwidth    : [\d.]+", f"# Avg bus bandwidth    : {mean:.6g}", "".join(keep)
+    )
 
 
-@pytest.mark.parametrize("case", [
-    ("gb10-2.19.6-all-gather.log", 16 << 30, 0),
-    ("gb10-2.19.6-all-gather.log", 4 << 30, 0),
-    ("gb10-2.19.6-all-gather.log", 1 << 30, 0),
-    ("gb10-2.18.3-all-gather-mpirun-noise.log", 4 << 30, 0),
-    ("gb10-2.18.3-all-gather-mpirun-noise.log", 2 << 30, 0),
-    ("gb10-2.18.5-all-gather-16g-one-size.log", 16 << 30, 0),
-    ("gb10-2.18.3-all-gather-degraded-direct-cable.log", 4 << 30, 1),
-    ("gb10-2.18.3-all-gather-degraded-direct-cable.log", 1 << 30, 1),
-])
-def test_report_nccl_gate_on_real_gb10_logs(monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                            case: tuple[str, int, int]) -> None:
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("gb10-2.19.6-all-gather.log", 16 << 30, 0),
+        ("gb10-2.19.6-all-gather.log", 4 << 30, 0),
+        ("gb10-2.19.6-all-gather.log", 1 << 30, 0),
+        ("gb10-2.18.3-all-gather-mpirun-noise.log", 4 << 30, 0),
+        ("gb10-2.18.3-all-gather-mpirun-noise.log", 2 << 30, 0),
+        ("gb10-2.18.5-all-gather-16g-one-size.log", 16 << 30, 0),
+        ("gb10-2.18.3-all-gather-degraded-direct-cable.log", 4 << 30, 1),
+        ("gb10-2.18.3-all-gather-degraded-direct-cable.log", 1 << 30, 1),
+    ],
+)
+def test_report_nccl_gate_on_real_gb10_logs(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    case: tuple[str, int, int],
+) -> None:
     name, top, code = case
     log = tmp_path / name
     log.write_text(_cut(name, top))
@@ -545,63 +834,91 @@ def test_report_nccl_gate_on_real_gb10_logs(monkeypatch: pytest.MonkeyPatch,
     assert ("PASSED" if code == 0 else "FAILED") in out
     if code:
         assert f"{log}: gate FAILED: " in err
-    got, out, _ = report_gate(monkeypatch, capsys, str(log), "--gate", "--line-rate", "25",
-                              "--json")
+    got, out, _ = report_gate(
+        monkeypatch, capsys, str(log), "--gate", "--line-rate", "25", "--json"
+    )
     data = json.loads(out)
     assert got == code and data["gate"]["outcome"] == ("passed" if code == 0 else "failed")
     assert data["gate"]["thresholds"]["fractions"]["all_gather"] == 0.875
     assert data["gate"]["fit"]["largest_size"] == min(top, data["rows"][-1]["size"])
 
 
-def test_report_nccl_gate_is_validate_code(monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_nccl_gate_is_validate_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from sparkctl.validate import nccl  # noqa: PLC0415
 
     name = "gb10-2.19.6-all-gather.log"
-    _, out, _ = report_gate(monkeypatch, capsys, str(FIXTURES / name), "--gate",
-                            "--line-rate", "25", "--json")
-    outcome, message, _, model = nccl.judge(parse(fixture(name)), "all_gather", 2,
-                                            nccl.role_thresholds(25.0))
+    _, out, _ = report_gate(
+        monkeypatch, capsys, str(FIXTURES / name), "--gate", "--line-rate", "25", "--json"
+    )
+    outcome, message, _, model = nccl.judge(
+        parse(fixture(name)), "all_gather", 2, nccl.role_thresholds(25.0)
+    )
     gate = json.loads(out)["gate"]
     assert (gate["outcome"], gate["message"]) == (outcome, message)
     assert gate["fit"]["busbw"] == model.busbw
 
 
 def test_report_nccl_gate_at_a_lower_line_rate_passes_the_degraded_log(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The line rate is an input: at 3 GB/s the degraded run is 94% of it.
-    code, out, _ = report_gate(monkeypatch, capsys,
-                               str(FIXTURES / "gb10-2.18.3-all-gather-degraded-direct-cable.log"),
-                               "--gate", "--line-rate", "3")
+    code, out, _ = report_gate(
+        monkeypatch,
+        capsys,
+        str(FIXTURES / "gb10-2.18.3-all-gather-degraded-direct-cable.log"),
+        "--gate",
+        "--line-rate",
+        "3",
+    )
     assert code == 0 and "PASSED" in out
 
 
 def test_report_nccl_with_wrong_results_exits_1_through_the_cli(tmp_path: Path) -> None:
     """As typed in a shell: a log with #wrong and out-of-bounds values exits 1, FAILED."""
     log = FIXTURES / "gh200-2.17.8-all-reduce-wrong-oob-failed.log"
-    proc = subprocess.run([sys.executable, "-m", "sparkctl", "report", "nccl", str(log)],
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "report", "nccl", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.returncode == 1, proc.stderr
     assert "FAILED: 128 wrong result(s) (#wrong); 4 out-of-bounds value(s)" in proc.stdout
     assert f"{log}: FAILED: 128 wrong result(s)" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("args", [["--line-rate", "25"], ["--gate"],
-                                  ["--gate", "--line-rate", "25", "-i", "inventory/lab.ini"],
-                                  ["--gate", "--line-rate", "0"]])
-def test_report_nccl_gate_options_misused(monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str],
-                                          args: list[str]) -> None:
-    code, _, _ = report_gate(monkeypatch, capsys, str(FIXTURES / "gb10-2.19.6-all-gather.log"),
-                             *args)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--line-rate", "25"],
+        ["--gate"],
+        ["--gate", "--line-rate", "25", "-i", "inventory/lab.ini"],
+        ["--gate", "--line-rate", "0"],
+    ],
+)
+def test_report_nccl_gate_options_misused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    code, _, _ = report_gate(
+        monkeypatch, capsys, str(FIXTURES / "gb10-2.19.6-all-gather.log"), *args
+    )
     assert code == ExitCode.BAD_INPUT
 
 
 def test_report_nccl_gate_refuses_a_collective_it_does_not_judge(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = report_gate(monkeypatch, capsys,
-                               str(FIXTURES / "dgx2-v100-broadcast-root.log"), "--gate",
-                               "--line-rate", "25")
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = report_gate(
+        monkeypatch,
+        capsys,
+        str(FIXTURES / "dgx2-v100-broadcast-root.log"),
+        "--gate",
+        "--line-rate",
+        "25",
+    )
     assert code == ExitCode.BAD_INPUT and "the gate judges all_reduce, all_gather" in err

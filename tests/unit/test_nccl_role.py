@@ -5,7 +5,6 @@ sources (quoted below with where they come from), on the lab's own
 ``show_gids`` stand-in run against a fake node, and on a fake sysfs tree.
 """
 
-
 # ruff: noqa: E501 -- captured command output is quoted as printed (long lines)
 from __future__ import annotations
 
@@ -24,8 +23,8 @@ ROLE = REPO / "roles" / "nccl"
 _load = load_file
 
 
-
 envf = _load("nccl_env_filters", ROLE / "filter_plugins" / "nccl_env.py")
+
 
 # ------------------------------------------------------------ interface
 def _yaml(path: Path) -> dict[str, object]:
@@ -60,8 +59,10 @@ def test_standin_prints_the_pinned_nccl_tests_release() -> None:
 # ------------------------------------------------------ env files, template
 def test_parse_env_reads_what_nccl_reads() -> None:
     text = "# comment\n\nNCCL_IB_HCA==rocep1s0f1,roceP2p1s0f1\nNCCL_IB_GID_INDEX=3\r\n"
-    assert envf.nccl_parse_env(text) == {"NCCL_IB_HCA": "=rocep1s0f1,roceP2p1s0f1",
-                                         "NCCL_IB_GID_INDEX": "3"}
+    assert envf.nccl_parse_env(text) == {
+        "NCCL_IB_HCA": "=rocep1s0f1,roceP2p1s0f1",
+        "NCCL_IB_GID_INDEX": "3",
+    }
     with pytest.raises(ValueError, match="not KEY=VALUE"):
         envf.nccl_parse_env("export NCCL_IB_GID_INDEX=3\n")
     with pytest.raises(ValueError, match="set twice"):
@@ -69,39 +70,58 @@ def test_parse_env_reads_what_nccl_reads() -> None:
 
 
 def test_env_problems_reject_what_readers_would_disagree_on() -> None:
-    assert envf.nccl_env_problems({"NCCL_IB_HCA": "^mlx5_0", "NCCL_DEBUG": "WARN",
-                                   "NCCL_IB_GID_INDEX": 3}) == []
-    problems = envf.nccl_env_problems({"NCCL_DEBUG_FILE": "/tmp/a b", "bad-key": "1",
-                                       "NCCL_X": None, "NCCL_Y": '"q"'})
+    assert (
+        envf.nccl_env_problems(
+            {"NCCL_IB_HCA": "^mlx5_0", "NCCL_DEBUG": "WARN", "NCCL_IB_GID_INDEX": 3}
+        )
+        == []
+    )
+    problems = envf.nccl_env_problems(
+        {"NCCL_DEBUG_FILE": "/tmp/a b", "bad-key": "1", "NCCL_X": None, "NCCL_Y": '"q"'}
+    )
     assert len(problems) == 4
 
 
 def test_env_diff_names_each_difference() -> None:
     diff = envf.nccl_env_diff({"A": "1", "B": "2", "C": "x"}, {"A": 1, "B": "3", "D": "4"})
-    assert diff == ["D is missing (expected '4')", "C='x' is not expected here",
-                    "B='2', expected '3'"]
+    assert diff == [
+        "D is missing (expected '4')",
+        "C='x' is not expected here",
+        "B='2', expected '3'",
+    ]
 
 
 def test_template_renders_what_the_parser_reads_back() -> None:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"),
-                             trim_blocks=True, keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined,
-                             autoescape=jinja2.select_autoescape(default=False))
-    values = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_GID_INDEX": 3,
-              "NCCL_IB_HCA": "rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1"}
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(ROLE / "templates"),
+        trim_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=jinja2.select_autoescape(default=False),
+    )
+    values = {
+        "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+        "NCCL_IB_GID_INDEX": 3,
+        "NCCL_IB_HCA": "rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1",
+    }
     text = env.get_template("nccl-env.j2").render(
-        __nccl_env_render=values, __nccl_env_purpose="Read by NCCL at init.")
+        __nccl_env_render=values, __nccl_env_purpose="Read by NCCL at init."
+    )
     assert envf.nccl_parse_env(text) == {k: str(v) for k, v in values.items()}
     comments = [line for line in text.splitlines() if line.startswith("#")]
     assert comments and all("=" not in line for line in comments)
-    assert text.splitlines()[2:] == ["NCCL_IB_GID_INDEX=3",
-                                     "NCCL_IB_HCA=rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1",
-                                     "NCCL_SOCKET_IFNAME=enp1s0f1np1"]
+    assert text.splitlines()[2:] == [
+        "NCCL_IB_GID_INDEX=3",
+        "NCCL_IB_HCA=rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1",
+        "NCCL_SOCKET_IFNAME=enp1s0f1np1",
+    ]
 
 
 # ------------------------------------------------------------ verify: one judgement
-_USAGE = ("USAGE: {name} \n\t[-t,--nthreads <num threads>] \n\t[-g,--ngpus <gpus per thread>] \n"
-          "\t[-b,--minbytes <min size in bytes>] \n\t[-e,--maxbytes <max size in bytes>] \n")
+_USAGE = (
+    "USAGE: {name} \n\t[-t,--nthreads <num threads>] \n\t[-g,--ngpus <gpus per thread>] \n"
+    "\t[-b,--minbytes <min size in bytes>] \n\t[-e,--maxbytes <max size in bytes>] \n"
+)
 _ENV = {"NCCL_IB_GID_INDEX": "3", "NCCL_SOCKET_IFNAME": "fab0"}
 _CONF = {"NCCL_IB_GID_INDEX": "3"}
 _VER = {"NCCL_VERSION": "none"}
@@ -118,7 +138,9 @@ def _nccl_reading() -> dict[str, object]:
         "/etc/nccl.conf": {"exists": True, "content": _text(_CONF)},
         "/etc/sparkctl/nccl-version.env": {"exists": True, "content": _text(_VER)},
     }
-    cmds: dict[str, object] = {"mpirun --version": {"rc": 0, "stdout": "mpirun (Open MPI) 4.1.4\n", "stderr": ""}}
+    cmds: dict[str, object] = {
+        "mpirun --version": {"rc": 0, "stdout": "mpirun (Open MPI) 4.1.4\n", "stderr": ""}
+    }
     for name in _BINS:
         files[f"/opt/nccl-tests/build/{name}"] = {"exists": True, "executable": True}
         cmds[name] = {"rc": 0, "stdout": _USAGE.format(name=name), "stderr": ""}
@@ -126,10 +148,20 @@ def _nccl_reading() -> dict[str, object]:
 
 
 def _nccl_want(**extra: object) -> dict[str, object]:
-    return {"files": {"/etc/sparkctl/nccl.env": _ENV, "/etc/nccl.conf": _CONF,
-                      "/etc/sparkctl/nccl-version.env": _VER},
-            "env_file": "/etc/sparkctl/nccl.env", "gid_index": 3,
-            "tests_dir": "/opt/nccl-tests", "binaries": _BINS, "lib_path": "", "nccl_home": "", **extra}
+    return {
+        "files": {
+            "/etc/sparkctl/nccl.env": _ENV,
+            "/etc/nccl.conf": _CONF,
+            "/etc/sparkctl/nccl-version.env": _VER,
+        },
+        "env_file": "/etc/sparkctl/nccl.env",
+        "gid_index": 3,
+        "tests_dir": "/opt/nccl-tests",
+        "binaries": _BINS,
+        "lib_path": "",
+        "nccl_home": "",
+        **extra,
+    }
 
 
 def test_verify_problems_none_on_a_node_as_the_role_left_it() -> None:
@@ -142,9 +174,16 @@ def test_verify_problems_names_each_fault() -> None:
     cmds = reading["commands"]
     assert isinstance(files, dict) and isinstance(cmds, dict)
     files["/etc/nccl.conf"] = {"exists": False}
-    files["/etc/sparkctl/nccl.env"] = {"exists": True, "content": _text({**_ENV, "NCCL_IB_GID_INDEX": "1"})}
+    files["/etc/sparkctl/nccl.env"] = {
+        "exists": True,
+        "content": _text({**_ENV, "NCCL_IB_GID_INDEX": "1"}),
+    }
     files["/opt/nccl-tests/build/all_gather_perf"] = {"exists": True, "executable": False}
-    cmds["all_reduce_perf"] = {"rc": 127, "stdout": "", "stderr": "error while loading shared libraries: libmpi.so.40"}
+    cmds["all_reduce_perf"] = {
+        "rc": 127,
+        "stdout": "",
+        "stderr": "error while loading shared libraries: libmpi.so.40",
+    }
     cmds["mpirun --version"] = {"rc": 0, "stdout": "HYDRA build details: MPICH 4.0\n", "stderr": ""}
     problems = envf.nccl_verify_problems(reading, _nccl_want())
     assert problems == [
@@ -163,12 +202,18 @@ def test_verify_problems_on_a_build_checks_which_libnccl_loads() -> None:
     files, cmds = reading["files"], reading["commands"]
     assert isinstance(files, dict) and isinstance(cmds, dict)
     files["/opt/nccl/build/lib/libnccl.so.2.28.9"] = {"exists": True}
-    cmds["ldd"] = {"rc": 0, "stdout": "\tlibnccl.so.2 => /usr/lib/aarch64-linux-gnu/libnccl.so.2 (0x0000ffff)\n",
-                   "stderr": ""}
+    cmds["ldd"] = {
+        "rc": 0,
+        "stdout": "\tlibnccl.so.2 => /usr/lib/aarch64-linux-gnu/libnccl.so.2 (0x0000ffff)\n",
+        "stderr": "",
+    }
     [problem] = envf.nccl_verify_problems(reading, want)
     assert "resolves libnccl to libnccl.so.2 => /usr/lib/aarch64-linux-gnu/libnccl.so.2" in problem
-    cmds["ldd"] = {"rc": 0, "stdout": "\tlibnccl.so.2 => /opt/nccl/build/lib/libnccl.so.2 (0x0000ffff)\n",
-                   "stderr": ""}
+    cmds["ldd"] = {
+        "rc": 0,
+        "stdout": "\tlibnccl.so.2 => /opt/nccl/build/lib/libnccl.so.2 (0x0000ffff)\n",
+        "stderr": "",
+    }
     assert envf.nccl_verify_problems(reading, want) == []
 
 

@@ -43,18 +43,26 @@ st = _load()
 MiB = 1024 * 1024
 
 # Real output, DGX Spark (2 ranks), nccl-tests 2.19.6.
-SPARK_DEVICE_LINE = ("#  Rank  0 Group  0 Pid 1668270 on  spark-101 device  0 [000f:01:00] "
-                     "NVIDIA GB10")
-SPARK_NTHREAD_LINE = ("# nThread 1 nGpus 1 minBytes 536870912 maxBytes 17179869184 step: 2(factor) "
-                      "warmup iters: 1 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0")
+SPARK_DEVICE_LINE = (
+    "#  Rank  0 Group  0 Pid 1668270 on  spark-101 device  0 [000f:01:00] NVIDIA GB10"
+)
+SPARK_NTHREAD_LINE = (
+    "# nThread 1 nGpus 1 minBytes 536870912 maxBytes 17179869184 step: 2(factor) "
+    "warmup iters: 1 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0"
+)
 SPARK_ROWS = [
     "   536870912      67108864     float    none      -1  14594.4   36.79   18.39       0"
     "  13778.0   38.97   19.48       0",
     "  8589934592    1073741824     float    none      -1   183338   46.85   23.43       0"
     "   179211   47.93   23.97       0",
 ]
-SPARK_FOOTER = ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 22.1205 ", "#",
-                "# Collective test concluded: all_gather_perf", "#"]
+SPARK_FOOTER = [
+    "# Out of bounds values : 0 OK",
+    "# Avg bus bandwidth    : 22.1205 ",
+    "#",
+    "# Collective test concluded: all_gather_perf",
+    "#",
+]
 # Real output, GH200, nccl-tests 2.18.3 (trailing blanks as printed).
 HEADER_2_18_3 = [
     "#",
@@ -65,22 +73,44 @@ HEADER_2_18_3 = [
     "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       "
     "      (us)  (GB/s)  (GB/s)         ",
 ]
-GH200_ROW = ("   134217728     134217728      int8     sum      -1  2309.49   58.12  101.70       0"
-             "  2182.20   61.51  107.63       0")
+GH200_ROW = (
+    "   134217728     134217728      int8     sum      -1  2309.49   58.12  101.70       0"
+    "  2182.20   61.51  107.63       0"
+)
 
 
 # ------------------------------------------------------------ pure parts
-@pytest.mark.parametrize(("text", "value"), [
-    ("1M", MiB), ("64M", 64 * MiB), ("16G", 16 * 1024 * MiB), ("16g", 16 * 1024 * MiB),
-    ("1.5K", 1536), ("8", 8), (" 512M", 512 * MiB), ("1MB", MiB), ("abc", -1), ("1X", -1),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1M", MiB),
+        ("64M", 64 * MiB),
+        ("16G", 16 * 1024 * MiB),
+        ("16g", 16 * 1024 * MiB),
+        ("1.5K", 1536),
+        ("8", 8),
+        (" 512M", 512 * MiB),
+        ("1MB", MiB),
+        ("abc", -1),
+        ("1X", -1),
+    ],
+)
 def test_parse_size_like_parsesize(text: str, value: float) -> None:
     assert st.parse_size(text) == value
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("20", 20), ("0x10", 16), ("010", 8), (" -3", -3), ("5abc", 5), ("abc", 0), ("0", 0),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("20", 20),
+        ("0x10", 16),
+        ("010", 8),
+        (" -3", -3),
+        ("5abc", 5),
+        ("abc", 0),
+        ("0", 0),
+    ],
+)
 def test_c_strtol(text: str, value: int) -> None:
     assert st.c_strtol(text) == value
 
@@ -94,8 +124,9 @@ def test_size_sweeps() -> None:
 
 
 def test_bus_bandwidth_factors() -> None:
-    reduce_, gather, scatter = (st.COLLS[n] for n in ("all_reduce_perf", "all_gather_perf",
-                                                       "reduce_scatter_perf"))
+    reduce_, gather, scatter = (
+        st.COLLS[n] for n in ("all_reduce_perf", "all_gather_perf", "reduce_scatter_perf")
+    )
     assert reduce_.bus_factor(4) == 1.5
     assert gather.bus_factor(4) == scatter.bus_factor(4) == 0.75
     assert reduce_.bus_factor(2) == 1.0
@@ -115,57 +146,110 @@ def test_counts_and_bandwidth_reproduce_the_spark_log() -> None:
     assert st.COLLS["all_reduce_perf"].counts(1000, 4) == (1000, 1000, 1000)
 
 
-@pytest.mark.parametrize(("value", "width", "text"), [
-    (14594.4, 7, "14594.4"), (183338.0, 7, " 183338"), (26.95, 7, "  26.95"),
-    (2309.49, 7, "2309.49"), (36.79, 6, " 36.79"), (101.70, 6, "101.70"), (0.0, 6, "  0.00"),
-    (1945.4, 6, "1945.4"), (3.2e9, 7, "3.2e+09"),
-])
+@pytest.mark.parametrize(
+    ("value", "width", "text"),
+    [
+        (14594.4, 7, "14594.4"),
+        (183338.0, 7, " 183338"),
+        (26.95, 7, "  26.95"),
+        (2309.49, 7, "2309.49"),
+        (36.79, 6, " 36.79"),
+        (101.70, 6, "101.70"),
+        (0.0, 6, "  0.00"),
+        (1945.4, 6, "1945.4"),
+        (3.2e9, 7, "3.2e+09"),
+    ],
+)
 def test_float_str_is_getfloatstr(value: float, width: int, text: str) -> None:
     assert st.float_str(value, width) == text
 
 
 def test_rows_are_the_real_rows() -> None:
-    first = (st.line_preamble(536870912, 67108864, "float", "none", -1)
-             + st.line_body(14594.4, 36.79, 18.39, True, 0)
-             + st.line_body(13778.0, 38.97, 19.48, True, 0))
+    first = (
+        st.line_preamble(536870912, 67108864, "float", "none", -1)
+        + st.line_body(14594.4, 36.79, 18.39, True, 0)
+        + st.line_body(13778.0, 38.97, 19.48, True, 0)
+    )
     assert first == SPARK_ROWS[0]
-    big = (st.line_preamble(8589934592, 1073741824, "float", "none", -1)
-           + st.line_body(183338, 46.85, 23.43, True, 0) + st.line_body(179211, 47.93, 23.97,
-                                                                        True, 0))
+    big = (
+        st.line_preamble(8589934592, 1073741824, "float", "none", -1)
+        + st.line_body(183338, 46.85, 23.43, True, 0)
+        + st.line_body(179211, 47.93, 23.97, True, 0)
+    )
     assert big == SPARK_ROWS[1]
-    gh200 = (st.line_preamble(134217728, 134217728, "int8", "sum", -1)
-             + st.line_body(2309.49, 58.12, 101.70, True, 0)
-             + st.line_body(2182.20, 61.51, 107.63, True, 0))
+    gh200 = (
+        st.line_preamble(134217728, 134217728, "int8", "sum", -1)
+        + st.line_body(2309.49, 58.12, 101.70, True, 0)
+        + st.line_body(2182.20, 61.51, 107.63, True, 0)
+    )
     assert gh200 == GH200_ROW
     assert st.line_body(1.0, 1.0, 1.0, False, 0).endswith("    N/A")
 
 
 def test_header_device_line_and_footer_are_the_real_ones() -> None:
     assert st.result_header(0, 0) == HEADER_2_18_3
-    assert st.device_line(0, 1668270, "spark-101", 0, pci=(0xF, 1, 0),
-                          name="NVIDIA GB10") == SPARK_DEVICE_LINE
+    assert (
+        st.device_line(0, 1668270, "spark-101", 0, pci=(0xF, 1, 0), name="NVIDIA GB10")
+        == SPARK_DEVICE_LINE
+    )
     assert st.footer_lines("all_gather_perf", 0, 22.1205, -1) == SPARK_FOOTER
-    assert st.footer_lines("x", 2, 1.0, 20.0)[:2] == ["# Out of bounds values : 2 FAILED",
-                                                      "# Avg bus bandwidth    : 1 FAILED"]
+    assert st.footer_lines("x", 2, 1.0, 20.0)[:2] == [
+        "# Out of bounds values : 2 FAILED",
+        "# Avg bus bandwidth    : 1 FAILED",
+    ]
 
 
 def test_options_and_nthread_line() -> None:
     opts = st.parse_args("all_gather_perf", ["-b", "512M", "-e", "16G", "-f", "2", "-g", "1"])
     lines = st.header_lines("all_gather_perf", opts, "enp1s0f1np1 (192.168.100.11)")
-    assert lines[:3] == ["# nccl-tests version 2.18.3 nccl-headers=0 nccl-library=0",
-                         "# Collective test starting: all_gather_perf", SPARK_NTHREAD_LINE]
+    assert lines[:3] == [
+        "# nccl-tests version 2.18.3 nccl-headers=0 nccl-library=0",
+        "# Collective test starting: all_gather_perf",
+        SPARK_NTHREAD_LINE,
+    ]
     assert lines[-2:] == ["#", "# Using devices"]
-    longs = st.parse_args("all_reduce_perf", ["--minbytes=1M", "--maxbytes", "64M", "--iters",
-                                              "5", "--warmup_iters=2", "--check", "0",
-                                              "--datatype", "double", "--op", "max",
-                                              "--average", "3", "-z", "1", "-G", "2", "-t", "1"])
-    assert (longs.minbytes, longs.maxbytes, longs.iters, longs.warmup_iters) == (MiB, 64 * MiB,
-                                                                                5, 2)
+    longs = st.parse_args(
+        "all_reduce_perf",
+        [
+            "--minbytes=1M",
+            "--maxbytes",
+            "64M",
+            "--iters",
+            "5",
+            "--warmup_iters=2",
+            "--check",
+            "0",
+            "--datatype",
+            "double",
+            "--op",
+            "max",
+            "--average",
+            "3",
+            "-z",
+            "1",
+            "-G",
+            "2",
+            "-t",
+            "1",
+        ],
+    )
+    assert (longs.minbytes, longs.maxbytes, longs.iters, longs.warmup_iters) == (
+        MiB,
+        64 * MiB,
+        5,
+        2,
+    )
     assert (longs.datacheck, longs.average, longs.blocking, longs.cudagraph) == (0, 3, 1, 2)
     assert st.DTYPES[longs.dtype].name == "double" and st.OPS[longs.op] == "max"
     defaults = st.parse_args("all_reduce_perf", [])
-    assert (defaults.minbytes, defaults.maxbytes, defaults.stepbytes, defaults.iters,
-            defaults.warmup_iters, defaults.datacheck) == (32 * MiB, 32 * MiB, MiB, 20, 1, 1)
+    assert (
+        defaults.minbytes,
+        defaults.maxbytes,
+        defaults.stepbytes,
+        defaults.iters,
+        defaults.warmup_iters,
+        defaults.datacheck,
+    ) == (32 * MiB, 32 * MiB, MiB, 20, 1, 1)
 
 
 def _run_parse(argv: list[str]) -> tuple[int, str, str]:
@@ -196,8 +280,9 @@ def test_help_bad_sizes_and_bad_names() -> None:
     out = io.StringIO()
     with redirect_stdout(out):
         opts = st.parse_args("all_reduce_perf", ["-d", "fp128", "-o", "xor"])
-    assert out.getvalue() == ("invalid type fp128, defaulting to float .. \n"
-                              "invalid op xor, defaulting to sum .. \n")
+    assert out.getvalue() == (
+        "invalid type fp128, defaulting to float .. \ninvalid op xor, defaulting to sum .. \n"
+    )
     assert (st.DTYPES[opts.dtype].name, st.OPS[opts.op]) == ("float", "sum")
 
 
@@ -209,8 +294,7 @@ def test_plan_refuses_or_skips_what_mpi_cannot_reduce() -> None:
     runs, notes, refused = st.plan(reduce_, st.parse_args("all_reduce_perf", ["-d", "all"]))
     assert refused is None and len(runs) == 8
     assert "# sparkctl lab stand-in: skipping bfloat16 sum" in " ".join(notes)
-    gather = st.plan(st.COLLS["all_gather_perf"], st.parse_args("all_gather_perf",
-                                                                ["-d", "half"]))
+    gather = st.plan(st.COLLS["all_gather_perf"], st.parse_args("all_gather_perf", ["-d", "half"]))
     assert [(dt.name, label) for dt, _, label in gather[0]] == [("half", "none")]
 
 
@@ -230,17 +314,23 @@ def test_transport_must_be_the_fabric() -> None:
     problems, _ = st.transport_problems(good, _addrs(enP7s7="10.77.0.11/24"))
     assert any("no IPv4 address" in p and "roce_fabric" in p for p in problems)
     assert any("Bootstrap : no socket interface found" in p for p in problems)
-    assert st.transport_problems({"OMPI_MCA_btl_tcp_if_include": "192.168.100.0/24"},
-                                 fabric)[0] == []
-    assert st.transport_problems({"OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1",
-                                  "OMPI_MCA_btl": "self,vader"}, fabric)[0]
+    assert (
+        st.transport_problems({"OMPI_MCA_btl_tcp_if_include": "192.168.100.0/24"}, fabric)[0] == []
+    )
+    assert st.transport_problems(
+        {"OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1", "OMPI_MCA_btl": "self,vader"}, fabric
+    )[0]
 
 
 def _simulate(name: str, op: str, nranks: int, param: int) -> None:
     """Inputs of every rank, combined as the collective does, give the expected values."""
     dt = next(d for d in st.DTYPES if d.name == "float")
-    inputs = [st.input_values(dt, 0, param * (nranks if name == "reduce_scatter_perf" else 1),
-                              rank=r, rep=5, op=op) for r in range(nranks)]
+    inputs = [
+        st.input_values(
+            dt, 0, param * (nranks if name == "reduce_scatter_perf" else 1), rank=r, rep=5, op=op
+        )
+        for r in range(nranks)
+    ]
     fold = st.REDUCE[op]
     if name == "all_gather_perf":
         result = [v for block in inputs for v in block]
@@ -253,7 +343,7 @@ def _simulate(name: str, op: str, nranks: int, param: int) -> None:
     for r in range(nranks if name == "reduce_scatter_perf" else 1):
         start = r * param if name == "reduce_scatter_perf" else 0
         want = st.expected_values(dt, start, param, nranks=nranks, rep=5, op=op)
-        assert list(want) == reduced[start:start + param]
+        assert list(want) == reduced[start : start + param]
 
 
 @pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
@@ -365,17 +455,31 @@ def _node(tmp_path: Path, *, with_stub: bool) -> dict[str, str]:
         (lib / "mpi4py" / "MPI.py").write_text(STUB_MPI_MODULE)
     else:  # MPI not installed, whatever the controller has
         (lib / "mpi4py" / "__init__.py").write_text("raise ImportError('No module named mpi4py')\n")
-    (tmp_path / "hardware.json").write_text(json.dumps({
-        "gpu_present": True, "gpu_name": "NVIDIA GB10", "pci_bus_id": "0000000F:01:00.0"}))
-    (tmp_path / "ip.json").write_text(json.dumps([
-        {"ifname": "enp1s0f1np1",
-         "addr_info": [{"family": "inet", "local": "192.168.100.11", "prefixlen": 24}]}]))
+    (tmp_path / "hardware.json").write_text(
+        json.dumps(
+            {"gpu_present": True, "gpu_name": "NVIDIA GB10", "pci_bus_id": "0000000F:01:00.0"}
+        )
+    )
+    (tmp_path / "ip.json").write_text(
+        json.dumps(
+            [
+                {
+                    "ifname": "enp1s0f1np1",
+                    "addr_info": [{"family": "inet", "local": "192.168.100.11", "prefixlen": 24}],
+                }
+            ]
+        )
+    )
     (tmp_path / "meminfo").write_text("MemAvailable:   16000000 kB\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "NCCL_"))}
-    env.update(PYTHONPATH=str(lib), SPARKCTL_LAB_HW=str(tmp_path / "hardware.json"),
-               SPARKCTL_LAB_IP_JSON=str(tmp_path / "ip.json"),
-               SPARKCTL_LAB_MEMINFO=str(tmp_path / "meminfo"),
-               OMPI_MCA_btl_tcp_if_include="enp1s0f1np1", NCCL_SOCKET_IFNAME="enp1s0f1np1")
+    env.update(
+        PYTHONPATH=str(lib),
+        SPARKCTL_LAB_HW=str(tmp_path / "hardware.json"),
+        SPARKCTL_LAB_IP_JSON=str(tmp_path / "ip.json"),
+        SPARKCTL_LAB_MEMINFO=str(tmp_path / "meminfo"),
+        OMPI_MCA_btl_tcp_if_include="enp1s0f1np1",
+        NCCL_SOCKET_IFNAME="enp1s0f1np1",
+    )
     return env
 
 
@@ -386,10 +490,20 @@ def _program(tmp_path: Path, name: str) -> Path:
     return target
 
 
-def _run(tmp_path: Path, name: str, args: list[str], env: dict[str, str],
-         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(_program(tmp_path, name)), *args],
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
+def _run(
+    tmp_path: Path,
+    name: str,
+    args: list[str],
+    env: dict[str, str],
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(_program(tmp_path, name)), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 TABLE_ROW = re.compile(r"^\s+\d+\s+\d+\s+\w+\s+\w+\s+-?\d+\s")
@@ -406,24 +520,34 @@ def test_without_mpi_it_fails_clearly_and_prints_no_figures(tmp_path: Path) -> N
 
 def test_one_rank_run_prints_the_nccl_tests_format(tmp_path: Path) -> None:
     env = _node(tmp_path, with_stub=True)
-    proc = _run(tmp_path, "all_reduce_perf", ["-b", "1K", "-e", "64K", "-f", "4", "-n", "3"],
-                env)
+    proc = _run(tmp_path, "all_reduce_perf", ["-b", "1K", "-e", "64K", "-f", "4", "-n", "3"], env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "# nccl-tests version 2.18.3 nccl-headers=0 nccl-library=0"
-    assert lines[2] == ("# nThread 1 nGpus 1 minBytes 1024 maxBytes 65536 step: 4(factor) "
-                        "warmup iters: 1 iters: 3 agg iters: 1 validation: 1 graph: 0 unalign: 0")
+    assert lines[2] == (
+        "# nThread 1 nGpus 1 minBytes 1024 maxBytes 65536 step: 4(factor) "
+        "warmup iters: 1 iters: 3 agg iters: 1 validation: 1 graph: 0 unalign: 0"
+    )
     assert lines[3].startswith("# sparkctl lab stand-in: ") and "enp1s0f1np1" in lines[3]
-    assert re.fullmatch(r"#  Rank  0 Group  0 Pid +\d+ on +\S+ device  0 \[000f:01:00\] "
-                        r"NVIDIA GB10", lines[6])
+    assert re.fullmatch(
+        r"#  Rank  0 Group  0 Pid +\d+ on +\S+ device  0 \[000f:01:00\] "
+        r"NVIDIA GB10",
+        lines[6],
+    )
     assert lines[7:11] == HEADER_2_18_3
     rows = [line for line in lines if TABLE_ROW.match(line)]
     assert [int(r.split()[0]) for r in rows] == [1024, 4096, 16384, 65536]
     assert all(r.split()[2:5] == ["float", "sum", "-1"] for r in rows)
     assert all(r.split()[8] == "0" and r.split()[12] == "0" for r in rows)  # #wrong
     assert all(float(r.split()[7]) == 0.0 for r in rows)  # busbw: 2(n-1)/n = 0 for 1 rank
-    assert lines[-6:] == ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0 ", "#",
-                          "# Collective test concluded: all_reduce_perf", "#", ""]
+    assert lines[-6:] == [
+        "# Out of bounds values : 0 OK",
+        "# Avg bus bandwidth    : 0 ",
+        "#",
+        "# Collective test concluded: all_reduce_perf",
+        "#",
+        "",
+    ]
 
 
 def test_wrong_results_are_counted_and_fail_the_run(tmp_path: Path) -> None:
@@ -456,8 +580,9 @@ def test_second_gpu_per_node_is_invalid_like_on_a_spark(tmp_path: Path) -> None:
 def test_json_output(tmp_path: Path) -> None:
     env = _node(tmp_path, with_stub=True)
     out = tmp_path / "result.json"
-    proc = _run(tmp_path, "all_gather_perf", ["-b", "1K", "-e", "2K", "-f", "2", "-J", str(out)],
-                env)
+    proc = _run(
+        tmp_path, "all_gather_perf", ["-b", "1K", "-e", "2K", "-f", "2", "-J", str(out)], env
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"# Writing JSON output to {out}" in proc.stdout
     doc = json.loads(out.read_text())
@@ -471,8 +596,9 @@ def test_json_output(tmp_path: Path) -> None:
 def _have_mpi() -> bool:
     if shutil.which("mpirun") is None:
         return False
-    probe = subprocess.run([sys.executable, "-c", "import mpi4py"], capture_output=True,
-                           check=False)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import mpi4py"], capture_output=True, check=False
+    )
     return probe.returncode == 0
 
 
@@ -480,18 +606,50 @@ def _have_mpi() -> bool:
 def test_two_ranks_over_loopback_with_mpirun(tmp_path: Path) -> None:
     env = _node(tmp_path, with_stub=False)
     env.pop("PYTHONPATH")
-    (tmp_path / "ip.json").write_text(json.dumps([
-        {"ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]}]))
+    (tmp_path / "ip.json").write_text(
+        json.dumps(
+            [
+                {
+                    "ifname": "lo",
+                    "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}],
+                }
+            ]
+        )
+    )
     env.update(OMPI_MCA_btl_tcp_if_include="lo", NCCL_SOCKET_IFNAME="lo")
     program = _program(tmp_path, "all_reduce_perf")
-    cmd = ["mpirun", "--oversubscribe", "-np", "2", "--mca", "btl", "tcp,self",
-           "-x", "OMPI_MCA_btl_tcp_if_include", "-x", "NCCL_SOCKET_IFNAME",
-           "-x", "SPARKCTL_LAB_HW", "-x", "SPARKCTL_LAB_IP_JSON", "-x", "SPARKCTL_LAB_MEMINFO",
-           sys.executable, str(program), "-b", "64K", "-e", "256K", "-f", "2", "-n", "5"]
+    cmd = [
+        "mpirun",
+        "--oversubscribe",
+        "-np",
+        "2",
+        "--mca",
+        "btl",
+        "tcp,self",
+        "-x",
+        "OMPI_MCA_btl_tcp_if_include",
+        "-x",
+        "NCCL_SOCKET_IFNAME",
+        "-x",
+        "SPARKCTL_LAB_HW",
+        "-x",
+        "SPARKCTL_LAB_IP_JSON",
+        "-x",
+        "SPARKCTL_LAB_MEMINFO",
+        sys.executable,
+        str(program),
+        "-b",
+        "64K",
+        "-e",
+        "256K",
+        "-f",
+        "2",
+        "-n",
+        "5",
+    ]
     if os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300,
-                          check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if TABLE_ROW.match(line)]
     assert [int(r.split()[0]) for r in rows] == [65536, 131072, 262144]
@@ -501,12 +659,15 @@ def test_two_ranks_over_loopback_with_mpirun(tmp_path: Path) -> None:
 
 def test_rings_like_nccl_unless_the_launcher_chose_an_algorithm() -> None:
     extra, what = st.mpi_environment({"OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1"})
-    assert extra == {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
-                     "OMPI_MCA_coll_tuned_allreduce_algorithm": "4",
-                     "OMPI_MCA_coll_tuned_allgather_algorithm": "4",
-                     "OMPI_MCA_coll_tuned_reduce_scatter_algorithm": "3",
-                     "OMPI_MCA_mpi_yield_when_idle": "1"}
+    assert extra == {
+        "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+        "OMPI_MCA_coll_tuned_allreduce_algorithm": "4",
+        "OMPI_MCA_coll_tuned_allgather_algorithm": "4",
+        "OMPI_MCA_coll_tuned_reduce_scatter_algorithm": "3",
+        "OMPI_MCA_mpi_yield_when_idle": "1",
+    }
     assert what == "ring algorithms (as NCCL)"
-    chosen = st.mpi_environment({"OMPI_MCA_coll_tuned_allreduce_algorithm": "6",
-                                 "OMPI_MCA_mpi_yield_when_idle": "0"})
+    chosen = st.mpi_environment(
+        {"OMPI_MCA_coll_tuned_allreduce_algorithm": "6", "OMPI_MCA_mpi_yield_when_idle": "0"}
+    )
     assert chosen == ({}, "the algorithms set by OMPI_MCA_coll_tuned_*")

@@ -30,7 +30,8 @@ from tests.unit.pathload import ansible_playbook, load_file, module_command
 
 # init_plugin_loader() warns from its second call in one process (see test_inventory.py).
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
+    "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "nvidia_driver"
@@ -70,8 +71,9 @@ TITAN_450 = smi_fixture("titanxp-450.57-table.txt")
 # Spark; values as in the GB10 inventory line of tests/fixtures/nvidia-smi
 # ("0, NVIDIA GB10, 0000000F:01:00.0, 580.142, 12.1, ..."), the header as
 # nvidia-smi prints these fields' names (the lab stand-in prints the same).
-GB10_CSV = ("name, driver_version, compute_cap, pci.bus_id\n"
-            "NVIDIA GB10, 580.142, 12.1, 0000000F:01:00.0\n")
+GB10_CSV = (
+    "name, driver_version, compute_cap, pci.bus_id\nNVIDIA GB10, 580.142, 12.1, 0000000F:01:00.0\n"
+)
 
 # nvidia-smi's own words when the kernel driver is not loaded (the module sees them
 # with exit 9, as the lab's stand-in prints them): lyulyul/shine-cluster issue #50.
@@ -96,20 +98,31 @@ def test_header_gives_driver_and_cuda(text: str, driver: str, cuda: str) -> None
 
 def test_header_without_versions() -> None:
     assert TO.nvidia_smi_banner("No devices were found\n") == {
-        "smi_version": None, "driver_version": None, "cuda_version": None}
+        "smi_version": None,
+        "driver_version": None,
+        "cuda_version": None,
+    }
 
 
 def test_query_csv_one_gb10() -> None:
-    assert M.gpus_of(GB10_CSV) == [{
-        "index": 0, "name": "NVIDIA GB10", "driver_version": "580.142",
-        "compute_cap": "12.1", "pci_bus_id": "0000000F:01:00.0"}]
+    assert M.gpus_of(GB10_CSV) == [
+        {
+            "index": 0,
+            "name": "NVIDIA GB10",
+            "driver_version": "580.142",
+            "compute_cap": "12.1",
+            "pci_bus_id": "0000000F:01:00.0",
+        }
+    ]
 
 
 def test_query_csv_several_gpus_and_not_available_values() -> None:
     # Names and bus ids from the B200 node in sglang #27487.
-    text = ("name, driver_version, compute_cap, pci.bus_id\n"
-            "NVIDIA B200, 610.43.02, 10.0, 00000000:63:00.0\n"
-            "NVIDIA B200, 610.43.02, [N/A], 00000000:68:00.0\n\n")
+    text = (
+        "name, driver_version, compute_cap, pci.bus_id\n"
+        "NVIDIA B200, 610.43.02, 10.0, 00000000:63:00.0\n"
+        "NVIDIA B200, 610.43.02, [N/A], 00000000:68:00.0\n\n"
+    )
     gpus = M.gpus_of(text)
     assert [g["index"] for g in gpus] == [0, 1]
     assert [g["pci_bus_id"] for g in gpus] == ["00000000:63:00.0", "00000000:68:00.0"]
@@ -127,8 +140,10 @@ def test_query_csv_wrong_field_count_is_an_error() -> None:
 
 def test_query_csv_is_read_by_its_header_not_by_position() -> None:
     # The same GPU with the columns in another order: the same values come out.
-    text = ("pci.bus_id, compute_cap, name, driver_version\n"
-            "0000000F:01:00.0, 12.1, NVIDIA GB10, 580.142\n")
+    text = (
+        "pci.bus_id, compute_cap, name, driver_version\n"
+        "0000000F:01:00.0, 12.1, NVIDIA GB10, 580.142\n"
+    )
     assert M.gpus_of(text) == M.gpus_of(GB10_CSV)
     with pytest.raises(M.GpuInfoError, match="lacks compute_cap"):
         M.gpus_of("name, driver_version, pci.bus_id\nNVIDIA GB10, 580.142, 0000000F:01:00.0\n")
@@ -152,8 +167,11 @@ def test_gpu_info_on_a_spark() -> None:
     smi = FakeSmi((0, GB10_CSV, ""), (0, GB10_580_126, ""))
     info = M.gpu_info("/usr/bin/nvidia-smi", "spark1", smi)
     assert smi.calls == [
-        ["/usr/bin/nvidia-smi", "--query-gpu=name,driver_version,compute_cap,pci.bus_id",
-         "--format=csv"],
+        [
+            "/usr/bin/nvidia-smi",
+            "--query-gpu=name,driver_version,compute_cap,pci.bus_id",
+            "--format=csv",
+        ],
         ["/usr/bin/nvidia-smi"],
     ]
     assert info["gpu_count"] == 1
@@ -174,7 +192,8 @@ def test_gpu_info_driver_not_loaded() -> None:
     assert str(info.value) == (
         "no GPU answers on spark3: NVIDIA-SMI has failed because it couldn't communicate "
         "with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and "
-        "running. (nvidia-smi exit 9)")
+        "running. (nvidia-smi exit 9)"
+    )
 
 
 def test_gpu_info_error_text_from_stderr_when_stdout_is_empty() -> None:
@@ -196,8 +215,7 @@ def test_gpu_info_header_without_cuda_version() -> None:
 
 
 def test_gpu_info_no_gpu_listed_is_returned_for_verify_to_judge() -> None:
-    info = M.gpu_info("/usr/bin/nvidia-smi", "spark1",
-                      FakeSmi((0, "", ""), (0, GB10_580_95, "")))
+    info = M.gpu_info("/usr/bin/nvidia-smi", "spark1", FakeSmi((0, "", ""), (0, GB10_580_95, "")))
     assert info["gpu_count"] == 0
     assert info["driver_version"] == "580.95.05"  # from the header then
 
@@ -222,18 +240,31 @@ def run_module(tmp_path: Path, hw: dict[str, Any] | None, **args: Any) -> dict[s
         hw_path.write_text(json.dumps(hw))
     argfile = tmp_path / "args.json"
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = dict(os.environ, SPARKCTL_LAB_HW=str(hw_path), SPARKCTL_LAB_SYSFS=str(tmp_path),
-               PATH=f"{smi.parent}:/usr/bin:/bin")
-    proc = subprocess.run(module_command(MODULE_PATH, str(argfile)),
-                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    env = dict(
+        os.environ,
+        SPARKCTL_LAB_HW=str(hw_path),
+        SPARKCTL_LAB_SYSFS=str(tmp_path),
+        PATH=f"{smi.parent}:/usr/bin:/bin",
+    )
+    proc = subprocess.run(
+        module_command(MODULE_PATH, str(argfile)),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     result: dict[str, Any] = json.loads(proc.stdout)
     assert (proc.returncode != 0) == bool(result.get("failed")), proc.stderr
     return result
 
 
 HW = {
-    "gpu_present": True, "gpu_name": "NVIDIA GB10", "driver_version": "580.95.05",
-    "cuda_version": "13.0", "gpu_uuid": "GPU-00000000-1111-2222-3333-444444444444",
+    "gpu_present": True,
+    "gpu_name": "NVIDIA GB10",
+    "driver_version": "580.95.05",
+    "cuda_version": "13.0",
+    "gpu_uuid": "GPU-00000000-1111-2222-3333-444444444444",
     "pci_bus_id": "0000000F:01:00.0",
 }
 
@@ -241,9 +272,15 @@ HW = {
 def test_module_against_the_lab_standin(tmp_path: Path) -> None:
     result = run_module(tmp_path, HW, node_name="spark1")
     assert result["changed"] is False
-    assert result["gpus"] == [{
-        "index": 0, "name": "NVIDIA GB10", "driver_version": "580.95.05",
-        "compute_cap": "12.1", "pci_bus_id": "0000000F:01:00.0"}]
+    assert result["gpus"] == [
+        {
+            "index": 0,
+            "name": "NVIDIA GB10",
+            "driver_version": "580.95.05",
+            "compute_cap": "12.1",
+            "pci_bus_id": "0000000F:01:00.0",
+        }
+    ]
     assert (result["driver_version"], result["cuda_version"]) == ("580.95.05", "13.0")
     assert result["nvidia_smi"] == str(tmp_path / "bin" / "nvidia-smi")  # found on PATH
 
@@ -254,12 +291,14 @@ def test_module_when_the_gpu_does_not_answer(tmp_path: Path) -> None:
     assert result["msg"] == (
         "no GPU answers on spark3: NVIDIA-SMI has failed because it couldn't communicate "
         "with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and "
-        "running. (nvidia-smi exit 9)")
+        "running. (nvidia-smi exit 9)"
+    )
 
 
 def test_module_with_a_missing_nvidia_smi(tmp_path: Path) -> None:
-    result = run_module(tmp_path, HW, nvidia_smi=str(tmp_path / "nowhere" / "nvidia-smi"),
-                        node_name="spark2")
+    result = run_module(
+        tmp_path, HW, nvidia_smi=str(tmp_path / "nowhere" / "nvidia-smi"), node_name="spark2"
+    )
     assert result["failed"] is True
     assert result["msg"].startswith(f"cannot run {tmp_path}/nowhere/nvidia-smi on spark2: ")
 
@@ -269,11 +308,17 @@ def test_module_without_nvidia_smi_anywhere(tmp_path: Path) -> None:
         pytest.skip("this machine has a real nvidia-smi")
     argfile = tmp_path / "args.json"
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"node_name": "spark2"}}))
-    proc = subprocess.run(module_command(MODULE_PATH, str(argfile)), capture_output=True,
-                          text=True, env=dict(os.environ, PATH="/usr/bin:/bin"), timeout=60,
-                          check=False)
+    proc = subprocess.run(
+        module_command(MODULE_PATH, str(argfile)),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PATH="/usr/bin:/bin"),
+        timeout=60,
+        check=False,
+    )
     assert json.loads(proc.stdout)["msg"].startswith(
-        "nvidia-smi not found on spark2: the NVIDIA driver is not installed")
+        "nvidia-smi not found on spark2: the NVIDIA driver is not installed"
+    )
 
 
 def test_module_through_ansible_reads_with_the_shared_parser(tmp_path: Path) -> None:
@@ -287,17 +332,40 @@ def test_module_through_ansible_reads_with_the_shared_parser(tmp_path: Path) -> 
     smi.chmod(0o755)
     (tmp_path / "hardware.json").write_text(json.dumps(HW))
     (tmp_path / "ansible.cfg").write_text("[defaults]\n")
-    env = dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"),
-               ANSIBLE_LIBRARY=str(ROLE / "library"),
-               ANSIBLE_MODULE_UTILS=str(ROLE.parent / "cluster_defaults" / "module_utils"),
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOME=str(tmp_path / "home"),
-               SPARKCTL_LAB_HW=str(tmp_path / "hardware.json"), SPARKCTL_LAB_SYSFS=str(tmp_path),
-               PATH=f"{smi.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-    proc = subprocess.run([str(adhoc), "localhost", "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}",
-                           "-m", "nvidia_gpu_info", "-a", "node_name=spark1"],
-                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"),
+        ANSIBLE_LIBRARY=str(ROLE / "library"),
+        ANSIBLE_MODULE_UTILS=str(ROLE.parent / "cluster_defaults" / "module_utils"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="json",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+        ANSIBLE_HOME=str(tmp_path / "home"),
+        SPARKCTL_LAB_HW=str(tmp_path / "hardware.json"),
+        SPARKCTL_LAB_SYSFS=str(tmp_path),
+        PATH=f"{smi.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+    )
+    proc = subprocess.run(
+        [
+            str(adhoc),
+            "localhost",
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-m",
+            "nvidia_gpu_info",
+            "-a",
+            "node_name=spark1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert result["gpus"][0]["name"] == "NVIDIA GB10"
@@ -334,8 +402,7 @@ def test_defaults_are_what_the_cluster_needs() -> None:
 
 
 def test_internal_vars_are_underscored() -> None:
-    assert all(name.startswith("_nvidia_driver_")
-               for name in yaml_file(ROLE / "vars" / "main.yml"))
+    assert all(name.startswith("_nvidia_driver_") for name in yaml_file(ROLE / "vars" / "main.yml"))
 
 
 def test_role_depends_on_cluster_defaults() -> None:
@@ -386,9 +453,14 @@ FIXTURES = ROOT / "tests" / "fixtures"
 def render(*cases: tuple[str, dict[str, Any]]) -> list[Any]:
     """Each (expression, extra variables) templated with the role's defaults and vars."""
     payload = json.dumps([[expr, {**DEFAULTS, **VARS, **extra}] for expr, extra in cases])
-    proc = subprocess.run([sys.executable, "-c", _RENDER, str(ROLE / "filter_plugins")],
-                          input=payload, capture_output=True, text=True, timeout=120,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", _RENDER, str(ROLE / "filter_plugins")],
+        input=payload,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     result: list[Any] = json.loads(proc.stdout)
     return result
@@ -414,8 +486,9 @@ def name_version_pairs(text: str) -> dict[str, str]:
 UBUNTU_580 = dpkg_l_names(fixture("dpkg", "ubuntu-24.04-580.95.05-dpkg-l.txt"))
 SPARK_BASELINE = name_version_pairs(fixture("dpkg", "dgx-spark-package-baseline.txt"))
 SPARK_MOVE_1014 = name_version_pairs(fixture("dpkg", "dgx-spark-apt-get-install-1014.txt"))
-SPARK_UNMET = re.findall(r"^ (\S+) +: Depends: (\S+)",
-                         fixture("dpkg", "dgx-spark-apt-unmet-depends.txt"), re.M)
+SPARK_UNMET = re.findall(
+    r"^ (\S+) +: Depends: (\S+)", fixture("dpkg", "dgx-spark-apt-unmet-depends.txt"), re.M
+)
 
 
 def hold_set(**extra: Any) -> list[str]:
@@ -425,24 +498,35 @@ def hold_set(**extra: Any) -> list[str]:
 
 def hold_matches(names: list[str], **extra: Any) -> list[str]:
     """What configure would hold: names matching _nvidia_driver_hold_regex (Jinja's `match`)."""
-    (matched,) = render(("{{ names | select('match', _nvidia_driver_hold_regex) | sort }}",
-                         {"names": names, **extra}))
+    (matched,) = render(
+        (
+            "{{ names | select('match', _nvidia_driver_hold_regex) | sort }}",
+            {"names": names, **extra},
+        )
+    )
     return list(matched)
 
 
 def test_the_hold_set_is_the_driver_and_the_kernel_with_its_modules() -> None:
     patterns = hold_set()
-    assert patterns[:len(DEFAULTS["nvidia_driver_hold_packages"])] == \
-        DEFAULTS["nvidia_driver_hold_packages"]
-    assert patterns[len(DEFAULTS["nvidia_driver_hold_packages"]):] == [
-        "linux-nvidia-hwe-24.04", "linux-image-nvidia-hwe-24.04",
-        "linux-headers-nvidia-hwe-24.04", "linux-tools-nvidia-hwe-24.04",
-        "linux-modules-nvidia-fs-nvidia-hwe-24.04", "linux-modules-nvidia-580-open-*"]
+    assert (
+        patterns[: len(DEFAULTS["nvidia_driver_hold_packages"])]
+        == DEFAULTS["nvidia_driver_hold_packages"]
+    )
+    assert patterns[len(DEFAULTS["nvidia_driver_hold_packages"]) :] == [
+        "linux-nvidia-hwe-24.04",
+        "linux-image-nvidia-hwe-24.04",
+        "linux-headers-nvidia-hwe-24.04",
+        "linux-tools-nvidia-hwe-24.04",
+        "linux-modules-nvidia-fs-nvidia-hwe-24.04",
+        "linux-modules-nvidia-580-open-*",
+    ]
 
 
 def test_the_hold_set_follows_branch_and_flavour() -> None:
-    patterns = hold_set(nvidia_driver_branch="590",
-                        nvidia_driver_kernel_flavour="generic-hwe-24.04")
+    patterns = hold_set(
+        nvidia_driver_branch="590", nvidia_driver_kernel_flavour="generic-hwe-24.04"
+    )
     assert "linux-modules-nvidia-590-open-*" in patterns
     assert "linux-image-generic-hwe-24.04" in patterns
     assert not [p for p in patterns if "580" in p or "nvidia-hwe" in p]
@@ -454,9 +538,16 @@ def test_every_package_that_moves_a_spark_kernel_or_driver_is_held() -> None:
     # report: all in the hold set (dgx-spark-ota-update-meta aside).
     moved = [n for n in SPARK_MOVE_1014 if n != "dgx-spark-ota-update-meta"]
     stranded = [pkg for pkg, _ in SPARK_UNMET] + [dep for _, dep in SPARK_UNMET]
-    names = sorted(set(moved) | {"linux-nvidia-hwe-24.04", "linux-image-nvidia-hwe-24.04",
-                                 "linux-modules-nvidia-580-open-nvidia-hwe-24.04",
-                                 "nvidia-driver-580-open"} | set(stranded))
+    names = sorted(
+        set(moved)
+        | {
+            "linux-nvidia-hwe-24.04",
+            "linux-image-nvidia-hwe-24.04",
+            "linux-modules-nvidia-580-open-nvidia-hwe-24.04",
+            "nvidia-driver-580-open",
+        }
+        | set(stranded)
+    )
     assert hold_matches(names) == names
     assert "linux-modules-nvidia-580-open-6.17.0-1014-nvidia" in names
     assert "nvidia-kernel-common-580" in names
@@ -465,8 +556,16 @@ def test_every_package_that_moves_a_spark_kernel_or_driver_is_held() -> None:
 def test_the_rest_of_a_spark_is_not_held() -> None:
     others = [n for n in SPARK_BASELINE if not n.startswith(("linux-", "nvidia-"))]
     assert others == ["dgx-dashboard", "dgx-oobe", "fwupd", "tailscale"]
-    kept = [*others, "dgx-spark-ota-update-meta", "linux-firmware", "gcc-13", "libnccl2-dbg",
-            "nvidia-container-toolkit", "linux-image-6.17.0-1014-nvidia", "openssh-server"]
+    kept = [
+        *others,
+        "dgx-spark-ota-update-meta",
+        "linux-firmware",
+        "gcc-13",
+        "libnccl2-dbg",
+        "nvidia-container-toolkit",
+        "linux-image-6.17.0-1014-nvidia",
+        "openssh-server",
+    ]
     assert hold_matches(kept) == []
 
 
@@ -474,23 +573,36 @@ def test_on_ubuntu_580_the_driver_and_its_modules_are_held_and_other_nvidia_tool
     # The generic-hwe flavour of plain Ubuntu, set as a site would.
     held = hold_matches(UBUNTU_580, nvidia_driver_kernel_flavour="generic-hwe-24.04")
     assert set(UBUNTU_580) - set(held) == {
-        "nsight-compute-2025.4.0", "nvidia-prime", "nvidia-settings", "screen-resolution-extra"}
-    assert {"linux-modules-nvidia-580-open-6.14.0-37-generic",
-            "linux-modules-nvidia-580-open-generic-hwe-24.04", "nvidia-kernel-common-580",
-            "nvidia-driver-580-open", "libnvidia-compute-580"} <= set(held)
+        "nsight-compute-2025.4.0",
+        "nvidia-prime",
+        "nvidia-settings",
+        "screen-resolution-extra",
+    }
+    assert {
+        "linux-modules-nvidia-580-open-6.14.0-37-generic",
+        "linux-modules-nvidia-580-open-generic-hwe-24.04",
+        "nvidia-kernel-common-580",
+        "nvidia-driver-580-open",
+        "libnvidia-compute-580",
+    } <= set(held)
 
 
 def test_patterns_are_globs_not_regexes() -> None:
     names = ["less", "lesspipe", "g++-12", "g++-13", "gxx-12", "libfoo.so", "libfooxso"]
     assert FILTERS.nvidia_hold_select(names, ["les?", "g++-1?", "lib*.so"]) == [
-        "g++-12", "g++-13", "less", "libfoo.so"]
+        "g++-12",
+        "g++-13",
+        "less",
+        "libfoo.so",
+    ]
     assert FILTERS.nvidia_hold_select(names, ["nothing-*"]) == []
     assert FILTERS.nvidia_hold_regex("linux-nvidia-hwe-24.04") == "^linux-nvidia-hwe-24[.]04$"
     assert "\\" not in "".join(FILTERS.nvidia_hold_regex(p) for p in hold_set())
 
 
-@pytest.mark.parametrize("bad", ['nvidia-"; };', "nvidia driver", "Nvidia-*", "-x", "a",
-                                 "nvidia-$", "nvidia\\-"])
+@pytest.mark.parametrize(
+    "bad", ['nvidia-"; };', "nvidia driver", "Nvidia-*", "-x", "a", "nvidia-$", "nvidia\\-"]
+)
 def test_what_is_not_a_package_name_never_reaches_a_file(bad: str) -> None:
     assert FILTERS.nvidia_hold_pattern_problems([bad, "libnccl2"]) == [repr(bad)]
     with pytest.raises(ValueError, match="is not a package name pattern"):
@@ -499,8 +611,8 @@ def test_what_is_not_a_package_name_never_reaches_a_file(bad: str) -> None:
 
 def blacklist_entries(text: str) -> list[str]:
     """The quoted entries of the Package-Blacklist block, as apt-config would list them."""
-    block = text[text.index("Unattended-Upgrade::Package-Blacklist {"):]
-    return re.findall(r'^\s+"([^"]*)";$', block[:block.index("};")], re.M)
+    block = text[text.index("Unattended-Upgrade::Package-Blacklist {") :]
+    return re.findall(r'^\s+"([^"]*)";$', block[: block.index("};")], re.M)
 
 
 def rendered_blacklist(**extra: Any) -> str:
@@ -513,18 +625,32 @@ def test_unattended_upgrades_blacklist_is_the_hold_set() -> None:
     text = rendered_blacklist()
     entries = blacklist_entries(text)
     assert entries == [FILTERS.nvidia_hold_regex(p) for p in hold_set()]
-    assert all(line.startswith("//") for line in text.splitlines()
-               if line.strip() and "Package-Blacklist" not in line and line.strip() != "};"
-               and not line.startswith("    \""))
+    assert all(
+        line.startswith("//")
+        for line in text.splitlines()
+        if line.strip()
+        and "Package-Blacklist" not in line
+        and line.strip() != "};"
+        and not line.startswith('    "')
+    )
 
 
 def test_the_blacklist_read_as_unattended_upgrades_reads_it_selects_what_dpkg_holds() -> None:
     # unattended-upgrades matches each entry with Python's re.match (from the
     # start of the name); the hold uses Jinja's `match` on the joined regex.
     entries = blacklist_entries(rendered_blacklist())
-    names = sorted({*UBUNTU_580, *SPARK_BASELINE, *SPARK_MOVE_1014,
-                    *(p for p, _ in SPARK_UNMET), "libnccl2-dbg", "cuda-toolkit-13-0",
-                    "linux-modules-nvidia-580-open-6.17.0-1029-nvidia", "libc6"})
+    names = sorted(
+        {
+            *UBUNTU_580,
+            *SPARK_BASELINE,
+            *SPARK_MOVE_1014,
+            *(p for p, _ in SPARK_UNMET),
+            "libnccl2-dbg",
+            "cuda-toolkit-13-0",
+            "linux-modules-nvidia-580-open-6.17.0-1029-nvidia",
+            "libc6",
+        }
+    )
     by_blacklist = sorted(n for n in names if any(re.match(e, n) for e in entries))
     assert by_blacklist == hold_matches(names)
     assert "libnccl2-dbg" not in by_blacklist  # the $ of "libnccl2$"
@@ -547,7 +673,8 @@ def test_playbook_runs_preflight_first_then_the_role_on_the_sparks() -> None:
 def test_render_playbook_renders_this_role() -> None:
     tasks = yaml_file(ROOT / "playbooks" / "render.yml")[1]["tasks"]
     assert {"name": "nvidia_driver", "tasks_from": "render.yml"} in [
-        t["ansible.builtin.include_role"] for t in tasks]
+        t["ansible.builtin.include_role"] for t in tasks
+    ]
 
 
 def test_module_documentation_is_valid_yaml() -> None:
@@ -555,12 +682,18 @@ def test_module_documentation_is_valid_yaml() -> None:
     assert doc["module"] == "nvidia_gpu_info"
     assert set(doc["options"]) == {"nvidia_smi", "node_name"}
     assert set(yaml.safe_load(M.RETURN)) == {
-        "gpus", "gpu_count", "driver_version", "cuda_version", "nvidia_smi"}
+        "gpus",
+        "gpu_count",
+        "driver_version",
+        "cuda_version",
+        "nvidia_smi",
+    }
 
 
 # --------------------------------------------------- the hardware profiles
 PROFILES = yaml_file(ROOT / "roles" / "cluster_defaults" / "vars" / "main.yml")[
-    "_cluster_defaults_hw_profiles"]
+    "_cluster_defaults_hw_profiles"
+]
 
 
 def test_a_spark_is_compute_capability_12_1_with_cuda_and_its_own_kernel() -> None:
@@ -604,14 +737,17 @@ def test_modinfo_of_a_spark() -> None:
     assert TO.modinfo(GB10_MODINFO) == {
         "filename": "/lib/modules/6.17.0-1014-nvidia/kernel/nvidia-580-open/nvidia.ko",
         "version": "580.142",
-        "vermagic": "6.17.0-1014-nvidia SMP preempt mod_unload modversions aarch64"}
+        "vermagic": "6.17.0-1014-nvidia SMP preempt mod_unload modversions aarch64",
+    }
     fields = TO.modinfo(fixture("modinfo", "rtx2080-580.126.09-6.17.0-22-generic.txt"))
     assert (fields["version"], fields["srcversion"]) == ("580.126.09", "43ECDFFFD2238CDC4017DFE")
 
 
 def test_uname_of_a_spark() -> None:
-    assert TO.uname_release(fixture("uname", "gb10-dgx-os-6.17.0-1014-nvidia.txt")) == \
-        "6.17.0-1014-nvidia"
+    assert (
+        TO.uname_release(fixture("uname", "gb10-dgx-os-6.17.0-1014-nvidia.txt"))
+        == "6.17.0-1014-nvidia"
+    )
     with pytest.raises(TO.ToolOutputError):
         TO.uname_release("Linux spark1 6.17.0-1014-nvidia\n")
 
@@ -622,27 +758,41 @@ def test_grub_menu_of_dgx_os() -> None:
     assert [(i.kind, i.title, i.kernel) for i in menu.items] == [
         ("menuentry", "DGX OS GNU/Linux", "6.17.0-1029-nvidia"),
         ("submenu", "Advanced options for DGX OS GNU/Linux", None),
-        ("menuentry", "UEFI Firmware Settings", None)]
-    assert [i.kernel for i in menu.items[1].items] == ["6.17.0-1029-nvidia"] * 2 + \
-        ["6.17.0-1014-nvidia"] * 2
+        ("menuentry", "UEFI Firmware Settings", None),
+    ]
+    assert [i.kernel for i in menu.items[1].items] == ["6.17.0-1029-nvidia"] * 2 + [
+        "6.17.0-1014-nvidia"
+    ] * 2
     assert KM.menu_path_of(menu, "6.17.0-1014-nvidia") == (
-        "Advanced options for DGX OS GNU/Linux>DGX OS GNU/Linux, with Linux 6.17.0-1014-nvidia")
+        "Advanced options for DGX OS GNU/Linux>DGX OS GNU/Linux, with Linux 6.17.0-1014-nvidia"
+    )
 
 
-@pytest.mark.parametrize(("grubenv", "cfg_default", "kernel", "why"), [
-    ("grubenv-empty", None, "6.17.0-1029-nvidia", 'set default="0"'),
-    ("grubenv-saved-1014", "${saved_entry}", "6.17.0-1014-nvidia", "GRUB_DEFAULT=saved"),
-    ("grubenv-empty", "${saved_entry}", "6.17.0-1029-nvidia", "saved_entry="),
-    ("grubenv-next-1014", None, "6.17.0-1014-nvidia", "grub-reboot"),
-    ("grubenv-empty", "1>2", "6.17.0-1014-nvidia", 'set default="1>2"'),
-    ("grubenv-empty", "Advanced options for DGX OS GNU/Linux>"
-     "DGX OS GNU/Linux, with Linux 6.17.0-1014-nvidia", "6.17.0-1014-nvidia", "set default"),
-    ("grubenv-empty", "gnulinux-gone", "6.17.0-1029-nvidia", "falls back to the first entry"),
-])
-def test_the_kernel_grub_boots_next(grubenv: str, cfg_default: str | None, kernel: str,
-                                    why: str) -> None:
-    cfg = GRUB_CFG if cfg_default is None else GRUB_CFG.replace(
-        'set default="0"', f'set default="{cfg_default}"')
+@pytest.mark.parametrize(
+    ("grubenv", "cfg_default", "kernel", "why"),
+    [
+        ("grubenv-empty", None, "6.17.0-1029-nvidia", 'set default="0"'),
+        ("grubenv-saved-1014", "${saved_entry}", "6.17.0-1014-nvidia", "GRUB_DEFAULT=saved"),
+        ("grubenv-empty", "${saved_entry}", "6.17.0-1029-nvidia", "saved_entry="),
+        ("grubenv-next-1014", None, "6.17.0-1014-nvidia", "grub-reboot"),
+        ("grubenv-empty", "1>2", "6.17.0-1014-nvidia", 'set default="1>2"'),
+        (
+            "grubenv-empty",
+            "Advanced options for DGX OS GNU/Linux>DGX OS GNU/Linux, with Linux 6.17.0-1014-nvidia",
+            "6.17.0-1014-nvidia",
+            "set default",
+        ),
+        ("grubenv-empty", "gnulinux-gone", "6.17.0-1029-nvidia", "falls back to the first entry"),
+    ],
+)
+def test_the_kernel_grub_boots_next(
+    grubenv: str, cfg_default: str | None, kernel: str, why: str
+) -> None:
+    cfg = (
+        GRUB_CFG
+        if cfg_default is None
+        else GRUB_CFG.replace('set default="0"', f'set default="{cfg_default}"')
+    )
     found, source = KM.boot_kernel_from_grub(cfg, fixture("grub", grubenv))
     assert found == kernel
     assert why in source
@@ -654,8 +804,10 @@ def test_a_default_that_boots_no_linux() -> None:
 
 
 def test_the_vmlinuz_symlink_when_there_is_no_grub() -> None:
-    assert KM.boot_kernel_from_link("vmlinuz-6.17.0-1014-nvidia", "/boot/vmlinuz")[0] == \
-        "6.17.0-1014-nvidia"
+    assert (
+        KM.boot_kernel_from_link("vmlinuz-6.17.0-1014-nvidia", "/boot/vmlinuz")[0]
+        == "6.17.0-1014-nvidia"
+    )
 
 
 class FakeNode:
@@ -676,13 +828,22 @@ class FakeNode:
 
 def findings(node: FakeNode, driver: str | None, grubenv: str = "grubenv-empty") -> Any:
     """The module's findings; a saved entry counts as GRUB_DEFAULT=saved."""
-    cfg = GRUB_CFG if "saved" not in grubenv else GRUB_CFG.replace(
-        'set default="0"', 'set default="${saved_entry}"')
+    cfg = (
+        GRUB_CFG
+        if "saved" not in grubenv
+        else GRUB_CFG.replace('set default="0"', 'set default="${saved_entry}"')
+    )
     boot = KM.boot_kernel_from_grub(cfg, fixture("grub", grubenv))
     return KM.kernel_modules(
-        node="spark2", driver_package="nvidia-kernel-common-580", driver_version=driver,
-        prefix=PREFIX, boot=(*boot, KM.parse_grub_cfg(cfg)), uname="/usr/bin/uname",
-        modinfo="/usr/sbin/modinfo", run=node)
+        node="spark2",
+        driver_package="nvidia-kernel-common-580",
+        driver_version=driver,
+        prefix=PREFIX,
+        boot=(*boot, KM.parse_grub_cfg(cfg)),
+        uname="/usr/bin/uname",
+        modinfo="/usr/sbin/modinfo",
+        run=node,
+    )
 
 
 def test_healthy_spark_running_and_booting_1014() -> None:
@@ -690,8 +851,10 @@ def test_healthy_spark_running_and_booting_1014() -> None:
     result = findings(node, "580.142-0ubuntu0.24.04.1", "grubenv-saved-1014").result()
     assert result["problems"] == []
     assert (result["running_kernel"], result["boot_kernel"]) == ("6.17.0-1014-nvidia",) * 2
-    assert node.calls == [["/usr/bin/uname", "-r"],
-                          ["/usr/sbin/modinfo", "-k", "6.17.0-1014-nvidia", "nvidia"]]
+    assert node.calls == [
+        ["/usr/bin/uname", "-r"],
+        ["/usr/sbin/modinfo", "-k", "6.17.0-1014-nvidia", "nvidia"],
+    ]
 
 
 def test_kernel_upgraded_without_its_module_fails_before_the_reboot() -> None:
@@ -702,17 +865,21 @@ def test_kernel_upgraded_without_its_module_fails_before_the_reboot() -> None:
         "spark2: the kernel it boots next (GRUB default entry 'DGX OS GNU/Linux' "
         '(/boot/grub/grub.cfg, set default="0")), 6.17.0-1029-nvidia, has no nvidia module '
         "(modinfo: modinfo: ERROR: Module nvidia not found.), but driver 580.142 is installed "
-        "(nvidia-kernel-common-580); ")
+        "(nvidia-kernel-common-580); "
+    )
     assert "`sudo apt-get install linux-modules-nvidia-580-open-6.17.0-1029-nvidia`" in problem
-    assert ("`sudo grub-set-default 'Advanced options for DGX OS GNU/Linux>DGX OS GNU/Linux, "
-            "with Linux 6.17.0-1014-nvidia'`") in problem
+    assert (
+        "`sudo grub-set-default 'Advanced options for DGX OS GNU/Linux>DGX OS GNU/Linux, "
+        "with Linux 6.17.0-1014-nvidia'`"
+    ) in problem
 
 
 def test_booted_into_a_kernel_without_the_module() -> None:
     node = FakeNode("6.17.0-1029-nvidia", {"6.17.0-1014-nvidia": GB10_MODINFO})
     (problem,) = findings(node, "580.142-0ubuntu0.24.04.1").problems()
     assert problem.startswith(
-        "spark2: the running kernel, 6.17.0-1029-nvidia, has no nvidia module")
+        "spark2: the running kernel, 6.17.0-1029-nvidia, has no nvidia module"
+    )
     assert "keep booting" not in problem
 
 
@@ -720,9 +887,11 @@ def test_module_of_another_driver_version() -> None:
     # The module package moved to 580.142, the driver stayed at 580.95.05.
     node = FakeNode("6.17.0-1014-nvidia", {"6.17.0-1014-nvidia": GB10_MODINFO})
     (problem,) = findings(node, "580.95.05-0ubuntu0.24.04.2", "grubenv-saved-1014").problems()
-    assert ("the running kernel, 6.17.0-1014-nvidia, has nvidia module 580.142 "
-            "(/lib/modules/6.17.0-1014-nvidia/kernel/nvidia-580-open/nvidia.ko), but driver "
-            "580.95.05 is installed") in problem
+    assert (
+        "the running kernel, 6.17.0-1014-nvidia, has nvidia module 580.142 "
+        "(/lib/modules/6.17.0-1014-nvidia/kernel/nvidia-580-open/nvidia.ko), but driver "
+        "580.95.05 is installed"
+    ) in problem
 
 
 def test_no_driver_package_installed() -> None:
@@ -732,31 +901,46 @@ def test_no_driver_package_installed() -> None:
 
 
 def test_no_boot_kernel_to_be_found_is_a_problem(tmp_path: Path) -> None:
-    boot = KM.find_boot_kernel(str(tmp_path / "grub.cfg"), str(tmp_path / "grubenv"),
-                               [str(tmp_path / "vmlinuz")])
+    boot = KM.find_boot_kernel(
+        str(tmp_path / "grub.cfg"), str(tmp_path / "grubenv"), [str(tmp_path / "vmlinuz")]
+    )
     assert boot[0] is None
     node = FakeNode("6.17.0-1014-nvidia", {"6.17.0-1014-nvidia": GB10_MODINFO})
-    result = KM.kernel_modules(node="spark1", driver_package="nvidia-kernel-common-580",
-                               driver_version="580.142-0ubuntu0.24.04.1", prefix=PREFIX,
-                               boot=boot, uname="/usr/bin/uname", modinfo="/usr/sbin/modinfo",
-                               run=node)
+    result = KM.kernel_modules(
+        node="spark1",
+        driver_package="nvidia-kernel-common-580",
+        driver_version="580.142-0ubuntu0.24.04.1",
+        prefix=PREFIX,
+        boot=boot,
+        uname="/usr/bin/uname",
+        modinfo="/usr/sbin/modinfo",
+        run=node,
+    )
     (problem,) = result.problems()
     assert problem.startswith("spark1: cannot tell which kernel boots next (no ")
 
 
 def test_find_boot_kernel_reads_the_symlink(tmp_path: Path) -> None:
     (tmp_path / "vmlinuz").symlink_to("vmlinuz-6.17.0-1014-nvidia")
-    kernel, why, menu = KM.find_boot_kernel(str(tmp_path / "grub.cfg"), str(tmp_path / "env"),
-                                            [str(tmp_path / "vmlinuz")])
+    kernel, why, menu = KM.find_boot_kernel(
+        str(tmp_path / "grub.cfg"), str(tmp_path / "env"), [str(tmp_path / "vmlinuz")]
+    )
     assert (kernel, menu) == ("6.17.0-1014-nvidia", None)
     assert why.endswith("-> vmlinuz-6.17.0-1014-nvidia")
 
 
 def test_without_modinfo_the_module_says_so() -> None:
     with pytest.raises(KM.KernelModuleError, match=r"^spark1: modinfo \(kmod\) not found"):
-        KM.kernel_modules(node="spark1", driver_package="p", driver_version="1", prefix=PREFIX,
-                          boot=(None, "", None), uname="/usr/bin/uname", modinfo=None,
-                          run=FakeNode("x", {}))
+        KM.kernel_modules(
+            node="spark1",
+            driver_package="p",
+            driver_version="1",
+            prefix=PREFIX,
+            boot=(None, "", None),
+            uname="/usr/bin/uname",
+            modinfo=None,
+            run=FakeNode("x", {}),
+        )
 
 
 # ------------------------------------------------------ nvidia_nvcc_info
@@ -785,7 +969,9 @@ def test_nvcc_of_cuda_12_cannot_build_for_a_spark() -> None:
     code = TO.nvcc_targets(NVCC_ANSWERS["--list-gpu-code"].replace("sm_121\n", ""))
     assert PROFILES["dgx_spark"]["cuda_arch"] not in code
     assert TO.nvcc_version("Cuda compilation tools, release 12.8, V12.8.93") == {
-        "release": "12.8", "version": "12.8.93"}
+        "release": "12.8",
+        "version": "12.8.93",
+    }
 
 
 def test_nvcc_missing_or_failing() -> None:
@@ -802,10 +988,26 @@ def test_nvcc_missing_or_failing() -> None:
 
 def test_new_module_documentation_is_valid_yaml() -> None:
     for module, options, returns in (
-        (KM, {"driver_version", "driver_package", "modules_package_prefix", "grub_cfg",
-              "grubenv", "vmlinuz_links", "node_name"},
-         {"driver_version", "running_kernel", "boot_kernel", "boot_source", "modules",
-          "problems"}),
+        (
+            KM,
+            {
+                "driver_version",
+                "driver_package",
+                "modules_package_prefix",
+                "grub_cfg",
+                "grubenv",
+                "vmlinuz_links",
+                "node_name",
+            },
+            {
+                "driver_version",
+                "running_kernel",
+                "boot_kernel",
+                "boot_source",
+                "modules",
+                "problems",
+            },
+        ),
         (NV, {"nvcc", "node_name"}, {"release", "version", "gpu_arch", "gpu_code"}),
     ):
         doc = yaml.safe_load(textwrap.dedent(module.DOCUMENTATION))

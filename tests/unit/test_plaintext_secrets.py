@@ -33,24 +33,39 @@ VAULT_PASSWORD = "test-only-vault-password"  # noqa: S105 - test data
 def _vaulted(tmp_path: Path, name: str, value: str) -> str:
     pw = tmp_path / "vault-pw"
     pw.write_text(VAULT_PASSWORD)
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-vault"), "encrypt_string",
-                           "--vault-password-file", str(pw), "--name", name, value],
-                          capture_output=True, text=True, check=True, timeout=120)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-vault"),
+            "encrypt_string",
+            "--vault-password-file",
+            str(pw),
+            "--name",
+            name,
+            value,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     return proc.stdout
 
 
 @pytest.fixture(scope="module")
-def plaintext_site(tmp_path_factory: pytest.TempPathFactory,
-                   ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def plaintext_site(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
     tmp_path = tmp_path_factory.mktemp("plaintext")
     path = _unreachable_copy(tmp_path)
     (tmp_path / "group_vars" / "sim" / "zz_secret.yml").write_text(
-        f"model_cache_hf_token: {PLAIN}\n")
+        f"model_cache_hf_token: {PLAIN}\n"
+    )
     return path, _ansible_playbook(tmp_path, path, "site.yml")
 
 
 def test_inventory_check_refuses_it_without_echoing_it(
-        plaintext_site: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    plaintext_site: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     path, _ = plaintext_site
     with pytest.raises(SparkctlError) as info:
         inventory.validate(path)
@@ -62,7 +77,8 @@ def test_inventory_check_refuses_it_without_echoing_it(
 
 
 def test_the_preflight_play_refuses_it_without_echoing_it(
-        plaintext_site: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    plaintext_site: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     path, proc = plaintext_site
     assert proc.returncode == 2, proc.stdout[-3000:]
     message = str(_failures(proc.stdout)[0][1]["msg"])
@@ -72,14 +88,16 @@ def test_the_preflight_play_refuses_it_without_echoing_it(
     _assert_no_host_contacted(path.parent, proc)
 
 
-def test_a_vaulted_or_environment_secret_passes(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_vaulted_or_environment_secret_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _unreachable_copy(tmp_path)
     (tmp_path / "group_vars" / "sim" / "zz_secret.yml").write_text(
         _vaulted(tmp_path, "model_cache_hf_token", PLAIN)
         + textwrap.dedent("""\
             sglang_api_key: "{{ lookup('ansible.builtin.env', 'ZZ_TEST_KEY') }}"
-            """))
+            """)
+    )
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(tmp_path / "vault-pw"))
     monkeypatch.setenv("ZZ_TEST_KEY", "a-key-from-the-environment-0123")
     inv = inventory.validate(path)

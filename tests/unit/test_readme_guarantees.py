@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _section() -> str:
     text = (REPO / "README.md").read_text()
     start = text.index("## Guarantees")
-    return text[start:text.index("\n## ", start + 1)]
+    return text[start : text.index("\n## ", start + 1)]
 
 
 def _references() -> list[tuple[str, str | None]]:

@@ -27,7 +27,8 @@ from tests.conftest import SENTINEL_KEY, Rendered
 from tests.unit.pathload import load_file
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore:AnsibleCollectionFinder has already been configured:UserWarning")
+    "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"
@@ -76,18 +77,22 @@ def test_one_directory_per_node_and_for_the_switch(rendered: Rendered) -> None:
 
 def test_netplan_addresses_and_mtu_follow_the_inventory(rendered: Rendered) -> None:
     netplan_file = role_default("roce_fabric", "roce_fabric_netplan_file")
-    mtu = rendered.inv.cluster_var("roce_fabric_mtu",
-                                   role_default("roce_fabric", "roce_fabric_mtu"))
+    mtu = rendered.inv.cluster_var(
+        "roce_fabric_mtu", role_default("roce_fabric", "roce_fabric_mtu")
+    )
     for node in _nodes(rendered):
         ethernets = yaml.safe_load(rendered.read(node.name, netplan_file))["network"]["ethernets"]
         for twin in ("a", "b"):
             netdev = rendered.inv.hostvars[node.name][f"fabric_{twin}_netdev"]
             prefix = ipaddress.ip_network(
-                rendered.inv.hostvars[node.name][f"fabric_{twin}_subnet"]).prefixlen
+                rendered.inv.hostvars[node.name][f"fabric_{twin}_subnet"]
+            ).prefixlen
             assert ethernets[netdev]["addresses"] == [f"{node.fabric_ips[twin]}/{prefix}"], node
             assert ethernets[netdev]["mtu"] == mtu, node
-        assert set(ethernets) == {rendered.inv.hostvars[node.name]["fabric_a_netdev"],
-                                  rendered.inv.hostvars[node.name]["fabric_b_netdev"]}
+        assert set(ethernets) == {
+            rendered.inv.hostvars[node.name]["fabric_a_netdev"],
+            rendered.inv.hostvars[node.name]["fabric_b_netdev"],
+        }
 
 
 def test_nccl_files_name_both_twins_and_the_socket_interface(rendered: Rendered) -> None:
@@ -103,13 +108,18 @@ def test_nccl_files_name_both_twins_and_the_socket_interface(rendered: Rendered)
         assert conf["NCCL_SOCKET_IFNAME"] == a_netdev, node
         # nccl.conf is the NCCL_* part of the environment file, value for value.
         assert conf == {k: v for k, v in env.items() if k.startswith("NCCL_")}, node
-        for var in ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
-                    "OMPI_MCA_btl_tcp_if_include"):
+        for var in (
+            "GLOO_SOCKET_IFNAME",
+            "TP_SOCKET_IFNAME",
+            "UCX_NET_DEVICES",
+            "OMPI_MCA_btl_tcp_if_include",
+        ):
             assert env[var] == a_netdev, (node, var)
 
 
 def test_nccl_gid_index_is_a_declared_placeholder_when_detected_on_the_node(
-        rendered: Rendered) -> None:
+    rendered: Rendered,
+) -> None:
     assert role_default("nccl", "nccl_ib_gid_index") == "auto"
     for path in (role_default("nccl", "nccl_conf_file"), role_default("nccl", "nccl_env_file")):
         for node in _nodes(rendered):
@@ -117,8 +127,9 @@ def test_nccl_gid_index_is_a_declared_placeholder_when_detected_on_the_node(
             value = NCCL_ENV.nccl_parse_env(text)["NCCL_IB_GID_INDEX"]
             assert not value.isdigit() and value.startswith("<"), (node, path, value)
             comments = [line for line in text.splitlines() if line.startswith("#")]
-            assert any("NCCL_IB_GID_INDEX" in c and "detect" in c and "on the node" in c
-                       for c in comments), (node, path, comments)
+            assert any(
+                "NCCL_IB_GID_INDEX" in c and "detect" in c and "on the node" in c for c in comments
+            ), (node, path, comments)
             # Older NCCL releases read a comment line with "=" as a variable.
             assert not any("=" in c for c in comments), (node, path, comments)
 
@@ -130,8 +141,10 @@ def test_sglang_unit_and_environment_per_rank(rendered: Rendered) -> None:
         unit = rendered.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
         (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
         # the key is required: the launcher reads it from the mounted secrets file
-        launcher = ("python3 /usr/local/lib/sparkctl/sglang-launcher.py --secrets-file "
-                    f"{role_default('sglang', 'sglang_secrets_file')} -- ")
+        launcher = (
+            "python3 /usr/local/lib/sparkctl/sglang-launcher.py --secrets-file "
+            f"{role_default('sglang', 'sglang_secrets_file')} -- "
+        )
         assert launcher in exec_start, exec_start
         assert f"--node-rank {node.rank} " in exec_start, (node, exec_start)
         assert f"--nnodes {len(rendered.inv.nodes)} " in exec_start, exec_start
@@ -139,8 +152,10 @@ def test_sglang_unit_and_environment_per_rank(rendered: Rendered) -> None:
         # the container method on every profile: the container's environment is docker's
         # --env-file, never the unit's EnvironmentFile= (docker does not pass that on)
         assert "EnvironmentFile=" not in unit
-        assert ("--env-file /etc/sparkctl/nccl.env --env-file "
-                f"{role_default('sglang', 'sglang_env_file')} ") in exec_start
+        assert (
+            "--env-file /etc/sparkctl/nccl.env --env-file "
+            f"{role_default('sglang', 'sglang_env_file')} "
+        ) in exec_start
         # the image by its digest: not pinned in these inventories, so the one provision
         # pulls (render cannot know it and says so)
         image = role_default("sglang", "sglang_image")
@@ -165,36 +180,48 @@ def test_sglang_two_groups_rank_within_their_group(two_groups: Rendered) -> None
     port = role_default("sglang", "sglang_port")
     groups = _tp_groups(two_groups)
     assert {g: [n.name for n in m] for g, m in groups.items()} == {
-        "a": ["spark1", "spark2"], "b": ["spark3", "spark4"]}
+        "a": ["spark1", "spark2"],
+        "b": ["spark3", "spark4"],
+    }
     for name, members in groups.items():
         head, size = members[0], len(members)
         for position, node in enumerate(members):
             unit = two_groups.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
             (exec_start,) = [ln for ln in unit.splitlines() if ln.startswith("ExecStart=")]
-            assert (f" --tp-size {size} --nnodes {size} --node-rank {position} --dist-init-addr "
-                    f"{head.fabric_ips['a']}:{dist_port} ") in exec_start, (node, exec_start)
+            assert (
+                f" --tp-size {size} --nnodes {size} --node-rank {position} --dist-init-addr "
+                f"{head.fabric_ips['a']}:{dist_port} "
+            ) in exec_start, (node, exec_start)
             bind = role_default("sglang", "sglang_host" if position == 0 else "sglang_worker_host")
             assert f" --host {bind} --port {port} " in exec_start, (node, exec_start)
-            assert (f"Description=SGLang group {name} TP={size} node rank {position} (sparkctl)"
-                    in unit.splitlines()), unit
+            assert (
+                f"Description=SGLang group {name} TP={size} node rank {position} (sparkctl)"
+                in unit.splitlines()
+            ), unit
 
 
-def test_sglang_two_groups_change_nothing_but_the_units(sim: Rendered,
-                                                        two_groups: Rendered) -> None:
+def test_sglang_two_groups_change_nothing_but_the_units(
+    sim: Rendered, two_groups: Rendered
+) -> None:
     """Same hosts and addresses as sim.ini: every other file is the same, byte for byte."""
     unit = "etc/systemd/system/sparkctl-sglang.service"
     files = {f.relative_to(sim.out).as_posix() for f in sim.files}
     assert {f.relative_to(two_groups.out).as_posix() for f in two_groups.files} == files
-    differ = sorted(f for f in files
-                    if (sim.out / f).read_bytes() != (two_groups.out / f).read_bytes())
+    differ = sorted(
+        f for f in files if (sim.out / f).read_bytes() != (two_groups.out / f).read_bytes()
+    )
     assert differ == [f"{n.name}/{unit}" for n in sim.inv.nodes], differ
 
 
 def test_sglang_firewall_and_its_unit(rendered: Rendered) -> None:
     for node in _nodes(rendered):
         rules = rendered.read(node.name, "/etc/sparkctl/sglang-firewall.nft")
-        subnets = ", ".join([rendered.inv.hostvars[node.name]["fabric_a_subnet"],
-                             rendered.inv.hostvars[node.name]["fabric_b_subnet"]])
+        subnets = ", ".join(
+            [
+                rendered.inv.hostvars[node.name]["fabric_a_subnet"],
+                rendered.inv.hostvars[node.name]["fabric_b_subnet"],
+            ]
+        )
         assert f"elements = {{ {subnets} }}" in rules, rules
         peers = ", ".join(f"{n.mgmt_ip}/32" for n in rendered.inv.nodes)
         assert f"elements = {{ {peers} }}" in rules, rules
@@ -226,8 +253,11 @@ def test_no_api_key_in_any_rendered_file(lab: Rendered) -> None:
 
 def test_render_leaves_nothing_on_the_controller_but_its_run_record(rendered: Rendered) -> None:
     """No key file or other state is generated: only the ansible-runner artifacts."""
-    left = sorted(p.relative_to(rendered.state).as_posix() for p in rendered.state.rglob("*")
-                  if p.is_file() and p.relative_to(rendered.state).parts[0] not in {"results"})
+    left = sorted(
+        p.relative_to(rendered.state).as_posix()
+        for p in rendered.state.rglob("*")
+        if p.is_file() and p.relative_to(rendered.state).parts[0] not in {"results"}
+    )
     assert left == []
 
 
@@ -237,13 +267,17 @@ def test_linux_switch_desired_state_and_boot_unit(sim: Rendered) -> None:
     ports = [p.name for p in sim.inv.ports]
     state = yaml.safe_load(sim.read(sim.inv.switch.name, "/etc/sparkctl/switch-ports.json"))
     assert state == {"mtu": mtu, "ports": sorted(ports, key=lambda p: int(p[3:]))}
-    unit = sim.read(sim.inv.switch.name,
-                    "/etc/systemd/system/sparkctl-switch-port-mtu.service")
+    unit = sim.read(sim.inv.switch.name, "/etc/systemd/system/sparkctl-switch-port-mtu.service")
     assert "--state-file /etc/sparkctl/switch-ports.json" in unit
-    switch_files = {f.relative_to(sim.out / sim.inv.switch.name).as_posix()
-                    for f in sim.files if f.is_relative_to(sim.out / sim.inv.switch.name)}
-    assert switch_files == {"etc/sparkctl/switch-ports.json",
-                            "etc/systemd/system/sparkctl-switch-port-mtu.service"}
+    switch_files = {
+        f.relative_to(sim.out / sim.inv.switch.name).as_posix()
+        for f in sim.files
+        if f.is_relative_to(sim.out / sim.inv.switch.name)
+    }
+    assert switch_files == {
+        "etc/sparkctl/switch-ports.json",
+        "etc/systemd/system/sparkctl-switch-port-mtu.service",
+    }
 
 
 def test_nvue_switch_patch_covers_exactly_the_inventory_ports(lab: Rendered) -> None:
@@ -252,45 +286,65 @@ def test_nvue_switch_patch_covers_exactly_the_inventory_ports(lab: Rendered) -> 
     slate, applied with the switch's own rollback, then confirmed."""
     assert lab.inv.switch is not None and lab.inv.switch.os == "nvue"
     switch_dir = lab.out / lab.inv.switch.name
-    switch_files = sorted(p.relative_to(switch_dir).as_posix() for p in switch_dir.rglob("*")
-                          if p.is_file())
+    switch_files = sorted(
+        p.relative_to(switch_dir).as_posix() for p in switch_dir.rglob("*") if p.is_file()
+    )
     assert switch_files == ["etc/sparkctl/nvue-fabric.yaml", "nvue-commands.txt"]
-    defaults = {name: role_default("switch_mtu", f"switch_mtu_{name}")
-                for name in ("value", "speed", "autoneg", "vlan_id", "bridge")}
+    defaults = {
+        name: role_default("switch_mtu", f"switch_mtu_{name}")
+        for name in ("value", "speed", "autoneg", "vlan_id", "bridge")
+    }
     (op,) = yaml.safe_load(lab.read(lab.inv.switch.name, "/etc/sparkctl/nvue-fabric.yaml"))
     tree = op["set"]
-    assert tree["bridge"] == {"domain": {defaults["bridge"]: {"vlan": {
-        str(defaults["vlan_id"]): {}}}}}
+    assert tree["bridge"] == {
+        "domain": {defaults["bridge"]: {"vlan": {str(defaults["vlan_id"]): {}}}}
+    }
     assert sorted(tree["interface"]) == sorted(p.name for p in lab.inv.ports)
     for port in tree["interface"].values():
-        assert port == {"link": {"mtu": defaults["value"], "speed": defaults["speed"],
-                                 "auto-negotiate": "on" if defaults["autoneg"] else "off"},
-                        "bridge": {"domain": {defaults["bridge"]: {
-                            "access": defaults["vlan_id"]}}}}
-    commands = [line for line in (switch_dir / "nvue-commands.txt").read_text().splitlines()
-                if line and not line.startswith("#")]
+        assert port == {
+            "link": {
+                "mtu": defaults["value"],
+                "speed": defaults["speed"],
+                "auto-negotiate": "on" if defaults["autoneg"] else "off",
+            },
+            "bridge": {"domain": {defaults["bridge"]: {"access": defaults["vlan_id"]}}},
+        }
+    commands = [
+        line
+        for line in (switch_dir / "nvue-commands.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
     confirm = role_default("switch_mtu", "switch_mtu_confirm_seconds")
     assert commands == [
-        "nv config detach", "nv config patch /etc/sparkctl/nvue-fabric.yaml",
+        "nv config detach",
+        "nv config patch /etc/sparkctl/nvue-fabric.yaml",
         f"nv config apply --confirm {confirm}s --assume-yes",
-        "nv config apply --confirm-yes", "nv config save"]
+        "nv config apply --confirm-yes",
+        "nv config save",
+    ]
 
 
-NVIDIA_HOLD = load_file("nvidia_hold_filters",
-                        ROLES / "nvidia_driver" / "filter_plugins" / "nvidia_hold.py")
+NVIDIA_HOLD = load_file(
+    "nvidia_hold_filters", ROLES / "nvidia_driver" / "filter_plugins" / "nvidia_hold.py"
+)
 NVIDIA_VARS = yaml.safe_load((ROLES / "nvidia_driver" / "vars" / "main.yml").read_text())
 
 
 def _nvidia_hold_set(r: Rendered) -> list[str]:
     """The hold set from the inventory and nvidia_driver's defaults, written out by hand."""
+
     def var(name: str) -> Any:
         return r.inv.cluster_var(name, role_default("nvidia_driver", name))
 
     flavour, branch = var("nvidia_driver_kernel_flavour"), var("nvidia_driver_branch")
-    return [*var("nvidia_driver_hold_packages"),
-            *(f"linux-{part}{flavour}" for part in ("", "image-", "headers-", "tools-",
-                                                     "modules-nvidia-fs-")),
-            f"linux-modules-nvidia-{branch}-open-*"]
+    return [
+        *var("nvidia_driver_hold_packages"),
+        *(
+            f"linux-{part}{flavour}"
+            for part in ("", "image-", "headers-", "tools-", "modules-nvidia-fs-")
+        ),
+        f"linux-modules-nvidia-{branch}-open-*",
+    ]
 
 
 def test_nvidia_hold_set_and_unattended_upgrades_blacklist_are_rendered(rendered: Rendered) -> None:
@@ -300,15 +354,21 @@ def test_nvidia_hold_set_and_unattended_upgrades_blacklist_are_rendered(rendered
     assert "linux-image-nvidia-hwe-24.04" in patterns
     assert "linux-modules-nvidia-580-open-*" in patterns
     for node in _nodes(rendered):
-        listed = [line for line in rendered.read(node.name, hold_list).splitlines()
-                  if line and not line.startswith("#")]
+        listed = [
+            line
+            for line in rendered.read(node.name, hold_list).splitlines()
+            if line and not line.startswith("#")
+        ]
         assert listed == patterns, node
         conf = rendered.read(node.name, apt_conf)
-        block = conf[conf.index("Unattended-Upgrade::Package-Blacklist {"):]
-        entries = re.findall(r'^\s+"([^"]*)";$', block[:block.index("};")], re.M)
+        block = conf[conf.index("Unattended-Upgrade::Package-Blacklist {") :]
+        entries = re.findall(r'^\s+"([^"]*)";$', block[: block.index("};")], re.M)
         assert entries == [NVIDIA_HOLD.nvidia_hold_regex(p) for p in patterns], node
         # As unattended-upgrades reads them (re.match): the kernel moves with the driver.
-        for name in ("linux-image-nvidia-hwe-24.04", "nvidia-kernel-common-580",
-                     "linux-modules-nvidia-580-open-6.17.0-1014-nvidia"):
+        for name in (
+            "linux-image-nvidia-hwe-24.04",
+            "nvidia-kernel-common-580",
+            "linux-modules-nvidia-580-open-6.17.0-1014-nvidia",
+        ):
             assert any(re.match(e, name) for e in entries), (node, name)
         assert not any(re.match(e, "libnccl2-dbg") for e in entries), node

@@ -23,9 +23,10 @@ import pytest
 from tests.unit.pathload import ansible_playbook, load_file
 
 REPO = Path(__file__).resolve().parents[2]
-ACTION = load_file("sparkctl_render_file_action",
-                   REPO / "roles" / "cluster_defaults" / "action_plugins" /
-                   "sparkctl_render_file.py")
+ACTION = load_file(
+    "sparkctl_render_file_action",
+    REPO / "roles" / "cluster_defaults" / "action_plugins" / "sparkctl_render_file.py",
+)
 
 
 def _mode(path: Path) -> int:
@@ -103,8 +104,9 @@ VARS = textwrap.dedent("""\
 
 
 @pytest.fixture(scope="module")
-def played(tmp_path_factory: pytest.TempPathFactory,
-           ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def played(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """One run of a throwaway role (depending on cluster_defaults, as every sparkctl role
     does) that writes each file both ways; returns the run's directory and process."""
     base = tmp_path_factory.mktemp("render-action")
@@ -116,29 +118,49 @@ def played(tmp_path_factory: pytest.TempPathFactory,
     (role / "tasks" / "main.yml").write_text(TASKS)
     (role / "defaults" / "main.yml").write_text(VARS)
     (role / "meta" / "main.yml").write_text("dependencies:\n  - role: cluster_defaults\n")
-    (base / "play.yml").write_text(textwrap.dedent("""\
+    (base / "play.yml").write_text(
+        textwrap.dedent("""\
         - name: Probe
           hosts: localhost
           gather_facts: false
           roles: [probe]
-        """))
+        """)
+    )
     (base / "ref").mkdir()
     (base / "render").mkdir()
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_ROLES_PATH": f"{base / 'roles'}:{REPO / 'roles'}",
-           "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(base / "facts"),
-           "ANSIBLE_LOCAL_TEMP": str(base / "ansible-tmp"),
-           "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-           "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": f"{base / 'roles'}:{REPO / 'roles'}",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(base / "facts"),
+        "ANSIBLE_LOCAL_TEMP": str(base / "ansible-tmp"),
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+    }
     proc = subprocess.run(
-        [str(ansible_playbook()), "-i", "localhost,", "-c", "local", str(base / "play.yml"),
-         "-e", f"ref={base / 'ref'} sparkctl_render_dir={base / 'render'}"],
-        capture_output=True, text=True, env=env, timeout=300, check=False)
+        [
+            str(ansible_playbook()),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            str(base / "play.yml"),
+            "-e",
+            f"ref={base / 'ref'} sparkctl_render_dir={base / 'render'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     return base, proc
 
 
 def test_files_are_the_bytes_and_modes_template_and_copy_write(
-        played: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    played: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     base, proc = played
     ours = base / "render" / "host"
     names = ["full.j2.out", "native.j2.out", "text.txt", "dict.json"]
@@ -156,7 +178,8 @@ def test_files_are_the_bytes_and_modes_template_and_copy_write(
 
 
 def test_a_dest_outside_the_render_dir_fails_the_task_and_writes_nothing(
-        played: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    played: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     base, proc = played
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "TASK [probe : A dest outside the render directory]" in proc.stdout
@@ -166,8 +189,9 @@ def test_a_dest_outside_the_render_dir_fails_the_task_and_writes_nothing(
 
 
 # ------------------------------------------------------------------ the plain functions
-@pytest.mark.parametrize("dest", ["/etc/nccl.conf", "{root}", "{root}/../x", "relative/x",
-                                  "{root}/link/escaped"])
+@pytest.mark.parametrize(
+    "dest", ["/etc/nccl.conf", "{root}", "{root}/../x", "relative/x", "{root}/link/escaped"]
+)
 def test_inside_refuses_what_is_not_strictly_under_the_root(tmp_path: Path, dest: str) -> None:
     root = tmp_path / "render"
     root.mkdir()
@@ -198,7 +222,8 @@ def test_mode_strings() -> None:
 @pytest.mark.usefixtures("umask")
 @pytest.mark.parametrize(("umask_value", "mode"), [(0o077, 0o644), (0o000, 0o600)])
 def test_the_mode_given_whatever_the_umask_and_parents_made_0755(
-        tmp_path: Path, umask_value: int, mode: int) -> None:
+    tmp_path: Path, umask_value: int, mode: int
+) -> None:
     os.umask(umask_value)
     path = tmp_path / "spark1" / "etc" / "sparkctl" / "nccl.env"
     assert ACTION.write_file(path, b"NCCL_DEBUG=WARN\n", mode) is True

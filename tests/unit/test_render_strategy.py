@@ -31,22 +31,31 @@ from tests.unit.pathload import load_file
 
 STRATEGY = REPO / "playbooks" / "strategy_plugins" / "sparkctl_inline.py"
 # How each comparison render differs from the session's (inline, compile cache on).
-VARIANTS = {"linear": {"sparkctl_render_strategy": "linear"},
-            "no-compile-cache": {"sparkctl_render_compile_cache": False}}
+VARIANTS = {
+    "linear": {"sparkctl_render_strategy": "linear"},
+    "no-compile-cache": {"sparkctl_render_compile_cache": False},
+}
 
 
 def _tree(root: Path) -> dict[str, tuple[int, bytes]]:
-    return {str(p.relative_to(root)): (stat.S_IMODE(p.stat().st_mode),
-                                       p.read_bytes() if p.is_file() else b"")
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (
+            stat.S_IMODE(p.stat().st_mode),
+            p.read_bytes() if p.is_file() else b"",
+        )
+        for p in sorted(root.rglob("*"))
+    }
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("name", ["sim", "lab"])
-def test_inline_render_is_the_same_render(name: str, variant: str,
-                                          rendered_inventory: Callable[[str], Rendered],
-                                          tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inline_render_is_the_same_render(
+    name: str,
+    variant: str,
+    rendered_inventory: Callable[[str], Rendered],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     inline = rendered_inventory(name)
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
     key = RENDER_API_KEYS[name]
@@ -57,12 +66,17 @@ def test_inline_render_is_the_same_render(name: str, variant: str,
     out = tmp_path / "out"
     out.mkdir()
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "AnsibleCollectionFinder has already been configured",
-                                UserWarning)
-        result = run_playbook("render.yml", REPO / "inventory" / f"{name}.ini",
-                              results_dir=tmp_path / "runs", hosts=len(inline.inv.hostvars),
-                              extravars={"sparkctl_render_dir": str(out), **VARIANTS[variant]},
-                              envvars=cluster_env(inline.inv.cluster))
+        warnings.filterwarnings(
+            "ignore", "AnsibleCollectionFinder has already been configured", UserWarning
+        )
+        result = run_playbook(
+            "render.yml",
+            REPO / "inventory" / f"{name}.ini",
+            results_dir=tmp_path / "runs",
+            hosts=len(inline.inv.hostvars),
+            extravars={"sparkctl_render_dir": str(out), **VARIANTS[variant]},
+            envvars=cluster_env(inline.inv.cluster),
+        )
     assert result.ok, result.failures
     theirs, ours = _tree(out), _tree(inline.out)
     assert sorted(theirs) == sorted(ours)
@@ -70,8 +84,9 @@ def test_inline_render_is_the_same_render(name: str, variant: str,
     assert len([k for k, (_, data) in ours.items() if data]) >= 50  # files, not only dirs
     stdout = (result.artifact_dir / "stdout").read_text()
     # Which strategy ran the preflight play: Ansible warns when it loads sparkctl_inline.
-    assert ("strategy plugins not included in ansible.builtin" in stdout) == \
-        (variant != "linear"), stdout[-2000:]
+    assert ("strategy plugins not included in ansible.builtin" in stdout) == (
+        variant != "linear"
+    ), stdout[-2000:]
 
 
 # The compile cache on its own: the strategy plugin's module, loaded from its file.
@@ -80,8 +95,9 @@ def test_inline_render_is_the_same_render(name: str, variant: str,
 @pytest.fixture(scope="module")
 def strategy() -> ModuleType:
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "AnsibleCollectionFinder has already been configured",
-                                UserWarning)
+        warnings.filterwarnings(
+            "ignore", "AnsibleCollectionFinder has already been configured", UserWarning
+        )
         from ansible.plugins.loader import init_plugin_loader  # noqa: PLC0415
 
         init_plugin_loader()
@@ -138,9 +154,12 @@ def test_what_the_code_is_made_from_is_the_key(cache: Any) -> None:
 
     env = _env()
     source = "{{ 'a\\\\b' }}\n{% if x %}\ny{% endif %}\nz\n"
-    codes = [env.compile(source), env.compile(source),
-             env.overlay(trim_blocks=False).compile(source),  # a code generation setting
-             env.overlay(variable_start_string="[[", variable_end_string="]]").compile(source)]
+    codes = [
+        env.compile(source),
+        env.compile(source),
+        env.overlay(trim_blocks=False).compile(source),  # a code generation setting
+        env.overlay(variable_start_string="[[", variable_end_string="]]").compile(source),
+    ]
     with _TemplateCompileContext(escape_backslashes=True):  # AnsibleLexer escapes
         codes.append(env.compile(source))
     with _TemplateCompileContext(escape_backslashes=False):
@@ -150,9 +169,12 @@ def test_what_the_code_is_made_from_is_the_key(cache: Any) -> None:
     assert len({id(code) for code in codes}) == 4
     # each kept code is the code Jinja makes without the cache
     cache.uninstall()
-    fresh = [env.compile(source), env.compile(source),
-             env.overlay(trim_blocks=False).compile(source),
-             env.overlay(variable_start_string="[[", variable_end_string="]]").compile(source)]
+    fresh = [
+        env.compile(source),
+        env.compile(source),
+        env.overlay(trim_blocks=False).compile(source),
+        env.overlay(variable_start_string="[[", variable_end_string="]]").compile(source),
+    ]
     with _TemplateCompileContext(escape_backslashes=True):
         fresh.append(env.compile(source))
     with _TemplateCompileContext(escape_backslashes=False):

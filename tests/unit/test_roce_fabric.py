@@ -83,26 +83,37 @@ n_gids_found=3
 """
 
 
-
 # ------------------------------------------------------- show_gids parser
 def test_parse_gb10_show_gids() -> None:
     rows = TO.show_gids(GB10_SHOW_GIDS)
     assert len(rows) == 12
-    assert rows[3] == {"dev": "rocep1s0f0", "port": 1, "index": 3,
-                       "gid": "0000:0000:0000:0000:0000:ffff:c0a8:640a",
-                       "ipv4": "192.168.100.10", "ver": "v2", "ndev": "enp1s0f0np0"}
+    assert rows[3] == {
+        "dev": "rocep1s0f0",
+        "port": 1,
+        "index": 3,
+        "gid": "0000:0000:0000:0000:0000:ffff:c0a8:640a",
+        "ipv4": "192.168.100.10",
+        "ver": "v2",
+        "ndev": "enp1s0f0np0",
+    }
     assert rows[0]["ipv4"] is None and rows[0]["ver"] == "v1"
 
 
 def test_gb10_twins_give_index_3() -> None:
     rows = TO.show_gids(GB10_SHOW_GIDS)
     index, chosen = gid.select_index(
-        rows, ["enp1s0f0np0", "enP2p1s0f0np0"],
-        {"enp1s0f0np0": "192.168.100.10", "enP2p1s0f0np0": "192.168.100.14"})
+        rows,
+        ["enp1s0f0np0", "enP2p1s0f0np0"],
+        {"enp1s0f0np0": "192.168.100.10", "enP2p1s0f0np0": "192.168.100.14"},
+    )
     assert index == 3
-    assert chosen["enP2p1s0f0np0"] == {"ibdev": "roceP2p1s0f0", "port": 1, "index": 3,
-                                       "gid": "0000:0000:0000:0000:0000:ffff:c0a8:640e",
-                                       "ipv4": "192.168.100.14"}
+    assert chosen["enP2p1s0f0np0"] == {
+        "ibdev": "roceP2p1s0f0",
+        "port": 1,
+        "index": 3,
+        "gid": "0000:0000:0000:0000:0000:ffff:c0a8:640e",
+        "ipv4": "192.168.100.14",
+    }
 
 
 def test_gb10_twin_without_address_points_at_the_fabric_role() -> None:
@@ -129,8 +140,10 @@ def test_address_the_node_does_not_carry_is_an_error() -> None:
 
 
 def test_twins_with_different_indexes_are_refused() -> None:
-    extra = ("mlx5_1\t1\t4\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv1\teth02\n"
-             "mlx5_1\t1\t5\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv2\teth02\n")
+    extra = (
+        "mlx5_1\t1\t4\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv1\teth02\n"
+        "mlx5_1\t1\t5\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv2\teth02\n"
+    )
     rows = TO.show_gids(MLNX_SHOW_GIDS + extra)
     with pytest.raises(gid.GidError, match=r"differ \(eth02=5, eth03=3\)"):
         gid.select_index(rows, ["eth02", "eth03"], {"eth02": "10.0.0.1"})
@@ -138,9 +151,15 @@ def test_twins_with_different_indexes_are_refused() -> None:
 
 def test_infiniband_rows_without_netdev_parse() -> None:
     rows = TO.show_gids(MIXED_IB_SHOW_GIDS)
-    assert rows[-1] == {"dev": "mlx5_1", "port": 1, "index": 0,
-                        "gid": "fe80:0000:0000:0000:248a:0703:00b1:bc05", "ipv4": None,
-                        "ver": "v1", "ndev": None}
+    assert rows[-1] == {
+        "dev": "mlx5_1",
+        "port": 1,
+        "index": 0,
+        "gid": "fe80:0000:0000:0000:248a:0703:00b1:bc05",
+        "ipv4": None,
+        "ver": "v1",
+        "ndev": None,
+    }
     with pytest.raises(gid.GidError, match="no GID at all"):
         gid.select_index(rows, ["enp1s0f1np1"])
 
@@ -153,32 +172,58 @@ def test_gid_to_ipv4() -> None:
 def test_lab_show_gids_standin_output_parses(tmp_path: Path) -> None:
     """The lab's show_gids stand-in (what the role reads in the lab) gives index 3."""
     assets = REPO / "sparkctl" / "lab" / "standins"
-    hw = {"roce": [{"ibdev": "rocep1s0f1", "port": 1, "netdev": "enp1s0f1np1"},
-                   {"ibdev": "roceP2p1s0f1", "port": 1, "netdev": "enP2p1s0f1np1"}]}
+    hw = {
+        "roce": [
+            {"ibdev": "rocep1s0f1", "port": 1, "netdev": "enp1s0f1np1"},
+            {"ibdev": "roceP2p1s0f1", "port": 1, "netdev": "enP2p1s0f1np1"},
+        ]
+    }
     (tmp_path / "hardware.json").write_text(json.dumps(hw))
     for i, dev in enumerate(("enp1s0f1np1", "enP2p1s0f1np1")):
         (tmp_path / "sys" / "class" / "net" / dev).mkdir(parents=True)
         (tmp_path / "sys" / "class" / "net" / dev / "address").write_text(f"4c:bb:47:2d:1a:1{i}\n")
-    (tmp_path / "ip.json").write_text(json.dumps([
-        {"ifname": "enp1s0f1np1", "addr_info": [{"family": "inet", "local": "192.168.100.11"}]},
-        {"ifname": "enP2p1s0f1np1", "addr_info": [{"family": "inet", "local": "192.168.101.11"}]},
-    ]))
-    env = {"SPARKCTL_LAB_HW": str(tmp_path / "hardware.json"),
-           "SPARKCTL_LAB_SYSFS": str(tmp_path / "sys"),
-           "SPARKCTL_LAB_IP_JSON": str(tmp_path / "ip.json"), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, str(assets / "show_gids")], capture_output=True,
-                          text=True, env=env, timeout=60, check=True)
+    (tmp_path / "ip.json").write_text(
+        json.dumps(
+            [
+                {
+                    "ifname": "enp1s0f1np1",
+                    "addr_info": [{"family": "inet", "local": "192.168.100.11"}],
+                },
+                {
+                    "ifname": "enP2p1s0f1np1",
+                    "addr_info": [{"family": "inet", "local": "192.168.101.11"}],
+                },
+            ]
+        )
+    )
+    env = {
+        "SPARKCTL_LAB_HW": str(tmp_path / "hardware.json"),
+        "SPARKCTL_LAB_SYSFS": str(tmp_path / "sys"),
+        "SPARKCTL_LAB_IP_JSON": str(tmp_path / "ip.json"),
+        "PATH": "/usr/bin:/bin",
+    }
+    proc = subprocess.run(
+        [sys.executable, str(assets / "show_gids")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
     rows = TO.show_gids(proc.stdout)
     assert len(rows) == 8
-    index, chosen = gid.select_index(rows, ["enp1s0f1np1", "enP2p1s0f1np1"],
-                                     {"enp1s0f1np1": "192.168.100.11",
-                                      "enP2p1s0f1np1": "192.168.101.11"})
+    index, chosen = gid.select_index(
+        rows,
+        ["enp1s0f1np1", "enP2p1s0f1np1"],
+        {"enp1s0f1np1": "192.168.100.11", "enP2p1s0f1np1": "192.168.101.11"},
+    )
     assert index == 3
     assert chosen["enp1s0f1np1"]["ibdev"] == "rocep1s0f1"
 
 
-def _sysfs_gid(root: Path, dev: str, index: int, value: str, *, kind: str | None,
-               ndev: str | None) -> None:
+def _sysfs_gid(
+    root: Path, dev: str, index: int, value: str, *, kind: str | None, ndev: str | None
+) -> None:
     port = root / "class" / "infiniband" / dev / "ports" / "1"
     for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
         (port / sub).mkdir(parents=True, exist_ok=True)
@@ -190,8 +235,10 @@ def _sysfs_gid(root: Path, dev: str, index: int, value: str, *, kind: str | None
 
 
 def test_sysfs_gid_table_is_preferred_and_parsed(tmp_path: Path) -> None:
-    for dev, ndev, mapped in (("rocep1s0f1", "enp1s0f1np1", "c0a8:640b"),
-                              ("roceP2p1s0f1", "enP2p1s0f1np1", "c0a8:650b")):
+    for dev, ndev, mapped in (
+        ("rocep1s0f1", "enp1s0f1np1", "c0a8:640b"),
+        ("roceP2p1s0f1", "enP2p1s0f1np1", "c0a8:650b"),
+    ):
         link_local = "fe80:0000:0000:0000:5cc1:04ff:fee8:7c71"
         _sysfs_gid(tmp_path, dev, 0, link_local, kind="IB/RoCE v1", ndev=ndev)
         _sysfs_gid(tmp_path, dev, 1, link_local, kind="RoCE v2", ndev=ndev)
@@ -199,14 +246,17 @@ def test_sysfs_gid_table_is_preferred_and_parsed(tmp_path: Path) -> None:
         _sysfs_gid(tmp_path, dev, 2, mapped_gid, kind="IB/RoCE v1", ndev=ndev)
         _sysfs_gid(tmp_path, dev, 3, mapped_gid, kind="RoCE v2", ndev=ndev)
         # unused slot: zero GID, and attrs that cannot be read
-        _sysfs_gid(tmp_path, dev, 4, "0000:0000:0000:0000:0000:0000:0000:0000", kind=None,
-                   ndev=None)
+        _sysfs_gid(
+            tmp_path, dev, 4, "0000:0000:0000:0000:0000:0000:0000:0000", kind=None, ndev=None
+        )
     source, rows = gid.read_table(tmp_path, "show_gids-that-does-not-exist")
     assert source == "sysfs"
     assert len(rows) == 8
-    index, chosen = gid.select_index(rows, ["enp1s0f1np1", "enP2p1s0f1np1"],
-                                     {"enp1s0f1np1": "192.168.100.11",
-                                      "enP2p1s0f1np1": "192.168.101.11"})
+    index, chosen = gid.select_index(
+        rows,
+        ["enp1s0f1np1", "enP2p1s0f1np1"],
+        {"enp1s0f1np1": "192.168.100.11", "enP2p1s0f1np1": "192.168.101.11"},
+    )
     assert index == 3
     assert chosen["enP2p1s0f1np1"]["ipv4"] == "192.168.101.11"
 
@@ -216,15 +266,15 @@ def test_no_rdma_and_no_show_gids_is_explained(tmp_path: Path) -> None:
         gid.read_table(tmp_path, "show_gids-that-does-not-exist")
 
 
-
-
 # --------------------------------------------------- roce_link_facts: sysctls
 def test_sysctl_keys_map_to_proc_paths() -> None:
-    assert links.sysctl_path("net.ipv4.conf.all.arp_ignore") == \
-        Path("/proc/sys/net/ipv4/conf/all/arp_ignore")
+    assert links.sysctl_path("net.ipv4.conf.all.arp_ignore") == Path(
+        "/proc/sys/net/ipv4/conf/all/arp_ignore"
+    )
     # A netdev with a dot (VLAN) keeps it, as sysctl(8) does.
-    assert links.sysctl_path("net.ipv4.conf.eth0.100.rp_filter") == \
-        Path("/proc/sys/net/ipv4/conf/eth0.100/rp_filter")
+    assert links.sysctl_path("net.ipv4.conf.eth0.100.rp_filter") == Path(
+        "/proc/sys/net/ipv4/conf/eth0.100/rp_filter"
+    )
 
 
 def test_sysctls_read_as_sysctl_prints_them(tmp_path: Path) -> None:
@@ -232,10 +282,19 @@ def test_sysctls_read_as_sysctl_prints_them(tmp_path: Path) -> None:
     conf.mkdir(parents=True)
     (conf / "arp_ignore").write_text("1\n")
     (conf / "rp_filter").write_text("2\n")
-    got = links.read_sysctls(["net.ipv4.conf.all.arp_ignore", "net.ipv4.conf.all.rp_filter",
-                              "net.ipv4.conf.all.missing"], root=tmp_path)
-    assert got == {"net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.all.rp_filter": "2",
-                   "net.ipv4.conf.all.missing": None}
+    got = links.read_sysctls(
+        [
+            "net.ipv4.conf.all.arp_ignore",
+            "net.ipv4.conf.all.rp_filter",
+            "net.ipv4.conf.all.missing",
+        ],
+        root=tmp_path,
+    )
+    assert got == {
+        "net.ipv4.conf.all.arp_ignore": "1",
+        "net.ipv4.conf.all.rp_filter": "2",
+        "net.ipv4.conf.all.missing": None,
+    }
 
 
 def test_this_machines_live_sysctl_is_read() -> None:

@@ -35,8 +35,12 @@ ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "meta" / "main.yml").
 SCHEMA_ROLE = "cluster_defaults"  # the inventory schema: names without a role prefix
 STEPS = ("preflight", "install", "configure", "verify")
 INCLUDE_MODULES = {
-    "include_tasks", "ansible.builtin.include_tasks", "ansible.legacy.include_tasks",
-    "import_tasks", "ansible.builtin.import_tasks", "ansible.legacy.import_tasks",
+    "include_tasks",
+    "ansible.builtin.include_tasks",
+    "ansible.legacy.include_tasks",
+    "import_tasks",
+    "ansible.builtin.import_tasks",
+    "ansible.legacy.import_tasks",
 }
 _MISSING = object()
 
@@ -68,13 +72,22 @@ def role_options(role: str) -> dict[str, dict[str, Any]]:
 def _cases(kind: str) -> list[Any]:
     cases = []
     for role in ROLES:
-        names = role_defaults(role) if kind == "defaults" else {
-            n: s for n, s in role_options(role).items() if "default" in s}
-        cases += [pytest.param(role, name, id=f"{role}:{name}",
-                               marks=[pytest.mark.xfail(reason=KNOWN_GAPS[(role, name)],
-                                                        strict=True)]
-                               if kind == "defaults" and (role, name) in KNOWN_GAPS else [])
-                  for name in names]
+        names = (
+            role_defaults(role)
+            if kind == "defaults"
+            else {n: s for n, s in role_options(role).items() if "default" in s}
+        )
+        cases += [
+            pytest.param(
+                role,
+                name,
+                id=f"{role}:{name}",
+                marks=[pytest.mark.xfail(reason=KNOWN_GAPS[(role, name)], strict=True)]
+                if kind == "defaults" and (role, name) in KNOWN_GAPS
+                else [],
+            )
+            for name in names
+        ]
     return cases
 
 
@@ -86,8 +99,9 @@ def test_every_role_is_found() -> None:
 def test_role_has_an_argument_spec(role: str) -> None:
     spec = ROLES_DIR / role / "meta" / "argument_specs.yml"
     assert spec.is_file(), f"{spec.relative_to(ROOT)} is missing"
-    assert "main" in (_load(spec) or {}).get("argument_specs", {}), \
+    assert "main" in (_load(spec) or {}).get("argument_specs", {}), (
         f"{spec.relative_to(ROOT)} has no `main` entry point"
+    )
 
 
 @pytest.mark.parametrize(("role", "name"), _cases("defaults"))
@@ -97,18 +111,20 @@ def test_default_is_documented_with_the_same_value(role: str, name: str) -> None
     assert spec is not None, f"{name} (roles/{role}/defaults/main.yml) is not documented in {where}"
     documented = spec.get("default", _MISSING)
     assert documented is not _MISSING, (
-        f"{where}: {name} has no `default:`; defaults/main.yml sets "
-        f"{role_defaults(role)[name]!r}")
+        f"{where}: {name} has no `default:`; defaults/main.yml sets {role_defaults(role)[name]!r}"
+    )
     assert documented == role_defaults(role)[name], (
         f"{name}: {where} says {documented!r}, "
-        f"roles/{role}/defaults/main.yml says {role_defaults(role)[name]!r}")
+        f"roles/{role}/defaults/main.yml says {role_defaults(role)[name]!r}"
+    )
 
 
 @pytest.mark.parametrize(("role", "name"), _cases("spec"))
 def test_documented_default_lives_in_defaults(role: str, name: str) -> None:
     assert name in role_defaults(role), (
         f"roles/{role}/meta/argument_specs.yml documents a default for {name}, "
-        f"but roles/{role}/defaults/main.yml does not set it")
+        f"but roles/{role}/defaults/main.yml does not set it"
+    )
 
 
 @pytest.mark.parametrize("role", [r for r in ROLES if r != SCHEMA_ROLE])
@@ -137,7 +153,8 @@ def _dependencies(role: str) -> list[str]:
 def test_role_depends_on_cluster_defaults(role: str) -> None:
     assert SCHEMA_ROLE in _dependencies(role), (
         f"roles/{role}/meta/main.yml: dependencies {_dependencies(role)} lack {SCHEMA_ROLE} "
-        "(the inventory schema and cluster_hw)")
+        "(the inventory schema and cluster_hw)"
+    )
 
 
 def test_cluster_defaults_depends_on_nothing() -> None:
@@ -167,7 +184,8 @@ def test_main_includes_the_steps_in_order(role: str) -> None:
     included = [step for step, _ in _step_includes(role)]
     assert included == _steps_present(role), (
         f"roles/{role}/tasks/main.yml includes {included}; expected {_steps_present(role)} "
-        "(preflight -> install -> configure -> verify, each once)")
+        "(preflight -> install -> configure -> verify, each once)"
+    )
 
 
 def _tags(value: Any) -> set[str]:
@@ -177,8 +195,8 @@ def _tags(value: Any) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    ("role", "step"),
-    [pytest.param(r, s, id=f"{r}:{s}") for r in ROLES for s in _steps_present(r)])
+    ("role", "step"), [pytest.param(r, s, id=f"{r}:{s}") for r in ROLES for s in _steps_present(r)]
+)
 def test_step_include_is_tagged(role: str, step: str) -> None:
     tasks = [t for s, t in _step_includes(role) if s == step]
     assert tasks, f"roles/{role}/tasks/main.yml does not include {step}.yml"
@@ -186,14 +204,16 @@ def test_step_include_is_tagged(role: str, step: str) -> None:
     want = {role, f"{role}_{step}"}
     module = next(iter(INCLUDE_MODULES & set(task)))
     arg = task[module] if isinstance(task[module], dict) else {}
-    assert want <= _tags(task.get("tags")), \
+    assert want <= _tags(task.get("tags")), (
         f"roles/{role}/tasks/main.yml: the {step} include lacks tags {sorted(want)}"
+    )
     if module.endswith("include_tasks"):
         # Tags on a dynamic include select the include only; `apply` passes them on.
         applied = _tags((arg.get("apply") or {}).get("tags"))
         assert want <= applied, (
             f"roles/{role}/tasks/main.yml: the {step} include does not apply tags "
-            f"{sorted(want)} to its tasks")
+            f"{sorted(want)} to its tasks"
+        )
 
 
 # Every playbook but switch_mtu.yml (tests/unit/test_switch_mtu.py checks it
@@ -202,9 +222,20 @@ PLAYBOOKS = sorted(p.name for p in (ROOT / "playbooks").glob("*.yml") if p.name 
 
 
 def _syntax_check(*playbooks: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(ansible_playbook()), "-i", str(ROOT / "inventory" / "sim.ini"),
-                           *(str(ROOT / "playbooks" / p) for p in playbooks), "--syntax-check"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+    return subprocess.run(
+        [
+            str(ansible_playbook()),
+            "-i",
+            str(ROOT / "inventory" / "sim.ini"),
+            *(str(ROOT / "playbooks" / p) for p in playbooks),
+            "--syntax-check",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +247,8 @@ def syntax_of_all() -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_playbook_passes_syntax_check(
-        playbook: str, syntax_of_all: subprocess.CompletedProcess[str]) -> None:
+    playbook: str, syntax_of_all: subprocess.CompletedProcess[str]
+) -> None:
     proc = syntax_of_all
     if proc.returncode != 0:
         # The shared run stops at the first playbook in error: check this one alone,

@@ -50,11 +50,15 @@ def test_filters_reading_tool_output_use_the_linked_loader_and_no_copy_of_it() -
     assert {p.parent.parent.name for p in readers} == {"nccl", "sglang"}
     for path in _filters():
         text = path.read_text()
-        assert "spec_from_file_location" not in text, \
+        assert "spec_from_file_location" not in text, (
             f"{path.relative_to(ROOT)} loads a file itself: use {LOADER} beside it"
+        )
     for path in readers:
         assert (path.parent / LOADER).is_symlink(), f"no {LOADER} link beside {path.name}"
-        assert f'"{LOADER}")))["tool_output"](__file__)' in path.read_text(), path.name
+        # Whitespace apart: ruff format breaks the call over lines.
+        assert f'"{LOADER}")))["tool_output"](__file__)' in "".join(path.read_text().split()), (
+            path.name
+        )
 
 
 # As Ansible loads a filter: by its path, under a name of its own, without the sparkctl
@@ -72,16 +76,23 @@ print(module.TOOL_OUTPUT.env_file("NCCL_IB_HCA==rocep1s0f1\\n"))
 
 
 def test_the_loader_gives_every_filter_the_one_parser_without_the_package() -> None:
-    filters = [ROLES / "nccl" / "filter_plugins" / "nccl_env.py",
-               ROLES / "sglang" / "filter_plugins" / "sglang_args.py"]
-    proc = subprocess.run([sys.executable, "-c", _STANDALONE, *map(str, filters)],
-                          capture_output=True, text=True, check=False, timeout=60,
-                          cwd="/", env={**os.environ, "PYTHONPATH": ""})
+    filters = [
+        ROLES / "nccl" / "filter_plugins" / "nccl_env.py",
+        ROLES / "sglang" / "filter_plugins" / "sglang_args.py",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _STANDALONE, *map(str, filters)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert proc.returncode == 0, proc.stderr
     *loaded, parsed = proc.stdout.splitlines()
     files = {line.split()[0] for line in loaded}
-    assert files == {str(ROLES / "cluster_defaults" / "module_utils" /
-                         "sparkctl_tool_output.py")}
+    assert files == {str(ROLES / "cluster_defaults" / "module_utils" / "sparkctl_tool_output.py")}
     assert len({line.split()[1] for line in loaded}) == 1  # one module for both filters
     assert parsed == "{'NCCL_IB_HCA': '=rocep1s0f1'}"
 
@@ -90,30 +101,52 @@ def test_the_loader_names_what_is_missing(tmp_path: Path) -> None:
     role = tmp_path / "roles" / "x" / "filter_plugins"
     role.mkdir(parents=True)
     (role / LOADER).symlink_to(ROOT / "sparkctl" / "tool_output_loader.py")
-    code = ("import runpy, sys; sys.argv[1:] or sys.exit(2); "
-            "runpy.run_path(sys.argv[1])['tool_output'](sys.argv[2])")
-    proc = subprocess.run([sys.executable, "-c", code, str(role / LOADER),
-                           str(role / "f.py")], capture_output=True, text=True, check=False,
-                          timeout=60)
+    code = (
+        "import runpy, sys; sys.argv[1:] or sys.exit(2); "
+        "runpy.run_path(sys.argv[1])['tool_output'](sys.argv[2])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(role / LOADER), str(role / "f.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert proc.returncode == 1
-    assert (f"ImportError: cannot load {tmp_path}/roles/cluster_defaults/module_utils/"
-            "sparkctl_tool_output.py") in proc.stderr
+    assert (
+        f"ImportError: cannot load {tmp_path}/roles/cluster_defaults/module_utils/"
+        "sparkctl_tool_output.py"
+    ) in proc.stderr
 
 
 def test_ansible_loads_the_filters_and_the_loader_without_a_warning(tmp_path: Path) -> None:
     ansible = Path(sys.executable).with_name("ansible")
     if not ansible.exists():
         pytest.skip("ansible not installed beside this Python")
-    env = {**os.environ, "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"),
-           "ANSIBLE_FILTER_PLUGINS": ":".join(str(ROLES / r / "filter_plugins")
-                                              for r in ("nccl", "sglang")),
-           "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-           "ANSIBLE_HOME": str(tmp_path), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp")}
-    msg = ("{{ ('A=1\\nB=x=y\\n' | nccl_parse_env)"
-           " | combine({'u': ('ActiveState=active\\n' | sglang_parse_show).ActiveState}) }}")
-    proc = subprocess.run([str(ansible), "localhost", "-m", "ansible.builtin.debug",
-                           "-a", f"msg={msg}"], capture_output=True, text=True, check=False,
-                          timeout=120, env=env, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"),
+        "ANSIBLE_FILTER_PLUGINS": ":".join(
+            str(ROLES / r / "filter_plugins") for r in ("nccl", "sglang")
+        ),
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+        "ANSIBLE_HOME": str(tmp_path),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+    }
+    msg = (
+        "{{ ('A=1\\nB=x=y\\n' | nccl_parse_env)"
+        " | combine({'u': ('ActiveState=active\\n' | sglang_parse_show).ActiveState}) }}"
+    )
+    proc = subprocess.run(
+        [str(ansible), "localhost", "-m", "ansible.builtin.debug", "-a", f"msg={msg}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for shown in ('"A": "1"', '"B": "x=y"', '"u": "active"'):
         assert shown in proc.stdout, proc.stdout

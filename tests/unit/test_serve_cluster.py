@@ -13,35 +13,55 @@ from sparkctl.serve.cluster import API_KEY_ENV, Cluster
 
 
 def _cluster(tmp_path: Path, *, required: bool = True, user: str = "root") -> Cluster:
-    nodes = tuple(Node(f"spark{i + 1}", i, f"10.77.0.{11 + i}",
-                       {"a": f"192.168.100.{11 + i}"}) for i in range(2))
-    inv = Inventory(path=tmp_path / "x.ini", cluster="sim", nodes=nodes, switch=None, ports=(),
-                    hostvars={n.name: {"ansible_user": user} for n in nodes})
-    sglang: dict[str, Any] = {"unit": "sparkctl-sglang.service", "port": 30000,
-                              "served_model_name": "", "model_path": "/models/current",
-                              "api_key_file": str(tmp_path / "key"),
-                              "api_key_required": required}
+    nodes = tuple(
+        Node(f"spark{i + 1}", i, f"10.77.0.{11 + i}", {"a": f"192.168.100.{11 + i}"})
+        for i in range(2)
+    )
+    inv = Inventory(
+        path=tmp_path / "x.ini",
+        cluster="sim",
+        nodes=nodes,
+        switch=None,
+        ports=(),
+        hostvars={n.name: {"ansible_user": user} for n in nodes},
+    )
+    sglang: dict[str, Any] = {
+        "unit": "sparkctl-sglang.service",
+        "port": 30000,
+        "served_model_name": "",
+        "model_path": "/models/current",
+        "api_key_file": str(tmp_path / "key"),
+        "api_key_required": required,
+    }
     plan = {"hosts": {n.name: {"node_rank": n.rank, "sglang": sglang} for n in nodes}}
-    return Cluster(inv=inv, plan=plan, run_dir=tmp_path, ssh_config=tmp_path / "cfg",
-                   runner=lambda host, cmd, timeout: (0, ""))
+    return Cluster(
+        inv=inv,
+        plan=plan,
+        run_dir=tmp_path,
+        ssh_config=tmp_path / "cfg",
+        runner=lambda host, cmd, timeout: (0, ""),
+    )
 
 
-def test_the_environment_wins_over_the_file(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_wins_over_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "key").write_text("from-file\n")
     monkeypatch.setenv(API_KEY_ENV, "from-env")
     assert _cluster(tmp_path).api_key() == "from-env"
 
 
-def test_the_file_is_read_without_ansibles_salt(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_file_is_read_without_ansibles_salt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     (tmp_path / "key").write_text("Abc123 salt=xyz\n")
     assert _cluster(tmp_path).api_key() == "Abc123"
 
 
-def test_a_missing_key_is_bad_input_when_required(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_key_is_bad_input_when_required(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     with pytest.raises(SparkctlError) as err:
         _cluster(tmp_path).api_key()
@@ -61,17 +81,30 @@ def test_endpoint_model_name_and_sudo(tmp_path: Path) -> None:
 def test_two_groups_have_their_own_heads_ranks_and_endpoints(tmp_path: Path) -> None:
     c = _cluster(tmp_path)
     nodes = [f"spark{i}" for i in range(1, 5)]
-    c.inv = Inventory(path=tmp_path / "x.ini", cluster="sim", switch=None, ports=(),
-                      nodes=tuple(Node(n, i, f"10.77.0.{11 + i}", {}) for i, n in enumerate(nodes)),
-                      hostvars={n: {} for n in nodes})
+    c.inv = Inventory(
+        path=tmp_path / "x.ini",
+        cluster="sim",
+        switch=None,
+        ports=(),
+        nodes=tuple(Node(n, i, f"10.77.0.{11 + i}", {}) for i, n in enumerate(nodes)),
+        hostvars={n: {} for n in nodes},
+    )
     base = c.plan["hosts"]["spark1"]["sglang"]
     members = {"a": ["spark1", "spark2"], "b": ["spark3", "spark4"]}
-    c.plan = {"hosts": {n: {"node_rank": i, "sglang": {**base, "group": "ab"[i // 2],
-                                                        "group_members": members["ab"[i // 2]]}}
-                        for i, n in enumerate(nodes)}}
+    c.plan = {
+        "hosts": {
+            n: {
+                "node_rank": i,
+                "sglang": {**base, "group": "ab"[i // 2], "group_members": members["ab"[i // 2]]},
+            }
+            for i, n in enumerate(nodes)
+        }
+    }
     groups = c.groups()
-    assert [(g.name, g.head, g.workers) for g in groups] == [("a", "spark1", ["spark2"]),
-                                                             ("b", "spark3", ["spark4"])]
+    assert [(g.name, g.head, g.workers) for g in groups] == [
+        ("a", "spark1", ["spark2"]),
+        ("b", "spark3", ["spark4"]),
+    ]
     assert c.heads == ["spark1", "spark3"] and c.workers == ["spark2", "spark4"]
     assert [g.base_url for g in groups] == ["http://10.77.0.11:30000", "http://10.77.0.13:30000"]
     assert c.rank("spark4") == 1 and c.label("spark4") == "group b rank 1 (spark4)"
@@ -83,24 +116,30 @@ def test_one_group_when_the_plan_has_none(tmp_path: Path) -> None:
     assert c.label("spark2") == "rank 1 (spark2)"
 
 
-def test_log_lines_lose_the_api_key_and_the_hf_token(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_log_lines_lose_the_api_key_and_the_hf_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     monkeypatch.setenv("HF_TOKEN", "hf_abcdefghij0123")
     (tmp_path / "key").write_text("Key0123456789abcdef salt=xyz\n")
     cluster = _cluster(tmp_path)
-    line = ("server_args=ServerArgs(model_path='/m', api_key='Key0123456789abcdef', "
-            "hf='hf_abcdefghij0123')")
-    assert cluster.redact(line) == ("server_args=ServerArgs(model_path='/m', "
-                                    "api_key='<redacted by sparkctl>', "
-                                    "hf='<redacted by sparkctl>')")
+    line = (
+        "server_args=ServerArgs(model_path='/m', api_key='Key0123456789abcdef', "
+        "hf='hf_abcdefghij0123')"
+    )
+    assert cluster.redact(line) == (
+        "server_args=ServerArgs(model_path='/m', "
+        "api_key='<redacted by sparkctl>', "
+        "hf='<redacted by sparkctl>')"
+    )
     # without a key file (and not required) there is nothing to hide but the token
     monkeypatch.delenv("HF_TOKEN")
     assert _cluster(tmp_path / "none", required=False).redact("plain line") == "plain line"
 
 
-def test_the_key_follows_ansibles_precedence(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_key_follows_ansibles_precedence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """-e, then the inventory (vault values arrive decrypted), then env, then the file."""
     (tmp_path / "key").write_text("from-file\n")
     monkeypatch.setenv(API_KEY_ENV, "from-env")

@@ -32,33 +32,50 @@ EXPECTED: dict[str, tuple[list[Phase], list[str]]] = {
     "clean_init_ends_sglang_pr21752.log": ([P.DIST_INIT, P.NCCL_READY], []),
     "clean_gloo_nccl_sglang10053.log": ([P.NCCL_READY], []),
     "clean_init_to_load_sglang_pr11716.log": ([P.NCCL_READY, P.WEIGHTS_LOADING], []),
-    "clean_load_to_cuda_graph_sglang_pr4826.log": ([P.WEIGHTS_LOADED, P.KV_CACHE, P.CUDA_GRAPH], []),
+    "clean_load_to_cuda_graph_sglang_pr4826.log": (
+        [P.WEIGHTS_LOADED, P.KV_CACHE, P.CUDA_GRAPH],
+        [],
+    ),
     "clean_cuda_graph_to_http_sglang_pr11830.log": ([P.ENGINE_READY, P.HTTP_READY], []),
     "clean_ready_sglang32255.log": ([P.READY], []),
     # hangs: nothing to match, the phase tells
     "hang_after_nccl_init_sglang4978.log": ([P.NCCL_READY], []),
     "hang_at_dist_init_sglang30609.log": ([P.DIST_INIT], []),
     # ... until torch's store times out, 30 minutes later: the same hang, named
-    "hang_after_nccl_init_sglang7478.log": ([P.DIST_INIT, P.NCCL_READY, P.FAILED],
-                                            ["host_ip_hang", "scheduler_exception"]),
+    "hang_after_nccl_init_sglang7478.log": (
+        [P.DIST_INIT, P.NCCL_READY, P.FAILED],
+        ["host_ip_hang", "scheduler_exception"],
+    ),
     # NCCL's transport lines: neither a phase nor a failure (nccl_transport reads them)
     "nccl_socket_transport_sglang3398.log": ([], []),
     "nccl_via_socket_nccl952.log": ([], []),
     "nccl_ib_transport_nccl707.log": ([], []),
     # failures ("Scheduler hit an exception" on the release's traceback line as well)
-    "gloo_connectfullmesh_sglang3226.log": ([P.DIST_INIT, P.FAILED],
-                                            ["gloo_connect_full_mesh", "scheduler_exception"]),
+    "gloo_connectfullmesh_sglang3226.log": (
+        [P.DIST_INIT, P.FAILED],
+        ["gloo_connect_full_mesh", "scheduler_exception"],
+    ),
     "gloo_loopback_vllm_backport14.log": ([], ["gloo_loopback"]),
     "gloo_no_address_awsdoeks51.log": ([P.FAILED], ["gloo_no_address"]),
-    "nccl_no_route_sglang3820.log": ([P.DIST_INIT, P.FAILED],
-                                     ["nccl_no_route", "scheduler_exception"]),
+    "nccl_no_route_sglang3820.log": (
+        [P.DIST_INIT, P.FAILED],
+        ["nccl_no_route", "scheduler_exception"],
+    ),
     "nccl_no_route_hkproj1.log": ([P.FAILED], ["nccl_no_route"]),
     "nccl_connect_retrying_llamafactory8045.log": ([], ["nccl_connect_retrying"]),
-    "nccl_connect_abort_sglang5594.log": ([P.FAILED],
-                                          ["nccl_connect_failed", "scheduler_exception"]),
+    "nccl_connect_abort_sglang5594.log": (
+        [P.FAILED],
+        ["nccl_connect_failed", "scheduler_exception"],
+    ),
     "nccl_no_interface_nccl1837.log": ([P.FAILED], ["nccl_no_interface"]),
-    "dist_init_timeout_sglang2561.log": ([P.FAILED], ["dist_init_unreachable", "dist_init_retrying"]),
-    "dist_init_connect_opensora667.log": ([P.FAILED], ["dist_init_retrying", "dist_init_unreachable"]),
+    "dist_init_timeout_sglang2561.log": (
+        [P.FAILED],
+        ["dist_init_unreachable", "dist_init_retrying"],
+    ),
+    "dist_init_connect_opensora667.log": (
+        [P.FAILED],
+        ["dist_init_retrying", "dist_init_unreachable"],
+    ),
     "rendezvous_clients_joined_sglang507.log": ([P.FAILED], ["rendezvous_incomplete"]),
     "port_in_use_uvicorn_openui226.log": ([P.FAILED], ["port_in_use"]),
     "port_in_use_dist_port_tgi1156.log": ([P.FAILED], ["port_in_use"]),
@@ -70,12 +87,16 @@ EXPECTED: dict[str, tuple[list[Phase], list[str]]] = {
     "cuda_oom_cuda_graph_sglang5285.log": ([P.FAILED], ["cuda_oom"]),
     "cuda_oom_torch_fireredtts2_17.log": ([P.FAILED], ["cuda_oom"]),
     "memory_unbalanced_sglang1533.log": ([P.FAILED], ["memory_unbalanced"]),
-    "unbalanced_loading_ktransformers1666.log": ([P.FAILED],
-                                                 ["unbalanced_loading", "scheduler_exception"]),
+    "unbalanced_loading_ktransformers1666.log": (
+        [P.FAILED],
+        ["unbalanced_loading", "scheduler_exception"],
+    ),
     "peer_lost_sglang5602.log": ([P.FAILED], ["peer_lost", "scheduler_exception"]),
     "peer_lost_ncclremote_stanford_alpaca207.log": ([P.FAILED], ["peer_lost"]),
-    "warmup_failed_sglang2468.log": ([P.WEIGHTS_LOADED, P.KV_CACHE, P.CUDA_GRAPH, P.ENGINE_READY,
-                                      P.HTTP_READY, P.FAILED], ["warmup_failed"]),
+    "warmup_failed_sglang2468.log": (
+        [P.WEIGHTS_LOADED, P.KV_CACHE, P.CUDA_GRAPH, P.ENGINE_READY, P.HTTP_READY, P.FAILED],
+        ["warmup_failed"],
+    ),
 }
 
 # What each signature's fix must name: the inventory variable, environment
@@ -84,19 +105,37 @@ FIX_NAMES: dict[str, tuple[str, ...]] = {
     "host_ip_hang": ("SGLANG_HOST_IP", "head", "`fabric_a_ip`", "sparkctl validate"),
     "rdma_register_failed": ("ulimit -l", "--ulimit memlock=-1", "kho=off", "sparkctl validate"),
     "rdma_completion_error": ("`nccl_ib_gid_index: auto`", "sparkctl validate", "twin_mtu"),
-    "launcher_secrets": ("`sglang_secrets_file`", "`sglang_user`", "--volume", "sparkctl provision"),
+    "launcher_secrets": (
+        "`sglang_secrets_file`",
+        "`sglang_user`",
+        "--volume",
+        "sparkctl provision",
+    ),
     "image_missing": ("sparkctl provision", "docker image inspect"),
     "gpu_runtime": ("nvidia-smi", "sparkctl validate", "nvidia-ctk runtime configure"),
     "rdma_device_missing": ("ibdev2netdev", "/dev/infiniband", "sparkctl validate"),
-    "dist_init_hang": ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "`sglang_firewall_fabric_cidrs`", "sparkctl validate"),
-    "cuda_graph_hang": ("--cuda-graph-backend-decode=disabled", "--cuda-graph-max-bs-decode",
-                        "`sglang_extra_args`"),
+    "dist_init_hang": (
+        "NCCL_SOCKET_IFNAME",
+        "GLOO_SOCKET_IFNAME",
+        "`sglang_firewall_fabric_cidrs`",
+        "sparkctl validate",
+    ),
+    "cuda_graph_hang": (
+        "--cuda-graph-backend-decode=disabled",
+        "--cuda-graph-max-bs-decode",
+        "`sglang_extra_args`",
+    ),
     "gloo_connect_full_mesh": ("GLOO_SOCKET_IFNAME", "`nccl_socket_ifname`", "`fabric_a_netdev`"),
     "gloo_no_address": ("GLOO_SOCKET_IFNAME", "`fabric_a_netdev`"),
     "gloo_loopback": ("GLOO_SOCKET_IFNAME", "`nccl_socket_ifname`"),
     "nccl_no_interface": ("NCCL_SOCKET_IFNAME", "`nccl_socket_ifname`"),
     "nccl_connect_retrying": ("NCCL_SOCKET_IFNAME", "`sglang_firewall_fabric_cidrs`"),
-    "nccl_no_route": ("NCCL_SOCKET_IFNAME", "`nccl_socket_ifname`", "`fabric_a_subnet`", "sparkctl validate"),
+    "nccl_no_route": (
+        "NCCL_SOCKET_IFNAME",
+        "`nccl_socket_ifname`",
+        "`fabric_a_subnet`",
+        "sparkctl validate",
+    ),
     "nccl_connect_failed": ("`sglang_firewall_fabric_ports`", "NCCL_SOCKET_IFNAME"),
     "rendezvous_incomplete": ("`sglang_dist_port`", "`sglang_dist_timeout`"),
     "address_not_local": ("`fabric_a_ip`", "`sglang_host`"),
@@ -104,8 +143,12 @@ FIX_NAMES: dict[str, tuple[str, ...]] = {
     "model_not_found": ("`sglang_model_path`", "sparkctl model sync"),
     "launch_args": ("`sglang_extra_args`", "`sglang_tp_size`", "sparkctl inventory check"),
     "kv_cache_no_memory": ("--mem-fraction-static", "`sglang_extra_args`"),
-    "cuda_oom": ("--mem-fraction-static", "`sglang_extra_args`", "--cuda-graph-max-bs-decode",
-                 "--cuda-graph-backend-decode=disabled"),
+    "cuda_oom": (
+        "--mem-fraction-static",
+        "`sglang_extra_args`",
+        "--cuda-graph-max-bs-decode",
+        "--cuda-graph-backend-decode=disabled",
+    ),
     "scheduler_killed": ("dmesg -T | grep -i oom", "--mem-fraction-static"),
     "scheduler_exception": ("sparkctl serve logs", "sparkctl validate"),
     "nccl_socket_transport": ("`nccl_ib_hca`", "`nccl_ib_gid_index`", "sparkctl validate"),
@@ -153,34 +196,46 @@ def test_clean_start_up_has_no_failure(name: str) -> None:
     assert logs.furthest_phase(lines) is not Phase.FAILED
 
 
-@pytest.mark.parametrize("line", [
-    # NCCL's INFO chatter, from the fixtures: never a failure, never a phase of its own
-    "node-0:270:270 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to enx",
-    "bm-220ab4v:175:175 [0] NCCL INFO ENV/Plugin: Could not find: libnccl-env.so",
-    "bm-220ab4v:175:175 [0] NCCL INFO NCCL version 2.28.9+cuda13.0",
-    "node-0:276:276 [6] NCCL INFO TUNER/Plugin: Could not find: libnccl-tuner.so. Using internal tuner plugin.",
-    "node-0:273:273 [3] NCCL INFO Init timings - ncclCommInitRank: rank 3 nranks 16 total 2.65 (kernels 0.23, alloc 1.00, bootstrap 0.28, allgathers 0.12, topo 0.03, graphs 0.09, connections 0.87, rest 0.01)",
-    "node5:240:240 [6] NCCL INFO init.cc:1534 -> 2",
-    "[2025-06-23 15:06:59 TP0] Found nccl from library libnccl.so.2",
-    "[2025-06-23 15:07:01 TP6] Connecting to tcp://127.0.0.1:57063",
-    "[2025-11-30 11:18:06] Endpoint '/get_model_info' is deprecated and will be removed in a future version. Please use '/model_info' instead.",
-    "[2026-03-08 12:30:01] Endpoint '/get_server_info' is deprecated and will be removed in a future version. Please use '/server_info' instead.",
-    "\x1b[1;33m'--disable-cuda-graph' is deprecated and will be removed in a future release. Use '--cuda-graph-backend-{decode,prefill}=disabled' instead.\x1b[0m",
-    "spark-1:4242:4242 [0] NCCL INFO NET/IB : No device found.",
-    "spark-1:4242:4242 [0] NCCL INFO Using network Socket",
-    "spark-1:4242:4242 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0",
-    "2025-03-27 21:33:31,320 - INFO - flashinfer.jit: Prebuilt kernels not found, using JIT backend",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        # NCCL's INFO chatter, from the fixtures: never a failure, never a phase of its own
+        "node-0:270:270 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to enx",
+        "bm-220ab4v:175:175 [0] NCCL INFO ENV/Plugin: Could not find: libnccl-env.so",
+        "bm-220ab4v:175:175 [0] NCCL INFO NCCL version 2.28.9+cuda13.0",
+        "node-0:276:276 [6] NCCL INFO TUNER/Plugin: Could not find: libnccl-tuner.so. Using internal tuner plugin.",
+        "node-0:273:273 [3] NCCL INFO Init timings - ncclCommInitRank: rank 3 nranks 16 total 2.65 (kernels 0.23, alloc 1.00, bootstrap 0.28, allgathers 0.12, topo 0.03, graphs 0.09, connections 0.87, rest 0.01)",
+        "node5:240:240 [6] NCCL INFO init.cc:1534 -> 2",
+        "[2025-06-23 15:06:59 TP0] Found nccl from library libnccl.so.2",
+        "[2025-06-23 15:07:01 TP6] Connecting to tcp://127.0.0.1:57063",
+        "[2025-11-30 11:18:06] Endpoint '/get_model_info' is deprecated and will be removed in a future version. Please use '/model_info' instead.",
+        "[2026-03-08 12:30:01] Endpoint '/get_server_info' is deprecated and will be removed in a future version. Please use '/server_info' instead.",
+        "\x1b[1;33m'--disable-cuda-graph' is deprecated and will be removed in a future release. Use '--cuda-graph-backend-{decode,prefill}=disabled' instead.\x1b[0m",
+        "spark-1:4242:4242 [0] NCCL INFO NET/IB : No device found.",
+        "spark-1:4242:4242 [0] NCCL INFO Using network Socket",
+        "spark-1:4242:4242 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0",
+        "2025-03-27 21:33:31,320 - INFO - flashinfer.jit: Prebuilt kernels not found, using JIT backend",
+    ],
+)
 def test_info_lines_are_neither_phase_nor_failure(line: str) -> None:
     assert logs.phase_of(line) is None
     assert logs.match([line]) == []
 
 
-@pytest.mark.parametrize(("line", "phase"), [
-    ("node5:236:236 [2] NCCL INFO Bootstrap : Using bond0:10.0.0.3<0>", Phase.DIST_INIT),
-    ("bm-220ab4v:175:175 [0] NCCL INFO Bootstrap: Using bond0:172.16.0.124<0>", Phase.DIST_INIT),
-    ("node01:322:322 [3] NCCL INFO ncclCommInitRank comm 0x55f5be32f460 rank 3 nranks 16 cudaDev 3 nvmlDev 3 busId 5a000 commId 0x4e2671c9674e940d - Init COMPLETE", Phase.NCCL_READY),
-])
+@pytest.mark.parametrize(
+    ("line", "phase"),
+    [
+        ("node5:236:236 [2] NCCL INFO Bootstrap : Using bond0:10.0.0.3<0>", Phase.DIST_INIT),
+        (
+            "bm-220ab4v:175:175 [0] NCCL INFO Bootstrap: Using bond0:172.16.0.124<0>",
+            Phase.DIST_INIT,
+        ),
+        (
+            "node01:322:322 [3] NCCL INFO ncclCommInitRank comm 0x55f5be32f460 rank 3 nranks 16 cudaDev 3 nvmlDev 3 busId 5a000 commId 0x4e2671c9674e940d - Init COMPLETE",
+            Phase.NCCL_READY,
+        ),
+    ],
+)
 def test_nccl_info_milestones(line: str, phase: Phase) -> None:
     assert logs.phase_of(line) is phase
     assert logs.match([line]) == []
@@ -203,8 +258,12 @@ def test_signature_texts_are_single_paragraphs() -> None:
 
 def test_warnings_are_not_fatal_and_do_not_fail_the_rank() -> None:
     warnings = {i for i, s in logs.SIGNATURES.items() if not s.fatal}
-    assert warnings == {"gloo_loopback", "nccl_connect_retrying", "health_check_failed",
-                        "dist_init_retrying"}
+    assert warnings == {
+        "gloo_loopback",
+        "nccl_connect_retrying",
+        "health_check_failed",
+        "dist_init_retrying",
+    }
     for name in ("gloo_loopback_vllm_backport14.log", "nccl_connect_retrying_llamafactory8045.log"):
         assert all(logs.phase_of(line) is None for line in _lines(name))
 
@@ -248,7 +307,7 @@ def test_a_c10d_timeout_is_the_host_ip_hang_only_after_nccl_was_up() -> None:
 # -------------------------------------------------------------------- hangs
 def test_hang_after_nccl_init_is_the_sglang_host_ip_hang() -> None:
     lines = _lines("hang_after_nccl_init_sglang7478.log")
-    before_timeout = lines[:next(i for i, line in enumerate(lines) if "waitForInput" in line)]
+    before_timeout = lines[: next(i for i, line in enumerate(lines) if "waitForInput" in line)]
     for part in (before_timeout, _lines("hang_after_nccl_init_sglang4978.log")):
         assert logs.match(part) == []
         phase = logs.furthest_phase(part)
@@ -281,9 +340,18 @@ def test_hang_in_cuda_graph_capture() -> None:
     assert "--cuda-graph-backend-decode=disabled" in sig.fix
 
 
-@pytest.mark.parametrize("phase", [Phase.WEIGHTS_LOADING, Phase.WEIGHTS_LOADED, Phase.KV_CACHE,
-                                   Phase.ENGINE_READY, Phase.HTTP_READY, Phase.READY,
-                                   Phase.FAILED])
+@pytest.mark.parametrize(
+    "phase",
+    [
+        Phase.WEIGHTS_LOADING,
+        Phase.WEIGHTS_LOADED,
+        Phase.KV_CACHE,
+        Phase.ENGINE_READY,
+        Phase.HTTP_READY,
+        Phase.READY,
+        Phase.FAILED,
+    ],
+)
 def test_no_hang_where_waiting_is_normal(phase: Phase) -> None:
     # large models load for long; workers rest at KV_CACHE / ENGINE_READY; a failed rank is failed
     assert logs.hang_signature(phase, 10 * 3600) is None
@@ -300,8 +368,13 @@ def test_phase_order() -> None:
 
 # The release's deprecated flags (sglang srt/server_args.py:8316-8336): advice must name
 # their replacements only.
-DEPRECATED_FLAGS = ("--disable-cuda-graph", "--cuda-graph-max-bs", "--cuda-graph-bs",
-                    "--disable-piecewise-cuda-graph", "--enable-breakable-cuda-graph")
+DEPRECATED_FLAGS = (
+    "--disable-cuda-graph",
+    "--cuda-graph-max-bs",
+    "--cuda-graph-bs",
+    "--disable-piecewise-cuda-graph",
+    "--enable-breakable-cuda-graph",
+)
 
 
 def test_no_advice_names_a_deprecated_flag() -> None:
@@ -314,14 +387,29 @@ def test_no_advice_names_a_deprecated_flag() -> None:
 def test_every_pattern_has_sources_and_matches_its_examples() -> None:
     owners = {owner for owner, _ in logs.PATTERNS}
     assert {p.value for p in Phase if p not in (Phase.FAILED,)} <= owners
-    assert {i for i, s in logs.SIGNATURES.items() if i not in (
-        "dist_init_hang", "cuda_graph_hang", "nccl_socket_transport")} <= owners
+    assert {
+        i
+        for i, s in logs.SIGNATURES.items()
+        if i not in ("dist_init_hang", "cuda_graph_hang", "nccl_socket_transport")
+    } <= owners
     for owner, pattern in logs.PATTERNS:
         assert pattern.sources and pattern.examples, (owner, pattern.regex)
         for source in pattern.sources:
-            assert source.origin in ("sglang", "sglang@0.4.6", "nccl", "torch", "gloo",
-                                     "uvicorn", "transformers", "huggingface_hub", "linux",
-                                     "python", "issue", "docker", "sparkctl"), source.ref
+            assert source.origin in (
+                "sglang",
+                "sglang@0.4.6",
+                "nccl",
+                "torch",
+                "gloo",
+                "uvicorn",
+                "transformers",
+                "huggingface_hub",
+                "linux",
+                "python",
+                "issue",
+                "docker",
+                "sparkctl",
+            ), source.ref
             if source.origin == "sglang":
                 assert re.fullmatch(r"sglang:srt/[\w/]+\.py:\d+", source.ref), source.ref
                 assert source.text, source.ref  # what the contract test looks for there
@@ -343,9 +431,13 @@ def test_a_pattern_means_what_its_owner_says() -> None:
 
 
 # ------------------------------------------------------------ NCCL transport
-TRANSPORT = {"nccl_socket_transport_sglang3398.log": "socket",
-             "nccl_via_socket_nccl952.log": "socket", "nccl_ib_transport_nccl707.log": "ib",
-             "hang_after_nccl_init_sglang7478.log": None, "nccl_no_route_sglang3820.log": None}
+TRANSPORT = {
+    "nccl_socket_transport_sglang3398.log": "socket",
+    "nccl_via_socket_nccl952.log": "socket",
+    "nccl_ib_transport_nccl707.log": "ib",
+    "hang_after_nccl_init_sglang7478.log": None,
+    "nccl_no_route_sglang3820.log": None,
+}
 
 
 @pytest.mark.parametrize("name", sorted(TRANSPORT))
@@ -390,8 +482,7 @@ def _warn(msg: rel.Msg, where: str, **fields: object) -> str:
     return f"{STAMP}] {NCCL_HEAD}{where} NCCL WARN {msg(**fields)}"
 
 
-def _c10d(level: str, msg: rel.Msg, where: str, rank: int | None = None,
-          **fields: object) -> str:
+def _c10d(level: str, msg: rel.Msg, where: str, rank: int | None = None, **fields: object) -> str:
     head = f"[rank{rank}]:" if rank is not None else ""
     return f"{head}[{level}0308 12:29:13.123456789 {where}] {msg(**fields)}"
 
@@ -403,179 +494,475 @@ _ADDR = {"addr": "192.168.100.12<41234>"}
 STANDIN_LINES: list[tuple[str, str, Phase | None, str | None]] = [
     # start-up, in the release's order
     ("LAUNCH_DEPRECATED", rel.LAUNCH_DEPRECATED().splitlines()[0], None, None),
-    ("PY_WARNING", rel.PY_WARNING(filename="/opt/sglang/launch_server.py", lineno=139,
-                                  category="UserWarning", message="x", line="warnings.warn("),
-     None, None),
-    ("DEPRECATED_FLAG", rel.DEPRECATED_FLAG(option="--cuda-graph-max-bs",
-                                            replacement=" Use '--cuda-graph-max-bs-decode' "
-                                            "instead."), None, None),
-    ("SERVER_ARGS", _main(rel.SERVER_ARGS, server_args="ServerArgs(model_path='/m', "
-                                                       "api_key='k')"), P.STARTING, None),
+    (
+        "PY_WARNING",
+        rel.PY_WARNING(
+            filename="/opt/sglang/launch_server.py",
+            lineno=139,
+            category="UserWarning",
+            message="x",
+            line="warnings.warn(",
+        ),
+        None,
+        None,
+    ),
+    (
+        "DEPRECATED_FLAG",
+        rel.DEPRECATED_FLAG(
+            option="--cuda-graph-max-bs", replacement=" Use '--cuda-graph-max-bs-decode' instead."
+        ),
+        None,
+        None,
+    ),
+    (
+        "SERVER_ARGS",
+        _main(rel.SERVER_ARGS, server_args="ServerArgs(model_path='/m', api_key='k')"),
+        P.STARTING,
+        None,
+    ),
     ("INIT_DIST_BEGIN", _tp(1, rel.INIT_DIST_BEGIN), P.DIST_INIT, None),
     ("GLOO_CONNECTED", rel.GLOO_CONNECTED(rank=1, peers=3), P.DIST_INIT, None),
     ("SGLANG_NCCL", _tp(0, rel.SGLANG_NCCL, version=rel.NCCL_VERSION), P.DIST_INIT, None),
     ("NCCL_IFNAME_ENV", _info(rel.NCCL_IFNAME_ENV, spec="enp1s0f1np1"), None, None),
-    ("NCCL_BOOTSTRAP", _info(rel.NCCL_BOOTSTRAP, ifname="enp1s0f1np1", ip="192.168.100.12"),
-     P.DIST_INIT, None),
+    (
+        "NCCL_BOOTSTRAP",
+        _info(rel.NCCL_BOOTSTRAP, ifname="enp1s0f1np1", ip="192.168.100.12"),
+        P.DIST_INIT,
+        None,
+    ),
     ("NCCL_VERSION_LINE", _info(rel.NCCL_VERSION_LINE, version=rel.NCCL_VERSION), None, None),
     ("NCCL_IB_NONE", _info(rel.NCCL_IB_NONE), None, None),
     ("NCCL_PLUGIN_FAILED", _info(rel.NCCL_PLUGIN_FAILED, name="IB"), None, None),
-    ("NCCL_SOCKET_USING", _info(rel.NCCL_SOCKET_USING, ifname="enp1s0f1np1",
-                                ip="192.168.100.12"), None, None),
+    (
+        "NCCL_SOCKET_USING",
+        _info(rel.NCCL_SOCKET_USING, ifname="enp1s0f1np1", ip="192.168.100.12"),
+        None,
+        None,
+    ),
     ("NCCL_PLUGIN_INIT", _info(rel.NCCL_PLUGIN_INIT, name="Socket"), None, None),
     ("NCCL_PLUGIN_ASSIGNED", _info(rel.NCCL_PLUGIN_ASSIGNED, name="Socket"), None, None),
     ("NCCL_USING_NETWORK", _info(rel.NCCL_USING_NETWORK, name="Socket"), None, None),
-    ("NCCL_CHANNEL", _info(rel.NCCL_CHANNEL, channel=0, src=0, dst=1, way="receive",
-                           name="Socket"), None, None),
-    ("NCCL_INIT_COMPLETE", _info(rel.NCCL_INIT_COMPLETE, comm=0x5A1B2C3D4E5F, rank=1, nranks=4,
-                                 comm_id=0x8C1D2E3F4A5B6C7D), P.NCCL_READY, None),
+    (
+        "NCCL_CHANNEL",
+        _info(rel.NCCL_CHANNEL, channel=0, src=0, dst=1, way="receive", name="Socket"),
+        None,
+        None,
+    ),
+    (
+        "NCCL_INIT_COMPLETE",
+        _info(
+            rel.NCCL_INIT_COMPLETE,
+            comm=0x5A1B2C3D4E5F,
+            rank=1,
+            nranks=4,
+            comm_id=0x8C1D2E3F4A5B6C7D,
+        ),
+        P.NCCL_READY,
+        None,
+    ),
     ("CUSTOM_AR_CROSS_NODE", _tp(1, rel.CUSTOM_AR_CROSS_NODE), P.NCCL_READY, None),
     ("INIT_DIST_END", _tp(1, rel.INIT_DIST_END, elapsed=1.52, mem=0.0), P.NCCL_READY, None),
     ("LOAD_BEGIN", _tp(1, rel.LOAD_BEGIN, avail=110.25), P.WEIGHTS_LOADING, None),
-    ("LOAD_SHARDS", "\r" + rel.meter(0, 4, 0.0, rel.LOAD_SHARDS(), sglang_format=True),
-     P.WEIGHTS_LOADING, None),
-    ("SGLANG_BAR", "\r" + rel.meter(4, 4, 9.5, rel.LOAD_SHARDS(), sglang_format=True),
-     P.WEIGHTS_LOADING, None),
-    ("LOAD_END", _tp(1, rel.LOAD_END, elapsed=2.91, arch="LlamaForCausalLM", avail=109.8,
-                     usage=0.12), P.WEIGHTS_LOADED, None),
-    ("KV_ALLOCATED", _tp(1, rel.KV_ALLOCATED, dtype="torch.bfloat16", tokens=163840, k=2.5,
-                         v=2.5), P.KV_CACHE, None),
+    (
+        "LOAD_SHARDS",
+        "\r" + rel.meter(0, 4, 0.0, rel.LOAD_SHARDS(), sglang_format=True),
+        P.WEIGHTS_LOADING,
+        None,
+    ),
+    (
+        "SGLANG_BAR",
+        "\r" + rel.meter(4, 4, 9.5, rel.LOAD_SHARDS(), sglang_format=True),
+        P.WEIGHTS_LOADING,
+        None,
+    ),
+    (
+        "LOAD_END",
+        _tp(1, rel.LOAD_END, elapsed=2.91, arch="LlamaForCausalLM", avail=109.8, usage=0.12),
+        P.WEIGHTS_LOADED,
+        None,
+    ),
+    (
+        "KV_ALLOCATED",
+        _tp(1, rel.KV_ALLOCATED, dtype="torch.bfloat16", tokens=163840, k=2.5, v=2.5),
+        P.KV_CACHE,
+        None,
+    ),
     ("MEMORY_POOL_END", _tp(1, rel.MEMORY_POOL_END, avail=104.8), P.KV_CACHE, None),
-    ("CAPTURE_PREFILL_BEGIN", _tp(0, rel.CAPTURE_PREFILL_BEGIN, backend="breakable",
-                                  num_tokens=[4, 8], avail=104.8), P.CUDA_GRAPH, None),
+    (
+        "CAPTURE_PREFILL_BEGIN",
+        _tp(0, rel.CAPTURE_PREFILL_BEGIN, backend="breakable", num_tokens=[4, 8], avail=104.8),
+        P.CUDA_GRAPH,
+        None,
+    ),
     ("TQDM_BAR_NO_DESC", "\r" + rel.meter(0, 2, 0.0), None, None),
-    ("CAPTURING_NUM_TOKENS", "\r" + rel.meter(0, 2, 0.0, rel.CAPTURING_NUM_TOKENS(
-        num_tokens=8, avail=104.8)), P.CUDA_GRAPH, None),
-    ("CAPTURE_PREFILL_END", _tp(0, rel.CAPTURE_PREFILL_END, elapsed=1.0, usage=0.1, avail=104.7),
-     P.CUDA_GRAPH, None),
-    ("CAPTURE_DECODE_BEGIN", _tp(0, rel.CAPTURE_DECODE_BEGIN, backend="full", bs=[1, 2],
-                                 avail=104.7), P.CUDA_GRAPH, None),
-    ("CAPTURING_BATCHES", "\r" + rel.meter(0, 2, 0.0) + "\r" + rel.meter(1, 2, 0.5, rel.CAPTURING_BATCHES(
-        bs=1, avail=104.7)), P.CUDA_GRAPH, None),
-    ("TQDM_BAR", "\r" + rel.meter(2, 2, 1.0, rel.CAPTURING_BATCHES(bs=1, avail=104.6)),
-     P.CUDA_GRAPH, None),
-    ("CAPTURE_DECODE_END", _tp(2, rel.CAPTURE_DECODE_END, elapsed=2.0, usage=0.4, avail=104.2),
-     P.ENGINE_READY, None),
-    ("MAX_TOTAL_TOKENS", _tp(0, rel.MAX_TOTAL_TOKENS, tokens=163840, chunked=8192, prefill=16384,
-                             running=64, context=8192, avail=104.2), P.ENGINE_READY, None),
+    (
+        "CAPTURING_NUM_TOKENS",
+        "\r" + rel.meter(0, 2, 0.0, rel.CAPTURING_NUM_TOKENS(num_tokens=8, avail=104.8)),
+        P.CUDA_GRAPH,
+        None,
+    ),
+    (
+        "CAPTURE_PREFILL_END",
+        _tp(0, rel.CAPTURE_PREFILL_END, elapsed=1.0, usage=0.1, avail=104.7),
+        P.CUDA_GRAPH,
+        None,
+    ),
+    (
+        "CAPTURE_DECODE_BEGIN",
+        _tp(0, rel.CAPTURE_DECODE_BEGIN, backend="full", bs=[1, 2], avail=104.7),
+        P.CUDA_GRAPH,
+        None,
+    ),
+    (
+        "CAPTURING_BATCHES",
+        "\r"
+        + rel.meter(0, 2, 0.0)
+        + "\r"
+        + rel.meter(1, 2, 0.5, rel.CAPTURING_BATCHES(bs=1, avail=104.7)),
+        P.CUDA_GRAPH,
+        None,
+    ),
+    (
+        "TQDM_BAR",
+        "\r" + rel.meter(2, 2, 1.0, rel.CAPTURING_BATCHES(bs=1, avail=104.6)),
+        P.CUDA_GRAPH,
+        None,
+    ),
+    (
+        "CAPTURE_DECODE_END",
+        _tp(2, rel.CAPTURE_DECODE_END, elapsed=2.0, usage=0.4, avail=104.2),
+        P.ENGINE_READY,
+        None,
+    ),
+    (
+        "MAX_TOTAL_TOKENS",
+        _tp(
+            0,
+            rel.MAX_TOTAL_TOKENS,
+            tokens=163840,
+            chunked=8192,
+            prefill=16384,
+            running=64,
+            context=8192,
+            avail=104.2,
+        ),
+        P.ENGINE_READY,
+        None,
+    ),
     ("DUMMY_HEALTH", _main(rel.DUMMY_HEALTH, host="127.0.0.1", port=30000), P.ENGINE_READY, None),
     ("UVICORN_STARTED", _main(rel.UVICORN_STARTED, pid=4242), None, None),
     ("UVICORN_LIFESPAN", _main(rel.UVICORN_LIFESPAN), None, None),
     ("UVICORN_LIFESPAN_DONE", _main(rel.UVICORN_LIFESPAN_DONE), None, None),
-    ("UVICORN_RUNNING", _main(rel.UVICORN_RUNNING, scheme="https", host="10.77.0.11",
-                                               port=30000), P.HTTP_READY,
-     None),
-    ("UVICORN_ACCESS", _main(rel.UVICORN_ACCESS, client="127.0.0.1:40418", method="GET",
-                             path="/model_info", status=200, phrase="OK"), None, None),
+    (
+        "UVICORN_RUNNING",
+        _main(rel.UVICORN_RUNNING, scheme="https", host="10.77.0.11", port=30000),
+        P.HTTP_READY,
+        None,
+    ),
+    (
+        "UVICORN_ACCESS",
+        _main(
+            rel.UVICORN_ACCESS,
+            client="127.0.0.1:40418",
+            method="GET",
+            path="/model_info",
+            status=200,
+            phrase="OK",
+        ),
+        None,
+        None,
+    ),
     ("FIRED_UP", _main(rel.FIRED_UP), P.READY, None),
-    ("SSL_ENABLED", _main(rel.SSL_ENABLED, certfile="/etc/sparkctl/tls/sglang.crt",
-                          keyfile="/etc/sparkctl/tls/sglang.key"), None, None),
+    (
+        "SSL_ENABLED",
+        _main(
+            rel.SSL_ENABLED,
+            certfile="/etc/sparkctl/tls/sglang.crt",
+            keyfile="/etc/sparkctl/tls/sglang.key",
+        ),
+        None,
+        None,
+    ),
     ("SSL_VERIFY_OFF", _main(rel.SSL_VERIFY_OFF), None, None),
     # serving, stopping: nothing to diagnose
-    ("DEPRECATED_ENDPOINT", _main(rel.DEPRECATED_ENDPOINT, old="/get_server_info",
-                                  new="/server_info"), None, None),
-    ("DEPRECATED_MODEL_INFO", _main(rel.DEPRECATED_MODEL_INFO, old="/get_model_info",
-                                    new="/model_info"), None, None),
-    ("DEPRECATED_LOAD", _main(rel.DEPRECATED_LOAD, old="/get_load", new="/v1/loads"), None,
-     None),
-    ("PREFILL_BATCH", _tp(0, rel.PREFILL_BATCH, new=1, tokens=7, usage=0.0, running=0, queued=0,
-                          throughput=812.3), None, None),
-    ("DECODE_BATCH", _tp(0, rel.DECODE_BATCH, running=1, tokens=40, usage=0.0, throughput=25.3,
-                         queued=0), None, None),
+    (
+        "DEPRECATED_ENDPOINT",
+        _main(rel.DEPRECATED_ENDPOINT, old="/get_server_info", new="/server_info"),
+        None,
+        None,
+    ),
+    (
+        "DEPRECATED_MODEL_INFO",
+        _main(rel.DEPRECATED_MODEL_INFO, old="/get_model_info", new="/model_info"),
+        None,
+        None,
+    ),
+    ("DEPRECATED_LOAD", _main(rel.DEPRECATED_LOAD, old="/get_load", new="/v1/loads"), None, None),
+    (
+        "PREFILL_BATCH",
+        _tp(
+            0, rel.PREFILL_BATCH, new=1, tokens=7, usage=0.0, running=0, queued=0, throughput=812.3
+        ),
+        None,
+        None,
+    ),
+    (
+        "DECODE_BATCH",
+        _tp(0, rel.DECODE_BATCH, running=1, tokens=40, usage=0.0, throughput=25.3, queued=0),
+        None,
+        None,
+    ),
     ("SIGTERM_RECEIVED", _main(rel.SIGTERM_RECEIVED), None, None),
     ("GRACEFUL_EXIT", _main(rel.GRACEFUL_EXIT, n=0, rids=[]), None, None),
     ("KILL_TREE", _main(rel.KILL_TREE, parent=4242, include=False, pid=4242), None, None),
     ("UVICORN_SHUTDOWN", _main(rel.UVICORN_SHUTDOWN), None, None),
     ("UVICORN_SHUTDOWN_DONE", _main(rel.UVICORN_SHUTDOWN_DONE), None, None),
-    ("DUMMY_HEALTH_STOPPED", _main(rel.DUMMY_HEALTH_STOPPED, host="127.0.0.1", port=30000),
-     None, None),
+    (
+        "DUMMY_HEALTH_STOPPED",
+        _main(rel.DUMMY_HEALTH_STOPPED, host="127.0.0.1", port=30000),
+        None,
+        None,
+    ),
     # Gloo
-    ("GLOO_FULL_MESH", _c10d("E", rel.GLOO_FULL_MESH, "ProcessGroupGloo.cpp:143", 1,
-                             detail="timed out connecting: SO_ERROR: Connection refused, "
-                             "remote=[127.0.0.1]:40123"), P.FAILED, "gloo_connect_full_mesh"),
-    ("GLOO_LOOPBACK", _c10d("W", rel.GLOO_LOOPBACK, "ProcessGroupGloo.cpp:524", 1), None,
-     "gloo_loopback"),
-    ("GLOO_NO_ADDRESS", "RuntimeError: " + rel.GLOO_NO_ADDRESS(name="enp1s0f1np1"), P.FAILED,
-     "gloo_no_address"),
-    ("GLOO_PEER_CLOSED", "RuntimeError: " + rel.GLOO_PEER_CLOSED(ip="192.168.100.11", port=4242),
-     P.FAILED, "peer_lost"),
+    (
+        "GLOO_FULL_MESH",
+        _c10d(
+            "E",
+            rel.GLOO_FULL_MESH,
+            "ProcessGroupGloo.cpp:143",
+            1,
+            detail="timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:40123",
+        ),
+        P.FAILED,
+        "gloo_connect_full_mesh",
+    ),
+    (
+        "GLOO_LOOPBACK",
+        _c10d("W", rel.GLOO_LOOPBACK, "ProcessGroupGloo.cpp:524", 1),
+        None,
+        "gloo_loopback",
+    ),
+    (
+        "GLOO_NO_ADDRESS",
+        "RuntimeError: " + rel.GLOO_NO_ADDRESS(name="enp1s0f1np1"),
+        P.FAILED,
+        "gloo_no_address",
+    ),
+    (
+        "GLOO_PEER_CLOSED",
+        "RuntimeError: " + rel.GLOO_PEER_CLOSED(ip="192.168.100.11", port=4242),
+        P.FAILED,
+        "peer_lost",
+    ),
     # NCCL
-    ("NCCL_NO_IFACE", _warn(rel.NCCL_NO_IFACE, "bootstrap.cc:114"), P.FAILED,
-     "nccl_no_interface"),
-    ("NCCL_CONNECT_RETRY", _info(rel.NCCL_CONNECT_RETRY, **_ADDR, **_REFUSED, n=3, ms=300), None,
-     "nccl_connect_retrying"),
-    ("NCCL_CONNECT_EXCEEDED", _warn(rel.NCCL_CONNECT_EXCEEDED, "misc/socket.cc:582", **_ADDR,
-                                    strerror="No route to host", n=35), P.FAILED,
-     "nccl_no_route"),
-    ("NCCL_CONNECT_EXCEEDED", _warn(rel.NCCL_CONNECT_EXCEEDED, "misc/socket.cc:582", **_ADDR,
-                                    **_REFUSED, n=35), P.FAILED, "nccl_connect_failed"),
-    ("NCCL_CONNECT_FAILED", _warn(rel.NCCL_CONNECT_FAILED, "misc/socket.cc:596", **_ADDR,
-                                  strerror="Network is unreachable"), P.FAILED,
-     "nccl_connect_failed"),
+    ("NCCL_NO_IFACE", _warn(rel.NCCL_NO_IFACE, "bootstrap.cc:114"), P.FAILED, "nccl_no_interface"),
+    (
+        "NCCL_CONNECT_RETRY",
+        _info(rel.NCCL_CONNECT_RETRY, **_ADDR, **_REFUSED, n=3, ms=300),
+        None,
+        "nccl_connect_retrying",
+    ),
+    (
+        "NCCL_CONNECT_EXCEEDED",
+        _warn(
+            rel.NCCL_CONNECT_EXCEEDED,
+            "misc/socket.cc:582",
+            **_ADDR,
+            strerror="No route to host",
+            n=35,
+        ),
+        P.FAILED,
+        "nccl_no_route",
+    ),
+    (
+        "NCCL_CONNECT_EXCEEDED",
+        _warn(rel.NCCL_CONNECT_EXCEEDED, "misc/socket.cc:582", **_ADDR, **_REFUSED, n=35),
+        P.FAILED,
+        "nccl_connect_failed",
+    ),
+    (
+        "NCCL_CONNECT_FAILED",
+        _warn(
+            rel.NCCL_CONNECT_FAILED,
+            "misc/socket.cc:596",
+            **_ADDR,
+            strerror="Network is unreachable",
+        ),
+        P.FAILED,
+        "nccl_connect_failed",
+    ),
     ("NCCL_UNWIND", _info(rel.NCCL_UNWIND, where="misc/socket.cc:661", code=2), None, None),
-    ("NCCL_ERROR", "RuntimeError: " + rel.NCCL_ERROR(error=rel.NCCL_SYSTEM_ERROR), P.FAILED,
-     None),
-    ("NCCL_ERROR", "RuntimeError: " + rel.NCCL_ERROR(error=rel.NCCL_REMOTE_ERROR), P.FAILED,
-     "peer_lost"),
-    ("NCCL_PEER_CLOSED", _warn(rel.NCCL_PEER_CLOSED, "misc/socket.cc:71", **_ADDR), P.FAILED,
-     "peer_lost"),
+    ("NCCL_ERROR", "RuntimeError: " + rel.NCCL_ERROR(error=rel.NCCL_SYSTEM_ERROR), P.FAILED, None),
+    (
+        "NCCL_ERROR",
+        "RuntimeError: " + rel.NCCL_ERROR(error=rel.NCCL_REMOTE_ERROR),
+        P.FAILED,
+        "peer_lost",
+    ),
+    (
+        "NCCL_PEER_CLOSED",
+        _warn(rel.NCCL_PEER_CLOSED, "misc/socket.cc:71", **_ADDR),
+        P.FAILED,
+        "peer_lost",
+    ),
     # the rendezvous (torch) and the message queue (ZeroMQ)
-    ("DIST_LISTEN_FAILED", "torch.distributed.DistNetworkError: " + rel.DIST_LISTEN_FAILED(
-        port=50000, code=98, name="EADDRINUSE", message="address already in use"), P.FAILED,
-     "port_in_use"),
-    ("DIST_LISTEN_FAILED", "torch.distributed.DistNetworkError: " + rel.DIST_LISTEN_FAILED(
-        port=50000, code=99, name="EADDRNOTAVAIL", message="cannot assign requested address"),
-     P.FAILED, "address_not_local"),
-    ("DIST_CLIENTS_JOINED", "torch.distributed.DistStoreError: " + rel.DIST_CLIENTS_JOINED(
-        seconds=3601, joined=2, world=4), P.FAILED, "rendezvous_incomplete"),
-    ("C10D_CONNECT_FAILED", _c10d("W", rel.C10D_CONNECT_FAILED, "socket.cpp:697",
-                                  host="192.168.100.11", port=50000, errno=113,
-                                  strerror="No route to host"), None, "dist_init_retrying"),
-    ("C10D_CONNECT_TIMEOUT", _c10d("E", rel.C10D_CONNECT_TIMEOUT, "socket.cpp:1011", ms=3600000,
-                                   host="192.168.100.11", port=50000), P.FAILED,
-     "dist_init_unreachable"),
-    ("DIST_CLIENT_TIMEOUT", "torch.distributed.DistNetworkError: " + rel.DIST_CLIENT_TIMEOUT(
-        ms=3600000, host="192.168.100.11", port=50000), P.FAILED, "dist_init_unreachable"),
-    ("DIST_RECV_CLOSED", "torch.distributed.DistNetworkError: " + rel.DIST_RECV_CLOSED(),
-     P.FAILED, "dist_init_unreachable"),
+    (
+        "DIST_LISTEN_FAILED",
+        "torch.distributed.DistNetworkError: "
+        + rel.DIST_LISTEN_FAILED(
+            port=50000, code=98, name="EADDRINUSE", message="address already in use"
+        ),
+        P.FAILED,
+        "port_in_use",
+    ),
+    (
+        "DIST_LISTEN_FAILED",
+        "torch.distributed.DistNetworkError: "
+        + rel.DIST_LISTEN_FAILED(
+            port=50000, code=99, name="EADDRNOTAVAIL", message="cannot assign requested address"
+        ),
+        P.FAILED,
+        "address_not_local",
+    ),
+    (
+        "DIST_CLIENTS_JOINED",
+        "torch.distributed.DistStoreError: "
+        + rel.DIST_CLIENTS_JOINED(seconds=3601, joined=2, world=4),
+        P.FAILED,
+        "rendezvous_incomplete",
+    ),
+    (
+        "C10D_CONNECT_FAILED",
+        _c10d(
+            "W",
+            rel.C10D_CONNECT_FAILED,
+            "socket.cpp:697",
+            host="192.168.100.11",
+            port=50000,
+            errno=113,
+            strerror="No route to host",
+        ),
+        None,
+        "dist_init_retrying",
+    ),
+    (
+        "C10D_CONNECT_TIMEOUT",
+        _c10d(
+            "E",
+            rel.C10D_CONNECT_TIMEOUT,
+            "socket.cpp:1011",
+            ms=3600000,
+            host="192.168.100.11",
+            port=50000,
+        ),
+        P.FAILED,
+        "dist_init_unreachable",
+    ),
+    (
+        "DIST_CLIENT_TIMEOUT",
+        "torch.distributed.DistNetworkError: "
+        + rel.DIST_CLIENT_TIMEOUT(ms=3600000, host="192.168.100.11", port=50000),
+        P.FAILED,
+        "dist_init_unreachable",
+    ),
+    (
+        "DIST_RECV_CLOSED",
+        "torch.distributed.DistNetworkError: " + rel.DIST_RECV_CLOSED(),
+        P.FAILED,
+        "dist_init_unreachable",
+    ),
     # arguments and model
     ("TP_NODES", "AssertionError: " + rel.TP_NODES(), P.FAILED, "launch_args"),
-    ("HF_REPO_ID", "huggingface_hub.errors.HFValidationError: " + rel.HF_REPO_ID(
-        path="/var/lib/sparkctl/models/current"), P.FAILED, "model_not_found"),
-    ("HF_OFFLINE", "OSError: " + rel.HF_OFFLINE(path="Qwen/Qwen3-8B").splitlines()[0], P.FAILED,
-     "model_not_found"),
-    ("HF_BAD_JSON", "OSError: " + rel.HF_BAD_JSON(path="/m/config.json"), P.FAILED,
-     "model_not_found"),
-    ("UNBALANCED_LOADING", "ValueError: " + rel.UNBALANCED_LOADING(tp_rank=0), P.FAILED,
-     "unbalanced_loading"),
+    (
+        "HF_REPO_ID",
+        "huggingface_hub.errors.HFValidationError: "
+        + rel.HF_REPO_ID(path="/var/lib/sparkctl/models/current"),
+        P.FAILED,
+        "model_not_found",
+    ),
+    (
+        "HF_OFFLINE",
+        "OSError: " + rel.HF_OFFLINE(path="Qwen/Qwen3-8B").splitlines()[0],
+        P.FAILED,
+        "model_not_found",
+    ),
+    (
+        "HF_BAD_JSON",
+        "OSError: " + rel.HF_BAD_JSON(path="/m/config.json"),
+        P.FAILED,
+        "model_not_found",
+    ),
+    (
+        "UNBALANCED_LOADING",
+        "ValueError: " + rel.UNBALANCED_LOADING(tp_rank=0),
+        P.FAILED,
+        "unbalanced_loading",
+    ),
     ("MONITORED_BARRIER_PEER", rel.MONITORED_BARRIER_PEER(rank=3), P.FAILED, "peer_lost"),
     # serving
-    ("UVICORN_BIND_ERROR", _main(rel.UVICORN_BIND_ERROR, errno=98, host="10.77.0.11", port=30000,
-                                 message="address already in use"), P.FAILED, "port_in_use"),
-    ("UVICORN_BIND_ERROR_ROOT", _main(rel.UVICORN_BIND_ERROR_ROOT, errno=98, host="127.0.0.1",
-                                      port=30000, message="address already in use"), P.FAILED,
-     "port_in_use"),
+    (
+        "UVICORN_BIND_ERROR",
+        _main(
+            rel.UVICORN_BIND_ERROR,
+            errno=98,
+            host="10.77.0.11",
+            port=30000,
+            message="address already in use",
+        ),
+        P.FAILED,
+        "port_in_use",
+    ),
+    (
+        "UVICORN_BIND_ERROR_ROOT",
+        _main(
+            rel.UVICORN_BIND_ERROR_ROOT,
+            errno=98,
+            host="127.0.0.1",
+            port=30000,
+            message="address already in use",
+        ),
+        P.FAILED,
+        "port_in_use",
+    ),
     ("WATCHDOG_TIMEOUT", _tp(0, rel.WATCHDOG_TIMEOUT, timeout=300), P.FAILED, "peer_lost"),
-    ("HEALTH_FAILED", _main(rel.HEALTH_FAILED, timeout=20, tic="14:00:00", last="13:59:20"),
-     None, "health_check_failed"),
-    ("WARMUP_FAILED", _main(rel.WARMUP_FAILED, traceback="Traceback (most recent call last):"),
-     P.FAILED, "warmup_failed"),
-    ("SCHEDULER_EXCEPTION", _tp(1, rel.SCHEDULER_EXCEPTION,
-                                traceback="Traceback (most recent call last):"), P.FAILED,
-     "scheduler_exception"),
+    (
+        "HEALTH_FAILED",
+        _main(rel.HEALTH_FAILED, timeout=20, tic="14:00:00", last="13:59:20"),
+        None,
+        "health_check_failed",
+    ),
+    (
+        "WARMUP_FAILED",
+        _main(rel.WARMUP_FAILED, traceback="Traceback (most recent call last):"),
+        P.FAILED,
+        "warmup_failed",
+    ),
+    (
+        "SCHEDULER_EXCEPTION",
+        _tp(1, rel.SCHEDULER_EXCEPTION, traceback="Traceback (most recent call last):"),
+        P.FAILED,
+        "scheduler_exception",
+    ),
     ("SIGQUIT_CHILD", _main(rel.SIGQUIT_CHILD), P.FAILED, None),
     # Python's traceback lines around the error line: nothing of their own
     ("TRACEBACK_HEAD", rel.TRACEBACK_HEAD(), None, None),
-    ("TRACEBACK_FRAME", rel.TRACEBACK_FRAME(file="/opt/sglang/rendezvous.py", line=312,
-                                            func="gloo_mesh"), None, None),
+    (
+        "TRACEBACK_FRAME",
+        rel.TRACEBACK_FRAME(file="/opt/sglang/rendezvous.py", line=312, func="gloo_mesh"),
+        None,
+        None,
+    ),
     ("TRACEBACK_CODE", rel.TRACEBACK_CODE(code="self._gloo_failure('no error')"), None, None),
     ("TRACEBACK_CARET", rel.TRACEBACK_CARET(carets="^^^^^^^^^^"), None, None),
     ("TRACEBACK_LAST", rel.TRACEBACK_LAST(exc_type="ValueError", message="x"), None, None),
 ]
 
 
-@pytest.mark.parametrize(("name", "line", "phase", "sig_id"), STANDIN_LINES,
-                         ids=[f"{i:02d}-{c[0]}" for i, c in enumerate(STANDIN_LINES)])
+@pytest.mark.parametrize(
+    ("name", "line", "phase", "sig_id"),
+    STANDIN_LINES,
+    ids=[f"{i:02d}-{c[0]}" for i, c in enumerate(STANDIN_LINES)],
+)
 def test_standin_lines(name: str, line: str, phase: Phase | None, sig_id: str | None) -> None:
     assert isinstance(getattr(rel, name), rel.Msg)
     assert logs.phase_of(line) is phase
@@ -587,12 +974,24 @@ def test_every_standin_message_has_a_case() -> None:
 
 
 def test_standin_start_up_reaches_every_phase_it_prints() -> None:
-    start = [line for name, line, *_ in STANDIN_LINES[:STANDIN_LINES.index(next(
-        c for c in STANDIN_LINES if c[0] == "FIRED_UP")) + 1]]
-    assert logs.milestones(start) == [Phase.STARTING, Phase.DIST_INIT, Phase.NCCL_READY,
-                                      Phase.WEIGHTS_LOADING, Phase.WEIGHTS_LOADED,
-                                      Phase.KV_CACHE, Phase.CUDA_GRAPH, Phase.ENGINE_READY,
-                                      Phase.HTTP_READY, Phase.READY]
+    start = [
+        line
+        for name, line, *_ in STANDIN_LINES[
+            : STANDIN_LINES.index(next(c for c in STANDIN_LINES if c[0] == "FIRED_UP")) + 1
+        ]
+    ]
+    assert logs.milestones(start) == [
+        Phase.STARTING,
+        Phase.DIST_INIT,
+        Phase.NCCL_READY,
+        Phase.WEIGHTS_LOADING,
+        Phase.WEIGHTS_LOADED,
+        Phase.KV_CACHE,
+        Phase.CUDA_GRAPH,
+        Phase.ENGINE_READY,
+        Phase.HTTP_READY,
+        Phase.READY,
+    ]
     assert logs.match(start) == []
     assert logs.nccl_transport(start) == "socket"  # the lab has no RDMA device
 
@@ -602,32 +1001,59 @@ def _standin(name: str) -> str:
 
 
 def test_standin_rank_that_stops_after_customallreduce_is_the_host_ip_hang() -> None:
-    worker = [_standin("INIT_DIST_BEGIN"), _standin("NCCL_INIT_COMPLETE"),
-              _standin("CUSTOM_AR_CROSS_NODE")]
+    worker = [
+        _standin("INIT_DIST_BEGIN"),
+        _standin("NCCL_INIT_COMPLETE"),
+        _standin("CUSTOM_AR_CROSS_NODE"),
+    ]
     assert logs.milestones(worker) == [Phase.DIST_INIT, Phase.NCCL_READY]
     assert logs.match(worker) == []
     sig = logs.hang_signature(logs.furthest_phase(worker), 130, rank=1, line=worker[-1])
     assert sig is not None and sig.id == "host_ip_hang" and "`fabric_a_ip`" in sig.fix
 
 
-@pytest.mark.parametrize(("line", "sig_id"), [
-    # NCCL's verbs wrapper and IB transport (NVIDIA/nccl-tests #206, NVIDIA/nccl #426)
-    ("spark-1:4242:4250 [0] misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with "
-     "error Cannot allocate memory", "rdma_register_failed"),
-    ("10-0-0-1:5000:5050 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got completion with "
-     "error 12, opcode 1, len 0, vendor err 129", "rdma_completion_error"),
-    # sparkctl's launcher inside a container that was not given the secrets file
-    ("sparkctl sglang launcher: cannot read the secrets file /etc/sparkctl/sglang-secrets.env: "
-     "No such file or directory", "launcher_secrets"),
-    ("sparkctl sglang launcher: SGLANG_API_KEY is empty or missing in /x.env", "launcher_secrets"),
-    # docker's own words (moby daemon/errors.go, oci_linux.go; nvidia-container-toolkit #260)
-    ("docker: Error response from daemon: No such image: lmsysorg/sglang:v0.5.17-cu130-runtime"
-     "@sha256:" + "ab" * 32 + ".", "image_missing"),
-    ('docker: Error response from daemon: could not select device driver "" with capabilities: '
-     "[[gpu]].", "gpu_runtime"),
-    ('docker: Error response from daemon: error gathering device information while adding '
-     'custom device "/dev/infiniband": no such file or directory.', "rdma_device_missing"),
-])
+@pytest.mark.parametrize(
+    ("line", "sig_id"),
+    [
+        # NCCL's verbs wrapper and IB transport (NVIDIA/nccl-tests #206, NVIDIA/nccl #426)
+        (
+            "spark-1:4242:4250 [0] misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with "
+            "error Cannot allocate memory",
+            "rdma_register_failed",
+        ),
+        (
+            "10-0-0-1:5000:5050 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got completion with "
+            "error 12, opcode 1, len 0, vendor err 129",
+            "rdma_completion_error",
+        ),
+        # sparkctl's launcher inside a container that was not given the secrets file
+        (
+            "sparkctl sglang launcher: cannot read the secrets file /etc/sparkctl/sglang-secrets.env: "
+            "No such file or directory",
+            "launcher_secrets",
+        ),
+        (
+            "sparkctl sglang launcher: SGLANG_API_KEY is empty or missing in /x.env",
+            "launcher_secrets",
+        ),
+        # docker's own words (moby daemon/errors.go, oci_linux.go; nvidia-container-toolkit #260)
+        (
+            "docker: Error response from daemon: No such image: lmsysorg/sglang:v0.5.17-cu130-runtime"
+            "@sha256:" + "ab" * 32 + ".",
+            "image_missing",
+        ),
+        (
+            'docker: Error response from daemon: could not select device driver "" with capabilities: '
+            "[[gpu]].",
+            "gpu_runtime",
+        ),
+        (
+            "docker: Error response from daemon: error gathering device information while adding "
+            'custom device "/dev/infiniband": no such file or directory.',
+            "rdma_device_missing",
+        ),
+    ],
+)
 def test_the_container_and_rdma_failures_are_explained(line: str, sig_id: str) -> None:
     (sig,) = logs.match([line])
     assert (sig.id, sig.fatal) == (sig_id, True)

@@ -42,15 +42,20 @@ class FakeCluster:
 
     @property
     def plan(self) -> dict[str, Any]:
-        return {"hosts": {n: {"fabric_a_ip": f"192.168.100.{11 + i}"}
-                          for i, n in enumerate(self.nodes)}}
+        return {
+            "hosts": {n: {"fabric_a_ip": f"192.168.100.{11 + i}"} for i, n in enumerate(self.nodes)}
+        }
 
     def rank(self, node: str) -> int:
         return self.nodes.index(node)
 
     def sglang(self, node: str | None = None) -> dict[str, Any]:
-        return {"install_method": "container", "engine": "/usr/bin/docker",
-                "container_name": "sparkctl-sglang", "rdma_expected": self.rdma_expected}
+        return {
+            "install_method": "container",
+            "engine": "/usr/bin/docker",
+            "container_name": "sparkctl-sglang",
+            "rdma_expected": self.rdma_expected,
+        }
 
     def label(self, node: str) -> str:
         return f"rank {self.rank(node)} ({node})"
@@ -62,16 +67,18 @@ class FakeCluster:
         return ""
 
     def unit_states(self, nodes: list[str] | None = None) -> dict[str, dict[str, str]]:
-        return {n: self.states.get(n, {"ActiveState": "active", "SubState": "running"})
-                for n in self.nodes}
+        return {
+            n: self.states.get(n, {"ActiveState": "active", "SubState": "running"})
+            for n in self.nodes
+        }
 
-    def each(self, nodes: list[str], command: str,
-             timeout: int = 60) -> dict[str, tuple[int, str]]:
+    def each(self, nodes: list[str], command: str, timeout: int = 60) -> dict[str, tuple[int, str]]:
         return {n: self.run(n, command.replace("{sudo}", self.sudo(n)), timeout) for n in nodes}
 
     def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
-        if command.startswith("/usr/bin/docker inspect --format '{{json .Config.Env}}' "
-                              "sparkctl-sglang"):
+        if command.startswith(
+            "/usr/bin/docker inspect --format '{{json .Config.Env}}' sparkctl-sglang"
+        ):
             # the container's environment as docker inspect prints it (a JSON list)
             ip = self.environ.get(node, self.plan["hosts"][node]["fabric_a_ip"])
             return 0, json.dumps(["PATH=/usr/bin", f"SGLANG_HOST_IP={ip}", "HOME=/x"]) + "\n"
@@ -130,13 +137,17 @@ def test_a_fatal_signature_ends_the_wait_and_names_the_rank() -> None:
     assert "GLOO_SOCKET_IFNAME" in text
 
 
-@pytest.mark.parametrize(("rdma", "log", "failed"), [
-    (True, "nccl_socket_transport_sglang3398.log", ["spark2"]),
-    (True, "nccl_ib_transport_nccl707.log", []),
-    (False, "nccl_socket_transport_sglang3398.log", []),  # the lab: no RDMA, sockets expected
-])
-def test_sockets_where_rdma_is_expected_fail_the_start_up(rdma: bool, log: str,
-                                                          failed: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("rdma", "log", "failed"),
+    [
+        (True, "nccl_socket_transport_sglang3398.log", ["spark2"]),
+        (True, "nccl_ib_transport_nccl707.log", []),
+        (False, "nccl_socket_transport_sglang3398.log", []),  # the lab: no RDMA, sockets expected
+    ],
+)
+def test_sockets_where_rdma_is_expected_fail_the_start_up(
+    rdma: bool, log: str, failed: list[str]
+) -> None:
     """NCCL's silent fallback to TCP (no /dev/infiniband in the container, RDMA unusable)
     serves, about 2.5x slower: on a real profile serve up fails it and says why."""
     cluster = FakeCluster(rdma_expected=rdma)
@@ -155,12 +166,22 @@ def test_sockets_where_rdma_is_expected_fail_the_start_up(rdma: bool, log: str,
 
 def test_a_stopped_units_last_lines_are_waited_for_before_it_is_explained() -> None:
     """systemd says the unit stopped before journalctl -f over ssh has delivered why."""
-    cluster = FakeCluster(states={"spark3": {"ActiveState": "activating",
-                                             "SubState": "auto-restart"}})
+    cluster = FakeCluster(
+        states={"spark3": {"ActiveState": "activating", "SubState": "auto-restart"}}
+    )
     followers = FakeFollowers()
-    late = threading.Timer(0.5, followers.feed, ("spark3", [
-        "sparkctl sglang launcher: cannot read the secrets file /etc/sparkctl/sglang-secrets.env:"
-        " No such file or directory"]))
+    late = threading.Timer(
+        0.5,
+        followers.feed,
+        (
+            "spark3",
+            [
+                "sparkctl sglang launcher: cannot read the secrets file "
+                "/etc/sparkctl/sglang-secrets.env:"
+                " No such file or directory"
+            ],
+        ),
+    )
     late.start()
     result = up.wait_up(cluster, followers, timeout=30)  # type: ignore[arg-type]
     late.join()
@@ -169,8 +190,9 @@ def test_a_stopped_units_last_lines_are_waited_for_before_it_is_explained() -> N
 
 
 def test_a_unit_in_auto_restart_ends_the_wait() -> None:
-    cluster = FakeCluster(states={"spark2": {"ActiveState": "activating",
-                                             "SubState": "auto-restart"}})
+    cluster = FakeCluster(
+        states={"spark2": {"ActiveState": "activating", "SubState": "auto-restart"}}
+    )
     result = up.wait_up(cluster, FakeFollowers(), timeout=30)  # type: ignore[arg-type]
     assert not result.ok and result.failed == ["spark2"]
     assert result.message == "a rank's unit stopped"
@@ -201,12 +223,14 @@ def test_a_plain_timeout_names_the_ranks_that_got_least_far() -> None:
 
 # `systemctl show -p ExecStart --value` of the container unit (systemd 252, as captured in
 # tests/unit/test_sglang_role.py), cut to the words that matter here.
-_EXECSTART = ("{ path=/usr/bin/docker ; argv[]=/usr/bin/docker run --rm --name sparkctl-sglang "
-              "--network host --volume /var/lib/sparkctl/models:/var/lib/sparkctl/models:ro "
-              "--volume /srv/models/:/srv/models/:ro --volume /a:/b:ro "
-              "lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:" + "ab" * 32 + " python3 "
-              "/usr/local/lib/sparkctl/sglang-launcher.py -- --model-path "
-              "/var/lib/sparkctl/models/current ; ignore_errors=no ; pid=0 }")
+_EXECSTART = (
+    "{ path=/usr/bin/docker ; argv[]=/usr/bin/docker run --rm --name sparkctl-sglang "
+    "--network host --volume /var/lib/sparkctl/models:/var/lib/sparkctl/models:ro "
+    "--volume /srv/models/:/srv/models/:ro --volume /a:/b:ro "
+    "lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:" + "ab" * 32 + " python3 "
+    "/usr/local/lib/sparkctl/sglang-launcher.py -- --model-path "
+    "/var/lib/sparkctl/models/current ; ignore_errors=no ; pid=0 }"
+)
 
 
 @dataclass
@@ -218,8 +242,10 @@ class _MountCluster(FakeCluster):
         return {"model_path": "/var/lib/sparkctl/models/current"}
 
     def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
-        assert command == ("systemctl show -p ExecStart --value sparkctl-sglang.service; "
-                           "echo @@; readlink -f -- /var/lib/sparkctl/models/current"), command
+        assert command == (
+            "systemctl show -p ExecStart --value sparkctl-sglang.service; "
+            "echo @@; readlink -f -- /var/lib/sparkctl/models/current"
+        ), command
         return 0, f"{self.execstart}\n@@\n{self.targets.get(node, '')}\n"
 
 
@@ -228,10 +254,14 @@ def test_a_model_outside_the_containers_mounts_is_refused_before_any_rank_starts
     up.check_model_visible(_MountCluster(targets={**inside, "spark1": "/srv/models/llm"}))
     up.check_model_visible(_MountCluster(targets={"spark2": inside["spark2"]}))  # not synced
     # a host path mounted elsewhere in the container does not make the link's target visible
-    with pytest.raises(SparkctlError, match=r"spark3: /var/lib/sparkctl/models/current -> "
-                                            r"/srv/other/llm \(mounted: ") as err:
-        up.check_model_visible(_MountCluster(targets={**inside, "spark3": "/srv/other/llm",
-                                                      "spark4": "/a/llm"}))
+    with pytest.raises(
+        SparkctlError,
+        match=r"spark3: /var/lib/sparkctl/models/current -> "
+        r"/srv/other/llm \(mounted: ",
+    ) as err:
+        up.check_model_visible(
+            _MountCluster(targets={**inside, "spark3": "/srv/other/llm", "spark4": "/a/llm"})
+        )
     assert "spark4" in str(err.value) and "spark1" not in str(err.value)
     # a venv unit runs on the host: nothing to check
     venv = "{ path=/opt/v/bin/python3 ; argv[]=/opt/v/bin/python3 /l.py -- ; ignore_errors=no }"

@@ -65,12 +65,21 @@ class FakeCluster:
         return self.nodes.index(node)
 
     def sglang(self, node: str | None = None) -> dict[str, Any]:
-        return {"tp_size": len(self.nodes), "nnodes": len(self.nodes), "verify_requests": 2,
-                "verify_max_tokens": 12}
+        return {
+            "tp_size": len(self.nodes),
+            "nnodes": len(self.nodes),
+            "verify_requests": 2,
+            "verify_max_tokens": 12,
+        }
 
     def unit_states(self) -> dict[str, dict[str, str]]:
-        return {n: {"ActiveState": "active" if up else "inactive",
-                    "SubState": "running" if up else "dead"} for n, up in self.alive.items()}
+        return {
+            n: {
+                "ActiveState": "active" if up else "inactive",
+                "SubState": "running" if up else "dead",
+            }
+            for n, up in self.alive.items()
+        }
 
 
 def _by_name(checks: list[Any]) -> dict[str, Any]:
@@ -95,18 +104,39 @@ def test_a_healthy_group_passes_every_check(tmp_path: Path, model_dir: Path) -> 
 
 
 @needs_loopback
-def test_verify_speaks_https_and_checks_the_server_against_the_ca(tmp_path: Path,
-                                                                   model_dir: Path) -> None:
+def test_verify_speaks_https_and_checks_the_server_against_the_ca(
+    tmp_path: Path, model_dir: Path
+) -> None:
     """TLS on the API (sglang_tls_certfile/keyfile): verify talks https and trusts only the
     inventory's CA (sglang_tls_ca_file); another CA fails every HTTP check, saying why."""
     crt, key, other = tmp_path / "s.crt", tmp_path / "s.key", tmp_path / "other.crt"
     for cert, keyfile in ((crt, key), (other, tmp_path / "other.key")):
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                        "-keyout", str(keyfile), "-out", str(cert)],
-                       capture_output=True, timeout=60, check=True)
-    with cluster(tmp_path, model_dir, 2,
-                 extra=["--ssl-certfile", str(crt), "--ssl-keyfile", str(key)]) as c:
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+                "-keyout",
+                str(keyfile),
+                "-out",
+                str(cert),
+            ],
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+    with cluster(
+        tmp_path, model_dir, 2, extra=["--ssl-certfile", str(crt), "--ssl-keyfile", str(key)]
+    ) as c:
         _up(c)
         alive = {"spark1": True, "spark2": True}
         good = FakeCluster(f"https://127.0.0.1:{c.port}", alive, tls_ca_file=str(crt))
@@ -116,8 +146,10 @@ def test_verify_speaks_https_and_checks_the_server_against_the_ca(tmp_path: Path
         named = _by_name(Verifier(wrong, KEY).run())  # type: ignore[arg-type]
     for check in ("health", "server_info", "models", "chat_completion"):
         assert named[check].outcome == "failed", check
-        assert "CERTIFICATE_VERIFY_FAILED" in named[check].message or \
-            "certificate verify failed" in named[check].message.lower(), named[check].message
+        assert (
+            "CERTIFICATE_VERIFY_FAILED" in named[check].message
+            or "certificate verify failed" in named[check].message.lower()
+        ), named[check].message
 
 
 @needs_loopback
@@ -164,8 +196,9 @@ def test_wrong_shaped_or_non_json_answers_fail_cleanly(mode: str) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, kwargs=QUICK_SHUTDOWN, daemon=True).start()
     try:
-        fake = FakeCluster(f"http://127.0.0.1:{server.server_address[1]}",
-                           {"spark1": True, "spark2": True})
+        fake = FakeCluster(
+            f"http://127.0.0.1:{server.server_address[1]}", {"spark1": True, "spark2": True}
+        )
         checks = Verifier(fake, KEY).run()  # type: ignore[arg-type]
     finally:
         server.shutdown()
@@ -206,31 +239,51 @@ def _sse(*events: Any) -> Answer:
 
 
 def _chunk(obj: str, choice: dict[str, Any] | None, usage: Any = None) -> dict[str, Any]:
-    return {"id": "req-1", "object": obj, "created": 1, "model": "toy",
-            "choices": [{"index": 0, "finish_reason": None, **choice}] if choice else [],
-            "usage": usage}
+    return {
+        "id": "req-1",
+        "object": obj,
+        "created": 1,
+        "model": "toy",
+        "choices": [{"index": 0, "finish_reason": None, **choice}] if choice else [],
+        "usage": usage,
+    }
 
 
 def _usage(completion: Any) -> dict[str, Any]:
-    return {"prompt_tokens": 20, "completion_tokens": completion,
-            "total_tokens": 20 + completion if isinstance(completion, int) else 20}
+    return {
+        "prompt_tokens": 20,
+        "completion_tokens": completion,
+        "total_tokens": 20 + completion if isinstance(completion, int) else 20,
+    }
 
 
 def _chat_stream(body: dict[str, Any], usage: Any = "count") -> Answer:
     n = int(body.get("max_tokens") or 4)
     chunks = [_chunk("chat.completion.chunk", {"delta": {"role": "assistant", "content": ""}})]
-    chunks += [_chunk("chat.completion.chunk", {"delta": {"content": f" tok{i}"}})
-               for i in range(n)]
+    chunks += [
+        _chunk("chat.completion.chunk", {"delta": {"content": f" tok{i}"}}) for i in range(n)
+    ]
     if (body.get("stream_options") or {}).get("include_usage") and usage is not None:
-        chunks.append(_chunk("chat.completion.chunk", None,
-                             _usage(n) if usage == "count" else usage))
+        chunks.append(
+            _chunk("chat.completion.chunk", None, _usage(n) if usage == "count" else usage)
+        )
     return _sse(*chunks, "[DONE]")
 
 
-CHAT = {"id": "req-1", "object": "chat.completion", "created": 1, "model": "toy",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "The weights."}}],
-        "usage": _usage(3)}
+CHAT = {
+    "id": "req-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "toy",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "The weights."},
+        }
+    ],
+    "usage": _usage(3),
+}
 UNAUTHORIZED = Answer(401, {"error": "Unauthorized"})
 
 
@@ -239,11 +292,16 @@ SGLANG: dict[Route, Answer] = {
     "health_generate": Answer(body=b"", content_type="text/plain"),
     "server_info": Answer(body={"tp_size": 2, "nnodes": 2, "version": "0.5.17"}),
     "old_server_info": Answer(body={"tp_size": 2, "nnodes": 2, "version": "0.4.6"}),
-    "models": Answer(body={"object": "list", "data": [
-        {"id": "toy", "object": "model", "created": 1, "owned_by": "sglang"}]}),
+    "models": Answer(
+        body={
+            "object": "list",
+            "data": [{"id": "toy", "object": "model", "created": 1, "owned_by": "sglang"}],
+        }
+    ),
     "chat": Answer(body=CHAT),
-    "completion_stream": _sse(*(_chunk("text_completion", {"text": f" w{i}"}) for i in range(3)),
-                              "[DONE]"),
+    "completion_stream": _sse(
+        *(_chunk("text_completion", {"text": f" w{i}"}) for i in range(3)), "[DONE]"
+    ),
 }
 
 
@@ -263,9 +321,13 @@ class _Sglang(BaseHTTPRequestHandler):
         if self.command == "GET":
             # /server_info is the release's name; /get_server_info the deprecated one
             # (sglang 0.5.17 srt/entrypoints/http_server.py), kept by older pins.
-            return {"/health": "health", "/health_generate": "health_generate",
-                    "/server_info": "server_info", "/get_server_info": "old_server_info",
-                    "/v1/models": "models"}.get(path, "?")
+            return {
+                "/health": "health",
+                "/health_generate": "health_generate",
+                "/server_info": "server_info",
+                "/get_server_info": "old_server_info",
+                "/v1/models": "models",
+            }.get(path, "?")
         if "Authorization" not in self.headers:
             return "no_key"
         kind = "chat" if path == "/v1/chat/completions" else "completion"
@@ -337,19 +399,34 @@ def serve_cluster(inv: Inventory, port: int, run_dir: Path) -> Cluster:
     """A Cluster as open_cluster builds it, its head's API on 127.0.0.1:``port``."""
     inv = replace(inv, nodes=tuple(replace(n, mgmt_ip="127.0.0.1") for n in inv.nodes))
     names = [n.name for n in inv.nodes]
-    sglang = {"unit": "sparkctl-sglang.service", "port": port, "served_model_name": "toy",
-              "model_path": "/models/current", "api_key_file": str(run_dir / "no-key-file"),
-              "api_key_required": True, "tp_size": len(names), "nnodes": len(names),
-              "verify_requests": 2, "verify_max_tokens": 6}
+    sglang = {
+        "unit": "sparkctl-sglang.service",
+        "port": port,
+        "served_model_name": "toy",
+        "model_path": "/models/current",
+        "api_key_file": str(run_dir / "no-key-file"),
+        "api_key_required": True,
+        "tp_size": len(names),
+        "nnodes": len(names),
+        "verify_requests": 2,
+        "verify_max_tokens": 6,
+    }
     plan = {"hosts": {n.name: {"node_rank": n.rank, "sglang": sglang} for n in inv.nodes}}
-    return Cluster(inv=inv, plan=plan, run_dir=run_dir, ssh_config=run_dir / "ssh_config",
-                   runner=_states)
+    return Cluster(
+        inv=inv, plan=plan, run_dir=run_dir, ssh_config=run_dir / "ssh_config", runner=_states
+    )
 
 
 def two_sparks(tmp_path: Path) -> Inventory:
     nodes = tuple(Node(f"spark{i + 1}", i, f"10.77.0.{11 + i}", {}) for i in range(2))
-    return Inventory(path=tmp_path / "x.ini", cluster="sim", nodes=nodes, switch=None,
-                     ports=(), hostvars={n.name: {"ansible_user": "root"} for n in nodes})
+    return Inventory(
+        path=tmp_path / "x.ini",
+        cluster="sim",
+        nodes=nodes,
+        switch=None,
+        ports=(),
+        hostvars={n.name: {"ansible_user": "root"} for n in nodes},
+    )
 
 
 @pytest.fixture
@@ -373,7 +450,8 @@ def test_the_fake_server_passes_every_check(tmp_path: Path, api_key: str) -> Non
 
 
 def test_server_info_falls_back_to_the_deprecated_name_only_where_it_is_missing(
-        tmp_path: Path, api_key: str) -> None:
+    tmp_path: Path, api_key: str
+) -> None:
     with fake_sglang({}) as port:
         current = _by_name(_verify(tmp_path, port).checks)["server_info"]
     assert current.outcome == "passed" and "version 0.5.17" in current.message
@@ -383,7 +461,8 @@ def test_server_info_falls_back_to_the_deprecated_name_only_where_it_is_missing(
 
 
 def test_what_server_info_returns_of_the_key_never_reaches_the_report(
-        tmp_path: Path, api_key: str) -> None:
+    tmp_path: Path, api_key: str
+) -> None:
     """The release's /server_info carries api_key and admin_api_key (its server args)."""
     answer = Answer(body=[{"tp_size": 2, "api_key": api_key, "admin_api_key": None}])
     with fake_sglang({"server_info": answer}) as port:
@@ -397,86 +476,147 @@ def _truncated(text: str) -> Answer:
     return Answer(body=text.encode())
 
 
-HTML_500 = Answer(500, b"<html><body><h1>500 Internal Server Error</h1></body></html>",
-                  "text/html")
+HTML_500 = Answer(500, b"<html><body><h1>500 Internal Server Error</h1></body></html>", "text/html")
 
 # case: (the routes answered wrongly, {the check that must fail: what its message says})
 MALFORMED: dict[str, tuple[dict[Route, Any], dict[str, str]]] = {
     "empty-body-200": (
         {"server_info": Answer(), "models": Answer(), "chat": Answer()},
-        {"server_info": "HTTP 200, not JSON: ''", "models": "HTTP 200, not JSON: ''",
-         "chat_completion": "HTTP 200, not JSON: ''"}),
+        {
+            "server_info": "HTTP 200, not JSON: ''",
+            "models": "HTTP 200, not JSON: ''",
+            "chat_completion": "HTTP 200, not JSON: ''",
+        },
+    ),
     "truncated-json": (
-        {"server_info": _truncated('{"tp_size": 2, "nno'),
-         "models": _truncated('{"object": "list", "data": [{"id": "to'),
-         "chat": _truncated(json.dumps(CHAT)[:40])},
-        {"server_info": "not JSON: '{\"tp_size\": 2, \"nno'", "models": '"data": [{"id": "to',
-         "chat_completion": 'not JSON: \'{"id": "req-1", "object": "chat.complet'}),
+        {
+            "server_info": _truncated('{"tp_size": 2, "nno'),
+            "models": _truncated('{"object": "list", "data": [{"id": "to'),
+            "chat": _truncated(json.dumps(CHAT)[:40]),
+        },
+        {
+            "server_info": 'not JSON: \'{"tp_size": 2, "nno\'',
+            "models": '"data": [{"id": "to',
+            "chat_completion": 'not JSON: \'{"id": "req-1", "object": "chat.complet',
+        },
+    ),
     "json-array": (
-        {"server_info": Answer(body=[2, 2]), "models": Answer(body=[{"id": "toy"}]),
-         "chat": Answer(body=[CHAT])},
-        {"server_info": "/server_info returned list, not an object: '[2, 2]'",
-         "models": "/v1/models returned list, not an object: '[{\"id\": \"toy\"}]'",
-         "chat_completion": "/v1/chat/completions returned list, not an object"}),
+        {
+            "server_info": Answer(body=[2, 2]),
+            "models": Answer(body=[{"id": "toy"}]),
+            "chat": Answer(body=[CHAT]),
+        },
+        {
+            "server_info": "/server_info returned list, not an object: '[2, 2]'",
+            "models": '/v1/models returned list, not an object: \'[{"id": "toy"}]\'',
+            "chat_completion": "/v1/chat/completions returned list, not an object",
+        },
+    ),
     "tp-size-a-string": (
         {"server_info": Answer(body={"tp_size": "2", "nnodes": 2})},
-        {"server_info": "tp_size '2', nnodes 2 (want 2, 2)"}),
+        {"server_info": "tp_size '2', nnodes 2 (want 2, 2)"},
+    ),
     "tp-size-missing": (
         {"server_info": Answer(body={"nnodes": 2, "version": "0.5.4"})},
-        {"server_info": "tp_size None, nnodes 2 (want 2, 2)"}),
+        {"server_info": "tp_size None, nnodes 2 (want 2, 2)"},
+    ),
     "models-data-not-a-list": (
         {"models": Answer(body={"object": "list", "data": {"id": "toy"}})},
-        {"models": "/v1/models 'data' is dict, not a list: '{\"object\": \"list\", \"data\""}),
+        {"models": '/v1/models \'data\' is dict, not a list: \'{"object": "list", "data"'},
+    ),
     "models-empty": (
         {"models": Answer(body={"object": "list", "data": []})},
-        {"models": "/v1/models lists [], not 'toy'"}),
+        {"models": "/v1/models lists [], not 'toy'"},
+    ),
     "models-another-id": (
         {"models": Answer(body={"object": "list", "data": [{"id": "other", "object": "model"}]})},
-        {"models": "/v1/models lists ['other'], not 'toy'"}),
+        {"models": "/v1/models lists ['other'], not 'toy'"},
+    ),
     "chat-no-choices": (
         {"chat": Answer(body={**CHAT, "choices": []})},
-        {"chat_completion": "no choices in the answer: '{\"id\": \"req-1\""}),
+        {"chat_completion": 'no choices in the answer: \'{"id": "req-1"'},
+    ),
     "chat-content-null": (
-        {"chat": Answer(body={**CHAT, "choices": [{"index": 0, "finish_reason": "stop",
-                                                  "message": {"role": "assistant",
-                                                              "content": None}}]})},
-        {"chat_completion": "0 characters, finish_reason stop"}),
+        {
+            "chat": Answer(
+                body={
+                    **CHAT,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": None},
+                        }
+                    ],
+                }
+            )
+        },
+        {"chat_completion": "0 characters, finish_reason stop"},
+    ),
     "stream-lines-not-json": (
         {"completion_stream": _sse("not json at all", "{'text': 'w'}", "[DONE]")},
-        {"streamed_completion": "not JSON (Expecting value): 'not json at all'"}),
+        {"streamed_completion": "not JSON (Expecting value): 'not json at all'"},
+    ),
     "stream-ends-without-done-or-chunks": (
         {"completion_stream": Answer(body=b": keep-alive\n\n", content_type="text/event-stream")},
-        {"streamed_completion": "0 chunks, 0 characters"}),
+        {"streamed_completion": "0 chunks, 0 characters"},
+    ),
     "http-500-html": (
-        dict.fromkeys(("health", "health_generate", "server_info", "models", "chat",
-                       "completion_stream", "no_key"), HTML_500),
-        {"health": "HTTP 500: '<html><body><h1>500 Internal Server Error",
-         "health_generate": "HTTP 500", "server_info": "HTTP 500, not JSON: '<html>",
-         "models": "HTTP 500", "chat_completion": "HTTP 500",
-         "streamed_completion": "HTTP 500", "api_key": "without the key: HTTP 500 (want 401)"}),
+        dict.fromkeys(
+            (
+                "health",
+                "health_generate",
+                "server_info",
+                "models",
+                "chat",
+                "completion_stream",
+                "no_key",
+            ),
+            HTML_500,
+        ),
+        {
+            "health": "HTTP 500: '<html><body><h1>500 Internal Server Error",
+            "health_generate": "HTTP 500",
+            "server_info": "HTTP 500, not JSON: '<html>",
+            "models": "HTTP 500",
+            "chat_completion": "HTTP 500",
+            "streamed_completion": "HTTP 500",
+            "api_key": "without the key: HTTP 500 (want 401)",
+        },
+    ),
     "open-without-the-key": (
         {"no_key": Answer(body=CHAT)},
-        {"api_key": "without the key: HTTP 200 (want 401)"}),
+        {"api_key": "without the key: HTTP 200 (want 401)"},
+    ),
     "health-503": (
         {"health": Answer(503, b'{"detail": "starting"}')},
-        {"health": "HTTP 503: '{\"detail\": \"starting\"}'"}),
+        {"health": 'HTTP 503: \'{"detail": "starting"}\''},
+    ),
     # the latency measurement: everything else answers correctly, so it runs
     "timed-stream-without-usage": (
         {"chat_stream": lambda body: _chat_stream(body, usage=None)},
-        {"latency": "the stream sent no usage"}),
+        {"latency": "the stream sent no usage"},
+    ),
     "timed-stream-negative-completion-tokens": (
         {"chat_stream": lambda body: _chat_stream(body, usage=_usage(-6))},
-        {"latency": "usage.completion_tokens -6"}),
+        {"latency": "usage.completion_tokens -6"},
+    ),
     "timed-stream-more-tokens-than-asked": (
         {"chat_stream": lambda body: _chat_stream(body, usage=_usage(600))},
-        {"latency": "usage.completion_tokens 600 for 6 content chunk(s) and max_tokens 6"}),
+        {"latency": "usage.completion_tokens 600 for 6 content chunk(s) and max_tokens 6"},
+    ),
     "timed-stream-lines-not-json": (
         {"chat_stream": _sse("<html>oops</html>", "[DONE]")},
-        {"latency": "not JSON (Expecting value): '<html>oops</html>'"}),
+        {"latency": "not JSON (Expecting value): '<html>oops</html>'"},
+    ),
     "timed-stream-without-content": (
-        {"chat_stream": _sse(_chunk("chat.completion.chunk", {"delta": {"content": ""}}),
-                             "[DONE]")},
-        {"latency": "produced no content"}),
+        {
+            "chat_stream": _sse(
+                _chunk("chat.completion.chunk", {"delta": {"content": ""}}), "[DONE]"
+            )
+        },
+        {"latency": "produced no content"},
+    ),
 }
 
 
@@ -489,7 +629,8 @@ def _no_figures(report: Report) -> None:
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_a_malformed_answer_fails_its_check_with_what_came_back(
-        tmp_path: Path, api_key: str, case: str) -> None:
+    tmp_path: Path, api_key: str, case: str
+) -> None:
     answers, expected = MALFORMED[case]
     with fake_sglang(answers) as port:
         report = _verify(tmp_path, port)  # never raises
@@ -504,20 +645,33 @@ def test_a_malformed_answer_fails_its_check_with_what_came_back(
 
 
 def test_a_server_that_never_answers_times_out_every_check(
-        tmp_path: Path, api_key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, api_key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # verify waits up to 30-120 s per request (httpx timeout=..., the OpenAI client's
     # timeout=120.0): a fifth of a second each here, the same code path.
     for name in ("get", "post"):
         real = getattr(httpx.Client, name)
-        monkeypatch.setattr(httpx.Client, name, functools.partialmethod(
-            lambda self, real, *a, **k: real(self, *a, **{**k, "timeout": 0.2}), real))
+        monkeypatch.setattr(
+            httpx.Client,
+            name,
+            functools.partialmethod(
+                lambda self, real, *a, **k: real(self, *a, **{**k, "timeout": 0.2}), real
+            ),
+        )
     client = openai.OpenAI
     monkeypatch.setattr(openai, "OpenAI", lambda **k: client(**{**k, "timeout": 0.2}))
     with silent_server() as port:
         report = _verify(tmp_path, port)
     named = _by_name(report.checks)
-    for check in ("health", "health_generate", "server_info", "models", "chat_completion",
-                  "streamed_completion", "api_key"):
+    for check in (
+        "health",
+        "health_generate",
+        "server_info",
+        "models",
+        "chat_completion",
+        "streamed_completion",
+        "api_key",
+    ):
         assert named[check].outcome == "failed", (check, named[check].message)
         assert re.search(r"[Tt]imeout|timed out", named[check].message), named[check].message
     assert report.verdict == "failed"
@@ -525,8 +679,11 @@ def test_a_server_that_never_answers_times_out_every_check(
 
 
 def test_the_serve_verify_command_fails_in_one_line_and_keeps_the_report(
-        tmp_path: Path, api_key: str, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path,
+    api_key: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """`sparkctl serve verify INVENTORY` as typed: the real inventory check, lock, verify,
     report and exit code; only the Cluster's SSH and its endpoint are the fake's."""
     from sparkctl import cli  # noqa: PLC0415
@@ -535,13 +692,18 @@ def test_the_serve_verify_command_fails_in_one_line_and_keeps_the_report(
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("SPARKCTL_DEBUG", raising=False)
     run_dir = tmp_path / "run"
-    answers = {"server_info": Answer(body={"tp_size": 4, "nnodes": 4}),
-               "chat": Answer(body={**CHAT, "choices": []}), "no_key": Answer(body=CHAT)}
+    answers = {
+        "server_info": Answer(body={"tp_size": 4, "nnodes": 4}),
+        "chat": Answer(body={**CHAT, "choices": []}),
+        "no_key": Answer(body=CHAT),
+    }
     code: int | str | None = 0
     with fake_sglang(answers) as port:
-        monkeypatch.setattr(service, "open_cluster",
-                            lambda inv, command, extravars=None: serve_cluster(inv, port,
-                                                                               run_dir))
+        monkeypatch.setattr(
+            service,
+            "open_cluster",
+            lambda inv, command, extravars=None: serve_cluster(inv, port, run_dir),
+        )
         monkeypatch.setattr(sys, "argv", ["sparkctl", "serve", "verify", str(SIM)])
         try:
             cli.main()
@@ -551,16 +713,24 @@ def test_the_serve_verify_command_fails_in_one_line_and_keeps_the_report(
     assert code == 1, (out, err)
     failure = [line for line in err.splitlines() if "serve verify failed" in line]
     assert len(failure) == 1, err
-    assert failure[0].startswith("error: serve verify failed: chat_completion: ValueError: "
-                                 "no choices in the answer: '{\"id\": \"req-1\""), failure
+    assert failure[0].startswith(
+        "error: serve verify failed: chat_completion: ValueError: "
+        'no choices in the answer: \'{"id": "req-1"'
+    ), failure
     assert "; api_key: without the key: HTTP 200 (want 401)" in failure[0]
     assert "Traceback" not in out + err
     report = json.loads((run_dir / "report.json").read_text())
     assert report["verdict"] == "failed" and report["inventory"] == str(SIM)
     outcomes = {c["check"]: c["outcome"] for c in report["checks"]}
-    assert outcomes == {"rank_running": "passed", "health": "passed",
-                        "health_generate": "passed", "server_info": "passed",
-                        "models": "passed", "chat_completion": "failed",
-                        "streamed_completion": "passed", "api_key": "failed",
-                        "latency": "skipped"}
+    assert outcomes == {
+        "rank_running": "passed",
+        "health": "passed",
+        "health_generate": "passed",
+        "server_info": "passed",
+        "models": "passed",
+        "chat_completion": "failed",
+        "streamed_completion": "passed",
+        "api_key": "failed",
+        "latency": "skipped",
+    }
     assert not any("serving figures" in n for n in report["notes"])

@@ -31,8 +31,10 @@ class Hostile(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        chunk = (b'data: {"id":"x","object":"text_completion","created":0,"model":"m",'
-                 b'"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n')
+        chunk = (
+            b'data: {"id":"x","object":"text_completion","created":0,"model":"m",'
+            b'"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n'
+        )
         try:
             while True:  # a token every 20 ms, forever
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -69,8 +71,12 @@ def server() -> Iterator[str]:
 
 
 def test_an_endless_stream_ends_at_the_deadline(server: str) -> None:
-    client = openai.OpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0,
-                           http_client=verify.bounded_client(False, 1.5))
+    client = openai.OpenAI(
+        base_url=f"{server}/v1",
+        api_key="none",
+        max_retries=0,
+        http_client=verify.bounded_client(False, 1.5),
+    )
     chunks = 0
     # Only the bounded transport says this: the stream ended at its deadline, not by itself.
     with pytest.raises(httpx.ReadTimeout, match=r"no complete answer within 1\.5 s"):
@@ -81,8 +87,12 @@ def test_an_endless_stream_ends_at_the_deadline(server: str) -> None:
 
 def test_the_unbounded_client_would_have_kept_reading(server: str) -> None:
     """The same stream through a plain httpx client: past the deadline it still reads."""
-    client = openai.OpenAI(base_url=f"{server}/v1", api_key="none", max_retries=0,
-                           http_client=httpx.Client(timeout=1.0))
+    client = openai.OpenAI(
+        base_url=f"{server}/v1",
+        api_key="none",
+        max_retries=0,
+        http_client=httpx.Client(timeout=1.0),
+    )
     start, chunks = time.monotonic(), 0
     stream = client.completions.create(model="m", prompt="p", max_tokens=8, stream=True)
     for _ in stream:  # still reading at twice the bounded client's deadline
@@ -94,8 +104,10 @@ def test_the_unbounded_client_would_have_kept_reading(server: str) -> None:
 
 
 def test_an_oversized_answer_is_cut_at_the_limit(server: str) -> None:
-    with verify.bounded_client(False, 30.0, limit=1 << 20) as client, \
-            pytest.raises(httpx.ReadError, match="exceeds 1048576 bytes"):
+    with (
+        verify.bounded_client(False, 30.0, limit=1 << 20) as client,
+        pytest.raises(httpx.ReadError, match="exceeds 1048576 bytes"),
+    ):
         client.get(f"{server}/server_info")
     with verify.bounded_client(False, 30.0, limit=4 << 20) as client:
         assert len(client.get(f"{server}/server_info").json()) == (1 << 20) + 1

@@ -40,11 +40,20 @@ SIM_NODES = [
     {"name": "spark3", "node_rank": 2, "fabric_a_ip": "192.168.100.13"},
     {"name": "spark4", "node_rank": 3, "fabric_a_ip": "192.168.100.14"},
 ]
-LAUNCH = {"model_path": "/var/lib/sparkctl/models/current", "tp_size": 4, "nnodes": 4,
-          "dist_port": 50000, "port": 30000, "host": "0.0.0.0",  # noqa: S104
-          "worker_host": "127.0.0.1",
-          "enable_metrics": True, "dist_timeout": 3600, "served_model_name": "",
-          "api_key": True, "extra_args": []}
+LAUNCH = {
+    "model_path": "/var/lib/sparkctl/models/current",
+    "tp_size": 4,
+    "nnodes": 4,
+    "dist_port": 50000,
+    "port": 30000,
+    "host": "0.0.0.0",  # noqa: S104
+    "worker_host": "127.0.0.1",
+    "enable_metrics": True,
+    "dist_timeout": 3600,
+    "served_model_name": "",
+    "api_key": True,
+    "extra_args": [],
+}
 
 # `systemctl show -p ExecStart --value sparkctl-sglang` on spark2 while it ran
 # (the container unit as this role installs it in the lab, the launcher reading
@@ -88,7 +97,8 @@ def test_every_profile_names_an_installation_method_the_role_knows() -> None:
     spec = _yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
     # The profile table of cluster_defaults (an internal constant of that role).
     profiles = _yaml(REPO / "roles" / "cluster_defaults" / "vars" / "main.yml")[
-        "_cluster_defaults_hw_profiles"]
+        "_cluster_defaults_hw_profiles"
+    ]
     methods = spec["sglang_install_method"]["choices"]
     assert methods == _yaml(ROLE / "vars" / "main.yml")["_sglang_methods"]
     assert {p["sglang_impl"] for p in profiles.values()} <= set(methods)
@@ -111,8 +121,11 @@ def test_image_is_pinned_to_a_cuda13_release_tag() -> None:
 def test_the_role_carries_no_simulator() -> None:
     """The lab's stand-ins live in sparkctl/lab/standins and the lab puts them on its nodes;
     the role installs only what a Spark runs, the same way everywhere."""
-    files = sorted(p.relative_to(ROLE).as_posix() for p in ROLE.rglob("*") if p.is_file()
-                   and "molecule" not in p.parts and "__pycache__" not in p.parts)
+    files = sorted(
+        p.relative_to(ROLE).as_posix()
+        for p in ROLE.rglob("*")
+        if p.is_file() and "molecule" not in p.parts and "__pycache__" not in p.parts
+    )
     assert [f for f in files if f.startswith("files/")] == ["files/sglang_launcher.py"]
     for name in files:
         text = (ROLE / name).read_text()
@@ -123,11 +136,27 @@ def test_the_role_carries_no_simulator() -> None:
 # ------------------------------------------------------------ launch command
 def test_head_and_worker_commands_from_the_lab_inventory() -> None:
     head = args_f.sglang_launch_args(SIM_NODES, 0, **LAUNCH)
-    assert head == ["--model-path", "/var/lib/sparkctl/models/current", "--tp-size", "4",
-                    "--nnodes", "4", "--node-rank", "0",
-                    "--dist-init-addr", "192.168.100.11:50000", "--host", "0.0.0.0",  # noqa: S104
-                    "--port", "30000", "--enable-metrics", "--dist-timeout", "3600",
-                    "--api-key", "${SGLANG_API_KEY}"]
+    assert head == [
+        "--model-path",
+        "/var/lib/sparkctl/models/current",
+        "--tp-size",
+        "4",
+        "--nnodes",
+        "4",
+        "--node-rank",
+        "0",
+        "--dist-init-addr",
+        "192.168.100.11:50000",
+        "--host",
+        "0.0.0.0",  # noqa: S104
+        "--port",
+        "30000",
+        "--enable-metrics",
+        "--dist-timeout",
+        "3600",
+        "--api-key",
+        "${SGLANG_API_KEY}",
+    ]
     worker = args_f.sglang_launch_args(list(reversed(SIM_NODES)), "2", **LAUNCH)
     assert worker[worker.index("--node-rank") + 1] == "2"
     assert worker[worker.index("--dist-init-addr") + 1] == "192.168.100.11:50000"
@@ -135,54 +164,93 @@ def test_head_and_worker_commands_from_the_lab_inventory() -> None:
 
 
 def test_optional_arguments() -> None:
-    args = args_f.sglang_launch_args(SIM_NODES, 1, **{
-        **LAUNCH, "served_model_name": "qwen3-32b", "enable_metrics": False, "api_key": False,
-        "extra_args": ["--mem-fraction-static", 0.8, "--trust-remote-code"]})
+    args = args_f.sglang_launch_args(
+        SIM_NODES,
+        1,
+        **{
+            **LAUNCH,
+            "served_model_name": "qwen3-32b",
+            "enable_metrics": False,
+            "api_key": False,
+            "extra_args": ["--mem-fraction-static", 0.8, "--trust-remote-code"],
+        },
+    )
     assert "--enable-metrics" not in args and "--api-key" not in args
-    assert args[-5:] == ["--served-model-name", "qwen3-32b", "--mem-fraction-static", "0.8",
-                         "--trust-remote-code"]
+    assert args[-5:] == [
+        "--served-model-name",
+        "qwen3-32b",
+        "--mem-fraction-static",
+        "0.8",
+        "--trust-remote-code",
+    ]
 
 
 def _standin_parse(args: list[str]) -> dict[str, Any]:
     """The lab stand-in's parser on ``args`` (the real release's: tests/contract)."""
     from sparkctl.lab.standins.sglang.launch_server import build_parser  # noqa: PLC0415
 
-    return vars(build_parser().parse_args(
-        [a if a != "${SGLANG_API_KEY}" else "k" * 16 for a in args]))
+    return vars(
+        build_parser().parse_args([a if a != "${SGLANG_API_KEY}" else "k" * 16 for a in args])
+    )
 
 
 def test_the_standin_accepts_the_command_it_is_installed_with() -> None:
     """The stand-in's parser takes what the filter computes, and reads it back the same."""
-    args = args_f.sglang_launch_args(SIM_NODES, 3, **{
-        **LAUNCH, "served_model_name": "m", "extra_args": ["--context-length", "32768"]})
+    args = args_f.sglang_launch_args(
+        SIM_NODES,
+        3,
+        **{**LAUNCH, "served_model_name": "m", "extra_args": ["--context-length", "32768"]},
+    )
     parsed = _standin_parse(args)
-    assert (parsed["tp_size"], parsed["nnodes"], parsed["node_rank"], parsed["dist_init_addr"],
-            parsed["dist_timeout"], parsed["context_length"], parsed["served_model_name"]) == (
-        4, 4, 3, "192.168.100.11:50000", 3600, 32768, "m")
+    assert (
+        parsed["tp_size"],
+        parsed["nnodes"],
+        parsed["node_rank"],
+        parsed["dist_init_addr"],
+        parsed["dist_timeout"],
+        parsed["context_length"],
+        parsed["served_model_name"],
+    ) == (4, 4, 3, "192.168.100.11:50000", 3600, 32768, "m")
 
 
 def test_tls_adds_uvicorns_certificate_flags_and_needs_both() -> None:
-    args = args_f.sglang_launch_args(SIM_NODES, 0, **{
-        **LAUNCH, "ssl_certfile": "/etc/sparkctl/tls/sglang.crt",
-        "ssl_keyfile": "/etc/sparkctl/tls/sglang.key"})
+    args = args_f.sglang_launch_args(
+        SIM_NODES,
+        0,
+        **{
+            **LAUNCH,
+            "ssl_certfile": "/etc/sparkctl/tls/sglang.crt",
+            "ssl_keyfile": "/etc/sparkctl/tls/sglang.key",
+        },
+    )
     assert (_opt(args, "--ssl-certfile"), _opt(args, "--ssl-keyfile")) == (
-        "/etc/sparkctl/tls/sglang.crt", "/etc/sparkctl/tls/sglang.key")
+        "/etc/sparkctl/tls/sglang.crt",
+        "/etc/sparkctl/tls/sglang.key",
+    )
     with pytest.raises(args_f.AnsibleFilterError, match="go together"):
         args_f.sglang_launch_args(SIM_NODES, 0, **{**LAUNCH, "ssl_certfile": "/c.crt"})
 
 
-@pytest.mark.parametrize(("nodes", "overrides", "message"), [
-    ([{**SIM_NODES[0], "node_rank": 1}, *SIM_NODES[1:]], {}, "node_rank must be 0..3, each once"),
-    (SIM_NODES[:3], {}, "sglang_nnodes is 4 but the sparks group has 3 nodes"),
-    (SIM_NODES, {"tp_size": 6}, "sglang_tp_size 6 must be a multiple of the 4 nodes"),
-    ([{**SIM_NODES[0], "fabric_a_ip": ""}, *SIM_NODES[1:]], {}, "has no IPv4 fabric_a_ip"),
-    (SIM_NODES, {"extra_args": ["--chat-template", "my template"]}, "one word per list item"),
-    (SIM_NODES, {"served_model_name": "$HOME"}, "one word per list item"),
-    (SIM_NODES, {"dist_port": 70000}, "sglang_dist_port 70000 is not a TCP port"),
-    ([], {}, "the sparks group is empty"),
-])
-def test_inventory_mistakes_name_what_to_fix(nodes: list[dict[str, Any]],
-                                              overrides: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize(
+    ("nodes", "overrides", "message"),
+    [
+        (
+            [{**SIM_NODES[0], "node_rank": 1}, *SIM_NODES[1:]],
+            {},
+            "node_rank must be 0..3, each once",
+        ),
+        (SIM_NODES[:3], {}, "sglang_nnodes is 4 but the sparks group has 3 nodes"),
+        (SIM_NODES, {"tp_size": 6}, "sglang_tp_size 6 must be a multiple of the 4 nodes"),
+        ([{**SIM_NODES[0], "fabric_a_ip": ""}, *SIM_NODES[1:]], {}, "has no IPv4 fabric_a_ip"),
+        (SIM_NODES, {"extra_args": ["--chat-template", "my template"]}, "one word per list item"),
+        (SIM_NODES, {"served_model_name": "$HOME"}, "one word per list item"),
+        (SIM_NODES, {"dist_port": 70000}, "sglang_dist_port 70000 is not a TCP port"),
+        ([], {}, "the sparks group is empty"),
+    ],
+)
+def test_inventory_mistakes_name_what_to_fix(
+    nodes: list[dict[str, Any]], overrides: dict[str, Any], message: str
+) -> None:
     with pytest.raises(args_f.AnsibleFilterError, match=message):
         args_f.sglang_launch_args(nodes, 1, **{**LAUNCH, **overrides})
 
@@ -203,30 +271,52 @@ def test_two_groups_of_two_each_have_their_own_ranks_and_head() -> None:
         0: ("0", "192.168.100.11:50000", "0.0.0.0"),  # noqa: S104
         1: ("1", "192.168.100.11:50000", "127.0.0.1"),
         2: ("0", "192.168.100.13:50000", "0.0.0.0"),  # noqa: S104
-        3: ("1", "192.168.100.13:50000", "127.0.0.1")}
+        3: ("1", "192.168.100.13:50000", "127.0.0.1"),
+    }
     for rank, (group_rank, dist, host) in expected.items():
         args = args_f.sglang_launch_args(TWO_GROUPS, rank, **TWO_LAUNCH)
         assert (_opt(args, "--tp-size"), _opt(args, "--nnodes")) == ("2", "2"), args
-        assert (_opt(args, "--node-rank"), _opt(args, "--dist-init-addr"),
-                _opt(args, "--host")) == (group_rank, dist, host), (rank, args)
+        assert (
+            _opt(args, "--node-rank"),
+            _opt(args, "--dist-init-addr"),
+            _opt(args, "--host"),
+        ) == (group_rank, dist, host), (rank, args)
         # the same words in the same order as a one-group command, values aside
         assert args[::2] == args_f.sglang_launch_args(SIM_NODES, rank, **LAUNCH)[::2]
     assert [args_f.sglang_tp_group(TWO_GROUPS, r) for r in (1, 2)] == [
-        {"name": "a", "head": "spark1", "rank": 1, "members": ["spark1", "spark2"], "size": 2,
-         "head_fabric_a_ip": "192.168.100.11"},
-        {"name": "b", "head": "spark3", "rank": 0, "members": ["spark3", "spark4"], "size": 2,
-         "head_fabric_a_ip": "192.168.100.13"}]
+        {
+            "name": "a",
+            "head": "spark1",
+            "rank": 1,
+            "members": ["spark1", "spark2"],
+            "size": 2,
+            "head_fabric_a_ip": "192.168.100.11",
+        },
+        {
+            "name": "b",
+            "head": "spark3",
+            "rank": 0,
+            "members": ["spark3", "spark4"],
+            "size": 2,
+            "head_fabric_a_ip": "192.168.100.13",
+        },
+    ]
 
 
 def test_one_named_group_of_four_is_todays_command() -> None:
     named = [{**n, "group": "main"} for n in SIM_NODES]
     for rank in range(4):
-        assert args_f.sglang_launch_args(named, rank, **LAUNCH) == \
-            args_f.sglang_launch_args(SIM_NODES, rank, **LAUNCH)
+        assert args_f.sglang_launch_args(named, rank, **LAUNCH) == args_f.sglang_launch_args(
+            SIM_NODES, rank, **LAUNCH
+        )
     assert args_f.sglang_tp_group(named, 3) == {
-        "name": "main", "head": "spark1", "rank": 3,
-        "members": ["spark1", "spark2", "spark3", "spark4"], "size": 4,
-        "head_fabric_a_ip": "192.168.100.11"}
+        "name": "main",
+        "head": "spark1",
+        "rank": 3,
+        "members": ["spark1", "spark2", "spark3", "spark4"],
+        "size": 4,
+        "head_fabric_a_ip": "192.168.100.11",
+    }
 
 
 def test_group_ranks_follow_node_rank_not_the_inventory_order() -> None:
@@ -234,7 +324,9 @@ def test_group_ranks_follow_node_rank_not_the_inventory_order() -> None:
     crossed = [{**n, "group": "ab"[i % 2]} for i, n in enumerate(SIM_NODES)]
     args = args_f.sglang_launch_args(list(reversed(crossed)), 3, **TWO_LAUNCH)
     assert (_opt(args, "--node-rank"), _opt(args, "--dist-init-addr")) == (
-        "1", "192.168.100.12:50000")
+        "1",
+        "192.168.100.12:50000",
+    )
     assert args_f.sglang_tp_group(list(reversed(crossed)), 2)["members"] == ["spark1", "spark3"]
 
 
@@ -242,41 +334,85 @@ def test_a_group_of_one_has_no_rendezvous() -> None:
     """--nnodes 1 without --dist-init-addr: SGLang meets itself on 127.0.0.1 (PortArgs)."""
     nodes = [{**n, "group": "solo" if n["name"] == "spark4" else "trio"} for n in SIM_NODES]
     args = args_f.sglang_launch_args(nodes, 3, **{**LAUNCH, "tp_size": 1, "nnodes": 1})
-    assert args[:10] == ["--model-path", "/var/lib/sparkctl/models/current", "--tp-size", "1",
-                         "--nnodes", "1", "--node-rank", "0", "--host", "0.0.0.0"]  # noqa: S104
+    assert args[:10] == [
+        "--model-path",
+        "/var/lib/sparkctl/models/current",
+        "--tp-size",
+        "1",
+        "--nnodes",
+        "1",
+        "--node-rank",
+        "0",
+        "--host",
+        "0.0.0.0",  # noqa: S104
+    ]
     assert "--dist-init-addr" not in args
     # its fabric_a_ip is nobody's meeting point
     nodes[3]["fabric_a_ip"] = ""
     assert args_f.sglang_launch_args(nodes, 3, **{**LAUNCH, "tp_size": 1, "nnodes": 1}) == args
     trio = args_f.sglang_launch_args(nodes, 2, **{**LAUNCH, "tp_size": 3, "nnodes": 3})
     assert (_opt(trio, "--node-rank"), _opt(trio, "--dist-init-addr")) == (
-        "2", "192.168.100.11:50000")
+        "2",
+        "192.168.100.11:50000",
+    )
     # a single-Spark cluster is one group of one
     alone = args_f.sglang_launch_args(SIM_NODES[:1], 0, **{**LAUNCH, "tp_size": 1, "nnodes": 1})
     assert "--dist-init-addr" not in alone and _opt(alone, "--nnodes") == "1"
     # and the stand-in takes the command as SGLang does
     parsed = _standin_parse(args)
-    assert (parsed["tp_size"], parsed["nnodes"], parsed["node_rank"], parsed["dist_init_addr"]) \
-        == (1, 1, 0, None)
+    assert (parsed["tp_size"], parsed["nnodes"], parsed["node_rank"], parsed["dist_init_addr"]) == (
+        1,
+        1,
+        0,
+        None,
+    )
 
 
-@pytest.mark.parametrize(("nodes", "rank", "overrides", "message"), [
-    (TWO_GROUPS, 2, {"nnodes": 4, "tp_size": 4},
-     r"sglang_nnodes is 4 but SGLang group 'b' \(spark3, spark4\) has 2 nodes"),
-    (TWO_GROUPS, 0, {"tp_size": 3},
-     r"sglang_tp_size 3 must be a multiple of the 2 nodes of SGLang group 'a' \(spark1, spark2\)"),
-    ([*TWO_GROUPS[:2], {**TWO_GROUPS[2], "fabric_a_ip": ""}, TWO_GROUPS[3]], 3, {},
-     r"spark3 \(node_rank 2, the head of SGLang group 'b' \(spark3, spark4\)\) has no IPv4 "
-     "fabric_a_ip"),
-    ([{**n, "group": "b c"} for n in SIM_NODES], 1, {"tp_size": 4, "nnodes": 4},
-     "sglang_group of spark2 is 'b c': one word"),
-    ([{**n, "group": ""} for n in SIM_NODES], 1, {"tp_size": 4, "nnodes": 4},
-     "sglang_group of spark2 is '': one word"),
-    ([{**n, "node_rank": 3 - i if i < 2 else i} for i, n in enumerate(TWO_GROUPS)], 1, {},
-     "node_rank must be 0..3, each once"),
-])
-def test_group_mistakes_name_the_group(nodes: list[dict[str, Any]], rank: int,
-                                       overrides: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize(
+    ("nodes", "rank", "overrides", "message"),
+    [
+        (
+            TWO_GROUPS,
+            2,
+            {"nnodes": 4, "tp_size": 4},
+            r"sglang_nnodes is 4 but SGLang group 'b' \(spark3, spark4\) has 2 nodes",
+        ),
+        (
+            TWO_GROUPS,
+            0,
+            {"tp_size": 3},
+            r"sglang_tp_size 3 must be a multiple of the 2 nodes of SGLang group 'a' \(spark1, spark2\)",
+        ),
+        (
+            [*TWO_GROUPS[:2], {**TWO_GROUPS[2], "fabric_a_ip": ""}, TWO_GROUPS[3]],
+            3,
+            {},
+            r"spark3 \(node_rank 2, the head of SGLang group 'b' \(spark3, spark4\)\) has no IPv4 "
+            "fabric_a_ip",
+        ),
+        (
+            [{**n, "group": "b c"} for n in SIM_NODES],
+            1,
+            {"tp_size": 4, "nnodes": 4},
+            "sglang_group of spark2 is 'b c': one word",
+        ),
+        (
+            [{**n, "group": ""} for n in SIM_NODES],
+            1,
+            {"tp_size": 4, "nnodes": 4},
+            "sglang_group of spark2 is '': one word",
+        ),
+        (
+            [{**n, "node_rank": 3 - i if i < 2 else i} for i, n in enumerate(TWO_GROUPS)],
+            1,
+            {},
+            "node_rank must be 0..3, each once",
+        ),
+    ],
+)
+def test_group_mistakes_name_the_group(
+    nodes: list[dict[str, Any]], rank: int, overrides: dict[str, Any], message: str
+) -> None:
     with pytest.raises(args_f.AnsibleFilterError, match=message):
         args_f.sglang_launch_args(nodes, rank, **{**TWO_LAUNCH, **overrides})
 
@@ -286,22 +422,45 @@ def test_group_default_is_one_name_for_the_role_and_the_rules() -> None:
 
     defaults = _yaml(ROLE / "defaults" / "main.yml")
     internal = _yaml(ROLE / "vars" / "main.yml")
-    assert defaults["sglang_group"] == internal["_sglang_default_group"] \
-        == inventory_rules.DEFAULT_SGLANG_GROUP == "main"
+    assert (
+        defaults["sglang_group"]
+        == internal["_sglang_default_group"]
+        == inventory_rules.DEFAULT_SGLANG_GROUP
+        == "main"
+    )
     assert args_f._GROUP_NAME.pattern == inventory_rules._GROUP_NAME.pattern
 
 
 def test_plan_names_the_group_and_keeps_every_key() -> None:
     (task,) = _yaml(ROLE / "tasks" / "plan.yml")
     plan = task["ansible.builtin.set_fact"]["__sglang_plan"]
-    assert {"unit", "install_method", "tp_size", "nnodes", "gpus_per_node", "port", "dist_port",
-            "model_path", "served_model_name", "api_key_file", "api_key_required", "env_file",
-            "serve_timeout", "verify_requests", "verify_max_tokens", "tls", "tls_ca_file",
-            "api_allowed_cidrs", "rdma_expected"} < set(plan)
+    assert {
+        "unit",
+        "install_method",
+        "tp_size",
+        "nnodes",
+        "gpus_per_node",
+        "port",
+        "dist_port",
+        "model_path",
+        "served_model_name",
+        "api_key_file",
+        "api_key_required",
+        "env_file",
+        "serve_timeout",
+        "verify_requests",
+        "verify_max_tokens",
+        "tls",
+        "tls_ca_file",
+        "api_allowed_cidrs",
+        "rdma_expected",
+    } < set(plan)
     assert {k: plan[k] for k in ("group", "group_head", "group_rank", "group_members")} == {
-        "group": "{{ _sglang_group.name }}", "group_head": "{{ _sglang_group.head }}",
+        "group": "{{ _sglang_group.name }}",
+        "group_head": "{{ _sglang_group.head }}",
         "group_rank": "{{ _sglang_group.rank | int }}",
-        "group_members": "{{ _sglang_group.members }}"}
+        "group_members": "{{ _sglang_group.members }}",
+    }
 
 
 LAUNCHER_PATH = "/usr/local/lib/sparkctl/sglang-launcher.py"
@@ -312,25 +471,54 @@ SECRETS = "/etc/sparkctl/sglang-secrets.env"
 def test_exec_argv_for_each_method() -> None:
     args = ["--tp-size", "4"]
     assert args_f.sglang_exec_argv(args, "venv", python="/opt/v/bin/python3") == [
-        "/opt/v/bin/python3", LAUNCHER_PATH, "--", "--tp-size", "4"]
+        "/opt/v/bin/python3",
+        LAUNCHER_PATH,
+        "--",
+        "--tp-size",
+        "4",
+    ]
     argv = args_f.sglang_exec_argv(
-        args, "container", engine_path="/usr/bin/docker", gpu_args=["--gpus", "all"],
-        image="lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc", env_files=["/a.env", "/b.env"],
-        mounts=["/m:/m:ro"], container_args=["--pull", "never"], user="475:475")
-    assert argv[:9] == ["/usr/bin/docker", "run", "--rm", "--name", "sparkctl-sglang",
-                        "--network", "host", "--ipc", "host"]
+        args,
+        "container",
+        engine_path="/usr/bin/docker",
+        gpu_args=["--gpus", "all"],
+        image="lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc",
+        env_files=["/a.env", "/b.env"],
+        mounts=["/m:/m:ro"],
+        container_args=["--pull", "never"],
+        user="475:475",
+    )
+    assert argv[:9] == [
+        "/usr/bin/docker",
+        "run",
+        "--rm",
+        "--name",
+        "sparkctl-sglang",
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+    ]
     assert argv[9:13] == ["--gpus", "all", "--user", "475:475"]
     assert argv[13:17] == ["--env-file", "/a.env", "--env-file", "/b.env"]
     assert argv[17:19] == ["--volume", "/m:/m:ro"]
-    tail = argv[argv.index("lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc"):]
-    assert tail == ["lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc", "python3", LAUNCHER_PATH,
-                    "--", "--tp-size", "4"]
+    tail = argv[argv.index("lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc") :]
+    assert tail == [
+        "lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:abc",
+        "python3",
+        LAUNCHER_PATH,
+        "--",
+        "--tp-size",
+        "4",
+    ]
     with pytest.raises(args_f.AnsibleFilterError, match="unknown installation method"):
         args_f.sglang_exec_argv(args, "standin")
 
 
 def test_with_a_key_the_launcher_reads_it_from_the_secrets_file_not_argv() -> None:
-    args = args_f.sglang_launch_args(SIM_NODES, 1, **{**LAUNCH, "extra_args": ["--trust-remote-code"]})
+    args = args_f.sglang_launch_args(
+        SIM_NODES, 1, **{**LAUNCH, "extra_args": ["--trust-remote-code"]}
+    )
     assert args[-3:] == ["--trust-remote-code", "--api-key", "${SGLANG_API_KEY}"]
     argv = args_f.sglang_exec_argv(args, "venv", python="/opt/v/bin/python3", secrets_file=SECRETS)
     assert argv[:5] == ["/opt/v/bin/python3", LAUNCHER_PATH, "--secrets-file", SECRETS, "--"]
@@ -342,8 +530,13 @@ def test_with_a_key_the_launcher_reads_it_from_the_secrets_file_not_argv() -> No
         execstart = f"{{ path=/opt/v/bin/python3 ; argv[]={joined} ; ignore_errors=no ; pid=1 }}"
         assert args_f.sglang_parse_execstart(execstart) == argv
     container = args_f.sglang_exec_argv(args, "container", image="img", env_files=["/s.env"])
-    assert container[container.index("img"):][:5] == [
-        "img", "python3", LAUNCHER_PATH, "--secrets-file", SECRETS]
+    assert container[container.index("img") :][:5] == [
+        "img",
+        "python3",
+        LAUNCHER_PATH,
+        "--secrets-file",
+        SECRETS,
+    ]
     assert args_f.sglang_server_args(container) == args
     without = args_f.sglang_launch_args(SIM_NODES, 1, **{**LAUNCH, "api_key": False})
     assert args_f.sglang_server_args(args_f.sglang_exec_argv(without, "venv")) == without
@@ -356,33 +549,60 @@ def _fake_sglang(root: Path, body: str) -> None:
     (pkg / "launch_server.py").write_text(body)
 
 
-def _launch(tmp_path: Path, *argv: str, timeout: float = 30,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(LAUNCHER_FILE), *argv], capture_output=True,
-                          text=True, timeout=timeout, check=False,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path),
-                               "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
+def _launch(
+    tmp_path: Path, *argv: str, timeout: float = 30, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(LAUNCHER_FILE), *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(tmp_path),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **(env or {}),
+        },
+    )
 
 
 def test_the_launcher_runs_launch_server_as_dash_m_would_with_the_key_from_the_file(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The launcher, really run: sys.argv[0] is launch_server.py (argparse's prog), __name__ is
     __main__, --api-key is the file's value, which is in no environment variable."""
     # what the server sees goes to a file: its output is redacted on the way out
-    _fake_sglang(tmp_path, (
-        "import json, os, sys\n"
-        "if __name__ == '__main__':\n"
-        "    with open(os.environ['SEEN'], 'w') as f:\n"
-        "        json.dump({'argv': sys.argv, 'spec': __spec__.name,\n"
-        "                   'env': [k for k, v in os.environ.items() if 'k' * 20 in v]}, f)\n"))
+    _fake_sglang(
+        tmp_path,
+        (
+            "import json, os, sys\n"
+            "if __name__ == '__main__':\n"
+            "    with open(os.environ['SEEN'], 'w') as f:\n"
+            "        json.dump({'argv': sys.argv, 'spec': __spec__.name,\n"
+            "                   'env': [k for k, v in os.environ.items() if 'k' * 20 in v]}, f)\n"
+        ),
+    )
     secrets = tmp_path / "secrets.env"
     secrets.write_text("# comment\nSGLANG_API_KEY=" + "k" * 20 + "\n")
-    proc = _launch(tmp_path, "--secrets-file", str(secrets), "--", "--tp-size", "4",
-                   env={"SEEN": str(tmp_path / "seen.json")})
+    proc = _launch(
+        tmp_path,
+        "--secrets-file",
+        str(secrets),
+        "--",
+        "--tp-size",
+        "4",
+        env={"SEEN": str(tmp_path / "seen.json")},
+    )
     assert proc.returncode == 0, proc.stderr
     seen = json.loads((tmp_path / "seen.json").read_text())
-    assert seen["argv"] == [str(tmp_path / "sglang" / "launch_server.py"), "--tp-size", "4",
-                            "--api-key", "k" * 20]
+    assert seen["argv"] == [
+        str(tmp_path / "sglang" / "launch_server.py"),
+        "--tp-size",
+        "4",
+        "--api-key",
+        "k" * 20,
+    ]
     assert (seen["spec"], seen["env"]) == ("sglang.launch_server", [])
 
 
@@ -390,15 +610,19 @@ def test_the_launcher_blanks_the_key_from_everything_the_server_prints(tmp_path:
     """SGLang logs server_args=ServerArgs(... api_key='KEY' ...): the journal never gets it,
     not on stdout, not on stderr, not in a \\r progress line, not in a line longer than a read."""
     key = "k3y-" + "z" * 28
-    _fake_sglang(tmp_path, (
-        "import sys, os\n"
-        "k = sys.argv[sys.argv.index('--api-key') + 1]\n"
-        "print(f\"[2026-12-01 10:00:00] server_args=ServerArgs(model_path='/m', api_key='{k}', \"\n"
-        "      f\"admin_api_key=None)\", flush=True)\n"
-        "sys.stderr.write('warn ' + k + '\\n'); sys.stderr.flush()\n"
-        "for i in range(3): sys.stdout.write(f'\\rCapturing batches {i} ' + k); sys.stdout.flush()\n"
-        "os.write(1, b'x' * 200000 + k.encode() + b'y' * 10 + b'\\n')\n"
-        "print('tail without newline ' + k, end='')\n"))
+    _fake_sglang(
+        tmp_path,
+        (
+            "import sys, os\n"
+            "k = sys.argv[sys.argv.index('--api-key') + 1]\n"
+            "print(f\"[2026-12-01 10:00:00] server_args=ServerArgs(model_path='/m', api_key='{k}', \"\n"
+            '      f"admin_api_key=None)", flush=True)\n'
+            "sys.stderr.write('warn ' + k + '\\n'); sys.stderr.flush()\n"
+            "for i in range(3): sys.stdout.write(f'\\rCapturing batches {i} ' + k); sys.stdout.flush()\n"
+            "os.write(1, b'x' * 200000 + k.encode() + b'y' * 10 + b'\\n')\n"
+            "print('tail without newline ' + k, end='')\n"
+        ),
+    )
     secrets = tmp_path / "secrets.env"
     secrets.write_text(f"SGLANG_API_KEY={key}\n")
     proc = _launch(tmp_path, "--secrets-file", str(secrets), "--", "--port", "1")
@@ -414,38 +638,48 @@ def test_the_launcher_refuses_a_missing_or_empty_key(tmp_path: Path) -> None:
     _fake_sglang(tmp_path, "raise SystemExit('must not run')\n")
     empty = tmp_path / "empty.env"
     empty.write_text("SGLANG_API_KEY=\n")
-    for argv, message in ((["--secrets-file", str(empty), "--"], "SGLANG_API_KEY is empty"),
-                          (["--secrets-file", str(tmp_path / "none"), "--"],
-                           "cannot read the secrets file"),
-                          (["--tp-size", "4"], "usage: sglang-launcher.py"),
-                          (["--api-key", "x", "--"], "unknown launcher options")):
+    for argv, message in (
+        (["--secrets-file", str(empty), "--"], "SGLANG_API_KEY is empty"),
+        (["--secrets-file", str(tmp_path / "none"), "--"], "cannot read the secrets file"),
+        (["--tp-size", "4"], "usage: sglang-launcher.py"),
+        (["--api-key", "x", "--"], "unknown launcher options"),
+    ):
         proc = _launch(tmp_path, *argv)
         assert (proc.returncode, "must not run" in proc.stderr) == (2, False), proc.stderr
         assert message in proc.stderr
 
 
-def test_the_launcher_as_pid_1_forwards_sigterm_and_passes_the_exit_status(
-        tmp_path: Path) -> None:
+def test_the_launcher_as_pid_1_forwards_sigterm_and_passes_the_exit_status(tmp_path: Path) -> None:
     """docker stop sends SIGTERM to the container's PID 1; the kernel drops signals that PID 1
     has no handler for. The launcher forwards it, and exits with the server's own status."""
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs root and unshare for a PID namespace")
-    _fake_sglang(tmp_path, (
-        "import signal, sys, time\n"
-        "def bye(signum, frame):\n"
-        "    print('server got', signum, flush=True); sys.exit(3)\n"
-        "signal.signal(signal.SIGTERM, bye)\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"))
+    _fake_sglang(
+        tmp_path,
+        (
+            "import signal, sys, time\n"
+            "def bye(signum, frame):\n"
+            "    print('server got', signum, flush=True); sys.exit(3)\n"
+            "signal.signal(signal.SIGTERM, bye)\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n"
+        ),
+    )
     proc = subprocess.Popen(
         ["unshare", "--pid", "--fork", "--kill-child", sys.executable, str(LAUNCHER_FILE), "--"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"})
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
-        launcher = int(subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                      text=True, check=True).stdout.split()[0])
+        launcher = int(
+            subprocess.run(
+                ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=True
+            ).stdout.split()[0]
+        )
         os.kill(launcher, signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
     finally:
@@ -455,8 +689,9 @@ def test_the_launcher_as_pid_1_forwards_sigterm_and_passes_the_exit_status(
 
 
 def test_exec_line_quotes_for_systemd() -> None:
-    line = args_f.sglang_exec_line(["/usr/bin/python3", LAUNCHER_PATH, "--", "--x", "50%", "a b",
-                                    'q"$'])
+    line = args_f.sglang_exec_line(
+        ["/usr/bin/python3", LAUNCHER_PATH, "--", "--x", "50%", "a b", 'q"$']
+    )
     assert line == (f'/usr/bin/python3 {LAUNCHER_PATH} -- --x "50%%" "a b" "q\\"$$"')
 
 
@@ -465,7 +700,10 @@ def test_execstart_read_back_from_systemd() -> None:
     assert argv[:2] == ["/usr/bin/docker", "run"]
     assert args_f.sglang_server_args(argv) == args_f.sglang_launch_args(SIM_NODES, 1, **LAUNCH)
     assert args_f.sglang_parse_execstart(CHRONY_EXECSTART) == [
-        "/usr/sbin/chronyd", "$DAEMON_OPTS", "-x"]
+        "/usr/sbin/chronyd",
+        "$DAEMON_OPTS",
+        "-x",
+    ]
     with pytest.raises(args_f.AnsibleFilterError, match=r"runs neither sglang-launcher\.py"):
         args_f.sglang_server_args(["/usr/sbin/chronyd", "-x"])
     with pytest.raises(args_f.AnsibleFilterError, match="is the unit loaded"):
@@ -475,7 +713,10 @@ def test_execstart_read_back_from_systemd() -> None:
 def test_systemctl_show_and_time_spans() -> None:
     show = args_f.sglang_parse_show(SPARK2_SHOW)
     assert (show["LoadState"], show["UnitFileState"], show["Restart"]) == (
-        "loaded", "disabled", "on-failure")
+        "loaded",
+        "disabled",
+        "on-failure",
+    )
     assert args_f.sglang_timespan(show["RestartUSec"]) == 30
     assert args_f.sglang_timespan(show["StartLimitIntervalUSec"]) == 600
     assert args_f.sglang_timespan("1min 30s") == 90
@@ -491,19 +732,22 @@ def test_preflight_reads_ip_json_with_the_one_parser() -> None:
     real capture, tests/fixtures/ip), not with a Jinja walk of its own."""
     real = (REPO / "tests" / "fixtures" / "ip" / "build-host-ip-j-4-addr.json").read_text()
     assert args_f.sglang_ipv4_addresses(real) == [
-        a.split("/")[0] for addrs in args_f.TOOL_OUTPUT.ip_addr(real).values() for a in addrs]
+        a.split("/")[0] for addrs in args_f.TOOL_OUTPUT.ip_addr(real).values() for a in addrs
+    ]
     assert "127.0.0.1" in args_f.sglang_ipv4_addresses(real)
     assert args_f.sglang_ipv4_addresses("[]") == args_f.sglang_ipv4_addresses("") == []
     with pytest.raises(args_f.AnsibleFilterError, match="no JSON"):
-        args_f.sglang_ipv4_addresses("Device \"enp1s0f1np1\" does not exist.")
+        args_f.sglang_ipv4_addresses('Device "enp1s0f1np1" does not exist.')
     preflight = (REPO / "roles" / "sglang" / "tasks" / "preflight.yml").read_text()
     assert "sglang_ipv4_addresses" in preflight and "addr_info" not in preflight
 
 
 def test_env_files_parse_check_and_diff() -> None:
     text = "# comment\n\nSGLANG_HOST_IP=192.168.100.11\nHF_HUB_OFFLINE=1\r\n"
-    assert args_f.sglang_parse_env(text) == {"SGLANG_HOST_IP": "192.168.100.11",
-                                             "HF_HUB_OFFLINE": "1"}
+    assert args_f.sglang_parse_env(text) == {
+        "SGLANG_HOST_IP": "192.168.100.11",
+        "HF_HUB_OFFLINE": "1",
+    }
     with pytest.raises(args_f.AnsibleFilterError, match="set twice"):
         args_f.sglang_parse_env("A=1\nA=2\n")
     with pytest.raises(args_f.AnsibleFilterError, match="line 1 is not KEY=VALUE") as err:
@@ -512,7 +756,9 @@ def test_env_files_parse_check_and_diff() -> None:
     assert args_f.sglang_env_problems({"A": "enp1s0f1np1", "B": 1}) == []
     assert len(args_f.sglang_env_problems({"A": "a b", "b-c": "1", "C": None, "D": "$x"})) == 4
     assert args_f.sglang_env_diff({"A": "1", "C": "x"}, {"A": 1, "B": "2"}) == [
-        "B is missing (expected '2')", "C='x' is not expected"]
+        "B is missing (expected '2')",
+        "C='x' is not expected",
+    ]
 
 
 # ------------------------------------------------------------------ firewall
@@ -524,13 +770,19 @@ def test_live_firewall_read_back_matches_the_wanted_one() -> None:
     live = fw.sglang_nft_rules(SPARK2_NFT)
     wanted = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, API, PEERS)
     assert live["rules"] == [
-        'iif "lo" accept', "ct state established,related accept",
+        'iif "lo" accept',
+        "ct state established,related accept",
         "ip saddr @sglang_fabric_v4 tcp dport 32768-60999 accept",
         "ip saddr @sglang_peers_v4 tcp dport 32768-60999 accept",
         "tcp dport 32768-60999 drop",
-        "ip saddr @sglang_api_v4 tcp dport 30000 accept", "tcp dport 30000 drop"]
-    assert live["sets"] == {"sglang_fabric_v4": FABRIC, "sglang_api_v4": API,
-                            "sglang_peers_v4": [f"{a}/32" for a in PEERS]}
+        "ip saddr @sglang_api_v4 tcp dport 30000 accept",
+        "tcp dport 30000 drop",
+    ]
+    assert live["sets"] == {
+        "sglang_fabric_v4": FABRIC,
+        "sglang_api_v4": API,
+        "sglang_peers_v4": [f"{a}/32" for a in PEERS],
+    }
     assert fw.sglang_nft_diff(live, wanted) == []
     assert not fw.sglang_nft_drops_port(live, 22)
     assert fw.sglang_nft_drops_port(live, 50000) and fw.sglang_nft_drops_port(live, 30000)
@@ -548,18 +800,24 @@ def test_firewall_differences_are_named() -> None:
     data = json.loads(SPARK2_NFT)
     _nft_item(data, "set", "sglang_fabric_v4")["elem"].pop()
     _nft_item(data, "chain", "sglang_input")["policy"] = "drop"
-    drop = next(i["rule"] for i in data["nftables"]
-                if "rule" in i and "counter" in str(i["rule"]["expr"]) and "32768" in str(i))
+    drop = next(
+        i["rule"]
+        for i in data["nftables"]
+        if "rule" in i and "counter" in str(i["rule"]["expr"]) and "32768" in str(i)
+    )
     drop["expr"][0]["match"]["right"] = 22
-    diff = fw.sglang_nft_diff(fw.sglang_nft_rules(json.dumps(data)),
-                              fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, API, PEERS))
+    diff = fw.sglang_nft_diff(
+        fw.sglang_nft_rules(json.dumps(data)),
+        fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, API, PEERS),
+    )
     assert len(diff) == 3, diff
     assert "'policy': 'drop'" in diff[0]
     assert "set sglang_fabric_v4 holds ['192.168.100.0/24']" in diff[1]
     assert "tcp dport 22 drop" in diff[2]
     assert fw.sglang_nft_drops_port(fw.sglang_nft_rules(json.dumps(data)), 22)
     assert fw.sglang_nft_diff({"chain": None}, {}) == [
-        "chain sglang_input is missing from table inet sparkctl"]
+        "chain sglang_input is missing from table inet sparkctl"
+    ]
 
 
 def test_peer_sparks_may_reach_the_ports_for_open_mpi() -> None:
@@ -568,18 +826,22 @@ def test_peer_sparks_may_reach_the_ports_for_open_mpi() -> None:
     assert wanted["rules"][2:5] == [
         "ip saddr @sglang_fabric_v4 tcp dport 32768-60999 accept",
         "ip saddr @sglang_peers_v4 tcp dport 32768-60999 accept",
-        "tcp dport 32768-60999 drop"]
+        "tcp dport 32768-60999 drop",
+    ]
     # without peers the chain differs from the live one, and says how
     alone = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, API, [])
-    assert [d.split(",")[0] for d in fw.sglang_nft_diff(fw.sglang_nft_rules(SPARK2_NFT), alone)
-            ] == ["set sglang_peers_v4 holds ['10.77.0.11/32'", "rules are ['iif \"lo\" accept'"]
+    assert [
+        d.split(",")[0] for d in fw.sglang_nft_diff(fw.sglang_nft_rules(SPARK2_NFT), alone)
+    ] == ["set sglang_peers_v4 holds ['10.77.0.11/32'", "rules are ['iif \"lo\" accept'"]
 
 
 def test_the_api_answers_only_the_sources_it_is_given() -> None:
     wanted = fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, ["10.77.0.0/24", "10.77.0.5"])
     assert wanted["sets"]["sglang_api_v4"] == ["10.77.0.0/24", "10.77.0.5/32"]
-    assert wanted["rules"][-2:] == ["ip saddr @sglang_api_v4 tcp dport 30000 accept",
-                                    "tcp dport 30000 drop"]
+    assert wanted["rules"][-2:] == [
+        "ip saddr @sglang_api_v4 tcp dport 30000 accept",
+        "tcp dport 30000 drop",
+    ]
     # never open by omission: an empty list is refused, 0.0.0.0/0 opens it on purpose
     with pytest.raises(fw.AnsibleFilterError, match="sglang_api_allowed_cidrs is empty"):
         fw.sglang_nft_expected(FABRIC, FABRIC_PORTS, 30000, [])
@@ -591,7 +853,9 @@ def test_the_api_default_is_the_sparks_management_networks() -> None:
     defaults = _yaml(ROLE / "defaults" / "main.yml")
     assert "sglang_mgmt_subnets(24)" in defaults["sglang_api_allowed_cidrs"]
     assert fw.sglang_mgmt_subnets(["198.51.100.11", "198.51.100.14", "10.77.0.12"]) == [
-        "10.77.0.0/24", "198.51.100.0/24"]
+        "10.77.0.0/24",
+        "198.51.100.0/24",
+    ]
     assert fw.sglang_mgmt_subnets(["10.1.2.3"], 16) == ["10.1.0.0/16"]
     with pytest.raises(fw.AnsibleFilterError, match="not an IPv4 management address"):
         fw.sglang_mgmt_subnets(["spark1.example"])
@@ -609,10 +873,13 @@ def test_bad_port_specs() -> None:
 
 # ----------------------------------------------------------------- templates
 def _render(name: str, context: dict[str, Any]) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"),
-                             trim_blocks=True, keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined,
-                             autoescape=jinja2.select_autoescape(default=False))
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(ROLE / "templates"),
+        trim_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=jinja2.select_autoescape(default=False),
+    )
     env.filters.update(args_f.FilterModule().filters())
     return env.get_template(name).render(**context)
 
@@ -620,34 +887,55 @@ def _render(name: str, context: dict[str, Any]) -> str:
 IMAGE = "lmsysorg/sglang:v0.5.17-cu130-runtime@sha256:" + "ab" * 32
 
 
-def _unit_context(method: str, nodes: list[dict[str, Any]] = SIM_NODES, node_rank: int = 0, *,
-                  firewall: bool = True, user: str = "sparkctl-sglang", digest: str = "",
-                  **launch: Any) -> dict[str, Any]:
+def _unit_context(
+    method: str,
+    nodes: list[dict[str, Any]] = SIM_NODES,
+    node_rank: int = 0,
+    *,
+    firewall: bool = True,
+    user: str = "sparkctl-sglang",
+    digest: str = "",
+    **launch: Any,
+) -> dict[str, Any]:
     """The unit template's variables as vars/main.yml computes them for a node."""
     launch = {**LAUNCH, **launch}
     args = args_f.sglang_launch_args(nodes, node_rank, **launch)
     env_files = ["/etc/sparkctl/nccl.env", "/etc/sparkctl/sglang.env"]
     return {
-        "node_rank": node_rank, "sglang_nnodes": launch["nnodes"],
-        "sglang_tp_size": launch["tp_size"], "_sglang_method": method,
+        "node_rank": node_rank,
+        "sglang_nnodes": launch["nnodes"],
+        "sglang_tp_size": launch["tp_size"],
+        "_sglang_method": method,
         "_sglang_group": args_f.sglang_tp_group(nodes, node_rank),
         "_sglang_several_groups": len({n.get("group") for n in nodes}) > 1,
-        "_sglang_fw_unit": "sparkctl-sglang-firewall.service", "sglang_firewall_enabled": firewall,
+        "_sglang_fw_unit": "sparkctl-sglang-firewall.service",
+        "sglang_firewall_enabled": firewall,
         "_sglang_engine": {"path": "/usr/bin/docker", "service": "docker.service"},
         "_sglang_container_name": "sparkctl-sglang",
         "_sglang_unit_env_files": env_files if method == "venv" else [],
-        "sglang_user": user, "_sglang_group_name": user or "root",
-        "sglang_image": IMAGE.split("@", maxsplit=1)[0], "sglang_image_digest": digest,
+        "sglang_user": user,
+        "_sglang_group_name": user or "root",
+        "sglang_image": IMAGE.split("@", maxsplit=1)[0],
+        "sglang_image_digest": digest,
         "sglang_version_file": "/etc/sparkctl/sglang-version",
-        "sglang_start_limit_burst": 3, "sglang_start_limit_interval": 600,
-        "sglang_restart_sec": 30, "sglang_nccl_env_file": "/etc/sparkctl/nccl.env",
+        "sglang_start_limit_burst": 3,
+        "sglang_start_limit_interval": 600,
+        "sglang_restart_sec": 30,
+        "sglang_nccl_env_file": "/etc/sparkctl/nccl.env",
         "sglang_env_file": "/etc/sparkctl/sglang.env",
         "sglang_secrets_file": SECRETS,
         "_sglang_exec_argv": args_f.sglang_exec_argv(
-            args, method, python="/opt/sparkctl/sglang-venv/bin/python3" if method == "venv"
-            else "python3", engine_path="/usr/bin/docker", gpu_args=["--gpus", "all"],
-            image=IMAGE, env_files=env_files, user="475:475" if user else "",
-            mounts=["/var/lib/sparkctl/models:/var/lib/sparkctl/models:ro"])}
+            args,
+            method,
+            python="/opt/sparkctl/sglang-venv/bin/python3" if method == "venv" else "python3",
+            engine_path="/usr/bin/docker",
+            gpu_args=["--gpus", "all"],
+            image=IMAGE,
+            env_files=env_files,
+            user="475:475" if user else "",
+            mounts=["/var/lib/sparkctl/models:/var/lib/sparkctl/models:ro"],
+        ),
+    }
 
 
 def _execstart(unit: str) -> list[str]:
@@ -665,20 +953,33 @@ def test_unit_template_for_the_container_the_lab_and_a_spark_share() -> None:
     assert argv[:2] == ["/usr/bin/docker", "run"]
     assert argv[argv.index("--user") + 1] == "475:475"
     assert [argv[i + 1] for i, w in enumerate(argv) if w == "--env-file"] == [
-        "/etc/sparkctl/nccl.env", "/etc/sparkctl/sglang.env"]
-    assert argv[argv.index(IMAGE):][:5] == [IMAGE, "python3", LAUNCHER_PATH, "--secrets-file",
-                                            SECRETS]
+        "/etc/sparkctl/nccl.env",
+        "/etc/sparkctl/sglang.env",
+    ]
+    assert argv[argv.index(IMAGE) :][:5] == [
+        IMAGE,
+        "python3",
+        LAUNCHER_PATH,
+        "--secrets-file",
+        SECRETS,
+    ]
     assert args_f.sglang_server_args(argv)[-2:] == ["--api-key", "${SGLANG_API_KEY}"]
     assert "ExecStartPre=-/usr/bin/docker rm --force sparkctl-sglang" in lines
     assert "ExecStop=/usr/bin/docker stop --time 60 sparkctl-sglang" in lines
     assert "Requires=docker.service" in lines and "User=sparkctl-sglang" not in lines
-    for setting in ("Restart=on-failure", "RestartSec=30", "StartLimitBurst=3",
-                    "StartLimitIntervalSec=600"):
+    for setting in (
+        "Restart=on-failure",
+        "RestartSec=30",
+        "StartLimitBurst=3",
+        "StartLimitIntervalSec=600",
+    ):
         assert setting in lines, setting
     assert unit.index("StartLimitBurst=3") < unit.index("[Service]")  # a [Unit] setting
     # the digest recorded at the first pull is what runs, and the unit says so
-    assert "# The image is the digest this node pulled for lmsysorg/sglang:v0.5.17-cu130-runtime" \
+    assert (
+        "# The image is the digest this node pulled for lmsysorg/sglang:v0.5.17-cu130-runtime"
         in unit
+    )
     pinned = _render("sparkctl-sglang.service.j2", _unit_context("container", digest="sha256:x"))
     assert "digest this node pulled" not in pinned
 
@@ -694,10 +995,16 @@ def test_the_unit_is_bound_to_its_firewall_fail_closed() -> None:
 def test_unit_template_for_the_venv_runs_as_the_servers_user() -> None:
     lines = _render("sparkctl-sglang.service.j2", _unit_context("venv")).splitlines()
     assert [ln for ln in lines if ln.startswith("EnvironmentFile=")] == [
-        "EnvironmentFile=/etc/sparkctl/nccl.env", "EnvironmentFile=/etc/sparkctl/sglang.env"]
+        "EnvironmentFile=/etc/sparkctl/nccl.env",
+        "EnvironmentFile=/etc/sparkctl/sglang.env",
+    ]
     assert "User=sparkctl-sglang" in lines and "Group=sparkctl-sglang" in lines
     assert _execstart("\n".join(lines))[:4] == [
-        "/opt/sparkctl/sglang-venv/bin/python3", LAUNCHER_PATH, "--secrets-file", SECRETS]
+        "/opt/sparkctl/sglang-venv/bin/python3",
+        LAUNCHER_PATH,
+        "--secrets-file",
+        SECRETS,
+    ]
     root = _render("sparkctl-sglang.service.j2", _unit_context("venv", user="")).splitlines()
     assert not [ln for ln in root if ln.startswith(("User=", "Group="))]
     assert "docker" not in "\n".join(lines)
@@ -708,21 +1015,31 @@ def test_unit_template_names_its_group_only_when_there_are_several() -> None:
     assert "Description=SGLang TP=4 node rank 2 (sparkctl)" in one.splitlines()
     assert "# SGLang tensor-parallel rank 2 of 4 (container)." in one.splitlines()
     assert "group" not in one.replace("readable by group", "")
-    unit = _render("sparkctl-sglang.service.j2",
-                   _unit_context("container", TWO_GROUPS, 3, tp_size=2, nnodes=2))
+    unit = _render(
+        "sparkctl-sglang.service.j2", _unit_context("container", TWO_GROUPS, 3, tp_size=2, nnodes=2)
+    )
     lines = unit.splitlines()
     assert "Description=SGLang group b TP=2 node rank 1 (sparkctl)" in lines
     assert "# SGLang tensor-parallel rank 1 of 2 in group b, head spark3 (container)." in lines
     args = args_f.sglang_server_args(_execstart(unit))
-    assert (_opt(args, "--tp-size"), _opt(args, "--nnodes"), _opt(args, "--node-rank"),
-            _opt(args, "--dist-init-addr"), _opt(args, "--host")) == (
-        "2", "2", "1", "192.168.100.13:50000", "127.0.0.1")
+    assert (
+        _opt(args, "--tp-size"),
+        _opt(args, "--nnodes"),
+        _opt(args, "--node-rank"),
+        _opt(args, "--dist-init-addr"),
+        _opt(args, "--host"),
+    ) == ("2", "2", "1", "192.168.100.13:50000", "127.0.0.1")
 
 
 def test_secrets_template_holds_only_the_key() -> None:
-    text = _render("sglang-secrets.env.j2", {"_sglang_group_name": "sparkctl-sglang",
-                                             "_sglang_launcher_path": LAUNCHER_PATH,
-                                             "sglang_api_key": "lab-0123456789abcdef"})
+    text = _render(
+        "sglang-secrets.env.j2",
+        {
+            "_sglang_group_name": "sparkctl-sglang",
+            "_sglang_launcher_path": LAUNCHER_PATH,
+            "sglang_api_key": "lab-0123456789abcdef",
+        },
+    )
     assert args_f.sglang_parse_env(text) == {"SGLANG_API_KEY": "lab-0123456789abcdef"}
 
 
@@ -750,25 +1067,46 @@ def _reading() -> dict[str, Any]:
         "commands": {
             "show": {"rc": 0, "stdout": SPARK2_SHOW, "stderr": ""},
             "execstart": {"rc": 0, "stdout": SPARK2_EXECSTART + "\n", "stderr": ""},
-            "help": {"rc": 0, "stdout": "usage: --dist-init-addr --node-rank --nnodes --enable-metrics",
-                     "stderr": ""},
+            "help": {
+                "rc": 0,
+                "stdout": "usage: --dist-init-addr --node-rank --nnodes --enable-metrics",
+                "stderr": "",
+            },
         },
     }
 
 
 def _want() -> dict[str, Any]:
     argv = args_f.sglang_parse_execstart(SPARK2_EXECSTART)
-    return {"unit": "sparkctl-sglang.service",
-            "unit_path": "/etc/systemd/system/sparkctl-sglang.service",
-            "env_files": [],
-            "restart_sec": 30, "start_limit_burst": 3, "start_limit_interval": 600,
-            "argv": argv, "node_rank": 1,
-            "env_file": "/etc/sparkctl/sglang.env", "env": _ENV,
-            "version_file": "/etc/sparkctl/sglang-version.env", "version": _VERSION,
-            "secrets_file": SECRETS, "secrets_group": "sparkctl-sglang",
-            "installed": ["/usr/bin/docker", LAUNCHER_PATH],
-            "launcher": ["/usr/bin/docker", "run", "--rm", "--pull", "never", "--gpus", "all",
-                         IMAGE, "python3"], "method": "container"}
+    return {
+        "unit": "sparkctl-sglang.service",
+        "unit_path": "/etc/systemd/system/sparkctl-sglang.service",
+        "env_files": [],
+        "restart_sec": 30,
+        "start_limit_burst": 3,
+        "start_limit_interval": 600,
+        "argv": argv,
+        "node_rank": 1,
+        "env_file": "/etc/sparkctl/sglang.env",
+        "env": _ENV,
+        "version_file": "/etc/sparkctl/sglang-version.env",
+        "version": _VERSION,
+        "secrets_file": SECRETS,
+        "secrets_group": "sparkctl-sglang",
+        "installed": ["/usr/bin/docker", LAUNCHER_PATH],
+        "launcher": [
+            "/usr/bin/docker",
+            "run",
+            "--rm",
+            "--pull",
+            "never",
+            "--gpus",
+            "all",
+            IMAGE,
+            "python3",
+        ],
+        "method": "container",
+    }
 
 
 def test_verify_problems_none_on_a_node_as_the_lab_left_it() -> None:
@@ -780,16 +1118,18 @@ def test_verify_compares_the_rank_within_the_group() -> None:
     args = args_f.sglang_launch_args(TWO_GROUPS, 3, **TWO_LAUNCH)
     argv = args_f.sglang_exec_argv(args, "container", image=IMAGE)
     execstart = SPARK2_EXECSTART.replace(
-        SPARK2_EXECSTART[SPARK2_EXECSTART.index("argv[]=") + 7:
-                         SPARK2_EXECSTART.index(" ; ignore_errors")], " ".join(argv))
+        SPARK2_EXECSTART[
+            SPARK2_EXECSTART.index("argv[]=") + 7 : SPARK2_EXECSTART.index(" ; ignore_errors")
+        ],
+        " ".join(argv),
+    )
     reading = _reading()
     reading["commands"]["execstart"]["stdout"] = execstart
     want = {**_want(), "argv": argv, "node_rank": 1}
     assert args_f.sglang_verify_problems(reading, want) == []
     problems = args_f.sglang_verify_problems(reading, {**want, "node_rank": 3})
     assert len(problems) == 1 and "ExecStart of sparkctl-sglang.service runs" in problems[0]
-    (task,) = [t for t in _yaml(ROLE / "tasks" / "verify.yml")
-               if "Unit, command" in t["name"]]
+    (task,) = [t for t in _yaml(ROLE / "tasks" / "verify.yml") if "Unit, command" in t["name"]]
     assert "'node_rank': _sglang_group.rank" in task["vars"]["__sglang_problems"]
 
 
@@ -802,29 +1142,62 @@ def _spoil(path: list[str], value: Any) -> dict[str, Any]:
     return reading
 
 
-@pytest.mark.parametrize(("path", "value", "expected"), [
-    (["commands", "show", "stdout"], SPARK2_SHOW.replace("UnitFileState=disabled", "UnitFileState=enabled"),
-     "UnitFileState=enabled (want disabled"),
-    (["commands", "show", "stdout"], SPARK2_SHOW.replace("RestartUSec=30s", "RestartUSec=100ms"),
-     "RestartUSec=100ms"),
-    (["commands", "show", "stdout"], SPARK2_SHOW + "EnvironmentFiles=/etc/sparkctl/sglang-secrets.env (ignore_errors=no)\n",
-     "environment files ['/etc/sparkctl/sglang-secrets.env'] (want [])"),
-    (["commands", "execstart", "stdout"], SPARK2_EXECSTART.replace("--node-rank 1", "--node-rank 2"),
-     "ExecStart of sparkctl-sglang.service runs"),
-    (["commands", "execstart", "stdout"], "", "no argv[] in ExecStart"),
-    (["files", "/etc/sparkctl/sglang.env", "content"], _env_text({**_ENV, "GLOO_SOCKET_IFNAME": "eth0"}),
-     "/etc/sparkctl/sglang.env: GLOO_SOCKET_IFNAME='eth0', expected 'fab0'"),
-    (["files", "/etc/sparkctl/sglang-version.env", "content"], "not an env file\n",
-     "/etc/sparkctl/sglang-version.env: line 1 is not KEY=VALUE"),
-    (["files", SECRETS, "mode"], "0644",
-     f"{SECRETS} is root:sparkctl-sglang mode 0644; want root:sparkctl-sglang 0640"),
-    (["files", SECRETS, "group"], "root",
-     f"{SECRETS} is root:root mode 0640; want root:sparkctl-sglang 0640"),
-    (["files", LAUNCHER_PATH], {"exists": False},
-     "sglang-launcher.py is missing (container installation)"),
-    (["commands", "help"], {"rc": 1, "stdout": "", "stderr": "ModuleNotFoundError: No module named 'torch'"},
-     "--help: rc 1, ModuleNotFoundError"),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (
+            ["commands", "show", "stdout"],
+            SPARK2_SHOW.replace("UnitFileState=disabled", "UnitFileState=enabled"),
+            "UnitFileState=enabled (want disabled",
+        ),
+        (
+            ["commands", "show", "stdout"],
+            SPARK2_SHOW.replace("RestartUSec=30s", "RestartUSec=100ms"),
+            "RestartUSec=100ms",
+        ),
+        (
+            ["commands", "show", "stdout"],
+            SPARK2_SHOW + "EnvironmentFiles=/etc/sparkctl/sglang-secrets.env (ignore_errors=no)\n",
+            "environment files ['/etc/sparkctl/sglang-secrets.env'] (want [])",
+        ),
+        (
+            ["commands", "execstart", "stdout"],
+            SPARK2_EXECSTART.replace("--node-rank 1", "--node-rank 2"),
+            "ExecStart of sparkctl-sglang.service runs",
+        ),
+        (["commands", "execstart", "stdout"], "", "no argv[] in ExecStart"),
+        (
+            ["files", "/etc/sparkctl/sglang.env", "content"],
+            _env_text({**_ENV, "GLOO_SOCKET_IFNAME": "eth0"}),
+            "/etc/sparkctl/sglang.env: GLOO_SOCKET_IFNAME='eth0', expected 'fab0'",
+        ),
+        (
+            ["files", "/etc/sparkctl/sglang-version.env", "content"],
+            "not an env file\n",
+            "/etc/sparkctl/sglang-version.env: line 1 is not KEY=VALUE",
+        ),
+        (
+            ["files", SECRETS, "mode"],
+            "0644",
+            f"{SECRETS} is root:sparkctl-sglang mode 0644; want root:sparkctl-sglang 0640",
+        ),
+        (
+            ["files", SECRETS, "group"],
+            "root",
+            f"{SECRETS} is root:root mode 0640; want root:sparkctl-sglang 0640",
+        ),
+        (
+            ["files", LAUNCHER_PATH],
+            {"exists": False},
+            "sglang-launcher.py is missing (container installation)",
+        ),
+        (
+            ["commands", "help"],
+            {"rc": 1, "stdout": "", "stderr": "ModuleNotFoundError: No module named 'torch'"},
+            "--help: rc 1, ModuleNotFoundError",
+        ),
+    ],
+)
 def test_verify_problems_names_each_fault(path: list[str], value: Any, expected: str) -> None:
     problems = args_f.sglang_verify_problems(_spoil(path, value), _want())
     assert len(problems) == 1, problems

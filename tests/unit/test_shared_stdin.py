@@ -73,10 +73,10 @@ class _Podman:
 
 
 def _lab(keys: dict[str, str]) -> Any:
-    hosts = tuple(SimpleNamespace(name=n, mgmt_ip=f"10.78.6.{11 + i}")
-                  for i, n in enumerate(keys))
-    return SimpleNamespace(spec=SimpleNamespace(hosts=hosts), podman=_Podman(keys),
-                           progress=lambda message: None)
+    hosts = tuple(SimpleNamespace(name=n, mgmt_ip=f"10.78.6.{11 + i}") for i, n in enumerate(keys))
+    return SimpleNamespace(
+        spec=SimpleNamespace(hosts=hosts), podman=_Podman(keys), progress=lambda message: None
+    )
 
 
 @pytest.fixture
@@ -85,9 +85,11 @@ def fake_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     ssh = bin_dir / "ssh"
-    ssh.write_text("#!/bin/sh\n"
-                   "for a; do case $a in root@10.78.6.11) echo mol-a;; "
-                   "root@10.78.6.12) echo mol-b;; esac; done\n")
+    ssh.write_text(
+        "#!/bin/sh\n"
+        "for a; do case $a in root@10.78.6.11) echo mol-a;; "
+        "root@10.78.6.12) echo mol-b;; esac; done\n"
+    )
     ssh.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return bin_dir

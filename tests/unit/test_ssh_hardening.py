@@ -36,74 +36,105 @@ def _problems(hostvars: dict[str, dict[str, Any]]) -> list[str]:
     return [str(p) for p in inventory_rules._check_connection(list(hostvars), hostvars)]
 
 
-@pytest.mark.parametrize(("name", "hv", "says"), [
-    ("-oProxyCommand=touch_x", {}, "host name '-oProxyCommand=touch_x' is not a host name"),
-    ("spark/2", {}, "host name 'spark/2' is not a host name"),
-    ("spark2", {"ansible_user": "nvidia\nMatch exec \"touch /tmp/x\""},
-     "variable ansible_user: 'nvidia\\nMatch exec \"touch /tmp/x\"' is not a user name"),
-    ("spark2", {"ansible_user": "-l root"}, "variable ansible_user: '-l root' is not a user"),
-    ("spark2", {"ansible_port": 0}, "variable ansible_port: 0 is not a TCP port"),
-    ("spark2", {"ansible_port": "22\n"}, "variable ansible_port: '22\\n' is not a TCP port"),
-    ("spark2", {"ansible_port": True}, "variable ansible_port: True is not a TCP port"),
-    ("spark2", {"ansible_ssh_private_key_file": "/k/id\nProxyCommand x"},
-     "variable ansible_ssh_private_key_file: '/k/id\\nProxyCommand x' is not a key file"),
-])
-def test_connection_values_of_the_wrong_shape_are_refused(name: str, hv: dict[str, Any],
-                                                          says: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "hv", "says"),
+    [
+        ("-oProxyCommand=touch_x", {}, "host name '-oProxyCommand=touch_x' is not a host name"),
+        ("spark/2", {}, "host name 'spark/2' is not a host name"),
+        (
+            "spark2",
+            {"ansible_user": 'nvidia\nMatch exec "touch /tmp/x"'},
+            "variable ansible_user: 'nvidia\\nMatch exec \"touch /tmp/x\"' is not a user name",
+        ),
+        ("spark2", {"ansible_user": "-l root"}, "variable ansible_user: '-l root' is not a user"),
+        ("spark2", {"ansible_port": 0}, "variable ansible_port: 0 is not a TCP port"),
+        ("spark2", {"ansible_port": "22\n"}, "variable ansible_port: '22\\n' is not a TCP port"),
+        ("spark2", {"ansible_port": True}, "variable ansible_port: True is not a TCP port"),
+        (
+            "spark2",
+            {"ansible_ssh_private_key_file": "/k/id\nProxyCommand x"},
+            "variable ansible_ssh_private_key_file: '/k/id\\nProxyCommand x' is not a key file",
+        ),
+    ],
+)
+def test_connection_values_of_the_wrong_shape_are_refused(
+    name: str, hv: dict[str, Any], says: str
+) -> None:
     problems = _problems({name: hv, "spark9": {}})
     assert len(problems) == 1 and says in problems[0], problems
     assert problems[0].startswith(f"host {name}")
 
 
 def test_good_connection_values_pass() -> None:
-    assert _problems({"spark1": {"ansible_user": "nvidia", "ansible_port": "2222",
-                                 "ansible_ssh_private_key_file": "~/.ssh/id_sparkctl"},
-                      "fabric-switch": {"ansible_user": "cumulus", "ansible_port": 22}}) == []
+    assert (
+        _problems(
+            {
+                "spark1": {
+                    "ansible_user": "nvidia",
+                    "ansible_port": "2222",
+                    "ansible_ssh_private_key_file": "~/.ssh/id_sparkctl",
+                },
+                "fabric-switch": {"ansible_user": "cumulus", "ansible_port": 22},
+            }
+        )
+        == []
+    )
 
 
-@pytest.mark.parametrize("args", [
-    "-o StrictHostKeyChecking=yes -o PasswordAuthentication=no",
-    "-C -o ControlMaster=auto -o ControlPersist=60s",  # Ansible's own default ssh_args
-    "-o UserKnownHostsFile=/root/.local/state/sparkctl/lab/ssh/known_hosts -o IdentitiesOnly=yes",
-    "-o ProxyJump=admin@10.0.0.1:2222,jump2 -oServerAliveInterval=5",
-    "-o 'UserKnownHostsFile /etc/sparkctl/known_hosts ~/.ssh/known_hosts'",
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        "-o StrictHostKeyChecking=yes -o PasswordAuthentication=no",
+        "-C -o ControlMaster=auto -o ControlPersist=60s",  # Ansible's own default ssh_args
+        "-o UserKnownHostsFile=/root/.local/state/sparkctl/lab/ssh/known_hosts"
+        " -o IdentitiesOnly=yes",
+        "-o ProxyJump=admin@10.0.0.1:2222,jump2 -oServerAliveInterval=5",
+        "-o 'UserKnownHostsFile /etc/sparkctl/known_hosts ~/.ssh/known_hosts'",
+    ],
+)
 def test_the_options_an_operator_uses_pass(args: str) -> None:
     assert inventory_rules.ssh_options(args)
 
 
-@pytest.mark.parametrize("args", [
-    "-o 'ProxyJump=x\nMatch exec \"id\"'",  # a newline: another ssh_config line
-    "-o ProxyJump=x;id",
-    "-o 'IdentityFile=/k/id ProxyCommand=id'",
-    "-o Include=/tmp/evil.conf",
-    "-o 'Match exec id'",
-    "-o VerifyHostKeyDNS=yes",
-    "-o GlobalKnownHostsFile=/tmp/keys",
-    "-o UpdateHostKeys=yes",
-    "-o LocalCommand=id -o PermitLocalCommand=yes",
-    "-o RemoteCommand=id",
-    "-F /tmp/evil.conf",
-    "-o ForwardAgent=yes",
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        "-o 'ProxyJump=x\nMatch exec \"id\"'",  # a newline: another ssh_config line
+        "-o ProxyJump=x;id",
+        "-o 'IdentityFile=/k/id ProxyCommand=id'",
+        "-o Include=/tmp/evil.conf",
+        "-o 'Match exec id'",
+        "-o VerifyHostKeyDNS=yes",
+        "-o GlobalKnownHostsFile=/tmp/keys",
+        "-o UpdateHostKeys=yes",
+        "-o LocalCommand=id -o PermitLocalCommand=yes",
+        "-o RemoteCommand=id",
+        "-F /tmp/evil.conf",
+        "-o ForwardAgent=yes",
+    ],
+)
 def test_options_that_run_a_command_or_vouch_for_keys_are_refused(args: str) -> None:
     with pytest.raises(ValueError):
         inventory_rules.ssh_options(args)
 
 
 def test_check_refuses_them_through_the_host_key_rule() -> None:
-    hostvars = {"spark1": {"ansible_ssh_common_args": "-o 'KnownHostsCommand=ssh-keyscan %H'"},
-                "spark2": {}}
+    hostvars = {
+        "spark1": {"ansible_ssh_common_args": "-o 'KnownHostsCommand=ssh-keyscan %H'"},
+        "spark2": {},
+    }
     found = [str(p) for p in inventory_rules._check_host_keys(list(hostvars), hostvars)]
-    assert found == ["host spark1: variable ansible_ssh_common_args: 'KnownHostsCommand="
-                     "ssh-keyscan %H' runs a command on the controller and lets it vouch for "
-                     "host keys; host key checking stays on"]
+    assert found == [
+        "host spark1: variable ansible_ssh_common_args: 'KnownHostsCommand="
+        "ssh-keyscan %H' runs a command on the controller and lets it vouch for "
+        "host keys; host key checking stays on"
+    ]
 
 
 def test_the_ssh_config_writer_refuses_what_the_rules_refuse(state: Path, tmp_path: Path) -> None:
     """Called without `inventory check` first, the writer still writes no injected line."""
     cases: list[dict[str, Any]] = [
-        {"ansible_user": "nvidia\nMatch exec \"touch /tmp/x\""},
+        {"ansible_user": 'nvidia\nMatch exec "touch /tmp/x"'},
         {"ansible_host": "10.0.0.1\n  ProxyCommand touch /tmp/x"},
         {"ansible_port": "22\nProxyCommand x"},
         {"ansible_ssh_private_key_file": "/k/id\nProxyCommand x"},
@@ -120,11 +151,18 @@ def test_the_ssh_config_writer_refuses_what_the_rules_refuse(state: Path, tmp_pa
 
 
 def test_a_written_config_has_one_line_per_option(state: Path, tmp_path: Path) -> None:
-    path = sshconfig.write(tmp_path / "ssh_config",
-                           {"spark1": {"ansible_host": "10.77.0.11", "ansible_user": "nvidia",
-                                       "ansible_port": "2222",
-                                       "ansible_ssh_common_args": "-C -o ConnectTimeout=20"}},
-                           ["spark1"])
+    path = sshconfig.write(
+        tmp_path / "ssh_config",
+        {
+            "spark1": {
+                "ansible_host": "10.77.0.11",
+                "ansible_user": "nvidia",
+                "ansible_port": "2222",
+                "ansible_ssh_common_args": "-C -o ConnectTimeout=20",
+            }
+        },
+        ["spark1"],
+    )
     lines = path.read_text().splitlines()
     assert lines[1:3] == ["Host spark1", "  StrictHostKeyChecking yes"]
     assert "  Compression yes" in lines and "  Port 2222" in lines
@@ -159,7 +197,8 @@ def test_a_directory_another_user_made_is_refused(state: Path) -> None:
 
 
 def test_a_state_dir_too_deep_for_a_socket_falls_back_to_a_checked_tmp_dir(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     deep = tmp_path / ("d" * 60)
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(deep))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -173,8 +212,9 @@ def test_a_state_dir_too_deep_for_a_socket_falls_back_to_a_checked_tmp_dir(
 
 
 # ------------------------------------------------------------- ssh's argv
-def test_host_names_never_reach_sshs_option_position(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_names_never_reach_sshs_option_position(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """validate's runner puts ``--`` before the host: whatever the name, ssh reads it as a
     destination (a recording ssh on PATH shows the argv)."""
     fake = tmp_path / "bin" / "ssh"

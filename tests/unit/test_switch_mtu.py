@@ -102,6 +102,7 @@ def test_main_reads_preflight_install_configure_verify_with_tags() -> None:
 
 def step_tasks(driver: str, step: str) -> list[tuple[str, str]]:
     """(name, module) of every task a driver runs for one step, blocks flattened."""
+
     def flatten(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for item in items:
@@ -111,10 +112,23 @@ def step_tasks(driver: str, step: str) -> list[tuple[str, str]]:
                 out.append(item)
         return out
 
-    blocks = [b for b in read_yaml(ROLE / "tasks" / f"driver_{driver}.yml")
-              if b.get("when") == f"__switch_mtu_step == '{step}'"]
-    keywords = {"name", "when", "loop", "register", "changed_when", "check_mode", "become",
-                "vars", "notify", "rescue"}
+    blocks = [
+        b
+        for b in read_yaml(ROLE / "tasks" / f"driver_{driver}.yml")
+        if b.get("when") == f"__switch_mtu_step == '{step}'"
+    ]
+    keywords = {
+        "name",
+        "when",
+        "loop",
+        "register",
+        "changed_when",
+        "check_mode",
+        "become",
+        "vars",
+        "notify",
+        "rescue",
+    }
     return [(t["name"], next(k for k in t if k not in keywords)) for t in flatten(blocks)]
 
 
@@ -127,14 +141,21 @@ def test_every_driver_implements_configure_and_verify() -> None:
         # linux sets only the MTU; nvue and sonic also what the fabric still lacks
         fabric = set() if driver == "linux" else {"__switch_mtu_fabric_problems"}
         assert set(facts[-1]["ansible.builtin.set_fact"]) == {
-            "__switch_mtu_live", "__switch_mtu_devices", *fabric}
+            "__switch_mtu_live",
+            "__switch_mtu_devices",
+            *fabric,
+        }
 
 
 def test_fabric_settings_reach_the_filters_as_one_mapping() -> None:
     fabric = read_yaml(ROLE / "vars" / "main.yml")["_switch_mtu_fabric"]
-    for key, var in (("mtu", "switch_mtu_value"), ("speed", "switch_mtu_speed"),
-                     ("autoneg", "switch_mtu_autoneg"), ("vlan", "switch_mtu_vlan_id"),
-                     ("bridge", "switch_mtu_bridge")):
+    for key, var in (
+        ("mtu", "switch_mtu_value"),
+        ("speed", "switch_mtu_speed"),
+        ("autoneg", "switch_mtu_autoneg"),
+        ("vlan", "switch_mtu_vlan_id"),
+        ("bridge", "switch_mtu_bridge"),
+    ):
         assert f"'{key}': {var}" in fabric, key
     assert set(flt.FABRIC_KEYS) == {"mtu", "speed", "autoneg", "vlan", "bridge"}
 
@@ -149,21 +170,31 @@ def test_speed_choices_are_the_speeds_both_drivers_name() -> None:
 
 def test_sonic_driver_tasks_and_handler() -> None:
     assert [m for _, m in step_tasks("sonic", "configure")] == [
-        "ansible.builtin.command", "ansible.builtin.set_fact", "ansible.builtin.command"]
+        "ansible.builtin.command",
+        "ansible.builtin.set_fact",
+        "ansible.builtin.command",
+    ]
     assert [m for _, m in step_tasks("sonic", "verify")] == [
-        "ansible.builtin.command", "ansible.builtin.set_fact"]
+        "ansible.builtin.command",
+        "ansible.builtin.set_fact",
+    ]
     blocks = read_yaml(ROLE / "tasks" / "driver_sonic.yml")
     read = blocks[0]["block"][0]
     assert read["ansible.builtin.command"] == {
-        "argv": ["sonic-cfggen", "-d", "--var-json", "{{ item }}"]}
+        "argv": ["sonic-cfggen", "-d", "--var-json", "{{ item }}"]
+    }
     assert read["loop"] == "{{ _switch_mtu_sonic_tables }}"
-    assert read_yaml(ROLE / "vars" / "main.yml")["_switch_mtu_sonic_tables"] == \
-        list(flt.SONIC_TABLES)
+    assert read_yaml(ROLE / "vars" / "main.yml")["_switch_mtu_sonic_tables"] == list(
+        flt.SONIC_TABLES
+    )
     change = blocks[0]["block"][2]
     assert change["ansible.builtin.command"] == {"argv": "{{ item }}"}
     assert change["notify"] == "switch_mtu sonic config changed"
-    save = next(h for h in read_yaml(ROLE / "handlers" / "main.yml")
-                if h["listen"] == "switch_mtu sonic config changed")
+    save = next(
+        h
+        for h in read_yaml(ROLE / "handlers" / "main.yml")
+        if h["listen"] == "switch_mtu sonic config changed"
+    )
     assert save["ansible.builtin.command"] == {"argv": ["config", "save", "-y"]}
     # No connection of its own: SSH with keys, as for every host.
     assert all("vars" not in b or "ansible_connection" not in b["vars"] for b in blocks)
@@ -173,11 +204,18 @@ def test_nvue_driver_confirms_only_after_reconnecting() -> None:
     modules = [m for _, m in step_tasks("nvue", "configure")]
     # read, plan, then (in the inner block) write the patch file, stage, apply,
     # drop, reconnect, confirm, save
-    assert modules == ["ansible.builtin.command", "ansible.builtin.set_fact",
-                       "ansible.builtin.file", "ansible.builtin.copy",
-                       "ansible.builtin.command", "ansible.builtin.command",
-                       "ansible.builtin.meta", "ansible.builtin.wait_for_connection",
-                       "ansible.builtin.command", "ansible.builtin.command"]
+    assert modules == [
+        "ansible.builtin.command",
+        "ansible.builtin.set_fact",
+        "ansible.builtin.file",
+        "ansible.builtin.copy",
+        "ansible.builtin.command",
+        "ansible.builtin.command",
+        "ansible.builtin.meta",
+        "ansible.builtin.wait_for_connection",
+        "ansible.builtin.command",
+        "ansible.builtin.command",
+    ]
 
 
 # ------------------------------------------------------------------ filters
@@ -189,14 +227,25 @@ def test_port_names_natural_order_from_mapping_or_list() -> None:
         flt.port_names("swp1")
 
 
-@pytest.mark.parametrize(("os_name", "name", "ok"), [
-    ("linux", "swp1", True), ("linux", "enp1s0f1np1", True),
-    ("linux", "a-very-long-port0", False), ("linux", "Eth1/1", False),
-    ("linux", "swp 1", False), ("linux", "..", False),
-    ("nvue", "swp1", True), ("nvue", "swp1s0", True), ("nvue", "swp1,swp2", False),
-    ("sonic", "Ethernet0", True), ("sonic", "Ethernet124", True),
-    ("sonic", "Eth1/1", False), ("sonic", "swp1", False), ("sonic", "Ethernet0;x", False),
-])
+@pytest.mark.parametrize(
+    ("os_name", "name", "ok"),
+    [
+        ("linux", "swp1", True),
+        ("linux", "enp1s0f1np1", True),
+        ("linux", "a-very-long-port0", False),
+        ("linux", "Eth1/1", False),
+        ("linux", "swp 1", False),
+        ("linux", "..", False),
+        ("nvue", "swp1", True),
+        ("nvue", "swp1s0", True),
+        ("nvue", "swp1,swp2", False),
+        ("sonic", "Ethernet0", True),
+        ("sonic", "Ethernet124", True),
+        ("sonic", "Eth1/1", False),
+        ("sonic", "swp1", False),
+        ("sonic", "Ethernet0;x", False),
+    ],
+)
 def test_port_problems_per_switch_os(os_name: str, name: str, ok: bool) -> None:
     problems = flt.port_problems({name: {"node": "spark1", "twin": "a"}}, os_name)
     assert (problems == []) is ok
@@ -210,16 +259,25 @@ def test_port_problems_empty_ports_and_unknown_os() -> None:
     assert "not one of linux, nvue, sonic" in flt.port_problems({"swp1": {}}, "eos")[0]
 
 
-FABRIC: dict[str, Any] = {"mtu": 9216, "speed": "200G", "autoneg": False, "vlan": 100,
-                          "bridge": "br_default"}
-SPARK_PORT = {"link": {"mtu": 9216, "speed": "200G", "auto-negotiate": "off"},
-              "bridge": {"domain": {"br_default": {"access": 100}}}}
+FABRIC: dict[str, Any] = {
+    "mtu": 9216,
+    "speed": "200G",
+    "autoneg": False,
+    "vlan": 100,
+    "bridge": "br_default",
+}
+SPARK_PORT = {
+    "link": {"mtu": 9216, "speed": "200G", "auto-negotiate": "off"},
+    "bridge": {"domain": {"br_default": {"access": 100}}},
+}
 
 
 def test_nvue_commands_stage_apply_confirm_save() -> None:
     assert flt.nvue_commands("/etc/sparkctl/nvue-fabric.yaml", 120) == {
-        "stage": [["nv", "config", "detach"],
-                  ["nv", "config", "patch", "/etc/sparkctl/nvue-fabric.yaml"]],
+        "stage": [
+            ["nv", "config", "detach"],
+            ["nv", "config", "patch", "/etc/sparkctl/nvue-fabric.yaml"],
+        ],
         "apply": [["nv", "config", "apply", "--confirm", "120s", "--assume-yes"]],
         "confirm": [["nv", "config", "apply", "--confirm-yes"]],
         "save": [["nv", "config", "save"]],
@@ -244,20 +302,31 @@ def test_nvue_document_one_bridge_vlan_forced_speed_no_autoneg() -> None:
         "bridge": {"domain": {"br_default": {"vlan": {"100": {}}}}},
         "interface": {"swp1": SPARK_PORT, "swp3": SPARK_PORT},
     }
-    other = flt.nvue_document(["swp1"], {**FABRIC, "autoneg": True, "speed": "100G",
-                                         "vlan": 7, "bridge": "fabric"})
+    other = flt.nvue_document(
+        ["swp1"], {**FABRIC, "autoneg": True, "speed": "100G", "vlan": 7, "bridge": "fabric"}
+    )
     assert other["interface"]["swp1"] == {
         "link": {"mtu": 9216, "speed": "100G", "auto-negotiate": "on"},
-        "bridge": {"domain": {"fabric": {"access": 7}}}}
+        "bridge": {"domain": {"fabric": {"access": 7}}},
+    }
     assert other["bridge"] == {"domain": {"fabric": {"vlan": {"7": {}}}}}
 
 
-@pytest.mark.parametrize("bad", [
-    {**FABRIC, "speed": "200000"}, {**FABRIC, "speed": "auto"}, {**FABRIC, "vlan": 0},
-    {**FABRIC, "vlan": 4095}, {**FABRIC, "vlan": "100"}, {**FABRIC, "autoneg": "off"},
-    {**FABRIC, "bridge": "br default"}, {**FABRIC, "bridge": "a" * 16},
-    {**FABRIC, "mtu": "9216"}, {k: v for k, v in FABRIC.items() if k != "vlan"},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {**FABRIC, "speed": "200000"},
+        {**FABRIC, "speed": "auto"},
+        {**FABRIC, "vlan": 0},
+        {**FABRIC, "vlan": 4095},
+        {**FABRIC, "vlan": "100"},
+        {**FABRIC, "autoneg": "off"},
+        {**FABRIC, "bridge": "br default"},
+        {**FABRIC, "bridge": "a" * 16},
+        {**FABRIC, "mtu": "9216"},
+        {k: v for k, v in FABRIC.items() if k != "vlan"},
+    ],
+)
 def test_fabric_settings_are_checked_before_any_command(bad: dict[str, Any]) -> None:
     with pytest.raises(FilterError):
         flt.nvue_document(["swp1"], bad)
@@ -277,15 +346,24 @@ def config_show(tree: dict[str, Any]) -> str:
 
 def test_nvue_differences_nothing_when_applied_holds_it_all() -> None:
     doc = flt.nvue_document(["swp1", "swp2"], FABRIC)
-    applied = {"bridge": {"domain": {"br_default": {"type": "vlan-aware",
-                                                    "vlan": {"100": {}, "1": {}}}}},
-               "interface": {"swp1": {**SPARK_PORT, "type": "swp"},
-                             "swp2": {"link": {"mtu": "9216", "speed": "200G",
-                                               "auto-negotiate": "off", "state": {"up": {}}},
-                                      "bridge": {"domain": {"br_default": {"access": 100}}},
-                                      "type": "swp"},
-                             "eth0": {"type": "eth"}},
-               "system": {"hostname": "sw"}}
+    applied = {
+        "bridge": {"domain": {"br_default": {"type": "vlan-aware", "vlan": {"100": {}, "1": {}}}}},
+        "interface": {
+            "swp1": {**SPARK_PORT, "type": "swp"},
+            "swp2": {
+                "link": {
+                    "mtu": "9216",
+                    "speed": "200G",
+                    "auto-negotiate": "off",
+                    "state": {"up": {}},
+                },
+                "bridge": {"domain": {"br_default": {"access": 100}}},
+                "type": "swp",
+            },
+            "eth0": {"type": "eth"},
+        },
+        "system": {"hostname": "sw"},
+    }
     assert flt.nvue_differences(doc, config_show(applied)) == []
     assert flt.nvue_differences(doc, {"stdout": config_show(applied), "rc": 0}) == []
     assert flt.nvue_differences(doc, applied) == []
@@ -293,10 +371,15 @@ def test_nvue_differences_nothing_when_applied_holds_it_all() -> None:
 
 def test_nvue_differences_name_every_missing_or_wrong_leaf() -> None:
     doc = flt.nvue_document(["swp1", "swp2", "swp3"], FABRIC)
-    applied = {"interface": {
-        "swp1": {"link": {"mtu": 9216, "speed": "100G", "auto-negotiate": "on"},
-                 "bridge": {"domain": {"br_default": {"access": 100}}}},
-        "swp2": {"link": {"mtu": 1500}}}}
+    applied = {
+        "interface": {
+            "swp1": {
+                "link": {"mtu": 9216, "speed": "100G", "auto-negotiate": "on"},
+                "bridge": {"domain": {"br_default": {"access": 100}}},
+            },
+            "swp2": {"link": {"mtu": 1500}},
+        }
+    }
     assert flt.nvue_differences(doc, config_show(applied)) == [
         "bridge: missing",
         "interface.swp1.link.speed: 100G, wanted 200G",
@@ -314,22 +397,32 @@ def test_nvue_differences_name_every_missing_or_wrong_leaf() -> None:
 
 # `nv show interface swp1 link` in NVIDIA's NVUE reference shows operational
 # mtu 9000 next to applied 9216; these are that link object as JSON documents.
-NVUE_LINK = {"auto-negotiate": "off", "duplex": "full", "speed": "1G",
-             "mac-address": "48:b0:2d:f0:b9:86", "mtu": 9000,
-             "state": {"up": {}}, "oper-status": "up", "admin-status": "up"}
+NVUE_LINK = {
+    "auto-negotiate": "off",
+    "duplex": "full",
+    "speed": "1G",
+    "mac-address": "48:b0:2d:f0:b9:86",
+    "mtu": 9000,
+    "state": {"up": {}},
+    "oper-status": "up",
+    "admin-status": "up",
+}
 
 
-@pytest.mark.parametrize(("doc", "mtu"), [
-    (json.dumps(NVUE_LINK), 9000),
-    (NVUE_LINK, 9000),
-    ({"mtu": "9216"}, 9216),
-    ({"link": {"mtu": 9216}}, 9216),
-    ({"operational": {"mtu": 9000}, "applied": {"mtu": 9216}}, 9000),
-    ({"applied": {"mtu": 9216}}, 9216),
-    ({"speed": "1G"}, None),
-    ("", None),
-    ({"mtu": True}, None),
-])
+@pytest.mark.parametrize(
+    ("doc", "mtu"),
+    [
+        (json.dumps(NVUE_LINK), 9000),
+        (NVUE_LINK, 9000),
+        ({"mtu": "9216"}, 9216),
+        ({"link": {"mtu": 9216}}, 9216),
+        ({"operational": {"mtu": 9000}, "applied": {"mtu": 9216}}, 9000),
+        ({"applied": {"mtu": 9216}}, 9216),
+        ({"speed": "1G"}, None),
+        ("", None),
+        ({"mtu": True}, None),
+    ],
+)
 def test_nvue_link_mtu(doc: Any, mtu: int | None) -> None:
     assert flt.nvue_link_mtu(doc) == mtu
 
@@ -340,10 +433,12 @@ def test_nvue_link_mtu_rejects_non_json() -> None:
 
 
 def test_nvue_mtus_from_a_registered_loop() -> None:
-    registered = {"results": [
-        {"item": "swp1", "stdout": json.dumps({"mtu": 9216}), "rc": 0},
-        {"item": "swp2", "stdout": json.dumps(NVUE_LINK), "rc": 0},
-    ]}
+    registered = {
+        "results": [
+            {"item": "swp1", "stdout": json.dumps({"mtu": 9216}), "rc": 0},
+            {"item": "swp2", "stdout": json.dumps(NVUE_LINK), "rc": 0},
+        ]
+    }
     assert flt.nvue_mtus(registered) == {"swp1": 9216, "swp2": 9000}
     assert flt.nvue_mtus(registered["results"]) == {"swp1": 9216, "swp2": 9000}
     assert flt.nvue_mtus({"swp3": '{"mtu": 1500}'}) == {"swp3": 1500}
@@ -352,13 +447,29 @@ def test_nvue_mtus_from_a_registered_loop() -> None:
 # CONFIG_DB rows as `sonic-cfggen -d --var-json PORT` prints them: every field a
 # string (sonic-port.yang: speed in Mb/s, autoneg on|off).
 SONIC_DONE = {
-    "PORT": {"Ethernet0": {"admin_status": "up", "alias": "Eth1", "lanes": "0,1,2,3",
-                           "mtu": "9216", "speed": "200000", "autoneg": "off"},
-             "Ethernet8": {"alias": "Eth2", "lanes": "8,9,10,11", "mtu": "9216",
-                           "speed": "200000", "autoneg": "off", "mode": "access"}},
+    "PORT": {
+        "Ethernet0": {
+            "admin_status": "up",
+            "alias": "Eth1",
+            "lanes": "0,1,2,3",
+            "mtu": "9216",
+            "speed": "200000",
+            "autoneg": "off",
+        },
+        "Ethernet8": {
+            "alias": "Eth2",
+            "lanes": "8,9,10,11",
+            "mtu": "9216",
+            "speed": "200000",
+            "autoneg": "off",
+            "mode": "access",
+        },
+    },
     "VLAN": {"Vlan100": {"vlanid": "100"}},
-    "VLAN_MEMBER": {"Vlan100|Ethernet0": {"tagging_mode": "untagged"},
-                    "Vlan100|Ethernet8": {"tagging_mode": "untagged"}},
+    "VLAN_MEMBER": {
+        "Vlan100|Ethernet0": {"tagging_mode": "untagged"},
+        "Vlan100|Ethernet8": {"tagging_mode": "untagged"},
+    },
 }
 
 
@@ -387,8 +498,7 @@ def test_sonic_commands_only_what_differs() -> None:
     tables["PORT"]["Ethernet8"]["mode"] = "routed"
     del tables["VLAN_MEMBER"]["Vlan100|Ethernet8"]
     tables["VLAN_MEMBER"]["Vlan100|Ethernet0"] = {"tagging_mode": "tagged"}
-    assert flt.sonic_commands(["Ethernet0", "Ethernet8"], {**FABRIC, "autoneg": False},
-                              tables) == [
+    assert flt.sonic_commands(["Ethernet0", "Ethernet8"], {**FABRIC, "autoneg": False}, tables) == [
         ["config", "interface", "speed", "Ethernet0", "200000"],
         ["config", "interface", "autoneg", "Ethernet0", "disabled"],
         ["config", "vlan", "member", "del", "100", "Ethernet0"],
@@ -405,28 +515,40 @@ def test_sonic_commands_only_what_differs() -> None:
 
 
 def test_sonic_tables_from_a_registered_loop() -> None:
-    registered = {"results": [
-        {"item": "PORT", "stdout": json.dumps(SONIC_DONE["PORT"]), "rc": 0},
-        {"item": "VLAN", "stdout": "", "rc": 0},  # an empty table prints nothing
-        {"item": "VLAN_MEMBER", "stdout": "{}", "rc": 0},
-    ]}
-    assert flt.sonic_tables(registered) == {"PORT": SONIC_DONE["PORT"], "VLAN": {},
-                                            "VLAN_MEMBER": {}}
+    registered = {
+        "results": [
+            {"item": "PORT", "stdout": json.dumps(SONIC_DONE["PORT"]), "rc": 0},
+            {"item": "VLAN", "stdout": "", "rc": 0},  # an empty table prints nothing
+            {"item": "VLAN_MEMBER", "stdout": "{}", "rc": 0},
+        ]
+    }
+    assert flt.sonic_tables(registered) == {
+        "PORT": SONIC_DONE["PORT"],
+        "VLAN": {},
+        "VLAN_MEMBER": {},
+    }
     with pytest.raises(FilterError, match="did not print JSON"):
         flt.sonic_tables([{"item": "PORT", "stdout": "Usage: sonic-cfggen"}])
 
 
 def test_sonic_mtus_from_the_port_table() -> None:
-    tables = {"PORT": {"Ethernet0": {"mtu": "9216"}, "Ethernet4": {"mtu": "9100"},
-                       "Ethernet8": {"speed": "200000"}}}
+    tables = {
+        "PORT": {
+            "Ethernet0": {"mtu": "9216"},
+            "Ethernet4": {"mtu": "9100"},
+            "Ethernet8": {"speed": "200000"},
+        }
+    }
     assert flt.sonic_mtus(tables) == {"Ethernet0": 9216, "Ethernet4": 9100, "Ethernet8": None}
     with pytest.raises(FilterError):
         flt.sonic_mtus({"VLAN": {}})
 
 
 def test_linux_mtus_reads_before_of_ports_and_bridges() -> None:
-    result = {"ports": {"swp1": {"before": 9216, "after": 9216, "master": "br-a"}},
-              "bridges": {"br-a": {"before": 1500, "after": 9216}}}
+    result = {
+        "ports": {"swp1": {"before": 9216, "after": 9216, "master": "br-a"}},
+        "bridges": {"br-a": {"before": 1500, "after": 9216}},
+    }
     assert flt.linux_mtus(result) == {"swp1": 9216, "br-a": 1500}
 
 
@@ -442,8 +564,10 @@ def test_mismatches() -> None:
 
 def test_filter_module_exports_every_filter() -> None:
     names = set(flt.FilterModule().filters())
-    tasks_text = "".join(p.read_text() for p in (ROLE / "tasks").glob("*.yml")) + \
-        (ROLE / "vars" / "main.yml").read_text()
+    tasks_text = (
+        "".join(p.read_text() for p in (ROLE / "tasks").glob("*.yml"))
+        + (ROLE / "vars" / "main.yml").read_text()
+    )
     for name in names:
         assert name.startswith("switch_mtu_")
         assert name in tasks_text, f"{name} is not used by the role"
@@ -460,8 +584,7 @@ class FakeKernel:
         self.commands: list[list[str]] = []
         self.refuse: dict[str, int] = {}  # device -> highest MTU its driver takes
 
-    def add(self, dev: str, mtu: int, master: str | None = None,
-            bridge: bool = False) -> None:
+    def add(self, dev: str, mtu: int, master: str | None = None, bridge: bool = False) -> None:
         (self.root / dev).mkdir(parents=True)
         (self.root / dev / "mtu").write_text(f"{mtu}\n")
         if bridge:
@@ -473,8 +596,11 @@ class FakeKernel:
         return int((self.root / dev / "mtu").read_text())
 
     def ports_of(self, bridge: str) -> list[str]:
-        return [p.name for p in self.root.iterdir() if (p / "master").is_symlink()
-                and (p / "master").readlink().name == bridge]
+        return [
+            p.name
+            for p in self.root.iterdir()
+            if (p / "master").is_symlink() and (p / "master").readlink().name == bridge
+        ]
 
     def run(self, cmd: list[str]) -> None:
         assert cmd[:4] == ["ip", "link", "set", "dev"] and cmd[5] == "mtu"
@@ -503,10 +629,12 @@ def fake_switch(tmp_path: Path) -> FakeKernel:
     return kernel
 
 
-def apply(kernel: FakeKernel, mtu: int = 9216, ports: list[str] | None = None,
-          **kw: Any) -> dict[str, Any]:
-    result: dict[str, Any] = mod.apply(SIM_PORTS if ports is None else ports, mtu,
-                                       root=kernel.root, run=kernel.run, **kw)
+def apply(
+    kernel: FakeKernel, mtu: int = 9216, ports: list[str] | None = None, **kw: Any
+) -> dict[str, Any]:
+    result: dict[str, Any] = mod.apply(
+        SIM_PORTS if ports is None else ports, mtu, root=kernel.root, run=kernel.run, **kw
+    )
     return result
 
 
@@ -514,11 +642,14 @@ def test_module_sets_ports_and_bridges_follow(fake_switch: FakeKernel) -> None:
     result = apply(fake_switch, check_mode=False)
     assert result["changed"] is True
     # Bridges followed their ports by themselves: only the ports were set.
-    assert fake_switch.commands == [["ip", "link", "set", "dev", p, "mtu", "9216"]
-                                    for p in SIM_PORTS]
+    assert fake_switch.commands == [
+        ["ip", "link", "set", "dev", p, "mtu", "9216"] for p in SIM_PORTS
+    ]
     assert result["ports"]["swp2"] == {"before": 1500, "after": 9216, "master": "br-b"}
-    assert result["bridges"] == {"br-a": {"before": 1500, "after": 9216},
-                                 "br-b": {"before": 1500, "after": 9216}}
+    assert result["bridges"] == {
+        "br-a": {"before": 1500, "after": 9216},
+        "br-b": {"before": 1500, "after": 9216},
+    }
     assert fake_switch.mtu("enP7s7") == 1500
 
 
@@ -585,9 +716,12 @@ def test_bridge_of_ignores_masters_that_are_not_bridges(tmp_path: Path) -> None:
     assert apply(kernel, ports=["swp1", "swp2"], check_mode=False)["bridges"] == {}
 
 
-def test_script_mode_skips_absent_ports(fake_switch: FakeKernel, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_script_mode_skips_absent_ports(
+    fake_switch: FakeKernel,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     state = tmp_path / "switch-ports.json"
     state.write_text(json.dumps({"mtu": 9216, "ports": ["swp1", "swp9"]}))
     monkeypatch.setattr(mod, "SYSFS_NET", str(fake_switch.root))
@@ -600,14 +734,14 @@ def test_script_mode_skips_absent_ports(fake_switch: FakeKernel, tmp_path: Path,
     assert mod.run_script(str(state)) == 0
     out, err = capsys.readouterr()
     # br-a still holds ports at 1500, so the kernel keeps it there: set by hand.
-    assert out.splitlines() == ["ip link set dev swp1 mtu 9216",
-                                "ip link set dev br-a mtu 9216"]
+    assert out.splitlines() == ["ip link set dev swp1 mtu 9216", "ip link set dev br-a mtu 9216"]
     assert "ports not present, skipped: swp9" in err
     assert fake_switch.mtu("swp1") == 9216
 
 
-def test_script_mode_reports_a_broken_state_file(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_script_mode_reports_a_broken_state_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = tmp_path / "switch-ports.json"
     state.write_text('{"mtu": "jumbo", "ports": []}')
     assert mod.run_script(str(state)) == 1
@@ -619,27 +753,31 @@ def fake_ip(bin_dir: Path) -> None:
     """An `ip` that writes `link set dev X mtu N` into $FAKE_SYSFS/X/mtu."""
     bin_dir.mkdir(exist_ok=True)
     script = bin_dir / "ip"
-    script.write_text(textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import os, pathlib, sys
         a = sys.argv[1:]
         assert a[:3] == ["link", "set", "dev"] and a[4] == "mtu", a
         pathlib.Path(os.environ["FAKE_SYSFS"], a[3], "mtu").write_text(a[5] + "\\n")
-        """))
+        """)
+    )
     script.chmod(0o755)
 
 
 def ansible_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-        "ANSIBLE_LIBRARY": str(ROLE / "library"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-    })
+    env.update(
+        {
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+            "ANSIBLE_LIBRARY": str(ROLE / "library"),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": f"{tmp_path / 'bin'}{os.pathsep}{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
     env.update(extra)
     return env
 
@@ -648,17 +786,32 @@ def adhoc_module(tmp_path: Path, kernel: FakeKernel, *flags: str) -> dict[str, A
     fake_ip(tmp_path / "bin")
     args = json.dumps({"ports": SIM_PORTS, "mtu": 9216, "sysfs_root": str(kernel.root)})
     proc = subprocess.run(
-        [str(VENV_BIN / "ansible"), "localhost", "-m", "switch_port_mtu", "-a", args,
-         "-e", f"ansible_python_interpreter={sys.executable}", "-o", *flags],
-        capture_output=True, text=True, timeout=120, check=False,
-        env=ansible_env(tmp_path, FAKE_SYSFS=str(kernel.root)))
+        [
+            str(VENV_BIN / "ansible"),
+            "localhost",
+            "-m",
+            "switch_port_mtu",
+            "-a",
+            args,
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-o",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=ansible_env(tmp_path, FAKE_SYSFS=str(kernel.root)),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result: dict[str, Any] = json.loads(proc.stdout.split("=>", 1)[1])
     return result
 
 
-def test_module_through_ansible_check_then_apply_then_idempotent(fake_switch: FakeKernel,
-                                                                 tmp_path: Path) -> None:
+def test_module_through_ansible_check_then_apply_then_idempotent(
+    fake_switch: FakeKernel, tmp_path: Path
+) -> None:
     preview = adhoc_module(tmp_path, fake_switch, "--check", "--diff")
     assert preview["changed"] is True
     assert fake_switch.mtu("swp1") == 1500
@@ -687,8 +840,9 @@ def test_script_against_a_kernel_bridge(tmp_path: Path) -> None:
         subprocess.run(["ip", "-n", ns, *args], check=True, capture_output=True)
 
     def mtus() -> dict[str, int]:
-        out = subprocess.run(["ip", "-n", ns, "-j", "link", "show"], check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["ip", "-n", ns, "-j", "link", "show"], check=True, capture_output=True, text=True
+        ).stdout
         return {d["ifname"]: d["mtu"] for d in json.loads(out)}
 
     subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -699,17 +853,33 @@ def test_script_against_a_kernel_bridge(tmp_path: Path) -> None:
             ip("link", "set", port, "mtu", "1500", "master", "br-a")
         state = tmp_path / "switch-ports.json"
         state.write_text(json.dumps({"mtu": 9216, "ports": ["swp1", "swp3", "swp5"]}))
-        run = subprocess.run(["ip", "netns", "exec", ns, sys.executable,
-                              str(ROLE / "library" / "switch_port_mtu.py"),
-                              "--state-file", str(state)],
-                             capture_output=True, text=True, check=False)
+        run = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                sys.executable,
+                str(ROLE / "library" / "switch_port_mtu.py"),
+                "--state-file",
+                str(state),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert run.returncode == 0, run.stderr
         assert "skipped: swp5" in run.stderr
         # Only the ports were set; the bridge followed by itself...
-        assert run.stdout.splitlines() == ["ip link set dev swp1 mtu 9216",
-                                           "ip link set dev swp3 mtu 9216"]
-        assert {k: v for k, v in mtus().items() if k in {"swp1", "swp3", "br-a"}} == \
-            {"swp1": 9216, "swp3": 9216, "br-a": 9216}
+        assert run.stdout.splitlines() == [
+            "ip link set dev swp1 mtu 9216",
+            "ip link set dev swp3 mtu 9216",
+        ]
+        assert {k: v for k, v in mtus().items() if k in {"swp1", "swp3", "br-a"}} == {
+            "swp1": 9216,
+            "swp3": 9216,
+            "br-a": 9216,
+        }
         # ... and so it also follows them back down (what `lab port --mtu 1500` relies on).
         ip("link", "set", "swp1", "mtu", "1500")
         ip("link", "set", "swp3", "mtu", "1500")
@@ -768,41 +938,52 @@ done()
 """
 
 
-def nvue_switch(tmp_path: Path, mtu: dict[str, int],
-                fail: list[list[str]] | None = None) -> Path:
+def nvue_switch(tmp_path: Path, mtu: dict[str, int], fail: list[list[str]] | None = None) -> Path:
     (tmp_path / "bin").mkdir(exist_ok=True)
     nv = tmp_path / "bin" / "nv"
     nv.write_text(FAKE_NV.format(python=sys.executable))
     nv.chmod(0o755)
     state = tmp_path / "nv-state.json"
-    applied = {"interface": {port: {"link": {"mtu": m}, "type": "swp"}
-                             for port, m in mtu.items()}}
-    state.write_text(json.dumps({"applied": applied, "pending": {}, "patched": [],
-                                 "log": [], "fail": fail or []}))
+    applied = {"interface": {port: {"link": {"mtu": m}, "type": "swp"} for port, m in mtu.items()}}
+    state.write_text(
+        json.dumps(
+            {"applied": applied, "pending": {}, "patched": [], "log": [], "fail": fail or []}
+        )
+    )
     return switch_inventory(tmp_path, "nvue", ["swp1", "swp2", "swp10"])
 
 
 def switch_inventory(tmp_path: Path, os_name: str, ports: list[str]) -> Path:
     inventory = tmp_path / "inventory.ini"
-    inventory.write_text(textwrap.dedent(f"""\
+    inventory.write_text(
+        textwrap.dedent(f"""\
         [switches]
         fake-switch ansible_connection=local switch_os={os_name} ansible_become=false
         [switches:vars]
         ansible_python_interpreter={sys.executable}
         [lab:children]
         switches
-        """))
+        """)
+    )
     (tmp_path / "group_vars").mkdir(exist_ok=True)
-    (tmp_path / "group_vars" / "lab.yml").write_text(yaml.safe_dump({
-        "switch_ports": {port: {"node": f"spark{i}", "twin": "both"}
-                         for i, port in enumerate(ports, 1)}}))
-    (tmp_path / "site.yml").write_text(textwrap.dedent("""\
+    (tmp_path / "group_vars" / "lab.yml").write_text(
+        yaml.safe_dump(
+            {
+                "switch_ports": {
+                    port: {"node": f"spark{i}", "twin": "both"} for i, port in enumerate(ports, 1)
+                }
+            }
+        )
+    )
+    (tmp_path / "site.yml").write_text(
+        textwrap.dedent("""\
         - name: Switch MTU on a fake switch
           hosts: switches
           gather_facts: false
           roles:
             - role: switch_mtu
-        """))
+        """)
+    )
     return tmp_path / ("nv-state.json" if os_name == "nvue" else "sonic-state.json")
 
 
@@ -810,11 +991,25 @@ def run_role(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # The patch file's real home, /etc/sparkctl, is not writable here.
     patch_file = json.dumps({"_switch_mtu_nvue_patch_file": str(tmp_path / "nvue-fabric.yaml")})
     return subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", str(tmp_path / "inventory.ini"),
-         str(tmp_path / "site.yml"), "-e", patch_file, *args],
-        capture_output=True, text=True, timeout=300, check=False,
-        env=ansible_env(tmp_path, FAKE_NV_STATE=str(tmp_path / "nv-state.json"),
-                        FAKE_SONIC_STATE=str(tmp_path / "sonic-state.json")))
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            str(tmp_path / "inventory.ini"),
+            str(tmp_path / "site.yml"),
+            "-e",
+            patch_file,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=ansible_env(
+            tmp_path,
+            FAKE_NV_STATE=str(tmp_path / "nv-state.json"),
+            FAKE_SONIC_STATE=str(tmp_path / "sonic-state.json"),
+        ),
+    )
 
 
 def recap(proc: subprocess.CompletedProcess[str]) -> dict[str, int]:
@@ -855,7 +1050,8 @@ def configured_nvue(tmp_path_factory: pytest.TempPathFactory) -> ConfiguredNvue:
 
 
 def test_nvue_driver_patches_applies_confirms_and_is_idempotent(
-        configured_nvue: ConfiguredNvue) -> None:
+    configured_nvue: ConfiguredNvue,
+) -> None:
     tmp_path, state, first = configured_nvue.path, configured_nvue.state, configured_nvue.first
     assert first.returncode == 0, first.stdout + first.stderr
     patch_file = str(tmp_path / "nvue-fabric.yaml")
@@ -867,15 +1063,25 @@ def test_nvue_driver_patches_applies_confirms_and_is_idempotent(
         ["config", "apply", "--confirm", "120s", "--assume-yes"],
         ["config", "apply", "--confirm-yes"],
         ["config", "save"],
-        CONFIG_SHOW, *reads,  # verify
+        CONFIG_SHOW,
+        *reads,  # verify
     ]
     final = json.loads(state.read_text())
-    port = {"link": {"mtu": 9216, "speed": "200G", "auto-negotiate": "off"},
-            "bridge": {"domain": {"br_default": {"access": 100}}}}
+    port = {
+        "link": {"mtu": 9216, "speed": "200G", "auto-negotiate": "off"},
+        "bridge": {"domain": {"br_default": {"access": 100}}},
+    }
     # Exactly the fabric's document went in, as one set operation in the file...
-    assert final["patched"] == [[{"set": {
-        "bridge": {"domain": {"br_default": {"vlan": {"100": {}}}}},
-        "interface": {"swp1": port, "swp2": port, "swp10": port}}}]]
+    assert final["patched"] == [
+        [
+            {
+                "set": {
+                    "bridge": {"domain": {"br_default": {"vlan": {"100": {}}}}},
+                    "interface": {"swp1": port, "swp2": port, "swp10": port},
+                }
+            }
+        ]
+    ]
     assert yaml.safe_load(Path(patch_file).read_text()) == final["patched"][0]
     # ... and is what the switch applied, confirmed and saved.
     assert final["applied"] == final["saved"]
@@ -893,7 +1099,8 @@ def test_nvue_driver_patches_applies_confirms_and_is_idempotent(
 
 
 def test_nvue_driver_verify_fails_on_a_port_outside_the_vlan(
-        tmp_path: Path, configured_nvue: ConfiguredNvue) -> None:
+    tmp_path: Path, configured_nvue: ConfiguredNvue
+) -> None:
     """A switch that takes the patch but keeps one port elsewhere (another
     session, a typo'd bridge) fails verify, naming the path."""
     state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500})
@@ -911,8 +1118,7 @@ def test_nvue_driver_verify_fails_on_a_port_outside_the_vlan(
 
 def test_nvue_driver_failed_apply_says_the_switch_rolls_back(tmp_path: Path) -> None:
     apply_cmd = ["config", "apply", "--confirm", "120s", "--assume-yes"]
-    state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500},
-                        fail=[apply_cmd])
+    state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500}, fail=[apply_cmd])
     proc = run_role(tmp_path)
     assert proc.returncode != 0
     assert "rolls back by itself within 120s" in proc.stdout
@@ -990,11 +1196,25 @@ def sonic_switch(tmp_path: Path, ports: dict[str, dict[str, str]]) -> Path:
 
 
 def test_sonic_driver_sets_what_differs_saves_once_and_is_idempotent(tmp_path: Path) -> None:
-    state = sonic_switch(tmp_path, {
-        "Ethernet0": {"lanes": "0,1,2,3", "mtu": "9100", "speed": "100000",
-                      "autoneg": "on", "admin_status": "up"},
-        "Ethernet8": {"lanes": "8,9,10,11", "mtu": "9216", "speed": "200000",
-                      "autoneg": "off", "mode": "routed"}})
+    state = sonic_switch(
+        tmp_path,
+        {
+            "Ethernet0": {
+                "lanes": "0,1,2,3",
+                "mtu": "9100",
+                "speed": "100000",
+                "autoneg": "on",
+                "admin_status": "up",
+            },
+            "Ethernet8": {
+                "lanes": "8,9,10,11",
+                "mtu": "9216",
+                "speed": "200000",
+                "autoneg": "off",
+                "mode": "routed",
+            },
+        },
+    )
     first = run_role(tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     reads = [["sonic-cfggen", "-d", "--var-json", t] for t in ("PORT", "VLAN", "VLAN_MEMBER")]
@@ -1012,11 +1232,17 @@ def test_sonic_driver_sets_what_differs_saves_once_and_is_idempotent(tmp_path: P
         ["config", "save", "-y"],  # the handler, after verify passed
     ]
     assert data["saved"] == data["db"]
-    assert data["db"]["VLAN_MEMBER"] == {"Vlan100|Ethernet0": {"tagging_mode": "untagged"},
-                                         "Vlan100|Ethernet8": {"tagging_mode": "untagged"}}
-    assert data["db"]["PORT"]["Ethernet0"] == {"lanes": "0,1,2,3", "mtu": "9216",
-                                               "speed": "200000", "autoneg": "off",
-                                               "admin_status": "up"}
+    assert data["db"]["VLAN_MEMBER"] == {
+        "Vlan100|Ethernet0": {"tagging_mode": "untagged"},
+        "Vlan100|Ethernet8": {"tagging_mode": "untagged"},
+    }
+    assert data["db"]["PORT"]["Ethernet0"] == {
+        "lanes": "0,1,2,3",
+        "mtu": "9216",
+        "speed": "200000",
+        "autoneg": "off",
+        "admin_status": "up",
+    }
     assert "2 ports untagged in VLAN 100 at 200G, auto-negotiation off" in first.stdout
 
     calls = len(data["log"])
@@ -1042,19 +1268,24 @@ def test_sonic_driver_check_mode_only_reads(tmp_path: Path) -> None:
 
 
 # -------------------------------------------------- preflight, for real
-@pytest.mark.parametrize(("extra", "message"), [
-    ({"switch_mtu_value": 9300}, "switch_mtu_value 9300 is outside 68..9216"),
-    ({"switch_mtu_value": 1500}, "silently drops large frames"),
-    ({"switch_mtu_value": 9000, "roce_fabric_mtu": 9216},
-     "below the hosts' fabric MTU (roce_fabric_mtu 9216)"),
-    ({"switch_mtu_confirm_seconds": 10}, "switch_mtu_confirm_seconds 10 is too short"),
-    ({"switch_ports": {"swp1,swp2": {"node": "spark1"}}}, "'swp1,swp2' is not an NVUE"),
-    ({"switch_mtu_value": "jumbo"}, "switch_mtu_value"),
-    ({"switch_mtu_vlan_id": 4095}, "switch_mtu_vlan_id 4095 is outside 1..4094"),
-    ({"switch_mtu_bridge": "br default"}, 'switch_mtu_bridge "br default" is not a bridge'),
-    ({"switch_mtu_speed": "200000"}, "switch_mtu_speed"),
-    ({"switch_mtu_autoneg": "off"}, "switch_mtu_autoneg"),
-])
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"switch_mtu_value": 9300}, "switch_mtu_value 9300 is outside 68..9216"),
+        ({"switch_mtu_value": 1500}, "silently drops large frames"),
+        (
+            {"switch_mtu_value": 9000, "roce_fabric_mtu": 9216},
+            "below the hosts' fabric MTU (roce_fabric_mtu 9216)",
+        ),
+        ({"switch_mtu_confirm_seconds": 10}, "switch_mtu_confirm_seconds 10 is too short"),
+        ({"switch_ports": {"swp1,swp2": {"node": "spark1"}}}, "'swp1,swp2' is not an NVUE"),
+        ({"switch_mtu_value": "jumbo"}, "switch_mtu_value"),
+        ({"switch_mtu_vlan_id": 4095}, "switch_mtu_vlan_id 4095 is outside 1..4094"),
+        ({"switch_mtu_bridge": "br default"}, 'switch_mtu_bridge "br default" is not a bridge'),
+        ({"switch_mtu_speed": "200000"}, "switch_mtu_speed"),
+        ({"switch_mtu_autoneg": "off"}, "switch_mtu_autoneg"),
+    ],
+)
 def test_preflight_rejects(tmp_path: Path, extra: dict[str, Any], message: str) -> None:
     state = nvue_switch(tmp_path, {"swp1": 1500, "swp2": 1500, "swp10": 1500})
     (tmp_path / "extra.json").write_text(json.dumps(extra))
@@ -1066,8 +1297,7 @@ def test_preflight_rejects(tmp_path: Path, extra: dict[str, Any], message: str) 
 
 def test_preflight_accepts_the_hosts_mtu_equal_to_the_switch(tmp_path: Path) -> None:
     nvue_switch(tmp_path, {"swp1": 9000, "swp2": 9000, "swp10": 9000})
-    proc = run_role(tmp_path, "-e", '{"switch_mtu_value": 9000}',
-                    "--tags", "switch_mtu_preflight")
+    proc = run_role(tmp_path, "-e", '{"switch_mtu_value": 9000}', "--tags", "switch_mtu_preflight")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -1083,18 +1313,40 @@ def test_preflight_explains_a_number_passed_as_text(tmp_path: Path) -> None:
 def test_playbook_syntax_for_every_switch_os(tmp_path: Path) -> None:
     for os_name in ("linux", "nvue", "sonic"):
         proc = subprocess.run(
-            [str(VENV_BIN / "ansible-playbook"), "-i", str(ROOT / "inventory" / "sim.ini"),
-             str(PLAYBOOK), "--syntax-check", "-e", f"switch_os={os_name}"],
-            capture_output=True, text=True, timeout=120, check=False,
-            env=ansible_env(tmp_path))
+            [
+                str(VENV_BIN / "ansible-playbook"),
+                "-i",
+                str(ROOT / "inventory" / "sim.ini"),
+                str(PLAYBOOK),
+                "--syntax-check",
+                "-e",
+                f"switch_os={os_name}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=ansible_env(tmp_path),
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_playbook_runs_preflight_then_the_role_on_switches(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", str(ROOT / "inventory" / "sim.ini"),
-         str(PLAYBOOK), "--list-tasks", "--list-hosts"],
-        capture_output=True, text=True, timeout=120, check=False, env=ansible_env(tmp_path))
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            str(ROOT / "inventory" / "sim.ini"),
+            str(PLAYBOOK),
+            "--list-tasks",
+            "--list-hosts",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=ansible_env(tmp_path),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     plays = proc.stdout.split("play #")[1:]
     assert "Preflight" in plays[0]
@@ -1103,4 +1355,3 @@ def test_playbook_runs_preflight_then_the_role_on_switches(tmp_path: Path) -> No
     for step in ("Preflight", "Install", "Configure", "Verify"):
         tags = rf"\tTAGS: \[switch_mtu, switch_mtu_{step.lower()}\]"
         assert re.search(rf"switch_mtu : {step} \|[^\n]*{tags}", plays[1]), step
-

@@ -37,17 +37,20 @@ def test_version_tuple_refuses_text_without_a_number() -> None:
         parse.version_tuple("[N/A]")
 
 
-@pytest.mark.parametrize(("have", "want", "ok"), [
-    ("580.95.05", "580.0", True),
-    ("580.95.05", "580.95.05", True),
-    ("575.57.08", "580.0", False),
-    ("13.0", "13.0", True),
-    ("13", "13.0", True),  # missing parts count as 0
-    ("13.0", "13", True),
-    ("12.9", "13.0", False),
-    ("13.1", "13.0.2", True),
-    ("580.9", "580.10", False),  # numeric, not string order
-])
+@pytest.mark.parametrize(
+    ("have", "want", "ok"),
+    [
+        ("580.95.05", "580.0", True),
+        ("580.95.05", "580.95.05", True),
+        ("575.57.08", "580.0", False),
+        ("13.0", "13.0", True),
+        ("13", "13.0", True),  # missing parts count as 0
+        ("13.0", "13", True),
+        ("12.9", "13.0", False),
+        ("13.1", "13.0.2", True),
+        ("580.9", "580.10", False),  # numeric, not string order
+    ],
+)
 def test_at_least_compares_dotted_versions(have: str, want: str, ok: bool) -> None:
     assert parse.at_least(have, want) is ok
 
@@ -61,14 +64,18 @@ def test_nvidia_smi_csv_one_gpu_by_header() -> None:
 
 
 def test_nvidia_smi_csv_skips_blank_lines_and_keeps_order() -> None:
-    text = ("name, driver_version\nNVIDIA H100 80GB HBM3, 570.124.06\n\n"
-            "NVIDIA H100 80GB HBM3, 570.124.06\n")
+    text = (
+        "name, driver_version\nNVIDIA H100 80GB HBM3, 570.124.06\n\n"
+        "NVIDIA H100 80GB HBM3, 570.124.06\n"
+    )
     assert [g["name"] for g in parse.nvidia_smi_csv(text)] == ["NVIDIA H100 80GB HBM3"] * 2
 
 
 def test_nvidia_smi_csv_refuses_the_driver_failure_text() -> None:
-    failure = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-               "Make sure that the latest NVIDIA driver is installed and running.\n")
+    failure = (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\n"
+    )
     with pytest.raises(ValueError, match="1 fields, header has 2"):
         parse.nvidia_smi_csv(failure, ["name", "driver_version"])
     with pytest.raises(ValueError, match="1 fields, header has 2"):
@@ -88,7 +95,9 @@ def test_nvidia_smi_cuda_from_the_banner() -> None:
 
 
 def test_nvidia_smi_cuda_refuses_a_banner_without_it() -> None:
-    with pytest.raises(ValueError, match="no 'CUDA Version' or 'CUDA UMD Version' in nvidia-smi's banner"):
+    with pytest.raises(
+        ValueError, match="no 'CUDA Version' or 'CUDA UMD Version' in nvidia-smi's banner"
+    ):
         parse.nvidia_smi_cuda("No devices were found\n")
 
 
@@ -118,16 +127,26 @@ def test_ibdev2netdev_maps_every_device() -> None:
 
 def test_ibdev2netdev_tolerates_blank_lines_and_indentation() -> None:
     assert _by_ibdev("\n  rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)  \n\n") == {
-        "rocep1s0f1": ("enp1s0f1np1", "Up")}
+        "rocep1s0f1": ("enp1s0f1np1", "Up")
+    }
     assert parse.ibdev2netdev("") == []
 
 
 def test_ibdev2netdev_verbose_and_refusals() -> None:
-    verbose = ("0000:01:00.1 rocep1s0f1 (MT4129 - MCX750500B-0D00) NVIDIA ConnectX-7 "
-               "fw 28.44.1036 port 1 (ACTIVE) ==> enp1s0f1np1 (Up)")
-    assert parse.ibdev2netdev(verbose) == [{
-        "ibdev": "rocep1s0f1", "port": 1, "netdev": "enp1s0f1np1", "state": "Up",
-        "pci": "0000:01:00.1", "port_state": "ACTIVE"}]
+    verbose = (
+        "0000:01:00.1 rocep1s0f1 (MT4129 - MCX750500B-0D00) NVIDIA ConnectX-7 "
+        "fw 28.44.1036 port 1 (ACTIVE) ==> enp1s0f1np1 (Up)"
+    )
+    assert parse.ibdev2netdev(verbose) == [
+        {
+            "ibdev": "rocep1s0f1",
+            "port": 1,
+            "netdev": "enp1s0f1np1",
+            "state": "Up",
+            "pci": "0000:01:00.1",
+            "port_state": "ACTIVE",
+        }
+    ]
     with pytest.raises(ValueError, match="not an ibdev2netdev line: 'rocep1s0f1 port 1 ==>'"):
         parse.ibdev2netdev("rocep1s0f1 port 1 ==> ")
     with pytest.raises(ValueError, match="not an ibdev2netdev line: 'ibdev2netdev: command"):
@@ -189,7 +208,12 @@ Leap status     : Not synchronised
 
 def test_chronyc_tracking_slow_clock_is_a_negative_offset() -> None:
     track = parse.chronyc_tracking(TRACKING_SLOW)
-    assert track == {"reference": "C0A86401", "stratum": 3, "offset_s": -0.000012345, "leap": "Normal"}
+    assert track == {
+        "reference": "C0A86401",
+        "stratum": 3,
+        "offset_s": -0.000012345,
+        "leap": "Normal",
+    }
 
 
 def test_chronyc_tracking_fast_clock_is_a_positive_offset() -> None:
@@ -199,16 +223,28 @@ def test_chronyc_tracking_fast_clock_is_a_positive_offset() -> None:
 
 def test_chronyc_tracking_isolated_head_with_an_empty_name() -> None:
     track = parse.chronyc_tracking(TRACKING_ISOLATED_HEAD)
-    assert (track["reference"], track["stratum"], track["offset_s"], track["leap"]) == ("7F7F0101", 10, 0.0, "Normal")
+    assert (track["reference"], track["stratum"], track["offset_s"], track["leap"]) == (
+        "7F7F0101",
+        10,
+        0.0,
+        "Normal",
+    )
 
 
 def test_chronyc_tracking_unsynchronised() -> None:
     track = parse.chronyc_tracking(TRACKING_UNSYNCHRONISED)
-    assert (track["reference"], track["stratum"], track["leap"]) == ("00000000", 0, "Not synchronised")
+    assert (track["reference"], track["stratum"], track["leap"]) == (
+        "00000000",
+        0,
+        "Not synchronised",
+    )
 
 
 def test_chronyc_tracking_refuses_other_output() -> None:
-    with pytest.raises(ValueError, match=r"not chronyc tracking output \('Reference ID'\): '506 Cannot talk to daemon"):
+    with pytest.raises(
+        ValueError,
+        match=r"not chronyc tracking output \('Reference ID'\): '506 Cannot talk to daemon",
+    ):
         parse.chronyc_tracking("506 Cannot talk to daemon\n")
     without_stratum = TRACKING_SLOW.replace("Stratum         : 3\n", "")
     with pytest.raises(ValueError, match=r"not chronyc tracking output \('Stratum'\)"):
@@ -217,35 +253,107 @@ def test_chronyc_tracking_refuses_other_output() -> None:
     with pytest.raises(ValueError, match=r"not chronyc tracking output \(could not convert"):
         parse.chronyc_tracking(garbled)
     empty_ref = TRACKING_SLOW.replace("C0A86401 (192.168.100.1)", "")
-    with pytest.raises(ValueError, match=r"not chronyc tracking output \(list index out of range\)"):
+    with pytest.raises(
+        ValueError, match=r"not chronyc tracking output \(list index out of range\)"
+    ):
         parse.chronyc_tracking(empty_ref)
 
 
 # ---------------------------------------------------------------- ip -j addr
 
 # `ip -j -4 addr show` of iproute2 6.1 on a provisioned Spark (abridged to the fields ip prints).
-IP_ADDR = json.dumps([
-    {"ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536,
-     "qdisc": "noqueue", "operstate": "UNKNOWN", "group": "default", "txqlen": 1000,
-     "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8, "scope": "host",
-                    "label": "lo", "valid_life_time": 4294967295, "preferred_life_time": 4294967295}]},
-    {"ifindex": 2, "ifname": "enP7s7", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
-     "mtu": 1500, "qdisc": "mq", "operstate": "UP", "group": "default", "txqlen": 1000,
-     "addr_info": [{"family": "inet", "local": "10.0.0.21", "prefixlen": 24, "broadcast": "10.0.0.255",
-                    "scope": "global", "dynamic": True, "label": "enP7s7",
-                    "valid_life_time": 86020, "preferred_life_time": 86020}]},
-    {"ifindex": 4, "ifname": "enp1s0f1np1", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
-     "mtu": 9000, "qdisc": "mq", "operstate": "UP", "group": "default", "txqlen": 1000,
-     "addr_info": [{"family": "inet", "local": "192.168.100.11", "prefixlen": 24,
-                    "broadcast": "192.168.100.255", "scope": "global", "label": "enp1s0f1np1",
-                    "valid_life_time": 4294967295, "preferred_life_time": 4294967295},
-                   {"family": "inet", "local": "169.254.3.1", "prefixlen": 16,
-                    "scope": "link", "label": "enp1s0f1np1",
-                    "valid_life_time": 4294967295, "preferred_life_time": 4294967295}]},
-    {"ifindex": 6, "ifname": "enP2p1s0f1np1", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
-     "mtu": 9000, "qdisc": "mq", "operstate": "UP", "group": "default", "txqlen": 1000,
-     "addr_info": [{"family": "inet6", "local": "fe80::1", "prefixlen": 64, "scope": "link"}]},
-])
+IP_ADDR = json.dumps(
+    [
+        {
+            "ifindex": 1,
+            "ifname": "lo",
+            "flags": ["LOOPBACK", "UP", "LOWER_UP"],
+            "mtu": 65536,
+            "qdisc": "noqueue",
+            "operstate": "UNKNOWN",
+            "group": "default",
+            "txqlen": 1000,
+            "addr_info": [
+                {
+                    "family": "inet",
+                    "local": "127.0.0.1",
+                    "prefixlen": 8,
+                    "scope": "host",
+                    "label": "lo",
+                    "valid_life_time": 4294967295,
+                    "preferred_life_time": 4294967295,
+                }
+            ],
+        },
+        {
+            "ifindex": 2,
+            "ifname": "enP7s7",
+            "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
+            "mtu": 1500,
+            "qdisc": "mq",
+            "operstate": "UP",
+            "group": "default",
+            "txqlen": 1000,
+            "addr_info": [
+                {
+                    "family": "inet",
+                    "local": "10.0.0.21",
+                    "prefixlen": 24,
+                    "broadcast": "10.0.0.255",
+                    "scope": "global",
+                    "dynamic": True,
+                    "label": "enP7s7",
+                    "valid_life_time": 86020,
+                    "preferred_life_time": 86020,
+                }
+            ],
+        },
+        {
+            "ifindex": 4,
+            "ifname": "enp1s0f1np1",
+            "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
+            "mtu": 9000,
+            "qdisc": "mq",
+            "operstate": "UP",
+            "group": "default",
+            "txqlen": 1000,
+            "addr_info": [
+                {
+                    "family": "inet",
+                    "local": "192.168.100.11",
+                    "prefixlen": 24,
+                    "broadcast": "192.168.100.255",
+                    "scope": "global",
+                    "label": "enp1s0f1np1",
+                    "valid_life_time": 4294967295,
+                    "preferred_life_time": 4294967295,
+                },
+                {
+                    "family": "inet",
+                    "local": "169.254.3.1",
+                    "prefixlen": 16,
+                    "scope": "link",
+                    "label": "enp1s0f1np1",
+                    "valid_life_time": 4294967295,
+                    "preferred_life_time": 4294967295,
+                },
+            ],
+        },
+        {
+            "ifindex": 6,
+            "ifname": "enP2p1s0f1np1",
+            "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
+            "mtu": 9000,
+            "qdisc": "mq",
+            "operstate": "UP",
+            "group": "default",
+            "txqlen": 1000,
+            "addr_info": [
+                {"family": "inet6", "local": "fe80::1", "prefixlen": 64, "scope": "link"}
+            ],
+        },
+    ]
+)
 
 
 def test_ip_addr_json_every_interface_ipv4_only() -> None:
@@ -301,9 +409,11 @@ def test_meminfo_refuses_output_without_mem_available() -> None:
 
 
 def test_systemctl_show_splits_at_the_first_equals_sign() -> None:
-    text = ("ActiveState=active\nSubState=running\nExecMainPID=2817\n"
-            "Environment=NCCL_SOCKET_IFNAME=enp1s0f1np1 GLOO_SOCKET_IFNAME=enp1s0f1np1\n"
-            "Result=success\nNRestarts=0\n")
+    text = (
+        "ActiveState=active\nSubState=running\nExecMainPID=2817\n"
+        "Environment=NCCL_SOCKET_IFNAME=enp1s0f1np1 GLOO_SOCKET_IFNAME=enp1s0f1np1\n"
+        "Result=success\nNRestarts=0\n"
+    )
     props = parse.systemctl_show(text)
     assert props["ActiveState"] == "active" and props["SubState"] == "running"
     assert props["Environment"] == "NCCL_SOCKET_IFNAME=enp1s0f1np1 GLOO_SOCKET_IFNAME=enp1s0f1np1"
@@ -312,9 +422,15 @@ def test_systemctl_show_splits_at_the_first_equals_sign() -> None:
 
 def test_systemctl_show_of_an_unknown_unit() -> None:
     # systemd prints the properties of a unit it does not know, with empty values.
-    props = parse.systemctl_show("LoadState=not-found\nActiveState=inactive\nExecMainPID=0\nFragmentPath=\n")
-    assert props == {"LoadState": "not-found", "ActiveState": "inactive", "ExecMainPID": "0",
-                     "FragmentPath": ""}
+    props = parse.systemctl_show(
+        "LoadState=not-found\nActiveState=inactive\nExecMainPID=0\nFragmentPath=\n"
+    )
+    assert props == {
+        "LoadState": "not-found",
+        "ActiveState": "inactive",
+        "ExecMainPID": "0",
+        "FragmentPath": "",
+    }
     assert parse.systemctl_show("") == {}
 
 
@@ -336,15 +452,22 @@ OMPI_MCA_btl_tcp_if_include=enp1s0f1np1
 
 def test_env_file_reads_the_roles_file() -> None:
     env = parse.env_file(NCCL_ENV)
-    assert env == {"GLOO_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_GID_INDEX": "3",
-                   "NCCL_IB_HCA": "rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1",
-                   "NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
-                   "OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1"}
+    assert env == {
+        "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_IB_HCA": "rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1",
+        "NCCL_IB_SUBNET_AWARE_ROUTING": "1",
+        "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+        "OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1",
+    }
 
 
 def test_env_file_keeps_everything_after_the_first_equals_sign() -> None:
     assert parse.env_file("NCCL_DEBUG_SUBSYS=INIT,ENV\nX=a=b\nEMPTY=\n") == {
-        "NCCL_DEBUG_SUBSYS": "INIT,ENV", "X": "a=b", "EMPTY": ""}
+        "NCCL_DEBUG_SUBSYS": "INIT,ENV",
+        "X": "a=b",
+        "EMPTY": "",
+    }
 
 
 def test_env_file_refuses_lines_that_are_not_key_value() -> None:
@@ -361,8 +484,11 @@ def test_env_file_refuses_lines_that_are_not_key_value() -> None:
 
 def test_env_diff_names_missing_unexpected_and_different() -> None:
     actual = {"NCCL_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_DEBUG": "INFO", "NCCL_IB_GID_INDEX": "3"}
-    expected = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_GID_INDEX": "3",
-                "NCCL_IB_HCA": "rocep1s0f1"}
+    expected = {
+        "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_IB_HCA": "rocep1s0f1",
+    }
     assert _env_diff(actual, expected) == [
         "NCCL_IB_HCA missing (want 'rocep1s0f1')",
         "NCCL_DEBUG='INFO' not expected",
@@ -432,10 +558,13 @@ def test_ping_network_unreachable_prints_no_summary() -> None:
 
 
 def test_ping_other_failures_keep_stderr_or_say_nothing_was_printed() -> None:
-    assert parse.ping("", "ping: SO_BINDTODEVICE enp9s0: No such device\n") == \
-        _ping(0, 0, "ping: SO_BINDTODEVICE enp9s0: No such device")
-    assert parse.ping("", "ping: bind: Cannot assign requested address\n")["error"] == \
-        "ping: bind: Cannot assign requested address"
+    assert parse.ping("", "ping: SO_BINDTODEVICE enp9s0: No such device\n") == _ping(
+        0, 0, "ping: SO_BINDTODEVICE enp9s0: No such device"
+    )
+    assert (
+        parse.ping("", "ping: bind: Cannot assign requested address\n")["error"]
+        == "ping: bind: Cannot assign requested address"
+    )
     assert parse.ping("", "") == _ping(0, 0, "ping printed no summary")
 
 
@@ -459,10 +588,15 @@ def test_neigh_mac_unresolved_is_none() -> None:
     assert parse.ip_neigh_mac('[{"dst":"192.168.100.13","state":["FAILED"]}]') is None
     assert parse.ip_neigh_mac('[{"dst":"192.168.100.13","state":["INCOMPLETE"]}]') is None
     # A FAILED entry can still show the last address it had: it is not the neighbour now.
-    assert parse.ip_neigh_mac('[{"dst":"192.168.100.13","lladdr":"4c:bb:47:2a:10:b3","state":["FAILED"]}]') is None
+    assert (
+        parse.ip_neigh_mac(
+            '[{"dst":"192.168.100.13","lladdr":"4c:bb:47:2a:10:b3","state":["FAILED"]}]'
+        )
+        is None
+    )
     assert parse.ip_neigh_mac("") is None
     assert parse.ip_neigh_mac("[]") is None
-    assert parse.ip_neigh_mac("Cannot find device \"enp9s0\"") is None
+    assert parse.ip_neigh_mac('Cannot find device "enp9s0"') is None
 
 
 def test_environ_reads_proc_and_docker_inspect_alike() -> None:
@@ -479,8 +613,10 @@ def test_environ_reads_proc_and_docker_inspect_alike() -> None:
 
 
 def test_execstart_argv_and_the_containers_binds() -> None:
-    text = ("{ path=/usr/bin/docker ; argv[]=/usr/bin/docker run --rm -v /m:/m:ro --volume "
-            "/h:/c --volume /x:/x python3 -c x ; ignore_errors=no ; start_time=[n/a] ; pid=0 }")
+    text = (
+        "{ path=/usr/bin/docker ; argv[]=/usr/bin/docker run --rm -v /m:/m:ro --volume "
+        "/h:/c --volume /x:/x python3 -c x ; ignore_errors=no ; start_time=[n/a] ; pid=0 }"
+    )
     argv = parse.execstart_argv(text)
     assert argv[:3] == ["/usr/bin/docker", "run", "--rm"] and argv[-2:] == ["-c", "x"]
     assert parse.docker_run_mounts(argv) == [("/m", "/m"), ("/h", "/c"), ("/x", "/x")]
@@ -498,8 +634,16 @@ def fixture(tool: str, name: str) -> str:
 
 
 def test_every_fixture_is_listed_in_its_sources() -> None:
-    for tool in ("nvidia-smi", "ibdev2netdev", "show_gids", "ibv_devinfo", "ethtool",
-                 "ib_write_bw", "ip", "systemctl"):
+    for tool in (
+        "nvidia-smi",
+        "ibdev2netdev",
+        "show_gids",
+        "ibv_devinfo",
+        "ethtool",
+        "ib_write_bw",
+        "ip",
+        "systemctl",
+    ):
         sources = (FIXTURES / tool / "SOURCES.md").read_text()
         files = [p.name for p in (FIXTURES / tool).iterdir() if p.name != "SOURCES.md"]
         assert files, tool
@@ -507,11 +651,14 @@ def test_every_fixture_is_listed_in_its_sources() -> None:
         assert not missing, f"{tool}/SOURCES.md does not say where {missing} came from"
 
 
-@pytest.mark.parametrize(("name", "driver", "cuda"), [
-    ("gb10-580.95.05-table.txt", "580.95.05", "13.0"),
-    ("b200-610.43.02-umd-banner.txt", "610.43.02", "13.3"),  # KMD / CUDA UMD Version
-    ("gb10-580.142-version.txt", "580.142", "13.0"),          # nvidia-smi --version
-])
+@pytest.mark.parametrize(
+    ("name", "driver", "cuda"),
+    [
+        ("gb10-580.95.05-table.txt", "580.95.05", "13.0"),
+        ("b200-610.43.02-umd-banner.txt", "610.43.02", "13.3"),  # KMD / CUDA UMD Version
+        ("gb10-580.142-version.txt", "580.142", "13.0"),  # nvidia-smi --version
+    ],
+)
 def test_nvidia_smi_banners_old_and_new(name: str, driver: str, cuda: str) -> None:
     text = fixture("nvidia-smi", name)
     banner = parse.nvidia_smi_banner(text)
@@ -527,14 +674,27 @@ def test_nvidia_smi_gb10_memory_is_none_not_zero() -> None:
 def test_nvidia_smi_noheader_is_read_by_the_query_names() -> None:
     rows = parse.nvidia_smi_csv(
         fixture("nvidia-smi", "gb10-query-name-memory-driver-noheader.csv"),
-        ["name", "memory.total", "driver_version"])
+        ["name", "memory.total", "driver_version"],
+    )
     assert rows == [{"name": "NVIDIA GB10", "memory.total": None, "driver_version": "580.126.09"}]
-    fields = ["index", "gpu_name", "pci.bus_id", "driver_version", "compute_cap",
-              "temperature.gpu", "pstate", "memory.total"]
-    (gb10,) = parse.nvidia_smi_csv(fixture("nvidia-smi", "gb10-query-inventory-noheader.csv"),
-                                   fields)
+    fields = [
+        "index",
+        "gpu_name",
+        "pci.bus_id",
+        "driver_version",
+        "compute_cap",
+        "temperature.gpu",
+        "pstate",
+        "memory.total",
+    ]
+    (gb10,) = parse.nvidia_smi_csv(
+        fixture("nvidia-smi", "gb10-query-inventory-noheader.csv"), fields
+    )
     assert (gb10["gpu_name"], gb10["compute_cap"], gb10["memory.total"]) == (
-        "NVIDIA GB10", "12.1", None)
+        "NVIDIA GB10",
+        "12.1",
+        None,
+    )
     with pytest.raises(ValueError, match="no nvidia-smi CSV header"):
         parse.nvidia_smi_csv(fixture("nvidia-smi", "gb10-query-inventory-noheader.csv"))
 
@@ -546,27 +706,39 @@ def test_ibdev2netdev_p2_first_and_p1_first_give_the_same_twins() -> None:
     assert up == {"roceP2p1s0f1": "enP2p1s0f1np1", "rocep1s0f1": "enp1s0f1np1"}
     p1_first = parse.ibdev2netdev(fixture("ibdev2netdev", "spark-port0-up.txt"))
     assert {r["ibdev"]: r["netdev"] for r in p1_first if r["state"] == "Up"} == {
-        "rocep1s0f0": "enp1s0f0np0", "roceP2p1s0f0": "enP2p1s0f0np0"}
+        "rocep1s0f0": "enp1s0f0np0",
+        "roceP2p1s0f0": "enP2p1s0f0np0",
+    }
 
 
 def test_show_gids_gb10_spaces_and_mlnx_tabs() -> None:
     rows = parse.show_gids(fixture("show_gids", "gb10-port0-spaces-redacted.txt"))
     assert len(rows) == 12  # n_gids_found=12
-    v2 = [(r["dev"], r["index"], r["ipv4"], r["ndev"]) for r in rows
-          if r["ver"] == "v2" and r["ipv4"]]
-    assert v2 == [("rocep1s0f0", 3, "192.168.100.10", "enp1s0f0np0"),
-                  ("roceP2p1s0f0", 3, "192.168.100.14", "enP2p1s0f0np0")]
+    v2 = [
+        (r["dev"], r["index"], r["ipv4"], r["ndev"]) for r in rows if r["ver"] == "v2" and r["ipv4"]
+    ]
+    assert v2 == [
+        ("rocep1s0f0", 3, "192.168.100.10", "enp1s0f0np0"),
+        ("roceP2p1s0f0", 3, "192.168.100.14", "enP2p1s0f0np0"),
+    ]
     tabs = parse.show_gids(fixture("show_gids", "mlx5-tabs.txt"))
     assert [(r["index"], r["ver"], r["ipv4"]) for r in tabs] == [
-        (0, "v1", None), (1, "v2", None), (2, "v1", "192.168.211.242"),
-        (3, "v2", "192.168.211.242")]
+        (0, "v1", None),
+        (1, "v2", None),
+        (2, "v1", "192.168.211.242"),
+        (3, "v2", "192.168.211.242"),
+    ]
     assert parse.gid_to_ipv4(tabs[3]["gid"]) == "192.168.211.242"
 
 
 def test_ibv_devinfo_gb10_four_devices() -> None:
     devices = parse.ibv_devinfo(fixture("ibv_devinfo", "gb10-port1-up.txt"))
-    assert [d["hca_id"] for d in devices] == ["rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0",
-                                             "roceP2p1s0f1"]
+    assert [d["hca_id"] for d in devices] == [
+        "rocep1s0f0",
+        "rocep1s0f1",
+        "roceP2p1s0f0",
+        "roceP2p1s0f1",
+    ]
     assert {d["fw_ver"] for d in devices} == {"28.45.4028"}
     assert {d["vendor_part_id"] for d in devices} == {"4129"}  # MT4129, ConnectX-7
     ports = {d["hca_id"]: d["ports"][0] for d in devices}
@@ -581,14 +753,26 @@ def test_ibv_devinfo_gb10_four_devices() -> None:
 def test_ethtool_spark_speed_and_full_outputs() -> None:
     assert parse.ethtool(fixture("ethtool", "spark-grep-speed-200g.txt"))["speed_mbps"] == 200000
     degraded = parse.ethtool(fixture("ethtool", "spark-grep-speed-100g.txt"))
-    assert degraded == {"speed_mbps": 100000, "link_detected": None, "duplex": None,
-                        "auto_negotiation": None, "port": None, "lanes": None}
+    assert degraded == {
+        "speed_mbps": 100000,
+        "link_detected": None,
+        "duplex": None,
+        "auto_negotiation": None,
+        "port": None,
+        "lanes": None,
+    }
     full = parse.ethtool(fixture("ethtool", "ascend-hccn-200g-an-off.txt"))
     assert (full["speed_mbps"], full["link_detected"], full["auto_negotiation"]) == (
-        200000, True, "off")
+        200000,
+        True,
+        "off",
+    )
     mlx5 = parse.ethtool(fixture("ethtool", "mlx5-connectx4lx-25g.txt"))
     assert (mlx5["speed_mbps"], mlx5["port"], mlx5["duplex"]) == (
-        25000, "Direct Attach Copper", "Full")
+        25000,
+        "Direct Attach Copper",
+        "Full",
+    )
     with pytest.raises(ValueError, match="no Speed line"):
         parse.ethtool("netlink error: No such device\n")
 
@@ -600,8 +784,16 @@ def test_ib_write_bw_unit_from_the_header() -> None:
     # NVIDIA's guide: 92.57 + 97.28 = 189.85 Gb/s on one port (the last rows: 92.57, 97.28).
     assert round(one["average_gbps"] + two["average_gbps"], 2) == 189.85
     cpu = parse.ib_write_bw(fixture("ib_write_bw", "gb10-cpu-util-gbits.txt"))
-    assert cpu["rows"] == [{"bytes": 65536, "iterations": 1059332, "BW peak": 0.0,
-                            "BW average": 92.57, "MsgRate": 0.176557, "CPU_Util": 5.07}]
+    assert cpu["rows"] == [
+        {
+            "bytes": 65536,
+            "iterations": 1059332,
+            "BW peak": 0.0,
+            "BW average": 92.57,
+            "MsgRate": 0.176557,
+            "CPU_Util": 5.07,
+        }
+    ]
     mib = parse.ib_write_bw(fixture("ib_write_bw", "mlx5-bond-send-mbytes.txt"))
     assert mib["unit"] == "MB/sec"
     # perftest's MB/sec is MiB/s: 2757.93 MiB/s = 23.14 Gb/s, not 2757.93 Gb/s
@@ -612,8 +804,9 @@ def test_ip_json_of_a_real_host() -> None:
     addrs = parse.ip_addr(fixture("ip", "build-host-ip-j-addr.json"))
     assert addrs["eth0"] == ["192.0.2.2/24"] and addrs["lo"] == ["127.0.0.1/8"]
     assert addrs["veth0"] == []  # IPv6 link-local only
-    assert parse.ip_addr(fixture("ip", "build-host-ip-j-4-addr.json"))["podman1"] == \
-        addrs["podman1"]
+    assert (
+        parse.ip_addr(fixture("ip", "build-host-ip-j-4-addr.json"))["podman1"] == addrs["podman1"]
+    )
     links = parse.ip_link(fixture("ip", "build-host-ip-j-link.json"))
     assert links["lo"]["mtu"] == 65536
     assert (links["eth0"]["operstate"], links["eth0"]["lower_up"]) == ("UP", True)
@@ -630,5 +823,8 @@ def test_systemctl_show_real_execstart() -> None:
     rhel = fixture("systemctl", "rhel7-show-all-excerpt.txt")
     props = parse.systemctl_show(rhel)
     assert (props["LoadState"], props["UnitFileState"], props["DropInPaths"]) == (
-        "loaded", "static", "")
+        "loaded",
+        "static",
+        "",
+    )
     assert parse.execstart_argv(rhel) == ["/usr/bin/python3", "-c", "import", "socket"]

@@ -26,27 +26,46 @@ def fixture(tool: str, name: str) -> str:
 
 # ---------------------------------------------------------------- serve: systemctl show
 def _cluster(tmp_path: Path, answers: dict[str, tuple[int, str]]) -> Cluster:
-    nodes = tuple(Node(f"spark{i + 1}", i, f"10.77.0.{11 + i}",
-                       {"a": f"192.168.100.{11 + i}"}) for i in range(2))
-    inv = Inventory(path=tmp_path / "x.ini", cluster="sim", nodes=nodes, switch=None, ports=(),
-                    hostvars={n.name: {"ansible_user": "root"} for n in nodes})
+    nodes = tuple(
+        Node(f"spark{i + 1}", i, f"10.77.0.{11 + i}", {"a": f"192.168.100.{11 + i}"})
+        for i in range(2)
+    )
+    inv = Inventory(
+        path=tmp_path / "x.ini",
+        cluster="sim",
+        nodes=nodes,
+        switch=None,
+        ports=(),
+        hostvars={n.name: {"ansible_user": "root"} for n in nodes},
+    )
     sglang = {"unit": "sparkctl-sglang.service", "port": 30000}
     plan = {"hosts": {n.name: {"node_rank": n.rank, "sglang": sglang} for n in nodes}}
-    return Cluster(inv=inv, plan=plan, run_dir=tmp_path, ssh_config=tmp_path / "cfg",
-                   runner=lambda host, cmd, timeout: answers[host])
+    return Cluster(
+        inv=inv,
+        plan=plan,
+        run_dir=tmp_path,
+        ssh_config=tmp_path / "cfg",
+        runner=lambda host, cmd, timeout: answers[host],
+    )
 
 
 def test_serve_reads_unit_states_with_the_one_systemctl_show_parser(tmp_path: Path) -> None:
     # A real `systemctl show` (RHEL 7.9, systemd 219): key=value lines, empty values too.
     real = fixture("systemctl", "rhel7-show-all-excerpt.txt")
-    states = _cluster(tmp_path, {"spark1": (0, real), "spark2": (
-        255, "ssh: connect to host 10.77.0.12 port 22: Connection refused\n")}).unit_states()
-    assert (states["spark1"]["ActiveState"], states["spark1"]["SubState"]) == ("inactive",
-                                                                               "dead")
+    states = _cluster(
+        tmp_path,
+        {
+            "spark1": (0, real),
+            "spark2": (255, "ssh: connect to host 10.77.0.12 port 22: Connection refused\n"),
+        },
+    ).unit_states()
+    assert (states["spark1"]["ActiveState"], states["spark1"]["SubState"]) == ("inactive", "dead")
     assert states["spark1"]["DropInPaths"] == ""
     assert states["spark2"] == {
-        "ActiveState": "unknown", "SubState": "unreachable",
-        "error": "ssh: connect to host 10.77.0.12 port 22: Connection refused"}
+        "ActiveState": "unknown",
+        "SubState": "unreachable",
+        "error": "ssh: connect to host 10.77.0.12 port 22: Connection refused",
+    }
 
 
 # ---------------------------------------------------------------- validate: ibv_devinfo
@@ -70,10 +89,23 @@ class FakeHost:
 
 
 def _plan(rdma: bool, ibdev: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    nplan = {"roce_fabric": {"twins": [
-        {"twin": "a", "netdev": "enp1s0f1np1", "address": "192.168.100.11/24", "ibdev": ibdev}]}}
-    plan = {"hw_profile": "dgx_spark" if rdma else "sim", "cluster_hw": {"rdma": rdma},
-            "hosts": {"spark1": nplan}}
+    nplan = {
+        "roce_fabric": {
+            "twins": [
+                {
+                    "twin": "a",
+                    "netdev": "enp1s0f1np1",
+                    "address": "192.168.100.11/24",
+                    "ibdev": ibdev,
+                }
+            ]
+        }
+    }
+    plan = {
+        "hw_profile": "dgx_spark" if rdma else "sim",
+        "cluster_hw": {"rdma": rdma},
+        "hosts": {"spark1": nplan},
+    }
     return plan, nplan
 
 
@@ -91,25 +123,37 @@ SPARK_IBV_DEVINFO = fixture("ibv_devinfo", "gb10-port1-up.txt")  # a real Spark,
 
 def test_roce_port_passes_on_a_real_sparks_active_port() -> None:
     assert _roce_port(Result(0, SPARK_IBV_DEVINFO)) == [
-        "rocep1s0f1 port 1 PORT_ACTIVE, Ethernet, active MTU 4096"]
+        "rocep1s0f1 port 1 PORT_ACTIVE, Ethernet, active MTU 4096"
+    ]
     assert _roce_port(Result(0, SPARK_IBV_DEVINFO), ibdev="roceP2p1s0f1") == [
-        "roceP2p1s0f1 port 1 PORT_ACTIVE, Ethernet, active MTU 4096"]
+        "roceP2p1s0f1 port 1 PORT_ACTIVE, Ethernet, active MTU 4096"
+    ]
 
 
 def test_roce_port_fails_on_the_real_sparks_down_port() -> None:
-    with pytest.raises(AssertionError, match=r"^rocep1s0f0 port 1 \(enp1s0f1np1\) is PORT_DOWN, "
-                                             r"want PORT_ACTIVE"):
+    with pytest.raises(
+        AssertionError,
+        match=r"^rocep1s0f0 port 1 \(enp1s0f1np1\) is PORT_DOWN, "
+        r"want PORT_ACTIVE",
+    ):
         _roce_port(Result(0, SPARK_IBV_DEVINFO), ibdev="rocep1s0f0")
 
 
 def test_roce_port_names_a_missing_device_or_tool() -> None:
-    with pytest.raises(AssertionError, match=r"^ibv_devinfo lists no mlx5_0 \(have rocep1s0f0, "
-                                             r"rocep1s0f1, roceP2p1s0f0, roceP2p1s0f1\)"):
+    with pytest.raises(
+        AssertionError,
+        match=r"^ibv_devinfo lists no mlx5_0 \(have rocep1s0f0, "
+        r"rocep1s0f1, roceP2p1s0f0, roceP2p1s0f1\)",
+    ):
         _roce_port(Result(0, SPARK_IBV_DEVINFO), ibdev="mlx5_0")
-    gone = Result(127, "", "timeout: failed to run command 'ibv_devinfo': No such file or "
-                           "directory\n")
-    with pytest.raises(AssertionError, match=r"rc 127: .* \(ibv_devinfo is in Ubuntu's "
-                                             r"ibverbs-utils, from rdma-core\)"):
+    gone = Result(
+        127, "", "timeout: failed to run command 'ibv_devinfo': No such file or directory\n"
+    )
+    with pytest.raises(
+        AssertionError,
+        match=r"rc 127: .* \(ibv_devinfo is in Ubuntu's "
+        r"ibverbs-utils, from rdma-core\)",
+    ):
         _roce_port(gone)
     with pytest.raises(ValueError, match="no hca_id"):
         _roce_port(Result(0, "No IB devices found\n"))
@@ -118,7 +162,9 @@ def test_roce_port_names_a_missing_device_or_tool() -> None:
 def test_roce_port_is_skipped_where_the_profile_has_no_rdma() -> None:
     plan, nplan = _plan(False, "rocep1s0f1")
     host = FakeHost(Result(0, ""))
-    with pytest.raises(pytest.skip.Exception,
-                       match=r"no RDMA devices on the sim profile \(cluster_hw.rdma is not true\)"):
+    with pytest.raises(
+        pytest.skip.Exception,
+        match=r"no RDMA devices on the sim profile \(cluster_hw.rdma is not true\)",
+    ):
         checks.test_roce_port(host, plan, nplan, "a", print)
     assert host.commands == []  # nothing asked of a lab node

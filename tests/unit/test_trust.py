@@ -21,20 +21,27 @@ from sparkctl.validate import sshconfig
 
 pytestmark = [
     pytest.mark.filterwarnings(
-        "ignore:AnsibleCollectionFinder has already been configured:UserWarning"),
+        "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
+    ),
     pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen is not installed"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "inventory" / "sim.ini"
-ADDRESSES = {"spark1": "10.77.0.11", "spark2": "10.77.0.12", "spark3": "10.77.0.13",
-             "spark4": "10.77.0.14", "lab-switch": "10.77.0.2"}
+ADDRESSES = {
+    "spark1": "10.77.0.11",
+    "spark2": "10.77.0.12",
+    "spark3": "10.77.0.13",
+    "spark4": "10.77.0.14",
+    "lab-switch": "10.77.0.2",
+}
 
 
 def keygen(path: Path, key_type: str = "ed25519") -> HostKey:
     """A fresh key pair at ``path``; its public key."""
-    subprocess.run(["ssh-keygen", "-q", "-t", key_type, "-N", "", "-C", "", "-f", str(path)],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", key_type, "-N", "", "-C", "", "-f", str(path)], check=True
+    )
     fields = path.with_suffix(".pub").read_text().split()
     key = HostKey.parse(fields[0], fields[1])
     assert key is not None
@@ -42,8 +49,9 @@ def keygen(path: Path, key_type: str = "ed25519") -> HostKey:
 
 
 def keygen_fingerprint(pub: Path) -> str:
-    return subprocess.run(["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True,
-                          check=True).stdout.split()[1]
+    return subprocess.run(
+        ["ssh-keygen", "-lf", str(pub)], capture_output=True, text=True, check=True
+    ).stdout.split()[1]
 
 
 # ------------------------------------------------------------------ fingerprints
@@ -70,19 +78,21 @@ def test_known_hosts_plain_port_hashed_and_markers(tmp_path: Path) -> None:
     subprocess.run(["ssh-keygen", "-H", "-f", str(hashed)], check=True, capture_output=True)
     hashed_line = hashed.read_text().strip()
     assert hashed_line.startswith("|1|")
-    text = "\n".join([
-        "# a comment",
-        f"spark1,10.0.0.1 {a.text} a comment after the key",
-        f"[10.0.0.2]:2222 {b.text}",
-        hashed_line,
-        f"@cert-authority 10.0.0.1 {d.text}",
-        f"@revoked 10.0.0.2 {d.text}",
-        f"10.0.0.* {e.text}",
-        f"*.lan,!bad.lan {e.text}",
-        "10.0.0.9 ssh-ed25519 not-base64",
-        "10.0.0.9",
-        "",
-    ])
+    text = "\n".join(
+        [
+            "# a comment",
+            f"spark1,10.0.0.1 {a.text} a comment after the key",
+            f"[10.0.0.2]:2222 {b.text}",
+            hashed_line,
+            f"@cert-authority 10.0.0.1 {d.text}",
+            f"@revoked 10.0.0.2 {d.text}",
+            f"10.0.0.* {e.text}",
+            f"*.lan,!bad.lan {e.text}",
+            "10.0.0.9 ssh-ed25519 not-base64",
+            "10.0.0.9",
+            "",
+        ]
+    )
     entries = trust.parse_known_hosts(text)
     assert [x.lineno for x in entries] == [2, 3, 4, 5, 6, 7, 8]
     assert entries[3].marker == "@cert-authority"
@@ -104,10 +114,14 @@ def test_known_hosts_plain_port_hashed_and_markers(tmp_path: Path) -> None:
     path = tmp_path / "known_hosts"
     path.write_text(text)
     for name in ("10.0.0.1", "spark1", "[10.0.0.2]:2222", "10.0.0.5", "10.0.1.1", "node.lan"):
-        out = subprocess.run(["ssh-keygen", "-F", name, "-f", str(path)], capture_output=True,
-                             text=True, check=False).stdout
-        found = [HostKey.parse(*ln.split()[1:3]) for ln in out.splitlines()
-                 if ln.strip() and not ln.startswith(("#", "@"))]
+        out = subprocess.run(
+            ["ssh-keygen", "-F", name, "-f", str(path)], capture_output=True, text=True, check=False
+        ).stdout
+        found = [
+            HostKey.parse(*ln.split()[1:3])
+            for ln in out.splitlines()
+            if ln.strip() and not ln.startswith(("#", "@"))
+        ]
         assert found == keys(name), name
 
 
@@ -119,8 +133,9 @@ def test_hashed_names_written_by_sparkctl_are_found_by_ssh_keygen(tmp_path: Path
     path.write_text(f"{trust.hash_host(name, os.urandom(20))} {key.text}\n")
     assert names_match(path.read_text().split()[0], name)
     assert not names_match(path.read_text().split()[0], "10.0.0.7")
-    out = subprocess.run(["ssh-keygen", "-F", name, "-f", str(path)], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["ssh-keygen", "-F", name, "-f", str(path)], capture_output=True, text=True, check=True
+    ).stdout
     assert "found: line 1" in out
 
 
@@ -139,23 +154,37 @@ def test_decide_compares_key_types_as_ssh_does(tmp_path: Path) -> None:
 
 # ------------------------------------------------------ which known_hosts file
 def test_known_hosts_file_follows_the_inventorys_ssh_options(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     assert sshconfig.known_hosts_file("s", {}) == tmp_path / ".ssh" / "known_hosts"
-    assert sshconfig.known_hosts_file("s", {
-        "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes "
-                                   "-o UserKnownHostsFile=~/lab/kh"}) == tmp_path / "lab" / "kh"
+    assert (
+        sshconfig.known_hosts_file(
+            "s",
+            {
+                "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes "
+                "-o UserKnownHostsFile=~/lab/kh"
+            },
+        )
+        == tmp_path / "lab" / "kh"
+    )
     # ssh takes the first value it reads (common args come before extra args), and
     # records in the first file of a list.
-    assert sshconfig.known_hosts_file("s", {
-        "ansible_ssh_common_args": "-oUserKnownHostsFile='/a/kh /b/kh'",
-        "ansible_ssh_extra_args": "-o UserKnownHostsFile=/c/kh"}) == Path("/a/kh")
-    assert sshconfig.known_hosts_file("s", {
-        "ansible_ssh_extra_args": "-o userknownhostsfile=/c/kh"}) == Path("/c/kh")
+    assert sshconfig.known_hosts_file(
+        "s",
+        {
+            "ansible_ssh_common_args": "-oUserKnownHostsFile='/a/kh /b/kh'",
+            "ansible_ssh_extra_args": "-o UserKnownHostsFile=/c/kh",
+        },
+    ) == Path("/a/kh")
+    assert sshconfig.known_hosts_file(
+        "s", {"ansible_ssh_extra_args": "-o userknownhostsfile=/c/kh"}
+    ) == Path("/c/kh")
     for value in ("/dev/null", "none"):
         with pytest.raises(SparkctlError) as err:
-            sshconfig.known_hosts_file("s", {"ansible_ssh_common_args":
-                                             f"-o UserKnownHostsFile={value}"})
+            sshconfig.known_hosts_file(
+                "s", {"ansible_ssh_common_args": f"-o UserKnownHostsFile={value}"}
+            )
         assert err.value.code == ExitCode.BAD_INPUT
         assert "host s" in err.value.message
 
@@ -164,8 +193,9 @@ def test_known_hosts_file_follows_the_inventorys_ssh_options(
 class Cluster:
     """Fake hosts: ssh-keyscan prints ``keys/<address>`` (nothing for a host that is down)."""
 
-    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                 capsys: pytest.CaptureFixture[str]) -> None:
+    def __init__(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         self.tmp, self.monkeypatch, self.capsys = tmp_path, monkeypatch, capsys
         self.keys_dir = tmp_path / "keys"
         self.keys_dir.mkdir()
@@ -216,8 +246,9 @@ exit 0
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-            capsys: pytest.CaptureFixture[str]) -> Cluster:
+def cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Cluster:
     return Cluster(tmp_path, monkeypatch, capsys)
 
 
@@ -237,8 +268,9 @@ def test_first_contact_records_every_host_and_shows_fingerprints(cluster: Cluste
     assert stat.S_IMODE(cluster.known_hosts.stat().st_mode) == 0o600
     assert stat.S_IMODE(cluster.known_hosts.parent.stat().st_mode) == 0o700
     calls = cluster.calls.read_text().splitlines()
-    assert sorted(calls) == sorted(f"-T 5 -p 22 -t ed25519,ecdsa,rsa -- {a}"
-                                   for a in ADDRESSES.values())
+    assert sorted(calls) == sorted(
+        f"-T 5 -p 22 -t ed25519,ecdsa,rsa -- {a}" for a in ADDRESSES.values()
+    )
 
 
 def test_second_run_changes_nothing(cluster: Cluster) -> None:
@@ -273,8 +305,9 @@ def test_a_changed_key_stops_and_records_nothing(cluster: Cluster) -> None:
 def test_accept_replaces_only_that_hosts_entry(cluster: Cluster) -> None:
     # The lab's own file lists name and address on one line: both go.
     cluster.known_hosts.parent.mkdir(parents=True)
-    cluster.known_hosts.write_text("".join(f"{n},{a} {cluster.pub[n].text}\n"
-                                           for n, a in ADDRESSES.items()))
+    cluster.known_hosts.write_text(
+        "".join(f"{n},{a} {cluster.pub[n].text}\n" for n, a in ADDRESSES.items())
+    )
     before = lines_by_address(cluster.known_hosts)
     old = cluster.pub["spark2"]
     new = cluster.new_key("spark2")
@@ -331,12 +364,21 @@ def test_bad_inventory_exits_2_before_any_scan(cluster: Cluster) -> None:
 def test_the_inventory_lock_is_taken(cluster: Cluster) -> None:
     """Another run holding the cluster's hosts: exit 6, and no host is contacted."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, pathlib\n"
-         "from sparkctl.lock import inventory_lock\n"
-         "with inventory_lock(pathlib.Path(sys.argv[1]), 'provision'):\n"
-         "    print('held', flush=True)\n"
-         "    sys.stdin.read()\n", str(SIM)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        [
+            sys.executable,
+            "-c",
+            "import sys, pathlib\n"
+            "from sparkctl.lock import inventory_lock\n"
+            "with inventory_lock(pathlib.Path(sys.argv[1]), 'provision'):\n"
+            "    print('held', flush=True)\n"
+            "    sys.stdin.read()\n",
+            str(SIM),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
@@ -352,21 +394,29 @@ def test_port_and_hashed_known_hosts(cluster: Cluster) -> None:
     inv_dir = cluster.tmp / "inv"
     shutil.copytree(ROOT / "inventory" / "group_vars", inv_dir / "group_vars")
     inv = inv_dir / "sim.ini"
-    inv.write_text(SIM.read_text().replace("spark2 ansible_host=10.77.0.12",
-                                           "spark2 ansible_host=10.77.0.12 ansible_port=2222"))
+    inv.write_text(
+        SIM.read_text().replace(
+            "spark2 ansible_host=10.77.0.12", "spark2 ansible_host=10.77.0.12 ansible_port=2222"
+        )
+    )
     cluster.known_hosts.parent.mkdir(parents=True)
     cluster.known_hosts.write_text(f"10.77.0.11 {cluster.pub['spark1'].text}\n")
-    subprocess.run(["ssh-keygen", "-H", "-f", str(cluster.known_hosts)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["ssh-keygen", "-H", "-f", str(cluster.known_hosts)], check=True, capture_output=True
+    )
     code, out, err = cluster.trust(inventory=inv)
     assert code == 0, err
     assert "10.77.0.12:2222" in out
     assert "-p 2222 -t ed25519,ecdsa,rsa -- 10.77.0.12" in cluster.calls.read_text()
-    assert all(ln.startswith("|1|") for ln in cluster.known_hosts.read_text().splitlines()
-               if ln.strip())
-    found = subprocess.run(["ssh-keygen", "-F", "[10.77.0.12]:2222", "-f",
-                            str(cluster.known_hosts)], capture_output=True, text=True,
-                           check=True).stdout
+    assert all(
+        ln.startswith("|1|") for ln in cluster.known_hosts.read_text().splitlines() if ln.strip()
+    )
+    found = subprocess.run(
+        ["ssh-keygen", "-F", "[10.77.0.12]:2222", "-f", str(cluster.known_hosts)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert cluster.pub["spark2"].text in found
     assert next(ln for ln in out.splitlines() if "spark1" in ln).split()[-1] == "unchanged"
 

@@ -34,18 +34,35 @@ ROW_16M = "    16777216       4194304     float     sum      -1   239485    0.07
 
 
 def th(min_fraction: float = 0.4, judged_sizes: int = 2, line_rate: float = LAB_RATE) -> Thresholds:
-    return Thresholds(line_rate_gbytes=line_rate, min_fraction=min_fraction,
-                      judged_sizes=judged_sizes, baseline_tolerance=0.1)
+    return Thresholds(
+        line_rate_gbytes=line_rate,
+        min_fraction=min_fraction,
+        judged_sizes=judged_sizes,
+        baseline_tolerance=0.1,
+    )
 
 
 def launch(**changes: object) -> nccl.Launch:
     """The launch nccl_gate builds from the lab's plan (root in the lab, no NCCL build)."""
     base = nccl.Launch(
-        collective="all_reduce", hosts=tuple(NODES), addresses=tuple(ADDRESSES),
-        tests_dir="/opt/nccl-tests/build", env_file="/etc/sparkctl/nccl.env",
-        env_keys=("GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME",
-                  "OMPI_MCA_btl_tcp_if_include"),
-        min_bytes=MiB, max_bytes=16 * MiB, iters=5, warmup=2, timeout=600, as_root=True)
+        collective="all_reduce",
+        hosts=tuple(NODES),
+        addresses=tuple(ADDRESSES),
+        tests_dir="/opt/nccl-tests/build",
+        env_file="/etc/sparkctl/nccl.env",
+        env_keys=(
+            "GLOO_SOCKET_IFNAME",
+            "NCCL_IB_HCA",
+            "NCCL_SOCKET_IFNAME",
+            "OMPI_MCA_btl_tcp_if_include",
+        ),
+        min_bytes=MiB,
+        max_bytes=16 * MiB,
+        iters=5,
+        warmup=2,
+        timeout=600,
+        as_root=True,
+    )
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -56,12 +73,19 @@ def test_the_fixture_is_in_place() -> None:
 # ---------------------------------------------------------------- factors and sweep
 
 
-@pytest.mark.parametrize(("collective", "n", "factor"), [
-    ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5),
-    ("all_gather", 2, 0.5), ("all_gather", 4, 0.75),
-    ("reduce_scatter", 2, 0.5), ("reduce_scatter", 4, 0.75),
-    ("all_reduce", 1, 1.0), ("all_gather", 1, 1.0),
-])
+@pytest.mark.parametrize(
+    ("collective", "n", "factor"),
+    [
+        ("all_reduce", 2, 1.0),
+        ("all_reduce", 4, 1.5),
+        ("all_gather", 2, 0.5),
+        ("all_gather", 4, 0.75),
+        ("reduce_scatter", 2, 0.5),
+        ("reduce_scatter", 4, 0.75),
+        ("all_reduce", 1, 1.0),
+        ("all_gather", 1, 1.0),
+    ],
+)
 def test_busbw_factor(collective: str, n: int, factor: float) -> None:
     assert nccl.busbw_factor(collective, n) == factor
 
@@ -95,20 +119,48 @@ def test_sweep_max_without_a_memory_reading() -> None:
 def test_mpirun_argv_as_root_in_the_lab() -> None:
     argv = launch().mpirun_argv()
     assert argv == [
-        "mpirun", "-np", "4",
-        "-H", "192.168.100.11:1,192.168.100.12:1,192.168.100.13:1,192.168.100.14:1",
-        "--mca", "plm_rsh_args", "-o BatchMode=yes -o StrictHostKeyChecking=yes",
+        "mpirun",
+        "-np",
+        "4",
+        "-H",
+        "192.168.100.11:1,192.168.100.12:1,192.168.100.13:1,192.168.100.14:1",
+        "--mca",
+        "plm_rsh_args",
+        "-o BatchMode=yes -o StrictHostKeyChecking=yes",
         "--allow-run-as-root",
-        "-x", "GLOO_SOCKET_IFNAME", "-x", "NCCL_IB_HCA", "-x", "NCCL_SOCKET_IFNAME",
-        "-x", "OMPI_MCA_btl_tcp_if_include",
-        "/opt/nccl-tests/build/all_reduce_perf", "-b", "1048576", "-e", "16777216",
-        "-f", "2", "-g", "1", "-c", "1", "-n", "5", "-w", "2",
+        "-x",
+        "GLOO_SOCKET_IFNAME",
+        "-x",
+        "NCCL_IB_HCA",
+        "-x",
+        "NCCL_SOCKET_IFNAME",
+        "-x",
+        "OMPI_MCA_btl_tcp_if_include",
+        "/opt/nccl-tests/build/all_reduce_perf",
+        "-b",
+        "1048576",
+        "-e",
+        "16777216",
+        "-f",
+        "2",
+        "-g",
+        "1",
+        "-c",
+        "1",
+        "-n",
+        "5",
+        "-w",
+        "2",
     ]
 
 
 def test_mpirun_argv_one_x_per_variable_and_no_root_flag_for_a_user() -> None:
-    argv = launch(as_root=False, collective="all_gather", hosts=("spark1", "spark3"),
-                  addresses=("192.168.100.11", "192.168.100.13")).mpirun_argv()
+    argv = launch(
+        as_root=False,
+        collective="all_gather",
+        hosts=("spark1", "spark3"),
+        addresses=("192.168.100.11", "192.168.100.13"),
+    ).mpirun_argv()
     assert "--allow-run-as-root" not in argv
     assert argv[argv.index("-np") + 1] == "2"
     assert argv[argv.index("-H") + 1] == "192.168.100.11:1,192.168.100.13:1"
@@ -128,8 +180,9 @@ def test_ld_library_path_only_with_an_nccl_build() -> None:
     assert argv.count("-x") == len(launch().env_keys) + 1
 
 
-ENV_TEXT = ("# Managed by sparkctl\nNCCL_SOCKET_IFNAME=enp1s0f1np1\n"
-            "NCCL_IB_HCA=rocep1s0f0,rocep1s0f1\n")
+ENV_TEXT = (
+    "# Managed by sparkctl\nNCCL_SOCKET_IFNAME=enp1s0f1np1\nNCCL_IB_HCA=rocep1s0f0,rocep1s0f1\n"
+)
 ENV = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_HCA": "rocep1s0f0,rocep1s0f1"}
 
 
@@ -138,8 +191,10 @@ def test_remote_command_is_one_sh_c_script() -> None:
     words = shlex.split(lau.remote_command(ENV))
     assert words[:2] == ["sh", "-c"] and len(words) == 3
     script = words[2]
-    assert script.startswith("exec env NCCL_SOCKET_IFNAME=enp1s0f1np1 "
-                             "NCCL_IB_HCA=rocep1s0f0,rocep1s0f1 timeout --kill-after=10 600 ")
+    assert script.startswith(
+        "exec env NCCL_SOCKET_IFNAME=enp1s0f1np1 "
+        "NCCL_IB_HCA=rocep1s0f0,rocep1s0f1 timeout --kill-after=10 600 "
+    )
     assert shlex.split(script.split("timeout --kill-after=10 600 ", 1)[1]) == lau.mpirun_argv()
     assert lau.read_env_command() == "cat -- /etc/sparkctl/nccl.env"
 
@@ -151,8 +206,13 @@ def test_remote_command_quoting_survives_spaces_and_quotes() -> None:
     inner = shlex.split(script.replace(";", " ; "))
     assert "LD_LIBRARY_PATH=/opt/nccl build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" in inner
     tail = script.split("exec env ", 1)[1]
-    assert shlex.split(tail) == ["NCCL_X=a b'c;reboot", "timeout", "--kill-after=10", "600",
-                                 *lau.mpirun_argv()]
+    assert shlex.split(tail) == [
+        "NCCL_X=a b'c;reboot",
+        "timeout",
+        "--kill-after=10",
+        "600",
+        *lau.mpirun_argv(),
+    ]
 
 
 def test_the_env_file_is_data_not_a_script(tmp_path: Path) -> None:
@@ -166,17 +226,25 @@ def test_the_env_file_is_data_not_a_script(tmp_path: Path) -> None:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "mpirun"
-    fake.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
-                    "print(json.dumps({'argv': sys.argv[1:], 'ifname': os.environ.get('NCCL_SOCKET_IFNAME'),"
-                    " 'hca': os.environ.get('NCCL_IB_HCA'), 'subsys': os.environ.get('NCCL_DEBUG_SUBSYS'),"
-                    " 'ld': os.environ.get('LD_LIBRARY_PATH')}))\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "print(json.dumps({'argv': sys.argv[1:], 'ifname': os.environ.get('NCCL_SOCKET_IFNAME'),"
+        " 'hca': os.environ.get('NCCL_IB_HCA'), 'subsys': os.environ.get('NCCL_DEBUG_SUBSYS'),"
+        " 'ld': os.environ.get('LD_LIBRARY_PATH')}))\n"
+    )
     fake.chmod(0o755)
     lau = launch(env_file=str(env_file), nccl_home=str(tmp_path / "nccl 2.28"), timeout=20)
     env = {"PATH": f"{bindir}:{os.environ['PATH']}", "LD_LIBRARY_PATH": "/usr/local/lib"}
 
     def sh(host: str, command: str, timeout: int) -> tuple[int, str]:
-        proc = subprocess.run(shlex.split(command), capture_output=True, text=True, env=env,
-                              timeout=timeout, check=False)
+        proc = subprocess.run(
+            shlex.split(command),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
         return proc.returncode, proc.stdout + proc.stderr
 
     rc, text = sh("spark1", lau.read_env_command(), 30)
@@ -189,8 +257,9 @@ def test_the_env_file_is_data_not_a_script(tmp_path: Path) -> None:
     assert seen["subsys"] == f"$(touch {marker})" and not marker.exists()
     assert seen["ld"] == f"{tmp_path / 'nccl 2.28'}/lib:/usr/local/lib"
     # The old way, `set -a; . FILE`, would have run it:
-    subprocess.run(["sh", "-c", f"set -a; . {shlex.quote(str(env_file))}"], check=False,
-                   capture_output=True)
+    subprocess.run(
+        ["sh", "-c", f"set -a; . {shlex.quote(str(env_file))}"], check=False, capture_output=True
+    )
     assert marker.exists()
 
 
@@ -198,8 +267,9 @@ def test_an_env_file_that_is_not_key_value_fails_the_run_before_mpirun(tmp_path:
     runner = FakeRunner((0, LAB_LOG), env_text=ENV_TEXT + "reboot\n")
     result = nccl.run(launch(), runner, th(0.4), tmp_path / "nccl-all_reduce.log")
     assert result.outcome == "failed"
-    assert result.message.startswith("/etc/sparkctl/nccl.env on spark1 could not be read "
-                                     "(line 4 is not KEY=VALUE)")
+    assert result.message.startswith(
+        "/etc/sparkctl/nccl.env on spark1 could not be read (line 4 is not KEY=VALUE)"
+    )
     assert [c[1] for c in runner.calls] == ["cat -- /etc/sparkctl/nccl.env"]
 
 
@@ -218,14 +288,20 @@ def test_precise_busbw_from_size_and_time() -> None:
 def test_precise_falls_back_to_the_printed_figure_when_they_disagree() -> None:
     # An in-place time that does not fit the printed busbw (0.145 computed vs 0.09 printed):
     # the printed 0.09, lower than the out-of-place 0.105 computed.
-    rep = nccl_report.parse(LAB_LOG.replace("   273038    0.06    0.09", "   173038    0.06    0.09"))
+    rep = nccl_report.parse(
+        LAB_LOG.replace("   273038    0.06    0.09", "   173038    0.06    0.09")
+    )
     row = rep.largest()[0]
     assert nccl._precise(row, "all_reduce", 4) == 0.09
-    rep = nccl_report.parse(LAB_LOG.replace("   239485    0.07    0.11", "   139485    0.07    0.11"))
+    rep = nccl_report.parse(
+        LAB_LOG.replace("   239485    0.07    0.11", "   139485    0.07    0.11")
+    )
     row = rep.largest()[0]
     # out-of-place 0.180 computed vs 0.11 printed: the printed 0.11, then the in-place 0.0922 is lower.
     assert nccl._precise(row, "all_reduce", 4) == pytest.approx(0.0922, abs=5e-5)
-    rep = nccl_report.parse(LAB_LOG.replace("   273038    0.06    0.09", "   373038    0.06    0.09"))
+    rep = nccl_report.parse(
+        LAB_LOG.replace("   273038    0.06    0.09", "   373038    0.06    0.09")
+    )
     # 0.0675 computed vs 0.09 printed: beyond rounding, the printed figure.
     assert nccl._precise(rep.largest()[0], "all_reduce", 4) == 0.09
 
@@ -243,7 +319,8 @@ def test_fit_of_the_lab_log_by_hand() -> None:
     assert model.factor == 1.5
     # The floor's figure: the 16 MiB row from size and time, mean of the halves.
     assert model.largest_busbw == pytest.approx(
-        (16777216 / 0.239485 + 16777216 / 0.273038) / 2 / 1e9 * 1.5, rel=1e-5)
+        (16777216 / 0.239485 + 16777216 / 0.273038) / 2 / 1e9 * 1.5, rel=1e-5
+    )
     # The model through its own points: 8 MiB predicted at the mean time of that row.
     assert model.model_busbw(8 * MiB) == pytest.approx(8388608 / 117765 / 1e3 * 1.5, rel=1e-5)
     assert 0.04 < model.residual < 0.06  # the in-place 16 MiB row is 13% off the mean
@@ -253,8 +330,10 @@ def test_judge_passes_the_lab_log_at_40_percent() -> None:
     rep = nccl_report.parse(LAB_LOG)
     outcome, message, judged, model = nccl.judge(rep, "all_reduce", 4, th(0.4))
     assert outcome == "passed"
-    assert message.startswith("fitted busbw 0.091 GB/s = 72.7% of the line rate 0.125 GB/s "
-                              "(alpha-beta fit over 8 MiB..16 MiB: latency -20732 us")
+    assert message.startswith(
+        "fitted busbw 0.091 GB/s = 72.7% of the line rate 0.125 GB/s "
+        "(alpha-beta fit over 8 MiB..16 MiB: latency -20732 us"
+    )
     assert message.endswith("(passes the threshold 40.0% = 0.050 GB/s)")
     assert [j.size for j in judged] == [8 * MiB, 16 * MiB]
     assert judged[0] == Judged(size=8 * MiB, busbw=0.106363, fraction=0.8509, wrong=0)
@@ -289,8 +368,10 @@ def test_judge_the_floor_fails_a_fit_the_measurements_do_not_bear_out() -> None:
     rep = nccl_report.parse(LAB_LOG)
     outcome, message, _, _ = nccl.judge(rep, "all_reduce", 4, replace(th(0.6), floor_ratio=1.4))
     assert outcome == "failed"
-    assert "16 MiB measured only 0.099 GB/s, below the floor 0.105 GB/s (140% of the " \
+    assert (
+        "16 MiB measured only 0.099 GB/s, below the floor 0.105 GB/s (140% of the "
         "threshold): the fit extrapolates beyond what was measured" in message
+    )
     assert nccl.judge(rep, "all_reduce", 4, replace(th(0.6), floor_ratio=0.8))[0] == "passed"
 
 
@@ -299,8 +380,9 @@ def test_judge_a_collective_mapped_to_null_is_measured_not_gated() -> None:
     ungated = replace(th(0.9), fractions={"all_reduce": None, "all_gather": 0.9})
     outcome, message, _, model = nccl.judge(rep, "all_reduce", 4, ungated)
     assert outcome == "passed" and model.busbw == pytest.approx(0.090854, abs=1e-6)
-    assert message.endswith("all_reduce is not gated on bandwidth here (measured and "
-                            "reported only)")
+    assert message.endswith(
+        "all_reduce is not gated on bandwidth here (measured and reported only)"
+    )
     # ... but wrong data fails it all the same.
     bad = nccl_report.parse(LAB_LOG.replace("0.11       0   273038", "0.11       3   273038"))
     assert nccl.judge(bad, "all_reduce", 4, ungated)[0] == "failed"
@@ -322,8 +404,13 @@ def test_judge_fails_on_out_of_bounds_values() -> None:
 
 
 def test_human_sizes() -> None:
-    assert [nccl.human(s) for s in (16 * MiB, 4 * GiB, 512 << 10, 1000, 3 * MiB + 1)] == \
-        ["16 MiB", "4 GiB", "512 KiB", "1000 B", "3145729 B"]
+    assert [nccl.human(s) for s in (16 * MiB, 4 * GiB, 512 << 10, 1000, 3 * MiB + 1)] == [
+        "16 MiB",
+        "4 GiB",
+        "512 KiB",
+        "1000 B",
+        "3145729 B",
+    ]
 
 
 # ---------------------------------------------------------------- a run
@@ -332,9 +419,12 @@ def test_human_sizes() -> None:
 class FakeRunner:
     """Stands in for ssh: records the calls, answers from a table (thread-safe)."""
 
-    def __init__(self, answer: tuple[int, str] | None = None,
-                 by_hosts: dict[str, tuple[int, str]] | None = None,
-                 env_text: str = ENV_TEXT) -> None:
+    def __init__(
+        self,
+        answer: tuple[int, str] | None = None,
+        by_hosts: dict[str, tuple[int, str]] | None = None,
+        env_text: str = ENV_TEXT,
+    ) -> None:
         self.answer = answer
         self.by_hosts = by_hosts or {}
         self.env_text = env_text
@@ -357,8 +447,10 @@ def test_run_a_complete_log_passes_with_its_rows(tmp_path: Path) -> None:
     runner = FakeRunner((0, LAB_LOG))
     lau = launch()
     result = nccl.run(lau, runner, th(0.4), tmp_path / "nccl-all_reduce.log")
-    assert runner.calls == [("spark1", "cat -- /etc/sparkctl/nccl.env", 30),
-                            ("spark1", lau.remote_command(ENV), 600)]
+    assert runner.calls == [
+        ("spark1", "cat -- /etc/sparkctl/nccl.env", 30),
+        ("spark1", lau.remote_command(ENV), 600),
+    ]
     assert result.outcome == "passed" and result.scope == "all" and result.hosts == NODES
     assert result.message.startswith("fitted busbw 0.091 GB/s = 72.7% of the line rate")
     assert result.fit is not None and result.fit.busbw == pytest.approx(0.090854, abs=1e-6)
@@ -383,16 +475,21 @@ def _with_nccl_info(log: str, fixture: str) -> str:
     return "".join(lines[:at]) + info + "".join(lines[at:])
 
 
-@pytest.mark.parametrize(("fixture", "rdma", "outcome"), [
-    ("nccl_via_socket_nccl952.log", True, "failed"),
-    ("nccl_ib_transport_nccl707.log", True, "passed"),
-    ("nccl_via_socket_nccl952.log", False, "passed"),  # the lab: no RDMA, sockets expected
-])
-def test_sockets_where_rdma_is_expected_fail_the_gate(tmp_path: Path, fixture: str, rdma: bool,
-                                                      outcome: str) -> None:
+@pytest.mark.parametrize(
+    ("fixture", "rdma", "outcome"),
+    [
+        ("nccl_via_socket_nccl952.log", True, "failed"),
+        ("nccl_ib_transport_nccl707.log", True, "passed"),
+        ("nccl_via_socket_nccl952.log", False, "passed"),  # the lab: no RDMA, sockets expected
+    ],
+)
+def test_sockets_where_rdma_is_expected_fail_the_gate(
+    tmp_path: Path, fixture: str, rdma: bool, outcome: str
+) -> None:
     output = _with_nccl_info(LAB_LOG, fixture)
-    result = nccl.run(launch(), FakeRunner((0, output)), th(0.4), tmp_path / "x.log",
-                      rdma_expected=rdma)
+    result = nccl.run(
+        launch(), FakeRunner((0, output)), th(0.4), tmp_path / "x.log", rdma_expected=rdma
+    )
     assert result.outcome == outcome, result.message
     assert result.report is not None and len(result.report["rows"]) == 5  # INFO lines skipped
     if outcome == "failed":
@@ -414,7 +511,9 @@ def _truncated() -> str:
 def test_run_a_truncated_log_fails_with_a_reason_and_keeps_the_log(tmp_path: Path) -> None:
     # timeout's --kill-after: mpirun did not stop on TERM and was killed (128 + 9).
     output = _truncated()
-    result = nccl.run(launch(), FakeRunner((137, output)), th(0.4), tmp_path / "nccl-all_reduce.log")
+    result = nccl.run(
+        launch(), FakeRunner((137, output)), th(0.4), tmp_path / "nccl-all_reduce.log"
+    )
     assert result.outcome == "failed"
     assert result.message.startswith("killed (exit 137)")
     assert result.report is None and result.judged == []
@@ -444,15 +543,23 @@ the job to be terminated. The first process to do so was:
 """
 
 
-@pytest.mark.parametrize(("rc", "output", "want"), [
-    (0, "cut", "did not finish"),
-    (3, "abort", "Test NCCL failure common.cu:1279"),
-    (1, "gh200", "CUDA-capable device(s) is/are busy or unavailable"),
-], ids=["exit-0-cut-short", "mpirun-abort", "real-gh200-cuda-busy"])
-def test_run_an_incomplete_log_names_the_first_failure(tmp_path: Path, rc: int, output: str,
-                                                       want: str) -> None:
-    text = {"cut": _truncated(), "abort": _truncated() + MPIRUN_ABORT,
-            "gh200": (FIXTURES / "gh200-2.17.8-cuda-busy-no-table.log").read_text()}[output]
+@pytest.mark.parametrize(
+    ("rc", "output", "want"),
+    [
+        (0, "cut", "did not finish"),
+        (3, "abort", "Test NCCL failure common.cu:1279"),
+        (1, "gh200", "CUDA-capable device(s) is/are busy or unavailable"),
+    ],
+    ids=["exit-0-cut-short", "mpirun-abort", "real-gh200-cuda-busy"],
+)
+def test_run_an_incomplete_log_names_the_first_failure(
+    tmp_path: Path, rc: int, output: str, want: str
+) -> None:
+    text = {
+        "cut": _truncated(),
+        "abort": _truncated() + MPIRUN_ABORT,
+        "gh200": (FIXTURES / "gh200-2.17.8-cuda-busy-no-table.log").read_text(),
+    }[output]
     result = nccl.run(launch(), FakeRunner((rc, text)), th(0.4), tmp_path / "x.log")
     assert result.outcome == "failed"
     assert want in result.message
@@ -461,11 +568,16 @@ def test_run_an_incomplete_log_names_the_first_failure(tmp_path: Path, rc: int, 
 def test_run_timeout_is_no_result_within_the_time_limit(tmp_path: Path) -> None:
     result = nccl.run(launch(), FakeRunner((124, _truncated())), th(0.4), tmp_path / "x.log")
     assert result.outcome == "failed"
-    assert result.message == ("no result within the time limit (a hang: a link or interface "
-                              "that drops traffic?)")
+    assert result.message == (
+        "no result within the time limit (a hang: a link or interface that drops traffic?)"
+    )
     # The ssh runner's own time limit says so in the output.
-    late = nccl.run(launch(), FakeRunner((124, "\nsparkctl: no answer from spark1 within 630 s\n")),
-                    th(0.4), tmp_path / "y.log")
+    late = nccl.run(
+        launch(),
+        FakeRunner((124, "\nsparkctl: no answer from spark1 within 630 s\n")),
+        th(0.4),
+        tmp_path / "y.log",
+    )
     assert late.message.startswith("no result within the time limit")
 
 
@@ -474,10 +586,13 @@ def test_run_connection_failures_name_the_line(tmp_path: Path) -> None:
     result = nccl.run(launch(), FakeRunner((255, refused)), th(0.4), tmp_path / "x.log")
     assert result.message == "ssh: connect to host 192.168.100.13 port 22: No route to host"
     keys = "Host key verification failed.\r\n"
-    assert nccl.run(launch(), FakeRunner((255, keys)), th(0.4), tmp_path / "x.log").message == \
-        "Host key verification failed."
-    assert nccl.run(launch(), FakeRunner((1, "")), th(0.4), tmp_path / "x.log").message \
-        .startswith("exit status 1")
+    assert (
+        nccl.run(launch(), FakeRunner((255, keys)), th(0.4), tmp_path / "x.log").message
+        == "Host key verification failed."
+    )
+    assert nccl.run(launch(), FakeRunner((1, "")), th(0.4), tmp_path / "x.log").message.startswith(
+        "exit status 1"
+    )
 
 
 # ---------------------------------------------------------------- pairs
@@ -518,8 +633,11 @@ def test_pair_rounds_small() -> None:
 def test_run_pairs_round_by_round_with_a_log_each(tmp_path: Path) -> None:
     # The lab log as two ranks printed it: the Rank lines of spark3 and spark4 gone (a
     # four-rank log from a pair is another run, and fails the consistency check).
-    two = "".join(line for line in LAB_LOG.splitlines(keepends=True)
-                  if not line.startswith(("#  Rank  2", "#  Rank  3")))
+    two = "".join(
+        line
+        for line in LAB_LOG.splitlines(keepends=True)
+        if not line.startswith(("#  Rank  2", "#  Rank  3"))
+    )
     runner = FakeRunner((0, two), by_hosts={"192.168.100.13:1,192.168.100.14:1": (1, "")})
     addr = dict(zip(NODES, ADDRESSES, strict=True))
 
@@ -527,12 +645,18 @@ def test_run_pairs_round_by_round_with_a_log_each(tmp_path: Path) -> None:
         return launch(hosts=pair, addresses=tuple(addr[n] for n in pair), max_bytes=4 * MiB)
 
     results = nccl.run_pairs(make, runner, th(0.1), tmp_path, NODES)
-    assert [r.hosts for r in results] == [["spark1", "spark4"], ["spark2", "spark3"],
-                                          ["spark1", "spark3"], ["spark4", "spark2"],
-                                          ["spark1", "spark2"], ["spark3", "spark4"]]
+    assert [r.hosts for r in results] == [
+        ["spark1", "spark4"],
+        ["spark2", "spark3"],
+        ["spark1", "spark3"],
+        ["spark4", "spark2"],
+        ["spark1", "spark2"],
+        ["spark3", "spark4"],
+    ]
     assert all(r.scope == "pair" for r in results)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        f"nccl-all_reduce-{'-'.join(r.hosts)}.log" for r in results)
+        f"nccl-all_reduce-{'-'.join(r.hosts)}.log" for r in results
+    )
     by = {frozenset(r.hosts): r for r in results}
     assert by[frozenset(("spark3", "spark4"))].outcome == "failed"
     assert by[frozenset(("spark3", "spark4"))].message.startswith("exit status 1")
@@ -543,12 +667,22 @@ def test_run_pairs_round_by_round_with_a_log_each(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- localisation
 
 
-def pair_run(a: str, b: str, busbw: float | None, outcome: str = "passed",
-             message: str = "") -> NcclRun:
-    judged = [] if busbw is None else [Judged(size=4 * MiB, busbw=busbw,
-                                              fraction=round(busbw / LAB_RATE, 4), wrong=0)]
-    return NcclRun(collective="all_reduce", scope="pair", hosts=[a, b],
-                   outcome=outcome, message=message or f"busbw {busbw}", judged=judged)  # type: ignore[arg-type]
+def pair_run(
+    a: str, b: str, busbw: float | None, outcome: str = "passed", message: str = ""
+) -> NcclRun:
+    judged = (
+        []
+        if busbw is None
+        else [Judged(size=4 * MiB, busbw=busbw, fraction=round(busbw / LAB_RATE, 4), wrong=0)]
+    )
+    return NcclRun(
+        collective="all_reduce",
+        scope="pair",
+        hosts=[a, b],
+        outcome=outcome,
+        message=message or f"busbw {busbw}",
+        judged=judged,
+    )  # type: ignore[arg-type]
 
 
 def all_pairs(busbw: Mapping[frozenset[str], tuple[float | None, str]]) -> list[NcclRun]:
@@ -572,65 +706,106 @@ def test_implicated_node_every_pair_fails() -> None:
 
 
 def test_implicated_two_bad_nodes() -> None:
-    ok = {frozenset(p): not ({"spark2", "spark3"} & set(p)) for r in nccl.pair_rounds(NODES) for p in r}
+    ok = {
+        frozenset(p): not ({"spark2", "spark3"} & set(p))
+        for r in nccl.pair_rounds(NODES)
+        for p in r
+    }
     assert nccl.implicated(ok, NODES) == ["spark2", "spark3"]
 
 
 def test_localise_one_slow_node_among_four() -> None:
-    values = {frozenset(p): ((0.016, "failed") if "spark3" in p else (0.065, "passed"))
-              for r in nccl.pair_rounds(NODES) for p in r}
+    values = {
+        frozenset(p): ((0.016, "failed") if "spark3" in p else (0.065, "passed"))
+        for r in nccl.pair_rounds(NODES)
+        for p in r
+    }
     findings = nccl.localise(all_pairs(values), NODES, where)
-    assert findings == [Finding(
-        "spark3", "enp1s0f1np1 (switch port swp3)",
-        "every pair with spark3 fails or is slow (0.016 GB/s) while pairs without it reach "
-        "0.065 GB/s: look at spark3's fabric link, enp1s0f1np1 (switch port swp3)")]
+    assert findings == [
+        Finding(
+            "spark3",
+            "enp1s0f1np1 (switch port swp3)",
+            "every pair with spark3 fails or is slow (0.016 GB/s) while pairs without it reach "
+            "0.065 GB/s: look at spark3's fabric link, enp1s0f1np1 (switch port swp3)",
+        )
+    ]
 
 
 def test_localise_without_a_place_or_a_measurement() -> None:
-    runs = [pair_run(*p, None, "failed", "no result within the time limit") if "spark3" in p
-            else pair_run(*p, 0.065) for r in nccl.pair_rounds(NODES) for p in r]
+    runs = [
+        pair_run(*p, None, "failed", "no result within the time limit")
+        if "spark3" in p
+        else pair_run(*p, 0.065)
+        for r in nccl.pair_rounds(NODES)
+        for p in r
+    ]
     findings = nccl.localise(runs, NODES, lambda _node: None)
     assert len(findings) == 1 and findings[0].host == "spark3" and findings[0].subject is None
     assert findings[0].message == (
         "every pair with spark3 fails or is slow (no result within the time limit) while pairs "
-        "without it reach 0.065 GB/s: look at spark3's fabric link")
+        "without it reach 0.065 GB/s: look at spark3's fabric link"
+    )
 
 
 def test_localise_every_pair_slow_alike_is_the_cluster() -> None:
     # Every pair misses the absolute threshold, but none is slower than the others.
     values = {frozenset(p): (0.016, "failed") for r in nccl.pair_rounds(NODES) for p in r}
-    assert nccl.localise(all_pairs(values), NODES, where, threshold=0.05) == [Finding(
-        "cluster", None, "every pair is alike (best 0.016 GB/s) and all miss the threshold "
-        "0.050 GB/s: a cause common to every node (switch, MTU, NCCL environment), not one "
-        "node")]
+    assert nccl.localise(all_pairs(values), NODES, where, threshold=0.05) == [
+        Finding(
+            "cluster",
+            None,
+            "every pair is alike (best 0.016 GB/s) and all miss the threshold "
+            "0.050 GB/s: a cause common to every node (switch, MTU, NCCL environment), not one "
+            "node",
+        )
+    ]
 
 
 def test_localise_every_pair_without_a_result_is_the_cluster() -> None:
-    runs = [pair_run(*p, None, "failed", "no result within the time limit")
-            for r in nccl.pair_rounds(NODES) for p in r]
-    assert nccl.localise(runs, NODES, where) == [Finding(
-        "cluster", None, "all 6 pairs fail or are slow: a cause common to every node (switch, "
-        "MTU, NCCL environment), not one node")]
+    runs = [
+        pair_run(*p, None, "failed", "no result within the time limit")
+        for r in nccl.pair_rounds(NODES)
+        for p in r
+    ]
+    assert nccl.localise(runs, NODES, where) == [
+        Finding(
+            "cluster",
+            None,
+            "all 6 pairs fail or are slow: a cause common to every node (switch, "
+            "MTU, NCCL environment), not one node",
+        )
+    ]
 
 
 def test_localise_relative_slowness_counts_as_slow() -> None:
     # Every pair passes the absolute threshold, but spark2's are below 0.7 x the best pair.
-    values = {frozenset(p): ((0.040, "passed") if "spark2" in p else (0.065, "passed"))
-              for r in nccl.pair_rounds(NODES) for p in r}
+    values = {
+        frozenset(p): ((0.040, "passed") if "spark2" in p else (0.065, "passed"))
+        for r in nccl.pair_rounds(NODES)
+        for p in r
+    }
     findings = nccl.localise(all_pairs(values), NODES, where)
     assert [f.host for f in findings] == ["spark2"]
     assert "(0.040 GB/s) while pairs without it reach 0.065 GB/s" in findings[0].message
     # Just above 0.7 x best is not slow.
-    values = {frozenset(p): ((0.046, "passed") if "spark2" in p else (0.065, "passed"))
-              for r in nccl.pair_rounds(NODES) for p in r}
+    values = {
+        frozenset(p): ((0.046, "passed") if "spark2" in p else (0.065, "passed"))
+        for r in nccl.pair_rounds(NODES)
+        for p in r
+    }
     assert nccl.localise(all_pairs(values), NODES, where)[0].host == "cluster"
 
 
 def test_localise_every_pair_passes() -> None:
     values = {frozenset(p): (0.065, "passed") for r in nccl.pair_rounds(NODES) for p in r}
-    assert nccl.localise(all_pairs(values), NODES, where) == [Finding(
-        "cluster", None, "every pair passes on its own: the all-node run fails only with all "
-        "ranks (switch capacity, or a collective-specific problem)")]
+    assert nccl.localise(all_pairs(values), NODES, where) == [
+        Finding(
+            "cluster",
+            None,
+            "every pair passes on its own: the all-node run fails only with all "
+            "ranks (switch capacity, or a collective-specific problem)",
+        )
+    ]
 
 
 def test_localise_one_bad_pair_names_the_pair() -> None:
@@ -696,8 +871,7 @@ def test_ib_write_bw_average() -> None:
 
 
 def test_ib_write_bw_without_a_result_row() -> None:
-    failed = (" Couldn't connect to 192.168.177.12:18515\n"
-              "Unable to perform rdma_client function\n")
+    failed = " Couldn't connect to 192.168.177.12:18515\nUnable to perform rdma_client function\n"
     with pytest.raises(ValueError, match=r"no ib_write_bw result header \(#bytes #iterations"):
         tool_output.ib_write_bw(failed)
     with pytest.raises(ValueError, match="no ib_write_bw result row"):
@@ -728,18 +902,22 @@ def test_the_spark_thresholds_are_the_role_defaults() -> None:
     assert SPARK.fraction_for("all_reduce") is None and SPARK.judged_sizes == 2
 
 
-@pytest.mark.parametrize(("name", "top", "fitted", "largest"), [
-    # Healthy: passes at every top it reaches, 1 GiB (a model loaded) to 16 GiB.
-    (HEALTHY_2196, 16 * GiB, 24.251, 23.971),
-    (HEALTHY_2196, 8 * GiB, 24.133, 23.696),
-    (HEALTHY_2196, 4 * GiB, 24.255, 23.275),
-    (HEALTHY_2196, 2 * GiB, 24.660, 22.375),
-    (HEALTHY_2196, 1 * GiB, 22.254, 20.467),
-    (HEALTHY_2183, 4 * GiB, 23.009, 22.301),
-    (HEALTHY_2183, 2 * GiB, 23.218, 21.642),
-])
-def test_real_healthy_gb10_log_passes_at_every_sweep_top(name: str, top: int, fitted: float,
-                                                          largest: float) -> None:
+@pytest.mark.parametrize(
+    ("name", "top", "fitted", "largest"),
+    [
+        # Healthy: passes at every top it reaches, 1 GiB (a model loaded) to 16 GiB.
+        (HEALTHY_2196, 16 * GiB, 24.251, 23.971),
+        (HEALTHY_2196, 8 * GiB, 24.133, 23.696),
+        (HEALTHY_2196, 4 * GiB, 24.255, 23.275),
+        (HEALTHY_2196, 2 * GiB, 24.660, 22.375),
+        (HEALTHY_2196, 1 * GiB, 22.254, 20.467),
+        (HEALTHY_2183, 4 * GiB, 23.009, 22.301),
+        (HEALTHY_2183, 2 * GiB, 23.218, 21.642),
+    ],
+)
+def test_real_healthy_gb10_log_passes_at_every_sweep_top(
+    name: str, top: int, fitted: float, largest: float
+) -> None:
     outcome, message, _, model = nccl.judge(real(name, top), "all_gather", 2, SPARK)
     assert outcome == "passed", message
     assert model.method == "fit" and model.sizes[-1] == top
@@ -761,8 +939,9 @@ def test_one_size_is_judged_as_measured() -> None:
     # NVIDIA's own -b 16G -e 16G: nothing to fit; 22.96 GB/s measured passes 21.875.
     outcome, message, _, model = nccl.judge(real(ONE_SIZE_16G), "all_gather", 2, SPARK)
     assert (outcome, model.method) == ("passed", "measured")
-    assert model.busbw == pytest.approx((17179869184 / 0.374425 + 17179869184 / 0.373792)
-                                        / 2 / 1e9 / 2, rel=1e-6)
+    assert model.busbw == pytest.approx(
+        (17179869184 / 0.374425 + 17179869184 / 0.373792) / 2 / 1e9 / 2, rel=1e-6
+    )
     assert "as measured" in message and "no fit" in message
     # The healthy 2.18.3 log cut at 1 GiB keeps one row: 20.27 GB/s as measured, below
     # 21.875. One size cannot show the plateau, which is why validate always sweeps.
@@ -777,17 +956,24 @@ def test_real_logs_name_the_pinned_nccl_and_two_gpus() -> None:
     assert nccl.consistency(rep, 2, None) is None
     assert nccl.consistency(rep, 2, "v2.27.7-1") == (
         "NCCL 2.28.9 ran, not the pinned 2.27.7 (LD_LIBRARY_PATH found another libnccl, such "
-        "as DGX OS's libnccl2 or a pip wheel)")
+        "as DGX OS's libnccl2 or a pip wheel)"
+    )
     # Four nodes launched, two ranks in the log.
     assert nccl.consistency(rep, 4, None) == (
         "2 ranks and 2 distinct host(s) (spark-101, spark-102) and 2 distinct GPU(s) took part "
-        "where 4 nodes were launched, one rank and one GPU each")
+        "where 4 nodes were launched, one rank and one GPU each"
+    )
     # Both ranks on one node: one host, one GPU.
-    text = (FIXTURES / HEALTHY_2196).read_text().replace("on  spark-102 device", "on  spark-101 device")
+    text = (
+        (FIXTURES / HEALTHY_2196)
+        .read_text()
+        .replace("on  spark-102 device", "on  spark-101 device")
+    )
     one = nccl_report.parse(text)
     assert nccl.consistency(one, 2, None) == (
         "1 distinct host(s) (spark-101) and 1 distinct GPU(s) took part where 2 nodes were "
-        "launched, one rank and one GPU each")
+        "launched, one rank and one GPU each"
+    )
     # The lab's stand-in has no NCCL: with a pin, it cannot say which ran.
     lab = nccl_report.parse(LAB_LOG)
     assert nccl.consistency(lab, 4, None) is None
@@ -796,14 +982,16 @@ def test_real_logs_name_the_pinned_nccl_and_two_gpus() -> None:
 
 def test_run_fails_another_nccl_than_the_pinned_one(tmp_path: Path) -> None:
     log = (FIXTURES / HEALTHY_2196).read_text()
-    two = launch(collective="all_gather", hosts=("spark1", "spark2"),
-                 addresses=tuple(ADDRESSES[:2]))
+    two = launch(
+        collective="all_gather", hosts=("spark1", "spark2"), addresses=tuple(ADDRESSES[:2])
+    )
     ok = nccl.run(two, FakeRunner((0, log)), SPARK, tmp_path / "a.log", pinned_nccl="v2.28.9-1")
     assert ok.outcome == "passed", ok.message
     bad = nccl.run(two, FakeRunner((0, log)), SPARK, tmp_path / "b.log", pinned_nccl="v2.29.2-1")
     assert bad.outcome == "failed" and bad.message.startswith("NCCL 2.28.9 ran, not the pinned")
-    four = nccl.run(launch(collective="all_gather"), FakeRunner((0, log)), SPARK,
-                    tmp_path / "c.log")
+    four = nccl.run(
+        launch(collective="all_gather"), FakeRunner((0, log)), SPARK, tmp_path / "c.log"
+    )
     assert four.outcome == "failed" and "where 4 nodes were launched" in four.message
 
 
@@ -812,35 +1000,47 @@ def test_localise_real_rows_names_the_degraded_node(tmp_path: Path, top: int | N
     """Four nodes, spark3 behind the degraded port: every pair with it prints the degraded
     log's rows, the others a healthy log's (the 2.19.6 one, cut like the sweep). Every pair
     with spark3 fails, the other three pass; the node is named by comparison."""
+
     def text(name: str) -> str:
         rep = (FIXTURES / name).read_text()
         if top is None:
             return rep
-        keep = [ln for ln in rep.splitlines(keepends=True)
-                if not (ln.strip()[:1].isdigit() and int(ln.split()[0]) > top)]
+        keep = [
+            ln
+            for ln in rep.splitlines(keepends=True)
+            if not (ln.strip()[:1].isdigit() and int(ln.split()[0]) > top)
+        ]
         out = "".join(keep)
         cut = real(name, top)
-        mean = sum(h.busbw for r in cut.rows for h in (r.out_of_place, r.in_place)) \
-            / (2 * len(cut.rows))
-        return re.sub(r"# Avg bus bandwidth    : [\d.]+", f"# Avg bus bandwidth    : {mean:.6g}",
-                      out)
+        mean = sum(h.busbw for r in cut.rows for h in (r.out_of_place, r.in_place)) / (
+            2 * len(cut.rows)
+        )
+        return re.sub(
+            r"# Avg bus bandwidth    : [\d.]+", f"# Avg bus bandwidth    : {mean:.6g}", out
+        )
 
     addr = dict(zip(NODES, ADDRESSES, strict=True))
-    by_hosts = {f"{addr[a]}:1,{addr[b]}:1": (0, text(DEGRADED if "spark3" in (a, b)
-                                                     else HEALTHY_2196))
-                for round_ in nccl.pair_rounds(NODES) for a, b in round_}
+    by_hosts = {
+        f"{addr[a]}:1,{addr[b]}:1": (0, text(DEGRADED if "spark3" in (a, b) else HEALTHY_2196))
+        for round_ in nccl.pair_rounds(NODES)
+        for a, b in round_
+    }
 
     def make(pair: tuple[str, str]) -> nccl.Launch:
         return launch(collective="all_gather", hosts=pair, addresses=tuple(addr[n] for n in pair))
 
     pairs = nccl.run_pairs(make, FakeRunner(by_hosts=by_hosts), SPARK, tmp_path, NODES)
     assert {frozenset(r.hosts): r.outcome for r in pairs} == {
-        frozenset(r.hosts): ("failed" if "spark3" in r.hosts else "passed") for r in pairs}
+        frozenset(r.hosts): ("failed" if "spark3" in r.hosts else "passed") for r in pairs
+    }
     findings = nccl.localise(pairs, NODES, where, SPARK.threshold_for("all_gather"))
     assert [f.host for f in findings] == ["spark3"]
     assert findings[0].subject == "enp1s0f1np1 (switch port swp3)"
-    assert re.search(r"every pair with spark3 fails or is slow \(2\.8\d\d GB/s\) while pairs "
-                     r"without it reach 2[234]\.\d\d\d GB/s", findings[0].message)
+    assert re.search(
+        r"every pair with spark3 fails or is slow \(2\.8\d\d GB/s\) while pairs "
+        r"without it reach 2[234]\.\d\d\d GB/s",
+        findings[0].message,
+    )
 
 
 def test_localise_by_comparison_when_every_pair_misses_the_threshold(tmp_path: Path) -> None:
@@ -848,9 +1048,14 @@ def test_localise_by_comparison_when_every_pair_misses_the_threshold(tmp_path: P
     threshold (here 30 GB/s, above what any real pair reaches), so every pair "fails";
     spark3's are still far below the others' and it is named."""
     addr = dict(zip(NODES, ADDRESSES, strict=True))
-    by_hosts = {f"{addr[a]}:1,{addr[b]}:1": (0, (FIXTURES / (
-        DEGRADED if "spark3" in (a, b) else HEALTHY_2183)).read_text())
-        for round_ in nccl.pair_rounds(NODES) for a, b in round_}
+    by_hosts = {
+        f"{addr[a]}:1,{addr[b]}:1": (
+            0,
+            (FIXTURES / (DEGRADED if "spark3" in (a, b) else HEALTHY_2183)).read_text(),
+        )
+        for round_ in nccl.pair_rounds(NODES)
+        for a, b in round_
+    }
     strict = replace(SPARK, fractions={"all_gather": 1.2})
 
     def make(pair: tuple[str, str]) -> nccl.Launch:

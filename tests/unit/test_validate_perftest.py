@@ -17,18 +17,23 @@ from typing import Any
 from sparkctl.validate import perftest
 from sparkctl.validate.model import Thresholds
 
-TH = Thresholds(line_rate_gbytes=25.0, min_fraction=0.875, judged_sizes=2,
-                baseline_tolerance=0.1)
+TH = Thresholds(line_rate_gbytes=25.0, min_fraction=0.875, judged_sizes=2, baseline_tolerance=0.1)
 
 
 def _plan() -> dict[str, Any]:
     hosts = {}
     for i, name in enumerate(["spark1", "spark2", "spark3", "spark4"]):
         hosts[name] = {
-            "fabric_a_ip": f"192.168.100.{11 + i}", "fabric_b_ip": f"192.168.101.{11 + i}",
-            "roce_fabric": {"record_file": "/etc/sparkctl/roce-fabric.env", "twins": [
-                {"twin": "a", "netdev": "enp1s0f1np1", "ibdev": "rocep1s0f1"},
-                {"twin": "b", "netdev": "enP2p1s0f1np1", "ibdev": "roceP2p1s0f1"}]}}
+            "fabric_a_ip": f"192.168.100.{11 + i}",
+            "fabric_b_ip": f"192.168.101.{11 + i}",
+            "roce_fabric": {
+                "record_file": "/etc/sparkctl/roce-fabric.env",
+                "twins": [
+                    {"twin": "a", "netdev": "enp1s0f1np1", "ibdev": "rocep1s0f1"},
+                    {"twin": "b", "netdev": "enP2p1s0f1np1", "ibdev": "roceP2p1s0f1"},
+                ],
+            },
+        }
     return {"hosts": hosts}
 
 
@@ -36,10 +41,12 @@ RULE = "-" * 87
 
 
 def _block(gbits: float) -> str:
-    return (f"{RULE}\n"
-            " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
-            f" 65536      1080730          0.00               {gbits:.2f}              0.180116\n"
-            f"{RULE}\n")
+    return (
+        f"{RULE}\n"
+        " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
+        f" 65536      1080730          0.00               {gbits:.2f}              0.180116\n"
+        f"{RULE}\n"
+    )
 
 
 class FakeRunner:
@@ -65,8 +72,14 @@ class FakeRunner:
 
 def test_both_twins_of_each_pair_at_once_and_judged_as_one_port(tmp_path: Path) -> None:
     plan = _plan()
-    runner = FakeRunner({("spark1", "192.168.100.14"): 92.57, ("spark1", "192.168.101.14"): 97.28,
-                         ("spark2", "192.168.100.13"): 60.0, ("spark2", "192.168.101.13"): 60.0})
+    runner = FakeRunner(
+        {
+            ("spark1", "192.168.100.14"): 92.57,
+            ("spark1", "192.168.101.14"): 97.28,
+            ("spark2", "192.168.100.13"): 60.0,
+            ("spark2", "192.168.101.13"): 60.0,
+        }
+    )
     checks = perftest.run_all(plan, ["spark1", "spark2", "spark3", "spark4"], runner, TH, tmp_path)
     by_host = {c.host: c for c in checks}
     assert set(by_host) == {"spark1", "spark2"}  # first round: spark1-spark4, spark2-spark3
@@ -76,8 +89,11 @@ def test_both_twins_of_each_pair_at_once_and_judged_as_one_port(tmp_path: Path) 
     assert good.subject == "-> spark4 (both twins)"
     assert slow.outcome == "failed" and "120.00 Gb/s, 60%" in slow.message
     clients = [argv for host, argv in runner.calls if argv[-1].startswith("192.168.")]
-    servers = [(host, argv) for host, argv in runner.calls
-               if "ib_write_bw" in argv and not argv[-1].startswith("192.168.")]
+    servers = [
+        (host, argv)
+        for host, argv in runner.calls
+        if "ib_write_bw" in argv and not argv[-1].startswith("192.168.")
+    ]
     # Each client names its RoCE device, the GID index read from the record, its own port.
     devices = {(argv[argv.index("-d") + 1], argv[argv.index("-x") + 1]) for argv in clients}
     assert devices == {("rocep1s0f1", "3"), ("roceP2p1s0f1", "3")}

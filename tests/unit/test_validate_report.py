@@ -26,77 +26,141 @@ from sparkctl.validate.report import compare, human_size, load, render_html, wri
 
 HOSTS = ["spark1", "spark2", "spark3", "spark4"]
 LINE_RATE = 25.0
-THRESHOLDS = Thresholds(line_rate_gbytes=LINE_RATE, min_fraction=0.8, judged_sizes=2,
-                        baseline_tolerance=0.1)
+THRESHOLDS = Thresholds(
+    line_rate_gbytes=LINE_RATE, min_fraction=0.8, judged_sizes=2, baseline_tolerance=0.1
+)
 MiB = 1 << 20
 
 
-def nccl_dict(collective: str, sizes: list[int], peak: float, *,
-              scale: dict[int, float] | None = None) -> dict[str, Any]:
+def nccl_dict(
+    collective: str, sizes: list[int], peak: float, *, scale: dict[int, float] | None = None
+) -> dict[str, Any]:
     """NcclReport.to_dict() of a run whose busbw climbs towards ``peak`` with size."""
     rows = []
     for number, size in enumerate(sizes, start=30):
         busbw = round(peak * size / (size + 256 * 1024) * (scale or {}).get(size, 1.0), 2)
         time_us = round(size / max(busbw, 0.01) / 1000 * 1.5 + 20, 2)
         out = Half(time_us=time_us, algbw=round(busbw / 1.5, 2), busbw=busbw, wrong=0)
-        inp = Half(time_us=time_us + 0.4, algbw=round(busbw / 1.5, 2),
-                   busbw=round(busbw * 1.004, 2), wrong=0)
-        rows.append(Row(size=size, count=size // 4, type="float", redop="sum", root=-1,
-                        out_of_place=out, in_place=inp, line=number))
+        inp = Half(
+            time_us=time_us + 0.4,
+            algbw=round(busbw / 1.5, 2),
+            busbw=round(busbw * 1.004, 2),
+            wrong=0,
+        )
+        rows.append(
+            Row(
+                size=size,
+                count=size // 4,
+                type="float",
+                redop="sum",
+                root=-1,
+                out_of_place=out,
+                in_place=inp,
+                line=number,
+            )
+        )
     avg = round(sum(r.out_of_place.busbw for r in rows) / len(rows), 4)
     return NcclReport(f"{collective}_perf", "2.18.3", rows, avg, 0).to_dict()
 
 
-def all_run(collective: str, sizes: list[int], peak: float = 22.5, *,
-            scale: dict[int, float] | None = None, judged_n: int = 2,
-            outcome: str = "passed") -> NcclRun:
+def all_run(
+    collective: str,
+    sizes: list[int],
+    peak: float = 22.5,
+    *,
+    scale: dict[int, float] | None = None,
+    judged_n: int = 2,
+    outcome: str = "passed",
+) -> NcclRun:
     data = nccl_dict(collective, sizes, peak, scale=scale)
     rows = sorted(data["rows"], key=lambda r: r["size"])[-judged_n:]
-    judged = [Judged(size=r["size"],
-                     busbw=min(r["out_of_place"]["busbw"], r["in_place"]["busbw"]),
-                     fraction=min(r["out_of_place"]["busbw"], r["in_place"]["busbw"]) / LINE_RATE,
-                     wrong=0) for r in rows]
-    return NcclRun(collective=collective, scope="all", hosts=list(HOSTS),
-                   outcome=outcome,  # type: ignore[arg-type]
-                   message=f"busbw {judged[-1].busbw} GB/s at {human_size(judged[-1].size)}",
-                   command=["mpirun", "-np", "4", f"{collective}_perf", "-b", "8", "-e", "4M"],
-                   log=f"nccl-{collective}.log", report=data, judged=judged, duration_s=12.5)
+    judged = [
+        Judged(
+            size=r["size"],
+            busbw=min(r["out_of_place"]["busbw"], r["in_place"]["busbw"]),
+            fraction=min(r["out_of_place"]["busbw"], r["in_place"]["busbw"]) / LINE_RATE,
+            wrong=0,
+        )
+        for r in rows
+    ]
+    return NcclRun(
+        collective=collective,
+        scope="all",
+        hosts=list(HOSTS),
+        outcome=outcome,  # type: ignore[arg-type]
+        message=f"busbw {judged[-1].busbw} GB/s at {human_size(judged[-1].size)}",
+        command=["mpirun", "-np", "4", f"{collective}_perf", "-b", "8", "-e", "4M"],
+        log=f"nccl-{collective}.log",
+        report=data,
+        judged=judged,
+        duration_s=12.5,
+    )
 
 
 def pair_run(collective: str, a: str, b: str, sizes: list[int], peak: float) -> NcclRun:
-    return NcclRun(collective=collective, scope="pair", hosts=[a, b], outcome="passed",
-                   message="pair ok", report=nccl_dict(collective, sizes, peak),
-                   log=f"nccl-{collective}-{a}-{b}.log", duration_s=3.0)
+    return NcclRun(
+        collective=collective,
+        scope="pair",
+        hosts=[a, b],
+        outcome="passed",
+        message="pair ok",
+        report=nccl_dict(collective, sizes, peak),
+        log=f"nccl-{collective}-{a}-{b}.log",
+        duration_s=3.0,
+    )
 
 
 SIZES = [8 << k for k in range(20)]  # 8 B .. 4 MiB: 20 rows, as the lab's short sweep
 BIG = [MiB * (1 << k) for k in range(6)]  # 1 MiB .. 32 MiB
 
 
-def make_report(run_id: str = "20261201T101500Z", *, nccl: list[NcclRun] | None = None,
-                checks: list[Check] | None = None) -> Report:
+def make_report(
+    run_id: str = "20261201T101500Z",
+    *,
+    nccl: list[NcclRun] | None = None,
+    checks: list[Check] | None = None,
+) -> Report:
     if checks is None:
-        checks = [Check("twin_up", h, f"enp1s0f{i}np{i}", "passed", "up, 200000 Mb/s", 0.02)
-                  for h in HOSTS for i in (0, 1)]
-        checks += [Check("mesh_jumbo", h, None, "passed", "9000-byte pings ok", 0.4)
-                   for h in HOSTS]
-        checks += [Check("gpu_visible", h, None, "skipped", "no GPU in the lab", 0.0)
-                   for h in HOSTS]
+        checks = [
+            Check("twin_up", h, f"enp1s0f{i}np{i}", "passed", "up, 200000 Mb/s", 0.02)
+            for h in HOSTS
+            for i in (0, 1)
+        ]
+        checks += [Check("mesh_jumbo", h, None, "passed", "9000-byte pings ok", 0.4) for h in HOSTS]
+        checks += [
+            Check("gpu_visible", h, None, "skipped", "no GPU in the lab", 0.0) for h in HOSTS
+        ]
         checks.append(Check("ranks_unique", "cluster", None, "passed", "ranks 0-3 once each"))
     return Report(
-        run_id=run_id, cluster="dgx", inventory="inventory/prod.ini",
-        started="2026-12-01T10:15:00+00:00", sparkctl_version="0.4.0", hosts=list(HOSTS),
-        thresholds=THRESHOLDS, checks=checks,
-        nccl=nccl if nccl is not None else [all_run("all_reduce", SIZES),
-                                            all_run("all_gather", SIZES, 21.0)],
-        notes=["GPU clocks not locked"], duration_s=184.25)
+        run_id=run_id,
+        cluster="dgx",
+        inventory="inventory/prod.ini",
+        started="2026-12-01T10:15:00+00:00",
+        sparkctl_version="0.4.0",
+        hosts=list(HOSTS),
+        thresholds=THRESHOLDS,
+        checks=checks,
+        nccl=nccl
+        if nccl is not None
+        else [all_run("all_reduce", SIZES), all_run("all_gather", SIZES, 21.0)],
+        notes=["GPU clocks not locked"],
+        duration_s=184.25,
+    )
 
 
 def failing_report() -> Report:
     r = make_report()
-    r.checks = [*r.checks,
-                Check("mesh_jumbo", "spark3", "spark4 via b", "failed",
-                      "ping -M do -s 8972 to 10.0.1.4: 100% loss <mtu 1500?>", 0.5)]
+    r.checks = [
+        *r.checks,
+        Check(
+            "mesh_jumbo",
+            "spark3",
+            "spark4 via b",
+            "failed",
+            "ping -M do -s 8972 to 10.0.1.4: 100% loss <mtu 1500?>",
+            0.5,
+        ),
+    ]
     r.localisation = [Finding("spark3", "enp1s0f1np1", "jumbo frames fail only on twin b")]
     return r
 
@@ -105,10 +169,19 @@ def failing_report() -> Report:
 # human_size
 
 
-@pytest.mark.parametrize(("n", "text"), [(0, "0 B"), (8, "8 B"), (1000, "1000 B"),
-                                         (1024, "1 KiB"), (1536, "1.5 KiB"),
-                                         (32 * MiB, "32 MiB"), (1 << 30, "1 GiB"),
-                                         (3 << 40, "3 TiB")])
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (0, "0 B"),
+        (8, "8 B"),
+        (1000, "1000 B"),
+        (1024, "1 KiB"),
+        (1536, "1.5 KiB"),
+        (32 * MiB, "32 MiB"),
+        (1 << 30, "1 GiB"),
+        (3 << 40, "3 TiB"),
+    ],
+)
 def test_human_size(n: int, text: str) -> None:
     assert human_size(n) == text
 
@@ -152,9 +225,9 @@ def test_write_names_the_directory_it_cannot_write(tmp_path: Path) -> None:
 
 def cell(page: str, check: str, host: str) -> str:
     """The matrix cell of ``check`` on ``host`` (by column position)."""
-    table = page[page.index('<table class="matrix">'):]
-    table = table[:table.index("</table>")]
-    header = re.findall(r"<th>(.*?)</th>", table[:table.index("</tr>")])
+    table = page[page.index('<table class="matrix">') :]
+    table = table[: table.index("</table>")]
+    header = re.findall(r"<th>(.*?)</th>", table[: table.index("</tr>")])
     row = re.search(rf"<tr><th>{re.escape(check)}</th>(.*?)</tr>", table, re.S)
     assert row, f"no row {check}"
     cells = re.findall(r"<td[^>]*>.*?</td>", row.group(1), re.S)
@@ -166,8 +239,11 @@ def test_html_matrix_and_failures() -> None:
     assert page.startswith("<!DOCTYPE html>")
     assert '<span class="verdict" style="background:#cf222e">FAILED</span>' in page
     # header columns: every host, then the cluster column
-    assert re.search(r"<th>check</th><th>spark1</th><th>spark2</th><th>spark3</th>"
-                     r"<th>spark4</th><th>cluster</th>", page)
+    assert re.search(
+        r"<th>check</th><th>spark1</th><th>spark2</th><th>spark3</th>"
+        r"<th>spark4</th><th>cluster</th>",
+        page,
+    )
     assert 'class="cell-passed"' in cell(page, "twin_up", "spark1")
     assert "2/2" in cell(page, "twin_up", "spark1")  # several subjects: passed/total
     failing = cell(page, "mesh_jumbo", "spark3")
@@ -180,10 +256,12 @@ def test_html_matrix_and_failures() -> None:
     assert 'class="cell-none"' in cell(page, "ranks_unique", "spark1")
     assert 'class="cell-passed"' in cell(page, "ranks_unique", "cluster")
     # the printable Failures list names host, check, subject and the escaped message
-    failures = page[page.index("<h2>Failures</h2>"):page.index("<h2>NCCL bandwidth</h2>")]
-    assert ("<td>spark3</td><td>mesh_jumbo</td><td>spark4 via b</td>"
-            '<td><span class="o o-failed">failed</span></td>'
-            f"<td>{htmllib.escape(message)}</td>") in failures
+    failures = page[page.index("<h2>Failures</h2>") : page.index("<h2>NCCL bandwidth</h2>")]
+    assert (
+        "<td>spark3</td><td>mesh_jumbo</td><td>spark4 via b</td>"
+        '<td><span class="o o-failed">failed</span></td>'
+        f"<td>{htmllib.escape(message)}</td>"
+    ) in failures
     assert "<mtu" not in page  # escaped everywhere
     assert "jumbo frames fail only on twin b" in page and "GPU clocks not locked" in page
 
@@ -219,15 +297,18 @@ def test_html_plots_thresholds_and_no_outside_resources() -> None:
 
 def test_html_baseline_section_and_runs_without_rows() -> None:
     base = make_report("20261130T090000Z")
-    current = make_report(nccl=[all_run("all_reduce", SIZES, scale={SIZES[-1]: 0.6}),
-                                NcclRun("all_gather", "all", list(HOSTS), "error",
-                                        "mpirun exited 1 before any row")])
+    current = make_report(
+        nccl=[
+            all_run("all_reduce", SIZES, scale={SIZES[-1]: 0.6}),
+            NcclRun("all_gather", "all", list(HOSTS), "error", "mpirun exited 1 before any row"),
+        ]
+    )
     current.baseline = compare(current, base, "/state/results/dgx/last-good", 0.1)
     page = render_html(current)
     assert page.count("<svg") == 1
     assert "No result rows to plot." in page
     assert "mpirun exited 1 before any row" in page
-    section = page[page.index("<h2>Baseline</h2>"):]
+    section = page[page.index("<h2>Baseline</h2>") :]
     assert "20261130T090000Z" in section and "/state/results/dgx/last-good" in section
     assert "<td>4 MiB</td>" in section and "-40.0%" in section
 
@@ -276,20 +357,31 @@ def test_load_wrong_schema(tmp_path: Path) -> None:
     assert "not a sparkctl validate report" in refused(path)
 
 
-@pytest.mark.parametrize(("mutate", "expected"), [
-    (lambda d: [d], "a JSON list, not a report object"),
-    (lambda d: {**d, "hosts": "spark1"}, "hosts is a string, not a list"),
-    (lambda d: {k: v for k, v in d.items() if k != "thresholds"}, "thresholds is missing"),
-    (lambda d: d["checks"][0].update(outcome="bogus"),
-     "checks[0].outcome is 'bogus', not one of passed, failed, skipped, error"),
-    (lambda d: d["checks"][1].update(colour="red"), "checks[1] has unknown field(s) colour"),
-    (lambda d: d["nccl"][0]["report"]["rows"][3]["out_of_place"].update(busbw="fast"),
-     "nccl[0].report.rows[3].out_of_place.busbw is a string, not a number"),
-    (lambda d: d["nccl"][1]["judged"][0].update(size=True),
-     "nccl[1].judged[0].size is a boolean, not an integer"),
-    (lambda d: d["thresholds"].update(line_rate_gbytes=None),
-     "thresholds.line_rate_gbytes is null, not a number"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: [d], "a JSON list, not a report object"),
+        (lambda d: {**d, "hosts": "spark1"}, "hosts is a string, not a list"),
+        (lambda d: {k: v for k, v in d.items() if k != "thresholds"}, "thresholds is missing"),
+        (
+            lambda d: d["checks"][0].update(outcome="bogus"),
+            "checks[0].outcome is 'bogus', not one of passed, failed, skipped, error",
+        ),
+        (lambda d: d["checks"][1].update(colour="red"), "checks[1] has unknown field(s) colour"),
+        (
+            lambda d: d["nccl"][0]["report"]["rows"][3]["out_of_place"].update(busbw="fast"),
+            "nccl[0].report.rows[3].out_of_place.busbw is a string, not a number",
+        ),
+        (
+            lambda d: d["nccl"][1]["judged"][0].update(size=True),
+            "nccl[1].judged[0].size is a boolean, not an integer",
+        ),
+        (
+            lambda d: d["thresholds"].update(line_rate_gbytes=None),
+            "thresholds.line_rate_gbytes is null, not a number",
+        ),
+    ],
+)
 def test_load_wrong_shape(tmp_path: Path, mutate: Any, expected: str) -> None:
     data = make_report().to_dict()
     changed = mutate(data)
@@ -305,14 +397,21 @@ def test_load_wrong_shape(tmp_path: Path, mutate: Any, expected: str) -> None:
 
 def test_compare_passes_within_tolerance() -> None:
     base = make_report("20261130T090000Z")
-    current = make_report(nccl=[all_run("all_reduce", SIZES, scale={SIZES[-1]: 0.95}),
-                                all_run("all_gather", SIZES, 21.0)])
+    current = make_report(
+        nccl=[
+            all_run("all_reduce", SIZES, scale={SIZES[-1]: 0.95}),
+            all_run("all_gather", SIZES, 21.0),
+        ]
+    )
     result = compare(current, base, "last-good", 0.1)
     assert result.outcome == "passed" and result.run_id == "20261130T090000Z"
     assert result.path == "last-good" and result.tolerance == 0.1
     assert [(i.collective, i.size, i.outcome) for i in result.items] == [
-        ("all_reduce", SIZES[-2], "passed"), ("all_reduce", SIZES[-1], "passed"),
-        ("all_gather", SIZES[-2], "passed"), ("all_gather", SIZES[-1], "passed")]
+        ("all_reduce", SIZES[-2], "passed"),
+        ("all_reduce", SIZES[-1], "passed"),
+        ("all_gather", SIZES[-2], "passed"),
+        ("all_gather", SIZES[-1], "passed"),
+    ]
     drop = result.items[1]
     assert drop.change == pytest.approx(-0.05, abs=0.002)
     assert "4 size(s) of 2 collective(s) within 10.0%" in result.message
@@ -331,7 +430,8 @@ def test_compare_fails_beyond_tolerance_naming_collective_and_size() -> None:
     change = (c32 - b32) / b32
     assert result.message.startswith(
         f"all_reduce at 32 MiB: {rpt._gbs(c32)} GB/s is {-change * 100:.1f}% below the "
-        f"baseline's {rpt._gbs(b32)} GB/s (run 20261130T090000Z)")
+        f"baseline's {rpt._gbs(b32)} GB/s (run 20261130T090000Z)"
+    )
     assert "16 MiB" not in result.message
     current.baseline = result
     assert current.verdict == "failed"  # a failed comparison fails the run
@@ -357,8 +457,12 @@ def test_compare_skips_a_size_only_in_one_run() -> None:
     assert result.outcome == "passed"
     assert "all_reduce at 4 MiB (not in the baseline's sizes)" in result.message
     # a size only the baseline judged is not looked for: only this run's judged sizes count
-    result = compare(make_report(nccl=[all_run("all_reduce", SIZES[:-1])]),
-                     make_report("b", nccl=[all_run("all_reduce", SIZES)]), "b", 0.1)
+    result = compare(
+        make_report(nccl=[all_run("all_reduce", SIZES[:-1])]),
+        make_report("b", nccl=[all_run("all_reduce", SIZES)]),
+        "b",
+        0.1,
+    )
     assert [i.size for i in result.items] == SIZES[-3:-1] and result.outcome == "passed"
 
 
@@ -378,18 +482,22 @@ def test_compare_tolerance_boundary() -> None:
     cur, base = pair(0.11249)  # just beyond: fails
     result = compare(cur, base, "b", 0.1)
     assert result.outcome == "failed"
-    assert "all_reduce at 32 MiB: 0.112 GB/s is 10.0% below the baseline's 0.125 GB/s" \
+    assert (
+        "all_reduce at 32 MiB: 0.112 GB/s is 10.0% below the baseline's 0.125 GB/s"
         in result.message
+    )
     assert compare(cur, base, "b", 0.2).outcome == "passed"
     cur, base = pair(0.2)  # faster is never a regression
     assert compare(cur, base, "b", 0.0).outcome == "passed"
 
 
 def test_compare_does_not_compare_errored_runs() -> None:
-    base = make_report("b", nccl=[all_run("all_reduce", SIZES),
-                                  all_run("all_gather", SIZES, outcome="error")])
-    current = make_report(nccl=[all_run("all_reduce", SIZES, outcome="error"),
-                                all_run("all_gather", SIZES)])
+    base = make_report(
+        "b", nccl=[all_run("all_reduce", SIZES), all_run("all_gather", SIZES, outcome="error")]
+    )
+    current = make_report(
+        nccl=[all_run("all_reduce", SIZES, outcome="error"), all_run("all_gather", SIZES)]
+    )
     result = compare(current, base, "b", 0.1)
     assert result.outcome == "skipped" and result.items == []
     assert "all_reduce (this run's measurement errored)" in result.message
@@ -406,8 +514,9 @@ def test_compare_refuses_a_negative_tolerance() -> None:
 
 def test_baseline_survives_the_round_trip(tmp_path: Path) -> None:
     current = make_report(nccl=[all_run("all_reduce", BIG, 0.13, scale={32 * MiB: 0.65})])
-    current.baseline = compare(current, make_report("b", nccl=[all_run("all_reduce", BIG, 0.13)]),
-                               "b", 0.1)
+    current.baseline = compare(
+        current, make_report("b", nccl=[all_run("all_reduce", BIG, 0.13)]), "b", 0.1
+    )
     write(current, tmp_path)
     again = load(tmp_path)
     assert again.baseline == current.baseline and again.verdict == "failed"
@@ -423,8 +532,9 @@ def real_run(name: str) -> NcclRun:
     from sparkctl.nccl_report import parse  # noqa: PLC0415
     from sparkctl.validate import nccl  # noqa: PLC0415
 
-    return nccl.gate_log(parse((FIXTURES / name).read_text(), name),
-                         nccl.role_thresholds(25.0), name)
+    return nccl.gate_log(
+        parse((FIXTURES / name).read_text(), name), nccl.role_thresholds(25.0), name
+    )
 
 
 def test_html_shows_the_fit_beside_the_rows_and_plots_it(tmp_path: Path) -> None:
@@ -447,8 +557,11 @@ def test_html_shows_the_fit_beside_the_rows_and_plots_it(tmp_path: Path) -> None
     write(report, tmp_path)
     again = load(tmp_path)
     assert again.nccl[0].fit == run.fit
-    assert again.thresholds.fractions == {"all_gather": 0.875, "all_reduce": None,
-                                          "reduce_scatter": None}
+    assert again.thresholds.fractions == {
+        "all_gather": 0.875,
+        "all_reduce": None,
+        "reduce_scatter": None,
+    }
 
 
 def test_html_an_ungated_collective_says_so() -> None:

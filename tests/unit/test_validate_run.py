@@ -44,62 +44,115 @@ def mac(node: str, twin: str) -> str:
     return f"4c:bb:47:2a:1{node[-1]}:{'0a' if twin == 'a' else '0b'}"
 
 
-def make_plan(nodes: list[str] = NODES, *, line_rate: Any = None, perftest: Any = "auto",
-              cluster_user: str = "root") -> dict[str, Any]:
+def make_plan(
+    nodes: list[str] = NODES,
+    *,
+    line_rate: Any = None,
+    perftest: Any = "auto",
+    cluster_user: str = "root",
+) -> dict[str, Any]:
     """A plan of the same shape as validate_plan.yml writes (the lab's values)."""
-    env = {"GLOO_SOCKET_IFNAME": "enp1s0f1np1",
-           "NCCL_IB_GID_INDEX": "<detected-on-the-node-at-provision>",
-           "NCCL_IB_HCA": "rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1",
-           "NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
-           "OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1", "TP_SOCKET_IFNAME": "enp1s0f1np1",
-           "UCX_NET_DEVICES": "enp1s0f1np1"}
+    env = {
+        "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
+        "NCCL_IB_GID_INDEX": "<detected-on-the-node-at-provision>",
+        "NCCL_IB_HCA": "rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1",
+        "NCCL_IB_SUBNET_AWARE_ROUTING": "1",
+        "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+        "OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1",
+        "TP_SOCKET_IFNAME": "enp1s0f1np1",
+        "UCX_NET_DEVICES": "enp1s0f1np1",
+    }
     hosts = {}
     for rank, node in enumerate(nodes):
         hosts[node] = {
-            "base": {"chrony_upstream": [], "clock_control": False, "cluster_user": cluster_user,
-                     "head": nodes[0], "is_head": rank == 0, "key_name": "id_sparkctl_cluster"},
-            "fabric_a_ip": fabric_ip(node, "a"), "fabric_b_ip": fabric_ip(node, "b"),
+            "base": {
+                "chrony_upstream": [],
+                "clock_control": False,
+                "cluster_user": cluster_user,
+                "head": nodes[0],
+                "is_head": rank == 0,
+                "key_name": "id_sparkctl_cluster",
+            },
+            "fabric_a_ip": fabric_ip(node, "a"),
+            "fabric_b_ip": fabric_ip(node, "b"),
             "mgmt_ip": f"10.77.0.1{node[-1]}",
-            "nccl": {"binaries": ["all_reduce_perf", "all_gather_perf", "reduce_scatter_perf"],
-                     "conf_file": "/etc/nccl.conf", "env": dict(env),
-                     "env_file": "/etc/sparkctl/nccl.env",
-                     "gid_placeholder": "<detected-on-the-node-at-provision>", "impl": "standin",
-                     "record_file": "/etc/sparkctl/roce-fabric.env",
-                     "socket_ifname": "enp1s0f1np1", "tests_dir": "/opt/nccl-tests/build",
-                     "version_file": "/etc/sparkctl/nccl-version"},
+            "nccl": {
+                "binaries": ["all_reduce_perf", "all_gather_perf", "reduce_scatter_perf"],
+                "conf_file": "/etc/nccl.conf",
+                "env": dict(env),
+                "env_file": "/etc/sparkctl/nccl.env",
+                "gid_placeholder": "<detected-on-the-node-at-provision>",
+                "impl": "standin",
+                "record_file": "/etc/sparkctl/roce-fabric.env",
+                "socket_ifname": "enp1s0f1np1",
+                "tests_dir": "/opt/nccl-tests/build",
+                "version_file": "/etc/sparkctl/nccl-version",
+            },
             "node_rank": rank,
             "nvidia_driver": {"gpu": "GB10", "min_cuda": "13.0", "min_driver": "580.0"},
             "roce_fabric": {
-                "mtu": 9000, "record_file": "/etc/sparkctl/roce-fabric.env", "speed_mbps": 10000,
+                "mtu": 9000,
+                "record_file": "/etc/sparkctl/roce-fabric.env",
+                "speed_mbps": 10000,
                 "subnets": {"a": "192.168.100.0/24", "b": "192.168.101.0/24"},
-                "twins": [{"address": f"{fabric_ip(node, t)}/24", "ibdev": TWIN_IBDEV[t],
-                           "netdev": TWIN_NETDEV[t], "twin": t} for t in ("a", "b")]},
-            "validate": {"baseline_tolerance": 0.1, "busbw_min_fraction": 0.875,
-                         "clock_max_offset_ms": 100.0, "collectives": ["all_reduce", "all_gather"],
-                         "command_timeout": 30, "disk_headroom_mb": 4096, "judged_sizes": 2,
-                         "line_rate_gbytes": line_rate, "localise": True,
-                         "mem_headroom_mb": 8192, "nccl_iters": 20,
-                         "nccl_max_bytes": 4294967296, "nccl_mem_fraction": 0.5,
-                         "nccl_min_bytes": 1048576, "nccl_timeout": 600,
-                         "nccl_warmup_iters": 5, "perftest": perftest},
+                "twins": [
+                    {
+                        "address": f"{fabric_ip(node, t)}/24",
+                        "ibdev": TWIN_IBDEV[t],
+                        "netdev": TWIN_NETDEV[t],
+                        "twin": t,
+                    }
+                    for t in ("a", "b")
+                ],
+            },
+            "validate": {
+                "baseline_tolerance": 0.1,
+                "busbw_min_fraction": 0.875,
+                "clock_max_offset_ms": 100.0,
+                "collectives": ["all_reduce", "all_gather"],
+                "command_timeout": 30,
+                "disk_headroom_mb": 4096,
+                "judged_sizes": 2,
+                "line_rate_gbytes": line_rate,
+                "localise": True,
+                "mem_headroom_mb": 8192,
+                "nccl_iters": 20,
+                "nccl_max_bytes": 4294967296,
+                "nccl_mem_fraction": 0.5,
+                "nccl_min_bytes": 1048576,
+                "nccl_timeout": 600,
+                "nccl_warmup_iters": 5,
+                "perftest": perftest,
+            },
         }
-    return {"cluster": "sim",
-            "cluster_hw": {"clock_control": False, "cuda_arch": "none",
-                           "line_rate_gbytes": line_rate, "link_speed_mbps": 10000,
-                           "nccl_tests_impl": "prebuilt", "netplan_apply": "networkd",
-                           "sglang_impl": "container"},
-            "hosts": hosts}
+    return {
+        "cluster": "sim",
+        "cluster_hw": {
+            "clock_control": False,
+            "cuda_arch": "none",
+            "line_rate_gbytes": line_rate,
+            "link_speed_mbps": 10000,
+            "nccl_tests_impl": "prebuilt",
+            "netplan_apply": "networkd",
+            "sglang_impl": "container",
+        },
+        "hosts": hosts,
+    }
 
 
 def node_facts(node: str, nodes: list[str] = NODES) -> dict[str, Any]:
     """What the node checks record on a healthy node: addresses, its MACs, its neighbours."""
     return {
-        "addresses": {"lo": ["127.0.0.1/8"], "enP7s7": [f"10.0.0.2{node[-1]}/24"],
-                      "enp1s0f1np1": [f"{fabric_ip(node, 'a')}/24"],
-                      "enP2p1s0f1np1": [f"{fabric_ip(node, 'b')}/24"]},
+        "addresses": {
+            "lo": ["127.0.0.1/8"],
+            "enP7s7": [f"10.0.0.2{node[-1]}/24"],
+            "enp1s0f1np1": [f"{fabric_ip(node, 'a')}/24"],
+            "enP2p1s0f1np1": [f"{fabric_ip(node, 'b')}/24"],
+        },
         "mac": {"a": mac(node, "a"), "b": mac(node, "b")},
-        "neigh": {fabric_ip(peer, t): mac(peer, t) for peer in nodes if peer != node
-                  for t in ("a", "b")},
+        "neigh": {
+            fabric_ip(peer, t): mac(peer, t) for peer in nodes if peer != node for t in ("a", "b")
+        },
         "mem_available": 23969596 * 1024,
     }
 
@@ -118,7 +171,9 @@ def by_check(checks: list[Check], name: str) -> list[Check]:
 def test_cluster_checks_of_a_healthy_cluster() -> None:
     checks = run.cluster_checks(make_plan(), healthy_facts(), set())
     assert [(c.check, c.host, c.outcome) for c in checks] == [
-        ("unique_addresses", "cluster", "passed"), ("neighbours", "cluster", "passed")]
+        ("unique_addresses", "cluster", "passed"),
+        ("neighbours", "cluster", "passed"),
+    ]
     assert checks[0].message == "12 addresses on 4 nodes, none twice"
     assert checks[1].message == "every fabric address answered from its owner's interface"
 
@@ -135,8 +190,10 @@ def test_loopback_and_link_local_on_every_node_are_not_duplicates() -> None:
 def test_one_node_with_an_address_twice_is_not_a_duplicate_across_nodes() -> None:
     facts = healthy_facts()
     facts["spark1"]["addresses"]["enP2p1s0f1np1"].append("192.168.100.11/24")
-    assert by_check(run.cluster_checks(make_plan(), facts, set()),
-                    "unique_addresses")[0].outcome == "passed"
+    assert (
+        by_check(run.cluster_checks(make_plan(), facts, set()), "unique_addresses")[0].outcome
+        == "passed"
+    )
 
 
 def test_an_address_on_two_nodes_fails_naming_both() -> None:
@@ -144,9 +201,15 @@ def test_an_address_on_two_nodes_fails_naming_both() -> None:
     facts["spark3"]["addresses"]["enp1s0f1np1"] = ["192.168.100.12/24"]  # spark2's
     checks = run.cluster_checks(make_plan(), facts, set())
     dup = by_check(checks, "unique_addresses")
-    assert dup == [Check("unique_addresses", "cluster", "192.168.100.12", "failed",
-                         "192.168.100.12 is configured on spark2 enp1s0f1np1 and "
-                         "spark3 enp1s0f1np1")]
+    assert dup == [
+        Check(
+            "unique_addresses",
+            "cluster",
+            "192.168.100.12",
+            "failed",
+            "192.168.100.12 is configured on spark2 enp1s0f1np1 and spark3 enp1s0f1np1",
+        )
+    ]
 
 
 def test_a_neighbour_mac_that_is_not_the_owners_twin_fails() -> None:
@@ -155,10 +218,16 @@ def test_a_neighbour_mac_that_is_not_the_owners_twin_fails() -> None:
     facts["spark1"]["neigh"]["192.168.100.13"] = mac("spark4", "a")
     checks = run.cluster_checks(make_plan(), facts, set())
     neighbours = by_check(checks, "neighbours")
-    assert neighbours == [Check(
-        "neighbours", "cluster", None, "failed",
-        "spark1 reached 192.168.100.13 at 4c:bb:47:2a:14:0a, which is not spark3's twin a "
-        "(4c:bb:47:2a:13:0a): another host answers for spark3's address")]
+    assert neighbours == [
+        Check(
+            "neighbours",
+            "cluster",
+            None,
+            "failed",
+            "spark1 reached 192.168.100.13 at 4c:bb:47:2a:14:0a, which is not spark3's twin a "
+            "(4c:bb:47:2a:13:0a): another host answers for spark3's address",
+        )
+    ]
 
 
 def test_neighbour_macs_compare_without_case_and_unresolved_ones_are_skipped() -> None:
@@ -174,21 +243,25 @@ def test_down_nodes_fail_all_nodes() -> None:
     facts = {n: node_facts(n) for n in ("spark1", "spark2")}
     checks = run.cluster_checks(make_plan(), facts, {"spark4", "spark3"})
     assert by_check(checks, "all_nodes") == [
-        Check("all_nodes", "cluster", None, "failed", "no answer from spark3, spark4")]
+        Check("all_nodes", "cluster", None, "failed", "no answer from spark3, spark4")
+    ]
     assert by_check(checks, "unique_addresses")[0].outcome == "passed"
 
 
 def test_no_node_answered() -> None:
     checks = run.cluster_checks(make_plan(), {}, set(NODES))
-    assert [(c.check, c.outcome) for c in checks] == [("unique_addresses", "skipped"),
-                                                      ("all_nodes", "failed")]
+    assert [(c.check, c.outcome) for c in checks] == [
+        ("unique_addresses", "skipped"),
+        ("all_nodes", "failed"),
+    ]
     assert checks[0].message == "no node reported its addresses"
 
 
 # ---------------------------------------------------------------- mesh localisation
 
-PORTS = [SwitchPort(f"swp{n[-1]}", n, "a") for n in NODES] + \
-        [SwitchPort(f"swp{int(n[-1]) + 4}", n, "b") for n in NODES]
+PORTS = [SwitchPort(f"swp{n[-1]}", n, "a") for n in NODES] + [
+    SwitchPort(f"swp{int(n[-1]) + 4}", n, "b") for n in NODES
+]
 
 
 def inv_with(ports: list[SwitchPort]) -> inventory.Inventory:
@@ -207,14 +280,24 @@ def mesh_checks(bad: str | None = None, twin: str = "a", kind: str = "mtu") -> l
                 address = fabric_ip(peer, t)
                 subject = f"{netdev} -> {peer}"
                 if bad in (node, peer) and t == twin:
-                    message = (f"{peer} ({address}) answers small pings on {netdev} but 0/3 "
-                               "9000-byte DF pings: a hop on this path (switch port?) has a "
-                               "smaller MTU" if kind == "mtu" else
-                               f"{peer} ({address}) does not answer on {netdev}")
+                    message = (
+                        f"{peer} ({address}) answers small pings on {netdev} but 0/3 "
+                        "9000-byte DF pings: a hop on this path (switch port?) has a "
+                        "smaller MTU"
+                        if kind == "mtu"
+                        else f"{peer} ({address}) does not answer on {netdev}"
+                    )
                     checks.append(Check("mesh", node, subject, "failed", message))
                 else:
-                    checks.append(Check("mesh", node, subject, "passed",
-                                        f"9000-byte frames to {peer} ({address}) on {netdev}"))
+                    checks.append(
+                        Check(
+                            "mesh",
+                            node,
+                            subject,
+                            "passed",
+                            f"9000-byte frames to {peer} ({address}) on {netdev}",
+                        )
+                    )
     return checks
 
 
@@ -226,25 +309,36 @@ def test_mesh_of_a_healthy_fabric_finds_nothing() -> None:
 
 def test_mesh_one_node_behind_a_small_mtu_names_node_netdev_and_switch_port() -> None:
     findings = run.mesh_findings(inv_with(PORTS), make_plan(), mesh_checks("spark3", "a", "mtu"))
-    assert findings == [Finding(
-        "spark3", "enp1s0f1np1 (switch port swp3)",
-        "9000-byte frames are dropped between spark3 and every peer (small pings pass): the MTU "
-        "on spark3's path enp1s0f1np1 (switch port swp3) is below 9000")]
+    assert findings == [
+        Finding(
+            "spark3",
+            "enp1s0f1np1 (switch port swp3)",
+            "9000-byte frames are dropped between spark3 and every peer (small pings pass): "
+            "the MTU "
+            "on spark3's path enp1s0f1np1 (switch port swp3) is below 9000",
+        )
+    ]
 
 
 def test_mesh_pulled_cable_is_no_peer_reaches() -> None:
-    findings = run.mesh_findings(inv_with(PORTS), make_plan(),
-                                 mesh_checks("spark2", "b", "unreachable"))
-    assert findings == [Finding(
-        "spark2", "enP2p1s0f1np1 (switch port swp6)",
-        "no peer reaches spark2 on twin b and it reaches none, while the others reach each "
-        "other: spark2's link on enP2p1s0f1np1 (switch port swp6)")]
+    findings = run.mesh_findings(
+        inv_with(PORTS), make_plan(), mesh_checks("spark2", "b", "unreachable")
+    )
+    assert findings == [
+        Finding(
+            "spark2",
+            "enP2p1s0f1np1 (switch port swp6)",
+            "no peer reaches spark2 on twin b and it reaches none, while the others reach each "
+            "other: spark2's link on enP2p1s0f1np1 (switch port swp6)",
+        )
+    ]
 
 
 def test_mesh_port_carrying_both_twins_and_a_node_without_ports() -> None:
     ports = [SwitchPort("Ethernet12", "spark2", "both")]
-    findings = run.mesh_findings(inv_with(ports), make_plan(),
-                                 mesh_checks("spark2", "b", "unreachable"))
+    findings = run.mesh_findings(
+        inv_with(ports), make_plan(), mesh_checks("spark2", "b", "unreachable")
+    )
     assert [f.subject for f in findings] == ["enP2p1s0f1np1 (switch port Ethernet12)"]
     findings = run.mesh_findings(inv_with([]), make_plan(), mesh_checks("spark2", "a", "mtu"))
     assert [(f.host, f.subject) for f in findings] == [("spark2", "enp1s0f1np1")]
@@ -252,36 +346,50 @@ def test_mesh_port_carrying_both_twins_and_a_node_without_ports() -> None:
 
 def test_mesh_of_a_node_that_did_not_answer_blames_no_link() -> None:
     """spark2 refused over management: its own pings are skipped, the peers reach it."""
-    checks = [Check(c.check, c.host, c.subject, "skipped", "spark2 did not answer")
-              if c.host == "spark2" else c for c in mesh_checks()]
+    checks = [
+        Check(c.check, c.host, c.subject, "skipped", "spark2 did not answer")
+        if c.host == "spark2"
+        else c
+        for c in mesh_checks()
+    ]
     assert run.mesh_findings(inv_with(PORTS), make_plan(), checks) == []
 
 
-def test_a_node_that_does_not_answer_is_marked_down_and_its_checks_skipped(
-        tmp_path: Path) -> None:
+def test_a_node_that_does_not_answer_is_marked_down_and_its_checks_skipped(tmp_path: Path) -> None:
     """The real check suite against a closed port: reachable fails with ssh's reason, every
     other check of the node is skipped (the plugin and the tests share the down list)."""
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(make_plan()))
     cfg = tmp_path / "ssh_config"
-    cfg.write_text(f"Host spark2\n  HostName 127.0.0.1\n  Port 9\n  BatchMode yes\n"
-                   f"  StrictHostKeyChecking yes\n  UserKnownHostsFile {tmp_path}/kh\n"
-                   f"  ControlMaster auto\n  ControlPath {tmp_path}/cm-%C\n"
-                   "  ConnectTimeout 3\n")
+    cfg.write_text(
+        f"Host spark2\n  HostName 127.0.0.1\n  Port 9\n  BatchMode yes\n"
+        f"  StrictHostKeyChecking yes\n  UserKnownHostsFile {tmp_path}/kh\n"
+        f"  ControlMaster auto\n  ControlPath {tmp_path}/cm-%C\n"
+        "  ConnectTimeout 3\n"
+    )
     checks, _, down = run.run_node_checks(plan, cfg, ["spark2"], tmp_path / "run")
     assert down == {"spark2"}
     reach = by_check(checks, "reachable")
     assert [(c.outcome, c.message) for c in reach] == [
-        ("failed", "spark2 does not answer over SSH: ssh: connect to host 127.0.0.1 port 9: "
-                   "Connection refused")]
+        (
+            "failed",
+            "spark2 does not answer over SSH: ssh: connect to host 127.0.0.1 port 9: "
+            "Connection refused",
+        )
+    ]
     others = [c for c in checks if c.check != "reachable"]
-    assert len(others) > 10 and {c.outcome for c in others} == {"skipped"}, \
-        {(c.check, c.outcome, c.message[:80]) for c in others if c.outcome != "skipped"}
+    assert len(others) > 10 and {c.outcome for c in others} == {"skipped"}, {
+        (c.check, c.outcome, c.message[:80]) for c in others if c.outcome != "skipped"
+    }
 
 
 def test_mesh_every_path_failing_is_not_one_node() -> None:
-    checks = [Check(c.check, c.host, c.subject, "failed", "smaller MTU")
-              if c.subject and c.subject.startswith("enp1s0f1np1") else c for c in mesh_checks()]
+    checks = [
+        Check(c.check, c.host, c.subject, "failed", "smaller MTU")
+        if c.subject and c.subject.startswith("enp1s0f1np1")
+        else c
+        for c in mesh_checks()
+    ]
     assert run.mesh_findings(inv_with(PORTS), make_plan(), checks) == []
 
 
@@ -291,25 +399,38 @@ TH = Thresholds(line_rate_gbytes=0.125, min_fraction=0.875, judged_sizes=2, base
 
 
 def report(**parts: Any) -> Report:
-    return Report(run_id="20261130T070000Z-validate", cluster="sim",
-                  inventory="inventory/sim.ini", started="2026-11-30T07:00:00Z",
-                  sparkctl_version="0.1.0", hosts=list(NODES), thresholds=TH, **parts)
+    return Report(
+        run_id="20261130T070000Z-validate",
+        cluster="sim",
+        inventory="inventory/sim.ini",
+        started="2026-11-30T07:00:00Z",
+        sparkctl_version="0.1.0",
+        hosts=list(NODES),
+        thresholds=TH,
+        **parts,
+    )
 
 
-def all_run(collective: str, outcome: str, scope: str = "all",
-            hosts: list[str] = NODES) -> NcclRun:
-    return NcclRun(collective=collective, scope=scope, hosts=list(hosts),  # type: ignore[arg-type]
-                   outcome=outcome, message="busbw ...",  # type: ignore[arg-type]
-                   judged=[Judged(size=16 << 20, busbw=0.11, fraction=0.88, wrong=0)])
+def all_run(collective: str, outcome: str, scope: str = "all", hosts: list[str] = NODES) -> NcclRun:
+    return NcclRun(
+        collective=collective,
+        scope=scope,
+        hosts=list(hosts),  # type: ignore[arg-type]
+        outcome=outcome,
+        message="busbw ...",  # type: ignore[arg-type]
+        judged=[Judged(size=16 << 20, busbw=0.11, fraction=0.88, wrong=0)],
+    )
 
 
 def baseline(outcome: str) -> Baseline:
-    return Baseline(path="/state/results/sim/20261129T070000Z-validate", tolerance=0.1,
-                    run_id="20261129T070000Z-validate",
-                    items=[BaselineItem("all_reduce", 16 << 20, 0.11, 0.05, -0.545,
-                                        outcome)],  # type: ignore[arg-type]
-                    outcome=outcome,  # type: ignore[arg-type]
-                    message="all_reduce 16 MiB: 0.050 GB/s, 55% below 0.110")
+    return Baseline(
+        path="/state/results/sim/20261129T070000Z-validate",
+        tolerance=0.1,
+        run_id="20261129T070000Z-validate",
+        items=[BaselineItem("all_reduce", 16 << 20, 0.11, 0.05, -0.545, outcome)],  # type: ignore[arg-type]
+        outcome=outcome,  # type: ignore[arg-type]
+        message="all_reduce 16 MiB: 0.050 GB/s, 55% below 0.110",
+    )
 
 
 PASSED = Check("clock", "spark1", None, "passed", "offset +12 us, stratum 3")
@@ -318,13 +439,23 @@ SKIPPED = Check("gpu", "spark1", None, "skipped", "no GPU in the lab")
 
 def test_verdict_rules() -> None:
     assert report().verdict == "passed"
-    assert report(checks=[PASSED, SKIPPED],
-                  nccl=[all_run("all_reduce", "passed"),
-                        all_run("all_gather", "skipped")]).verdict == "passed"
+    assert (
+        report(
+            checks=[PASSED, SKIPPED],
+            nccl=[all_run("all_reduce", "passed"), all_run("all_gather", "skipped")],
+        ).verdict
+        == "passed"
+    )
     # A failing pair does not fail the run: only the all-node gate does.
-    assert report(nccl=[all_run("all_reduce", "passed"),
-                        all_run("all_reduce", "failed", "pair", ["spark1", "spark3"])]
-                  ).verdict == "passed"
+    assert (
+        report(
+            nccl=[
+                all_run("all_reduce", "passed"),
+                all_run("all_reduce", "failed", "pair", ["spark1", "spark3"]),
+            ]
+        ).verdict
+        == "passed"
+    )
     failed = Check("clock", "spark2", None, "failed", "x")
     assert report(checks=[PASSED, failed]).verdict == "failed"
     assert report(checks=[Check("suite", "spark2", None, "error", "x")]).verdict == "failed"
@@ -336,23 +467,35 @@ def test_verdict_rules() -> None:
 
 def test_failure_summary_where_to_look_first() -> None:
     rep = report(
-        checks=[PASSED, Check("mesh", "spark3", "enp1s0f1np1 -> spark1", "failed", "MTU"),
-                Check("neighbours", "cluster", None, "failed", "x")],
-        nccl=[all_run("all_reduce", "failed"), all_run("all_gather", "failed"),
-              all_run("all_reduce", "failed", "pair", ["spark1", "spark3"])],
-        localisation=[Finding("spark3", "enp1s0f1np1 (switch port swp3)", "..."),
-                      Finding("cluster", None, "every pair passes on its own")],
-        baseline=baseline("failed"))
+        checks=[
+            PASSED,
+            Check("mesh", "spark3", "enp1s0f1np1 -> spark1", "failed", "MTU"),
+            Check("neighbours", "cluster", None, "failed", "x"),
+        ],
+        nccl=[
+            all_run("all_reduce", "failed"),
+            all_run("all_gather", "failed"),
+            all_run("all_reduce", "failed", "pair", ["spark1", "spark3"]),
+        ],
+        localisation=[
+            Finding("spark3", "enp1s0f1np1 (switch port swp3)", "..."),
+            Finding("cluster", None, "every pair passes on its own"),
+        ],
+        baseline=baseline("failed"),
+    )
     assert run.failure_summary(rep) == (
         "validation failed: look at spark3 enp1s0f1np1 (switch port swp3); failed checks on "
         "cluster (neighbours), spark3 (mesh); bandwidth gate failed: all_reduce, all_gather; "
         "regression against 20261129T070000Z-validate: all_reduce 16 MiB: 0.050 GB/s, "
-        "55% below 0.110")
+        "55% below 0.110"
+    )
 
 
 def test_failure_summary_of_a_finding_without_subject_and_of_nothing() -> None:
-    assert run.failure_summary(report(localisation=[Finding("spark2", None, "...")])) == \
-        "validation failed: look at spark2"
+    assert (
+        run.failure_summary(report(localisation=[Finding("spark2", None, "...")]))
+        == "validation failed: look at spark2"
+    )
     assert run.failure_summary(report()) == "validation failed: sim"
 
 
@@ -362,10 +505,19 @@ def test_exit_code() -> None:
     assert run.exit_code(report(checks=[PASSED, unreachable])) == ExitCode.UNREACHABLE
     assert int(ExitCode.UNREACHABLE) == 3 and int(ExitCode.CHECKS_FAILED) == 1
     assert run.exit_code(report(checks=[suite])) == ExitCode.UNREACHABLE
-    assert run.exit_code(report(checks=[Check("clock", "spark2", None, "failed", "x")])) == \
-        ExitCode.CHECKS_FAILED
-    assert run.exit_code(report(checks=[Check("reachable", "spark2", None, "skipped", "x")],
-                                nccl=[all_run("all_reduce", "failed")])) == ExitCode.CHECKS_FAILED
+    assert (
+        run.exit_code(report(checks=[Check("clock", "spark2", None, "failed", "x")]))
+        == ExitCode.CHECKS_FAILED
+    )
+    assert (
+        run.exit_code(
+            report(
+                checks=[Check("reachable", "spark2", None, "skipped", "x")],
+                nccl=[all_run("all_reduce", "failed")],
+            )
+        )
+        == ExitCode.CHECKS_FAILED
+    )
 
 
 # ---------------------------------------------------------------- baseline
@@ -421,8 +573,9 @@ def test_a_baseline_path_that_does_not_exist_is_bad_input(state: Path, tmp_path:
     with pytest.raises(SparkctlError) as info:
         run.resolve_baseline(str(missing), "sim")
     assert info.value.code == ExitCode.BAD_INPUT
-    assert str(info.value) == (f"{missing}: no such baseline (give a run directory, its "
-                               "report.json, or last-good)")
+    assert str(info.value) == (
+        f"{missing}: no such baseline (give a run directory, its report.json, or last-good)"
+    )
 
 
 # ---------------------------------------------------------------- thresholds and line rate
@@ -430,7 +583,8 @@ def test_a_baseline_path_that_does_not_exist_is_bad_input(state: Path, tmp_path:
 
 def test_thresholds_from_the_plan() -> None:
     assert run.thresholds(make_plan(), 0.125) == Thresholds(
-        line_rate_gbytes=0.125, min_fraction=0.875, judged_sizes=2, baseline_tolerance=0.1)
+        line_rate_gbytes=0.125, min_fraction=0.875, judged_sizes=2, baseline_tolerance=0.1
+    )
 
 
 class Answers:
@@ -461,22 +615,26 @@ def test_line_rate_unset_reads_the_labs_hardware_json(value: Any) -> None:
     assert run.line_rate(make_plan(line_rate=value), "spark1", quarter) == 0.03125
 
 
-@pytest.mark.parametrize(("rc", "out"), [
-    (1, "cat: /etc/sparkctl-lab/hardware.json: No such file or directory\n"),
-    (0, "garbage"),
-    (0, "null"),
-    (0, "[]"),
-    (0, '{"gpu_name": "NVIDIA GB10"}'),
-    (0, '{"link_rate_mbit": null}'),
-    (0, '{"link_rate_mbit": "fast"}'),
-])
+@pytest.mark.parametrize(
+    ("rc", "out"),
+    [
+        (1, "cat: /etc/sparkctl-lab/hardware.json: No such file or directory\n"),
+        (0, "garbage"),
+        (0, "null"),
+        (0, "[]"),
+        (0, '{"gpu_name": "NVIDIA GB10"}'),
+        (0, '{"link_rate_mbit": null}'),
+        (0, '{"link_rate_mbit": "fast"}'),
+    ],
+)
 def test_line_rate_without_a_readable_hardware_json_is_bad_input(rc: int, out: str) -> None:
     with pytest.raises(SparkctlError) as info:
         run.line_rate(make_plan(), "spark1", Answers(rc, out))
     assert info.value.code == ExitCode.BAD_INPUT
     assert str(info.value) == (
         f"validate_line_rate_gbytes is not set and spark1:/etc/sparkctl-lab/hardware.json gives "
-        f"no link_rate_mbit (rc {rc}): set validate_line_rate_gbytes in the inventory")
+        f"no link_rate_mbit (rc {rc}): set validate_line_rate_gbytes in the inventory"
+    )
 
 
 # ---------------------------------------------------------------- perftest
@@ -485,26 +643,30 @@ def test_line_rate_without_a_readable_hardware_json_is_bad_input(rc: int, out: s
 def test_perftest_skipped_by_the_inventory(tmp_path: Path) -> None:
     runner = Answers(0)
     for setting in (False, "false", "no"):
-        result = run.perftest(make_plan(perftest=setting), NODES, runner, th=TH,
-                              run_dir=tmp_path, setting=setting)
+        result = run.perftest(
+            make_plan(perftest=setting), NODES, runner, th=TH, run_dir=tmp_path, setting=setting
+        )
         assert result == ([], ["ib_write_bw: skipped (validate_perftest: false)"])
     assert runner.calls == []
 
 
-NO_PERFTEST = ("(no perftest or no RDMA devices; the lab has neither): RDMA write bandwidth "
-               "not measured")
+NO_PERFTEST = (
+    "(no perftest or no RDMA devices; the lab has neither): RDMA write bandwidth not measured"
+)
 
 
 def test_perftest_missing_is_a_note_unless_required(tmp_path: Path) -> None:
     runner = Answers(1)
-    checks, notes = run.perftest(make_plan(), NODES, runner, th=TH, run_dir=tmp_path,
-                                 setting="auto")
+    checks, notes = run.perftest(
+        make_plan(), NODES, runner, th=TH, run_dir=tmp_path, setting="auto"
+    )
     note = f"ib_write_bw: not available on spark1, spark2, spark3, spark4 {NO_PERFTEST}"
     assert (checks, notes) == ([], [note])
     assert [c[0] for c in runner.calls] == NODES
     assert all(c[1].startswith("command -v ib_write_bw") for c in runner.calls)
-    checks, notes = run.perftest(make_plan(perftest=True), NODES, Answers(1), th=TH,
-                                 run_dir=tmp_path, setting=True)
+    checks, notes = run.perftest(
+        make_plan(perftest=True), NODES, Answers(1), th=TH, run_dir=tmp_path, setting=True
+    )
     assert notes == []
     assert checks == [Check("rdma_write", n, None, "failed", note) for n in NODES]
 
@@ -513,11 +675,17 @@ def test_perftest_missing_on_one_node_names_it(tmp_path: Path) -> None:
     def runner(host: str, command: str, timeout: int) -> tuple[int, str]:
         return (1 if host == "spark3" else 0), ""
 
-    checks, notes = run.perftest(make_plan(), NODES, runner, th=TH, run_dir=tmp_path,
-                                 setting="yes")
+    checks, notes = run.perftest(make_plan(), NODES, runner, th=TH, run_dir=tmp_path, setting="yes")
     assert notes == []
-    assert checks == [Check("rdma_write", "spark3", None, "failed",
-                            f"ib_write_bw: not available on spark3 {NO_PERFTEST}")]
+    assert checks == [
+        Check(
+            "rdma_write",
+            "spark3",
+            None,
+            "failed",
+            f"ib_write_bw: not available on spark3 {NO_PERFTEST}",
+        )
+    ]
 
 
 # ---------------------------------------------------------------- the plan's cache key
@@ -527,16 +695,18 @@ def inventory_dir(tmp_path: Path) -> Path:
     base = tmp_path / "inv"
     (base / "group_vars" / "sim").mkdir(parents=True)
     ini = base / "cluster.ini"
-    ini.write_text("[sparks]\nspark1 ansible_host=10.77.0.11 node_rank=0 "
-                   "fabric_a_ip=192.168.100.11 fabric_b_ip=192.168.101.11\n"
-                   "[sim:children]\nsparks\n")
-    (base / "group_vars" / "sim" / "cluster.yml").write_text(
-        "validate_busbw_min_fraction: 0.875\n")
+    ini.write_text(
+        "[sparks]\nspark1 ansible_host=10.77.0.11 node_rank=0 "
+        "fabric_a_ip=192.168.100.11 fabric_b_ip=192.168.101.11\n"
+        "[sim:children]\nsparks\n"
+    )
+    (base / "group_vars" / "sim" / "cluster.yml").write_text("validate_busbw_min_fraction: 0.875\n")
     return ini
 
 
-def test_plan_key_is_stable_and_follows_the_inventory(state: Path, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_key_is_stable_and_follows_the_inventory(
+    state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ini = inventory_dir(tmp_path)
     first = run._plan_key(ini)
     assert len(first) == 20 and run._plan_key(ini) == first
@@ -544,7 +714,8 @@ def test_plan_key_is_stable_and_follows_the_inventory(state: Path, tmp_path: Pat
     assert run._plan_key(ini) == first
 
     (ini.parent / "group_vars" / "sim" / "cluster.yml").write_text(
-        "validate_busbw_min_fraction: 0.5\n")
+        "validate_busbw_min_fraction: 0.5\n"
+    )
     second = run._plan_key(ini)
     assert second != first
 
@@ -608,16 +779,29 @@ def ssh_effective(config: Path, host: str) -> dict[str, str]:
     """What ssh itself makes of the file (``ssh -G`` prints the options; it connects nowhere)."""
     if shutil.which("ssh") is None:
         pytest.skip("ssh is not installed")
-    proc = subprocess.run(["ssh", "-G", "-F", str(config), host], capture_output=True,
-                          text=True, check=True, stdin=subprocess.DEVNULL, timeout=30)
+    proc = subprocess.run(
+        ["ssh", "-G", "-F", str(config), host],
+        capture_output=True,
+        text=True,
+        check=True,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+    )
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
 
 
-def test_host_entry_from_ansible_connection_vars(cm_dir: Path, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_entry_from_ansible_connection_vars(
+    cm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
-    opts = entry({"ansible_host": "10.77.0.12", "ansible_user": "nvidia", "ansible_port": "2222",
-                  "ansible_ssh_private_key_file": "~/.ssh/id_sparkctl_cluster"})
+    opts = entry(
+        {
+            "ansible_host": "10.77.0.12",
+            "ansible_user": "nvidia",
+            "ansible_port": "2222",
+            "ansible_ssh_private_key_file": "~/.ssh/id_sparkctl_cluster",
+        }
+    )
     assert opts["hostname"] == ["10.77.0.12"] and opts["user"] == ["nvidia"]
     assert opts["port"] == ["2222"]
     assert opts["identityfile"] == [f"{tmp_path}/.ssh/id_sparkctl_cluster"]
@@ -638,33 +822,55 @@ def test_host_entry_minimal_and_the_older_key_variable(cm_dir: Path) -> None:
 
 
 def test_ssh_args_options_are_kept_in_every_spelling(cm_dir: Path) -> None:
-    opts = entry({"ansible_ssh_common_args": "-o ProxyJump=admin@10.0.0.1 "
-                                             "-oServerAliveInterval=5",
-                  "ansible_ssh_extra_args": "-o 'UserKnownHostsFile /etc/sparkctl/known_hosts'"})
+    opts = entry(
+        {
+            "ansible_ssh_common_args": "-o ProxyJump=admin@10.0.0.1 -oServerAliveInterval=5",
+            "ansible_ssh_extra_args": "-o 'UserKnownHostsFile /etc/sparkctl/known_hosts'",
+        }
+    )
     assert opts["proxyjump"] == ["admin@10.0.0.1"]
     assert opts["serveraliveinterval"] == ["5", "10"]  # the inventory's first: ssh takes it
     assert opts["userknownhostsfile"] == ["/etc/sparkctl/known_hosts"]
 
 
-@pytest.mark.parametrize(("args", "shown", "why"), [
-    ("-o StrictHostKeyChecking=no", "StrictHostKeyChecking=no", "would accept host keys"),
-    ("-o StrictHostKeyChecking=accept-new", "StrictHostKeyChecking=accept-new",
-     "would accept host keys"),
-    ("-o 'StrictHostKeyChecking no'", "StrictHostKeyChecking no", "would accept host keys"),
-    ("-ostricthostkeychecking=off", "stricthostkeychecking=off", "would accept host keys"),
-    ("-o 'StrictHostKeyChecking = no'", "StrictHostKeyChecking = no", "would accept host keys"),
-    ("-o BatchMode=no -o PasswordAuthentication=yes", "BatchMode=no",
-     "is not a value sparkctl passes on"),
-    ("-o 'KnownHostsCommand ssh-keyscan %H'", "KnownHostsCommand ssh-keyscan %H",
-     "runs a command on the controller and lets it vouch for host keys"),
-    ("-o HostKeyAlias=spark1", "HostKeyAlias=spark1", "lets another host's recorded key"),
-    ("-o UserKnownHostsFile=/dev/null", "UserKnownHostsFile=/dev/null",
-     "would keep no known host key to check against"),
-    ("-o 'ProxyCommand=ssh -W %h:%p admin@10.0.0.1'", "ProxyCommand=ssh -W %h:%p admin@10.0.0.1",
-     "runs a command on the controller (use ProxyJump)"),
-])
+@pytest.mark.parametrize(
+    ("args", "shown", "why"),
+    [
+        ("-o StrictHostKeyChecking=no", "StrictHostKeyChecking=no", "would accept host keys"),
+        (
+            "-o StrictHostKeyChecking=accept-new",
+            "StrictHostKeyChecking=accept-new",
+            "would accept host keys",
+        ),
+        ("-o 'StrictHostKeyChecking no'", "StrictHostKeyChecking no", "would accept host keys"),
+        ("-ostricthostkeychecking=off", "stricthostkeychecking=off", "would accept host keys"),
+        ("-o 'StrictHostKeyChecking = no'", "StrictHostKeyChecking = no", "would accept host keys"),
+        (
+            "-o BatchMode=no -o PasswordAuthentication=yes",
+            "BatchMode=no",
+            "is not a value sparkctl passes on",
+        ),
+        (
+            "-o 'KnownHostsCommand ssh-keyscan %H'",
+            "KnownHostsCommand ssh-keyscan %H",
+            "runs a command on the controller and lets it vouch for host keys",
+        ),
+        ("-o HostKeyAlias=spark1", "HostKeyAlias=spark1", "lets another host's recorded key"),
+        (
+            "-o UserKnownHostsFile=/dev/null",
+            "UserKnownHostsFile=/dev/null",
+            "would keep no known host key to check against",
+        ),
+        (
+            "-o 'ProxyCommand=ssh -W %h:%p admin@10.0.0.1'",
+            "ProxyCommand=ssh -W %h:%p admin@10.0.0.1",
+            "runs a command on the controller (use ProxyJump)",
+        ),
+    ],
+)
 def test_an_option_that_weakens_host_keys_or_runs_a_command_is_refused(
-        cm_dir: Path, args: str, shown: str, why: str) -> None:
+    cm_dir: Path, args: str, shown: str, why: str
+) -> None:
     """The ssh_config writer refuses what `inventory check` refuses (the same parser,
     inventory_rules.ssh_options): nothing reaches the file."""
     for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
@@ -683,34 +889,46 @@ def test_the_inventory_cannot_move_what_sparkctl_forces(cm_dir: Path) -> None:
         assert opts["controlpath"] == [f"{cm_dir}/%C"]
 
 
-@pytest.mark.parametrize(("var", "args", "word"), [
-    ("ansible_ssh_common_args", "-J admin@10.0.0.1", "-J"),
-    ("ansible_ssh_extra_args", "-o ProxyJump=x -v", "-v"),
-    ("ansible_ssh_common_args", "-o", "-o"),
-    ("ansible_ssh_extra_args", "ProxyJump=x", "ProxyJump=x"),
-])
+@pytest.mark.parametrize(
+    ("var", "args", "word"),
+    [
+        ("ansible_ssh_common_args", "-J admin@10.0.0.1", "-J"),
+        ("ansible_ssh_extra_args", "-o ProxyJump=x -v", "-v"),
+        ("ansible_ssh_common_args", "-o", "-o"),
+        ("ansible_ssh_extra_args", "ProxyJump=x", "ProxyJump=x"),
+    ],
+)
 def test_anything_but_o_options_is_bad_input_naming_host_and_variable(
-        cm_dir: Path, var: str, args: str, word: str) -> None:
+    cm_dir: Path, var: str, args: str, word: str
+) -> None:
     with pytest.raises(SparkctlError) as info:
         sshconfig.host_entry("spark3", {var: args})
     assert info.value.code == ExitCode.BAD_INPUT
-    assert str(info.value) == (f"host spark3: variable {var}: sparkctl passes only -o options "
-                               f"(and -C, -4, -6) to ssh, not {word!r}")
+    assert str(info.value) == (
+        f"host spark3: variable {var}: sparkctl passes only -o options "
+        f"(and -C, -4, -6) to ssh, not {word!r}"
+    )
 
 
 def test_unbalanced_quotes_are_bad_input(cm_dir: Path) -> None:
     with pytest.raises(SparkctlError) as info:
-        sshconfig.host_entry("spark3", {
-            "ansible_ssh_common_args": "-o ProxyCommand='ssh -W %h:%p admin@10.0.0.1"})
+        sshconfig.host_entry(
+            "spark3", {"ansible_ssh_common_args": "-o ProxyCommand='ssh -W %h:%p admin@10.0.0.1"}
+        )
     assert info.value.code == ExitCode.BAD_INPUT
     assert "host spark3" in str(info.value) and "ansible_ssh_common_args" in str(info.value)
 
 
 def test_write_one_entry_per_host_private_and_read_by_ssh(cm_dir: Path, tmp_path: Path) -> None:
-    hostvars = {n: {"ansible_host": f"10.77.0.1{n[-1]}", "ansible_user": "root",
-                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes "
-                                               "-o UserKnownHostsFile=/etc/sparkctl/kh"}
-                for n in NODES}
+    hostvars = {
+        n: {
+            "ansible_host": f"10.77.0.1{n[-1]}",
+            "ansible_user": "root",
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes "
+            "-o UserKnownHostsFile=/etc/sparkctl/kh",
+        }
+        for n in NODES
+    }
     path = sshconfig.write(tmp_path / "ssh_config", hostvars, NODES)
     assert (path.stat().st_mode & 0o777) == 0o600
     text = path.read_text()
@@ -728,9 +946,11 @@ def test_smuggled_options_cannot_weaken_host_key_checking(cm_dir: Path, tmp_path
     refused before anything is written."""
     args = "-o 'StrictHostKeyChecking\tno' -o 'BatchMode\tno'"
     with pytest.raises(SparkctlError) as err:
-        sshconfig.write(tmp_path / "ssh_config",
-                        {"spark1": {"ansible_host": "10.77.0.11",
-                                    "ansible_ssh_common_args": args}}, ["spark1"])
+        sshconfig.write(
+            tmp_path / "ssh_config",
+            {"spark1": {"ansible_host": "10.77.0.11", "ansible_ssh_common_args": args}},
+            ["spark1"],
+        )
     assert err.value.code == ExitCode.BAD_INPUT and "control characters" in err.value.message
     assert not (tmp_path / "ssh_config").exists()
 
@@ -738,19 +958,26 @@ def test_smuggled_options_cannot_weaken_host_key_checking(cm_dir: Path, tmp_path
 def test_an_option_carrying_a_newline_is_refused(cm_dir: Path, tmp_path: Path) -> None:
     args = "-o 'ProxyJump=admin@10.0.0.1\nStrictHostKeyChecking no'"
     with pytest.raises(SparkctlError) as err:
-        sshconfig.write(tmp_path / "ssh_config",
-                        {"spark1": {"ansible_host": "10.77.0.11",
-                                    "ansible_ssh_common_args": args}}, ["spark1"])
+        sshconfig.write(
+            tmp_path / "ssh_config",
+            {"spark1": {"ansible_host": "10.77.0.11", "ansible_ssh_common_args": args}},
+            ["spark1"],
+        )
     assert err.value.code == ExitCode.BAD_INPUT
     assert "spark1" in err.value.message and "ansible_ssh_common_args" in err.value.message
 
 
 def test_a_plain_inventory_option_reads_the_same_in_ssh(cm_dir: Path, tmp_path: Path) -> None:
-    path = sshconfig.write(tmp_path / "ssh_config",
-                           {"spark1": {"ansible_host": "10.77.0.11",
-                                       "ansible_ssh_common_args": "-o 'StrictHostKeyChecking yes' "
-                                                                  "-o ConnectTimeout=20"}},
-                           ["spark1"])
+    path = sshconfig.write(
+        tmp_path / "ssh_config",
+        {
+            "spark1": {
+                "ansible_host": "10.77.0.11",
+                "ansible_ssh_common_args": "-o 'StrictHostKeyChecking yes' -o ConnectTimeout=20",
+            }
+        },
+        ["spark1"],
+    )
     seen = ssh_effective(path, "spark1")
     assert seen["stricthostkeychecking"] == "true" and seen["connecttimeout"] == "20"
 

@@ -31,14 +31,30 @@ author: sparkctl developers
 
 
 def check_peer(user: str, current: str, peer: dict[str, str]) -> dict[str, Any]:
-    ssh = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-           "-o", "ConnectTimeout=5", peer["address"], "hostname"]
+    ssh = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "ConnectTimeout=5",
+        peer["address"],
+        "hostname",
+    ]
     cmd = ssh if user == current else ["runuser", "-u", user, "--", *ssh]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
     answer = proc.stdout.strip()
     ok = proc.returncode == 0 and answer == peer["name"]
-    reason = "" if ok else (proc.stderr.strip().splitlines()[-1] if proc.stderr.strip()
-                            else f"answered {answer!r}, expected {peer['name']!r}")
+    reason = (
+        ""
+        if ok
+        else (
+            proc.stderr.strip().splitlines()[-1]
+            if proc.stderr.strip()
+            else f"answered {answer!r}, expected {peer['name']!r}"
+        )
+    )
     return {"name": peer["name"], "address": peer["address"], "ok": ok, "reason": reason}
 
 
@@ -47,17 +63,24 @@ def main() -> None:
 
     from ansible.module_utils.basic import AnsibleModule  # noqa: PLC0415
 
-    module = AnsibleModule(argument_spec={
-        "peers": {"type": "list", "elements": "dict", "required": True},
-        "user": {"type": "str", "required": True}}, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={
+            "peers": {"type": "list", "elements": "dict", "required": True},
+            "user": {"type": "str", "required": True},
+        },
+        supports_check_mode=True,
+    )
     current = getpass.getuser()
     peers = module.params["peers"]
     with ThreadPoolExecutor(max_workers=max(1, len(peers))) as pool:
         results = list(pool.map(lambda p: check_peer(module.params["user"], current, p), peers))
     failed = [r for r in results if not r["ok"]]
     if failed:
-        module.fail_json(msg="node-to-node SSH failed: " + "; ".join(
-            f"{r['address']} ({r['name']}): {r['reason']}" for r in failed), results=results)
+        module.fail_json(
+            msg="node-to-node SSH failed: "
+            + "; ".join(f"{r['address']} ({r['name']}): {r['reason']}" for r in failed),
+            results=results,
+        )
     module.exit_json(changed=False, results=results)
 
 

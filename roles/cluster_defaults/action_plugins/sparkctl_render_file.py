@@ -187,7 +187,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
         task_vars = task_vars if task_vars is not None else {}
         result: dict[str, Any] = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(
-            argument_spec=ARGUMENT_SPEC, mutually_exclusive=[("src", "content")])
+            argument_spec=ARGUMENT_SPEC, mutually_exclusive=[("src", "content")]
+        )
         check = bool(self._task.check_mode)
         try:
             mode = parse_mode(args["mode"])
@@ -199,8 +200,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
             elif args["src"] is None and args["content"] is None:
                 raise RenderError("a file needs src (a template) or content")
             else:
-                data = (self._template(args["src"], args["dest"], task_vars)
-                        if args["src"] is not None else content_bytes(args["content"]))
+                data = (
+                    self._template(args["src"], args["dest"], task_vars)
+                    if args["src"] is not None
+                    else content_bytes(args["content"])
+                )
                 changed = write_file(dest, data, mode, check=check)
         except (RenderError, OSError) as exc:
             raise AnsibleActionFail(to_text(exc)) from exc
@@ -215,18 +219,28 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
         except AnsibleError as exc:
             raise AnsibleActionFail(to_text(exc)) from exc
         template_data = trust_as_template(self._loader.get_text_file_contents(source))
-        searchpath = [*task_vars.get("ansible_search_path", []), self._loader._basedir,
-                      os.path.dirname(source)]  # noqa: PTH120 -- template.py's call, as strings
+        searchpath = [
+            *task_vars.get("ansible_search_path", []),
+            self._loader._basedir,
+            os.path.dirname(source),  # noqa: PTH120 -- template.py's call, as strings
+        ]
         # template's search path: the 'templates' subdir of each, then each.
         searchpath = [q for p in searchpath for q in (os.path.join(p, "templates"), p)]  # noqa: PTH118
         temp_vars = task_vars.copy()
-        temp_vars.update(_template_vars.generate_ansible_template_vars(
-            path=src, fullpath=source, dest_path=dest,
-            include_ansible_managed="ansible_managed" not in temp_vars))
-        templar = self._templar.copy_with_new_env(searchpath=searchpath,
-                                                  available_variables=temp_vars)
-        resultant = templar.template(template_data, escape_backslashes=False,
-                                     overrides=TEMPLATE_OVERRIDES)
+        temp_vars.update(
+            _template_vars.generate_ansible_template_vars(
+                path=src,
+                fullpath=source,
+                dest_path=dest,
+                include_ansible_managed="ansible_managed" not in temp_vars,
+            )
+        )
+        templar = self._templar.copy_with_new_env(
+            searchpath=searchpath, available_variables=temp_vars
+        )
+        resultant = templar.template(
+            template_data, escape_backslashes=False, overrides=TEMPLATE_OVERRIDES
+        )
         if resultant is None:
             resultant = ""
         data: bytes = to_bytes(resultant, encoding="utf-8", errors="surrogate_or_strict")

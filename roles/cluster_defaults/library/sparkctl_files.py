@@ -150,9 +150,17 @@ def normalise(files: list[dict[str, Any]]) -> list[Want]:
         if not isinstance(content, str):
             raise ValueError(f"{path}: content must be text")
         _ids(entry.get("owner"), entry.get("group"))  # unknown names fail before any write
-        out.append(Want(path, content.encode(), mode, entry.get("owner"), entry.get("group"),
-                        _validate_cmd(path, entry.get("validate")),
-                        bool(entry.get("unsafe_writes", False))))
+        out.append(
+            Want(
+                path,
+                content.encode(),
+                mode,
+                entry.get("owner"),
+                entry.get("group"),
+                _validate_cmd(path, entry.get("validate")),
+                bool(entry.get("unsafe_writes", False)),
+            )
+        )
     return out
 
 
@@ -162,8 +170,14 @@ def normalise_dirs(directories: list[Any]) -> list[Dir]:
         if isinstance(entry, dict):
             path = _absolute(entry.get("path"), "directory")
             _ids(entry.get("owner"), entry.get("group"))
-            out.append(Dir(path, _mode(path, entry.get("mode"), 0o755) if "mode" in entry else None,
-                           entry.get("owner"), entry.get("group")))
+            out.append(
+                Dir(
+                    path,
+                    _mode(path, entry.get("mode"), 0o755) if "mode" in entry else None,
+                    entry.get("owner"),
+                    entry.get("group"),
+                )
+            )
         else:
             out.append(Dir(_absolute(entry, "directory")))
     return out
@@ -181,10 +195,10 @@ def with_block(text: str, block: str, marker: str) -> str:
     managed = f"{begin}\n{body}{end}\n"
     lines = text.splitlines(keepends=True)
     stripped = [line.rstrip("\r\n") for line in lines]
-    if begin in stripped and end in stripped[stripped.index(begin):]:
+    if begin in stripped and end in stripped[stripped.index(begin) :]:
         first = stripped.index(begin)
         last = stripped.index(end, first)
-        return "".join(lines[:first]) + managed + "".join(lines[last + 1:])
+        return "".join(lines[:first]) + managed + "".join(lines[last + 1 :])
     if text and not text.endswith("\n"):
         text += "\n"
     return text + managed
@@ -212,10 +226,17 @@ def block_wants(blocks: list[dict[str, Any]]) -> list[Want]:
             text, current_mode = "", 0o644
         except UnicodeDecodeError:
             raise ValueError(f"{path}: not UTF-8 text; cannot manage a block in it") from None
-        out.append(Want(path, with_block(text, block, marker).encode(),
-                        _mode(path, entry.get("mode"), current_mode),
-                        entry.get("owner"), entry.get("group"), None,
-                        bool(entry.get("unsafe_writes", False))))
+        out.append(
+            Want(
+                path,
+                with_block(text, block, marker).encode(),
+                _mode(path, entry.get("mode"), current_mode),
+                entry.get("owner"),
+                entry.get("group"),
+                None,
+                bool(entry.get("unsafe_writes", False)),
+            )
+        )
     return out
 
 
@@ -272,8 +293,10 @@ def _validate(want: Want, tmp: str) -> None:
         raise ValueError(f"{want.path}: validate {want.validate!r}: {exc}") from None
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise ValueError(f"{want.path}: validate {want.validate!r} failed (rc {proc.returncode}): "
-                         + " | ".join(detail[-5:]))
+        raise ValueError(
+            f"{want.path}: validate {want.validate!r} failed (rc {proc.returncode}): "
+            + " | ".join(detail[-5:])
+        )
 
 
 def write_file(want: Want) -> None:
@@ -339,22 +362,33 @@ def run(params: dict[str, Any], check_mode: bool, want_diff: bool) -> dict[str, 
     files = normalise(params.get("files") or []) + block_wants(params.get("blocks") or [])
     paths = [f.path for f in files]
     if len(set(paths)) != len(paths):
-        raise ValueError("a path is listed twice: "
-                         + ", ".join(sorted({str(p) for p in paths if paths.count(p) > 1})))
+        raise ValueError(
+            "a path is listed twice: "
+            + ", ".join(sorted({str(p) for p in paths if paths.count(p) > 1}))
+        )
     write = [f for f in files if file_differs(f)]
-    result: dict[str, Any] = {"changed": bool(make or write),
-                              "changed_paths": [str(d.path) for d in make]
-                              + [str(f.path) for f in write]}
+    result: dict[str, Any] = {
+        "changed": bool(make or write),
+        "changed_paths": [str(d.path) for d in make] + [str(f.path) for f in write],
+    }
     if want_diff and write:
-        result["diff"] = [{"before_header": str(f.path), "after_header": str(f.path),
-                           "before": _before(f.path), "after": f.data.decode(errors="replace")}
-                          for f in write]
+        result["diff"] = [
+            {
+                "before_header": str(f.path),
+                "after_header": str(f.path),
+                "before": _before(f.path),
+                "after": f.data.decode(errors="replace"),
+            }
+            for f in write
+        ]
     if not check_mode:
         apply([], write)
     wanted = {str(f.path): f.data for f in files}
     result["sha256"] = {
-        **{p: (hashlib.sha256(data).hexdigest() if check_mode else digest(Path(p)))
-           for p, data in wanted.items()},
+        **{
+            p: (hashlib.sha256(data).hexdigest() if check_mode else digest(Path(p)))
+            for p, data in wanted.items()
+        },
         **{str(p): digest(Path(p)) for p in params.get("digests") or [] if str(p) not in wanted},
     }
     return result

@@ -114,8 +114,14 @@ ansible_facts:
   returned: when packages is true
 """
 
-UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "UnitFileState", "FragmentPath",
-                   "Result")
+UNIT_PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "UnitFileState",
+    "FragmentPath",
+    "Result",
+)
 
 
 def _name(lookup: Any, ident: int) -> str:
@@ -153,8 +159,9 @@ def run(argv: list[str], timeout: int, limit: int) -> dict[str, Any]:
     if not argv or not all(isinstance(a, str) for a in argv):
         return {"rc": 2, "stdout": "", "stderr": f"not an argv: {argv!r}"}
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                              errors="replace")
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, check=False, errors="replace"
+        )
     except FileNotFoundError as exc:
         return {"rc": 127, "stdout": "", "stderr": str(exc)}
     except PermissionError as exc:
@@ -169,34 +176,60 @@ def user(name: str) -> dict[str, Any]:
         entry = pwd.getpwnam(name)
     except KeyError:
         return {"exists": False}
-    return {"exists": True, "uid": entry.pw_uid, "gid": entry.pw_gid, "home": entry.pw_dir,
-            "shell": entry.pw_shell, "group": _name(grp.getgrgid, entry.pw_gid)}
+    return {
+        "exists": True,
+        "uid": entry.pw_uid,
+        "gid": entry.pw_gid,
+        "home": entry.pw_dir,
+        "shell": entry.pw_shell,
+        "group": _name(grp.getgrgid, entry.pw_gid),
+    }
 
 
-def probe(files: list[str], read: list[str], commands: dict[str, list[str]],  # noqa: PLR0917
-          timeout: int = 60, limit: int = 65536, users: list[str] | None = None,
-          units: list[str] | None = None, packages: bool = False,
-          secrets: list[str] | None = None) -> dict[str, Any]:
+def probe(  # noqa: PLR0917
+    files: list[str],
+    read: list[str],
+    commands: dict[str, list[str]],
+    timeout: int = 60,
+    limit: int = 65536,
+    users: list[str] | None = None,
+    units: list[str] | None = None,
+    packages: bool = False,
+    secrets: list[str] | None = None,
+) -> dict[str, Any]:
     hidden = set(secrets or [])
     if hidden & set(read):
         raise ValueError(f"listed both as secret and to read: {sorted(hidden & set(read))}")
     wanted = list(dict.fromkeys([*files, *read, *hidden]))
     result: dict[str, Any] = {
         "files": {p: look(Path(p), p in read, p not in hidden) for p in wanted},
-        "commands": {name: run([str(a) for a in argv] if isinstance(argv, list) else argv,
-                               timeout, limit)
-                     for name, argv in commands.items()},
+        "commands": {
+            name: run([str(a) for a in argv] if isinstance(argv, list) else argv, timeout, limit)
+            for name, argv in commands.items()
+        },
         "users": {name: user(name) for name in users or []},
         "units": {},
     }
     if units:
-        shown = run(["systemctl", "show", "--no-pager", "-p", ",".join(UNIT_PROPERTIES), *units],
-                    timeout, 1 << 20)
-        result["units"] = systemctl_show_units(shown["stdout"] if shown["rc"] == 0 else "",
-                                               list(units), list(UNIT_PROPERTIES))
+        shown = run(
+            ["systemctl", "show", "--no-pager", "-p", ",".join(UNIT_PROPERTIES), *units],
+            timeout,
+            1 << 20,
+        )
+        result["units"] = systemctl_show_units(
+            shown["stdout"] if shown["rc"] == 0 else "", list(units), list(UNIT_PROPERTIES)
+        )
     if packages:
-        listed = run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${Architecture}\t"
-                      "${db:Status-Abbrev}\n"], timeout, 1 << 24)
+        listed = run(
+            [
+                "dpkg-query",
+                "-W",
+                "-f",
+                "${Package}\t${Version}\t${Architecture}\t${db:Status-Abbrev}\n",
+            ],
+            timeout,
+            1 << 24,
+        )
         if listed["rc"] != 0:
             raise OSError(f"dpkg-query: {listed['stderr'].strip()}")
         result["ansible_facts"] = {"packages": dpkg_query(listed["stdout"])}
@@ -222,8 +255,17 @@ def main() -> None:
     )
     p = module.params
     try:
-        result = probe(p["files"], p["read"], p["commands"], p["timeout"], p["max_output"],
-                       p["users"], p["units"], p["packages"], p["secrets"])
+        result = probe(
+            p["files"],
+            p["read"],
+            p["commands"],
+            p["timeout"],
+            p["max_output"],
+            p["users"],
+            p["units"],
+            p["packages"],
+            p["secrets"],
+        )
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"cannot read: {exc}")
     module.exit_json(changed=False, **result)

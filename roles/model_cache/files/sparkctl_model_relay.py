@@ -118,7 +118,8 @@ def _hub_repo(root: Path) -> Path | None:
     (``models--org--name/snapshots/SHA``), whose files link into ``../../blobs``."""
     resolved = root.resolve()
     if resolved.parent.name == "snapshots" and resolved.parents[1].name.startswith(
-            ("models--", "datasets--", "spaces--")):
+        ("models--", "datasets--", "spaces--")
+    ):
         return resolved.parents[1]
     return None
 
@@ -133,9 +134,11 @@ def _walk(root: Path, link_root: Path | None = None) -> Iterator[Path]:
         dirnames.sort()
         for name in dirnames:
             if (Path(dirpath) / name).is_symlink():
-                raise RelayError(f"{Path(dirpath) / name} is a link to a directory; sparkctl "
-                                 "follows no directory link (point the source at the real "
-                                 "directory, or copy the files in)")
+                raise RelayError(
+                    f"{Path(dirpath) / name} is a link to a directory; sparkctl "
+                    "follows no directory link (point the source at the real "
+                    "directory, or copy the files in)"
+                )
         for name in sorted(filenames):
             if name.endswith((PARTIAL, RANGES)):
                 continue
@@ -143,8 +146,10 @@ def _walk(root: Path, link_root: Path | None = None) -> Iterator[Path]:
             if path.is_symlink():
                 target = path.resolve()
                 if not target.is_relative_to(base):
-                    raise RelayError(f"{path} links to {target}, outside {base}: sparkctl "
-                                     "reads nothing outside the model root")
+                    raise RelayError(
+                        f"{path} links to {target}, outside {base}: sparkctl "
+                        "reads nothing outside the model root"
+                    )
             if path.is_file():
                 yield path
 
@@ -191,14 +196,14 @@ def _known(state: dict[str, dict[str, Any]], rel: str, st: os.stat_result) -> st
     return None
 
 
-def build_manifest(root: Path, state_path: Path,
-                   link_root: Path | None = None) -> dict[str, Any]:
+def build_manifest(root: Path, state_path: Path, link_root: Path | None = None) -> dict[str, Any]:
     """The manifest of root; hashes reused from the state where size and mtime match."""
     if not root.is_dir():
         raise RelayError(f"{root} is not a directory")
     state = load_state(state_path)
-    found = [(path, path.relative_to(root).as_posix(), path.stat())
-             for path in _walk(root, link_root)]
+    found = [
+        (path, path.relative_to(root).as_posix(), path.stat()) for path in _walk(root, link_root)
+    ]
     digests = [_known(state, rel, st) for _, rel, st in found]
     todo = [i for i, d in enumerate(digests) if d is None]
     for i, digest in zip(todo, hash_all([found[i][0] for i in todo]), strict=True):
@@ -212,8 +217,12 @@ def build_manifest(root: Path, state_path: Path,
     if not files:
         raise RelayError(f"{root} holds no files")
     save_state(state_path, new_state)
-    return {"version": 1, "files": files, "total_bytes": sum(f["size"] for f in files),
-            "hashed_bytes": hashed}
+    return {
+        "version": 1,
+        "files": files,
+        "total_bytes": sum(f["size"] for f in files),
+        "hashed_bytes": hashed,
+    }
 
 
 def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
@@ -255,9 +264,16 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def check(root: Path, manifest_path: Path, state_path: Path, need_out: Path | None,
-          *, full: bool = False, link: Path | None = None,
-          read_only: bool = False) -> dict[str, Any]:
+def check(
+    root: Path,
+    manifest_path: Path,
+    state_path: Path,
+    need_out: Path | None,
+    *,
+    full: bool = False,
+    link: Path | None = None,
+    read_only: bool = False,
+) -> dict[str, Any]:
     """What this node lacks, against the manifest (see the module docstring).
 
     ``read_only`` (``sparkctl validate``) writes nothing: the hash state is
@@ -300,10 +316,17 @@ def check(root: Path, manifest_path: Path, state_path: Path, need_out: Path | No
         root.mkdir(parents=True, exist_ok=True)
     usage = shutil.disk_usage(_existing(root))
     need_bytes = sum(manifest[rel]["size"] for rel in need)
-    return {"files": len(manifest), "missing": missing, "bad": bad, "need": len(need),
-            "need_bytes": need_bytes, "free_bytes": usage.free, "hashed_bytes": hashed,
-            "total_bytes": sum(e["size"] for e in manifest.values()),
-            "link_target": str(link.readlink()) if link is not None and link.is_symlink() else None}
+    return {
+        "files": len(manifest),
+        "missing": missing,
+        "bad": bad,
+        "need": len(need),
+        "need_bytes": need_bytes,
+        "free_bytes": usage.free,
+        "hashed_bytes": hashed,
+        "total_bytes": sum(e["size"] for e in manifest.values()),
+        "link_target": str(link.readlink()) if link is not None and link.is_symlink() else None,
+    }
 
 
 # ---------------------------------------------------------------- the chain
@@ -339,8 +362,9 @@ def _via(hop: dict[str, Any], stream: int = 0) -> list[str]:
     return [w.replace("{host}", hop_host(hop, stream)) for w in shlex.split(via)]
 
 
-def next_command(chain: list[dict[str, Any]], stream: int = 0, streams: int = 1,
-                 transport: str = "ssh") -> list[str]:
+def next_command(
+    chain: list[dict[str, Any]], stream: int = 0, streams: int = 1, transport: str = "ssh"
+) -> list[str]:
     """argv that starts ``recv`` on the first hop of ``chain`` with the rest of it."""
     hop = chain[0]
     relay = str(hop.get("relay") or RELAY)
@@ -374,8 +398,10 @@ def plan(sizes: dict[str, int], streams: int) -> list[list[Piece]]:
             count = min(-(-size // share), size // MIN_PIECE)
             step = size // count // CHUNK * CHUNK  # >= MIN_PIECE, a whole number of CHUNKs
             offsets = [i * step for i in range(count)]
-            pieces += [(rel, off, (offsets[i + 1] if i + 1 < count else size) - off, size)
-                       for i, off in enumerate(offsets)]
+            pieces += [
+                (rel, off, (offsets[i + 1] if i + 1 < count else size) - off, size)
+                for i, off in enumerate(offsets)
+            ]
         else:
             pieces.append((rel, 0, size, size))
     groups: list[list[Piece]] = [[] for _ in range(k)]
@@ -428,7 +454,7 @@ _TEE = _libc_tee()
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 class Progress:
@@ -494,20 +520,32 @@ class Downstream:
     (any other is closed unread). The bytes then travel unencrypted.
     """
 
-    def __init__(self, chain: list[dict[str, Any]], out: IO[str], lock: threading.Lock, *,
-                 stream: int = 0, streams: int = 1, transport: str = "ssh") -> None:
+    def __init__(
+        self,
+        chain: list[dict[str, Any]],
+        out: IO[str],
+        lock: threading.Lock,
+        *,
+        stream: int = 0,
+        streams: int = 1,
+        transport: str = "ssh",
+    ) -> None:
         hop = chain[0]
         self.host = _hop_name(hop)
         self.tail: list[str] = []
         self.sock: socket.socket | None = None
         tcp = transport == "tcp"
-        self.proc = subprocess.Popen(next_command(chain, stream, streams, transport),
-                                     stdin=subprocess.PIPE, bufsize=0,
-                                     stdout=subprocess.PIPE if tcp else subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            next_command(chain, stream, streams, transport),
+            stdin=subprocess.PIPE,
+            bufsize=0,
+            stdout=subprocess.PIPE if tcp else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self.stdin = _piped(self.proc.stdin)
-        self.reader = threading.Thread(target=_pass_up, daemon=True,
-                                       args=(_piped(self.proc.stderr), out, lock, self.tail))
+        self.reader = threading.Thread(
+            target=_pass_up, daemon=True, args=(_piped(self.proc.stderr), out, lock, self.tail)
+        )
         self.reader.start()
         if tcp:
             self.sock = self._connect(hop_host(hop, stream))
@@ -522,19 +560,23 @@ class Downstream:
         try:
             _write_all(self.stdin.fileno(), token + b"\n")
             self.stdin.close()
-            line = _read_line(_piped(self.proc.stdout).fileno(), 64,
-                              time.monotonic() + ACCEPT_TIMEOUT)
+            line = _read_line(
+                _piped(self.proc.stdout).fileno(), 64, time.monotonic() + ACCEPT_TIMEOUT
+            )
         except (OSError, RelayError) as exc:
             self.proc.kill()
-            raise RelayError(f"{self.host} did not start listening ({exc}): "
-                             + " | ".join(self.tail[-3:])) from None
+            raise RelayError(
+                f"{self.host} did not start listening ({exc}): " + " | ".join(self.tail[-3:])
+            ) from None
         words = line.decode(errors="replace").split()
         if len(words) != 2 or words[0] != "listening" or not words[1].isdigit():
             self.proc.kill()
             self.proc.wait()
             self.reader.join(timeout=10)
-            raise RelayError(f"{self.host} did not start listening: "
-                             + " | ".join(self.tail[-3:] or [line.decode(errors="replace")]))
+            raise RelayError(
+                f"{self.host} did not start listening: "
+                + " | ".join(self.tail[-3:] or [line.decode(errors="replace")])
+            )
         # What recv prints at its end goes nowhere; read so that it never blocks.
         threading.Thread(target=_piped(self.proc.stdout).read, daemon=True).start()
         try:
@@ -657,7 +699,7 @@ class Inbound:
             if self.eof:
                 return None
         n = min(limit, self.end - self.pos)
-        view = self.view[self.pos:self.pos + n]
+        view = self.view[self.pos : self.pos + n]
         self.pos += n
         return view
 
@@ -694,8 +736,11 @@ class Inbound:
         while count:
             if self.pipe:
                 room = self._available()
-                n = os.splice(self.fd, fd, min(count, room, PIPE_SIZE), offset_dst=pos) \
-                    if room else 0
+                n = (
+                    os.splice(self.fd, fd, min(count, room, PIPE_SIZE), offset_dst=pos)
+                    if room
+                    else 0
+                )
                 if n == 0:
                     raise _cut()
                 self._used(n)
@@ -754,8 +799,10 @@ def _real_dir(root: Path, rel: str) -> Path:
         with contextlib.suppress(FileExistsError):
             current.mkdir(mode=0o755)
         if current.is_symlink() or not current.is_dir():
-            raise RelayError(f"{current} is a link or not a directory; sparkctl writes "
-                             "nothing through it (remove it first)")
+            raise RelayError(
+                f"{current} is a link or not a directory; sparkctl writes "
+                "nothing through it (remove it first)"
+            )
     return current
 
 
@@ -790,8 +837,10 @@ def _no_link(path: Path, mode: str) -> IO[str]:
 
 
 def _mismatch(rel: str, size: int, digest: str, entry: dict[str, Any]) -> RelayError:
-    return RelayError(f"{rel}: received {size} bytes with SHA-256 {digest[:16]}..., the "
-                      f"manifest says {entry['size']} bytes, {entry['sha256'][:16]}...")
+    return RelayError(
+        f"{rel}: received {size} bytes with SHA-256 {digest[:16]}..., the "
+        f"manifest says {entry['size']} bytes, {entry['sha256'][:16]}..."
+    )
 
 
 def _into_place(partial: Path, target: Path) -> os.stat_result:
@@ -811,12 +860,21 @@ def _piece(header: dict[str, Any], manifest: dict[str, dict[str, Any]]) -> Piece
         raise RelayError(f"the stream carries {rel!r}, which the manifest does not list")
     offset, length, size = header.get("offset"), header.get("length"), header.get("size")
     if size != entry["size"]:
-        raise RelayError(f"{rel}: received a file of {size} bytes, the manifest says "
-                         f"{entry['size']} bytes (changed on the sender since its manifest?)")
-    if not (isinstance(offset, int) and isinstance(length, int)
-            and offset >= 0 and length >= 0 and offset + length <= size):
-        raise RelayError(f"{rel}: the piece {offset}+{length} of {size} bytes does not fit the "
-                         f"manifest's {entry['size']} bytes")
+        raise RelayError(
+            f"{rel}: received a file of {size} bytes, the manifest says "
+            f"{entry['size']} bytes (changed on the sender since its manifest?)"
+        )
+    if not (
+        isinstance(offset, int)
+        and isinstance(length, int)
+        and offset >= 0
+        and length >= 0
+        and offset + length <= size
+    ):
+        raise RelayError(
+            f"{rel}: the piece {offset}+{length} of {size} bytes does not fit the "
+            f"manifest's {entry['size']} bytes"
+        )
     return rel, offset, length, int(entry["size"])
 
 
@@ -824,8 +882,14 @@ class Receiver:
     """What one stream writes on one node: whole files hashed as they are written,
     byte ranges into a partial file that the stream completing it hashes."""
 
-    def __init__(self, root: Path, manifest: dict[str, dict[str, Any]], need: set[str],
-                 progress: Progress, job: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        manifest: dict[str, dict[str, Any]],
+        need: set[str],
+        progress: Progress,
+        job: str,
+    ) -> None:
         self.root, self.manifest, self.need, self.progress = root, manifest, need, progress
         self.job = job or "0"
         self.written: list[str] = []
@@ -847,8 +911,10 @@ class Receiver:
                 raise RelayError("a record header is not a JSON object")
             if header.get("end") is True:
                 if header.get("pieces") != count:
-                    raise RelayError(f"the stream ended after {count} pieces, its sender sent "
-                                     f"{header.get('pieces')}")
+                    raise RelayError(
+                        f"the stream ended after {count} pieces, its sender sent "
+                        f"{header.get('pieces')}"
+                    )
                 break
             rel, offset, length, total = _piece(header, self.manifest)
             count += 1
@@ -862,8 +928,11 @@ class Receiver:
             raise RelayError("the stream goes on after its end record")
 
     def _done(self, rel: str, st: os.stat_result) -> None:
-        self.state[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                           "sha256": self.manifest[rel]["sha256"]}
+        self.state[rel] = {
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "sha256": self.manifest[rel]["sha256"],
+        }
         self.written.append(rel)
         self.progress.files += 1
 
@@ -884,7 +953,7 @@ class Receiver:
                     try:
                         pos = 0
                         for n, data in inbound.place(fd, 0, size):
-                            digest.update(data if data is not None else view[pos:pos + n])
+                            digest.update(data if data is not None else view[pos : pos + n])
                             pos += n
                     finally:
                         view.release()
@@ -945,7 +1014,7 @@ def sha256_fd(fd: int, size: int) -> str:
             view = memoryview(mapped)
             try:
                 for i in range(0, size, 64 << 20):
-                    digest.update(view[i:i + (64 << 20)])
+                    digest.update(view[i : i + (64 << 20)])
             finally:
                 view.release()
     return digest.hexdigest()
@@ -994,15 +1063,20 @@ def _finish_node(hop: dict[str, Any], receiver: Receiver, streams: int) -> None:
         except OSError:
             missing.append(rel)
             continue
-        if not known or known.get("sha256") != entry["sha256"] or \
-                known.get("mtime_ns") != st.st_mtime_ns or st.st_size != entry["size"]:
+        if (
+            not known
+            or known.get("sha256") != entry["sha256"]
+            or known.get("mtime_ns") != st.st_mtime_ns
+            or st.st_size != entry["size"]
+        ):
             missing.append(rel)
     if missing:
         raise RelayError(f"the stream ended without {len(missing)} needed file(s): {missing[:3]}")
 
 
-def _listen(hop: dict[str, Any], stream: int, stdin: IO[bytes],
-            out: IO[str] | None = None) -> socket.socket:
+def _listen(
+    hop: dict[str, Any], stream: int, stdin: IO[bytes], out: IO[str] | None = None
+) -> socket.socket:
     """The one connection of an unencrypted (tcp) stream: the token comes first on
     stdin (inside the ssh session), then the port is said on stdout, and only a
     connection that presents the token is taken."""
@@ -1016,8 +1090,9 @@ def _listen(hop: dict[str, Any], stream: int, stdin: IO[bytes],
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RelayError(f"no connection with the token on {address} within "
-                                 f"{ACCEPT_TIMEOUT:.0f} s")
+                raise RelayError(
+                    f"no connection with the token on {address} within {ACCEPT_TIMEOUT:.0f} s"
+                )
             server.settimeout(left)
             try:
                 conn, _ = server.accept()
@@ -1039,23 +1114,35 @@ def _listen(hop: dict[str, Any], stream: int, stdin: IO[bytes],
             conn.close()  # not the upstream hop: nothing read from it is used
 
 
-def recv(chain: list[dict[str, Any]], stdin: IO[bytes], err: IO[str], *, stream: int = 0,
-         streams: int = 1, transport: str = "ssh") -> dict[str, Any]:
+def recv(
+    chain: list[dict[str, Any]],
+    stdin: IO[bytes],
+    err: IO[str],
+    *,
+    stream: int = 0,
+    streams: int = 1,
+    transport: str = "ssh",
+) -> dict[str, Any]:
     hop, rest = chain[0], chain[1:]
     root, need_file = Path(hop["root"]), Path(hop["need"])
     manifest = read_manifest(Path(hop["manifest"]))
-    need = {line.strip() for line in need_file.read_text().splitlines() if line.strip()} \
-        if need_file.exists() else set()
+    need = (
+        {line.strip() for line in need_file.read_text().splitlines() if line.strip()}
+        if need_file.exists()
+        else set()
+    )
     unknown = need - manifest.keys()
     if unknown:
         raise RelayError(f"{need_file} names files not in the manifest: {sorted(unknown)[:3]}")
     conn = _listen(hop, stream, stdin) if transport == "tcp" else None
     progress = Progress(_hop_name(hop), err, stream)
-    downstream = (Downstream(rest, err, progress.lock, stream=stream, streams=streams,
-                             transport=transport) if rest else None)
+    downstream = (
+        Downstream(rest, err, progress.lock, stream=stream, streams=streams, transport=transport)
+        if rest
+        else None
+    )
     receiver = Receiver(root, manifest, need, progress, str(hop.get("job") or ""))
-    inbound = Inbound(conn.fileno() if conn is not None else stdin.fileno(), downstream,
-                      progress)
+    inbound = Inbound(conn.fileno() if conn is not None else stdin.fileno(), downstream, progress)
     try:
         receiver.run(inbound)
     except BaseException:
@@ -1070,8 +1157,12 @@ def recv(chain: list[dict[str, Any]], stdin: IO[bytes], err: IO[str], *, stream:
         downstream.finish()
     _finish_node(hop, receiver, streams)
     progress.emit(final=True)
-    return {"host": hop["host"], "stream": stream, "written": receiver.written,
-            "bytes": progress.bytes}
+    return {
+        "host": hop["host"],
+        "stream": stream,
+        "written": receiver.written,
+        "bytes": progress.bytes,
+    }
 
 
 class ProgressFile:
@@ -1090,8 +1181,12 @@ class ProgressFile:
 
     def line(self, text: str) -> None:
         parts = text.split()
-        if len(parts) in (4, 5) and parts[0] in ("progress", "done") and parts[1] in self.seen \
-                and all(p.isdigit() for p in parts[2:]):
+        if (
+            len(parts) in (4, 5)
+            and parts[0] in ("progress", "done")
+            and parts[1] in self.seen
+            and all(p.isdigit() for p in parts[2:])
+        ):
             stream = int(parts[4]) if len(parts) == 5 else 0
             self.seen[parts[1]][stream] = (int(parts[2]), int(parts[3]), parts[0] == "done")
             self.write()
@@ -1101,13 +1196,21 @@ class ProgressFile:
         hosts = {}
         for host, streams in self.seen.items():
             sent = sum(b for b, _, _ in streams.values())
-            hosts[host] = {"bytes": sent, "files": sum(f for _, f, _ in streams.values()),
-                           "done": len(streams) == self.streams
-                           and all(d for _, _, d in streams.values()),
-                           "rate_bps": round(sent / elapsed)}
-        return {"job": self.job, "total_bytes": self.total, "elapsed_s": round(elapsed, 3),
-                "streams": self.streams, "finished": finished, "error": self.error,
-                "hosts": hosts}
+            hosts[host] = {
+                "bytes": sent,
+                "files": sum(f for _, f, _ in streams.values()),
+                "done": len(streams) == self.streams and all(d for _, _, d in streams.values()),
+                "rate_bps": round(sent / elapsed),
+            }
+        return {
+            "job": self.job,
+            "total_bytes": self.total,
+            "elapsed_s": round(elapsed, 3),
+            "streams": self.streams,
+            "finished": finished,
+            "error": self.error,
+            "hosts": hosts,
+        }
 
     def write(self, finished: bool = False) -> None:
         if self.path is None:
@@ -1137,9 +1240,16 @@ class _LineSink:
         pass
 
 
-def send(root: Path, names: list[str], chain: list[dict[str, Any]],
-         progress_path: Path | None, job: str = "", *, streams: int = 1,
-         transport: str = "ssh") -> dict[str, Any]:
+def send(
+    root: Path,
+    names: list[str],
+    chain: list[dict[str, Any]],
+    progress_path: Path | None,
+    job: str = "",
+    *,
+    streams: int = 1,
+    transport: str = "ssh",
+) -> dict[str, Any]:
     """Stream ``names`` along ``chain``; every outcome, failures too, ends in the progress file."""
     total = sum((root / n).stat().st_size for n in names if (root / n).is_file())
     board = ProgressFile(progress_path, [_hop_name(h) for h in chain], total, job)
@@ -1161,8 +1271,10 @@ def _sizes(root: Path, names: list[str]) -> dict[str, int]:
         if not path.is_file():
             raise RelayError(f"{path} is missing on the sending node")
         if not path.resolve().is_relative_to(base):
-            raise RelayError(f"{path} links to {path.resolve()}, outside {base}: sparkctl "
-                             "reads nothing outside the model root")
+            raise RelayError(
+                f"{path} links to {path.resolve()}, outside {base}: sparkctl "
+                "reads nothing outside the model root"
+            )
         sizes[name] = path.stat().st_size
     return sizes
 
@@ -1173,8 +1285,9 @@ def _send_stream(root: Path, pieces: list[Piece], down: Downstream) -> int:
     down.write(MAGIC)
     sent = 0
     for rel, offset, length, size in pieces:
-        header = json.dumps({"path": rel, "offset": offset, "length": length,
-                             "size": size}).encode()
+        header = json.dumps(
+            {"path": rel, "offset": offset, "length": length, "size": size}
+        ).encode()
         down.write(HEADER.pack(len(header)) + header)
         fd = os.open(root / rel, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -1189,8 +1302,15 @@ def _send_stream(root: Path, pieces: list[Piece], down: Downstream) -> int:
     return sent
 
 
-def _send(root: Path, names: list[str], chain: list[dict[str, Any]], board: ProgressFile,
-          *, streams: int = 1, transport: str = "ssh") -> dict[str, Any]:
+def _send(
+    root: Path,
+    names: list[str],
+    chain: list[dict[str, Any]],
+    board: ProgressFile,
+    *,
+    streams: int = 1,
+    transport: str = "ssh",
+) -> dict[str, Any]:
     if not chain or not names:
         board.write(finished=True)
         return {"sent_bytes": 0, **board.snapshot(finished=True)}
@@ -1213,8 +1333,16 @@ def _send(root: Path, names: list[str], chain: list[dict[str, Any]], board: Prog
 
     try:
         for i in range(len(groups)):
-            downs.append(Downstream(chain, sink, lock,  # type: ignore[arg-type]
-                                    stream=i, streams=len(groups), transport=transport))
+            downs.append(
+                Downstream(
+                    chain,
+                    sink,
+                    lock,  # type: ignore[arg-type]
+                    stream=i,
+                    streams=len(groups),
+                    transport=transport,
+                )
+            )
     except BaseException:
         for down in downs:
             down.kill()
@@ -1238,8 +1366,9 @@ def snapshot_dir(cache_dir: Path, repo: str, revision: str) -> Path:
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({k: v for k, v in manifest.items() if k != "hashed_bytes"},
-                              indent=1) + "\n")
+    tmp.write_text(
+        json.dumps({k: v for k, v in manifest.items() if k != "hashed_bytes"}, indent=1) + "\n"
+    )
     tmp.replace(path)
 
 
@@ -1270,21 +1399,23 @@ def read_token(stream: IO[bytes]) -> str:
     """
     data = stream.read(TOKEN_LIMIT + 1)
     if len(data) > TOKEN_LIMIT:
-        raise RelayError(f"--token-stdin: more than {TOKEN_LIMIT} bytes on stdin; it reads one "
-                         "line holding the token")
+        raise RelayError(
+            f"--token-stdin: more than {TOKEN_LIMIT} bytes on stdin; it reads one "
+            "line holding the token"
+        )
     try:
         text = data.decode("ascii")
     except UnicodeDecodeError:
         raise RelayError("--token-stdin: the token on stdin is not ASCII") from None
     lines = text.splitlines()
     if any(line.strip() for line in lines[1:]):
-        raise RelayError("--token-stdin: stdin holds more than one line; it reads one line "
-                         "holding the token")
+        raise RelayError(
+            "--token-stdin: stdin holds more than one line; it reads one line holding the token"
+        )
     token = lines[0].strip() if lines else ""
     # It goes into an "authorization: Bearer ..." header: no spaces or control characters.
     if any(not 0x21 <= ord(c) <= 0x7E for c in token):
-        raise RelayError("--token-stdin: the token on stdin contains spaces or control "
-                         "characters")
+        raise RelayError("--token-stdin: the token on stdin contains spaces or control characters")
     return token
 
 
@@ -1322,9 +1453,9 @@ class MaskedStream(io.TextIOBase):
         self.pending += text
         cut = max(self.pending.rfind("\n"), self.pending.rfind("\r"))
         if cut >= 0:
-            self.target.write(mask(self.pending[:cut + 1], self.secrets))
+            self.target.write(mask(self.pending[: cut + 1], self.secrets))
             self.target.flush()
-            self.pending = self.pending[cut + 1:]
+            self.pending = self.pending[cut + 1 :]
         return len(text)
 
     def flush(self) -> None:
@@ -1352,8 +1483,15 @@ def masked_output(secrets: list[str]) -> Iterator[None]:
         err.drain()
 
 
-def fetch_hf(repo: str, revision: str, cache_dir: Path, manifest_path: Path,
-             state_path: Path, *, token: str | None = None) -> dict[str, Any]:
+def fetch_hf(
+    repo: str,
+    revision: str,
+    cache_dir: Path,
+    manifest_path: Path,
+    state_path: Path,
+    *,
+    token: str | None = None,
+) -> dict[str, Any]:
     """The snapshot of ``repo`` at ``revision``, complete and as the manifest says.
 
     The manifest of a revision is made once, from its first complete download,
@@ -1368,7 +1506,7 @@ def fetch_hf(repo: str, revision: str, cache_dir: Path, manifest_path: Path,
     """
     env_token = os.environ.get("HF_TOKEN") or None
     secrets = [t for t in (token, env_token) if t]
-    hf_token: str | bool | None = (env_token if token is None else (token or False))
+    hf_token: str | bool | None = env_token if token is None else (token or False)
     snapshot = snapshot_dir(cache_dir, repo, revision)
     known = _manifest_revision(manifest_path) == revision
     if known and snapshot.is_dir():
@@ -1385,25 +1523,34 @@ def fetch_hf(repo: str, revision: str, cache_dir: Path, manifest_path: Path,
         try:
             from huggingface_hub import snapshot_download  # noqa: PLC0415 - only in the fetch venv
         except ImportError:
-            raise RelayError("huggingface_hub is not installed for this Python; run it with the "
-                             "model_cache role's virtualenv") from None
+            raise RelayError(
+                "huggingface_hub is not installed for this Python; run it with the "
+                "model_cache role's virtualenv"
+            ) from None
         try:
-            path = Path(snapshot_download(repo_id=repo, revision=revision,
-                                          cache_dir=str(cache_dir), token=hf_token))
+            path = Path(
+                snapshot_download(
+                    repo_id=repo, revision=revision, cache_dir=str(cache_dir), token=hf_token
+                )
+            )
         except Exception as exc:  # the library raises many kinds; every one ends the fetch
             # One line: the library's messages span several, and the role reports the
             # last line of stderr (tasks/configure.yml, "Say why the download failed").
             text = " ".join(str(exc).split())
-            raise RelayError(mask(f"downloading {repo}@{revision}: {type(exc).__name__}: {text}",
-                                  secrets)) from None
+            raise RelayError(
+                mask(f"downloading {repo}@{revision}: {type(exc).__name__}: {text}", secrets)
+            ) from None
     if path.resolve() != snapshot.resolve():
         raise RelayError(f"huggingface_hub put {repo}@{revision} in {path}, not {snapshot}")
     if known:
-        found = check(snapshot, manifest_path, state_path,
-                      state_path.with_name(state_path.name + ".need"))
+        found = check(
+            snapshot, manifest_path, state_path, state_path.with_name(state_path.name + ".need")
+        )
         if found["need"]:
-            raise RelayError(f"the download of {repo}@{revision} differs from its manifest "
-                             f"{manifest_path}: {(found['missing'] + found['bad'])[:3]}")
+            raise RelayError(
+                f"the download of {repo}@{revision} differs from its manifest "
+                f"{manifest_path}: {(found['missing'] + found['bad'])[:3]}"
+            )
     else:
         manifest = build_manifest(snapshot, state_path)  # links into blobs/: _hub_repo
         write_manifest(manifest_path, {**manifest, "repo": repo, "revision": revision})
@@ -1446,18 +1593,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--state", type=Path, required=True)
     p.add_argument("--need-out", type=Path)
     p.add_argument("--full", action="store_true")
-    p.add_argument("--read-only", action="store_true",
-                   help="write nothing (no state, no need list, no directory): validate")
+    p.add_argument(
+        "--read-only",
+        action="store_true",
+        help="write nothing (no state, no need list, no directory): validate",
+    )
     p.add_argument("--link", type=Path, help="a link whose target is reported (link_target)")
     p = sub.add_parser("send")
     p.add_argument("root", type=Path)
     p.add_argument("--files", type=Path, required=True)
     p.add_argument("--chain", required=True)
     p.add_argument("--progress", type=Path)
-    p.add_argument("--job", default="",
-                   help="written into the progress file (a reader waits for its own job)")
-    p.add_argument("--streams", type=_streams, default=1,
-                   help=f"parallel chains (1-{MAX_STREAMS}, or auto: half the cores, 2-8)")
+    p.add_argument(
+        "--job", default="", help="written into the progress file (a reader waits for its own job)"
+    )
+    p.add_argument(
+        "--streams",
+        type=_streams,
+        default=1,
+        help=f"parallel chains (1-{MAX_STREAMS}, or auto: half the cores, 2-8)",
+    )
     p.add_argument("--transport", choices=TRANSPORTS, default="ssh")
     p = sub.add_parser("recv")
     p.add_argument("--chain", required=True)
@@ -1470,9 +1625,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", type=Path, required=True)
     p.add_argument("--manifest", type=Path, required=True)
     p.add_argument("--state", type=Path, required=True)
-    p.add_argument("--token-stdin", action="store_true",
-                   help="read the token from the first line of stdin (empty: anonymous) "
-                   "instead of HF_TOKEN")
+    p.add_argument(
+        "--token-stdin",
+        action="store_true",
+        help="read the token from the first line of stdin (empty: anonymous) instead of HF_TOKEN",
+    )
     return parser
 
 
@@ -1483,26 +1640,51 @@ def main(argv: Iterable[str] | None = None) -> int:
         if args.command == "manifest":
             manifest = build_manifest(args.root, args.state)
             write_manifest(args.out, manifest)
-            result: dict[str, Any] = {"files": len(manifest["files"]),
-                                      "total_bytes": manifest["total_bytes"],
-                                      "hashed_bytes": manifest["hashed_bytes"]}
+            result: dict[str, Any] = {
+                "files": len(manifest["files"]),
+                "total_bytes": manifest["total_bytes"],
+                "hashed_bytes": manifest["hashed_bytes"],
+            }
         elif args.command == "check":
-            result = check(args.root, args.manifest, args.state, args.need_out, full=args.full,
-                           link=args.link, read_only=args.read_only)
+            result = check(
+                args.root,
+                args.manifest,
+                args.state,
+                args.need_out,
+                full=args.full,
+                link=args.link,
+                read_only=args.read_only,
+            )
         elif args.command == "fetch-hf":
             token = read_token(sys.stdin.buffer) if args.token_stdin else None
             secrets.append(token or "")
-            result = fetch_hf(args.repo, args.revision, args.cache_dir, args.manifest, args.state,
-                              token=token)
+            result = fetch_hf(
+                args.repo, args.revision, args.cache_dir, args.manifest, args.state, token=token
+            )
         elif args.command == "send":
-            result = send(args.root, _names(args.files), _chain(args.chain), args.progress,
-                          args.job, streams=args.streams, transport=args.transport)
+            result = send(
+                args.root,
+                _names(args.files),
+                _chain(args.chain),
+                args.progress,
+                args.job,
+                streams=args.streams,
+                transport=args.transport,
+            )
         else:
             if not 0 <= args.stream < args.streams <= MAX_STREAMS:
-                raise RelayError(f"--stream {args.stream} of --streams {args.streams}: "
-                                 f"0 <= stream < streams <= {MAX_STREAMS}")
-            result = recv(_chain(args.chain), sys.stdin.buffer, sys.stderr, stream=args.stream,
-                          streams=args.streams, transport=args.transport)
+                raise RelayError(
+                    f"--stream {args.stream} of --streams {args.streams}: "
+                    f"0 <= stream < streams <= {MAX_STREAMS}"
+                )
+            result = recv(
+                _chain(args.chain),
+                sys.stdin.buffer,
+                sys.stderr,
+                stream=args.stream,
+                streams=args.streams,
+                transport=args.transport,
+            )
     except (RelayError, OSError) as exc:
         print(mask(f"{RELAY}: {exc}", secrets), file=sys.stderr)
         return 1

@@ -25,8 +25,9 @@ SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*\Z")
 # sparkctl's one parser of node tool output (sparkctl/tool_output.py), loaded by
 # the loader linked beside this file (sparkctl/tool_output_loader.py says why a
 # filter loads it by path).
-TOOL_OUTPUT = run_path(str(Path(__file__).with_name(
-    "sparkctl_tool_output_loader.py")))["tool_output"](__file__)
+TOOL_OUTPUT = run_path(str(Path(__file__).with_name("sparkctl_tool_output_loader.py")))[
+    "tool_output"
+](__file__)
 
 
 def nccl_parse_env(text: str) -> dict[str, str]:
@@ -43,9 +44,11 @@ def nccl_env_problems(env: dict[str, Any]) -> list[str]:
         elif isinstance(value, (dict, list, bool)) or value is None:
             problems.append(f"{key}: {value!r} must be a string or a number")
         elif not SAFE_VALUE.match(str(value)):
-            problems.append(f"{key}: {value!r} has characters that systemd, a shell and "
-                            "NCCL's nccl.conf reader would not read alike (blanks, quotes, "
-                            "backslash, $ or #)")
+            problems.append(
+                f"{key}: {value!r} has characters that systemd, a shell and "
+                "NCCL's nccl.conf reader would not read alike (blanks, quotes, "
+                "backslash, $ or #)"
+            )
     return problems
 
 
@@ -53,12 +56,19 @@ def nccl_env_diff(actual: dict[str, Any], expected: dict[str, Any]) -> list[str]
     """How a file's variables differ from what the inventory implies (values compared as text)."""
     actual = {str(k): str(v) for k, v in dict(actual).items()}
     expected = {str(k): str(v) for k, v in dict(expected).items()}
-    diff = [f"{key} is missing (expected {expected[key]!r})"
-            for key in sorted(expected.keys() - actual.keys())]
-    diff += [f"{key}={actual[key]!r} is not expected here"
-             for key in sorted(actual.keys() - expected.keys())]
-    diff += [f"{key}={actual[key]!r}, expected {expected[key]!r}"
-             for key in sorted(expected.keys() & actual.keys()) if actual[key] != expected[key]]
+    diff = [
+        f"{key} is missing (expected {expected[key]!r})"
+        for key in sorted(expected.keys() - actual.keys())
+    ]
+    diff += [
+        f"{key}={actual[key]!r} is not expected here"
+        for key in sorted(actual.keys() - expected.keys())
+    ]
+    diff += [
+        f"{key}={actual[key]!r}, expected {expected[key]!r}"
+        for key in sorted(expected.keys() & actual.keys())
+        if actual[key] != expected[key]
+    ]
     return diff
 
 
@@ -97,8 +107,10 @@ def nccl_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[str
     if env_file in parsed:
         gid = parsed[env_file].get("NCCL_IB_GID_INDEX", "")
         if not re.fullmatch(r"[0-9]+", gid) or gid != str(want["gid_index"]):
-            problems.append(f"NCCL_IB_GID_INDEX in {env_file} is {gid or 'missing'}, the node's "
-                            f"RoCE v2 IPv4 GID index is {want['gid_index']}")
+            problems.append(
+                f"NCCL_IB_GID_INDEX in {env_file} is {gid or 'missing'}, the node's "
+                f"RoCE v2 IPv4 GID index is {want['gid_index']}"
+            )
 
     for name in want["binaries"]:
         path = f"{want['tests_dir']}/build/{name}"
@@ -106,8 +118,11 @@ def nccl_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[str
         usage = cmds.get(name) or {"rc": None, "stdout": "", "stderr": "not run"}
         if not (info.get("exists") and info.get("executable")):
             problems.append(f"{path}: missing or not executable")
-        elif (usage.get("rc") != 0 or f"USAGE: {name}" not in str(usage.get("stdout", ""))
-              or "--minbytes" not in str(usage.get("stdout", ""))):
+        elif (
+            usage.get("rc") != 0
+            or f"USAGE: {name}" not in str(usage.get("stdout", ""))
+            or "--minbytes" not in str(usage.get("stdout", ""))
+        ):
             problems.append(f"{path} -h: rc {usage.get('rc')}: {_short(usage.get('stderr', ''))}")
 
     mpirun = cmds.get("mpirun --version") or {"rc": None, "stdout": "", "stderr": "not run"}
@@ -117,13 +132,18 @@ def nccl_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[str
 
     if want.get("lib_path"):
         lib_path = str(want["lib_path"])
-        ldd = [line.strip() for line in str((cmds.get("ldd") or {}).get("stdout", "")).splitlines()
-               if "libnccl" in line]
+        ldd = [
+            line.strip()
+            for line in str((cmds.get("ldd") or {}).get("stdout", "")).splitlines()
+            if "libnccl" in line
+        ]
         wanted = f"{want['nccl_home']}/lib/libnccl.so.2"
         present = bool((files.get(lib_path) or {}).get("exists"))
         if not present or not any(wanted in line for line in ldd):
-            problems.append(f"{lib_path} exists: {present}; "
-                            f"all_reduce_perf resolves libnccl to {', '.join(ldd) or 'nothing'}")
+            problems.append(
+                f"{lib_path} exists: {present}; "
+                f"all_reduce_perf resolves libnccl to {', '.join(ldd) or 'nothing'}"
+            )
     return problems
 
 
@@ -132,5 +152,9 @@ class FilterModule:
     ``reading | nccl_verify_problems(want)``."""
 
     def filters(self) -> dict[str, Any]:
-        return {"nccl_parse_env": nccl_parse_env, "nccl_env_problems": nccl_env_problems,
-                "nccl_env_diff": nccl_env_diff, "nccl_verify_problems": nccl_verify_problems}
+        return {
+            "nccl_parse_env": nccl_parse_env,
+            "nccl_env_problems": nccl_env_problems,
+            "nccl_env_diff": nccl_env_diff,
+            "nccl_verify_problems": nccl_verify_problems,
+        }

@@ -40,7 +40,8 @@ def nvidia_hold_regex(pattern: str) -> str:
     """One shell-style pattern as an anchored regular expression, without backslashes."""
     if nvidia_hold_pattern_problems([pattern]):
         raise ValueError(
-            f"{pattern!r} is not a package name pattern (a-z, 0-9, '.', '+', '-', '*', '?')")
+            f"{pattern!r} is not a package name pattern (a-z, 0-9, '.', '+', '-', '*', '?')"
+        )
     out = []
     for char in pattern:
         out.append({".": "[.]", "+": "[+]", "*": ".*", "?": "."}.get(char, char))

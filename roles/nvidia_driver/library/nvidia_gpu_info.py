@@ -97,9 +97,16 @@ def gpus_of(text: str) -> list[dict[str, Any]]:
         rows = nvidia_smi_csv(text, list(QUERY_FIELDS))
     except ToolOutputError as exc:
         raise GpuInfoError(f"unexpected nvidia-smi --query-gpu output: {exc}") from exc
-    return [{"index": i, "name": row["name"], "driver_version": row["driver_version"],
-             "compute_cap": row["compute_cap"], "pci_bus_id": row["pci.bus_id"]}
-            for i, row in enumerate(rows)]
+    return [
+        {
+            "index": i,
+            "name": row["name"],
+            "driver_version": row["driver_version"],
+            "compute_cap": row["compute_cap"],
+            "pci_bus_id": row["pci.bus_id"],
+        }
+        for i, row in enumerate(rows)
+    ]
 
 
 def first_words(stdout: str, stderr: str, limit: int = 400) -> str:

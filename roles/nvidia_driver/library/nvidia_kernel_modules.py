@@ -167,7 +167,7 @@ _SET_DEFAULT = re.compile(r'^set default=(?:"([^"]*)"|\'([^\']*)\'|(\S+))\s*\Z')
 
 def _kernel_of(path: str) -> str | None:
     name = Path(path).name
-    return name[len("vmlinuz-"):] if name.startswith("vmlinuz-") else None
+    return name[len("vmlinuz-") :] if name.startswith("vmlinuz-") else None
 
 
 def _open_item(word: str, line: str) -> GrubItem:
@@ -220,14 +220,21 @@ def parse_grub_cfg(text: str) -> GrubMenu:
                 stack.pop()
             continue
         current = stack[-1]
-        if (word == "linux" and current is not None and current.kind == "menuentry"
-                and current.kernel is None):
+        if (
+            word == "linux"
+            and current is not None
+            and current.kind == "menuentry"
+            and current.kernel is None
+        ):
             parts = line.split()
             if len(parts) > 1:
                 current.kernel = _kernel_of(parts[1])
     plain = [d for d in defaults if d != "${next_entry}"]
-    return GrubMenu(items=root.items, default=plain[-1] if plain else "0",
-                    honours_next_entry="${next_entry}" in defaults)
+    return GrubMenu(
+        items=root.items,
+        default=plain[-1] if plain else "0",
+        honours_next_entry="${next_entry}" in defaults,
+    )
 
 
 def _find(items: Sequence[GrubItem], component: str) -> GrubItem | None:
@@ -270,6 +277,7 @@ def resolve_entry(menu: GrubMenu, selector: str) -> tuple[list[GrubItem], bool]:
 
 def menu_path_of(menu: GrubMenu, kernel: str) -> str | None:
     """'Submenu>Entry' of the first non-recovery entry booting `kernel` (for grub-set-default)."""
+
     def walk(items: Sequence[GrubItem], prefix: list[str]) -> str | None:
         for item in items:
             if item.kind == "menuentry" and item.kernel == kernel and "recovery" not in item.title:
@@ -278,11 +286,13 @@ def menu_path_of(menu: GrubMenu, kernel: str) -> str | None:
             if found:
                 return found
         return None
+
     return walk(menu.items, [])
 
 
-def boot_kernel_from_grub(cfg_text: str, env_text: str,
-                          cfg_path: str = "/boot/grub/grub.cfg") -> tuple[str | None, str]:
+def boot_kernel_from_grub(
+    cfg_text: str, env_text: str, cfg_path: str = "/boot/grub/grub.cfg"
+) -> tuple[str | None, str]:
     """(release GRUB boots next, how that was found) from grub.cfg and grubenv."""
     menu = parse_grub_cfg(cfg_text)
     env = parse_grubenv(env_text)
@@ -328,14 +338,17 @@ class Findings:
     def problems(self) -> list[str]:
         out: list[str] = []
         if self.driver_version is None:
-            return [f"{self.node}: {self.driver_package} is not installed, so no installed driver "
-                    "says which nvidia module a kernel needs; install the driver "
-                    f"({self.driver_package} and its nvidia-driver-*-open) and run provision again"]
+            return [
+                f"{self.node}: {self.driver_package} is not installed, so no installed driver "
+                "says which nvidia module a kernel needs; install the driver "
+                f"({self.driver_package} and its nvidia-driver-*-open) and run provision again"
+            ]
         if self.boot is None:
             out.append(
                 f"{self.node}: cannot tell which kernel boots next ({self.boot_source}), so "
                 "cannot promise it has the nvidia module; make GRUB's default entry a Linux "
-                "kernel (GRUB_DEFAULT in /etc/default/grub, then `sudo update-grub`)")
+                "kernel (GRUB_DEFAULT in /etc/default/grub, then `sudo update-grub`)"
+            )
         kernels = [("running", self.running)]
         if self.boot is not None and self.boot != self.running:
             kernels.append(("next-boot", self.boot))
@@ -351,29 +364,41 @@ class Findings:
         if module is not None and version == self.driver_version:
             return None
         package = f"{self.prefix}{kernel}"
-        what = ("the running kernel" if role == "running"
-                else f"the kernel it boots next ({self.boot_source})")
+        what = (
+            "the running kernel"
+            if role == "running"
+            else f"the kernel it boots next ({self.boot_source})"
+        )
         if module is None:
             said = self.modinfo_errors.get(kernel, "not found")
             found = f"has no nvidia module (modinfo: {said})"
         else:
-            found = (f"has nvidia module {version or 'of unknown version'} "
-                     f"({module.get('filename', '?')})")
-        fix = (f"install the module package built for driver {self.driver_version}: "
-               f"`sudo apt-get install {package}` (`apt-cache policy {package}` shows the "
-               f"candidates; each depends on {self.driver_package} of its own driver version). "
-               "If apt wants a newer driver for it, kernel and driver must move together: "
-               "unhold the packages of /etc/sparkctl/nvidia-hold.list (`apt-mark showhold`), "
-               "upgrade kernel, modules and driver in one `apt-get install`, reboot, and run "
-               "provision again to hold them")
+            found = (
+                f"has nvidia module {version or 'of unknown version'} "
+                f"({module.get('filename', '?')})"
+            )
+        fix = (
+            f"install the module package built for driver {self.driver_version}: "
+            f"`sudo apt-get install {package}` (`apt-cache policy {package}` shows the "
+            f"candidates; each depends on {self.driver_package} of its own driver version). "
+            "If apt wants a newer driver for it, kernel and driver must move together: "
+            "unhold the packages of /etc/sparkctl/nvidia-hold.list (`apt-mark showhold`), "
+            "upgrade kernel, modules and driver in one `apt-get install`, reboot, and run "
+            "provision again to hold them"
+        )
         if role == "next-boot":
             back = self.grub and menu_path_of(self.grub, self.running)
-            keep = (f"`sudo grub-set-default '{back}'` with GRUB_DEFAULT=saved in "
-                    "/etc/default/grub and `sudo update-grub`" if back
-                    else "GRUB_DEFAULT in /etc/default/grub and `sudo update-grub`")
+            keep = (
+                f"`sudo grub-set-default '{back}'` with GRUB_DEFAULT=saved in "
+                "/etc/default/grub and `sudo update-grub`"
+                if back
+                else "GRUB_DEFAULT in /etc/default/grub and `sudo update-grub`"
+            )
             fix += f"; or, before any reboot, keep booting {self.running} ({keep})"
-        return (f"{self.node}: {what}, {kernel}, {found}, but driver {self.driver_version} is "
-                f"installed ({self.driver_package}); {fix}")
+        return (
+            f"{self.node}: {what}, {kernel}, {found}, but driver {self.driver_version} is "
+            f"installed ({self.driver_package}); {fix}"
+        )
 
     def result(self) -> dict[str, Any]:
         return {
@@ -395,8 +420,9 @@ def _read(path: str) -> str | None:
         raise KernelModuleError(f"cannot read {path}: {exc}") from exc
 
 
-def find_boot_kernel(grub_cfg: str, grubenv: str,
-                     links: Sequence[str]) -> tuple[str | None, str, GrubMenu | None]:
+def find_boot_kernel(
+    grub_cfg: str, grubenv: str, links: Sequence[str]
+) -> tuple[str | None, str, GrubMenu | None]:
     cfg = _read(grub_cfg)
     if cfg is not None:
         kernel, why = boot_kernel_from_grub(cfg, _read(grubenv) or "", grub_cfg)
@@ -408,14 +434,23 @@ def find_boot_kernel(grub_cfg: str, grubenv: str,
     return None, f"no {grub_cfg} and no symlink {' or '.join(links)}", None
 
 
-def kernel_modules(*, node: str, driver_package: str, driver_version: str | None, prefix: str,
-                   boot: tuple[str | None, str, GrubMenu | None], uname: str | None,
-                   modinfo: str | None, run: RunCommand) -> Findings:
+def kernel_modules(
+    *,
+    node: str,
+    driver_package: str,
+    driver_version: str | None,
+    prefix: str,
+    boot: tuple[str | None, str, GrubMenu | None],
+    uname: str | None,
+    modinfo: str | None,
+    run: RunCommand,
+) -> Findings:
     """Ask uname and modinfo, and put the findings together; KernelModuleError when it cannot."""
     if not uname or not modinfo:
         raise KernelModuleError(
             f"{node}: {'uname' if not uname else 'modinfo (kmod)'} not found, so the kernel's "
-            "nvidia module cannot be checked")
+            "nvidia module cannot be checked"
+        )
     rc, out, err = run([uname, "-r"])
     if rc != 0:
         said = err.strip() or out.strip()
@@ -431,15 +466,24 @@ def kernel_modules(*, node: str, driver_package: str, driver_version: str | None
         rc, out, err = run([modinfo, "-k", kernel, "nvidia"])
         fields = modinfo_fields(out) if rc == 0 else {}
         if rc == 0 and fields.get("filename"):
-            modules[kernel] = {k: fields[k] for k in ("filename", "version", "vermagic")
-                               if k in fields}
+            modules[kernel] = {
+                k: fields[k] for k in ("filename", "version", "vermagic") if k in fields
+            }
         else:
             modules[kernel] = None
             errors[kernel] = " ".join((err or out).split()) or f"exit {rc}"
-    return Findings(node=node, driver_package=driver_package,
-                    driver_version=debian_upstream_version(driver_version), prefix=prefix,
-                    running=running, boot=boot_kernel, boot_source=boot_source,
-                    modules=modules, modinfo_errors=errors, grub=menu)
+    return Findings(
+        node=node,
+        driver_package=driver_package,
+        driver_version=debian_upstream_version(driver_version),
+        prefix=prefix,
+        running=running,
+        boot=boot_kernel,
+        boot_source=boot_source,
+        modules=modules,
+        modinfo_errors=errors,
+        grub=menu,
+    )
 
 
 def main() -> None:
@@ -450,8 +494,11 @@ def main() -> None:
             "modules_package_prefix": {"type": "str", "required": True},
             "grub_cfg": {"type": "path", "default": "/boot/grub/grub.cfg"},
             "grubenv": {"type": "path", "default": "/boot/grub/grubenv"},
-            "vmlinuz_links": {"type": "list", "elements": "path",
-                              "default": ["/boot/vmlinuz", "/vmlinuz"]},
+            "vmlinuz_links": {
+                "type": "list",
+                "elements": "path",
+                "default": ["/boot/vmlinuz", "/vmlinuz"],
+            },
             "node_name": {"type": "str"},
         },
         supports_check_mode=True,
@@ -460,16 +507,22 @@ def main() -> None:
     node = p["node_name"] or socket.gethostname()
 
     def run(argv: list[str]) -> tuple[int, str, str]:
-        rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"},
-                                          handle_exceptions=False)
+        rc, out, err = module.run_command(
+            argv, environ_update={"LC_ALL": "C"}, handle_exceptions=False
+        )
         return rc, out, err
 
     try:
         findings = kernel_modules(
-            node=node, driver_package=p["driver_package"], driver_version=p["driver_version"],
+            node=node,
+            driver_package=p["driver_package"],
+            driver_version=p["driver_version"],
             prefix=p["modules_package_prefix"],
             boot=find_boot_kernel(p["grub_cfg"], p["grubenv"], p["vmlinuz_links"]),
-            uname=module.get_bin_path("uname"), modinfo=module.get_bin_path("modinfo"), run=run)
+            uname=module.get_bin_path("uname"),
+            modinfo=module.get_bin_path("modinfo"),
+            run=run,
+        )
     except (KernelModuleError, OSError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **findings.result())

@@ -74,6 +74,7 @@ gpu_code:
 
 RunCommand = Callable[[list[str]], tuple[int, str, str]]
 
+
 class NvccError(Exception):
     """What went wrong, worded for the person who runs the playbook."""
 
@@ -85,7 +86,8 @@ def nvcc_info(nvcc: str, node: str, run: RunCommand) -> dict[str, Any]:
         except OSError as exc:
             raise NvccError(
                 f"cannot run {nvcc} on {node}: {exc}; the CUDA toolkit is missing or elsewhere "
-                "(install cuda-toolkit-13-0, or set nvidia_driver_nvcc)") from exc
+                "(install cuda-toolkit-13-0, or set nvidia_driver_nvcc)"
+            ) from exc
         if rc != 0:
             said = " ".join((err or out).split())[:300] or "no output"
             raise NvccError(f"{nvcc} {' '.join(args)} failed on {node} (exit {rc}): {said}")
@@ -108,8 +110,9 @@ def main() -> None:
     node = module.params["node_name"] or socket.gethostname()
 
     def run(argv: list[str]) -> tuple[int, str, str]:
-        rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"},
-                                          handle_exceptions=False)
+        rc, out, err = module.run_command(
+            argv, environ_update={"LC_ALL": "C"}, handle_exceptions=False
+        )
         return rc, out, err
 
     try:

@@ -32,33 +32,58 @@ options:
 author: sparkctl developers
 """
 
+
 def ping(target: dict[str, Any], count: int) -> dict[str, Any]:
     payload = int(target["mtu"]) - 28  # 20 bytes IPv4 + 8 bytes ICMP header
-    cmd = ["ping", "-n", "-q", "-M", "do", "-c", str(count), "-i", "0.2", "-W", "1",
-           "-I", str(target["interface"]), "-s", str(payload), str(target["address"])]
+    cmd = [
+        "ping",
+        "-n",
+        "-q",
+        "-M",
+        "do",
+        "-c",
+        str(count),
+        "-i",
+        "0.2",
+        "-W",
+        "1",
+        "-I",
+        str(target["interface"]),
+        "-s",
+        str(payload),
+        str(target["address"]),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
     summary = ping_summary(proc.stdout, proc.stderr)
     tx, rx = (summary["sent"], summary["received"]) if summary["sent"] else (count, 0)
     ok = rx == tx and tx > 0
     detail = "" if ok else (summary["error"] or f"{rx}/{tx} replies")
-    return {**target, "payload": payload, "sent": tx, "received": rx, "ok": ok,
-            "detail": detail}
+    return {**target, "payload": payload, "sent": tx, "received": rx, "ok": ok, "detail": detail}
 
 
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule  # noqa: PLC0415
 
-    module = AnsibleModule(argument_spec={
-        "targets": {"type": "list", "elements": "dict", "required": True},
-        "count": {"type": "int", "default": 3}}, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={
+            "targets": {"type": "list", "elements": "dict", "required": True},
+            "count": {"type": "int", "default": 3},
+        },
+        supports_check_mode=True,
+    )
     targets = module.params["targets"]
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as pool:
         results = list(pool.map(lambda t: ping(t, module.params["count"]), targets))
     failed = [r for r in results if not r["ok"]]
     if failed:
-        module.fail_json(msg="full-MTU pings failed: " + "; ".join(
-            f"{r['interface']} -> {r['peer']} {r['address']} ({r['mtu']} bytes): {r['detail']}"
-            for r in failed), results=results)
+        module.fail_json(
+            msg="full-MTU pings failed: "
+            + "; ".join(
+                f"{r['interface']} -> {r['peer']} {r['address']} ({r['mtu']} bytes): {r['detail']}"
+                for r in failed
+            ),
+            results=results,
+        )
     module.exit_json(changed=False, results=results)
 
 

@@ -79,10 +79,11 @@ gids:
   returned: always
 """
 
-_EMPTY_GIDS = {"0000:0000:0000:0000:0000:0000:0000:0000",
-               "fe80:0000:0000:0000:0000:0000:0000:0000"}
-FABRIC_HINT = ("a twin without its IPv4 address has no such GID: run the roce_fabric role "
-               "first (playbooks/roce_fabric.yml), which addresses both twins")
+_EMPTY_GIDS = {"0000:0000:0000:0000:0000:0000:0000:0000", "fe80:0000:0000:0000:0000:0000:0000:0000"}
+FABRIC_HINT = (
+    "a twin without its IPv4 address has no such GID: run the roce_fabric role "
+    "first (playbooks/roce_fabric.yml), which addresses both twins"
+)
 
 
 class GidError(Exception):
@@ -114,8 +115,9 @@ def read_sysfs_gids(sysfs_root: Path) -> list[dict[str, Any]]:
             gids = port_dir / "gids"
             if not gids.is_dir() or not port_dir.name.isdigit():
                 continue
-            for gid_file in sorted(gids.iterdir(), key=lambda p: int(p.name)
-                                   if p.name.isdigit() else -1):
+            for gid_file in sorted(
+                gids.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1
+            ):
                 if not gid_file.name.isdigit():
                     continue
                 gid = (_read(gid_file) or "").lower()
@@ -125,15 +127,23 @@ def read_sysfs_gids(sysfs_root: Path) -> list[dict[str, Any]]:
                 ver = _type_to_ver(_read(attrs / "types" / gid_file.name))
                 if ver is None:
                     continue
-                rows.append({"dev": dev_dir.name, "port": int(port_dir.name),
-                             "index": int(gid_file.name), "gid": gid,
-                             "ipv4": gid_to_ipv4(gid), "ver": ver,
-                             "ndev": _read(attrs / "ndevs" / gid_file.name) or None})
+                rows.append(
+                    {
+                        "dev": dev_dir.name,
+                        "port": int(port_dir.name),
+                        "index": int(gid_file.name),
+                        "gid": gid,
+                        "ipv4": gid_to_ipv4(gid),
+                        "ver": ver,
+                        "ndev": _read(attrs / "ndevs" / gid_file.name) or None,
+                    }
+                )
     return rows
 
 
-def select_index(rows: list[dict[str, Any]], netdevs: list[str],
-                 addresses: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+def select_index(
+    rows: list[dict[str, Any]], netdevs: list[str], addresses: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
     """The one RoCE v2 IPv4 GID index shared by ``netdevs``; raises GidError otherwise."""
     addresses = addresses or {}
     chosen: dict[str, dict[str, Any]] = {}
@@ -142,11 +152,14 @@ def select_index(rows: list[dict[str, Any]], netdevs: list[str],
     for netdev in netdevs:
         mine = [r for r in rows if r.get("ndev") == netdev]
         if not mine:
-            problems.append(f"{netdev}: no GID at all (no RoCE device on this netdev, "
-                            "or the netdev does not exist)")
+            problems.append(
+                f"{netdev}: no GID at all (no RoCE device on this netdev, "
+                "or the netdev does not exist)"
+            )
             continue
-        v2 = sorted((r for r in mine if r["ver"] == "v2" and r.get("ipv4")),
-                    key=lambda r: r["index"])
+        v2 = sorted(
+            (r for r in mine if r["ver"] == "v2" and r.get("ipv4")), key=lambda r: r["index"]
+        )
         want = addresses.get(netdev)
         if want:
             v2 = [r for r in v2 if r["ipv4"] == want]
@@ -156,16 +169,23 @@ def select_index(rows: list[dict[str, Any]], netdevs: list[str],
             unaddressed = True
             continue
         row = v2[0]
-        chosen[netdev] = {"ibdev": row["dev"], "port": row["port"], "index": row["index"],
-                          "gid": row["gid"], "ipv4": row["ipv4"]}
+        chosen[netdev] = {
+            "ibdev": row["dev"],
+            "port": row["port"],
+            "index": row["index"],
+            "gid": row["gid"],
+            "ipv4": row["ipv4"],
+        }
     if problems:
         raise GidError("; ".join(problems) + (f"; {FABRIC_HINT}" if unaddressed else ""))
     indexes = sorted({c["index"] for c in chosen.values()})
     if len(indexes) != 1:
         detail = ", ".join(f"{n}={c['index']}" for n, c in chosen.items())
-        raise GidError(f"the twins' RoCE v2 IPv4 GID indexes differ ({detail}); NCCL takes one "
-                       "NCCL_IB_GID_INDEX for every HCA: set nccl_ib_gid_index to the right one "
-                       "or give each twin the same number of addresses")
+        raise GidError(
+            f"the twins' RoCE v2 IPv4 GID indexes differ ({detail}); NCCL takes one "
+            "NCCL_IB_GID_INDEX for every HCA: set nccl_ib_gid_index to the right one "
+            "or give each twin the same number of addresses"
+        )
     return indexes[0], chosen
 
 
@@ -176,8 +196,10 @@ def read_table(sysfs_root: Path, show_gids: str) -> tuple[str, list[dict[str, An
         return "sysfs", read_sysfs_gids(sysfs_root)
     exe = shutil.which(show_gids)
     if exe is None:
-        raise GidError(f"no RDMA devices in {base} and no {show_gids} command: is the "
-                       "ConnectX-7 driver (mlx5_ib) loaded?")
+        raise GidError(
+            f"no RDMA devices in {base} and no {show_gids} command: is the "
+            "ConnectX-7 driver (mlx5_ib) loaded?"
+        )
     proc = subprocess.run([exe], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise GidError(f"{show_gids} exited {proc.returncode}: {proc.stderr.strip()}")
@@ -199,9 +221,11 @@ def main() -> None:
     source, rows = "none", []
     try:
         source, rows = read_table(Path(module.params["sysfs_root"]), module.params["show_gids"])
-        index, per_netdev = select_index(rows, module.params["netdevs"],
-                                         {k: str(v) for k, v in
-                                          module.params["addresses"].items() if v})
+        index, per_netdev = select_index(
+            rows,
+            module.params["netdevs"],
+            {k: str(v) for k, v in module.params["addresses"].items() if v},
+        )
     except GidError as exc:
         module.fail_json(msg=f"{exc} (GID table from {source})", source=source, gids=rows)
     module.exit_json(changed=False, index=index, per_netdev=per_netdev, source=source, gids=rows)

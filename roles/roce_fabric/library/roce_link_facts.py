@@ -50,6 +50,7 @@ sysctls:
   returned: always
 """
 
+
 def sysctl_path(key: str) -> Path:
     """/proc/sys path of a dotted key; a netdev name may itself hold dots, so
     only net.*.conf.<dev>.* keys keep the dots of <dev> (as sysctl(8) does with '/')."""
@@ -80,8 +81,11 @@ def collect(netdevs: list[str]) -> tuple[dict[str, Any], list[str]]:
         ib = {row["netdev"]: row for row in ibdev2netdev(proc.stdout)}
     else:
         warnings.append("ibdev2netdev is not installed (MLNX OFED / DOCA tools)")
-    addrs = ip_addr(subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True,
-                                         text=True, check=True).stdout)
+    addrs = ip_addr(
+        subprocess.run(
+            ["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     links: dict[str, Any] = {}
     for dev in netdevs:
         sysfs = Path("/sys/class/net") / dev
@@ -106,11 +110,13 @@ def collect(netdevs: list[str]) -> tuple[dict[str, Any], list[str]]:
 def main() -> None:
     from ansible.module_utils.basic import AnsibleModule  # noqa: PLC0415
 
-    module = AnsibleModule(argument_spec={"netdevs": {"type": "list", "elements": "str",
-                                                      "required": True},
-                                          "sysctls": {"type": "list", "elements": "str",
-                                                      "default": []}},
-                           supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec={
+            "netdevs": {"type": "list", "elements": "str", "required": True},
+            "sysctls": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=True,
+    )
     try:
         links, warnings = collect(module.params["netdevs"])
         sysctls = read_sysctls(module.params["sysctls"])

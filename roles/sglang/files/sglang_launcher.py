@@ -58,8 +58,14 @@ MAX_LINE = 1 << 16
 # Seconds the output of processes the server left behind is still passed on
 # after the server itself exited (SGLang kills its process tree on the way out).
 LINGER = 10.0
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-             signal.SIGUSR1, signal.SIGUSR2)
+FORWARDED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 
 
 class UsageError(Exception):
@@ -71,7 +77,7 @@ def parse_argv(argv: list[str]) -> tuple[str | None, list[str]]:
     if "--" not in argv:
         raise UsageError("usage: sglang-launcher.py [--secrets-file FILE] -- ARGS")
     split = argv.index("--")
-    own, server = argv[:split], argv[split + 1:]
+    own, server = argv[:split], argv[split + 1 :]
     if own == []:
         return None, server
     if len(own) == 2 and own[0] == "--secrets-file" and own[1]:
@@ -114,7 +120,7 @@ class Redactor:
         self.pending += data
         cut = max(self.pending.rfind(b"\n"), self.pending.rfind(b"\r"))
         if cut >= 0:
-            out, self.pending = self.pending[:cut + 1], self.pending[cut + 1:]
+            out, self.pending = self.pending[: cut + 1], self.pending[cut + 1 :]
             return self._mask(out)
         if len(self.pending) > MAX_LINE:
             # Mask first, then hold back what could be the start of a key.
@@ -132,7 +138,7 @@ class Redactor:
 def _write_all(fd: int, data: bytes) -> None:
     while data:
         try:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
         except BrokenPipeError:
             return
 
@@ -152,6 +158,7 @@ def _run_server(args: list[str], key: str | None) -> None:
         os._exit(1)
     except BaseException:  # an uncaught error: shown (redacted by the parent), then exit 1
         import traceback  # noqa: PLC0415 - only on the way out
+
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)

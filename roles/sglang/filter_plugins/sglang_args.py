@@ -52,8 +52,10 @@ from typing import Any
 try:
     from ansible.errors import AnsibleFilterError
 except ImportError:  # unit tests import this file without Ansible installed
+
     class AnsibleFilterError(Exception):  # type: ignore[no-redef]
         """Stand-in for ansible.errors.AnsibleFilterError."""
+
 
 MODULE = "sglang.launch_server"
 API_KEY_REF = "${SGLANG_API_KEY}"
@@ -72,8 +74,9 @@ _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*\Z")
 # sparkctl's one parser of node tool output (sparkctl/tool_output.py), loaded by
 # the loader linked beside this file (sparkctl/tool_output_loader.py says why a
 # filter loads it by path).
-TOOL_OUTPUT = run_path(str(Path(__file__).with_name(
-    "sparkctl_tool_output_loader.py")))["tool_output"](__file__)
+TOOL_OUTPUT = run_path(str(Path(__file__).with_name("sparkctl_tool_output_loader.py")))[
+    "tool_output"
+](__file__)
 
 
 def _int(value: Any, what: str) -> int:
@@ -107,8 +110,7 @@ def _group(nodes: list[dict[str, Any]], node_rank: Any) -> dict[str, Any]:
     ranks = sorted(_rank_of(n) for n in nodes)
     if ranks != list(range(len(nodes))):
         listing = ", ".join(f"{n.get('name')}={n.get('node_rank')}" for n in nodes)
-        raise AnsibleFilterError(
-            f"node_rank must be 0..{len(nodes) - 1}, each once ({listing})")
+        raise AnsibleFilterError(f"node_rank must be 0..{len(nodes) - 1}, each once ({listing})")
     rank = _int(node_rank, "node_rank")
     me = next((n for n in nodes if _rank_of(n) == rank), None)
     if me is None:
@@ -117,13 +119,22 @@ def _group(nodes: list[dict[str, Any]], node_rank: Any) -> dict[str, Any]:
     if name is not None and not _GROUP_NAME.match(str(name)):
         raise AnsibleFilterError(
             f"sglang_group of {me.get('name')} is {name!r}: one word of letters, digits, "
-            "_ . - (at most 63 characters)")
+            "_ . - (at most 63 characters)"
+        )
     members = sorted((n for n in nodes if n.get("group") == name), key=_rank_of)
     whole = len(members) == len(nodes)
-    where = "the sparks group" if whole else (
-        f"SGLang group {name!r} ({', '.join(str(n.get('name')) for n in members)})")
-    return {"name": name, "members": members, "head": members[0],
-            "rank": members.index(me), "where": where}
+    where = (
+        "the sparks group"
+        if whole
+        else (f"SGLang group {name!r} ({', '.join(str(n.get('name')) for n in members)})")
+    )
+    return {
+        "name": name,
+        "members": members,
+        "head": members[0],
+        "rank": members.index(me),
+        "where": where,
+    }
 
 
 def _head_address(group: dict[str, Any]) -> str:
@@ -132,29 +143,46 @@ def _head_address(group: dict[str, Any]) -> str:
     try:
         return str(ipaddress.IPv4Address(str(head.get("fabric_a_ip", ""))))
     except ValueError:
-        role = ("" if group["where"] == "the sparks group"
-                else f", the head of {group['where']}")
+        role = "" if group["where"] == "the sparks group" else f", the head of {group['where']}"
         raise AnsibleFilterError(
             f"{head.get('name')} (node_rank {head.get('node_rank')}{role}) has no IPv4 "
-            f"fabric_a_ip ({head.get('fabric_a_ip')!r}): the ranks meet there") from None
+            f"fabric_a_ip ({head.get('fabric_a_ip')!r}): the ranks meet there"
+        ) from None
 
 
 def sglang_tp_group(nodes: list[dict[str, Any]], node_rank: Any) -> dict[str, Any]:
     """The node's TP group for the role's vars and plan: name, head, rank, members, size."""
     group = _group(nodes, node_rank)
     members = [str(n.get("name")) for n in group["members"]]
-    return {"name": group["name"], "head": members[0], "rank": group["rank"],
-            "members": members, "size": len(members),
-            "head_fabric_a_ip": str(group["head"].get("fabric_a_ip", ""))}
+    return {
+        "name": group["name"],
+        "head": members[0],
+        "rank": group["rank"],
+        "members": members,
+        "size": len(members),
+        "head_fabric_a_ip": str(group["head"].get("fabric_a_ip", "")),
+    }
 
 
-def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_path: str,
-                       tp_size: Any, nnodes: Any, dist_port: Any, port: Any,
-                       host: str = "0.0.0.0", worker_host: str = "127.0.0.1",  # noqa: S104
-                       enable_metrics: bool = True, dist_timeout: Any = 3600,
-                       served_model_name: str = "", api_key: bool = False,
-                       ssl_certfile: str = "", ssl_keyfile: str = "",
-                       extra_args: list[Any] | None = None) -> list[str]:
+def sglang_launch_args(
+    nodes: list[dict[str, Any]],
+    node_rank: Any,
+    *,
+    model_path: str,
+    tp_size: Any,
+    nnodes: Any,
+    dist_port: Any,
+    port: Any,
+    host: str = "0.0.0.0",  # noqa: S104
+    worker_host: str = "127.0.0.1",
+    enable_metrics: bool = True,
+    dist_timeout: Any = 3600,
+    served_model_name: str = "",
+    api_key: bool = False,
+    ssl_certfile: str = "",
+    ssl_keyfile: str = "",
+    extra_args: list[Any] | None = None,
+) -> list[str]:
     """launch_server arguments of the node with ``node_rank`` (without the interpreter).
 
     ``node_rank`` is the cluster-wide rank; the command carries the node's
@@ -164,13 +192,16 @@ def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_pat
     size, where = len(group["members"]), group["where"]
     tp, n = _int(tp_size, "sglang_tp_size"), _int(nnodes, "sglang_nnodes")
     if n != size:
-        raise AnsibleFilterError(f"sglang_nnodes is {n} but {where} has {size} "
-                                 "nodes: SGLang runs one process per node")
+        raise AnsibleFilterError(
+            f"sglang_nnodes is {n} but {where} has {size} nodes: SGLang runs one process per node"
+        )
     in_group = "" if where == "the sparks group" else f" of {where}"
     if tp < n or tp % n:
-        raise AnsibleFilterError(f"sglang_tp_size {tp} must be a multiple of the {n} nodes"
-                                 f"{in_group} (--tp-size is the total degree; each node holds "
-                                 "tp/nnodes GPUs)")
+        raise AnsibleFilterError(
+            f"sglang_tp_size {tp} must be a multiple of the {n} nodes"
+            f"{in_group} (--tp-size is the total degree; each node holds "
+            "tp/nnodes GPUs)"
+        )
     rank = group["rank"]
     dport, hport = _int(dist_port, "sglang_dist_port"), _int(port, "sglang_port")
     for value, what in ((dport, "sglang_dist_port"), (hport, "sglang_port")):
@@ -178,17 +209,31 @@ def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_pat
             raise AnsibleFilterError(f"{what} {value} is not a TCP port")
     # One node meets no other: no rendezvous address (SGLang then uses 127.0.0.1).
     dist = ["--dist-init-addr", f"{_head_address(group)}:{dport}"] if n > 1 else []
-    args = ["--model-path", str(model_path), "--tp-size", str(tp), "--nnodes", str(n),
-            "--node-rank", str(rank), *dist,
-            "--host", str(host if rank == 0 else worker_host), "--port", str(hport)]
+    args = [
+        "--model-path",
+        str(model_path),
+        "--tp-size",
+        str(tp),
+        "--nnodes",
+        str(n),
+        "--node-rank",
+        str(rank),
+        *dist,
+        "--host",
+        str(host if rank == 0 else worker_host),
+        "--port",
+        str(hport),
+    ]
     if enable_metrics:
         args.append("--enable-metrics")
     args += ["--dist-timeout", str(_int(dist_timeout, "sglang_dist_timeout"))]
     if served_model_name:
         args += ["--served-model-name", str(served_model_name)]
     if bool(ssl_certfile) != bool(ssl_keyfile):
-        raise AnsibleFilterError("sglang_tls_certfile and sglang_tls_keyfile go together: "
-                                 "set both (TLS on the API) or neither")
+        raise AnsibleFilterError(
+            "sglang_tls_certfile and sglang_tls_keyfile go together: "
+            "set both (TLS on the API) or neither"
+        )
     if ssl_certfile:
         # uvicorn's TLS (sglang 0.5.17 server_args.py: --ssl-certfile/--ssl-keyfile).
         args += ["--ssl-certfile", str(ssl_certfile), "--ssl-keyfile", str(ssl_keyfile)]
@@ -199,17 +244,27 @@ def sglang_launch_args(nodes: list[dict[str, Any]], node_rank: Any, *, model_pat
     if bad:
         raise AnsibleFilterError(
             f"launch arguments {bad} have characters systemd, docker and a shell would read "
-            "differently (blanks, quotes, backslash, $, %, #): one word per list item")
+            "differently (blanks, quotes, backslash, $, %, #): one word per list item"
+        )
     return args
 
 
-def sglang_exec_argv(launch_args: list[str], method: str, *, python: str = "/usr/bin/python3",
-                     launcher: str = "/usr/local/lib/sparkctl/" + LAUNCHER_NAME,
-                     secrets_file: str = "/etc/sparkctl/sglang-secrets.env",
-                     engine_path: str = "/usr/bin/docker", gpu_args: list[str] | None = None,
-                     container_name: str = "sparkctl-sglang", image: str = "",
-                     env_files: list[str] | None = None, mounts: list[str] | None = None,
-                     container_args: list[str] | None = None, user: str = "") -> list[str]:
+def sglang_exec_argv(
+    launch_args: list[str],
+    method: str,
+    *,
+    python: str = "/usr/bin/python3",
+    launcher: str = "/usr/local/lib/sparkctl/" + LAUNCHER_NAME,
+    secrets_file: str = "/etc/sparkctl/sglang-secrets.env",
+    engine_path: str = "/usr/bin/docker",
+    gpu_args: list[str] | None = None,
+    container_name: str = "sparkctl-sglang",
+    image: str = "",
+    env_files: list[str] | None = None,
+    mounts: list[str] | None = None,
+    container_args: list[str] | None = None,
+    user: str = "",
+) -> list[str]:
     """The unit's whole ExecStart argv for an installation method.
 
     The server is started by the launcher (module docstring); ``--api-key
@@ -220,8 +275,8 @@ def sglang_exec_argv(launch_args: list[str], method: str, *, python: str = "/usr
     launch_args = [str(a) for a in launch_args]
     own: list[str] = []
     for i in range(len(launch_args) - 1):
-        if launch_args[i:i + 2] == ["--api-key", API_KEY_REF]:
-            launch_args = launch_args[:i] + launch_args[i + 2:]
+        if launch_args[i : i + 2] == ["--api-key", API_KEY_REF]:
+            launch_args = launch_args[:i] + launch_args[i + 2 :]
             own = ["--secrets-file", str(secrets_file)]
             break
     server = [python, str(launcher), *own, "--", *launch_args]
@@ -231,8 +286,18 @@ def sglang_exec_argv(launch_args: list[str], method: str, *, python: str = "/usr
         raise AnsibleFilterError(f"unknown installation method {method!r}")
     if not image:
         raise AnsibleFilterError("the container method needs sglang_image")
-    argv = [engine_path, "run", "--rm", "--name", container_name, "--network", "host",
-            "--ipc", "host", *(gpu_args or [])]
+    argv = [
+        engine_path,
+        "run",
+        "--rm",
+        "--name",
+        container_name,
+        "--network",
+        "host",
+        "--ipc",
+        "host",
+        *(gpu_args or []),
+    ]
     if user:
         argv += ["--user", str(user)]
     for env_file in env_files or []:
@@ -270,15 +335,15 @@ def sglang_server_args(argv: list[str]) -> list[str]:
     marker when it reads a secrets file), or after ``-m sglang.launch_server``."""
     argv = [str(a) for a in argv]
     for i, word in enumerate(argv):
-        if word == "-m" and argv[i + 1:i + 2] == [MODULE]:
-            return argv[i + 2:]
+        if word == "-m" and argv[i + 1 : i + 2] == [MODULE]:
+            return argv[i + 2 :]
         if word.rsplit("/", 1)[-1] == LAUNCHER_NAME:
-            rest = argv[i + 1:]
+            rest = argv[i + 1 :]
             if "--" not in rest:
                 break
             split = rest.index("--")
             key = ["--api-key", API_KEY_REF] if "--secrets-file" in rest[:split] else []
-            return [*rest[split + 1:], *key]
+            return [*rest[split + 1 :], *key]
     raise AnsibleFilterError(f"the command runs neither {LAUNCHER_NAME} nor -m {MODULE}: {argv}")
 
 
@@ -320,8 +385,11 @@ def sglang_ipv4_addresses(text: str) -> list[str]:
     """``ip -j -4 addr show dev X`` -> the IPv4 addresses it carries (no prefix length),
     read by the one parser of ``ip -j`` (tool_output.ip_addr)."""
     try:
-        return [addr.split("/", 1)[0]
-                for addrs in TOOL_OUTPUT.ip_addr(str(text or "[]")).values() for addr in addrs]
+        return [
+            addr.split("/", 1)[0]
+            for addrs in TOOL_OUTPUT.ip_addr(str(text or "[]")).values()
+            for addr in addrs
+        ]
     except TOOL_OUTPUT.ToolOutputError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
@@ -353,19 +421,23 @@ def sglang_env_diff(actual: dict[str, Any], expected: dict[str, Any]) -> list[st
     exp = {str(k): str(v) for k, v in dict(expected).items()}
     diff = [f"{k} is missing (expected {exp[k]!r})" for k in sorted(exp.keys() - act.keys())]
     diff += [f"{k}={act[k]!r} is not expected" for k in sorted(act.keys() - exp.keys())]
-    diff += [f"{k}={act[k]!r}, expected {exp[k]!r}"
-             for k in sorted(exp.keys() & act.keys()) if act[k] != exp[k]]
+    diff += [
+        f"{k}={act[k]!r}, expected {exp[k]!r}"
+        for k in sorted(exp.keys() & act.keys())
+        if act[k] != exp[k]
+    ]
     return diff
 
 
-def _file_problems(files: dict[str, Any], path: str, mode: str,
-                   group: str = "root") -> list[str]:
+def _file_problems(files: dict[str, Any], path: str, mode: str, group: str = "root") -> list[str]:
     info = files.get(path) or {"exists": False}
     if not info.get("exists"):
         return [f"{path} is missing"]
     if (info.get("owner"), info.get("group"), info.get("mode")) != ("root", group, mode):
-        return [f"{path} is {info.get('owner')}:{info.get('group')} mode {info.get('mode')}; "
-                f"want root:{group} {mode}"]
+        return [
+            f"{path} is {info.get('owner')}:{info.get('group')} mode {info.get('mode')}; "
+            f"want root:{group} {mode}"
+        ]
     return []
 
 
@@ -387,15 +459,22 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
     show = sglang_parse_show(show_text)
     env_files = TOOL_OUTPUT.systemctl_environment_files(show_text)
     try:
-        timing_ok = (sglang_timespan(show.get("RestartUSec", "")) == float(want["restart_sec"])
-                     and sglang_timespan(show.get("StartLimitIntervalUSec", ""))
-                     == float(want["start_limit_interval"]))
+        timing_ok = sglang_timespan(show.get("RestartUSec", "")) == float(
+            want["restart_sec"]
+        ) and sglang_timespan(show.get("StartLimitIntervalUSec", "")) == float(
+            want["start_limit_interval"]
+        )
     except AnsibleFilterError:
         timing_ok = False
-    if (show.get("LoadState") != "loaded" or show.get("FragmentPath") != want["unit_path"]
-            or show.get("UnitFileState") != "disabled" or show.get("Restart") != "on-failure"
-            or not timing_ok or show.get("StartLimitBurst") != str(want["start_limit_burst"])
-            or env_files != list(want["env_files"])):
+    if (
+        show.get("LoadState") != "loaded"
+        or show.get("FragmentPath") != want["unit_path"]
+        or show.get("UnitFileState") != "disabled"
+        or show.get("Restart") != "on-failure"
+        or not timing_ok
+        or show.get("StartLimitBurst") != str(want["start_limit_burst"])
+        or env_files != list(want["env_files"])
+    ):
         problems.append(
             f"{unit} reads LoadState={show.get('LoadState', '?')}, "
             f"FragmentPath={show.get('FragmentPath', '?')} (want {want['unit_path']}), "
@@ -406,22 +485,27 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
             f"StartLimitIntervalUSec={show.get('StartLimitIntervalUSec', '?')} "
             f"(want on-failure, {want['restart_sec']} s, {want['start_limit_burst']} in "
             f"{want['start_limit_interval']} s), environment files {env_files} "
-            f"(want {list(want['env_files'])})")
+            f"(want {list(want['env_files'])})"
+        )
 
     want_argv = [str(a) for a in want["argv"]]
     try:
         argv = sglang_parse_execstart(str(cmds.get("execstart", {}).get("stdout", "")).strip())
         args = sglang_server_args(argv)
-        rank_ok = ("--node-rank" in args
-                   and args[args.index("--node-rank") + 1] == str(want["node_rank"]))
+        rank_ok = "--node-rank" in args and args[args.index("--node-rank") + 1] == str(
+            want["node_rank"]
+        )
         if argv != want_argv or not rank_ok:
-            problems.append(f"ExecStart of {unit} runs {' '.join(argv)}; "
-                            f"expected {' '.join(want_argv)}")
+            problems.append(
+                f"ExecStart of {unit} runs {' '.join(argv)}; expected {' '.join(want_argv)}"
+            )
     except AnsibleFilterError as exc:
         problems.append(f"ExecStart of {unit}: {exc}")
 
-    for path, expected in ((want["env_file"], want["env"]),
-                           (want["version_file"], want["version"])):
+    for path, expected in (
+        (want["env_file"], want["env"]),
+        (want["version_file"], want["version"]),
+    ):
         info = files.get(path) or {"exists": False}
         if not info.get("exists"):
             continue  # reported with the modes below
@@ -434,15 +518,19 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
     # The secrets file: root's, readable by the server's group only (the launcher
     # reads it as the server's user); root's alone where the server runs as root.
     secrets_group = str(want.get("secrets_group") or "root")
-    for path, mode, group in ((want["env_file"], "0644", "root"),
-                              (want["version_file"], "0644", "root"),
-                              (want["unit_path"], "0644", "root"),
-                              (want["secrets_file"], "0640" if secrets_group != "root" else "0600",
-                               secrets_group)):
+    for path, mode, group in (
+        (want["env_file"], "0644", "root"),
+        (want["version_file"], "0644", "root"),
+        (want["unit_path"], "0644", "root"),
+        (want["secrets_file"], "0640" if secrets_group != "root" else "0600", secrets_group),
+    ):
         problems += _file_problems(files, path, mode, group)
 
-    problems += [f"{path} is missing ({want['method']} installation)"
-                 for path in want["installed"] if not (files.get(path) or {}).get("exists")]
+    problems += [
+        f"{path} is missing ({want['method']} installation)"
+        for path in want["installed"]
+        if not (files.get(path) or {}).get("exists")
+    ]
 
     helped = cmds.get("help", {})
     flags = ("--dist-init-addr", "--node-rank", "--nnodes", "--enable-metrics")
@@ -450,8 +538,10 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
         last = (str(helped.get("stderr", "")).strip().splitlines() or [""])[-1]
         lacks = ", ".join(f for f in flags if f not in str(helped.get("stdout", "")))
         launcher = " ".join(map(str, want["launcher"]))
-        problems.append(f"{launcher} -m {MODULE} --help: rc {helped.get('rc')}, "
-                        + (last or f"usage lacks {lacks}"))
+        problems.append(
+            f"{launcher} -m {MODULE} --help: rc {helped.get('rc')}, "
+            + (last or f"usage lacks {lacks}")
+        )
     return problems
 
 

@@ -20,8 +20,10 @@ from typing import Any
 try:
     from ansible.errors import AnsibleFilterError
 except ImportError:  # unit tests import this file without Ansible installed
+
     class AnsibleFilterError(Exception):  # type: ignore[no-redef]
         """Stand-in for ansible.errors.AnsibleFilterError."""
+
 
 CHAIN = "sglang_input"
 FABRIC_SET = "sglang_fabric_v4"
@@ -74,23 +76,33 @@ def _networks(items: list[Any]) -> list[str]:
     return sorted(set(out), key=ipaddress.IPv4Network)
 
 
-def sglang_nft_expected(fabric_cidrs: list[Any], fabric_ports: list[Any], api_port: Any,
-                        api_cidrs: list[Any] | None = None,
-                        peer_cidrs: list[Any] | None = None) -> dict[str, Any]:
+def sglang_nft_expected(
+    fabric_cidrs: list[Any],
+    fabric_ports: list[Any],
+    api_port: Any,
+    api_cidrs: list[Any] | None = None,
+    peer_cidrs: list[Any] | None = None,
+) -> dict[str, Any]:
     """The chain, sets and rules the role installs (canonical form)."""
     fabric = _networks(list(fabric_cidrs))
     if not fabric:
-        raise AnsibleFilterError("sglang_firewall_fabric_cidrs is empty: no rank could reach "
-                                 "another")
+        raise AnsibleFilterError(
+            "sglang_firewall_fabric_cidrs is empty: no rank could reach another"
+        )
     port_ranges = [iv for spec in fabric_ports for iv in _ports(spec)]
     api = _ports(api_port)
     if any(lo <= api[0][0] <= hi for lo, hi in merge_intervals(port_ranges)):
-        raise AnsibleFilterError(f"the API port {api_port} lies inside "
-                                 f"sglang_firewall_fabric_ports {list(fabric_ports)}: it would "
-                                 "only accept the fabric")
+        raise AnsibleFilterError(
+            f"the API port {api_port} lies inside "
+            f"sglang_firewall_fabric_ports {list(fabric_ports)}: it would "
+            "only accept the fabric"
+        )
     fabric_text = _port_text(port_ranges)
-    rules = ['iif "lo" accept', "ct state established,related accept",
-             f"ip saddr @{FABRIC_SET} tcp dport {fabric_text} accept"]
+    rules = [
+        'iif "lo" accept',
+        "ct state established,related accept",
+        f"ip saddr @{FABRIC_SET} tcp dport {fabric_text} accept",
+    ]
     sets = {FABRIC_SET: fabric}
     peers = _networks(list(peer_cidrs or []))
     if peers:
@@ -101,16 +113,24 @@ def sglang_nft_expected(fabric_cidrs: list[Any], fabric_ports: list[Any], api_po
     # 0.0.0.0/0 says "from anywhere" on purpose.
     api_nets = _networks(list(api_cidrs or []))
     if not api_nets:
-        raise AnsibleFilterError("sglang_api_allowed_cidrs is empty: list the networks the API "
-                                 "may be reached from (by default the management subnets of the "
-                                 "Sparks), or [0.0.0.0/0] to open it to every address")
+        raise AnsibleFilterError(
+            "sglang_api_allowed_cidrs is empty: list the networks the API "
+            "may be reached from (by default the management subnets of the "
+            "Sparks), or [0.0.0.0/0] to open it to every address"
+        )
     sets[API_SET] = api_nets
-    rules += [f"ip saddr @{API_SET} tcp dport {_port_text(api)} accept",
-              f"tcp dport {_port_text(api)} drop"]
-    return {"chain": {"type": "filter", "hook": "input", "policy": "accept"},
-            "sets": sets, "rules": rules,
-            "dropped_ports": [list(iv) for iv in merge_intervals(port_ranges + (api if api_nets
-                                                                            else []))]}
+    rules += [
+        f"ip saddr @{API_SET} tcp dport {_port_text(api)} accept",
+        f"tcp dport {_port_text(api)} drop",
+    ]
+    return {
+        "chain": {"type": "filter", "hook": "input", "policy": "accept"},
+        "sets": sets,
+        "rules": rules,
+        "dropped_ports": [
+            list(iv) for iv in merge_intervals(port_ranges + (api if api_nets else []))
+        ],
+    }
 
 
 def sglang_mgmt_subnets(addresses: list[Any], prefix: Any = 24) -> list[str]:
@@ -128,8 +148,9 @@ def sglang_mgmt_subnets(addresses: list[Any], prefix: Any = 24) -> list[str]:
     nets = set()
     for address in addresses:
         try:
-            nets.add(ipaddress.IPv4Network(f"{ipaddress.IPv4Address(str(address))}/{bits}",
-                                           strict=False))
+            nets.add(
+                ipaddress.IPv4Network(f"{ipaddress.IPv4Address(str(address))}/{bits}", strict=False)
+            )
         except ValueError:
             raise AnsibleFilterError(f"{address!r} is not an IPv4 management address") from None
     return [str(n) for n in sorted(nets)]

@@ -53,8 +53,10 @@ def _ports(value: Any) -> list[str]:
     if isinstance(value, Mapping | list | tuple):
         names = list(value)
     else:
-        raise AnsibleFilterError(f"expected switch_ports (a mapping port -> {{node, twin}}) or "
-                                 f"a list of port names, got {type(value).__name__}")
+        raise AnsibleFilterError(
+            f"expected switch_ports (a mapping port -> {{node, twin}}) or "
+            f"a list of port names, got {type(value).__name__}"
+        )
     if not all(isinstance(n, str) and n for n in names):
         raise AnsibleFilterError(f"port names must be non-empty strings: {names!r}")
     return sorted(dict.fromkeys(names), key=_natural_key)
@@ -74,16 +76,22 @@ def port_names(switch_ports: Any) -> list[str]:
 def port_problems(switch_ports: Any, switch_os: str) -> list[str]:
     """Messages for port names the driver of ``switch_os`` cannot use (empty: all fine)."""
     if not isinstance(switch_ports, Mapping):
-        return [f"switch_ports must be a mapping port -> {{node, twin}}, "
-                f"not {type(switch_ports).__name__}"]
+        return [
+            f"switch_ports must be a mapping port -> {{node, twin}}, "
+            f"not {type(switch_ports).__name__}"
+        ]
     if not switch_ports:
-        return ["switch_ports is empty: list the switch's fabric ports "
-                "(port -> {node, twin}) in group_vars/<cluster>/"]
+        return [
+            "switch_ports is empty: list the switch's fabric ports "
+            "(port -> {node, twin}) in group_vars/<cluster>/"
+        ]
     pattern, hint = {
         "linux": (_LINUX_IFNAME, "a Linux interface name: 1-15 characters, no '/' or spaces"),
         "nvue": (_NVUE_IFNAME, "an NVUE interface name like swp1 (no commas or spaces)"),
-        "sonic": (_SONIC_IFNAME, "a SONiC port name as CONFIG_DB keys it, like Ethernet0 "
-                  "(not an alias such as Eth1/1)"),
+        "sonic": (
+            _SONIC_IFNAME,
+            "a SONiC port name as CONFIG_DB keys it, like Ethernet0 (not an alias such as Eth1/1)",
+        ),
     }.get(switch_os, (None, ""))
     if pattern is None:
         return [f"switch_os {switch_os!r} is not one of {', '.join(SWITCH_OSES)}"]
@@ -98,8 +106,15 @@ def port_problems(switch_ports: Any, switch_os: str) -> list[str]:
 # NVUE's speed words (`nv set interface swp1 link speed ?` lists 10M ... 800G,
 # auto) and the Mb/s SONiC's PORT table holds (sonic-port.yang: speed, uint32
 # Mb/s). Only speeds both name; a Spark's ConnectX-7 port runs at 200G.
-SPEEDS_MBPS = {"10G": 10000, "25G": 25000, "40G": 40000, "50G": 50000,
-               "100G": 100000, "200G": 200000, "400G": 400000}
+SPEEDS_MBPS = {
+    "10G": 10000,
+    "25G": 25000,
+    "40G": 40000,
+    "50G": 50000,
+    "100G": 100000,
+    "200G": 200000,
+    "400G": 400000,
+}
 # A bridge domain name NVUE takes in a path (interface.<swp>.bridge.domain.<name>).
 _NVUE_BRIDGE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}\Z")
 
@@ -124,8 +139,10 @@ def _autoneg(value: Any) -> bool:
 
 def _bridge(value: Any) -> str:
     if not isinstance(value, str) or not _NVUE_BRIDGE.match(value):
-        raise AnsibleFilterError(f"bridge name must be a word of at most 15 characters "
-                                 f"(letters, digits, _ -), got {value!r}")
+        raise AnsibleFilterError(
+            f"bridge name must be a word of at most 15 characters "
+            f"(letters, digits, _ -), got {value!r}"
+        )
     return value
 
 
@@ -135,10 +152,16 @@ FABRIC_KEYS = ("mtu", "speed", "autoneg", "vlan", "bridge")
 def _fabric(value: Any) -> tuple[int, str, bool, int, str]:
     """(mtu, speed, autoneg, vlan, bridge) from the role's ``_switch_mtu_fabric``."""
     if not isinstance(value, Mapping) or set(value) != set(FABRIC_KEYS):
-        raise AnsibleFilterError(f"expected the fabric settings {{{', '.join(FABRIC_KEYS)}}}, "
-                                 f"got {value!r}")
-    return (_mtu(value["mtu"]), _speed(value["speed"]), _autoneg(value["autoneg"]),
-            _vlan(value["vlan"]), _bridge(value["bridge"]))
+        raise AnsibleFilterError(
+            f"expected the fabric settings {{{', '.join(FABRIC_KEYS)}}}, got {value!r}"
+        )
+    return (
+        _mtu(value["mtu"]),
+        _speed(value["speed"]),
+        _autoneg(value["autoneg"]),
+        _vlan(value["vlan"]),
+        _bridge(value["bridge"]),
+    )
 
 
 # --------------------------------------------------------------------- NVUE
@@ -155,10 +178,13 @@ def nvue_document(ports: Any, fabric: Any) -> dict[str, Any]:
     mtu, speed, autoneg, vlan, bridge = _fabric(fabric)
     return {
         "bridge": {"domain": {bridge: {"vlan": {str(vlan): {}}}}},
-        "interface": {name: {"link": {"mtu": mtu, "speed": speed,
-                                      "auto-negotiate": "on" if autoneg else "off"},
-                             "bridge": {"domain": {bridge: {"access": vlan}}}}
-                      for name in names},
+        "interface": {
+            name: {
+                "link": {"mtu": mtu, "speed": speed, "auto-negotiate": "on" if autoneg else "off"},
+                "bridge": {"domain": {bridge: {"access": vlan}}},
+            }
+            for name in names
+        },
     }
 
 
@@ -240,14 +266,17 @@ def nvue_commands(patch_path: Any, confirm_seconds: int) -> dict[str, list[list[
     """
     if not isinstance(patch_path, str) or not patch_path.startswith("/"):
         raise AnsibleFilterError(f"nv config patch needs an absolute path, got {patch_path!r}")
-    if isinstance(confirm_seconds, bool) or not isinstance(confirm_seconds, int) \
-            or confirm_seconds <= 0:
-        raise AnsibleFilterError(f"confirm time must be a positive number of seconds, "
-                                 f"got {confirm_seconds!r}")
+    if (
+        isinstance(confirm_seconds, bool)
+        or not isinstance(confirm_seconds, int)
+        or confirm_seconds <= 0
+    ):
+        raise AnsibleFilterError(
+            f"confirm time must be a positive number of seconds, got {confirm_seconds!r}"
+        )
     return {
         "stage": [["nv", "config", "detach"], ["nv", "config", "patch", patch_path]],
-        "apply": [["nv", "config", "apply", "--confirm", f"{confirm_seconds}s",
-                   "--assume-yes"]],
+        "apply": [["nv", "config", "apply", "--confirm", f"{confirm_seconds}s", "--assume-yes"]],
         # Not in NVIDIA's reference pages (they document --confirm and
         # --confirm-status only); this is the CLI's own "keep it" option.
         "confirm": [["nv", "config", "apply", "--confirm-yes"]],
@@ -332,8 +361,9 @@ def sonic_tables(results: Any) -> dict[str, dict[str, Any]]:
             try:
                 rows = json.loads(text) if text.strip() else {}
             except ValueError as exc:
-                raise AnsibleFilterError(f"sonic-cfggen --var-json {name} did not print "
-                                         f"JSON: {exc}") from exc
+                raise AnsibleFilterError(
+                    f"sonic-cfggen --var-json {name} did not print JSON: {exc}"
+                ) from exc
         if not isinstance(rows, Mapping):
             raise AnsibleFilterError(f"sonic-cfggen --var-json {name}: expected an object")
         tables[str(name)] = dict(rows)
@@ -372,8 +402,9 @@ def sonic_commands(ports: Any, fabric: Any, tables: Any = None) -> list[list[str
         if str(row.get("speed")) != mbps:
             cmds.append(["config", "interface", "speed", name, mbps])
         if row.get("autoneg") != an:
-            cmds.append(["config", "interface", "autoneg", name,
-                         "enabled" if autoneg else "disabled"])
+            cmds.append(
+                ["config", "interface", "autoneg", name, "enabled" if autoneg else "disabled"]
+            )
         member = members.get(f"{vlan_key}|{name}") if known else None
         if isinstance(member, Mapping) and member.get("tagging_mode") == "untagged":
             continue
@@ -389,8 +420,10 @@ def sonic_mtus(tables: Any) -> dict[str, int | None]:
     """{port: MTU} from CONFIG_DB's PORT table (switch_mtu_sonic_tables)."""
     if not isinstance(tables, Mapping) or not isinstance(tables.get("PORT"), Mapping):
         raise AnsibleFilterError("expected {table: rows} with a PORT table")
-    return {str(name): _as_int(row.get("mtu")) if isinstance(row, Mapping) else None
-            for name, row in tables["PORT"].items()}
+    return {
+        str(name): _as_int(row.get("mtu")) if isinstance(row, Mapping) else None
+        for name, row in tables["PORT"].items()
+    }
 
 
 # -------------------------------------------------------------------- Linux
@@ -404,8 +437,7 @@ def linux_mtus(result: Any) -> dict[str, int | None]:
     live: dict[str, int | None] = {}
     for group in ("ports", "bridges"):
         for dev, state in (result.get(group) or {}).items():
-            live[str(dev)] = _as_int(state.get("before")) if isinstance(state, Mapping) \
-                else None
+            live[str(dev)] = _as_int(state.get("before")) if isinstance(state, Mapping) else None
     return live
 
 

@@ -108,8 +108,15 @@ def ip_set_mtu(dev: str, mtu: int) -> list[str]:
     return ["ip", "link", "set", "dev", dev, "mtu", str(mtu)]
 
 
-def apply(ports: Iterable[str], mtu: int, *, root: Path, run: Runner, check_mode: bool,
-          skip_missing: bool = False) -> dict[str, Any]:
+def apply(
+    ports: Iterable[str],
+    mtu: int,
+    *,
+    root: Path,
+    run: Runner,
+    check_mode: bool,
+    skip_missing: bool = False,
+) -> dict[str, Any]:
     """Bring ``ports`` and their bridges to ``mtu``; return what was (or would be) done.
 
     Ports first, then bridges: a bridge's MTU follows its ports unless someone set
@@ -118,16 +125,20 @@ def apply(ports: Iterable[str], mtu: int, *, root: Path, run: Runner, check_mode
     names = list(dict.fromkeys(ports))
     missing = [p for p in names if not (root / p).is_dir()]
     if missing and not skip_missing:
-        raise PortMtuError(f"no such port on the switch: {', '.join(missing)} "
-                           f"(not under {root}); check switch_ports")
+        raise PortMtuError(
+            f"no such port on the switch: {', '.join(missing)} "
+            f"(not under {root}); check switch_ports"
+        )
     present = [p for p in names if p not in missing]
 
     port_state: dict[str, dict[str, Any]] = {
         p: {"before": read_mtu(root, p), "after": mtu, "master": bridge_of(root, p)}
-        for p in present}
+        for p in present
+    }
     bridges = sorted({str(s["master"]) for s in port_state.values() if s["master"]})
     bridge_state: dict[str, dict[str, Any]] = {
-        b: {"before": read_mtu(root, b), "after": mtu} for b in bridges}
+        b: {"before": read_mtu(root, b), "after": mtu} for b in bridges
+    }
     commands: list[list[str]] = []
 
     for port, state in port_state.items():
@@ -145,21 +156,30 @@ def apply(ports: Iterable[str], mtu: int, *, root: Path, run: Runner, check_mode
     if not check_mode:
         for dev, state in [*port_state.items(), *bridge_state.items()]:
             state["after"] = read_mtu(root, dev)
-        wrong = [f"{d} has {s['after']}" for d, s in [*port_state.items(),
-                                                      *bridge_state.items()]
-                 if s["after"] != mtu]
+        wrong = [
+            f"{d} has {s['after']}"
+            for d, s in [*port_state.items(), *bridge_state.items()]
+            if s["after"] != mtu
+        ]
         if wrong:
             raise PortMtuError(f"MTU {mtu} did not stick: {', '.join(wrong)}")
 
-    changed = any(s["before"] != s["after"] for s in [*port_state.values(),
-                                                     *bridge_state.values()])
-    return {"changed": changed, "ports": port_state, "bridges": bridge_state,
-            "commands": commands, "missing": missing}
+    changed = any(s["before"] != s["after"] for s in [*port_state.values(), *bridge_state.values()])
+    return {
+        "changed": changed,
+        "ports": port_state,
+        "bridges": bridge_state,
+        "commands": commands,
+        "missing": missing,
+    }
 
 
 def diff_text(result: dict[str, Any], key: str) -> str:
-    lines = [f"{dev} mtu {state[key]}\n" for group in ("ports", "bridges")
-             for dev, state in result[group].items()]
+    lines = [
+        f"{dev} mtu {state[key]}\n"
+        for group in ("ports", "bridges")
+        for dev, state in result[group].items()
+    ]
     return "".join(lines)
 
 
@@ -182,15 +202,23 @@ def run_module() -> None:
         module.run_command([ip, *cmd[1:]], check_rc=True)
 
     try:
-        result = apply(module.params["ports"], mtu, root=Path(module.params["sysfs_root"]),
-                       run=run, check_mode=module.check_mode)
+        result = apply(
+            module.params["ports"],
+            mtu,
+            root=Path(module.params["sysfs_root"]),
+            run=run,
+            check_mode=module.check_mode,
+        )
     except (PortMtuError, OSError, ValueError) as exc:
         module.fail_json(msg=str(exc))
     result.pop("missing")
     if module._diff:
-        result["diff"] = {"before": diff_text(result, "before"),
-                          "after": diff_text(result, "after"),
-                          "before_header": "MTU", "after_header": "MTU"}
+        result["diff"] = {
+            "before": diff_text(result, "before"),
+            "after": diff_text(result, "after"),
+            "before_header": "MTU",
+            "after_header": "MTU",
+        }
     module.exit_json(**result)
 
 
@@ -203,14 +231,22 @@ def run_script(state_file: str) -> int:
         subprocess.run(cmd, check=True)
 
     try:
-        result = apply(state["ports"], int(state["mtu"]), root=Path(SYSFS_NET), run=run,
-                       check_mode=False, skip_missing=True)
+        result = apply(
+            state["ports"],
+            int(state["mtu"]),
+            root=Path(SYSFS_NET),
+            run=run,
+            check_mode=False,
+            skip_missing=True,
+        )
     except (PortMtuError, OSError, ValueError, subprocess.CalledProcessError) as exc:
         print(f"switch_port_mtu: {exc}", file=sys.stderr)
         return 1
     if result["missing"]:
-        print(f"switch_port_mtu: ports not present, skipped: {', '.join(result['missing'])}",
-              file=sys.stderr)
+        print(
+            f"switch_port_mtu: ports not present, skipped: {', '.join(result['missing'])}",
+            file=sys.stderr,
+        )
     for cmd in result["commands"]:
         print(" ".join(cmd))
     return 0

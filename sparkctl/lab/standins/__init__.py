@@ -89,26 +89,50 @@ WantedBy=multi-user.target
 """
 
 PLACEMENTS: Final[tuple[Placement, ...]] = (
-    Placement("nvidia-smi", ("/usr/bin/nvidia-smi",), 0o755,
-              "nvidia-smi of the NVIDIA driver (nvidia-utils)"),
-    Placement("ibdev2netdev", ("/usr/bin/ibdev2netdev",), 0o755,
-              "ibdev2netdev of MLNX_OFED / DOCA (mlnx-tools)"),
-    Placement("show_gids", ("/usr/bin/show_gids",), 0o755,
-              "show_gids of MLNX_OFED / DOCA (mlnx-tools)"),
+    Placement(
+        "nvidia-smi",
+        ("/usr/bin/nvidia-smi",),
+        0o755,
+        "nvidia-smi of the NVIDIA driver (nvidia-utils)",
+    ),
+    Placement(
+        "ibdev2netdev",
+        ("/usr/bin/ibdev2netdev",),
+        0o755,
+        "ibdev2netdev of MLNX_OFED / DOCA (mlnx-tools)",
+    ),
+    Placement(
+        "show_gids", ("/usr/bin/show_gids",), 0o755, "show_gids of MLNX_OFED / DOCA (mlnx-tools)"
+    ),
     Placement("docker.py", ("/usr/bin/docker",), 0o755, "the docker CLI (docker-ce-cli)"),
-    Placement("<generated:docker.service>", ("/usr/lib/systemd/system/docker.service",), 0o644,
-              "docker-ce's unit"),
-    Placement("nccl_tests.py",
-              tuple(f"{NCCL_TESTS_DIR_VAR}/build/{b}" for b in NCCL_TESTS_BINARIES), 0o755,
-              "the nccl-tests binaries the nccl role builds"),
-    Placement("<generated:registry>",
-              (f"{registry.REGISTRY_DIR}/{registry.INDEX_NAME}",
-               f"{registry.REGISTRY_DIR}/blobs/sha256/<digest>"), 0o644,
-              "the image registry serving the inventory's sglang_image"),
-    Placement("<generated:hardware.json>", (HARDWARE_JSON_PATH,), 0o644,
-              "what the node pretends to be (sparkctl.lab.hardware)"),
-    Placement("<generated:dgx-release>", ("/etc/dgx-release",), 0o644,
-              "DGX OS's release file"),
+    Placement(
+        "<generated:docker.service>",
+        ("/usr/lib/systemd/system/docker.service",),
+        0o644,
+        "docker-ce's unit",
+    ),
+    Placement(
+        "nccl_tests.py",
+        tuple(f"{NCCL_TESTS_DIR_VAR}/build/{b}" for b in NCCL_TESTS_BINARIES),
+        0o755,
+        "the nccl-tests binaries the nccl role builds",
+    ),
+    Placement(
+        "<generated:registry>",
+        (
+            f"{registry.REGISTRY_DIR}/{registry.INDEX_NAME}",
+            f"{registry.REGISTRY_DIR}/blobs/sha256/<digest>",
+        ),
+        0o644,
+        "the image registry serving the inventory's sglang_image",
+    ),
+    Placement(
+        "<generated:hardware.json>",
+        (HARDWARE_JSON_PATH,),
+        0o644,
+        "what the node pretends to be (sparkctl.lab.hardware)",
+    ),
+    Placement("<generated:dgx-release>", ("/etc/dgx-release",), 0o644, "DGX OS's release file"),
 )
 """Every stand-in and where it goes on a lab node: the one table."""
 
@@ -124,25 +148,28 @@ class NodeSettings:
 
     def __post_init__(self) -> None:
         if not _SAFE_DIR.match(self.nccl_tests_dir) or ".." in self.nccl_tests_dir.split("/"):
-            raise SparkctlError(f"nccl_tests_dir {self.nccl_tests_dir!r}: an absolute path of "
-                                "letters, digits, _ . - and /", ExitCode.BAD_INPUT)
+            raise SparkctlError(
+                f"nccl_tests_dir {self.nccl_tests_dir!r}: an absolute path of "
+                "letters, digits, _ . - and /",
+                ExitCode.BAD_INPUT,
+            )
         try:
             registry.image_ref_of(self.sglang_image)
         except registry.RegistryError as exc:
             raise SparkctlError(str(exc), ExitCode.BAD_INPUT) from None
 
     @classmethod
-    def from_values(cls, nccl_tests_dir: object | None = None,
-                    sglang_image: object | None = None) -> NodeSettings:
+    def from_values(
+        cls, nccl_tests_dir: object | None = None, sglang_image: object | None = None
+    ) -> NodeSettings:
         """Settings from inventory values; ``None`` takes the role's default."""
         if nccl_tests_dir is None:
-            defaults = yaml.safe_load((roles_dir() / "nccl" / "defaults" / "main.yml")
-                                      .read_text())
-            nccl_tests_dir = defaults.get("nccl_tests_dir") if isinstance(defaults, dict) \
-                else None
+            defaults = yaml.safe_load((roles_dir() / "nccl" / "defaults" / "main.yml").read_text())
+            nccl_tests_dir = defaults.get("nccl_tests_dir") if isinstance(defaults, dict) else None
         if not isinstance(nccl_tests_dir, str):
-            raise SparkctlError(f"nccl_tests_dir must be a string, got {nccl_tests_dir!r}",
-                                ExitCode.BAD_INPUT)
+            raise SparkctlError(
+                f"nccl_tests_dir must be a string, got {nccl_tests_dir!r}", ExitCode.BAD_INPUT
+            )
         try:
             image = registry.image_ref_of(sglang_image)
         except registry.RegistryError as exc:
@@ -152,8 +179,9 @@ class NodeSettings:
     @classmethod
     def from_inventory(cls, inventory: Any) -> NodeSettings:
         """From an :class:`sparkctl.inventory.Inventory` (cluster-wide values)."""
-        return cls.from_values(inventory.cluster_var("nccl_tests_dir"),
-                               inventory.cluster_var("sglang_image"))
+        return cls.from_values(
+            inventory.cluster_var("nccl_tests_dir"), inventory.cluster_var("sglang_image")
+        )
 
 
 @dataclass(frozen=True)
@@ -171,8 +199,10 @@ def node_files(hostname: str, hardware: LabHardware, settings: NodeSettings) -> 
     for placement in PLACEMENTS:
         if placement.source == "<generated:registry>":
             content, _ = registry.registry_update(settings.sglang_image)
-            files += [NodeFile(f"{registry.REGISTRY_DIR}/{name}", data, placement.mode)
-                      for name, data in sorted(content.items())]
+            files += [
+                NodeFile(f"{registry.REGISTRY_DIR}/{name}", data, placement.mode)
+                for name, data in sorted(content.items())
+            ]
             continue
         if placement.source == "<generated:docker.service>":
             data = DOCKER_SERVICE.encode()
@@ -204,20 +234,25 @@ def _tar(files: Iterable[NodeFile]) -> bytes:
 
 # Unpacks the files over / on the node; then, where systemd runs the node,
 # makes it read docker.service and starts it.
-_INSTALL_SCRIPT = ('base64 -d | tar -x -f - -C / --no-overwrite-dir && '
-                   'if [ "$1" = units ] && [ -d /run/systemd/system ]; then '
-                   'systemctl daemon-reload && systemctl enable --now --quiet docker.service; fi')
+_INSTALL_SCRIPT = (
+    "base64 -d | tar -x -f - -C / --no-overwrite-dir && "
+    'if [ "$1" = units ] && [ -d /run/systemd/system ]; then '
+    "systemctl daemon-reload && systemctl enable --now --quiet docker.service; fi"
+)
 
 
-def install(podman: Podman, name: str, files: Sequence[NodeFile], *,
-            units: bool = True) -> None:
+def install(podman: Podman, name: str, files: Sequence[NodeFile], *, units: bool = True) -> None:
     """Write ``files`` into the container ``name`` in one ``podman exec``.
 
     ``units``: reload systemd and enable docker.service afterwards.
     """
     payload = base64.encodebytes(_tar(files)).decode()
-    podman.exec(name, ["sh", "-c", _INSTALL_SCRIPT, "sh", "units" if units else "files"],
-                input_text=payload, timeout=300)
+    podman.exec(
+        name,
+        ["sh", "-c", _INSTALL_SCRIPT, "sh", "units" if units else "files"],
+        input_text=payload,
+        timeout=300,
+    )
 
 
 def dress(podman: Podman, name: str, hardware: LabHardware, settings: NodeSettings) -> None:

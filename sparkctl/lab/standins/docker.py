@@ -186,8 +186,9 @@ MS_RELATIME = 1 << 21
 ST_RELATIME = 4096
 ID_MAP = "0 0 65536"
 
-SIGNALS: dict[str, int] = {s.name.removeprefix("SIG"): int(s) for s in signal.Signals
-                           if not s.name.startswith("SIG_")}
+SIGNALS: dict[str, int] = {
+    s.name.removeprefix("SIG"): int(s) for s in signal.Signals if not s.name.startswith("SIG_")
+}
 
 
 class DockerError(Exception):
@@ -321,8 +322,7 @@ class Ref:
             name = remainder
         name = name.removeprefix("library/")
         if not _NAME.match(name):
-            raise DockerError("invalid reference format: repository name must be lowercase",
-                              125)
+            raise DockerError("invalid reference format: repository name must be lowercase", 125)
         return cls(name, tag, digest or None)
 
     @property
@@ -380,8 +380,14 @@ class Parsed:
         return self.values[name]
 
 
-def parse_flags(args: Sequence[str], flags: Sequence[Flag], *, command: str, usage: str,  # noqa: PLR0912, PLR0915
-                interspersed: bool = True) -> tuple[Parsed, list[str]]:
+def parse_flags(  # noqa: PLR0912, PLR0915
+    args: Sequence[str],
+    flags: Sequence[Flag],
+    *,
+    command: str,
+    usage: str,
+    interspersed: bool = True,
+) -> tuple[Parsed, list[str]]:
     """pflag's parsing: ``--name value``, ``--name=value``, ``-n value``, ``-nvalue``,
     bundled short booleans, ``--`` ends flags; without interspersing (docker run)
     the first positional ends them. Errors are docker's, with status 125."""
@@ -391,8 +397,9 @@ def parse_flags(args: Sequence[str], flags: Sequence[Flag], *, command: str, usa
     positionals: list[str] = []
 
     def fail(problem: str) -> NoReturn:
-        raise DockerError(f"{problem}\n\nUsage:  {usage}\n\nRun '{command} --help' for more "
-                          "information", 125)
+        raise DockerError(
+            f"{problem}\n\nUsage:  {usage}\n\nRun '{command} --help' for more information", 125
+        )
 
     def assign(f: Flag, value: str, shown: str) -> None:
         if f.deprecated:
@@ -401,15 +408,19 @@ def parse_flags(args: Sequence[str], flags: Sequence[Flag], *, command: str, usa
         if f.kind == "bool":
             low = value.lower()
             if low not in {"true", "false", "1", "0", "t", "f"}:
-                fail(f'invalid argument "{value}" for "{shown}" flag: strconv.ParseBool: '
-                     f'parsing "{value}": invalid syntax')
+                fail(
+                    f'invalid argument "{value}" for "{shown}" flag: strconv.ParseBool: '
+                    f'parsing "{value}": invalid syntax'
+                )
             parsed.values[f.long] = low in {"true", "1", "t"}
         elif f.kind == "int":
             try:
                 parsed.values[f.long] = int(value)
             except ValueError:
-                fail(f'invalid argument "{value}" for "{shown}" flag: strconv.ParseInt: '
-                     f'parsing "{value}": invalid syntax')
+                fail(
+                    f'invalid argument "{value}" for "{shown}" flag: strconv.ParseInt: '
+                    f'parsing "{value}": invalid syntax'
+                )
         elif f.kind == "list":
             parsed.values[f.long].append(value)
         else:
@@ -448,7 +459,7 @@ def parse_flags(args: Sequence[str], flags: Sequence[Flag], *, command: str, usa
                 j += 1
                 if f.kind == "bool":
                     if j < len(arg) and arg[j] == "=":
-                        assign(f, arg[j + 1:], f"-{ch}, --{f.long}")
+                        assign(f, arg[j + 1 :], f"-{ch}, --{f.long}")
                         break
                     assign(f, "true", f"-{ch}, --{f.long}")
                     continue
@@ -497,8 +508,10 @@ def go_json(value: Any) -> str:
 
 _ACTION = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}", re.S)
 _TOKEN = re.compile(r'\s*(?:("(?:[^"\\]|\\.)*")|(-?\d+)|(\.[A-Za-z0-9_.]*)|([A-Za-z]\w*))')
-SUPPORTED = "{{.Field.Path}}, {{json .X}}, {{index .X N}}, {{join .X SEP}}, {{lower .X}}, " \
-            "{{upper .X}}, {{len .X}}"
+SUPPORTED = (
+    "{{.Field.Path}}, {{json .X}}, {{index .X N}}, {{join .X SEP}}, {{lower .X}}, "
+    "{{upper .X}}, {{len .X}}"
+)
 
 
 def _tokens(expr: str) -> list[tuple[str, Any]]:
@@ -509,8 +522,10 @@ def _tokens(expr: str) -> list[tuple[str, Any]]:
             break
         m = _TOKEN.match(expr, pos)
         if not m or m.end() == pos:
-            raise TemplateError(f"{STANDIN}: template action {{{{{expr}}}}} is not supported "
-                                f"(supported: {SUPPORTED})")
+            raise TemplateError(
+                f"{STANDIN}: template action {{{{{expr}}}}} is not supported "
+                f"(supported: {SUPPORTED})"
+            )
         pos = m.end()
         if m.group(1) is not None:
             out.append(("str", json.loads(m.group(1))))
@@ -528,14 +543,18 @@ def _field(data: Any, path: str, action: str) -> Any:
     for part in [p for p in path.split(".") if p]:
         if isinstance(value, dict):
             if part not in value:
-                raise TemplateError(f'template parsing error: template: :1:{action}: '
-                                    f'executing "" at <{path}>: map has no entry for key '
-                                    f'"{part}"')
+                raise TemplateError(
+                    f"template parsing error: template: :1:{action}: "
+                    f'executing "" at <{path}>: map has no entry for key '
+                    f'"{part}"'
+                )
             value = value[part]
         else:
-            raise TemplateError(f'template parsing error: template: :1: executing "" at '
-                                f'<{path}>: can\'t evaluate field {part} in type '
-                                f'{type(value).__name__}')
+            raise TemplateError(
+                f'template parsing error: template: :1: executing "" at '
+                f"<{path}>: can't evaluate field {part} in type "
+                f"{type(value).__name__}"
+            )
     return value
 
 
@@ -550,14 +569,17 @@ def _evaluate(expr: str, data: Any) -> str:
             return _field(data, val, expr)
         if kind in {"str", "int"}:
             return val
-        raise TemplateError(f"{STANDIN}: template function {val!r} is not supported "
-                            f"(supported: {SUPPORTED})")
+        raise TemplateError(
+            f"{STANDIN}: template function {val!r} is not supported (supported: {SUPPORTED})"
+        )
 
     kind, head = toks[0]
     if kind != "func":
         if len(toks) != 1:
-            raise TemplateError(f"{STANDIN}: template action {{{{{expr}}}}} is not supported "
-                                f"(supported: {SUPPORTED})")
+            raise TemplateError(
+                f"{STANDIN}: template action {{{{{expr}}}}} is not supported "
+                f"(supported: {SUPPORTED})"
+            )
         return go_format(arg(toks[0]))
     args = [arg(t) for t in toks[1:]]
     if head == "json" and len(args) == 1:
@@ -568,9 +590,11 @@ def _evaluate(expr: str, data: Any) -> str:
             try:
                 value = value[key]
             except (IndexError, KeyError, TypeError):
-                raise TemplateError(f'template parsing error: template: :1: executing "" '
-                                    f'at <index {expr[6:].strip()}>: error calling index: '
-                                    f'index out of range: {key}') from None
+                raise TemplateError(
+                    f'template parsing error: template: :1: executing "" '
+                    f"at <index {expr[6:].strip()}>: error calling index: "
+                    f"index out of range: {key}"
+                ) from None
         return go_format(value)
     if head == "join" and len(args) == 2 and isinstance(args[0], list):
         return str(args[1]).join(go_format(v) for v in args[0])
@@ -579,8 +603,9 @@ def _evaluate(expr: str, data: Any) -> str:
         return text.lower() if head == "lower" else text.upper()
     if head == "len" and len(args) == 1 and isinstance(args[0], (list, dict, str)):
         return str(len(args[0]))
-    raise TemplateError(f"{STANDIN}: template action {{{{{expr}}}}} is not supported "
-                        f"(supported: {SUPPORTED})")
+    raise TemplateError(
+        f"{STANDIN}: template action {{{{{expr}}}}} is not supported (supported: {SUPPORTED})"
+    )
 
 
 def render(template: str, data: Any) -> str:
@@ -589,7 +614,7 @@ def render(template: str, data: Any) -> str:
     out: list[str] = []
     pos = 0
     for m in _ACTION.finditer(template):
-        out.append(template[pos:m.start()])
+        out.append(template[pos : m.start()])
         out.append(_evaluate(m.group(1), data))
         pos = m.end()
     out.append(template[pos:])
@@ -601,9 +626,11 @@ def check_template(template: str) -> None:
     for m in _ACTION.finditer(template):
         for kind, val in _tokens(m.group(1)):
             if kind == "func" and val not in {"json", "index", "join", "lower", "upper", "len"}:
-                raise TemplateError(f"{STANDIN}: template function {val!r} in "
-                                    f"{{{{{m.group(1)}}}}} is not supported (supported: "
-                                    f"{SUPPORTED})")
+                raise TemplateError(
+                    f"{STANDIN}: template function {val!r} in "
+                    f"{{{{{m.group(1)}}}}} is not supported (supported: "
+                    f"{SUPPORTED})"
+                )
 
 
 # ------------------------------------------------------------------ store
@@ -666,8 +693,7 @@ class Store:
         base = self.images / "sha256"
         if not base.is_dir():
             return []
-        return sorted("sha256:" + p.name for p in base.iterdir()
-                      if (p / "config.json").exists())
+        return sorted("sha256:" + p.name for p in base.iterdir() if (p / "config.json").exists())
 
     def image_config(self, image_id: str) -> dict[str, Any]:
         return json.loads((self.image_dir(image_id) / "config.json").read_text())  # type: ignore[no-any-return]
@@ -706,12 +732,22 @@ class Store:
             "DockerVersion": "",
             "Author": "",
             "Config": {
-                "Hostname": "", "Domainname": "", "User": cfg.get("User", ""),
-                "AttachStdin": False, "AttachStdout": False, "AttachStderr": False,
-                "Tty": False, "OpenStdin": False, "StdinOnce": False,
-                "Env": cfg.get("Env"), "Cmd": cfg.get("Cmd"), "Image": "",
-                "Volumes": None, "WorkingDir": cfg.get("WorkingDir", ""),
-                "Entrypoint": cfg.get("Entrypoint"), "OnBuild": None,
+                "Hostname": "",
+                "Domainname": "",
+                "User": cfg.get("User", ""),
+                "AttachStdin": False,
+                "AttachStdout": False,
+                "AttachStderr": False,
+                "Tty": False,
+                "OpenStdin": False,
+                "StdinOnce": False,
+                "Env": cfg.get("Env"),
+                "Cmd": cfg.get("Cmd"),
+                "Image": "",
+                "Volumes": None,
+                "WorkingDir": cfg.get("WorkingDir", ""),
+                "Entrypoint": cfg.get("Entrypoint"),
+                "OnBuild": None,
                 "Labels": cfg.get("Labels"),
             },
             "Architecture": config.get("architecture", ""),
@@ -733,8 +769,9 @@ class Store:
 
     def load(self, cid: str) -> dict[str, Any] | None:
         try:
-            record: dict[str, Any] = json.loads((self.container_dir(cid) / "container.json")
-                                                .read_text())
+            record: dict[str, Any] = json.loads(
+                (self.container_dir(cid) / "container.json").read_text()
+            )
         except (OSError, ValueError):
             return None
         state = record["inspect"]["State"]
@@ -742,12 +779,18 @@ class Store:
         # (the node restarted, the shim was killed): dockerd marks such
         # containers exited when it restores them.
         if state["Running"] and _proc_start_time(state["Pid"]) != record["standin"].get(
-                "pid_start"):
+            "pid_start"
+        ):
             shim = record["standin"].get("shim_pid", 0)
             if not shim or _proc_start_time(shim) != record["standin"].get("shim_start"):
-                state.update(Running=False, Status="exited", Pid=0, ExitCode=255,
-                             FinishedAt=now_rfc3339(),
-                             Error=f"{STANDIN}: the container's shim is gone")
+                state.update(
+                    Running=False,
+                    Status="exited",
+                    Pid=0,
+                    ExitCode=255,
+                    FinishedAt=now_rfc3339(),
+                    Error=f"{STANDIN}: the container's shim is gone",
+                )
         return record
 
     def save(self, record: dict[str, Any]) -> None:
@@ -797,8 +840,11 @@ def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
     members = []
     for m in tar.getmembers():
         name = m.name
-        if name.startswith("/") or ".." in Path(name).parts or not (m.isdir() or m.isfile()
-                                                                    or m.issym()):
+        if (
+            name.startswith("/")
+            or ".." in Path(name).parts
+            or not (m.isdir() or m.isfile() or m.issym())
+        ):
             raise DockerError(daemon(f"{STANDIN}: refusing layer member {name!r}"))
         if m.issym() and (m.linkname.startswith("/") or ".." in Path(m.linkname).parts):
             raise DockerError(daemon(f"{STANDIN}: refusing layer symlink {name!r}"))
@@ -838,21 +884,26 @@ def pull(store: Store, text: str, *, out: Any = None, final_line: bool = True) -
     registry = registry_root()
     index = _registry_index(registry)
     if not any(k.rpartition(":")[0] == ref.repository for k in index):
-        raise DockerError(daemon(
-            f"pull access denied for {ref.repository}, repository does not exist or may "
-            "require 'docker login': denied: requested access to the resource is denied"))
+        raise DockerError(
+            daemon(
+                f"pull access denied for {ref.repository}, repository does not exist or may "
+                "require 'docker login': denied: requested access to the resource is denied"
+            )
+        )
     if ref.digest:
         digest, tag_or_digest, shown = ref.digest, ref.digest, ref.canonical
         blob_path = registry / "blobs" / "sha256" / digest.removeprefix("sha256:")
         if not blob_path.exists():
-            raise DockerError(daemon(f"manifest for {shown} not found: manifest unknown: "
-                                     "manifest unknown"))
+            raise DockerError(
+                daemon(f"manifest for {shown} not found: manifest unknown: manifest unknown")
+            )
     else:
         shown = ref.tagged
         tag_or_digest = ref.tag or "latest"
         if shown not in index:
-            raise DockerError(daemon(f"manifest for {shown} not found: manifest unknown: "
-                                     "manifest unknown"))
+            raise DockerError(
+                daemon(f"manifest for {shown} not found: manifest unknown: manifest unknown")
+            )
         digest = index[shown]
         blob_path = registry / "blobs" / "sha256" / digest.removeprefix("sha256:")
     print(f"{tag_or_digest}: Pulling from {ref.repository}", file=out, flush=True)
@@ -969,15 +1020,23 @@ def _run_flags() -> tuple[list[Flag], set[str]]:
 
 RUN_FLAGS, RUN_UNSUPPORTED = _run_flags()
 
-ULIMITS = {"core": resource.RLIMIT_CORE, "cpu": resource.RLIMIT_CPU,
-           "data": resource.RLIMIT_DATA, "fsize": resource.RLIMIT_FSIZE,
-           "locks": 10,  # RLIMIT_LOCKS (Python does not name it)
-           "memlock": resource.RLIMIT_MEMLOCK,
-           "msgqueue": resource.RLIMIT_MSGQUEUE, "nice": resource.RLIMIT_NICE,
-           "nofile": resource.RLIMIT_NOFILE, "nproc": resource.RLIMIT_NPROC,
-           "rss": resource.RLIMIT_RSS, "rtprio": resource.RLIMIT_RTPRIO,
-           "rttime": resource.RLIMIT_RTTIME, "sigpending": resource.RLIMIT_SIGPENDING,
-           "stack": resource.RLIMIT_STACK}
+ULIMITS = {
+    "core": resource.RLIMIT_CORE,
+    "cpu": resource.RLIMIT_CPU,
+    "data": resource.RLIMIT_DATA,
+    "fsize": resource.RLIMIT_FSIZE,
+    "locks": 10,  # RLIMIT_LOCKS (Python does not name it)
+    "memlock": resource.RLIMIT_MEMLOCK,
+    "msgqueue": resource.RLIMIT_MSGQUEUE,
+    "nice": resource.RLIMIT_NICE,
+    "nofile": resource.RLIMIT_NOFILE,
+    "nproc": resource.RLIMIT_NPROC,
+    "rss": resource.RLIMIT_RSS,
+    "rtprio": resource.RLIMIT_RTPRIO,
+    "rttime": resource.RLIMIT_RTTIME,
+    "sigpending": resource.RLIMIT_SIGPENDING,
+    "stack": resource.RLIMIT_STACK,
+}
 
 
 def parse_env_file(path: str, lookup: Callable[[str], str | None]) -> list[str]:
@@ -994,8 +1053,10 @@ def parse_env_file(path: str, lookup: Callable[[str], str | None]) -> list[str]:
         try:
             line = line_bytes.decode("utf-8")
         except UnicodeDecodeError:
-            raise DockerError(f"invalid env file ({path}): invalid utf8 bytes at line "
-                              f"{number}: {list(line_bytes)}") from None
+            raise DockerError(
+                f"invalid env file ({path}): invalid utf8 bytes at line "
+                f"{number}: {list(line_bytes)}"
+            ) from None
         if number == 1:
             line = line.removeprefix("\ufeff")
         # bufio.ScanLines drops one carriage return before the newline.
@@ -1006,8 +1067,7 @@ def parse_env_file(path: str, lookup: Callable[[str], str | None]) -> list[str]:
         if not key:
             raise DockerError(f"invalid env file ({path}): no variable name on line '{line}'")
         if " " in key or "\t" in key:
-            raise DockerError(f"invalid env file ({path}): variable '{key}' contains "
-                              "whitespaces")
+            raise DockerError(f"invalid env file ({path}): variable '{key}' contains whitespaces")
         if eq:
             out.append(f"{key}={_trim_quotes(value)}")
             continue
@@ -1061,11 +1121,14 @@ def parse_volume(spec: str) -> Volume:
     parts = spec.split(":")
     if len(parts) == 1 or not parts[0] or not (parts[0].startswith(("/", ".", "~"))):
         if len(parts) == 1:
-            raise DockerError(f"{STANDIN}: anonymous volumes (-v {spec}) are not implemented; "
-                              "bind a host directory (-v /host/dir:{spec})")
+            raise DockerError(
+                f"{STANDIN}: anonymous volumes (-v {spec}) are not implemented; "
+                "bind a host directory (-v /host/dir:{spec})"
+            )
         if len(parts) >= 2 and parts[0] and not parts[0].startswith("/"):
-            raise DockerError(f"{STANDIN}: named volumes (-v {spec}) are not implemented; "
-                              "bind a host path")
+            raise DockerError(
+                f"{STANDIN}: named volumes (-v {spec}) are not implemented; bind a host path"
+            )
     if len(parts) > 3:
         raise DockerError(f"invalid spec: {spec}: too many colons")
     source, dest = parts[0], parts[1]
@@ -1074,20 +1137,37 @@ def parse_volume(spec: str) -> Volume:
     for opt in opts:
         if opt == "ro":
             read_only = True
-        elif opt in {"rw", "z", "Z", "nocopy", "private", "rprivate", "shared", "rshared",
-                     "slave", "rslave", "consistent", "cached", "delegated"}:
+        elif opt in {
+            "rw",
+            "z",
+            "Z",
+            "nocopy",
+            "private",
+            "rprivate",
+            "shared",
+            "rshared",
+            "slave",
+            "rslave",
+            "consistent",
+            "cached",
+            "delegated",
+        }:
             continue
         else:
             raise DockerError(f"invalid mode: {parts[2]}")
     if source.startswith("."):
         source = os.path.abspath(source)
     if not dest.startswith("/"):
-        raise DockerError(f"invalid volume specification: '{spec}': invalid mount config for "
-                          f'type "bind": invalid mount path: \'{dest}\' mount path must be '
-                          "absolute")
+        raise DockerError(
+            f"invalid volume specification: '{spec}': invalid mount config for "
+            f"type \"bind\": invalid mount path: '{dest}' mount path must be "
+            "absolute"
+        )
     if os.path.normpath(dest) == "/":
-        raise DockerError(f"invalid volume specification: '{spec}': invalid mount config for "
-                          'type "bind": invalid specification: destination can\'t be \'/\'')
+        raise DockerError(
+            f"invalid volume specification: '{spec}': invalid mount config for "
+            "type \"bind\": invalid specification: destination can't be '/'"
+        )
     return Volume(os.path.normpath(source), os.path.normpath(dest), read_only, spec)
 
 
@@ -1105,8 +1185,11 @@ def parse_device(spec: str) -> Device:
     perms = parts[2] if len(parts) > 2 else "rwm"
     if len(parts) == 2 and re.fullmatch(r"[rwm]{1,3}", parts[1]):
         container, perms = host, parts[1]
-    if not host.startswith("/") or not container.startswith("/") or \
-            not re.fullmatch(r"[rwm]{1,3}", perms):
+    if (
+        not host.startswith("/")
+        or not container.startswith("/")
+        or not re.fullmatch(r"[rwm]{1,3}", perms)
+    ):
         raise DockerError(f"invalid device specification: {spec}")
     return Device(host, container, perms)
 
@@ -1115,35 +1198,45 @@ def parse_ulimit(spec: str) -> dict[str, Any]:
     """``name=soft[:hard]`` (docker/cli opts/ulimit.go; -1 is unlimited)."""
     name, eq, values = spec.partition("=")
     if not eq:
-        raise DockerError(f'invalid argument "{spec}" for "--ulimit" flag: invalid ulimit '
-                          f"argument: {spec}")
+        raise DockerError(
+            f'invalid argument "{spec}" for "--ulimit" flag: invalid ulimit argument: {spec}'
+        )
     if name not in ULIMITS:
-        raise DockerError(f'invalid argument "{spec}" for "--ulimit" flag: invalid ulimit '
-                          f"type: {name}")
+        raise DockerError(
+            f'invalid argument "{spec}" for "--ulimit" flag: invalid ulimit type: {name}'
+        )
     soft_s, _, hard_s = values.partition(":")
     try:
         soft = int(soft_s)
         hard = int(hard_s) if hard_s else soft
     except ValueError:
-        raise DockerError(f'invalid argument "{spec}" for "--ulimit" flag: invalid ulimit '
-                          f"argument: {spec}") from None
+        raise DockerError(
+            f'invalid argument "{spec}" for "--ulimit" flag: invalid ulimit argument: {spec}'
+        ) from None
     if soft > hard and hard != -1:
-        raise DockerError(f'invalid argument "{spec}" for "--ulimit" flag: ulimit soft limit '
-                          f"must be less than or equal to hard limit: {soft} > {hard}")
+        raise DockerError(
+            f'invalid argument "{spec}" for "--ulimit" flag: ulimit soft limit '
+            f"must be less than or equal to hard limit: {soft} > {hard}"
+        )
     return {"Name": name, "Hard": hard, "Soft": soft}
 
 
 def parse_gpus(value: str) -> dict[str, Any]:
     """``--gpus all|N|device=...`` (docker/cli opts/gpus.go) as a DeviceRequest."""
-    request: dict[str, Any] = {"Driver": "", "Count": 0, "DeviceIDs": None,
-                               "Capabilities": [["gpu"]], "Options": {}}
+    request: dict[str, Any] = {
+        "Driver": "",
+        "Count": 0,
+        "DeviceIDs": None,
+        "Capabilities": [["gpu"]],
+        "Options": {},
+    }
     for part in value.strip("'\"").split(","):
         if part == "all":
             request["Count"] = -1
         elif part.isdigit():
             request["Count"] = int(part)
         elif part.startswith("device="):
-            request["DeviceIDs"] = part[len("device="):].split(",")
+            request["DeviceIDs"] = part[len("device=") :].split(",")
         elif part.startswith(("driver=", "capabilities=", "count=")):
             key, _, val = part.partition("=")
             if key == "count":
@@ -1153,25 +1246,53 @@ def parse_gpus(value: str) -> dict[str, Any]:
             else:
                 request["Capabilities"] = [val.split(",")]
         else:
-            raise DockerError(f'invalid argument "{value}" for "--gpus" flag: unexpected '
-                              f"key '{part}' in '{value}'")
+            raise DockerError(
+                f'invalid argument "{value}" for "--gpus" flag: unexpected '
+                f"key '{part}' in '{value}'"
+            )
     return request
 
 
 def _shm_size(text: str) -> int:
     m = re.fullmatch(r"(\d+)([bkmg]?)b?", text.lower())
     if not m:
-        raise DockerError(f'invalid argument "{text}" for "--shm-size" flag: invalid size: '
-                          f"'{text}'")
+        raise DockerError(
+            f'invalid argument "{text}" for "--shm-size" flag: invalid size: \'{text}\''
+        )
     return int(m.group(1)) * {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2)]
 
 
 _NAME_RE = re.compile(r"^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 # moby pkg/namesgenerator (a few of its words).
-_LEFT = ("admiring", "brave", "clever", "eager", "festive", "gracious", "jolly", "keen",
-         "nifty", "quirky", "serene", "vibrant", "zealous")
-_RIGHT = ("babbage", "curie", "dijkstra", "hopper", "kilby", "lovelace", "noether", "ritchie",
-          "shannon", "torvalds", "turing", "wozniak")
+_LEFT = (
+    "admiring",
+    "brave",
+    "clever",
+    "eager",
+    "festive",
+    "gracious",
+    "jolly",
+    "keen",
+    "nifty",
+    "quirky",
+    "serene",
+    "vibrant",
+    "zealous",
+)
+_RIGHT = (
+    "babbage",
+    "curie",
+    "dijkstra",
+    "hopper",
+    "kilby",
+    "lovelace",
+    "noether",
+    "ritchie",
+    "shannon",
+    "torvalds",
+    "turing",
+    "wozniak",
+)
 
 
 def _random_name(store: Store) -> str:
@@ -1198,16 +1319,17 @@ def _resolv_conf(host_network: bool) -> str:
                 break
     if host_network:
         return text
-    lines = [ln for ln in text.splitlines()
-             if not re.match(r"^\s*nameserver\s+(127\.|::1)", ln)]
+    lines = [ln for ln in text.splitlines() if not re.match(r"^\s*nameserver\s+(127\.|::1)", ln)]
     if not any(ln.strip().startswith("nameserver") for ln in lines):
         lines += ["nameserver 8.8.8.8", "nameserver 8.8.4.4"]
     return "\n".join(lines) + "\n"
 
 
-_DEFAULT_HOSTS = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-                  "fe00::\tip6-localnet\nff00::\tip6-mcastprefix\nff02::1\tip6-allnodes\n"
-                  "ff02::2\tip6-allrouters\n")
+_DEFAULT_HOSTS = (
+    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+    "fe00::\tip6-localnet\nff00::\tip6-mcastprefix\nff02::1\tip6-allnodes\n"
+    "ff02::2\tip6-allrouters\n"
+)
 
 
 @dataclass
@@ -1227,22 +1349,35 @@ class RunOptions:
 
 
 def parse_run(args: Sequence[str]) -> RunOptions:  # noqa: PLR0912, PLR0915 -- one check per flag
-    parsed, positionals = parse_flags(args, RUN_FLAGS, command="docker run", usage=RUN_USAGE,
-                                      interspersed=False)
+    parsed, positionals = parse_flags(
+        args, RUN_FLAGS, command="docker run", usage=RUN_USAGE, interspersed=False
+    )
     if parsed["help"]:
-        print(f"\nUsage:  {RUN_USAGE}\n\nCreate and run a new container from an image "
-              f"({STANDIN}: see the docstring of /usr/bin/docker for what is implemented)")
+        print(
+            f"\nUsage:  {RUN_USAGE}\n\nCreate and run a new container from an image "
+            f"({STANDIN}: see the docstring of /usr/bin/docker for what is implemented)"
+        )
         raise SystemExit(0)
     for name in sorted(parsed.changed & RUN_UNSUPPORTED):
-        raise DockerError(with_help(f"{STANDIN}: `docker run --{name}` is not implemented",
-                                    "run"), 125)
+        raise DockerError(
+            with_help(f"{STANDIN}: `docker run --{name}` is not implemented", "run"), 125
+        )
     if not positionals:
-        raise DockerError("docker: 'docker run' requires at least 1 argument\n\nUsage:  "
-                          f"{RUN_USAGE}\n\nSee 'docker run --help' for more information", 1)
+        raise DockerError(
+            "docker: 'docker run' requires at least 1 argument\n\nUsage:  "
+            f"{RUN_USAGE}\n\nSee 'docker run --help' for more information",
+            1,
+        )
     pull_opt = parsed["pull"]
     if pull_opt not in {"always", "missing", "never", ""}:
-        raise DockerError(with_help(f"invalid pull option: '{pull_opt}': must be one of "
-                                    '"always", "missing" or "never"', "run"), 125)
+        raise DockerError(
+            with_help(
+                f"invalid pull option: '{pull_opt}': must be one of "
+                '"always", "missing" or "never"',
+                "run",
+            ),
+            125,
+        )
     opts = RunOptions(image_text=positionals[0], command=positionals[1:], parsed=parsed)
     environ = os.environ.get
     try:
@@ -1271,32 +1406,55 @@ def parse_run(args: Sequence[str]) -> RunOptions:  # noqa: PLR0912, PLR0915 -- o
             opts.shm_size = _shm_size(parsed["shm-size"])
         workdir = parsed["workdir"]
         if workdir is not None and not workdir.startswith("/"):
-            raise DockerError(daemon(f"the working directory '{workdir}' is invalid, it needs "
-                                     "to be an absolute path"))
+            raise DockerError(
+                daemon(
+                    f"the working directory '{workdir}' is invalid, it needs to be an absolute path"
+                )
+            )
         network = parsed["network"] or parsed["net"] or "bridge"
-        if network.startswith("container:") or (network not in {"host", "bridge", "none",
-                                                                "default"}):
-            raise DockerError(daemon(f"{STANDIN}: --network {network} is not implemented "
-                                     "(host, bridge and none are)"))
+        if network.startswith("container:") or (
+            network not in {"host", "bridge", "none", "default"}
+        ):
+            raise DockerError(
+                daemon(
+                    f"{STANDIN}: --network {network} is not implemented (host, bridge and none are)"
+                )
+            )
         ipc = parsed["ipc"] or ""
         if ipc not in {"", "host", "private", "shareable", "none"}:
-            raise DockerError(daemon(f"{STANDIN}: --ipc {ipc} is not implemented "
-                                     "(host, private, shareable and none are)"))
+            raise DockerError(
+                daemon(
+                    f"{STANDIN}: --ipc {ipc} is not implemented "
+                    "(host, private, shareable and none are)"
+                )
+            )
         if parsed["log-driver"] not in {None, "json-file"}:
-            raise DockerError(daemon(f"{STANDIN}: --log-driver {parsed['log-driver']} is not "
-                                     "implemented (json-file is)"))
+            raise DockerError(
+                daemon(
+                    f"{STANDIN}: --log-driver {parsed['log-driver']} is not "
+                    "implemented (json-file is)"
+                )
+            )
         if parsed["restart"] not in {None, "no"}:
-            raise DockerError(daemon(f"{STANDIN}: --restart {parsed['restart']} is not "
-                                     "implemented (no is)"))
+            raise DockerError(
+                daemon(f"{STANDIN}: --restart {parsed['restart']} is not implemented (no is)")
+            )
         if parsed["stop-signal"] is not None:
             _signal_number(parsed["stop-signal"])
         name = parsed["name"]
         if name is not None and not _NAME_RE.match(name):
-            raise DockerError(daemon(f"Invalid container name ({name}), only "
-                                     "[a-zA-Z0-9][a-zA-Z0-9_.-] are allowed"))
+            raise DockerError(
+                daemon(
+                    f"Invalid container name ({name}), only [a-zA-Z0-9][a-zA-Z0-9_.-] are allowed"
+                )
+            )
         if parsed["platform"] not in {None, "", "linux", f"linux/{_arch()}"}:
-            raise DockerError(daemon(f"{STANDIN}: --platform {parsed['platform']}: the lab "
-                                     f"serves linux/{_arch()} only"))
+            raise DockerError(
+                daemon(
+                    f"{STANDIN}: --platform {parsed['platform']}: the lab "
+                    f"serves linux/{_arch()} only"
+                )
+            )
     except DockerError as exc:
         if exc.message.startswith("docker: "):
             raise
@@ -1337,17 +1495,35 @@ def create_container(store: Store, opts: RunOptions, image_id: str) -> dict[str,
     hostname = p["hostname"] or (_node_hostname() if host_network else cid[:12])
     env = merge_env(config.get("Env") or [], opts.env)
     directory = store.container_dir(cid)
-    mounts = [{"Type": "bind", "Source": v.source, "Destination": v.destination,
-               "Mode": "ro" if v.read_only else "", "RW": not v.read_only,
-               "Propagation": "rprivate"} for v in opts.volumes]
+    mounts = [
+        {
+            "Type": "bind",
+            "Source": v.source,
+            "Destination": v.destination,
+            "Mode": "ro" if v.read_only else "",
+            "RW": not v.read_only,
+            "Propagation": "rprivate",
+        }
+        for v in opts.volumes
+    ]
     inspect: dict[str, Any] = {
         "Id": cid,
         "Created": now_rfc3339(),
         "Path": argv[0],
         "Args": argv[1:],
-        "State": {"Status": "created", "Running": False, "Paused": False, "Restarting": False,
-                  "OOMKilled": False, "Dead": False, "Pid": 0, "ExitCode": 0, "Error": "",
-                  "StartedAt": ZERO_TIME, "FinishedAt": ZERO_TIME},
+        "State": {
+            "Status": "created",
+            "Running": False,
+            "Paused": False,
+            "Restarting": False,
+            "OOMKilled": False,
+            "Dead": False,
+            "Pid": 0,
+            "ExitCode": 0,
+            "Error": "",
+            "StartedAt": ZERO_TIME,
+            "FinishedAt": ZERO_TIME,
+        },
         "Image": image_id,
         "ResolvConfPath": str(directory / "resolv.conf"),
         "HostnamePath": str(directory / "hostname"),
@@ -1362,8 +1538,11 @@ def create_container(store: Store, opts: RunOptions, image_id: str) -> dict[str,
         "AppArmorProfile": "",
         "ExecIDs": None,
         "HostConfig": {
-            "Binds": [v.spec if not v.spec.startswith(".") else
-                      f"{v.source}:{v.spec.split(':', 1)[1]}" for v in opts.volumes] or None,
+            "Binds": [
+                v.spec if not v.spec.startswith(".") else f"{v.source}:{v.spec.split(':', 1)[1]}"
+                for v in opts.volumes
+            ]
+            or None,
             "ContainerIDFile": "",
             "LogConfig": {"Type": "json-file", "Config": {}},
             "NetworkMode": network,
@@ -1393,8 +1572,10 @@ def create_container(store: Store, opts: RunOptions, image_id: str) -> dict[str,
             "ShmSize": opts.shm_size,
             "Runtime": "runc",
             "Isolation": "",
-            "Devices": [{"PathOnHost": d.host, "PathInContainer": d.container,
-                         "CgroupPermissions": d.perms} for d in opts.devices],
+            "Devices": [
+                {"PathOnHost": d.host, "PathInContainer": d.container, "CgroupPermissions": d.perms}
+                for d in opts.devices
+            ],
             "DeviceRequests": [opts.gpus] if opts.gpus else None,
             "Ulimits": opts.ulimits or None,
             "Init": True if p["init"] else None,
@@ -1419,29 +1600,45 @@ def create_container(store: Store, opts: RunOptions, image_id: str) -> dict[str,
             "OnBuild": None,
             "Labels": {**(config.get("Labels") or {}), **opts.labels},
         },
-        "NetworkSettings": {"Networks": {network: {"NetworkID": "", "EndpointID": "",
-                                                   "IPAddress": ""}}},
+        "NetworkSettings": {
+            "Networks": {network: {"NetworkID": "", "EndpointID": "", "IPAddress": ""}}
+        },
     }
     if p["stop-signal"]:
         inspect["Config"]["StopSignal"] = p["stop-signal"]
     if p["stop-timeout"] is not None:
         inspect["Config"]["StopTimeout"] = p["stop-timeout"]
-    record = {"inspect": inspect, "standin": {
-        "argv": argv, "host_network": host_network, "init": bool(p["init"]),
-        "volumes": [v.__dict__ for v in opts.volumes],
-        "devices": [d.__dict__ for d in opts.devices],
-        "gpus": opts.gpus is not None, "ulimits": opts.ulimits, "shm_size": opts.shm_size,
-        "rootfs": str(store.image_dir(image_id) / "rootfs"), "hidden": list(HOST_ONLY_TOOLS),
-    }}
+    record = {
+        "inspect": inspect,
+        "standin": {
+            "argv": argv,
+            "host_network": host_network,
+            "init": bool(p["init"]),
+            "volumes": [v.__dict__ for v in opts.volumes],
+            "devices": [d.__dict__ for d in opts.devices],
+            "gpus": opts.gpus is not None,
+            "ulimits": opts.ulimits,
+            "shm_size": opts.shm_size,
+            "rootfs": str(store.image_dir(image_id) / "rootfs"),
+            "hidden": list(HOST_ONLY_TOOLS),
+        },
+    }
     with store.lock():
         name = p["name"] or _random_name(store)
         inspect["Name"] = "/" + name
         for other in store.all_containers():
             if other["inspect"]["Name"] == inspect["Name"]:
-                raise DockerError(with_help(daemon(
-                    f'Conflict. The container name "/{name}" is already in use by container '
-                    f'"{other["inspect"]["Id"]}". You have to remove (or rename) that '
-                    "container to be able to reuse that name."), "run"), 125)
+                raise DockerError(
+                    with_help(
+                        daemon(
+                            f'Conflict. The container name "/{name}" is already in use by container '  # noqa: E501 - the real text, whole
+                            f'"{other["inspect"]["Id"]}". You have to remove (or rename) that '
+                            "container to be able to reuse that name."
+                        ),
+                        "run",
+                    ),
+                    125,
+                )
         directory.mkdir(parents=True, mode=0o710)
         (directory / "hostname").write_text(hostname + "\n")
         hosts = Path("/etc/hosts").read_text() if host_network else _DEFAULT_HOSTS
@@ -1488,10 +1685,19 @@ def _shim_command(cid: str, fds: Sequence[int]) -> list[str]:
         # The unit dockerd would give a container with the systemd cgroup
         # driver: docker-<id>.scope in system.slice (moby daemon/oci_linux.go
         # getCgroupsPath "system.slice:docker:<id>").
-        return [systemd_run, "--scope", "--quiet", "--collect", f"--unit=docker-{cid}.scope",
-                "--slice=system.slice",
-                f"--description=docker container {cid[:12]} ({STANDIN})", "--",
-                "env", f"{SCOPE_ENV}=docker-{cid}.scope", *base]
+        return [
+            systemd_run,
+            "--scope",
+            "--quiet",
+            "--collect",
+            f"--unit=docker-{cid}.scope",
+            "--slice=system.slice",
+            f"--description=docker container {cid[:12]} ({STANDIN})",
+            "--",
+            "env",
+            f"{SCOPE_ENV}=docker-{cid}.scope",
+            *base,
+        ]
     return base
 
 
@@ -1563,9 +1769,16 @@ def cmd_run(args: Sequence[str]) -> int:
     buffer = bytearray()
     event = _read_event(status_r, buffer)
     if event is None or event.get("event") not in {"started", "error"}:
-        raise DockerError(with_help(daemon(f"{STANDIN}: the container's shim did not start "
-                                           f"(see {store.container_dir(cid)}/shim.log)"),
-                                    "run"), 125)
+        raise DockerError(
+            with_help(
+                daemon(
+                    f"{STANDIN}: the container's shim did not start "
+                    f"(see {store.container_dir(cid)}/shim.log)"
+                ),
+                "run",
+            ),
+            125,
+        )
     if event["event"] == "error":
         message = event["message"]
         raise DockerError(with_help(daemon(message), "run"), status_of_start_error(message))
@@ -1573,12 +1786,31 @@ def cmd_run(args: Sequence[str]) -> int:
         os.close(status_r)
         print(cid, flush=True)
         return 0
-    return _attach(store, cid, int(event["pid"]), event.get("pid_start"), status_r, buffer,
-                   out_r, err_r, proxy=bool(opts.parsed["sig-proxy"]))
+    return _attach(
+        store,
+        cid,
+        int(event["pid"]),
+        event.get("pid_start"),
+        status_r,
+        buffer,
+        out_r,
+        err_r,
+        proxy=bool(opts.parsed["sig-proxy"]),
+    )
 
 
-def _attach(store: Store, cid: str, pid: int, pid_start: str | None, status_r: int,  # noqa: PLR0917
-            buffer: bytearray, out_r: int, err_r: int, *, proxy: bool) -> int:
+def _attach(  # noqa: PLR0917
+    store: Store,
+    cid: str,
+    pid: int,
+    pid_start: str | None,
+    status_r: int,
+    buffer: bytearray,
+    out_r: int,
+    err_r: int,
+    *,
+    proxy: bool,
+) -> int:
     """Relay the container's output and exit status; proxy signals (--sig-proxy)."""
 
     def forward(signum: int, _frame: object) -> None:
@@ -1590,8 +1822,14 @@ def _attach(store: Store, cid: str, pid: int, pid_start: str | None, status_r: i
 
     if proxy:
         for sig in signal.valid_signals():
-            if sig in {signal.SIGCHLD, signal.SIGPIPE, signal.SIGURG, signal.SIGKILL,
-                       signal.SIGSTOP, signal.SIGWINCH}:
+            if sig in {
+                signal.SIGCHLD,
+                signal.SIGPIPE,
+                signal.SIGURG,
+                signal.SIGKILL,
+                signal.SIGSTOP,
+                signal.SIGWINCH,
+            }:
                 continue
             with contextlib.suppress(OSError, ValueError, RuntimeError):
                 signal.signal(sig, forward)
@@ -1628,16 +1866,21 @@ def _attach(store: Store, cid: str, pid: int, pid_start: str | None, status_r: i
                 sinks[fd].write(data)
                 sinks[fd].flush()
     if code is None:
-        print(f"ERRO[0000] error waiting for container: {STANDIN}: the shim of {cid[:12]} "
-              "ended without an exit status", file=sys.stderr)
+        print(
+            f"ERRO[0000] error waiting for container: {STANDIN}: the shim of {cid[:12]} "
+            "ended without an exit status",
+            file=sys.stderr,
+        )
         return 125
     return code
 
 
 # ------------------------------------------------------------------ the shim
 
-OCI_PREFIX = ("failed to create task for container: failed to create shim task: OCI runtime "
-              "create failed: runc create failed: unable to start container process: ")
+OCI_PREFIX = (
+    "failed to create task for container: failed to create shim task: OCI runtime "
+    "create failed: runc create failed: unable to start container process: "
+)
 
 
 class InitError(Exception):
@@ -1651,16 +1894,22 @@ def libc() -> ctypes.CDLL:
     global _LIBC  # noqa: PLW0603
     if _LIBC is None:
         lib = ctypes.CDLL(None, use_errno=True)
-        lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                              ctypes.c_ulong, ctypes.c_char_p]
+        lib.mount.argtypes = [
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            ctypes.c_ulong,
+            ctypes.c_char_p,
+        ]
         lib.unshare.argtypes = [ctypes.c_int]
         lib.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         _LIBC = lib
     return _LIBC
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int,
-           data: str | None = None) -> None:
+def _mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
     def enc(value: str | None) -> bytes | None:
         return value.encode() if value is not None else None
 
@@ -1711,29 +1960,37 @@ def start_checks(record: dict[str, Any]) -> str | None:  # noqa: PLR0911 -- one 
         try:
             mode = os.stat(dev["host"]).st_mode
         except FileNotFoundError:
-            return (f'error gathering device information while adding custom device '
-                    f'"{dev["host"]}": no such file or directory')
+            return (
+                f"error gathering device information while adding custom device "
+                f'"{dev["host"]}": no such file or directory'
+            )
         if not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISDIR(mode)):
-            return (f'error gathering device information while adding custom device '
-                    f'"{dev["host"]}": not a device node')
+            return (
+                f"error gathering device information while adding custom device "
+                f'"{dev["host"]}": not a device node'
+            )
     if st["gpus"]:
         hw = _hardware()
         if hw is None:
             # No NVIDIA runtime configured: dockerd finds no device driver.
             return 'could not select device driver "" with capabilities: [[gpu]]'
         if not hw.get("gpu_present", True):
-            return (OCI_PREFIX + "error during container init: error running hook #0: error "
-                    "running hook: exit status 1, stdout: , stderr: Auto-detected mode as "
-                    "'legacy'\nnvidia-container-cli: initialization error: nvml error: driver "
-                    "not loaded: unknown")
+            return (
+                OCI_PREFIX + "error during container init: error running hook #0: error "
+                "running hook: exit status 1, stdout: , stderr: Auto-detected mode as "
+                "'legacy'\nnvidia-container-cli: initialization error: nvml error: driver "
+                "not loaded: unknown"
+            )
     for vol in st["volumes"]:
         # -v creates a missing host directory (container_run.md, "Mount volume").
         if not os.path.lexists(vol["source"]):
             try:
                 os.makedirs(vol["source"], mode=0o755)
             except OSError as exc:
-                return (f"error while creating mount source path '{vol['source']}': mkdir "
-                        f"{vol['source']}: {os.strerror(exc.errno or 0).lower()}")
+                return (
+                    f"error while creating mount source path '{vol['source']}': mkdir "
+                    f"{vol['source']}: {os.strerror(exc.errno or 0).lower()}"
+                )
     if not os.path.isdir(st["rootfs"]):
         return f"{STANDIN}: the image's files are missing ({st['rootfs']}): docker pull again"
     return None
@@ -1757,8 +2014,8 @@ class JsonLog:
         for line in lines:
             self._write(stream, line + b"\n")
         while len(rest) >= 16 * 1024:  # moby splits long lines into 16K messages
-            self._write(stream, rest[:16 * 1024])
-            rest = rest[16 * 1024:]
+            self._write(stream, rest[: 16 * 1024])
+            rest = rest[16 * 1024 :]
         self.partial[stream] = rest
 
     def close(self) -> None:
@@ -1811,8 +2068,9 @@ def shim_main(argv: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 -- the shim
         send({"event": "error", "message": problem})
         return 1
     pid_start = _proc_start_time(init_pid)
-    record["inspect"]["State"].update(Status="running", Running=True, Pid=init_pid,
-                                      StartedAt=now_rfc3339())
+    record["inspect"]["State"].update(
+        Status="running", Running=True, Pid=init_pid, StartedAt=now_rfc3339()
+    )
     st["pid_start"] = pid_start
     store.save(record)
     send({"event": "started", "pid": init_pid, "pid_start": pid_start})
@@ -1857,9 +2115,14 @@ def shim_main(argv: Sequence[str]) -> int:  # noqa: PLR0912, PLR0915 -- the shim
     with store.lock():
         current = store.load(cid)
         if current is not None:
-            current["inspect"]["State"].update(Status="exited", Running=False, Pid=0,
-                                               ExitCode=code, Error=error,
-                                               FinishedAt=now_rfc3339())
+            current["inspect"]["State"].update(
+                Status="exited",
+                Running=False,
+                Pid=0,
+                ExitCode=code,
+                Error=error,
+                FinishedAt=now_rfc3339(),
+            )
             if current["inspect"]["HostConfig"]["AutoRemove"]:
                 store.remove(cid)
             else:
@@ -1881,13 +2144,19 @@ def _release_scope() -> None:
     unit = os.environ.get(SCOPE_ENV)
     if unit and re.fullmatch(r"docker-[0-9a-f]{64}\.scope", unit):
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["systemctl", "stop", "--no-block", unit], check=False, timeout=30,
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            subprocess.run(
+                ["systemctl", "stop", "--no-block", unit],
+                check=False,
+                timeout=30,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
 
 
-def _spawn(record: dict[str, Any], directory: Path) -> tuple[
-        str | None, int, tuple[int, int, int, bytearray]]:
+def _spawn(
+    record: dict[str, Any], directory: Path
+) -> tuple[str | None, int, tuple[int, int, int, bytearray]]:
     """Fork the namespaced process; returns (start error, host PID of PID 1, channels)."""
     st = record["standin"]
     host_ipc = record["inspect"]["HostConfig"]["IpcMode"] == "host"
@@ -1920,8 +2189,12 @@ def _spawn(record: dict[str, Any], directory: Path) -> tuple[
         except OSError as exc:
             os.close(go_w)
             _drain_close(fail_r)
-            return (f"{OCI_PREFIX}error during container init: writing user namespace "
-                    f"maps: {exc.strerror}: unknown", 0, (out_r, err_r, rep_r, bytearray()))
+            return (
+                f"{OCI_PREFIX}error during container init: writing user namespace "
+                f"maps: {exc.strerror}: unknown",
+                0,
+                (out_r, err_r, rep_r, bytearray()),
+            )
     os.close(go_w)
     os.close(sync_r)
     rep_buf = bytearray()
@@ -1932,15 +2205,18 @@ def _spawn(record: dict[str, Any], directory: Path) -> tuple[
         rep_buf += chunk
     found = re.match(rb"pid (\d+)\n", rep_buf)
     init_pid = int(found.group(1)) if found else 0
-    rep_buf = rep_buf[found.end():] if found else rep_buf
+    rep_buf = rep_buf[found.end() :] if found else rep_buf
     failure = _drain_close(fail_r)
     if failure or not init_pid:
         for fd in (out_r, err_r, rep_r):
             os.close(fd)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        return (failure or f"{OCI_PREFIX}error during container init: {STANDIN}: no PID 1: "
-                "unknown"), 0, (-1, -1, -1, bytearray())
+        return (
+            (failure or f"{OCI_PREFIX}error during container init: {STANDIN}: no PID 1: unknown"),
+            0,
+            (-1, -1, -1, bytearray()),
+        )
     return None, init_pid, (out_r, err_r, rep_r, rep_buf)
 
 
@@ -1952,8 +2228,17 @@ def _drain_close(fd: int) -> str:
     return data.decode("utf-8", "replace")
 
 
-def _setup(record: dict[str, Any], staging: str, flags: int, out_w: int, err_w: int,  # noqa: PLR0917
-           fail_w: int, sync_w: int, go_r: int, rep_w: int) -> NoReturn:
+def _setup(  # noqa: PLR0917
+    record: dict[str, Any],
+    staging: str,
+    flags: int,
+    out_w: int,
+    err_w: int,
+    fail_w: int,
+    sync_w: int,
+    go_r: int,
+    rep_w: int,
+) -> NoReturn:
     """The process that enters the new namespaces and forks the container's PID 1."""
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
@@ -1963,8 +2248,11 @@ def _setup(record: dict[str, Any], staging: str, flags: int, out_w: int, err_w: 
     _close_fds_except({0, 1, 2, fail_w, sync_w, go_r, rep_w})
     if libc().unshare(flags) != 0:
         err = ctypes.get_errno()
-        os.write(fail_w, f"{OCI_PREFIX}error during container init: unshare: "
-                         f"{os.strerror(err).lower()}: unknown".encode())
+        os.write(
+            fail_w,
+            f"{OCI_PREFIX}error during container init: unshare: "
+            f"{os.strerror(err).lower()}: unknown".encode(),
+        )
         os._exit(1)
     os.write(sync_w, b"u")
     os.close(sync_w)
@@ -2046,8 +2334,10 @@ def build_rootfs(record: dict[str, Any], staging: str) -> str:  # noqa: PLR0912,
     usr = os.path.join(root, "usr")
     os.makedirs(usr, exist_ok=True)
     overlay = False
-    for data in (f"lowerdir=/usr,upperdir={staging}/upper,workdir={staging}/work,userxattr",
-                 f"lowerdir=/usr,upperdir={staging}/upper,workdir={staging}/work"):
+    for data in (
+        f"lowerdir=/usr,upperdir={staging}/upper,workdir={staging}/work,userxattr",
+        f"lowerdir=/usr,upperdir={staging}/upper,workdir={staging}/work",
+    ):
         try:
             _mount("overlay", usr, "overlay", 0, data)
             overlay = True
@@ -2087,8 +2377,11 @@ def build_rootfs(record: dict[str, Any], staging: str) -> str:  # noqa: PLR0912,
                 shutil.copytree(src, dst, symlinks=True)
             else:
                 shutil.copy2(src, dst, follow_symlinks=False)
-    for name, path in (("hostname", inspect["HostnamePath"]), ("hosts", inspect["HostsPath"]),
-                       ("resolv.conf", inspect["ResolvConfPath"])):
+    for name, path in (
+        ("hostname", inspect["HostnamePath"]),
+        ("hosts", inspect["HostsPath"]),
+        ("resolv.conf", inspect["ResolvConfPath"]),
+    ):
         target = os.path.join(etc, name)
         if os.path.islink(target):
             os.unlink(target)
@@ -2129,9 +2422,11 @@ def build_rootfs(record: dict[str, Any], staging: str) -> str:  # noqa: PLR0912,
                     _touch(target)
             _bind(vol["source"], target, read_only=vol["read_only"])
         except OSError as exc:
-            raise InitError(f'error during container init: error mounting "{vol["source"]}" '
-                            f'to rootfs at "{vol["destination"]}": '
-                            f"{os.strerror(exc.errno or 0).lower()}") from exc
+            raise InitError(
+                f'error during container init: error mounting "{vol["source"]}" '
+                f'to rootfs at "{vol["destination"]}": '
+                f"{os.strerror(exc.errno or 0).lower()}"
+            ) from exc
     return root
 
 
@@ -2143,22 +2438,32 @@ def _build_dev(record: dict[str, Any], dev: str) -> None:
         if os.path.exists(f"/dev/{name}"):
             _touch(os.path.join(dev, name))
             _bind(f"/dev/{name}", os.path.join(dev, name), recursive=False)
-    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
-                         ("ptmx", "pts/ptmx")):
+    for link, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ):
         os.symlink(target, os.path.join(dev, link))
     pts = os.path.join(dev, "pts")
     os.mkdir(pts)
     with contextlib.suppress(OSError):
-        _mount("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC,
-               "newinstance,ptmxmode=0666,mode=0620")
+        _mount(
+            "devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"
+        )
     shm = os.path.join(dev, "shm")
     os.mkdir(shm)
     if host["IpcMode"] == "host":
         _bind("/dev/shm", shm)  # noqa: S108 -- the node's /dev/shm: --ipc host
     elif host["IpcMode"] != "none":
-        _mount("shm", shm, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-               f"mode=1777,size={st['shm_size']}")
+        _mount(
+            "shm",
+            shm,
+            "tmpfs",
+            MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            f"mode=1777,size={st['shm_size']}",
+        )
         mqueue = os.path.join(dev, "mqueue")
         os.mkdir(mqueue)
         with contextlib.suppress(OSError):
@@ -2173,12 +2478,14 @@ def _build_dev(record: dict[str, Any], dev: str) -> None:
                     path = os.path.join(top, name)
                     mode = os.stat(path).st_mode
                     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-                        nodes.append((path, inside + path[len(host_path):]))
+                        nodes.append((path, inside + path[len(host_path) :]))
         for src, dst_inside in nodes:
             # No mknod in a user namespace: the node's device node, bound.
-            target = os.path.join(dev, os.path.relpath(dst_inside, "/dev")) \
-                if dst_inside.startswith("/dev/") else os.path.join(dev, "..",
-                                                                   dst_inside.lstrip("/"))
+            target = (
+                os.path.join(dev, os.path.relpath(dst_inside, "/dev"))
+                if dst_inside.startswith("/dev/")
+                else os.path.join(dev, "..", dst_inside.lstrip("/"))
+            )
             _touch(target)
             _bind(src, target, recursive=False)
 
@@ -2227,8 +2534,7 @@ def resolve_user(spec: str) -> tuple[int, int, list[int], str]:
         found = _group(group)
         if found is None:
             if not group.isdigit():
-                raise InitError(f"unable to find group {group}: no matching entries in group "
-                                "file")
+                raise InitError(f"unable to find group {group}: no matching entries in group file")
             found = int(group)
         gid = found
     return uid, gid, _supplementary(name, gid), home
@@ -2269,13 +2575,20 @@ def _apply_ulimits(ulimits: Sequence[dict[str, Any]]) -> None:
             # Raising a hard limit needs CAP_SYS_RESOURCE in the node's own user
             # namespace, which a lab node has not (runc, as the host's root, can).
             _, cur_hard = resource.getrlimit(which)
-            capped = [v if cur_hard == resource.RLIM_INFINITY or
-                      (v != resource.RLIM_INFINITY and v <= cur_hard) else cur_hard
-                      for v in (soft, hard)]
+            capped = [
+                v
+                if cur_hard == resource.RLIM_INFINITY
+                or (v != resource.RLIM_INFINITY and v <= cur_hard)
+                else cur_hard
+                for v in (soft, hard)
+            ]
             resource.setrlimit(which, (capped[0], capped[1]))
-            os.write(2, f"WARNING: {STANDIN}: --ulimit {u['Name']}={u['Soft']}:{u['Hard']} is "
-                        f"above this node's hard limit {cur_hard}; the container got "
-                        f"{capped[0]}:{capped[1]}\n".encode())
+            os.write(
+                2,
+                f"WARNING: {STANDIN}: --ulimit {u['Name']}={u['Soft']}:{u['Hard']} is "
+                f"above this node's hard limit {cur_hard}; the container got "
+                f"{capped[0]}:{capped[1]}\n".encode(),
+            )
 
 
 def _reset_signals() -> None:
@@ -2296,11 +2609,15 @@ def container_init(record: dict[str, Any], staging: str, fail_w: int) -> NoRetur
         # node's name (moby sets Config.Hostname to os.Hostname()). A lab
         # node's seccomp profile (podman's) refuses sethostname without
         # CAP_SYS_ADMIN: there the container keeps the node's hostname.
-        if hostname != socket.gethostname().encode() and \
-                libc().sethostname(hostname, len(hostname)) != 0 and \
-                ctypes.get_errno() != errno.EPERM:
-            raise InitError(f"error during container init: sethostname: "
-                            f"{os.strerror(ctypes.get_errno()).lower()}")
+        if (
+            hostname != socket.gethostname().encode()
+            and libc().sethostname(hostname, len(hostname)) != 0
+            and ctypes.get_errno() != errno.EPERM
+        ):
+            raise InitError(
+                f"error during container init: sethostname: "
+                f"{os.strerror(ctypes.get_errno()).lower()}"
+            )
         if not st["host_network"]:
             _loopback_up()
         os.chroot(root)
@@ -2395,8 +2712,9 @@ def _kill(record: dict[str, Any], signum: int) -> None:
             os.kill(state["Pid"], signum)
 
 
-def stop_container(store: Store, record: dict[str, Any], timeout: int | None,
-                   signum: int | None) -> None:
+def stop_container(
+    store: Store, record: dict[str, Any], timeout: int | None, signum: int | None
+) -> None:
     """moby daemon/stop.go: the stop signal to PID 1, SIGKILL after the timeout."""
     config = record["inspect"]["Config"]
     if signum is None:
@@ -2415,16 +2733,22 @@ def stop_container(store: Store, record: dict[str, Any], timeout: int | None,
     _wait_stopped(store, cid, None)
 
 
-STOP_FLAGS = [Flag("signal", "s", "str"), Flag("timeout", "t", "int"),
-              Flag("time", "", "int", deprecated="use --timeout instead"), Flag("help")]
+STOP_FLAGS = [
+    Flag("signal", "s", "str"),
+    Flag("timeout", "t", "int"),
+    Flag("time", "", "int", deprecated="use --timeout instead"),
+    Flag("help"),
+]
 
 
 def cmd_stop(args: Sequence[str]) -> int:
     usage = "docker stop [OPTIONS] CONTAINER [CONTAINER...]"
     p, names = parse_flags(args, STOP_FLAGS, command="docker stop", usage=usage)
     if not names:
-        raise DockerError(f"docker: 'docker stop' requires at least 1 argument\n\nUsage:  "
-                          f"{usage}\n\nSee 'docker stop --help' for more information")
+        raise DockerError(
+            f"docker: 'docker stop' requires at least 1 argument\n\nUsage:  "
+            f"{usage}\n\nSee 'docker stop --help' for more information"
+        )
     if "time" in p.changed and "timeout" in p.changed:
         raise DockerError("conflicting options: cannot specify both --timeout and --time")
     timeout = p["timeout"] if "timeout" in p.changed else p["time"]
@@ -2445,11 +2769,17 @@ def cmd_stop(args: Sequence[str]) -> int:
 
 def cmd_rm(args: Sequence[str]) -> int:
     usage = "docker rm [OPTIONS] CONTAINER [CONTAINER...]"
-    p, names = parse_flags(args, [Flag("force", "f"), Flag("volumes", "v"), Flag("link", "l"),
-                                  Flag("help")], command="docker rm", usage=usage)
+    p, names = parse_flags(
+        args,
+        [Flag("force", "f"), Flag("volumes", "v"), Flag("link", "l"), Flag("help")],
+        command="docker rm",
+        usage=usage,
+    )
     if not names:
-        raise DockerError(f"docker: 'docker rm' requires at least 1 argument\n\nUsage:  "
-                          f"{usage}\n\nSee 'docker rm --help' for more information")
+        raise DockerError(
+            f"docker: 'docker rm' requires at least 1 argument\n\nUsage:  "
+            f"{usage}\n\nSee 'docker rm --help' for more information"
+        )
     store = Store()
     errors = []
     for name in names:
@@ -2461,9 +2791,13 @@ def cmd_rm(args: Sequence[str]) -> int:
         cid = record["inspect"]["Id"]
         if record["inspect"]["State"]["Running"]:
             if not p["force"]:
-                errors.append(daemon(f'cannot remove container "{record["inspect"]["Name"]}": '
-                                     "container is running: stop the container before "
-                                     "removing or force remove"))
+                errors.append(
+                    daemon(
+                        f'cannot remove container "{record["inspect"]["Name"]}": '
+                        "container is running: stop the container before "
+                        "removing or force remove"
+                    )
+                )
                 continue
             _kill(record, signal.SIGKILL)
             _wait_stopped(store, cid, None)
@@ -2477,12 +2811,21 @@ def cmd_rm(args: Sequence[str]) -> int:
 
 def cmd_logs(args: Sequence[str]) -> int:  # noqa: PLR0912
     usage = "docker logs [OPTIONS] CONTAINER"
-    flags = [Flag("follow", "f"), Flag("tail", "n", "str", "all"), Flag("timestamps", "t"),
-             Flag("since", "", "str"), Flag("until", "", "str"), Flag("details"), Flag("help")]
+    flags = [
+        Flag("follow", "f"),
+        Flag("tail", "n", "str", "all"),
+        Flag("timestamps", "t"),
+        Flag("since", "", "str"),
+        Flag("until", "", "str"),
+        Flag("details"),
+        Flag("help"),
+    ]
     p, names = parse_flags(args, flags, command="docker logs", usage=usage)
     if len(names) != 1:
-        raise DockerError(f"docker: 'docker logs' requires 1 argument\n\nUsage:  {usage}\n\n"
-                          "See 'docker logs --help' for more information")
+        raise DockerError(
+            f"docker: 'docker logs' requires 1 argument\n\nUsage:  {usage}\n\n"
+            "See 'docker logs --help' for more information"
+        )
     if p["since"] or p["until"]:
         raise DockerError(f"{STANDIN}: docker logs --since/--until are not implemented")
     store = Store()
@@ -2516,7 +2859,7 @@ def cmd_logs(args: Sequence[str]) -> int:  # noqa: PLR0912
         if lines and not lines[-1].endswith(b"\n"):
             pending = lines.pop()
         if tail != "all" and int(tail) >= 0:
-            lines = lines[len(lines) - int(tail):] if int(tail) else []
+            lines = lines[len(lines) - int(tail) :] if int(tail) else []
         for line in lines:
             emit(line)
         if not p["follow"]:
@@ -2545,8 +2888,10 @@ def _ps_row(record: dict[str, Any]) -> dict[str, Any]:
     elif state["Status"] == "created":
         status = "Created"
     else:
-        status = (f"Exited ({state['ExitCode']}) "
-                  f"{human_duration(now - parse_time(state['FinishedAt']))} ago")
+        status = (
+            f"Exited ({state['ExitCode']}) "
+            f"{human_duration(now - parse_time(state['FinishedAt']))} ago"
+        )
     command = " ".join([i["Path"], *i["Args"]])
     if len(command) > 20:
         command = command[:19] + "…"
@@ -2571,7 +2916,7 @@ def _ps_row(record: dict[str, Any]) -> dict[str, Any]:
 
 def _table(rows: list[dict[str, Any]], template: str, headers: dict[str, str]) -> str:
     """docker/cli formatter: a ``table`` template is tab-aligned with a header row."""
-    body = template[len("table"):].strip() if template.startswith("table") else template
+    body = template[len("table") :].strip() if template.startswith("table") else template
     header = _HEADER_FIELD.sub(lambda m: headers.get(m.group(1), m.group(1).upper()), body)
     lines = [header] + [render(body, r) for r in rows]
     cells = [ln.replace("\\t", "\t").split("\t") for ln in lines]
@@ -2581,45 +2926,75 @@ def _table(rows: list[dict[str, Any]], template: str, headers: dict[str, str]) -
             widths[n] = max(widths.get(n, 0), len(cell))
     out = []
     for row in cells:
-        out.append("   ".join(c.ljust(widths[n]) if n < len(row) - 1 else c
-                               for n, c in enumerate(row)).rstrip())
+        out.append(
+            "   ".join(
+                c.ljust(widths[n]) if n < len(row) - 1 else c for n, c in enumerate(row)
+            ).rstrip()
+        )
     return "\n".join(out) + "\n"
 
 
 _HEADER_FIELD = re.compile(r"\{\{\s*\.(\w+)\s*\}\}")
-PS_HEADERS = {"ID": "CONTAINER ID", "Image": "IMAGE", "Command": "COMMAND",
-              "RunningFor": "CREATED", "CreatedAt": "CREATED AT", "Status": "STATUS",
-              "Ports": "PORTS", "Names": "NAMES", "State": "STATE", "Labels": "LABELS",
-              "Mounts": "MOUNTS", "Networks": "NETWORKS", "Size": "SIZE"}
-PS_DEFAULT = "table {{.ID}}\t{{.Image}}\t{{.Command}}\t{{.RunningFor}}\t{{.Status}}\t" \
-             "{{.Ports}}\t{{.Names}}"
+PS_HEADERS = {
+    "ID": "CONTAINER ID",
+    "Image": "IMAGE",
+    "Command": "COMMAND",
+    "RunningFor": "CREATED",
+    "CreatedAt": "CREATED AT",
+    "Status": "STATUS",
+    "Ports": "PORTS",
+    "Names": "NAMES",
+    "State": "STATE",
+    "Labels": "LABELS",
+    "Mounts": "MOUNTS",
+    "Networks": "NETWORKS",
+    "Size": "SIZE",
+}
+PS_DEFAULT = (
+    "table {{.ID}}\t{{.Image}}\t{{.Command}}\t{{.RunningFor}}\t{{.Status}}\t{{.Ports}}\t{{.Names}}"
+)
 
 
 def cmd_ps(args: Sequence[str]) -> int:
     usage = "docker ps [OPTIONS]"
-    flags = [Flag("all", "a"), Flag("filter", "f", "list"), Flag("format", "", "str"),
-             Flag("quiet", "q"), Flag("no-trunc"), Flag("last", "n", "int", -1),
-             Flag("latest", "l"), Flag("size", "s"), Flag("help")]
+    flags = [
+        Flag("all", "a"),
+        Flag("filter", "f", "list"),
+        Flag("format", "", "str"),
+        Flag("quiet", "q"),
+        Flag("no-trunc"),
+        Flag("last", "n", "int", -1),
+        Flag("latest", "l"),
+        Flag("size", "s"),
+        Flag("help"),
+    ]
     p, extra = parse_flags(args, flags, command="docker ps", usage=usage)
     if extra:
-        raise DockerError(f"docker: 'docker ps' accepts no arguments\n\nUsage:  {usage}\n\n"
-                          "Run 'docker ps --help' for more information")
+        raise DockerError(
+            f"docker: 'docker ps' accepts no arguments\n\nUsage:  {usage}\n\n"
+            "Run 'docker ps --help' for more information"
+        )
     store = Store()
     records = store.all_containers()
     filters: list[tuple[str, str]] = []
     for f in p["filter"]:
         key, eq, value = f.partition("=")
         if not eq:
-            raise DockerError(f'invalid argument "{f}" for "-f, --filter" flag: bad format of '
-                              "filter (expected name=value)")
+            raise DockerError(
+                f'invalid argument "{f}" for "-f, --filter" flag: bad format of '
+                "filter (expected name=value)"
+            )
         if key not in {"name", "id", "status", "label", "ancestor"}:
-            raise DockerError(f"{STANDIN}: docker ps --filter {key}=... is not implemented "
-                              "(name, id, status, label, ancestor are)")
+            raise DockerError(
+                f"{STANDIN}: docker ps --filter {key}=... is not implemented "
+                "(name, id, status, label, ancestor are)"
+            )
         filters.append((key, value))
     status_filter = any(k == "status" for k, _ in filters)
     if not p["all"] and not status_filter:
         records = [r for r in records if r["inspect"]["State"]["Running"]]
     for key, value in filters:
+
         def keep(r: dict[str, Any], key: str = key, value: str = value) -> bool:
             i = r["inspect"]
             if key == "name":  # a regular expression over the names (daemon/list.go)
@@ -2633,11 +3008,12 @@ def cmd_ps(args: Sequence[str]) -> int:
                 labels = i["Config"]["Labels"] or {}
                 return k in labels and (not eq or labels[k] == v)
             return value in {i["Config"]["Image"], i["Image"]}
+
         records = [r for r in records if keep(r)]
     if p["latest"]:
         records = records[:1]
     elif p["last"] >= 0:
-        records = records[:p["last"]]
+        records = records[: p["last"]]
     rows = [_ps_row(r) for r in records]
     if p["no-trunc"]:
         for row, r in zip(rows, records, strict=True):
@@ -2668,8 +3044,7 @@ def _list_output(rows: list[dict[str, Any]], template: str, headers: dict[str, s
     return 0
 
 
-def _inspect_output(elements: list[dict[str, Any]], template: str | None,
-                    errors: list[str]) -> int:
+def _inspect_output(elements: list[dict[str, Any]], template: str | None, errors: list[str]) -> int:
     """docker/cli cli/command/inspect: JSON array or one rendered template per element."""
     if template and template != "json":
         try:
@@ -2693,19 +3068,29 @@ def _inspect_output(elements: list[dict[str, Any]], template: str | None,
     return 0
 
 
-INSPECT_FLAGS = [Flag("format", "f", "str"), Flag("size", "s"), Flag("type", "", "str"),
-                 Flag("platform", "", "str"), Flag("help")]
+INSPECT_FLAGS = [
+    Flag("format", "f", "str"),
+    Flag("size", "s"),
+    Flag("type", "", "str"),
+    Flag("platform", "", "str"),
+    Flag("help"),
+]
 
 
 def cmd_inspect(args: Sequence[str], kind: str = "") -> int:
-    command = {"": "docker inspect", "container": "docker container inspect",
-               "image": "docker image inspect"}[kind]
+    command = {
+        "": "docker inspect",
+        "container": "docker container inspect",
+        "image": "docker image inspect",
+    }[kind]
     what = "IMAGE [IMAGE...]" if kind == "image" else "NAME|ID [NAME|ID...]"
     usage = f"{command} [OPTIONS] {what}"
     p, names = parse_flags(args, INSPECT_FLAGS, command=command, usage=usage)
     if not names:
-        raise DockerError(f"docker: '{command}' requires at least 1 argument\n\nUsage:  "
-                          f"{usage}\n\nSee '{command} --help' for more information")
+        raise DockerError(
+            f"docker: '{command}' requires at least 1 argument\n\nUsage:  "
+            f"{usage}\n\nSee '{command} --help' for more information"
+        )
     kind = kind or (p["type"] or "")
     if kind not in {"", "container", "image"}:
         raise DockerError(f"{STANDIN}: docker inspect --type {kind} is not implemented")
@@ -2723,21 +3108,39 @@ def cmd_inspect(args: Sequence[str], kind: str = "") -> int:
             if image_id is not None:
                 elements.append(store.image_inspect(image_id))
                 continue
-        errors.append({"": f"Error: No such object: {name}",
-                       "container": daemon(f"No such container: {name}"),
-                       "image": daemon(f"No such image: {name}")}[kind])
+        errors.append(
+            {
+                "": f"Error: No such object: {name}",
+                "container": daemon(f"No such container: {name}"),
+                "image": daemon(f"No such image: {name}"),
+            }[kind]
+        )
     return _inspect_output(elements, p["format"], errors)
 
 
-IMAGE_HEADERS = {"Repository": "REPOSITORY", "Tag": "TAG", "Digest": "DIGEST", "ID": "IMAGE ID",
-                 "CreatedSince": "CREATED", "Size": "SIZE", "CreatedAt": "CREATED AT"}
+IMAGE_HEADERS = {
+    "Repository": "REPOSITORY",
+    "Tag": "TAG",
+    "Digest": "DIGEST",
+    "ID": "IMAGE ID",
+    "CreatedSince": "CREATED",
+    "Size": "SIZE",
+    "CreatedAt": "CREATED AT",
+}
 
 
 def cmd_images(args: Sequence[str]) -> int:
     usage = "docker images [OPTIONS] [REPOSITORY[:TAG]]"
-    flags = [Flag("all", "a"), Flag("digests"), Flag("filter", "f", "list"),
-             Flag("format", "", "str"), Flag("no-trunc"), Flag("quiet", "q"), Flag("tree"),
-             Flag("help")]
+    flags = [
+        Flag("all", "a"),
+        Flag("digests"),
+        Flag("filter", "f", "list"),
+        Flag("format", "", "str"),
+        Flag("no-trunc"),
+        Flag("quiet", "q"),
+        Flag("tree"),
+        Flag("help"),
+    ]
     p, extra = parse_flags(args, flags, command="docker images", usage=usage)
     store = Store()
     rows = []
@@ -2752,30 +3155,44 @@ def cmd_images(args: Sequence[str]) -> int:
             if extra and not (repo == extra[0] or tag_ref == extra[0]):
                 continue
             created = parse_time(info["Created"])
-            rows.append({"Repository": repo or "<none>", "Tag": tag or "<none>",
-                         "Digest": digests.get(repo, "<none>"),
-                         "ID": image_id if p["no-trunc"] else image_id[7:19],
-                         "CreatedSince": f"{human_duration(time.time() - created)} ago",
-                         "CreatedAt": time.strftime("%Y-%m-%d %H:%M:%S +0000 UTC",
-                                                    time.gmtime(created)),
-                         "Size": human_size(info["Size"])})
+            rows.append(
+                {
+                    "Repository": repo or "<none>",
+                    "Tag": tag or "<none>",
+                    "Digest": digests.get(repo, "<none>"),
+                    "ID": image_id if p["no-trunc"] else image_id[7:19],
+                    "CreatedSince": f"{human_duration(time.time() - created)} ago",
+                    "CreatedAt": time.strftime("%Y-%m-%d %H:%M:%S +0000 UTC", time.gmtime(created)),
+                    "Size": human_size(info["Size"]),
+                }
+            )
     if p["quiet"]:
         for row in rows:
             print(row["ID"])
         return 0
-    default = "table {{.Repository}}\t{{.Tag}}\t" + ("{{.Digest}}\t" if p["digests"] else "") + \
-              "{{.ID}}\t{{.CreatedSince}}\t{{.Size}}"
+    default = (
+        "table {{.Repository}}\t{{.Tag}}\t"
+        + ("{{.Digest}}\t" if p["digests"] else "")
+        + "{{.ID}}\t{{.CreatedSince}}\t{{.Size}}"
+    )
     return _list_output(rows, p["format"] or default, IMAGE_HEADERS)
 
 
 def cmd_pull(args: Sequence[str]) -> int:
     usage = "docker pull [OPTIONS] NAME[:TAG|@DIGEST]"
-    flags = [Flag("all-tags", "a"), Flag("quiet", "q"), Flag("platform", "", "str"),
-             Flag("disable-content-trust", "", "bool", True), Flag("help")]
+    flags = [
+        Flag("all-tags", "a"),
+        Flag("quiet", "q"),
+        Flag("platform", "", "str"),
+        Flag("disable-content-trust", "", "bool", True),
+        Flag("help"),
+    ]
     p, names = parse_flags(args, flags, command="docker pull", usage=usage)
     if len(names) != 1:
-        raise DockerError(f"docker: 'docker pull' requires 1 argument\n\nUsage:  {usage}\n\n"
-                          "See 'docker pull --help' for more information")
+        raise DockerError(
+            f"docker: 'docker pull' requires 1 argument\n\nUsage:  {usage}\n\n"
+            "See 'docker pull --help' for more information"
+        )
     if p["all-tags"]:
         raise DockerError(f"{STANDIN}: docker pull --all-tags is not implemented")
     text = names[0]
@@ -2792,19 +3209,36 @@ def cmd_pull(args: Sequence[str]) -> int:
 
 
 def cmd_version(args: Sequence[str]) -> int:
-    p, _ = parse_flags(args, [Flag("format", "f", "str"), Flag("help")],
-                       command="docker version", usage="docker version [OPTIONS]")
+    p, _ = parse_flags(
+        args,
+        [Flag("format", "f", "str"), Flag("help")],
+        command="docker version",
+        usage="docker version [OPTIONS]",
+    )
     info: dict[str, dict[str, Any]] = {
-        "Client": {"Platform": {"Name": f"Docker Engine - Community ({STANDIN})"},
-                   "Version": DOCKER_VERSION, "ApiVersion": API_VERSION,
-                   "DefaultAPIVersion": API_VERSION, "GitCommit": "sparkctl",
-                   "GoVersion": f"python{sys.version.split()[0]}", "Os": "linux",
-                   "Arch": _arch(), "BuildTime": "", "Context": "default"},
-        "Server": {"Platform": {"Name": f"Docker Engine - Community ({STANDIN})"},
-                   "Version": DOCKER_VERSION, "ApiVersion": API_VERSION,
-                   "MinAPIVersion": "1.24", "GitCommit": "sparkctl",
-                   "GoVersion": f"python{sys.version.split()[0]}", "Os": "linux",
-                   "Arch": _arch(), "KernelVersion": os.uname().release},
+        "Client": {
+            "Platform": {"Name": f"Docker Engine - Community ({STANDIN})"},
+            "Version": DOCKER_VERSION,
+            "ApiVersion": API_VERSION,
+            "DefaultAPIVersion": API_VERSION,
+            "GitCommit": "sparkctl",
+            "GoVersion": f"python{sys.version.split()[0]}",
+            "Os": "linux",
+            "Arch": _arch(),
+            "BuildTime": "",
+            "Context": "default",
+        },
+        "Server": {
+            "Platform": {"Name": f"Docker Engine - Community ({STANDIN})"},
+            "Version": DOCKER_VERSION,
+            "ApiVersion": API_VERSION,
+            "MinAPIVersion": "1.24",
+            "GitCommit": "sparkctl",
+            "GoVersion": f"python{sys.version.split()[0]}",
+            "Os": "linux",
+            "Arch": _arch(),
+            "KernelVersion": os.uname().release,
+        },
     }
     if p["format"]:
         try:
@@ -2814,29 +3248,60 @@ def cmd_version(args: Sequence[str]) -> int:
             raise DockerError(str(exc)) from None
         return 0
     c, s = info["Client"], info["Server"]
-    print(f"Client: {c['Platform']['Name']}\n Version:           {c['Version']}\n"
-          f" API version:       {c['ApiVersion']}\n Go version:        {c['GoVersion']}\n"
-          f" Git commit:        {c['GitCommit']}\n OS/Arch:           linux/{c['Arch']}\n"
-          f" Context:           default\n\nServer: {s['Platform']['Name']}\n Engine:\n"
-          f"  Version:          {s['Version']}\n  API version:      {s['ApiVersion']} "
-          f"(minimum version 1.24)\n  Go version:       {s['GoVersion']}\n"
-          f"  OS/Arch:          linux/{s['Arch']}\n  Experimental:     false")
+    print(
+        f"Client: {c['Platform']['Name']}\n Version:           {c['Version']}\n"
+        f" API version:       {c['ApiVersion']}\n Go version:        {c['GoVersion']}\n"
+        f" Git commit:        {c['GitCommit']}\n OS/Arch:           linux/{c['Arch']}\n"
+        f" Context:           default\n\nServer: {s['Platform']['Name']}\n Engine:\n"
+        f"  Version:          {s['Version']}\n  API version:      {s['ApiVersion']} "
+        f"(minimum version 1.24)\n  Go version:       {s['GoVersion']}\n"
+        f"  OS/Arch:          linux/{s['Arch']}\n  Experimental:     false"
+    )
     return 0
 
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
-    "run": cmd_run, "ps": cmd_ps, "stop": cmd_stop, "rm": cmd_rm, "logs": cmd_logs,
-    "inspect": cmd_inspect, "images": cmd_images, "pull": cmd_pull, "version": cmd_version,
+    "run": cmd_run,
+    "ps": cmd_ps,
+    "stop": cmd_stop,
+    "rm": cmd_rm,
+    "logs": cmd_logs,
+    "inspect": cmd_inspect,
+    "images": cmd_images,
+    "pull": cmd_pull,
+    "version": cmd_version,
 }
 GROUPS: dict[str, dict[str, Callable[[Sequence[str]], int]]] = {
-    "container": {"run": cmd_run, "ps": cmd_ps, "ls": cmd_ps, "list": cmd_ps,
-                  "stop": cmd_stop, "rm": cmd_rm, "remove": cmd_rm, "logs": cmd_logs,
-                  "inspect": lambda a: cmd_inspect(a, "container")},
-    "image": {"inspect": lambda a: cmd_inspect(a, "image"), "pull": cmd_pull,
-              "ls": cmd_images, "list": cmd_images},
+    "container": {
+        "run": cmd_run,
+        "ps": cmd_ps,
+        "ls": cmd_ps,
+        "list": cmd_ps,
+        "stop": cmd_stop,
+        "rm": cmd_rm,
+        "remove": cmd_rm,
+        "logs": cmd_logs,
+        "inspect": lambda a: cmd_inspect(a, "container"),
+    },
+    "image": {
+        "inspect": lambda a: cmd_inspect(a, "image"),
+        "pull": cmd_pull,
+        "ls": cmd_images,
+        "list": cmd_images,
+    },
 }
-NEEDS_DAEMON = {"run", "ps", "stop", "rm", "logs", "inspect", "images", "pull", "container",
-                "image"}
+NEEDS_DAEMON = {
+    "run",
+    "ps",
+    "stop",
+    "rm",
+    "logs",
+    "inspect",
+    "images",
+    "pull",
+    "container",
+    "image",
+}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -2852,8 +3317,10 @@ def main(argv: Sequence[str]) -> int:
             print(f"Docker version {DOCKER_VERSION}, build sparkctl ({STANDIN})")
             return 0
         if flag in {"-h", "--help"}:
-            print(f"Usage:  docker [OPTIONS] COMMAND\n\n{STANDIN}: run, ps, stop, rm, logs, "
-                  "inspect, images, pull, version, container ..., image ...")
+            print(
+                f"Usage:  docker [OPTIONS] COMMAND\n\n{STANDIN}: run, ps, stop, rm, logs, "
+                "inspect, images, pull, version, container ..., image ..."
+            )
             return 0
         if flag in {"-D", "--debug"}:
             continue
@@ -2865,21 +3332,28 @@ def main(argv: Sequence[str]) -> int:
         return 0
     command, rest = args[0], args[1:]
     if command in NEEDS_DAEMON and os.geteuid() != 0:
-        raise DockerError("permission denied while trying to connect to the Docker daemon "
-                          "socket at unix:///var/run/docker.sock: Get \"http://%2Fvar%2Frun%2F"
-                          f"docker.sock/v{API_VERSION}/containers/json\": dial unix "
-                          "/var/run/docker.sock: connect: permission denied")
+        raise DockerError(
+            "permission denied while trying to connect to the Docker daemon "
+            'socket at unix:///var/run/docker.sock: Get "http://%2Fvar%2Frun%2F'
+            f'docker.sock/v{API_VERSION}/containers/json": dial unix '
+            "/var/run/docker.sock: connect: permission denied"
+        )
     if command in GROUPS:
         if not rest or rest[0] not in GROUPS[command]:
             sub = rest[0] if rest else ""
-            raise DockerError(f"docker: unknown command: docker {command} {sub}\n\nRun "
-                              f"'docker {command} --help' for more information"
-                              if sub else f"Usage:  docker {command} COMMAND")
+            raise DockerError(
+                f"docker: unknown command: docker {command} {sub}\n\nRun "
+                f"'docker {command} --help' for more information"
+                if sub
+                else f"Usage:  docker {command} COMMAND"
+            )
         return GROUPS[command][rest[0]](rest[1:])
     if command not in COMMANDS:
-        raise DockerError(f"docker: unknown command: docker {command}\n\nRun 'docker --help' "
-                          f"for more information ({STANDIN} implements: "
-                          f"{', '.join(sorted(COMMANDS))}, container, image)")
+        raise DockerError(
+            f"docker: unknown command: docker {command}\n\nRun 'docker --help' "
+            f"for more information ({STANDIN} implements: "
+            f"{', '.join(sorted(COMMANDS))}, container, image)"
+        )
     return COMMANDS[command](rest)
 
 

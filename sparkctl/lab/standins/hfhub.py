@@ -108,12 +108,46 @@ COMMIT_RE = re.compile(r"[0-9a-f]{40}")  # file_download.py:81 REGEX_COMMIT_HASH
 DEFAULT_BRANCH = "main"  # constants.DEFAULT_REVISION
 # The .gitattributes huggingface.co writes into every new model repository, as
 # found verbatim in published model repositories.
-DEFAULT_GITATTRIBUTES = "".join(f"{pattern} filter=lfs diff=lfs merge=lfs -text\n" for pattern in (
-    "*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.ftz", "*.gz", "*.h5", "*.joblib",
-    "*.lfs.*", "*.mlmodel", "*.model", "*.msgpack", "*.npy", "*.npz", "*.onnx", "*.ot",
-    "*.parquet", "*.pb", "*.pickle", "*.pkl", "*.pt", "*.pth", "*.rar", "*.safetensors",
-    "saved_model/**/*", "*.tar.*", "*.tar", "*.tflite", "*.tgz", "*.wasm", "*.xz", "*.zip",
-    "*.zst", "*tfevents*"))
+DEFAULT_GITATTRIBUTES = "".join(
+    f"{pattern} filter=lfs diff=lfs merge=lfs -text\n"
+    for pattern in (
+        "*.7z",
+        "*.arrow",
+        "*.bin",
+        "*.bz2",
+        "*.ckpt",
+        "*.ftz",
+        "*.gz",
+        "*.h5",
+        "*.joblib",
+        "*.lfs.*",
+        "*.mlmodel",
+        "*.model",
+        "*.msgpack",
+        "*.npy",
+        "*.npz",
+        "*.onnx",
+        "*.ot",
+        "*.parquet",
+        "*.pb",
+        "*.pickle",
+        "*.pkl",
+        "*.pt",
+        "*.pth",
+        "*.rar",
+        "*.safetensors",
+        "saved_model/**/*",
+        "*.tar.*",
+        "*.tar",
+        "*.tflite",
+        "*.tgz",
+        "*.wasm",
+        "*.xz",
+        "*.zip",
+        "*.zst",
+        "*tfevents*",
+    )
+)
 
 
 class HubError(Exception):
@@ -149,10 +183,11 @@ class Repo:
 def check_repo_id(repo_id: str) -> tuple[str, str]:
     """(org, name) of an ``org/name`` id that huggingface_hub would accept."""
     parts = repo_id.split("/")
-    if len(parts) != 2 or not all(_NAME.fullmatch(p) and not p.endswith((".", "-"))
-                                  for p in parts):
-        raise HubError(f"{repo_id!r} is not a repository id of the form org/name "
-                       "(letters, digits, '_', '-', '.'; at most 96 each)")
+    if len(parts) != 2 or not all(_NAME.fullmatch(p) and not p.endswith((".", "-")) for p in parts):
+        raise HubError(
+            f"{repo_id!r} is not a repository id of the form org/name "
+            "(letters, digits, '_', '-', '.'; at most 96 each)"
+        )
     if "--" in repo_id or ".." in repo_id or repo_id.endswith(".git"):
         raise HubError(f"{repo_id!r}: '--', '..' and a '.git' ending are not allowed")
     return parts[0], parts[1]
@@ -161,14 +196,16 @@ def check_repo_id(repo_id: str) -> tuple[str, str]:
 def git_object_oid(kind: str, body: bytes) -> str:
     """The id git gives an object: sha1 of ``<kind> <size>\\0<body>``."""
     # sha1 is git's object id, not a security measure here.
-    return hashlib.sha1(b"%s %d\0" % (kind.encode(), len(body)) + body,
-                        usedforsecurity=False).hexdigest()
+    return hashlib.sha1(
+        b"%s %d\0" % (kind.encode(), len(body)) + body, usedforsecurity=False
+    ).hexdigest()
 
 
 def lfs_pointer(sha256: str, size: int) -> bytes:
     """The git-lfs pointer file (git-lfs docs/spec.md) git stores in place of an LFS file."""
-    return (f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\n"
-            f"size {size}\n").encode()
+    return (
+        f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n"
+    ).encode()
 
 
 def lfs_patterns(gitattributes: str) -> list[str]:
@@ -218,8 +255,9 @@ def _walk_files(directory: Path) -> Iterator[tuple[str, Path]]:
         dirnames.sort()
         for dirname in dirnames:
             if (here / dirname).is_symlink():
-                raise HubError(f"{here / dirname} is a symbolic link; a repository holds "
-                               "regular files only")
+                raise HubError(
+                    f"{here / dirname} is a symbolic link; a repository holds regular files only"
+                )
         for name in sorted(filenames):
             path = here / name
             if path.is_symlink() or not path.is_file():
@@ -234,7 +272,7 @@ def _tree_oid(files: dict[str, str], dirs: dict[str, str], prefix: str) -> str:
     for path, oid in files.items():
         if not path.startswith(base):
             continue
-        rest = path[len(base):]
+        rest = path[len(base) :]
         if "/" in rest:
             sub = rest.split("/", 1)[0]
             if sub not in children:
@@ -243,8 +281,9 @@ def _tree_oid(files: dict[str, str], dirs: dict[str, str], prefix: str) -> str:
             children[rest] = ("100644", oid)
     # git sorts tree entries by name, a directory as if its name ended in '/'.
     order = sorted(children, key=lambda n: (n + "/" if children[n][0] == "40000" else n).encode())
-    body = b"".join(f"{children[n][0]} {n}".encode() + b"\0" + bytes.fromhex(children[n][1])
-                    for n in order)
+    body = b"".join(
+        f"{children[n][0]} {n}".encode() + b"\0" + bytes.fromhex(children[n][1]) for n in order
+    )
     oid = git_object_oid("tree", body)
     if prefix:
         dirs[prefix] = oid
@@ -252,8 +291,9 @@ def _tree_oid(files: dict[str, str], dirs: dict[str, str], prefix: str) -> str:
 
 
 def commit_oid(tree: str) -> str:
-    body = (f"tree {tree}\nauthor {COMMIT_AUTHOR}\ncommitter {COMMIT_AUTHOR}\n\n"
-            f"{COMMIT_MESSAGE}\n").encode()
+    body = (
+        f"tree {tree}\nauthor {COMMIT_AUTHOR}\ncommitter {COMMIT_AUTHOR}\n\n{COMMIT_MESSAGE}\n"
+    ).encode()
     return git_object_oid("commit", body)
 
 
@@ -289,25 +329,41 @@ def index_repo(root: Path, repo_id: str) -> Repo:
     for rel, path in _walk_files(directory):
         st = path.stat()
         hit = cached.get(rel)
-        if isinstance(hit, dict) and hit.get("size") == st.st_size \
-                and hit.get("mtime_ns") == st.st_mtime_ns \
-                and isinstance(hit.get("blob"), str) and isinstance(hit.get("sha256"), str):
+        if (
+            isinstance(hit, dict)
+            and hit.get("size") == st.st_size
+            and hit.get("mtime_ns") == st.st_mtime_ns
+            and isinstance(hit.get("blob"), str)
+            and isinstance(hit.get("sha256"), str)
+        ):
             blob, sha256 = hit["blob"], hit["sha256"]
         else:
             blob, sha256 = _hash_file(path)
         lfs = is_lfs(rel, patterns)
         pointer = lfs_pointer(sha256, st.st_size) if lfs else b""
-        files[rel] = Entry(path=rel, file=path, size=st.st_size,
-                           git_oid=git_object_oid("blob", pointer) if lfs else blob,
-                           content_oid=blob,
-                           sha256=sha256, lfs=lfs, pointer_size=len(pointer))
+        files[rel] = Entry(
+            path=rel,
+            file=path,
+            size=st.st_size,
+            git_oid=git_object_oid("blob", pointer) if lfs else blob,
+            content_oid=blob,
+            sha256=sha256,
+            lfs=lfs,
+            pointer_size=len(pointer),
+        )
     if not files:
         raise HubError(f"{directory} holds no files")
     dirs: dict[str, str] = {}
     tree = _tree_oid({rel: e.git_oid for rel, e in files.items()}, dirs, "")
-    return Repo(repo_id=repo_id, directory=directory, commit=commit_oid(tree),
-                gated=bool(side.get("gated", False)), files=files, dirs=dirs,
-                by_sha256={e.sha256: e for e in files.values() if e.lfs})
+    return Repo(
+        repo_id=repo_id,
+        directory=directory,
+        commit=commit_oid(tree),
+        gated=bool(side.get("gated", False)),
+        files=files,
+        dirs=dirs,
+        by_sha256={e.sha256: e for e in files.values() if e.lfs},
+    )
 
 
 def write_sidecar(root: Path, repo: Repo) -> Path:
@@ -316,17 +372,33 @@ def write_sidecar(root: Path, repo: Repo) -> Path:
     files = {}
     for rel, entry in repo.files.items():
         st = entry.file.stat()
-        files[rel] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": entry.sha256,
-                      "blob": entry.content_oid}
+        files[rel] = {
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "sha256": entry.sha256,
+            "blob": entry.content_oid,
+        }
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"format": 1, "repo": repo.repo_id, "commit": repo.commit,
-                               "gated": repo.gated, "files": files}, indent=1) + "\n")
+    tmp.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "repo": repo.repo_id,
+                "commit": repo.commit,
+                "gated": repo.gated,
+                "files": files,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     tmp.replace(path)
     return path
 
 
-def make_repo(source: Path, root: Path, repo_id: str, *, gated: bool = False,
-              replace: bool = False) -> Repo:
+def make_repo(
+    source: Path, root: Path, repo_id: str, *, gated: bool = False, replace: bool = False
+) -> Repo:
     """Publish the files under ``source`` as ``repo_id`` (one commit) under ``root``."""
     org, name = check_repo_id(repo_id)
     if not source.is_dir():
@@ -337,8 +409,12 @@ def make_repo(source: Path, root: Path, repo_id: str, *, gated: bool = False,
             raise HubError(f"{dest} exists; pass --replace to publish a new commit over it")
         shutil.rmtree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(source, dest, symlinks=False,
-                    ignore=shutil.ignore_patterns(".git") if (source / ".git").is_dir() else None)
+    shutil.copytree(
+        source,
+        dest,
+        symlinks=False,
+        ignore=shutil.ignore_patterns(".git") if (source / ".git").is_dir() else None,
+    )
     if not (dest / ".gitattributes").exists():
         (dest / ".gitattributes").write_text(DEFAULT_GITATTRIBUTES)
     sidecar = sidecar_path(root, repo_id)
@@ -356,8 +432,9 @@ def load_root(root: Path) -> dict[str, Repo]:
         raise HubError(f"--root {root} is not a directory")
     repos: dict[str, Repo] = {}
     for org_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for repo_dir in sorted(p for p in org_dir.iterdir()
-                               if p.is_dir() and not p.name.startswith(".")):
+        for repo_dir in sorted(
+            p for p in org_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+        ):
             repo_id = f"{org_dir.name}/{repo_dir.name}"
             repos[repo_id] = index_repo(root, repo_id)
     return repos
@@ -407,8 +484,9 @@ class Reply:
     span: tuple[int, int] | None = None  # inclusive byte range of the file
 
 
-def _error(status: int, message: str, code: str | None = None,
-           extra: dict[str, str] | None = None) -> Reply:
+def _error(
+    status: int, message: str, code: str | None = None, extra: dict[str, str] | None = None
+) -> Reply:
     """The Hub's error shape: ``{"error": ...}`` plus X-Error-Code / X-Error-Message, which
     hf_raise_for_status turns into the library's error types (utils/_http.py:871-953)."""
     headers = {"Content-Type": "application/json; charset=utf-8", "X-Error-Message": message}
@@ -419,8 +497,11 @@ def _error(status: int, message: str, code: str | None = None,
 
 
 def _json(data: Any, headers: dict[str, str] | None = None) -> Reply:
-    return Reply(200, {"Content-Type": "application/json; charset=utf-8", **(headers or {})},
-                 json.dumps(data).encode())
+    return Reply(
+        200,
+        {"Content-Type": "application/json; charset=utf-8", **(headers or {})},
+        json.dumps(data).encode(),
+    )
 
 
 def _truthy(values: dict[str, list[str]], key: str) -> bool:
@@ -449,8 +530,14 @@ def _byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
 class Hub:
     """The API and CDN behaviour; the HTTP handlers only parse and write."""
 
-    def __init__(self, repos: dict[str, Repo], token: str | None, rate: int | None,
-                 page_size: int = TREE_PAGE, log: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        repos: dict[str, Repo],
+        token: str | None,
+        rate: int | None,
+        page_size: int = TREE_PAGE,
+        log: IO[str] | None = None,
+    ) -> None:
         self.repos = repos
         self.token = token
         self.throttle = Throttle(rate)
@@ -467,8 +554,9 @@ class Hub:
         if self.token is None:
             return "ignored"
         scheme, _, value = header.partition(" ")
-        ok = scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
-                                                                self.token.encode())
+        ok = scheme.lower() == "bearer" and hmac.compare_digest(
+            value.strip().encode(), self.token.encode()
+        )
         return "valid" if ok else "invalid"
 
     def refuse(self, state: str, repo_id: str) -> Reply | None:
@@ -479,8 +567,12 @@ class Hub:
             return _error(401, "Invalid credentials in Authorization header")
         repo = self.repos.get(repo_id)
         if repo is not None and repo.gated:
-            return _error(401, f"Access to model {repo_id} is restricted. You must have access "
-                          "to it and be authenticated to access it. Please log in.", "GatedRepo")
+            return _error(
+                401,
+                f"Access to model {repo_id} is restricted. You must have access "
+                "to it and be authenticated to access it. Please log in.",
+                "GatedRepo",
+            )
         return _error(401, "Repository not found", "RepoNotFound")
 
     def lookup(self, repo_id: str, revision: str, state: str) -> Repo | Reply:
@@ -499,45 +591,56 @@ class Hub:
         parts = request.parts
         if len(parts) >= 5 and parts[2] == "resolve":
             found = self.lookup(f"{parts[0]}/{parts[1]}", parts[3], request.auth)
-            return found if isinstance(found, Reply) else \
-                self.resolve(found, "/".join(parts[4:]), request.host, request.range)
+            return (
+                found
+                if isinstance(found, Reply)
+                else self.resolve(found, "/".join(parts[4:]), request.host, request.range)
+            )
         if len(parts) >= 4 and parts[:2] == ["api", "models"]:
             return self._api_model(f"{parts[2]}/{parts[3]}", parts[4:], request)
-        if (len(parts) >= 3 and parts[:2] in (["api", "datasets"], ["api", "spaces"])) \
-                or (len(parts) >= 5 and parts[0] in ("datasets", "spaces")):
+        if (len(parts) >= 3 and parts[:2] in (["api", "datasets"], ["api", "spaces"])) or (
+            len(parts) >= 5 and parts[0] in ("datasets", "spaces")
+        ):
             return _error(404, "Repository not found", "RepoNotFound")  # models only
         return _error(404, "Sorry, we can't find the page you are looking for.")
 
     def _api_model(self, repo_id: str, rest: list[str], request: Request) -> Reply:
         if rest[:1] == ["tree"] and len(rest) >= 2:
             found = self.lookup(repo_id, rest[1], request.auth)
-            return found if isinstance(found, Reply) else \
-                self.tree(found, "/".join(rest[2:]), request.query, f"http://{request.host}",
-                          request.path)
+            return (
+                found
+                if isinstance(found, Reply)
+                else self.tree(
+                    found, "/".join(rest[2:]), request.query, f"http://{request.host}", request.path
+                )
+            )
         if rest == [] or (rest[:1] == ["revision"] and len(rest) == 2):
             found = self.lookup(repo_id, rest[1] if rest else DEFAULT_BRANCH, request.auth)
             return found if isinstance(found, Reply) else self.model_info(found, request.query)
         return _error(404, "Sorry, we can't find the page you are looking for.")
 
     # -- /api/models/{repo}/tree/{rev}[/{path}]
-    def tree(self, repo: Repo, path: str, query: dict[str, list[str]], base_url: str,
-             request_path: str) -> Reply:
+    def tree(
+        self, repo: Repo, path: str, query: dict[str, list[str]], base_url: str, request_path: str
+    ) -> Reply:
         recursive, expand = _truthy(query, "recursive"), _truthy(query, "expand")
         prefix = path.strip("/")
         if prefix and prefix not in repo.dirs:
             if prefix in repo.files:  # a file's own path lists that file, as on the Hub
                 return _json([self._file_item(repo, repo.files[prefix], expand)])
-            return _error(404, f"Entry not found: {prefix}", "EntryNotFound",
-                          {"X-Repo-Commit": repo.commit})
+            return _error(
+                404, f"Entry not found: {prefix}", "EntryNotFound", {"X-Repo-Commit": repo.commit}
+            )
         base = f"{prefix}/" if prefix else ""
         items: list[dict[str, Any]] = []
         for dirpath in sorted(repo.dirs):
-            rest = dirpath[len(base):] if dirpath.startswith(base) else None
+            rest = dirpath[len(base) :] if dirpath.startswith(base) else None
             if rest and (recursive or "/" not in rest):
-                items.append({"type": "directory", "oid": repo.dirs[dirpath], "size": 0,
-                              "path": dirpath})
+                items.append(
+                    {"type": "directory", "oid": repo.dirs[dirpath], "size": 0, "path": dirpath}
+                )
         for rel in sorted(repo.files):
-            rest = rel[len(base):] if rel.startswith(base) else None
+            rest = rel[len(base) :] if rel.startswith(base) else None
             if rest and (recursive or "/" not in rest):
                 items.append(self._file_item(repo, repo.files[rel], expand))
         # Cursor pagination with a Link header (utils/_pagination.py:41-53, 68-69): the
@@ -547,22 +650,34 @@ class Hub:
             start = int(base64.urlsafe_b64decode(query.get("cursor", ["MA=="])[-1]).decode())
         except ValueError:
             return _error(400, "Invalid cursor")
-        page = items[start:start + size]
+        page = items[start : start + size]
         headers: dict[str, str] = {}
         if start + size < len(items):
             cursor = base64.urlsafe_b64encode(str(start + size).encode()).decode()
-            params = urlencode({"recursive": str(recursive).lower(),
-                                "expand": str(expand).lower(), "cursor": cursor})
+            params = urlencode(
+                {
+                    "recursive": str(recursive).lower(),
+                    "expand": str(expand).lower(),
+                    "cursor": cursor,
+                }
+            )
             headers["Link"] = f'<{base_url}{request_path}?{params}>; rel="next"'
         return _json(page, headers)
 
     def _file_item(self, repo: Repo, entry: Entry, expand: bool) -> dict[str, Any]:
         # The fields RepoFile reads (hf_api.py:711-735): path, size, oid, lfs{oid,size,pointerSize}.
-        item: dict[str, Any] = {"type": "file", "oid": entry.git_oid, "size": entry.size,
-                                "path": entry.path}
+        item: dict[str, Any] = {
+            "type": "file",
+            "oid": entry.git_oid,
+            "size": entry.size,
+            "path": entry.path,
+        }
         if entry.lfs:
-            item["lfs"] = {"oid": entry.sha256, "size": entry.size,
-                           "pointerSize": entry.pointer_size}
+            item["lfs"] = {
+                "oid": entry.sha256,
+                "size": entry.size,
+                "pointerSize": entry.pointer_size,
+            }
         if expand:
             item["lastCommit"] = {"id": repo.commit, "title": COMMIT_MESSAGE, "date": COMMIT_DATE}
         return item
@@ -577,16 +692,28 @@ class Hub:
             if blobs:  # ModelInfo siblings (hf_api.py:966-984)
                 sibling.update(size=entry.size, blobId=entry.git_oid)
                 if entry.lfs:
-                    sibling["lfs"] = {"size": entry.size, "sha256": entry.sha256,
-                                      "pointerSize": entry.pointer_size}
+                    sibling["lfs"] = {
+                        "size": entry.size,
+                        "sha256": entry.sha256,
+                        "pointerSize": entry.pointer_size,
+                    }
             siblings.append(sibling)
         org = repo.repo_id.split("/")[0]
-        return _json({"_id": hashlib.sha256(repo.repo_id.encode()).hexdigest()[:24],
-                      "id": repo.repo_id, "author": org, "sha": repo.commit,
-                      "lastModified": COMMIT_DATE, "createdAt": COMMIT_DATE,
-                      "private": self.token is not None,
-                      "gated": "manual" if repo.gated else False, "disabled": False,
-                      "tags": [], "siblings": siblings})
+        return _json(
+            {
+                "_id": hashlib.sha256(repo.repo_id.encode()).hexdigest()[:24],
+                "id": repo.repo_id,
+                "author": org,
+                "sha": repo.commit,
+                "lastModified": COMMIT_DATE,
+                "createdAt": COMMIT_DATE,
+                "private": self.token is not None,
+                "gated": "manual" if repo.gated else False,
+                "disabled": False,
+                "tags": [],
+                "siblings": siblings,
+            }
+        )
 
     # -- /{repo}/resolve/{rev}/{path}
     def resolve(self, repo: Repo, filename: str, host: str, range_header: str | None) -> Reply:
@@ -602,25 +729,33 @@ class Hub:
             # (utils/_http.py:763-780; X-Linked-Etag and X-Linked-Size win over ETag and
             # Content-Length, file_download.py:1674-1689) and GETs the Location without
             # its Authorization header (file_download.py:1818-1822).
-            return Reply(302, {**commit, "Location": self.signed_url(repo, entry, host),
-                               "X-Linked-Etag": f'"{entry.sha256}"',
-                               "X-Linked-Size": str(entry.size),
-                               "ETag": f'"{entry.git_oid}"'})
+            return Reply(
+                302,
+                {
+                    **commit,
+                    "Location": self.signed_url(repo, entry, host),
+                    "X-Linked-Etag": f'"{entry.sha256}"',
+                    "X-Linked-Size": str(entry.size),
+                    "ETag": f'"{entry.git_oid}"',
+                },
+            )
         # A file stored in git: its git blob id is its ETag (hf_hub_url's docstring,
         # file_download.py:268-270), and the cache names the blob by it (:1200).
         return self._file_reply(entry, {**commit, "ETag": f'"{entry.git_oid}"'}, range_header)
 
-    def _file_reply(self, entry: Entry, headers: dict[str, str],
-                    range_header: str | None) -> Reply:
+    def _file_reply(self, entry: Entry, headers: dict[str, str], range_header: str | None) -> Reply:
         span = _byte_range(range_header, entry.size)
         headers = {**headers, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
         if span == "bad":
             return Reply(416, {**headers, "Content-Range": f"bytes */{entry.size}"})
         if isinstance(span, tuple):
             # http_get resumes an interrupted body with Range (file_download.py:376-378).
-            return Reply(206, {**headers,
-                               "Content-Range": f"bytes {span[0]}-{span[1]}/{entry.size}"},
-                         file=entry, span=span)
+            return Reply(
+                206,
+                {**headers, "Content-Range": f"bytes {span[0]}-{span[1]}/{entry.size}"},
+                file=entry,
+                span=span,
+            )
         return Reply(200, headers, file=entry, span=(0, entry.size - 1))
 
     # -- the CDN: signed URLs of LFS files
@@ -630,17 +765,24 @@ class Hub:
 
     def signed_url(self, repo: Repo, entry: Entry, host: str) -> str:
         expires = int(time.time()) + SIGNED_URL_SECONDS
-        query = urlencode({"filename": entry.path, "Expires": expires,
-                           "Signature": self._signature(repo.repo_id, entry.sha256, entry.path,
-                                                        expires)})
+        query = urlencode(
+            {
+                "filename": entry.path,
+                "Expires": expires,
+                "Signature": self._signature(repo.repo_id, entry.sha256, entry.path, expires),
+            }
+        )
         cdn = _with_port(host, self.cdn_port)
         return f"http://{cdn}/repos/{repo.repo_id}/{entry.sha256}?{query}"
 
     def cdn(self, request: Request) -> Reply:
         parts, query = request.parts, request.query
-        denied = Reply(403, {"Content-Type": "application/xml"},
-                       b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied'
-                       b"</Code><Message>Access denied</Message></Error>")
+        denied = Reply(
+            403,
+            {"Content-Type": "application/xml"},
+            b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied'
+            b"</Code><Message>Access denied</Message></Error>",
+        )
         if len(parts) != 4 or parts[0] != "repos":
             return denied
         repo = self.repos.get(f"{parts[1]}/{parts[2]}")
@@ -651,17 +793,26 @@ class Hub:
             return denied
         filename = query.get("filename", [""])[-1]
         signature = query.get("Signature", [""])[-1]
-        if repo is None or entry is None or entry.path != filename or expires < time.time() \
-                or not hmac.compare_digest(signature, self._signature(repo.repo_id,
-                                                                      entry.sha256, filename,
-                                                                      expires)):
+        if (
+            repo is None
+            or entry is None
+            or entry.path != filename
+            or expires < time.time()
+            or not hmac.compare_digest(
+                signature, self._signature(repo.repo_id, entry.sha256, filename, expires)
+            )
+        ):
             return denied
         name = PurePosixPath(filename).name
-        return self._file_reply(entry, {
-            "ETag": f'"{entry.sha256}"',
-            # http_get shows the name from Content-Disposition (file_download.py:428-434).
-            "Content-Disposition": f"inline; filename*=UTF-8''{quote(name)}; filename=\"{name}\";"},
-            request.range)
+        return self._file_reply(
+            entry,
+            {
+                "ETag": f'"{entry.sha256}"',
+                # http_get shows the name from Content-Disposition (file_download.py:428-434).
+                "Content-Disposition": f"inline; filename*=UTF-8''{quote(name)}; filename=\"{name}\";",  # noqa: E501 - the real text, whole
+            },
+            request.range,
+        )
 
     def record(self, **fields: Any) -> None:
         with self.log_lock:
@@ -705,16 +856,25 @@ class Handler(BaseHTTPRequestHandler):
         hub = listener.hub
         split = urlsplit(self.path)
         bound = listener.server_address
-        request = Request(parts=[unquote(p) for p in split.path.split("/")[1:]],
-                          path=split.path, query=parse_qs(split.query),
-                          auth=hub.auth_state(self.headers.get("Authorization")),
-                          host=self.headers.get("Host") or _with_port(str(bound[0]), bound[1]),
-                          range=self.headers.get("Range"))
+        request = Request(
+            parts=[unquote(p) for p in split.path.split("/")[1:]],
+            path=split.path,
+            query=parse_qs(split.query),
+            auth=hub.auth_state(self.headers.get("Authorization")),
+            host=self.headers.get("Host") or _with_port(str(bound[0]), bound[1]),
+            range=self.headers.get("Range"),
+        )
         reply = hub.cdn(request) if listener.role == "cdn" else hub.route(request)
         reply.headers["X-Request-Id"] = f"Root={uuid.uuid4()}"
         sent = self._write(hub, reply, body=body)
-        hub.record(port=listener.role, method=self.command, path=split.path,
-                   status=reply.status, auth=request.auth, bytes=sent)
+        hub.record(
+            port=listener.role,
+            method=self.command,
+            path=split.path,
+            status=reply.status,
+            auth=request.auth,
+            bytes=sent,
+        )
 
     def _write(self, hub: Hub, reply: Reply, *, body: bool) -> int:
         self.send_response(reply.status)
@@ -777,16 +937,27 @@ def serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.1},
-                                daemon=True) for s in (api, cdn)]
+    threads = [
+        threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        for s in (api, cdn)
+    ]
     for thread in threads:
         thread.start()
-    print(json.dumps({"endpoint": f"http://{host}",
-                      "cdn": f"http://{_with_port(args.bind, hub.cdn_port)}",
-                      "port": api.server_address[1], "cdn_port": hub.cdn_port,
-                      "token_required": token is not None, "rate": args.rate,
-                      "repos": {r.repo_id: r.commit for r in repos.values()},
-                      "pid": os.getpid()}), flush=True)
+    print(
+        json.dumps(
+            {
+                "endpoint": f"http://{host}",
+                "cdn": f"http://{_with_port(args.bind, hub.cdn_port)}",
+                "port": api.server_address[1],
+                "cdn_port": hub.cdn_port,
+                "token_required": token is not None,
+                "rate": args.rate,
+                "repos": {r.repo_id: r.commit for r in repos.values()},
+                "pid": os.getpid(),
+            }
+        ),
+        flush=True,
+    )
     stop.wait()
     for server in (api, cdn):
         server.shutdown()
@@ -818,28 +989,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
         if args_list[:1] == ["make-repo"]:
-            parser = argparse.ArgumentParser(prog="hfhub.py make-repo",
-                                             description="Publish a directory as one commit.")
+            parser = argparse.ArgumentParser(
+                prog="hfhub.py make-repo", description="Publish a directory as one commit."
+            )
             parser.add_argument("source", type=Path)
             parser.add_argument("--root", type=Path, required=True)
             parser.add_argument("--repo", required=True, help="org/name")
-            parser.add_argument("--gated", action="store_true",
-                                help="a request without a token gets GatedRepo, "
-                                "not RepoNotFound")
+            parser.add_argument(
+                "--gated",
+                action="store_true",
+                help="a request without a token gets GatedRepo, not RepoNotFound",
+            )
             parser.add_argument("--replace", action="store_true")
             args = parser.parse_args(args_list[1:])
-            repo = make_repo(args.source, args.root, args.repo, gated=args.gated,
-                             replace=args.replace)
-            print(json.dumps({"repo": repo.repo_id, "commit": repo.commit,
-                              "files": len(repo.files), "path": str(repo.directory),
-                              "lfs": sorted(e.path for e in repo.files.values() if e.lfs)}))
+            repo = make_repo(
+                args.source, args.root, args.repo, gated=args.gated, replace=args.replace
+            )
+            print(
+                json.dumps(
+                    {
+                        "repo": repo.repo_id,
+                        "commit": repo.commit,
+                        "files": len(repo.files),
+                        "path": str(repo.directory),
+                        "lfs": sorted(e.path for e in repo.files.values() if e.lfs),
+                    }
+                )
+            )
             return 0
         parser = argparse.ArgumentParser(prog="hfhub.py", description=__doc__.split("\n\n")[0])
         parser.add_argument("--root", type=Path, required=True)
         parser.add_argument("--bind", required=True)
         parser.add_argument("--port", type=_port, required=True)
-        parser.add_argument("--cdn-port", type=_port, default=0,
-                            help="where LFS files are served (default: any free port)")
+        parser.add_argument(
+            "--cdn-port",
+            type=_port,
+            default=0,
+            help="where LFS files are served (default: any free port)",
+        )
         parser.add_argument("--token-file", type=Path)
         parser.add_argument("--rate", type=_positive, help="file body bytes per second, in all")
         parser.add_argument("--tree-page-size", type=_positive, default=TREE_PAGE)

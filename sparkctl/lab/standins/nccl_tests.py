@@ -98,17 +98,27 @@ class DType:
 
 # Order and names of common.cu's test_types on NCCL >= 2.24 and sm_90+ (GB10).
 DTYPES: tuple[DType, ...] = (
-    DType("int8", 1, "b", "INT8_T", True), DType("uint8", 1, "B", "UINT8_T", True),
-    DType("int32", 4, "i", "INT32_T", True), DType("uint32", 4, "I", "UINT32_T", True),
-    DType("int64", 8, "q", "INT64_T", True), DType("uint64", 8, "Q", "UINT64_T", True),
-    DType("half", 2, "H", "UINT16_T", False), DType("float", 4, "f", "FLOAT", True),
-    DType("double", 8, "d", "DOUBLE", True), DType("bfloat16", 2, "H", "UINT16_T", False),
-    DType("f8e4m3", 1, "B", "UINT8_T", False), DType("f8e5m2", 1, "B", "UINT8_T", False),
+    DType("int8", 1, "b", "INT8_T", True),
+    DType("uint8", 1, "B", "UINT8_T", True),
+    DType("int32", 4, "i", "INT32_T", True),
+    DType("uint32", 4, "I", "UINT32_T", True),
+    DType("int64", 8, "q", "INT64_T", True),
+    DType("uint64", 8, "Q", "UINT64_T", True),
+    DType("half", 2, "H", "UINT16_T", False),
+    DType("float", 4, "f", "FLOAT", True),
+    DType("double", 8, "d", "DOUBLE", True),
+    DType("bfloat16", 2, "H", "UINT16_T", False),
+    DType("f8e4m3", 1, "B", "UINT8_T", False),
+    DType("f8e5m2", 1, "B", "UINT8_T", False),
 )
 OPS: tuple[str, ...] = ("sum", "prod", "max", "min", "avg", "mulsum")
 MPI_OPS = {"sum": "SUM", "prod": "PROD", "max": "MAX", "min": "MIN"}
-REDUCE: dict[str, Callable[[list[int]], int]] = {"sum": sum, "prod": math.prod, "max": max,
-                                                 "min": min}
+REDUCE: dict[str, Callable[[list[int]], int]] = {
+    "sum": sum,
+    "prod": math.prod,
+    "max": max,
+    "min": min,
+}
 FLOAT_NAME, SUM_NAME = "float", "sum"
 
 
@@ -139,8 +149,14 @@ class Coll:
         return param * size * (1 if self.program == "all_reduce_perf" else nranks)
 
 
-COLLS = {name: Coll(name, reduces) for name, reduces in (
-    ("all_reduce_perf", True), ("all_gather_perf", False), ("reduce_scatter_perf", True))}
+COLLS = {
+    name: Coll(name, reduces)
+    for name, reduces in (
+        ("all_reduce_perf", True),
+        ("all_gather_perf", False),
+        ("reduce_scatter_perf", True),
+    )
+}
 
 # NCCL runs these collectives as rings at the sizes a bandwidth test uses, so
 # every rank sends (and receives) the bandwidth-optimal 2(n-1)/n or (n-1)/n of
@@ -206,24 +222,67 @@ class Options:
 
 SHORT_OPTS = "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:"
 LONG_OPTS = {
-    "nthreads": "t", "ngpus": "g", "minbytes": "b", "maxbytes": "e", "stepbytes": "i",
-    "stepfactor": "f", "iters": "n", "agg_iters": "m", "warmup_iters": "w", "run_cycles": "N",
-    "parallel_init": "p", "check": "c", "op": "o", "datatype": "d", "root": "r",
-    "blocking": "z", "stream_null": "y", "timeout": "T", "cudagraph": "G",
-    "report_cputime": "C", "report_timestamps": "S", "output_file": "J", "average": "a",
-    "local_register": "R", "cta_policy": "x", "device_implementation": "D",
-    "device_cta_count": "V", "memory": "M", "memory_report": "M", "unalign": "u",
+    "nthreads": "t",
+    "ngpus": "g",
+    "minbytes": "b",
+    "maxbytes": "e",
+    "stepbytes": "i",
+    "stepfactor": "f",
+    "iters": "n",
+    "agg_iters": "m",
+    "warmup_iters": "w",
+    "run_cycles": "N",
+    "parallel_init": "p",
+    "check": "c",
+    "op": "o",
+    "datatype": "d",
+    "root": "r",
+    "blocking": "z",
+    "stream_null": "y",
+    "timeout": "T",
+    "cudagraph": "G",
+    "report_cputime": "C",
+    "report_timestamps": "S",
+    "output_file": "J",
+    "average": "a",
+    "local_register": "R",
+    "cta_policy": "x",
+    "device_implementation": "D",
+    "device_cta_count": "V",
+    "memory": "M",
+    "memory_report": "M",
+    "unalign": "u",
 }
 _INT_FIELDS = {
-    "t": "nthreads", "g": "ngpus", "f": "stepfactor", "n": "iters", "m": "agg_iters",
-    "w": "warmup_iters", "N": "run_cycles", "p": "parallel_init", "c": "datacheck",
-    "r": "root", "z": "blocking", "y": "stream_null", "T": "timeout", "G": "cudagraph",
-    "C": "report_cputime", "S": "report_timestamps", "a": "average", "R": "local_register",
-    "x": "cta_policy", "D": "device_impl", "V": "device_cta_count", "M": "memory_report",
+    "t": "nthreads",
+    "g": "ngpus",
+    "f": "stepfactor",
+    "n": "iters",
+    "m": "agg_iters",
+    "w": "warmup_iters",
+    "N": "run_cycles",
+    "p": "parallel_init",
+    "c": "datacheck",
+    "r": "root",
+    "z": "blocking",
+    "y": "stream_null",
+    "T": "timeout",
+    "G": "cudagraph",
+    "C": "report_cputime",
+    "S": "report_timestamps",
+    "a": "average",
+    "R": "local_register",
+    "x": "cta_policy",
+    "D": "device_impl",
+    "V": "device_cta_count",
+    "M": "memory_report",
     "u": "unalign",
 }
-_SIZE_FIELDS = {"b": ("minbytes", "minbytes"), "e": ("maxbytes", "maxbytes"),
-                "i": ("stepbytes", "stepBytes")}
+_SIZE_FIELDS = {
+    "b": ("minbytes", "minbytes"),
+    "e": ("maxbytes", "maxbytes"),
+    "i": ("stepbytes", "stepBytes"),
+}
 
 USAGE = """USAGE: {prog} \n\t[-t,--nthreads <num threads>] \n\t[-g,--ngpus <gpus per thread>] \n\t\
 [-b,--minbytes <min size in bytes>] \n\t[-e,--maxbytes <max size in bytes>] \n\t\
@@ -280,7 +339,7 @@ def parse_size(text: str) -> float:
     match = re.match(r"\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*(\S?)", text)
     if not match:
         return -1.0
-    units = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}.get(match.group(2).lower())
+    units = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}.get(match.group(2).lower())
     if units is None:
         return -1.0
     return float(match.group(1)) * units
@@ -362,20 +421,27 @@ def parse_args(prog: str, argv: list[str]) -> Options:
 
 def _check_args(opts: Options) -> Options:
     if opts.minbytes > opts.maxbytes:
-        sys.stderr.write(f"invalid sizes for 'minbytes' and 'maxbytes': {opts.minbytes} > "
-                         f"{opts.maxbytes}\n")
+        sys.stderr.write(
+            f"invalid sizes for 'minbytes' and 'maxbytes': {opts.minbytes} > {opts.maxbytes}\n"
+        )
         raise Exit(255)
     if opts.device_impl > 0 and opts.local_register != 2:
-        sys.stderr.write("device implementation (-D > 0) requires enabling symmetric memory "
-                         "registration (-R 2)\n")
+        sys.stderr.write(
+            "device implementation (-D > 0) requires enabling symmetric memory "
+            "registration (-R 2)\n"
+        )
         raise Exit(255)
     if opts.device_cta_count <= 0 or opts.device_cta_count > 128:
-        sys.stderr.write(f"device_cta_count (-V) must be positive and less than 128, got "
-                         f"{opts.device_cta_count}. Using default value 16.\n")
+        sys.stderr.write(
+            f"device_cta_count (-V) must be positive and less than 128, got "
+            f"{opts.device_cta_count}. Using default value 16.\n"
+        )
         opts.device_cta_count = 16
     if opts.stepfactor <= 1 and opts.stepbytes <= 0 and opts.minbytes < opts.maxbytes:
-        sys.stderr.write(f"{STANDIN}: stepbytes 0 with stepfactor {opts.stepfactor} would "
-                         "repeat the first size forever; give -i or -f\n")
+        sys.stderr.write(
+            f"{STANDIN}: stepbytes 0 with stepfactor {opts.stepfactor} would "
+            "repeat the first size forever; give -i or -f\n"
+        )
         raise Exit(255)
     return opts
 
@@ -403,11 +469,11 @@ def c_g(value: float) -> str:
     return "%g" % value  # noqa: UP031 (C's %g, which str.format's g matches only mostly)
 
 
-def header_lines(prog: str, opts: Options, transport: str,
-                 algorithms: str = "ring algorithms (as NCCL)") -> list[str]:
+def header_lines(
+    prog: str, opts: Options, transport: str, algorithms: str = "ring algorithms (as NCCL)"
+) -> list[str]:
     """writeDeviceReport's lines before the device list (rank 0 prints them)."""
-    step = (f"{opts.stepfactor}(factor)" if opts.stepfactor > 1
-            else f"{opts.stepbytes}(bytes)")
+    step = f"{opts.stepfactor}(factor)" if opts.stepfactor > 1 else f"{opts.stepbytes}(bytes)"
     lines = [
         f"# nccl-tests version {NCCL_TESTS_VERSION} nccl-headers=0 nccl-library=0",
         f"# Collective test starting: {prog}",
@@ -419,21 +485,22 @@ def header_lines(prog: str, opts: Options, transport: str,
         f"{algorithms} over TCP on {transport}",
     ]
     if opts.blocking == 1:
-        lines.append("# Blocking Enabled: wait for completion and barrier after each "
-                     "collective ")
+        lines.append("# Blocking Enabled: wait for completion and barrier after each collective ")
     if opts.blocking > 1:
-        lines.append("# Blocking Enabled: wait for completion after each collective "
-                     "(no barrier) ")
+        lines.append("# Blocking Enabled: wait for completion after each collective (no barrier) ")
     if opts.parallel_init:
         lines.append("# Parallel Init Enabled: threads call into NcclInitRank concurrently ")
     return [*lines, "#", "# Using devices"]
 
 
-def device_line(rank: int, pid: int, host: str, dev: int, *, pci: tuple[int, int, int],
-                name: str) -> str:
+def device_line(
+    rank: int, pid: int, host: str, dev: int, *, pci: tuple[int, int, int], name: str
+) -> str:
     """``#  Rank  0 Group  0 Pid 1668270 on  spark-101 device  0 [000f:01:00] NVIDIA GB10``."""
-    return (f"#  Rank {rank:2d} Group {0:2d} Pid {pid:6d} on {host:>10s} device {dev:2d} "
-            f"[{pci[0]:04x}:{pci[1]:02x}:{pci[2]:02x}] {name}")
+    return (
+        f"#  Rank {rank:2d} Group {0:2d} Pid {pid:6d} on {host:>10s} device {dev:2d} "
+        f"[{pci[0]:04x}:{pci[1]:02x}:{pci[2]:02x}] {name}"
+    )
 
 
 def result_header(report_cputime: int, report_timestamps: int) -> list[str]:
@@ -441,17 +508,47 @@ def result_header(report_cputime: int, report_timestamps: int) -> list[str]:
     time_str = "cputime" if report_cputime else "time"
     pad, label, fmt = (19, "timestamp", "%Y-%m-%d %H:%M:%S") if report_timestamps else (0, "", "")
     blank = ""
-    first = (f"# {blank:>10s}  {blank:>12s}  {blank:>8s}  {blank:>6s}  {blank:>6s}           "
-             "out-of-place                       in-place          ")
-    cols = ("size", "count", "type", "redop", "root", time_str, "algbw", "busbw", "#wrong",
-            time_str, "algbw", "busbw", "#wrong")
-    units = ("(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-             "(GB/s)", "")
+    first = (
+        f"# {blank:>10s}  {blank:>12s}  {blank:>8s}  {blank:>6s}  {blank:>6s}           "
+        "out-of-place                       in-place          "
+    )
+    cols = (
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        time_str,
+        "algbw",
+        "busbw",
+        "#wrong",
+        time_str,
+        "algbw",
+        "busbw",
+        "#wrong",
+    )
+    units = (
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+    )
 
     def row(v: tuple[str, ...], last: str) -> str:
-        text = (f"# {v[0]:>10s}  {v[1]:>12s}  {v[2]:>8s}  {v[3]:>6s}  {v[4]:>6s}  {v[5]:>7s}  "
-                f"{v[6]:>6s}  {v[7]:>6s}  {v[8]:>6s}  {v[9]:>7s}  {v[10]:>6s}  {v[11]:>6s}  "
-                f"{v[12]:>6s} ")
+        text = (
+            f"# {v[0]:>10s}  {v[1]:>12s}  {v[2]:>8s}  {v[3]:>6s}  {v[4]:>6s}  {v[5]:>7s}  "
+            f"{v[6]:>6s}  {v[7]:>6s}  {v[8]:>6s}  {v[9]:>7s}  {v[10]:>6s}  {v[11]:>6s}  "
+            f"{v[12]:>6s} "
+        )
         return text + (f"{last:>{pad}s}" if pad else "")
 
     return ["#", first, row(cols, label), row(units, fmt)]
@@ -471,15 +568,19 @@ def line_body(usec: float, algbw: float, busbw: float, report_errors: bool, wron
 def footer_lines(prog: str, oob_errors: int, avg_bw: float, check_bw: float) -> list[str]:
     """writeResultFooter + finalizeFooter."""
     verdict = "" if check_bw == -1 else ("FAILED" if avg_bw < check_bw * 0.9 else "OK")
-    return [f"# {'Out of bounds values':<20s} : {oob_errors} {'FAILED' if oob_errors else 'OK'}",
-            f"# {'Avg bus bandwidth':<20s} : {c_g(avg_bw)} {verdict}",
-            "#", f"# Collective test concluded: {prog}", "#"]
+    return [
+        f"# {'Out of bounds values':<20s} : {oob_errors} {'FAILED' if oob_errors else 'OK'}",
+        f"# {'Avg bus bandwidth':<20s} : {c_g(avg_bw)} {verdict}",
+        "#",
+        f"# Collective test concluded: {prog}",
+        "#",
+    ]
 
 
 def mem_string(amount: float) -> str:
     """util.cu getMemString."""
     postfix = " B"
-    for limit, name in ((GB, " GB"), (1024 ** 2, " MB"), (1024, " KB")):
+    for limit, name in ((GB, " GB"), (1024**2, " MB"), (1024, " KB")):
         if abs(amount) >= limit:
             amount, postfix = amount / limit, name
             break
@@ -501,8 +602,10 @@ def gpu_info(hw: dict[str, Any]) -> tuple[int, str, tuple[int, int, int]]:
     """(GPU count, name, (pci domain, bus, device)) from hardware.json."""
     if not hw.get("gpu_present", False):
         return 0, "", (0, 0, 0)
-    match = re.match(r"([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)",
-                     str(hw.get("pci_bus_id", "0000000F:01:00.0")))
+    match = re.match(
+        r"([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)",
+        str(hw.get("pci_bus_id", "0000000F:01:00.0")),
+    )
     pci = tuple(int(g, 16) for g in match.groups()) if match else (0xF, 1, 0)
     return 1, str(hw.get("gpu_name", "NVIDIA GB10")), (pci[0], pci[1], pci[2])
 
@@ -514,8 +617,9 @@ def ipv4_by_interface() -> dict[str, list[ipaddress.IPv4Interface]]:
         if ip_json:
             text = Path(ip_json).read_text(encoding="utf-8")
         else:
-            text = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True,
-                                  text=True, check=True).stdout
+            text = subprocess.run(
+                ["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, check=True
+            ).stdout
         entries = json.loads(text or "[]")
     except (OSError, ValueError, subprocess.CalledProcessError):
         return {}
@@ -523,60 +627,82 @@ def ipv4_by_interface() -> dict[str, list[ipaddress.IPv4Interface]]:
     for entry in entries if isinstance(entries, list) else []:
         for addr in entry.get("addr_info", []) if isinstance(entry, dict) else []:
             if addr.get("family", "inet") == "inet" and addr.get("local"):
-                found.setdefault(str(entry.get("ifname")), []).append(ipaddress.IPv4Interface(
-                    f"{addr['local']}/{addr.get('prefixlen', 32)}"))
+                found.setdefault(str(entry.get("ifname")), []).append(
+                    ipaddress.IPv4Interface(f"{addr['local']}/{addr.get('prefixlen', 32)}")
+                )
     return found
 
 
-def transport_problems(env: dict[str, str],
-                       addrs: dict[str, list[ipaddress.IPv4Interface]]) -> tuple[list[str], str]:
+def transport_problems(
+    env: dict[str, str], addrs: dict[str, list[ipaddress.IPv4Interface]]
+) -> tuple[list[str], str]:
     """(problems, description) of the TCP transport the MPI environment selects."""
     problems: list[str] = []
     include = env.get("OMPI_MCA_btl_tcp_if_include", "").strip()
     if not include:
-        problems.append("OMPI_MCA_btl_tcp_if_include is not set, so Open MPI would carry the "
-                        "collective over any interface, the management network included; "
-                        "export it from /etc/sparkctl/nccl.env (mpirun -x "
-                        "OMPI_MCA_btl_tcp_if_include) or pass --mca btl_tcp_if_include "
-                        "<fabric netdev>")
+        problems.append(
+            "OMPI_MCA_btl_tcp_if_include is not set, so Open MPI would carry the "
+            "collective over any interface, the management network included; "
+            "export it from /etc/sparkctl/nccl.env (mpirun -x "
+            "OMPI_MCA_btl_tcp_if_include) or pass --mca btl_tcp_if_include "
+            "<fabric netdev>"
+        )
     if env.get("OMPI_MCA_btl_tcp_if_exclude"):
-        problems.append("OMPI_MCA_btl_tcp_if_exclude is set too; Open MPI takes one of "
-                        "btl_tcp_if_include / btl_tcp_if_exclude")
+        problems.append(
+            "OMPI_MCA_btl_tcp_if_exclude is set too; Open MPI takes one of "
+            "btl_tcp_if_include / btl_tcp_if_exclude"
+        )
     btl = env.get("OMPI_MCA_btl", "")
     if btl and not btl.startswith("^") and "tcp" not in btl.split(","):
-        problems.append(f"OMPI_MCA_btl={btl} leaves out tcp, the only transport between "
-                        "lab nodes")
+        problems.append(f"OMPI_MCA_btl={btl} leaves out tcp, the only transport between lab nodes")
     for item in filter(None, (part.strip() for part in include.split(","))):
         if "/" in item:
             try:
                 net = ipaddress.IPv4Network(item, strict=False)
             except ValueError:
-                problems.append(f"btl_tcp_if_include entry {item!r} is not an interface "
-                                "name or IPv4 subnet")
+                problems.append(
+                    f"btl_tcp_if_include entry {item!r} is not an interface name or IPv4 subnet"
+                )
                 continue
             if not any(a.ip in net for lst in addrs.values() for a in lst):
                 problems.append(f"no address of this node lies in {item} (btl_tcp_if_include)")
         elif not addrs.get(item):
-            problems.append(f"interface {item} (btl_tcp_if_include) has no IPv4 address on "
-                            "this node: the fabric is not configured (run the roce_fabric "
-                            "role) or the name is wrong")
-    described = ", ".join(f"{name} ({', '.join(str(a.ip) for a in addrs.get(name, []))})"
-                          for name in include.split(",") if name.strip())
+            problems.append(
+                f"interface {item} (btl_tcp_if_include) has no IPv4 address on "
+                "this node: the fabric is not configured (run the roce_fabric "
+                "role) or the name is wrong"
+            )
+    described = ", ".join(
+        f"{name} ({', '.join(str(a.ip) for a in addrs.get(name, []))})"
+        for name in include.split(",")
+        if name.strip()
+    )
     return problems + _socket_ifname_problems(env, addrs), described or "no interface"
 
 
-def _socket_ifname_problems(env: dict[str, str],
-                            addrs: dict[str, list[ipaddress.IPv4Interface]]) -> list[str]:
+def _socket_ifname_problems(
+    env: dict[str, str], addrs: dict[str, list[ipaddress.IPv4Interface]]
+) -> list[str]:
     """NCCL's bootstrap fails without an addressed interface matching NCCL_SOCKET_IFNAME."""
     spec = env.get("NCCL_SOCKET_IFNAME", "")
     if not spec or spec.startswith("^"):
         return []
     exact = spec.startswith("=")
     names = [n.strip() for n in spec.lstrip("=").split(",") if n.strip()]
-    ok = any((name == want) if exact else name.startswith(want)
-             for name in addrs for want in names if addrs[name])
-    return [] if ok else [f"NCCL_SOCKET_IFNAME={spec} matches no interface with an IPv4 "
-                          "address (NCCL: 'Bootstrap : no socket interface found')"]
+    ok = any(
+        (name == want) if exact else name.startswith(want)
+        for name in addrs
+        for want in names
+        if addrs[name]
+    )
+    return (
+        []
+        if ok
+        else [
+            f"NCCL_SOCKET_IFNAME={spec} matches no interface with an IPv4 "
+            "address (NCCL: 'Bootstrap : no socket interface found')"
+        ]
+    )
 
 
 def host_memory() -> int:
@@ -616,15 +742,15 @@ def tiled(typecode: str, period: list[int], start: int, count: int) -> array[Any
     return (block * (count // p + 1))[:count]
 
 
-def input_values(dt: DType, start: int, count: int, *, rank: int, rep: int,
-                 op: str) -> array[Any]:
+def input_values(dt: DType, start: int, count: int, *, rank: int, rep: int, op: str) -> array[Any]:
     """A rank's input elements ``start .. start+count``."""
     p = period_of(op)
     return tiled(dt.typecode, [value_at(j, rank, rep, op) for j in range(p)], start, count)
 
 
-def expected_values(dt: DType, start: int, count: int, *, nranks: int, rep: int,
-                    op: str) -> array[Any]:
+def expected_values(
+    dt: DType, start: int, count: int, *, nranks: int, rep: int, op: str
+) -> array[Any]:
     """Reduction over all ranks of elements ``start .. start+count``."""
     p = period_of(op)
     fold = REDUCE[op]
@@ -641,11 +767,12 @@ def count_wrong(result: memoryview, expected: array[Any]) -> int:
         return 0
     size, wrong, chunk = expected.itemsize, 0, 1 << 16
     for off in range(0, want.nbytes, chunk * size):
-        got_chunk, want_chunk = result[off:off + chunk * size], want[off:off + chunk * size]
+        got_chunk, want_chunk = result[off : off + chunk * size], want[off : off + chunk * size]
         if got_chunk.tobytes() != want_chunk.tobytes():
             got_b, want_b = got_chunk.tobytes(), want_chunk.tobytes()
-            wrong += sum(got_b[i:i + size] != want_b[i:i + size]
-                         for i in range(0, len(want_b), size))
+            wrong += sum(
+                got_b[i : i + size] != want_b[i : i + size] for i in range(0, len(want_b), size)
+            )
     return wrong
 
 
@@ -686,8 +813,9 @@ class Run:
             if in_place:
                 self.comm.Allreduce(mpi.IN_PLACE, [recv[:nbytes], mtype], getattr(mpi, MPI_OPS[op]))
             else:
-                self.comm.Allreduce([send[:nbytes], mtype], [recv[:nbytes], mtype],
-                                    getattr(mpi, MPI_OPS[op]))
+                self.comm.Allreduce(
+                    [send[:nbytes], mtype], [recv[:nbytes], mtype], getattr(mpi, MPI_OPS[op])
+                )
         elif self.coll.program == "all_gather_perf":
             per, total = param * size, param * size * self.nranks
             if in_place:
@@ -698,11 +826,13 @@ class Run:
             per, total = param * size, param * size * self.nranks
             counts = [param] * self.nranks
             if in_place:
-                self.comm.Reduce_scatter(mpi.IN_PLACE, [recv[:total], mtype], counts,
-                                         getattr(mpi, MPI_OPS[op]))
+                self.comm.Reduce_scatter(
+                    mpi.IN_PLACE, [recv[:total], mtype], counts, getattr(mpi, MPI_OPS[op])
+                )
             else:
-                self.comm.Reduce_scatter([send[:total], mtype], [recv[:per], mtype], counts,
-                                         getattr(mpi, MPI_OPS[op]))
+                self.comm.Reduce_scatter(
+                    [send[:total], mtype], [recv[:per], mtype], counts, getattr(mpi, MPI_OPS[op])
+                )
         self.deadline = 0.0
         if self.opts.blocking == 1:
             self.comm.Barrier()
@@ -715,24 +845,24 @@ class Run:
         if prog == "all_reduce_perf":
             data = input_values(dt, 0, param, rank=rank, rep=rep, op=op)
             target = self.recvbuf if in_place else self.sendbuf
-            self.recvbuf[:param * size] = bytes(param * size)
-            target[:param * size] = data.tobytes()
+            self.recvbuf[: param * size] = bytes(param * size)
+            target[: param * size] = data.tobytes()
             return expected_values(dt, 0, param, nranks=n, rep=rep, op=op)
         if prog == "all_gather_perf":
-            self.recvbuf[:param * size * n] = bytes(param * size * n)
+            self.recvbuf[: param * size * n] = bytes(param * size * n)
             chunk = input_values(dt, 0, param, rank=rank, rep=rep, op=op).tobytes()
             if in_place:
-                self.recvbuf[rank * param * size:(rank + 1) * param * size] = chunk
+                self.recvbuf[rank * param * size : (rank + 1) * param * size] = chunk
             else:
-                self.sendbuf[:param * size] = chunk
+                self.sendbuf[: param * size] = chunk
             expected = array(dt.typecode)
             for r in range(n):
                 expected.extend(input_values(dt, 0, param, rank=r, rep=rep, op=op))
             return expected
         block = input_values(dt, 0, param * n, rank=rank, rep=rep, op=op).tobytes()
-        (self.recvbuf if in_place else self.sendbuf)[:param * size * n] = block
+        (self.recvbuf if in_place else self.sendbuf)[: param * size * n] = block
         if not in_place:
-            self.recvbuf[:param * size] = bytes(param * size)
+            self.recvbuf[: param * size] = bytes(param * size)
         return expected_values(dt, rank * param, param, nranks=n, rep=rep, op=op)
 
     def check(self, dt: DType, op: str, param: int, in_place: bool) -> int:
@@ -741,7 +871,7 @@ class Run:
         for _ in range(self.opts.datacheck):
             expected = self.init_data(dt, op, param, in_place)
             self.collective(dt, op, param, in_place)
-            result = memoryview(self.recvbuf)[:len(expected) * dt.size]
+            result = memoryview(self.recvbuf)[: len(expected) * dt.size]
             local = count_wrong(result, expected)
             if local:
                 self.oob_errors += 1
@@ -777,8 +907,12 @@ class Run:
         usec = (cpu_sec if opts.report_cputime else sec) * 1.0e6
         self.bw_sum += busbw
         self.bw_count += 1
-        record = {("cpu_time" if opts.report_cputime else "time"): usec, "alg_bw": algbw,
-                  "bus_bw": busbw, "nwrong": float(wrong) if opts.datacheck else None}
+        record = {
+            ("cpu_time" if opts.report_cputime else "time"): usec,
+            "alg_bw": algbw,
+            "bus_bw": busbw,
+            "nwrong": float(wrong) if opts.datacheck else None,
+        }
         return line_body(usec, algbw, busbw, bool(opts.datacheck), wrong), record
 
     def average_time(self, sec: float) -> float:
@@ -806,19 +940,28 @@ class Run:
         cycle = 0
         while opts.run_cycles == 0 or cycle < opts.run_cycles:
             cycle += 1
-            for size in size_sweep(opts.minbytes, opts.maxbytes, opts.stepfactor,
-                                   opts.stepbytes):
+            for size in size_sweep(opts.minbytes, opts.maxbytes, opts.stepfactor, opts.stepbytes):
                 nbytes, param = self.counts_for(size, dt)
                 line = line_preamble(nbytes, param, dt.name, op_label, -1)
                 oop_text, oop = self.bench(dt, op, param, False)
                 ip_text, inp = self.bench(dt, op, param, True)
-                stamp = f"{time.strftime('%Y-%m-%d %H:%M:%S'):>21s}" \
-                    if opts.report_timestamps else ""
+                stamp = (
+                    f"{time.strftime('%Y-%m-%d %H:%M:%S'):>21s}" if opts.report_timestamps else ""
+                )
                 self.out(line + oop_text + ip_text + stamp)
-                self.json_results.append({
-                    "size": nbytes, "count": param, "type": dt.name, "redop": op_label,
-                    "root": f"{-1:6d}", "out_of_place": oop, "in_place": inp,
-                    "actual_iterations": opts.iters, "experiment_name": ""})
+                self.json_results.append(
+                    {
+                        "size": nbytes,
+                        "count": param,
+                        "type": dt.name,
+                        "redop": op_label,
+                        "root": f"{-1:6d}",
+                        "out_of_place": oop,
+                        "in_place": inp,
+                        "actual_iterations": opts.iters,
+                        "experiment_name": "",
+                    }
+                )
 
 
 def plan(coll: Coll, opts: Options) -> tuple[list[tuple[DType, str, str]], list[str], str | None]:
@@ -833,11 +976,20 @@ def plan(coll: Coll, opts: Options) -> tuple[list[tuple[DType, str, str]], list[
             if dt.reducible and op in MPI_OPS:
                 runs.append((dt, op, op))
                 continue
-            why = (f"MPI has no {op} reduction" if op not in MPI_OPS
-                   else f"MPI has no arithmetic on {dt.name}")
+            why = (
+                f"MPI has no {op} reduction"
+                if op not in MPI_OPS
+                else f"MPI has no arithmetic on {dt.name}"
+            )
             if opts.dtype != -1 and opts.op != -1:
-                return [], [], (f"{coll.program} -d {dt.name} -o {op}: {why}, so the "
-                                f"{STANDIN} cannot run it (the real binary can)")
+                return (
+                    [],
+                    [],
+                    (
+                        f"{coll.program} -d {dt.name} -o {op}: {why}, so the "
+                        f"{STANDIN} cannot run it (the real binary can)"
+                    ),
+                )
             notes.append(f"# {STANDIN}: skipping {dt.name} {op} ({why})")
     return runs, notes, None
 
@@ -867,7 +1019,8 @@ def load_mpi(prog: str) -> Any:
             f"{prog}: error while loading shared libraries: libmpi (mpi4py): {exc}\n"
             f"{prog} ({STANDIN}): the stand-in runs the collective with MPI "
             "(python3-mpi4py and Open MPI) and there is none here, so there are no figures "
-            "to print; lab nodes have it (sparkctl lab image), launch it there with mpirun\n")
+            "to print; lab nodes have it (sparkctl lab image), launch it there with mpirun\n"
+        )
         raise Exit(127) from exc
     return MPI
 
@@ -877,9 +1030,11 @@ def watchdog(run: Run) -> None:
     while True:
         time.sleep(0.2)
         if run.deadline and time.monotonic() > run.deadline:
-            sys.stdout.write(f"{run.host}: Test timeout ({run.opts.timeout}s) "
-                             f"nccl_tests_standin.py\n .. {run.host} pid {os.getpid()}: Test "
-                             "failure nccl_tests_standin.py\n")
+            sys.stdout.write(
+                f"{run.host}: Test timeout ({run.opts.timeout}s) "
+                f"nccl_tests_standin.py\n .. {run.host} pid {os.getpid()}: Test "
+                "failure nccl_tests_standin.py\n"
+            )
             sys.stdout.flush()
             os._exit(TEST_TIMEOUT)
 
@@ -908,12 +1063,22 @@ def device_report(run: Run, local_rank: int, transport: str, algorithms: str) ->
         dev = (first if first != -1 else local_rank * opts.nthreads * opts.ngpus) + i
         if dev >= ngpus:
             sys.stdout.flush()
-            sys.stderr.write(f"Invalid number of GPUs: {dev + 1} requested but only {ngpus} "
-                             "were found.\nPlease check the number of processes and GPUs per "
-                             "process.\n")
+            sys.stderr.write(
+                f"Invalid number of GPUs: {dev + 1} requested but only {ngpus} "
+                "were found.\nPlease check the number of processes and GPUs per "
+                "process.\n"
+            )
             raise fail(run.host, "", TEST_NOT_IMPLEMENTED)
-        lines.append(device_line(run.rank * opts.nthreads * opts.ngpus + i, os.getpid(),
-                                 run.host, dev, pci=pci, name=name))
+        lines.append(
+            device_line(
+                run.rank * opts.nthreads * opts.ngpus + i,
+                os.getpid(),
+                run.host,
+                dev,
+                pci=pci,
+                name=name,
+            )
+        )
     gathered = run.comm.gather("\n".join(lines), root=0)
     info = run.comm.gather("\n".join(nccl_info_lines(run, local_rank)), root=0)
     if run.rank == 0:
@@ -948,8 +1113,9 @@ def nccl_info_lines(run: Run, local_rank: int) -> list[str]:
     peer = (run.rank + 1) % n
     lines = ["NET/IB : No device found.", f"NET/Socket : Using{using}", "Using network Socket"]
     if n > 1:
-        lines.append(f"Channel 00/0 : {run.rank}[{local_rank}] -> {peer}[0] [send] via "
-                     "NET/Socket/0")
+        lines.append(
+            f"Channel 00/0 : {run.rank}[{local_rank}] -> {peer}[0] [send] via NET/Socket/0"
+        )
     return [prefix + line for line in lines]
 
 
@@ -969,8 +1135,10 @@ def execute(run: Run, runs: list[tuple[DType, str, str]], notes: list[str]) -> i
         run.out(line)
     if opts.memory_report:
         used = len(run.sendbuf) + len(run.recvbuf) * (2 if opts.datacheck else 1)
-        run.out(f"# {'GPU memory usage':<20s} : Initialization {mem_string(0)} | User-Allocated "
-                f"{mem_string(used)} | Collective {mem_string(0)} | Total  {mem_string(used)}")
+        run.out(
+            f"# {'GPU memory usage':<20s} : Initialization {mem_string(0)} | User-Allocated "
+            f"{mem_string(used)} | Collective {mem_string(0)} | Total  {mem_string(used)}"
+        )
     write_json(run, oob, avg, check_bw)
     sys.stdout.flush()
     failed = oob or (check_bw != -1 and avg < check_bw * 0.9)
@@ -1011,23 +1179,39 @@ def write_json(run: Run, oob: int, avg: float, check_bw: float) -> None:
     if JSON_STATE.path is None:
         return
     opts = run.opts
-    step = ({"step_factor": opts.stepfactor} if opts.stepfactor > 1
-            else {"step_bytes": opts.stepbytes})
+    step = (
+        {"step_factor": opts.stepfactor} if opts.stepfactor > 1 else {"step_bytes": opts.stepbytes}
+    )
     doc = {
-        "version": 2, "start_time": JSON_STATE.start, "args": sys.argv,
-        "env": [f"{k}={v}" for k, v in os.environ.items()], "nccl_version": 0,
-        "config": {"nthreads": opts.nthreads, "ngpus": opts.ngpus,
-                   "minimum_bytes": opts.minbytes, "maximum_bytes": opts.maxbytes, **step,
-                   "warmup_iters": opts.warmup_iters, "iterations": opts.iters,
-                   "aggregated_iterations": opts.agg_iters, "validation": opts.datacheck,
-                   "graph": opts.cudagraph,
-                   "blocking_collectives": "true" if opts.blocking else "false",
-                   "parallel_init": "true" if opts.parallel_init else "false"},
+        "version": 2,
+        "start_time": JSON_STATE.start,
+        "args": sys.argv,
+        "env": [f"{k}={v}" for k, v in os.environ.items()],
+        "nccl_version": 0,
+        "config": {
+            "nthreads": opts.nthreads,
+            "ngpus": opts.ngpus,
+            "minimum_bytes": opts.minbytes,
+            "maximum_bytes": opts.maxbytes,
+            **step,
+            "warmup_iters": opts.warmup_iters,
+            "iterations": opts.iters,
+            "aggregated_iterations": opts.agg_iters,
+            "validation": opts.datacheck,
+            "graph": opts.cudagraph,
+            "blocking_collectives": "true" if opts.blocking else "false",
+            "parallel_init": "true" if opts.parallel_init else "false",
+        },
         "results": run.json_results,
         "out_of_bounds": {"count": oob, "okay": "true" if oob == 0 else "false"},
-        "average_bus_bandwidth": {"bandwidth": avg, "okay": "unchecked" if check_bw == -1
-                                  else ("true" if avg >= check_bw * 0.9 else "false")},
-        "errors": [], "end_time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "average_bus_bandwidth": {
+            "bandwidth": avg,
+            "okay": "unchecked"
+            if check_bw == -1
+            else ("true" if avg >= check_bw * 0.9 else "false"),
+        },
+        "errors": [],
+        "end_time": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     JSON_STATE.path.write_text(json.dumps(doc) + "\n", encoding="utf-8")
 
@@ -1037,25 +1221,46 @@ def start(prog: str, opts: Options, mpi: Any) -> int:
     host = socket.gethostname().split(".")[0]
     problems, transport = transport_problems(dict(os.environ), ipv4_by_interface())
     if problems:
-        raise fail(host, f"{host}: Test NCCL failure nccl_tests_standin.py 'invalid usage "
-                         f"(run with NCCL_DEBUG=WARN for details)'", TEST_NCCL_ERROR,
-                   f"{prog} ({STANDIN}): refusing to run: " + "; ".join(problems))
+        raise fail(
+            host,
+            f"{host}: Test NCCL failure nccl_tests_standin.py 'invalid usage "
+            f"(run with NCCL_DEBUG=WARN for details)'",
+            TEST_NCCL_ERROR,
+            f"{prog} ({STANDIN}): refusing to run: " + "; ".join(problems),
+        )
     coll = COLLS[prog]
     runs, notes, refused = plan(coll, opts)
     if refused:
-        raise fail(host, f"{host}: Test NCCL failure nccl_tests_standin.py 'invalid usage'",
-                   TEST_INVALID_USAGE, refused)
+        raise fail(
+            host,
+            f"{host}: Test NCCL failure nccl_tests_standin.py 'invalid usage'",
+            TEST_INVALID_USAGE,
+            refused,
+        )
     if opts.device_impl > 0:
-        raise fail(host, "", TEST_NOT_IMPLEMENTED,
-                   f"Device implementation {opts.device_impl} is not supported by this test "
-                   f"({STANDIN}: no GPU)")
+        raise fail(
+            host,
+            "",
+            TEST_NOT_IMPLEMENTED,
+            f"Device implementation {opts.device_impl} is not supported by this test "
+            f"({STANDIN}: no GPU)",
+        )
     extra, algorithms = mpi_environment(dict(os.environ))
     os.environ.update(extra)  # read by Open MPI in MPI_Init
     mpi.Init_thread(mpi.THREAD_FUNNELED)
     comm = mpi.COMM_WORLD
     JSON_STATE.start = time.strftime("%Y-%m-%d %H:%M:%S")
-    run = Run(mpi, comm, prog, coll, opts, bytearray(), bytearray(),
-              rank=comm.Get_rank(), nranks=comm.Get_size())
+    run = Run(
+        mpi,
+        comm,
+        prog,
+        coll,
+        opts,
+        bytearray(),
+        bytearray(),
+        rank=comm.Get_rank(),
+        nranks=comm.Get_size(),
+    )
     run.host, local_rank = host_identity(comm)
     JSON_STATE.path = open_json(run)
     if opts.timeout > 0:
@@ -1067,8 +1272,7 @@ def start(prog: str, opts: Options, mpi: Any) -> int:
     mpi.Finalize()
     run.out("")  # writeErrors: an empty line when NCCL reported no error
     if status != TEST_SUCCESS:  # main()'s TESTCHECK(result), on every rank
-        sys.stdout.write(f" .. {run.host} pid {os.getpid()}: Test failure "
-                         "nccl_tests_standin.py\n")
+        sys.stdout.write(f" .. {run.host} pid {os.getpid()}: Test failure nccl_tests_standin.py\n")
     return status
 
 
@@ -1095,8 +1299,10 @@ def allocate(run: Run, local_rank: int) -> None:
 def main(argv: list[str]) -> int:
     prog = Path(argv[0]).name
     if prog not in COLLS:
-        sys.stderr.write(f"{prog} ({STANDIN}): install me as one of {', '.join(COLLS)}; the "
-                         "program name picks the collective\n")
+        sys.stderr.write(
+            f"{prog} ({STANDIN}): install me as one of {', '.join(COLLS)}; the "
+            "program name picks the collective\n"
+        )
         return TEST_INVALID_USAGE
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)

@@ -27,8 +27,10 @@ def _install_release_triton_mock() -> None:
         return
     path = Path(spec.origin).parent / "_triton_stub.py"
     if not path.is_file():
-        raise RuntimeError(f"{path} is missing: this SGLang release has no triton mock; "
-                           "tests/contract/stubs needs a triton stub of its own")
+        raise RuntimeError(
+            f"{path} is missing: this SGLang release has no triton mock; "
+            "tests/contract/stubs needs a triton stub of its own"
+        )
     mock_spec = importlib.util.spec_from_file_location("_sparkctl_sglang_triton_stub", path)
     assert mock_spec is not None and mock_spec.loader is not None
     mock = importlib.util.module_from_spec(mock_spec)

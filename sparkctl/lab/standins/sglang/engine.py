@@ -173,10 +173,14 @@ def load_weights(node: Node, model: Model) -> None:
     began = time.monotonic()
     before = mem_available_gb()
     r.log(r.LOAD_BEGIN, node.prefix, avail=before)
-    files = sorted(f for f in Path(model.path).iterdir()
-                   if f.is_file() and f.suffix in WEIGHT_SUFFIXES)
-    bar = r.Progress(len(files), sglang_format=True, desc=r.LOAD_SHARDS()) \
-        if node.rank == 0 and files else None
+    files = sorted(
+        f for f in Path(model.path).iterdir() if f.is_file() and f.suffix in WEIGHT_SUFFIXES
+    )
+    bar = (
+        r.Progress(len(files), sglang_format=True, desc=r.LOAD_SHARDS())
+        if node.rank == 0 and files
+        else None
+    )
     for f in files:
         with f.open("rb") as fh:
             while fh.read(1 << 22):
@@ -186,8 +190,14 @@ def load_weights(node: Node, model: Model) -> None:
     if bar:
         bar.close()
     shard = model.weight_bytes / args["tp_size"] / GB
-    r.log(r.LOAD_END, node.prefix, elapsed=time.monotonic() - began, arch=model.architecture,
-          avail=mem_available_gb(), usage=shard)
+    r.log(
+        r.LOAD_END,
+        node.prefix,
+        elapsed=time.monotonic() - began,
+        arch=model.architecture,
+        avail=mem_available_gb(),
+        usage=shard,
+    )
     node.barrier_after_load()
 
 
@@ -203,8 +213,14 @@ def alloc_memory_pool(node: Node, model: Model) -> int:
     """The KV pool's two log lines (memory_pool.py:1670, kv_cache_configurator.py:258)."""
     tokens = max_total_tokens(node.args, model)
     size_gb = tokens * model.kv_bytes_per_token(node.args["tp_size"]) / GB
-    r.log(r.KV_ALLOCATED, node.prefix, dtype=f"torch.{model.dtype}", tokens=tokens, k=size_gb,
-          v=size_gb)
+    r.log(
+        r.KV_ALLOCATED,
+        node.prefix,
+        dtype=f"torch.{model.dtype}",
+        tokens=tokens,
+        k=size_gb,
+        v=size_gb,
+    )
     r.log(r.MEMORY_POOL_END, node.prefix, avail=mem_available_gb())
     return tokens
 
@@ -225,7 +241,8 @@ def capture_cuda_graphs(node: Node, model: Model) -> None:
         decode_backend = "disabled"
     if prefill_backend != "disabled":
         sizes = args["cuda_graph_bs_prefill"] or server_args.prefill_capture_sizes(
-            args["cuda_graph_max_bs_prefill"] or args["chunked_prefill_size"])
+            args["cuda_graph_max_bs_prefill"] or args["chunked_prefill_size"]
+        )
         sizes = sorted(s for s in sizes if s <= runs * model.context_len)
         _capture(node, model, sizes, prefill=True, backend=prefill_backend)
     if decode_backend != "disabled":
@@ -238,8 +255,7 @@ def capture_cuda_graphs(node: Node, model: Model) -> None:
 def _capture(node: Node, model: Model, sizes: list[int], prefill: bool, backend: str) -> None:
     began, before = time.monotonic(), mem_available_gb()
     if prefill:
-        r.log(r.CAPTURE_PREFILL_BEGIN, node.prefix, backend=backend, num_tokens=sizes,
-              avail=before)
+        r.log(r.CAPTURE_PREFILL_BEGIN, node.prefix, backend=backend, num_tokens=sizes, avail=before)
     else:
         r.log(r.CAPTURE_DECODE_BEGIN, node.prefix, backend=backend, bs=sizes, avail=before)
     # tqdm on TP rank 0 only (decode_cuda_graph_runner.py:886); largest shape first.
@@ -248,8 +264,11 @@ def _capture(node: Node, model: Model, sizes: list[int], prefill: bool, backend:
     for size in reversed(sizes):
         if bar:
             avail = mem_available_gb()
-            bar.set_description(r.CAPTURING_NUM_TOKENS(num_tokens=size, avail=avail) if prefill
-                                else r.CAPTURING_BATCHES(bs=size, avail=avail))
+            bar.set_description(
+                r.CAPTURING_NUM_TOKENS(num_tokens=size, avail=avail)
+                if prefill
+                else r.CAPTURING_BATCHES(bs=size, avail=avail)
+            )
         partial(bytes(model.hidden_bytes * min(size, 64)), key, model.hidden_bytes)
         if bar:
             bar.update()
@@ -257,8 +276,13 @@ def _capture(node: Node, model: Model, sizes: list[int], prefill: bool, backend:
         bar.close()
     after = mem_available_gb()
     msg = r.CAPTURE_PREFILL_END if prefill else r.CAPTURE_DECODE_END
-    r.log(msg, node.prefix, elapsed=time.monotonic() - began, usage=max(0.0, before - after),
-          avail=after)
+    r.log(
+        msg,
+        node.prefix,
+        elapsed=time.monotonic() - began,
+        usage=max(0.0, before - after),
+        avail=after,
+    )
 
 
 # ---------------------------------------------------------------- the engine
@@ -395,8 +419,10 @@ class Engine:
             # A prefill moves a slice of the prompt's hidden states, a decode one token's.
             widths = [1 if s.prefilled else min(max(1, s.prompt_len), 32) for s in batch]
             hb = self.model.hidden_bytes
-            x = b"".join(hashlib.shake_256(s.state).digest(hb * w) for s, w in zip(
-                batch, widths, strict=True))
+            x = b"".join(
+                hashlib.shake_256(s.state).digest(hb * w)
+                for s, w in zip(batch, widths, strict=True)
+            )
             try:
                 out = self.forward(x)
             except EngineError as err:
@@ -408,12 +434,19 @@ class Engine:
             self.stats.last_receive = time.time()
             if new and any(s.counted for s in new):
                 tokens = sum(s.prompt_len for s in new)
-                r.log(r.PREFILL_BATCH, self.node.prefix, new=len(new), tokens=tokens,
-                      usage=self._usage(), running=len(batch) - len(new), queued=queued,
-                      throughput=tokens / max(time.monotonic() - started, 1e-6))
+                r.log(
+                    r.PREFILL_BATCH,
+                    self.node.prefix,
+                    new=len(new),
+                    tokens=tokens,
+                    usage=self._usage(),
+                    running=len(batch) - len(new),
+                    queued=queued,
+                    throughput=tokens / max(time.monotonic() - started, 1e-6),
+                )
             offset = 0
             for s, w in zip(batch, widths, strict=True):
-                self._advance(s, out[offset:offset + 64])
+                self._advance(s, out[offset : offset + 64])
                 offset += hb * w
             with self.cv:
                 self.running = [s for s in self.running if not s.done]
@@ -446,7 +479,7 @@ class Engine:
         if hit is not None:
             cut = (s.text + piece).index(hit)
             if cut > len(s.text):
-                s.out.put(((s.text + piece)[len(s.text):cut], None))
+                s.out.put(((s.text + piece)[len(s.text) : cut], None))
             self._finish(s, {"type": "stop", "matched": hit})
             return
         s.text += piece
@@ -468,9 +501,15 @@ class Engine:
             tokens = sum(s.prompt_len + s.produced for s in self.running)
         interval = int(self.node.args["decode_log_interval"])
         if interval > 0 and steps % interval == 0:
-            r.log(r.DECODE_BATCH, self.node.prefix, running=running, tokens=tokens,
-                  usage=tokens / max(1, self.max_total_tokens),
-                  throughput=self.stats.throughput(), queued=queued)
+            r.log(
+                r.DECODE_BATCH,
+                self.node.prefix,
+                running=running,
+                tokens=tokens,
+                usage=tokens / max(1, self.max_total_tokens),
+                throughput=self.stats.throughput(),
+                queued=queued,
+            )
 
     def submit(self, s: Seq) -> None:
         with self.cv:
@@ -488,15 +527,20 @@ class Engine:
             return len(self.running), len(self.waiting)
 
     # -- requests ------------------------------------------------------------------
-    def generate(self, prompt: str, sampling: Sampling,
-                 index: int = 0) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    def generate(
+        self, prompt: str, sampling: Sampling, index: int = 0
+    ) -> Iterator[tuple[str, dict[str, Any] | None]]:
         """Yield (text piece, None) per token, then ("", finish_reason)."""
         prompt_len = len(tokenize(prompt))
         limit = self.model.context_len - prompt_len
         max_new = sampling.max_new
-        s = Seq(state=hashlib.blake2b(f"{index}\x00{prompt}".encode(), digest_size=32).digest(),
-                prompt_len=prompt_len, cap=min(max_new, limit) if max_new else limit,
-                stops=sampling.stops, ignore_eos=sampling.ignore_eos)
+        s = Seq(
+            state=hashlib.blake2b(f"{index}\x00{prompt}".encode(), digest_size=32).digest(),
+            prompt_len=prompt_len,
+            cap=min(max_new, limit) if max_new else limit,
+            stops=sampling.stops,
+            ignore_eos=sampling.ignore_eos,
+        )
         self.submit(s)
         try:
             while True:
@@ -516,8 +560,9 @@ class Engine:
         if self.status == "Starting" or self.broken:
             return False
         tic = time.time()
-        s = Seq(state=b"HEALTH_CHECK_%d" % time.time_ns(), prompt_len=1, cap=1, stops=[],
-                counted=False)
+        s = Seq(
+            state=b"HEALTH_CHECK_%d" % time.time_ns(), prompt_len=1, cap=1, stops=[], counted=False
+        )
         try:
             self.submit(s)
             item = s.out.get(timeout=HEALTH_CHECK_TIMEOUT)
@@ -526,9 +571,12 @@ class Engine:
         finally:
             s.done = True
         if not isinstance(item, tuple):
-            r.log(r.HEALTH_FAILED, timeout=HEALTH_CHECK_TIMEOUT,
-                  tic=time.strftime("%H:%M:%S", time.localtime(tic)),
-                  last=time.strftime("%H:%M:%S", time.localtime(self.stats.last_receive)))
+            r.log(
+                r.HEALTH_FAILED,
+                timeout=HEALTH_CHECK_TIMEOUT,
+                tic=time.strftime("%H:%M:%S", time.localtime(tic)),
+                last=time.strftime("%H:%M:%S", time.localtime(self.stats.last_receive)),
+            )
             self.status = "UnHealthy"
             return False
         self.status = "Up"

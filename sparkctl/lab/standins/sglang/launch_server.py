@@ -51,9 +51,22 @@ from .engine import (
 from .rendezvous import DEFAULT_DIST_TIMEOUT, Node, bindable, recv_exact
 from .server import dummy_health_server, kill_process_tree, serve
 
-__all__ = ["VOCAB", "Engine", "EngineError", "Model", "bindable", "build_parser", "check_args",
-           "layer_key", "load_model_config", "main", "parse_args", "partial", "recv_exact",
-           "server_args_repr"]
+__all__ = [
+    "VOCAB",
+    "Engine",
+    "EngineError",
+    "Model",
+    "bindable",
+    "build_parser",
+    "check_args",
+    "layer_key",
+    "load_model_config",
+    "main",
+    "parse_args",
+    "partial",
+    "recv_exact",
+    "server_args_repr",
+]
 
 
 def make_node(args: dict[str, Any]) -> Node:
@@ -63,8 +76,14 @@ def make_node(args: dict[str, Any]) -> Node:
     addr = str(args["dist_init_addr"] or f"{args['host'] or '127.0.0.1'}:{nccl_port}")
     host, _, port = addr.rpartition(":")
     timeout = float(args["dist_timeout"] or DEFAULT_DIST_TIMEOUT)
-    return Node(args=args, rank=int(args["node_rank"]), nnodes=int(args["nnodes"]),
-                dist_host=host.strip("[]"), dist_port=int(port), timeout=timeout)
+    return Node(
+        args=args,
+        rank=int(args["node_rank"]),
+        nnodes=int(args["nnodes"]),
+        dist_host=host.strip("[]"),
+        dist_port=int(port),
+        timeout=timeout,
+    )
 
 
 def scheduler(node: Node, model: Model) -> tuple[Engine | None, float]:
@@ -82,17 +101,28 @@ def scheduler(node: Node, model: Model) -> tuple[Engine | None, float]:
         r.log(r.CUSTOM_AR_CROSS_NODE, node.prefix)
         node.message_queue()
     node.close_listeners()
-    r.log(r.INIT_DIST_END, node.prefix, elapsed=time.monotonic() - began,
-          mem=max(0.0, before - mem_available_gb()))
+    r.log(
+        r.INIT_DIST_END,
+        node.prefix,
+        elapsed=time.monotonic() - began,
+        mem=max(0.0, before - mem_available_gb()),
+    )
     load_weights(node, model)
     tokens = alloc_memory_pool(node, model)
     capture_cuda_graphs(node, model)
     available = mem_available_gb()
     if node.tp == 0:
         args = node.args
-        r.log(r.MAX_TOTAL_TOKENS, node.prefix, tokens=tokens,
-              chunked=args["chunked_prefill_size"], prefill=args["max_prefill_tokens"],
-              running=max_running_requests(args), context=model.context_len, avail=available)
+        r.log(
+            r.MAX_TOTAL_TOKENS,
+            node.prefix,
+            tokens=tokens,
+            chunked=args["chunked_prefill_size"],
+            prefill=args["max_prefill_tokens"],
+            running=max_running_requests(args),
+            context=model.context_len,
+            avail=available,
+        )
     if node.rank:
         return None, available
     engine = Engine(node, model, tokens)

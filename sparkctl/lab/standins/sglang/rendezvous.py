@@ -94,7 +94,8 @@ def on_interface(ip: str | None, name: str | None) -> bool:
     found = iface_ipv4(name)
     try:
         inside = found is not None and ipaddress.IPv4Address(ip) in ipaddress.IPv4Network(
-            f"{found[0]}/{found[1]}", strict=False)
+            f"{found[0]}/{found[1]}", strict=False
+        )
     except ValueError:
         return False
     return inside and bindable(ip)
@@ -128,10 +129,13 @@ def nccl_interface() -> tuple[str, str] | None:
         def wanted(n: str) -> bool:
             hit = any(n == p[1:] if p.startswith("=") else n.startswith(p) for p in patterns if p)
             return hit != exclude
+
         candidates = [n for n in names if wanted(n)]
     else:
-        candidates = sorted((n for n in names if n != "lo" and not n.startswith("docker")),
-                            key=lambda n: (not n.startswith("ib"), names.index(n)))
+        candidates = sorted(
+            (n for n in names if n != "lo" and not n.startswith("docker")),
+            key=lambda n: (not n.startswith("ib"), names.index(n)),
+        )
     for name in candidates:
         found = iface_ipv4(name)
         if found:
@@ -272,7 +276,8 @@ class Node:
                 self.listeners["mq"] = socket.create_server((self.host_ip, 0), backlog=64)
             except OSError as err:
                 self.deferred["mq"] = r.ZMQError(
-                    f"{os.strerror(os_errno(err))} (addr='tcp://{self.host_ip}:0')")
+                    f"{os.strerror(os_errno(err))} (addr='tcp://{self.host_ip}:0')"
+                )
 
     def endpoint(self, name: str) -> list[Any] | None:
         srv = self.listeners.get(name)
@@ -282,9 +287,16 @@ class Node:
         return [host, port]
 
     def hello(self) -> dict[str, Any]:
-        return {"rank": self.rank, "nnodes": self.nnodes, "tp_size": self.args["tp_size"],
-                "host": r.HOSTNAME, "gloo": self.endpoint("gloo"), "nccl": self.endpoint("nccl"),
-                "mq": self.endpoint("mq"), "mq_on_fabric": self.host_on_fabric}
+        return {
+            "rank": self.rank,
+            "nnodes": self.nnodes,
+            "tp_size": self.args["tp_size"],
+            "host": r.HOSTNAME,
+            "gloo": self.endpoint("gloo"),
+            "nccl": self.endpoint("nccl"),
+            "mq": self.endpoint("mq"),
+            "mq_on_fabric": self.host_on_fabric,
+        }
 
     # -- 1. TCPStore -------------------------------------------------------------
     def rendezvous(self) -> None:
@@ -306,9 +318,14 @@ class Node:
             srv = socket.create_server((self.dist_host, self.dist_port), backlog=64)
         except OSError as err:
             code = os_errno(err)
-            raise r.DistNetworkError(r.DIST_LISTEN_FAILED(
-                port=self.dist_port, code=code, name=errno.errorcode.get(code, "?"),
-                message=os.strerror(code).lower())) from None
+            raise r.DistNetworkError(
+                r.DIST_LISTEN_FAILED(
+                    port=self.dist_port,
+                    code=code,
+                    name=errno.errorcode.get(code, "?"),
+                    message=os.strerror(code).lower(),
+                )
+            ) from None
         self.world = {0: {**self.hello(), "node": self.dist_host}}
         joined: dict[int, socket.socket] = {}
         srv.settimeout(0.5)
@@ -318,9 +335,11 @@ class Node:
                 elapsed = time.monotonic() - started
                 if elapsed > self.timeout:
                     # TCPStore::waitForWorkers: whole seconds, once past the timeout.
-                    raise r.DistStoreError(r.DIST_CLIENTS_JOINED(
-                        seconds=int(self.timeout) + 1, joined=len(self.world),
-                        world=self.nnodes))
+                    raise r.DistStoreError(
+                        r.DIST_CLIENTS_JOINED(
+                            seconds=int(self.timeout) + 1, joined=len(self.world), world=self.nnodes
+                        )
+                    )
                 try:
                     conn, peer = srv.accept()
                 except TimeoutError:
@@ -347,9 +366,12 @@ class Node:
             conn.close()
             return
         rank = hello.get("rank")
-        if (not isinstance(rank, int) or not 0 < rank < self.nnodes or rank in self.world
-                or (hello.get("nnodes"), hello.get("tp_size")) != (self.nnodes,
-                                                                    self.args["tp_size"])):
+        if (
+            not isinstance(rank, int)
+            or not 0 < rank < self.nnodes
+            or rank in self.world
+            or (hello.get("nnodes"), hello.get("tp_size")) != (self.nnodes, self.args["tp_size"])
+        ):
             conn.close()
             return
         hello["node"] = peer
@@ -362,21 +384,42 @@ class Node:
         conn = None
         while conn is None:
             if time.monotonic() - started > self.timeout:
-                r.c10d("E", r.C10D_CONNECT_TIMEOUT, "socket.cpp:1011", ms=self.timeout_ms,
-                       host=self.dist_host, port=self.dist_port)
-                raise r.DistNetworkError(r.DIST_CLIENT_TIMEOUT(
-                    ms=self.timeout_ms, host=self.dist_host, port=self.dist_port))
+                r.c10d(
+                    "E",
+                    r.C10D_CONNECT_TIMEOUT,
+                    "socket.cpp:1011",
+                    ms=self.timeout_ms,
+                    host=self.dist_host,
+                    port=self.dist_port,
+                )
+                raise r.DistNetworkError(
+                    r.DIST_CLIENT_TIMEOUT(
+                        ms=self.timeout_ms, host=self.dist_host, port=self.dist_port
+                    )
+                )
             try:
-                conn = connect((self.dist_host, self.dist_port),
-                               self.host_ip if self.host_on_fabric else None, 5.0)
+                conn = connect(
+                    (self.dist_host, self.dist_port),
+                    self.host_ip if self.host_on_fabric else None,
+                    5.0,
+                )
             except OSError as err:
                 code = os_errno(err)
                 # Refused and reset: the server is not listening yet; torch retries
                 # without a word. Anything else is warned about (socket.cpp).
-                if code not in (errno.ECONNREFUSED, errno.ECONNRESET) \
-                        and time.monotonic() - last_warn >= 10:
-                    r.c10d("W", r.C10D_CONNECT_FAILED, "socket.cpp:697", host=self.dist_host,
-                           port=self.dist_port, errno=code, strerror=os.strerror(code))
+                if (
+                    code not in (errno.ECONNREFUSED, errno.ECONNRESET)
+                    and time.monotonic() - last_warn >= 10
+                ):
+                    r.c10d(
+                        "W",
+                        r.C10D_CONNECT_FAILED,
+                        "socket.cpp:697",
+                        host=self.dist_host,
+                        port=self.dist_port,
+                        errno=code,
+                        strerror=os.strerror(code),
+                    )
                     last_warn = time.monotonic()
                 time.sleep(0.5)
         try:
@@ -489,15 +532,36 @@ class Node:
         else:
             self.links[0] = self._nccl_accept()
         n = self.nnodes
-        r.nccl_info(r.NCCL_CHANNEL, net, channel=0, src=(self.rank - 1) % n, dst=self.rank,
-                    way="receive", name="Socket")
-        r.nccl_info(r.NCCL_CHANNEL, net, channel=0, src=self.rank, dst=(self.rank + 1) % n,
-                    way="send", name="Socket")
+        r.nccl_info(
+            r.NCCL_CHANNEL,
+            net,
+            channel=0,
+            src=(self.rank - 1) % n,
+            dst=self.rank,
+            way="receive",
+            name="Socket",
+        )
+        r.nccl_info(
+            r.NCCL_CHANNEL,
+            net,
+            channel=0,
+            src=self.rank,
+            dst=(self.rank + 1) % n,
+            way="send",
+            name="Socket",
+        )
         comm = int.from_bytes(os.urandom(6), "big")
-        comm_id = int.from_bytes(hashlib.sha256(
-            f"{self.dist_host}:{self.dist_port}".encode()).digest()[:8], "big")
-        r.nccl_info(r.NCCL_INIT_COMPLETE, ("INIT",), comm=comm, rank=self.tp, nranks=tp_size,
-                    comm_id=comm_id)
+        comm_id = int.from_bytes(
+            hashlib.sha256(f"{self.dist_host}:{self.dist_port}".encode()).digest()[:8], "big"
+        )
+        r.nccl_info(
+            r.NCCL_INIT_COMPLETE,
+            ("INIT",),
+            comm=comm,
+            rank=self.tp,
+            nranks=tp_size,
+            comm_id=comm_id,
+        )
 
     def _nccl_connect(self, peer: int) -> socket.socket:
         """socketConnectCheck (nccl:src/misc/socket.cc:571): refused, unreachable and timed-out
@@ -517,20 +581,40 @@ class Node:
                 recv_json(conn)
             except (OSError, ValueError) as err:
                 code = os_errno(err) if isinstance(err, OSError) else errno.ECONNRESET
-                if code in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ETIMEDOUT,
-                            errno.EAGAIN, errno.EINTR):
+                if code in (
+                    errno.ECONNREFUSED,
+                    errno.EHOSTUNREACH,
+                    errno.ETIMEDOUT,
+                    errno.EAGAIN,
+                    errno.EINTR,
+                ):
                     if attempt == retries:
-                        r.nccl_warn(r.NCCL_CONNECT_EXCEEDED, "misc/socket.cc:582", addr=addr,
-                                    strerror=os.strerror(code), n=attempt + 1)
+                        r.nccl_warn(
+                            r.NCCL_CONNECT_EXCEEDED,
+                            "misc/socket.cc:582",
+                            addr=addr,
+                            strerror=os.strerror(code),
+                            n=attempt + 1,
+                        )
                         self._unwind(6)
                         raise RuntimeError(r.NCCL_ERROR(error=r.NCCL_REMOTE_ERROR)) from None
                     attempt += 1
-                    r.nccl_info(r.NCCL_CONNECT_RETRY, ("NET", "INIT"), addr=addr,
-                                strerror=os.strerror(code), n=attempt, ms=attempt * sleep_ms)
+                    r.nccl_info(
+                        r.NCCL_CONNECT_RETRY,
+                        ("NET", "INIT"),
+                        addr=addr,
+                        strerror=os.strerror(code),
+                        n=attempt,
+                        ms=attempt * sleep_ms,
+                    )
                     time.sleep(attempt * sleep_ms / 1000)
                     continue
-                r.nccl_warn(r.NCCL_CONNECT_FAILED, "misc/socket.cc:596", addr=addr,
-                            strerror=os.strerror(code))
+                r.nccl_warn(
+                    r.NCCL_CONNECT_FAILED,
+                    "misc/socket.cc:596",
+                    addr=addr,
+                    strerror=os.strerror(code),
+                )
                 self._unwind(2)
                 raise RuntimeError(r.NCCL_ERROR(error=r.NCCL_SYSTEM_ERROR)) from None
             conn.settimeout(None)

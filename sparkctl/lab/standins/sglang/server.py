@@ -51,8 +51,13 @@ def _usage(prompt: int, completion: int) -> dict[str, Any]:
     """UsageInfo as UsageProcessor.calculate_token_usage builds it (openai/usage_processor.py:
     95): no prompt_tokens_details without a cached or multimodal count, and the stand-in
     caches nothing (enable_cache_report reports only counts above 0, :13)."""
-    return {"prompt_tokens": prompt, "total_tokens": prompt + completion,
-            "completion_tokens": completion, "prompt_tokens_details": None, "reasoning_tokens": 0}
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": None,
+        "reasoning_tokens": 0,
+    }
 
 
 def _exclude_none(obj: Any) -> Any:
@@ -72,8 +77,9 @@ def _stops(body: dict[str, Any]) -> list[str]:
         return [stop]
     if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
         return stop
-    raise BadRequest("1 validation error: stop must be a string or a list of strings",
-                     "Bad Request")
+    raise BadRequest(
+        "1 validation error: stop must be a string or a list of strings", "Bad Request"
+    )
 
 
 def _positive(body: dict[str, Any], *names: str, default: int | None) -> int | None:
@@ -89,17 +95,27 @@ def _positive(body: dict[str, Any], *names: str, default: int | None) -> int | N
 def chat_prompt(messages: Any) -> str:
     """The conversation as a chat template renders it (the tokens usage counts)."""
     if not isinstance(messages, list):
-        raise BadRequest("1 validation error for ChatCompletionRequest\nmessages\n  Field required",
-                         "Bad Request")
+        raise BadRequest(
+            "1 validation error for ChatCompletionRequest\nmessages\n  Field required",
+            "Bad Request",
+        )
     if not messages:
         raise BadRequest("Messages cannot be empty.")
     parts = []
     for msg in messages:
         if not isinstance(msg, dict) or msg.get("role") not in (
-                "system", "user", "assistant", "tool", "developer", "function"):
-            raise BadRequest("1 validation error for ChatCompletionRequest\nmessages: each message "
-                             "needs a role of system, user, assistant, tool or developer",
-                             "Bad Request")
+            "system",
+            "user",
+            "assistant",
+            "tool",
+            "developer",
+            "function",
+        ):
+            raise BadRequest(
+                "1 validation error for ChatCompletionRequest\nmessages: each message "
+                "needs a role of system, user, assistant, tool or developer",
+                "Bad Request",
+            )
         content = msg.get("content") or ""
         if isinstance(content, list):
             content = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
@@ -110,8 +126,9 @@ def chat_prompt(messages: Any) -> str:
 class App:
     """Rank 0's HTTP state: the engine, the server args and the model."""
 
-    def __init__(self, engine: Engine, args: dict[str, Any], model: Model,
-                 available: float) -> None:
+    def __init__(
+        self, engine: Engine, args: dict[str, Any], model: Model, available: float
+    ) -> None:
         self.engine, self.args, self.model = engine, args, model
         self.name = args["served_model_name"]
         self.api_key = args["api_key"] or None
@@ -119,8 +136,15 @@ class App:
         self.tls_client: ssl.SSLContext | None = None  # the warm-up's, once TLS is on
 
     def model_card(self, name: str) -> dict[str, Any]:
-        return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
-                "root": name, "parent": None, "max_model_len": self.model.context_len}
+        return {
+            "id": name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "sglang",
+            "root": name,
+            "parent": None,
+            "max_model_len": self.model.context_len,
+        }
 
     def server_info(self) -> dict[str, Any]:
         """/server_info (http_server.py:781): every ServerArgs field (dataclasses.asdict,
@@ -129,35 +153,63 @@ class App:
         engine, model = self.engine, self.model
         tokens = engine.max_total_tokens
         max_req_len = min(model.context_len - 1, tokens - 1)  # tp_worker.py:509
-        scheduler_info = {"status": "ready", "max_total_num_tokens": tokens,
-                          "max_req_input_len": max_req_len - 5,
-                          "startup_time": engine.startup_time}
+        scheduler_info = {
+            "status": "ready",
+            "max_total_num_tokens": tokens,
+            "max_req_input_len": max_req_len - 5,
+            "startup_time": engine.startup_time,
+        }
         kv_gb = tokens * model.kv_bytes_per_token(self.args["tp_size"]) * 2 / 2**30
-        internal = {**self.args, "last_gen_throughput": engine.stats.throughput(),
-                    "memory_usage": {  # build_memory_usage, scheduler_components/memory_usage.py
-                        "weight": round(model.weight_bytes / self.args["tp_size"] / 2**30, 3),
-                        "kvcache": round(kv_gb, 3), "startup_available": round(self.available, 3),
-                        "token_capacity": tokens, "token_capacity_swa": None, "graph": {}},
-                    "startup_time": engine.startup_time,
-                    "effective_max_running_requests_per_dp": engine.max_running}
-        return {**self.args, **scheduler_info, "startup_time": engine.startup_time,
-                "internal_states": [internal], "version": __version__, "kv_events": None}
+        internal = {
+            **self.args,
+            "last_gen_throughput": engine.stats.throughput(),
+            "memory_usage": {  # build_memory_usage, scheduler_components/memory_usage.py
+                "weight": round(model.weight_bytes / self.args["tp_size"] / 2**30, 3),
+                "kvcache": round(kv_gb, 3),
+                "startup_available": round(self.available, 3),
+                "token_capacity": tokens,
+                "token_capacity_swa": None,
+                "graph": {},
+            },
+            "startup_time": engine.startup_time,
+            "effective_max_running_requests_per_dp": engine.max_running,
+        }
+        return {
+            **self.args,
+            **scheduler_info,
+            "startup_time": engine.startup_time,
+            "internal_states": [internal],
+            "version": __version__,
+            "kv_events": None,
+        }
 
     def model_info(self) -> dict[str, Any]:
         """/model_info (http_server.py:733)."""
-        return {"model_path": self.args["model_path"],
-                "tokenizer_path": self.args["tokenizer_path"], "is_generation": True,
-                "preferred_sampling_params": self.args["preferred_sampling_params"],
-                "weight_version": self.args["weight_version"],
-                "has_image_understanding": False, "has_audio_understanding": False,
-                "model_type": self.model.model_type, "architectures": [self.model.architecture]}
+        return {
+            "model_path": self.args["model_path"],
+            "tokenizer_path": self.args["tokenizer_path"],
+            "is_generation": True,
+            "preferred_sampling_params": self.args["preferred_sampling_params"],
+            "weight_version": self.args["weight_version"],
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": self.model.model_type,
+            "architectures": [self.model.architecture],
+        }
 
     def loads(self) -> list[dict[str, Any]]:
         """/get_load's legacy shape (http_server.py:809)."""
         running, queued = self.engine.load
-        return [{"dp_rank": 0, "num_reqs": running + queued, "num_waiting_reqs": queued,
-                 "num_tokens": 0, "num_pending_tokens": self.engine.max_total_tokens,
-                 "ts_tic": time.perf_counter()}]
+        return [
+            {
+                "dp_rank": 0,
+                "num_reqs": running + queued,
+                "num_waiting_reqs": queued,
+                "num_tokens": 0,
+                "num_pending_tokens": self.engine.max_total_tokens,
+                "ts_tic": time.perf_counter(),
+            }
+        ]
 
     def metrics(self) -> str:
         s = self.engine.stats
@@ -166,35 +218,56 @@ class App:
         lines = []
 
         def metric(name: str, kind: str, helptext: str, value: float) -> None:
-            lines.extend([f"# HELP sglang:{name} {helptext}", f"# TYPE sglang:{name} {kind}",
-                          f"sglang:{name}{label} {float(value)}"])
+            lines.extend(
+                [
+                    f"# HELP sglang:{name} {helptext}",
+                    f"# TYPE sglang:{name} {kind}",
+                    f"sglang:{name}{label} {float(value)}",
+                ]
+            )
 
         def histogram(name: str, helptext: str, values: list[float]) -> None:
             lines.extend([f"# HELP sglang:{name} {helptext}", f"# TYPE sglang:{name} histogram"])
             inner = label[1:-1]
             for le in (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0):
-                lines.append(f'sglang:{name}_bucket{{{inner},le="{le}"}} '
-                             f"{float(sum(v <= le for v in values))}")
+                lines.append(
+                    f'sglang:{name}_bucket{{{inner},le="{le}"}} '
+                    f"{float(sum(v <= le for v in values))}"
+                )
             lines.append(f'sglang:{name}_bucket{{{inner},le="+Inf"}} {float(len(values))}')
             lines.append(f"sglang:{name}_sum{label} {sum(values)}")
             lines.append(f"sglang:{name}_count{label} {float(len(values))}")
 
         running, queued = self.engine.load
         with self.engine.cv:
-            metric("prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-                   s.prompt_tokens)
-            metric("generation_tokens_total", "counter", "Number of generation tokens processed.",
-                   s.generation_tokens)
+            metric(
+                "prompt_tokens_total",
+                "counter",
+                "Number of prefill tokens processed.",
+                s.prompt_tokens,
+            )
+            metric(
+                "generation_tokens_total",
+                "counter",
+                "Number of generation tokens processed.",
+                s.generation_tokens,
+            )
             metric("num_requests_total", "counter", "Number of requests processed.", s.requests)
             metric("num_running_reqs", "gauge", "The number of running requests", running)
             metric("num_queue_reqs", "gauge", "The number of requests in the waiting queue", queued)
             metric("gen_throughput", "gauge", "The generate throughput (token/s)", s.throughput())
             metric("token_usage", "gauge", "The token usage", 0.0)
             metric("cache_hit_rate", "gauge", "The prefix cache hit rate", 0.0)
-            histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                      list(s.ttft))
-            histogram("e2e_request_latency_seconds",
-                      "Histogram of End-to-end request latency in seconds", list(s.e2e))
+            histogram(
+                "time_to_first_token_seconds",
+                "Histogram of time to first token in seconds.",
+                list(s.ttft),
+            )
+            histogram(
+                "e2e_request_latency_seconds",
+                "Histogram of End-to-end request latency in seconds",
+                list(s.e2e),
+            )
         return "\n".join(lines) + "\n"
 
 
@@ -224,12 +297,21 @@ class Reply:
         """ChatCompletionStreamResponse / CompletionStreamResponse with one choice."""
         choice: dict[str, Any] = {"index": index}
         if self.chat:
-            choice["delta"] = {"role": delta.get("role"), "content": delta.get("content"),
-                               "reasoning_content": None, "tool_calls": None}
+            choice["delta"] = {
+                "role": delta.get("role"),
+                "content": delta.get("content"),
+                "reasoning_content": None,
+                "tool_calls": None,
+            }
         else:
             choice["text"] = delta
-        choice.update({"logprobs": None, "finish_reason": finish["type"] if finish else None,
-                       "matched_stop": finish.get("matched") if finish else None})
+        choice.update(
+            {
+                "logprobs": None,
+                "finish_reason": finish["type"] if finish else None,
+                "matched_stop": finish.get("matched") if finish else None,
+            }
+        )
         return {**self.head(self.chunk_obj), "choices": [choice], "usage": None}
 
 
@@ -246,9 +328,14 @@ class Handler(BaseHTTPRequestHandler):
         return
 
     def _access(self, status: int) -> None:
-        r.log(r.UVICORN_ACCESS, client=f"{self.client_address[0]}:{self.client_address[1]}",
-              method=self.command, path=self.path, status=status,
-              phrase=HTTPStatus(status).phrase)
+        r.log(
+            r.UVICORN_ACCESS,
+            client=f"{self.client_address[0]}:{self.client_address[1]}",
+            method=self.command,
+            path=self.path,
+            status=status,
+            phrase=HTTPStatus(status).phrase,
+        )
 
     def _send(self, status: int, body: bytes = b"", ctype: str = "application/json") -> None:
         self.send_response(status)
@@ -281,29 +368,42 @@ class Handler(BaseHTTPRequestHandler):
             return
         path = self.path.split("?")[0]
         app = self.app
-        deprecated = {"/get_model_info": (r.DEPRECATED_MODEL_INFO, "/model_info"),
-                      "/get_server_info": (r.DEPRECATED_ENDPOINT, "/server_info"),
-                      "/get_load": (r.DEPRECATED_LOAD, "/v1/loads")}
+        deprecated = {
+            "/get_model_info": (r.DEPRECATED_MODEL_INFO, "/model_info"),
+            "/get_server_info": (r.DEPRECATED_ENDPOINT, "/server_info"),
+            "/get_load": (r.DEPRECATED_LOAD, "/v1/loads"),
+        }
         if path in deprecated:
             msg, new = deprecated[path]
             r.log(msg, old=path, new=new)
         routes: dict[str, Callable[[], Any]] = {
-            "/model_info": app.model_info, "/get_model_info": app.model_info,
-            "/server_info": app.server_info, "/get_server_info": app.server_info,
+            "/model_info": app.model_info,
+            "/get_model_info": app.model_info,
+            "/server_info": app.server_info,
+            "/get_server_info": app.server_info,
             "/get_load": app.loads,
-            "/v1/models": lambda: {"object": "list", "data": [app.model_card(app.name)]}}
+            "/v1/models": lambda: {"object": "list", "data": [app.model_card(app.name)]},
+        }
         if path in ("/health", "/health_generate"):
             self._send(200 if app.engine.health() else 503)
         elif path in routes:
             self._json(200, routes[path]())
         elif path.startswith("/v1/models/"):
-            name = path[len("/v1/models/"):]
+            name = path[len("/v1/models/") :]
             if name == app.name:
                 self._json(200, app.model_card(name))
             else:
-                self._json(404, {"error": {"message": f"The model '{name}' does not exist",
-                                           "type": "invalid_request_error", "param": "model",
-                                           "code": "model_not_found"}})
+                self._json(
+                    404,
+                    {
+                        "error": {
+                            "message": f"The model '{name}' does not exist",
+                            "type": "invalid_request_error",
+                            "param": "model",
+                            "code": "model_not_found",
+                        }
+                    },
+                )
         elif path == "/metrics" and app.args["enable_metrics"]:
             self._send(200, app.metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/ping":
@@ -315,11 +415,23 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         path = self.path.split("?")[0]
-        routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions,
-                  "/generate": self._generate}
+        routes = {
+            "/v1/chat/completions": self._chat,
+            "/v1/completions": self._completions,
+            "/generate": self._generate,
+        }
         if path not in routes:
-            get_only = ("/health", "/health_generate", "/model_info", "/get_model_info",
-                        "/server_info", "/get_server_info", "/get_load", "/v1/models", "/metrics")
+            get_only = (
+                "/health",
+                "/health_generate",
+                "/model_info",
+                "/get_model_info",
+                "/server_info",
+                "/get_server_info",
+                "/get_load",
+                "/v1/models",
+                "/metrics",
+            )
             if path in get_only:
                 self._json(405, {"detail": "Method Not Allowed"})
             else:
@@ -340,14 +452,19 @@ class Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         media = (self.headers.get("content-type") or "").split(";")[0].strip().lower()
         if json_only and media != "application/json":
-            raise BadRequest("[{'loc': ['header', 'content-type'], 'msg': \"Unsupported Media "
-                             "Type: Only 'application/json' is allowed\", 'type': 'value_error'}]",
-                             "Bad Request")
+            raise BadRequest(
+                "[{'loc': ['header', 'content-type'], 'msg': \"Unsupported Media "
+                "Type: Only 'application/json' is allowed\", 'type': 'value_error'}]",
+                "Bad Request",
+            )
         try:
             body = json.loads(raw or b"{}")
         except ValueError as err:
-            raise BadRequest(f"[{{'type': 'json_invalid', 'msg': 'JSON decode error', 'ctx': "
-                             f"{{'error': '{err}'}}}}]", "Bad Request") from None
+            raise BadRequest(
+                f"[{{'type': 'json_invalid', 'msg': 'JSON decode error', 'ctx': "
+                f"{{'error': '{err}'}}}}]",
+                "Bad Request",
+            ) from None
         if not isinstance(body, dict):
             raise BadRequest("Input should be a valid dictionary", "Bad Request")
         return body
@@ -387,29 +504,40 @@ class Handler(BaseHTTPRequestHandler):
         elif isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
             prompts = [" ".join(map(str, prompt))]
         else:
-            raise BadRequest("1 validation error for CompletionRequest\nprompt\n  Field required",
-                             "Bad Request")
+            raise BadRequest(
+                "1 validation error for CompletionRequest\nprompt\n  Field required", "Bad Request"
+            )
         self._openai(body, prompts, chat=False, default_max=16)
 
-    def _openai(self, body: dict[str, Any], prompts: list[str], chat: bool,
-                default_max: int | None) -> None:
+    def _openai(
+        self, body: dict[str, Any], prompts: list[str], chat: bool, default_max: int | None
+    ) -> None:
         app = self.app
         sampling = Sampling(
             max_new=_positive(body, "max_completion_tokens", "max_tokens", default=default_max),
-            stops=_stops(body), ignore_eos=bool(body.get("ignore_eos")))
+            stops=_stops(body),
+            ignore_eos=bool(body.get("ignore_eos")),
+        )
         n = _positive(body, "n", default=1) or 1
         for prompt in prompts:
             if len(tokenize(prompt)) >= app.model.context_len:
-                raise BadRequest(f"The input ({len(tokenize(prompt))} tokens) is longer than the "
-                                 f"model's context length ({app.model.context_len} tokens).")
-        reply = Reply(rid=uuid.uuid4().hex, created=int(time.time()), chat=chat,
-                      model=str(body.get("model") or "default"),
-                      prompt_tokens=sum(len(tokenize(p)) for p in prompts))
+                raise BadRequest(
+                    f"The input ({len(tokenize(prompt))} tokens) is longer than the "
+                    f"model's context length ({app.model.context_len} tokens)."
+                )
+        reply = Reply(
+            rid=uuid.uuid4().hex,
+            created=int(time.time()),
+            chat=chat,
+            model=str(body.get("model") or "default"),
+            prompt_tokens=sum(len(tokenize(p)) for p in prompts),
+        )
         jobs = [(i * n + k, p) for i, p in enumerate(prompts) for k in range(n)]
         if body.get("stream"):
             options = body.get("stream_options") or {}
             include_usage = bool(options.get("include_usage")) or bool(
-                app.args["stream_response_default_include_usage"])
+                app.args["stream_response_default_include_usage"]
+            )
             self._stream(reply, jobs, sampling, include_usage)
             return
         choices = []
@@ -419,19 +547,33 @@ class Handler(BaseHTTPRequestHandler):
             completion += count
             choice: dict[str, Any] = {"index": index}
             if chat:
-                choice["message"] = {"role": "assistant", "content": text,
-                                     "reasoning_content": None, "tool_calls": None}
+                choice["message"] = {
+                    "role": "assistant",
+                    "content": text,
+                    "reasoning_content": None,
+                    "tool_calls": None,
+                }
             else:
                 choice["text"] = text
-            choice.update({"logprobs": None, "finish_reason": finish["type"],
-                           "matched_stop": finish.get("matched")})
+            choice.update(
+                {
+                    "logprobs": None,
+                    "finish_reason": finish["type"],
+                    "matched_stop": finish.get("matched"),
+                }
+            )
             choices.append(choice)
-        self._json(200, {**reply.head(reply.obj), "choices": choices,
-                         "usage": _usage(reply.prompt_tokens, completion),
-                         "metadata": {"weight_version": app.args["weight_version"]}})
+        self._json(
+            200,
+            {
+                **reply.head(reply.obj),
+                "choices": choices,
+                "usage": _usage(reply.prompt_tokens, completion),
+                "metadata": {"weight_version": app.args["weight_version"]},
+            },
+        )
 
-    def _run(self, prompt: str, sampling: Sampling,
-             index: int) -> tuple[str, dict[str, Any], int]:
+    def _run(self, prompt: str, sampling: Sampling, index: int) -> tuple[str, dict[str, Any], int]:
         """Text, finish reason and completion tokens (the EOS token counts, as in SGLang)."""
         text, count, finish = "", 0, {"type": "length"}
         for piece, done in self.app.engine.generate(prompt, sampling, index):
@@ -443,8 +585,9 @@ class Handler(BaseHTTPRequestHandler):
                 count += isinstance(done.get("matched"), int)
         return text, finish, count
 
-    def _stream(self, reply: Reply, jobs: list[tuple[int, str]], sampling: Sampling,
-                include_usage: bool) -> None:
+    def _stream(
+        self, reply: Reply, jobs: list[tuple[int, str]], sampling: Sampling, include_usage: bool
+    ) -> None:
         """SSE as serving_chat.py sends it: role chunk, content chunks, finish chunk,
         optional usage chunk (choices []), then ``data: [DONE]``."""
         completion = 0
@@ -461,15 +604,24 @@ class Handler(BaseHTTPRequestHandler):
                 for piece, done in itertools.chain([first], gen):
                     if done is None:
                         completion += 1
-                        self._sse(reply.chunk(index, {"role": None, "content": piece}
-                                              if reply.chat else piece))
+                        self._sse(
+                            reply.chunk(
+                                index, {"role": None, "content": piece} if reply.chat else piece
+                            )
+                        )
                         continue
                     completion += isinstance(done.get("matched"), int)
-                    self._sse(reply.chunk(index, {"role": None, "content": None}
-                                          if reply.chat else "", done))
+                    self._sse(
+                        reply.chunk(
+                            index, {"role": None, "content": None} if reply.chat else "", done
+                        )
+                    )
             if include_usage:
-                usage_chunk = {**reply.head(reply.chunk_obj), "choices": [],
-                               "usage": _usage(reply.prompt_tokens, completion)}
+                usage_chunk = {
+                    **reply.head(reply.chunk_obj),
+                    "choices": [],
+                    "usage": _usage(reply.prompt_tokens, completion),
+                }
                 # The completions' usage chunk alone is dumped without its null fields
                 # (serving_completions.py:460 model_dump_json(exclude_none=True)); the
                 # chat's is dumped in full (serving_chat.py:1692), as are the answers
@@ -487,15 +639,29 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(text, str):
             raise BadRequest("Either text, input_ids or input_embeds should be provided.")
         params = body.get("sampling_params") or {}
-        sampling = Sampling(max_new=_positive(params, "max_new_tokens", default=128),
-                            stops=_stops(params), ignore_eos=bool(params.get("ignore_eos")))
+        sampling = Sampling(
+            max_new=_positive(params, "max_new_tokens", default=128),
+            stops=_stops(params),
+            ignore_eos=bool(params.get("ignore_eos")),
+        )
         rid = uuid.uuid4().hex
         began = time.monotonic()
         out, finish, count = self._run(text, sampling, 0)
-        self._json(200, {"text": out, "meta_info": {
-            "id": rid, "finish_reason": finish, "prompt_tokens": len(tokenize(text)),
-            "weight_version": self.app.args["weight_version"], "completion_tokens": count,
-            "cached_tokens": 0, "e2e_latency": round(time.monotonic() - began, 4)}})
+        self._json(
+            200,
+            {
+                "text": out,
+                "meta_info": {
+                    "id": rid,
+                    "finish_reason": finish,
+                    "prompt_tokens": len(tokenize(text)),
+                    "weight_version": self.app.args["weight_version"],
+                    "completion_tokens": count,
+                    "cached_tokens": 0,
+                    "e2e_latency": round(time.monotonic() - began, 4),
+                },
+            },
+        )
 
 
 def serve(node: Node, model: Model, engine: Engine, available: float) -> None:
@@ -513,8 +679,13 @@ def serve(node: Node, model: Model, engine: Engine, available: float) -> None:
     except OSError as err:
         code = os_errno(err)
         r.log(r.UVICORN_LIFESPAN_DONE)
-        r.log(r.UVICORN_BIND_ERROR, errno=code, host=args["host"], port=args["port"],
-              message=os.strerror(code).lower())
+        r.log(
+            r.UVICORN_BIND_ERROR,
+            errno=code,
+            host=args["host"],
+            port=args["port"],
+            message=os.strerror(code).lower(),
+        )
         r.log(r.UVICORN_SHUTDOWN)
         r.log(r.UVICORN_SHUTDOWN_DONE)
         raise SystemExit(1) from None
@@ -523,14 +694,18 @@ def serve(node: Node, model: Model, engine: Engine, available: float) -> None:
         # uvicorn's TLS (uvicorn/config.py create_ssl_context): the certificate chain and key;
         # the handshake happens on the handler's first read, not in the accept loop.
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(args["ssl_certfile"], args["ssl_keyfile"],
-                            args["ssl_keyfile_password"])
-        server.socket = ctx.wrap_socket(server.socket, server_side=True,
-                                        do_handshake_on_connect=False)
+        ctx.load_cert_chain(args["ssl_certfile"], args["ssl_keyfile"], args["ssl_keyfile_password"])
+        server.socket = ctx.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
     threading.Thread(target=_warmup, args=(app,), daemon=True).start()
     r.log(r.UVICORN_LIFESPAN_DONE)
-    r.log(r.UVICORN_RUNNING, scheme="https" if args["ssl_certfile"] else "http",
-          host=args["host"], port=args["port"])
+    r.log(
+        r.UVICORN_RUNNING,
+        scheme="https" if args["ssl_certfile"] else "http",
+        host=args["host"],
+        port=args["port"],
+    )
     try:
         server.serve_forever(poll_interval=0.5)
     finally:
@@ -542,16 +717,16 @@ def _request(app: App, method: str, path: str, body: Any = None) -> tuple[int, b
     host = "127.0.0.1" if host in ("", "0.0.0.0") else host  # noqa: S104 - ServerArgs.url()
     conn: http.client.HTTPConnection
     if app.args["ssl_certfile"]:
-        conn = http.client.HTTPSConnection(host, app.args["port"], timeout=600,
-                                           context=app.tls_client)
+        conn = http.client.HTTPSConnection(
+            host, app.args["port"], timeout=600, context=app.tls_client
+        )
     else:
         conn = http.client.HTTPConnection(host, app.args["port"], timeout=600)
     headers = {"Content-Type": "application/json"}
     if app.api_key:
         headers["Authorization"] = f"Bearer {app.api_key}"
     try:
-        conn.request(method, path, body=None if body is None else json.dumps(body),
-                     headers=headers)
+        conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -588,9 +763,15 @@ def _warmup(app: App) -> None:
             _fail_warmup(last)
             return
         try:
-            status, raw = _request(app, "POST", "/generate", {
-                "sampling_params": {"temperature": 0, "max_new_tokens": 8},
-                "text": "The capital city of France is"})
+            status, raw = _request(
+                app,
+                "POST",
+                "/generate",
+                {
+                    "sampling_params": {"temperature": 0, "max_new_tokens": 8},
+                    "text": "The capital city of France is",
+                },
+            )
             if status != 200:
                 raise AssertionError(raw.decode(errors="replace"))
         except (OSError, AssertionError):
@@ -644,8 +825,13 @@ def dummy_health_server(host: str, port: int) -> None:
             server = ThreadingHTTPServer((host, port), _Health)
         except OSError as err:
             code = os_errno(err)
-            r.log(r.UVICORN_BIND_ERROR_ROOT, errno=code, host=host, port=port,
-                  message=os.strerror(code).lower())
+            r.log(
+                r.UVICORN_BIND_ERROR_ROOT,
+                errno=code,
+                host=host,
+                port=port,
+                message=os.strerror(code).lower(),
+            )
             r.log(r.DUMMY_HEALTH_STOPPED, host=host, port=port)
             return
         server.daemon_threads = True

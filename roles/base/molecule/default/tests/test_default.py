@@ -43,7 +43,7 @@ def block(text: str, marker: str) -> list[str]:
     """Lines between Ansible's `# BEGIN <marker>` and `# END <marker>`."""
     lines = text.splitlines()
     start, end = lines.index(f"# BEGIN {marker}"), lines.index(f"# END {marker}")
-    return lines[start + 1:end]
+    return lines[start + 1 : end]
 
 
 def assert_running(host: Any, unit: str) -> None:
@@ -75,8 +75,8 @@ def test_time_sources(host: Any) -> None:
     lines = {line for line in conf.content_string.splitlines() if not line.startswith("#")}
     if name_of(host) == HEAD:
         assert lines == {f"server {s} iburst" for s in UPSTREAM} | {
-            f"local stratum {DEFAULTS['base_chrony_local_stratum']}"} | {
-            f"allow {MGMT[w]}" for w in SPARKS if w != HEAD}
+            f"local stratum {DEFAULTS['base_chrony_local_stratum']}"
+        } | {f"allow {MGMT[w]}" for w in SPARKS if w != HEAD}
     else:
         assert lines == {f"server {MGMT[HEAD]} iburst prefer minpoll 4 maxpoll 6"}
 
@@ -119,11 +119,15 @@ def test_cluster_key_is_authorised(host: Any) -> None:
 @pytest.mark.parametrize("peer", SPARKS)
 def test_host_key_of_every_node_is_known(host: Any, peer: str) -> None:
     hv = HOSTVARS[peer]
-    actual = testinfra.get_host(f"podman://{peer}").file(
-        "/etc/ssh/ssh_host_ed25519_key.pub").content_string.split()[:2]
+    actual = (
+        testinfra.get_host(f"podman://{peer}")
+        .file("/etc/ssh/ssh_host_ed25519_key.pub")
+        .content_string.split()[:2]
+    )
     names = [peer, f"{peer}-a", f"{peer}-b", hv["fabric_a_ip"], hv["fabric_b_ip"], MGMT[peer]]
-    known = block(host.file("/etc/ssh/ssh_known_hosts").content_string,
-                  "sparkctl cluster host keys")
+    known = block(
+        host.file("/etc/ssh/ssh_known_hosts").content_string, "sparkctl cluster host keys"
+    )
     assert " ".join([",".join(names), *actual]) in known
 
 
@@ -133,7 +137,7 @@ def test_node_reaches_peer_with_the_cluster_key(node: str, peer: str, via: str) 
     target = peer if via == "name" else MGMT[peer]
     # BatchMode and strict host key checking: no prompt, no trust on first use.
     ssh = testinfra.get_host(f"podman://{node}").run(
-        "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5 %s hostname",
-        target)
+        "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5 %s hostname", target
+    )
     assert ssh.rc == 0, ssh.stderr
     assert ssh.stdout.strip() == peer

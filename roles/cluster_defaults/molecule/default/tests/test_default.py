@@ -28,8 +28,14 @@ INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
 SPARKS = INVENTORY.get_hosts("sparks")
 testinfra_hosts = [f"podman://{name}" for name in SPARKS]
 RECORD = "/etc/sparkctl-molecule/cluster_defaults.json"
-SCHEMA = ["hw_profile", "fabric_a_netdev", "fabric_b_netdev", "fabric_a_subnet",
-          "fabric_b_subnet", "switch_ports"]
+SCHEMA = [
+    "hw_profile",
+    "fabric_a_netdev",
+    "fabric_b_netdev",
+    "fabric_a_subnet",
+    "fabric_b_subnet",
+    "switch_ports",
+]
 
 
 def recorded(host: Any) -> dict[str, Any]:
@@ -66,19 +72,34 @@ def converge_check(extra_vars: dict[str, Any]) -> subprocess.CompletedProcess[st
     playbook = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"
     inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
     return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i", str(inventory),
-         str(playbook), "-e", json.dumps(extra_vars)],
-        capture_output=True, text=True, timeout=300, check=False)
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "--check",
+            "-i",
+            str(inventory),
+            str(playbook),
+            "-e",
+            json.dumps(extra_vars),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 # hw_profile outside its choices fails while cluster_hw (templated from it) is
 # read for the validation, before the choices are checked: the message names
 # the value, not the choices.
-@pytest.mark.parametrize(("extra_vars", "message"), [
-    ({"hw_profile": "dgx_station"}, "dgx_station"),
-    ({"switch_ports": "swp1"}, "argument 'switch_ports' is of type str"),
-    ({"node_rank": "first"}, "argument 'node_rank' is of type str"),
-], ids=["hw_profile", "switch_ports", "node_rank"])
+@pytest.mark.parametrize(
+    ("extra_vars", "message"),
+    [
+        ({"hw_profile": "dgx_station"}, "dgx_station"),
+        ({"switch_ports": "swp1"}, "argument 'switch_ports' is of type str"),
+        ({"node_rank": "first"}, "argument 'node_rank' is of type str"),
+    ],
+    ids=["hw_profile", "switch_ports", "node_rank"],
+)
 def test_argument_spec_refuses(extra_vars: dict[str, Any], message: str) -> None:
     run = converge_check(extra_vars)
     assert run.returncode != 0, run.stdout

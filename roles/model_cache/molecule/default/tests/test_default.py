@@ -31,8 +31,10 @@ COPY = f"{CACHE}/mol"
 
 def sums(host: Any, root: str) -> dict[str, str]:
     out = host.check_output(f"cd {root} && find . -type f -print0 | xargs -0 sha256sum")
-    return {path.removeprefix("./"): digest
-            for digest, path in (line.split(maxsplit=1) for line in out.splitlines())}
+    return {
+        path.removeprefix("./"): digest
+        for digest, path in (line.split(maxsplit=1) for line in out.splitlines())
+    }
 
 
 def test_the_copy_matches_the_head_file_for_file(host: Any) -> None:

@@ -28,15 +28,21 @@ CONF_FILE = DEFAULTS["nccl_conf_file"]
 VERSION_FILE = DEFAULTS["nccl_version_file"]
 TESTS_DIR = DEFAULTS["nccl_tests_dir"]
 BINARIES = ["all_reduce_perf", "all_gather_perf", "reduce_scatter_perf"]
-SOCKET_VARS = ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME",
-               "UCX_NET_DEVICES", "OMPI_MCA_btl_tcp_if_include"]
+SOCKET_VARS = [
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "TP_SOCKET_IFNAME",
+    "UCX_NET_DEVICES",
+    "OMPI_MCA_btl_tcp_if_include",
+]
 
 
 def read_env(host: Any, path: str) -> dict[str, str]:
     """KEY=VALUE lines of an environment file (comments skipped)."""
     text = host.file(path).content_string
-    return dict(line.split("=", 1) for line in text.splitlines()
-                if line and not line.startswith("#"))
+    return dict(
+        line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
 
 
 def hostvars(host: Any) -> dict[str, Any]:
@@ -46,8 +52,9 @@ def hostvars(host: Any) -> dict[str, Any]:
 def roce_v2_ipv4_index(host: Any, netdev: str, address: str) -> str:
     """INDEX of the RoCE v2 GID of ``netdev`` that carries ``address`` (show_gids)."""
     rows = [line.split() for line in host.check_output("show_gids").splitlines()]
-    (index,) = [r[2] for r in rows if len(r) == 7 and r[6] == netdev and r[4] == address
-                and r[5] == "v2"]
+    (index,) = [
+        r[2] for r in rows if len(r) == 7 and r[6] == netdev and r[4] == address and r[5] == "v2"
+    ]
     return index
 
 
@@ -82,20 +89,31 @@ def test_env_file_holds_exactly_the_roles_variables(host: Any) -> None:
     assert host.file(ENV_FILE).mode == 0o644
     env = read_env(host, ENV_FILE)
     assert set(env) == {
-        *SOCKET_VARS, "NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_SUBNET_AWARE_ROUTING",
-        "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"}
+        *SOCKET_VARS,
+        "NCCL_IB_HCA",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_IB_SUBNET_AWARE_ROUTING",
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+    }
     # INFO with INIT,NET: NCCL says which network it chose (serve up and validate read it)
     assert (env["NCCL_DEBUG"], env["NCCL_DEBUG_SUBSYS"]) == (
-        DEFAULTS["nccl_debug"], DEFAULTS["nccl_debug_subsys"])
+        DEFAULTS["nccl_debug"],
+        DEFAULTS["nccl_debug_subsys"],
+    )
 
 
 def test_version_record_names_a_prebuilt_nccl_tests(host: Any) -> None:
     """The sim profile builds nothing: the lab put its nccl-tests stand-ins at the build's
     paths (sparkctl/lab/standins), and the role found and verified them."""
     assert read_env(host, VERSION_FILE) == {
-        "NCCL_VERSION": "none", "NCCL_HOME": "none", "NVCC_GENCODE": "none",
-        "NCCL_TESTS_IMPL": "prebuilt", "NCCL_TESTS_VERSION": DEFAULTS["nccl_tests_version"],
-        "NCCL_TESTS_DIR": TESTS_DIR}
+        "NCCL_VERSION": "none",
+        "NCCL_HOME": "none",
+        "NVCC_GENCODE": "none",
+        "NCCL_TESTS_IMPL": "prebuilt",
+        "NCCL_TESTS_VERSION": DEFAULTS["nccl_tests_version"],
+        "NCCL_TESTS_DIR": TESTS_DIR,
+    }
 
 
 @pytest.mark.parametrize("binary", BINARIES)

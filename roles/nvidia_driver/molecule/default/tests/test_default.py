@@ -35,7 +35,8 @@ HOLD_LIST = VARS["_nvidia_driver_hold_list"]
 
 def _filters() -> Any:
     spec = importlib.util.spec_from_file_location(
-        "nvidia_hold", ROLE / "filter_plugins" / "nvidia_hold.py")
+        "nvidia_hold", ROLE / "filter_plugins" / "nvidia_hold.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -46,20 +47,23 @@ FLAVOUR = DEFAULTS["nvidia_driver_kernel_flavour"]
 # The hold set as the role's defaults make it (vars/main.yml), written out.
 HOLD_SET: list[str] = [
     *DEFAULTS["nvidia_driver_hold_packages"],
-    *(f"linux-{part}{FLAVOUR}" for part in ("", "image-", "headers-", "tools-",
-                                             "modules-nvidia-fs-")),
-    f"linux-modules-nvidia-{DEFAULTS['nvidia_driver_branch']}-open-*"]
+    *(
+        f"linux-{part}{FLAVOUR}"
+        for part in ("", "image-", "headers-", "tools-", "modules-nvidia-fs-")
+    ),
+    f"linux-modules-nvidia-{DEFAULTS['nvidia_driver_branch']}-open-*",
+]
 BLACKLIST: list[str] = [_filters().nvidia_hold_regex(p) for p in HOLD_SET]
 # The stand-ins of prepare.yml and the dpkg selection each must end with.
 SELECTIONS = {
-    "libnccl2": "hold",              # pattern libnccl2
-    "nvidia-utils-580": "hold",      # pattern nvidia-utils-*
-    "cuda-toolkit-13-0": "hold",     # pattern cuda-*
-    "linux-image-nvidia-hwe-24.04": "hold",                      # the kernel metapackage
+    "libnccl2": "hold",  # pattern libnccl2
+    "nvidia-utils-580": "hold",  # pattern nvidia-utils-*
+    "cuda-toolkit-13-0": "hold",  # pattern cuda-*
+    "linux-image-nvidia-hwe-24.04": "hold",  # the kernel metapackage
     "linux-modules-nvidia-580-open-6.17.0-1014-nvidia": "hold",  # a kernel's NVIDIA modules
     "linux-image-6.17.0-1014-nvidia": "install",  # one kernel's image: a fixed version anyway
-    "nvidia-settings": "install",    # matches no pattern
-    "libnccl2-extra": "install",     # libnccl2 is anchored: not a prefix
+    "nvidia-settings": "install",  # matches no pattern
+    "libnccl2-extra": "install",  # libnccl2 is anchored: not a prefix
 }
 
 
@@ -91,13 +95,15 @@ def test_apt_reads_the_blacklist_entry(host: Any, entry: str) -> None:
 def test_hold_list_names_the_hold_set(host: Any) -> None:
     listed = host.file(HOLD_LIST)
     assert (listed.user, listed.mode) == ("root", 0o644)
-    lines = [line for line in listed.content_string.splitlines()
-             if line and not line.startswith("#")]
+    lines = [
+        line for line in listed.content_string.splitlines() if line and not line.startswith("#")
+    ]
     assert lines == HOLD_SET
 
 
-@pytest.mark.parametrize("package", ["cuda-keyring",
-                                     f"nvidia-driver-{DEFAULTS['nvidia_driver_branch']}-open"])
+@pytest.mark.parametrize(
+    "package", ["cuda-keyring", f"nvidia-driver-{DEFAULTS['nvidia_driver_branch']}-open"]
+)
 def test_dgx_os_driver_is_kept_nothing_installed(host: Any, package: str) -> None:
     assert host.file("/etc/dgx-release").exists
     assert not host.package(package).is_installed

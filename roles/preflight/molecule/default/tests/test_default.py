@@ -39,29 +39,62 @@ def converge_check(extra_vars: dict[str, Any]) -> subprocess.CompletedProcess[st
     playbook = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"
     inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
     return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "--check", "-i", str(inventory),
-         str(playbook), "-e", json.dumps(extra_vars)],
-        capture_output=True, text=True, timeout=300, check=False)
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "--check",
+            "-i",
+            str(inventory),
+            str(playbook),
+            "-e",
+            json.dumps(extra_vars),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("extra_vars", "task", "message"), [
-    ({"fabric_b_subnet": "192.168.100.0/24"}, RULES,
-     "twins a and b share a subnet"),
-    ({"node_rank": 0}, RULES, "rank 0 is also"),
-    ({"fabric_a_subnet": "10.99.0.0/24"}, RULES,
-     "is not a host address of fabric_a_subnet 10.99.0.0/24"),
-    ({"ansible_host": "192.168.100.250"}, RULES,
-     "lies in the fabric subnet of twin a"),
-    # cluster_defaults (a dependency) checks the choices even before the rules do.
-    ({"switch_os": "ios"}, SPEC, "value of switch_os must be one of: linux, nvue, sonic, got: ios"),
-    ({"switch_ports": {"swp9": {"node": "mol-pre-9", "twin": "a"}}}, RULES,
-     "'mol-pre-9' is not a host in [sparks]"),
-    ({"ansible_password": "secret"}, RULES,
-     "passwords are not accepted in inventories"),
-    ({"preflight_min_ansible_version": "99.0"}, "preflight : Preflight | Ansible is recent enough",
-     "is older than 99.0"),
-], ids=["same-subnet", "duplicate-rank", "ip-outside-subnet", "mgmt-in-fabric", "switch-os",
-        "port-to-unknown-node", "password", "old-ansible"])
+@pytest.mark.parametrize(
+    ("extra_vars", "task", "message"),
+    [
+        ({"fabric_b_subnet": "192.168.100.0/24"}, RULES, "twins a and b share a subnet"),
+        ({"node_rank": 0}, RULES, "rank 0 is also"),
+        (
+            {"fabric_a_subnet": "10.99.0.0/24"},
+            RULES,
+            "is not a host address of fabric_a_subnet 10.99.0.0/24",
+        ),
+        ({"ansible_host": "192.168.100.250"}, RULES, "lies in the fabric subnet of twin a"),
+        # cluster_defaults (a dependency) checks the choices even before the rules do.
+        (
+            {"switch_os": "ios"},
+            SPEC,
+            "value of switch_os must be one of: linux, nvue, sonic, got: ios",
+        ),
+        (
+            {"switch_ports": {"swp9": {"node": "mol-pre-9", "twin": "a"}}},
+            RULES,
+            "'mol-pre-9' is not a host in [sparks]",
+        ),
+        ({"ansible_password": "secret"}, RULES, "passwords are not accepted in inventories"),
+        (
+            {"preflight_min_ansible_version": "99.0"},
+            "preflight : Preflight | Ansible is recent enough",
+            "is older than 99.0",
+        ),
+    ],
+    ids=[
+        "same-subnet",
+        "duplicate-rank",
+        "ip-outside-subnet",
+        "mgmt-in-fabric",
+        "switch-os",
+        "port-to-unknown-node",
+        "password",
+        "old-ansible",
+    ],
+)
 def test_broken_inventory_is_stopped(extra_vars: dict[str, Any], task: str, message: str) -> None:
     run = converge_check(extra_vars)
     assert run.returncode != 0, run.stdout

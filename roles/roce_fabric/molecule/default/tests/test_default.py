@@ -40,8 +40,11 @@ def hostvars(host: Any) -> dict[str, Any]:
 def twin(host: Any, name: str) -> tuple[str, str, str]:
     """(netdev, address, prefix length) of twin ``name`` on ``host``."""
     hv = hostvars(host)
-    return (hv[f"fabric_{name}_netdev"], hv[f"fabric_{name}_ip"],
-            hv[f"fabric_{name}_subnet"].split("/")[1])
+    return (
+        hv[f"fabric_{name}_netdev"],
+        hv[f"fabric_{name}_ip"],
+        hv[f"fabric_{name}_subnet"].split("/")[1],
+    )
 
 
 def peer_of(host: Any) -> dict[str, Any]:
@@ -66,8 +69,12 @@ def test_netplan_declares_the_twin(host: Any, name: str) -> None:
     assert netplan.user == "root"
     assert netplan.mode == 0o600
     assert yaml.safe_load(netplan.content_string)["network"]["ethernets"][dev] == {
-        "dhcp4": False, "dhcp6": False, "link-local": [], "mtu": MTU,
-        "addresses": [f"{address}/{prefix}"]}
+        "dhcp4": False,
+        "dhcp6": False,
+        "link-local": [],
+        "mtu": MTU,
+        "addresses": [f"{address}/{prefix}"],
+    }
 
 
 def test_staged_netplan_is_what_is_live(host: Any) -> None:
@@ -104,18 +111,25 @@ def test_sysctls_persist_across_reboots(host: Any) -> None:
     hv = hostvars(host)
     conf = host.file(SYSCTL_FILE)
     assert conf.mode == 0o644
-    lines = {line.strip() for line in conf.content_string.splitlines()
-             if line.strip() and not line.startswith("#")}
-    assert lines == {f"net.ipv4.conf.{iface}.{key} = {value}"
-                     for iface in ("all", "default", hv["fabric_a_netdev"], hv["fabric_b_netdev"])
-                     for key, value in SYSCTLS.items()}
+    lines = {
+        line.strip()
+        for line in conf.content_string.splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert lines == {
+        f"net.ipv4.conf.{iface}.{key} = {value}"
+        for iface in ("all", "default", hv["fabric_a_netdev"], hv["fabric_b_netdev"])
+        for key, value in SYSCTLS.items()
+    }
 
 
 def test_change_was_confirmed_not_rolled_back(host: Any) -> None:
     guard = host.file(GUARD)
     assert guard.mode == 0o755
     assert json.loads(host.check_output("%s status", GUARD)) == {
-        "armed": False, "last_rollback": None}
+        "armed": False,
+        "last_rollback": None,
+    }
     assert not host.service("sparkctl-net-rollback.timer").is_running
 
 

@@ -28,8 +28,9 @@ import yaml
 from testinfra.utils.ansible_runner import AnsibleRunner
 
 ROLE = Path(__file__).resolve().parents[3]
-_SPEC = importlib.util.spec_from_file_location("sglang_args", ROLE / "filter_plugins" /
-                                               "sglang_args.py")
+_SPEC = importlib.util.spec_from_file_location(
+    "sglang_args", ROLE / "filter_plugins" / "sglang_args.py"
+)
 assert _SPEC is not None and _SPEC.loader is not None
 ARGS_FILTERS = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(ARGS_FILTERS)
@@ -61,8 +62,9 @@ def name_of(host: Any) -> str:
 
 def read_env(host: Any, path: str) -> dict[str, str]:
     text = host.file(path).content_string
-    return dict(line.split("=", 1) for line in text.splitlines()
-                if line and not line.startswith("#"))
+    return dict(
+        line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
 
 
 def exec_start(host: Any) -> list[str]:
@@ -78,9 +80,13 @@ def option(argv: list[str], flag: str) -> str:
 def test_environment_pins_the_fabric(host: Any) -> None:
     hv = HOSTVARS[name_of(host)]
     assert read_env(host, ENV_FILE) == {
-        "SGLANG_HOST_IP": hv["fabric_a_ip"], "GLOO_SOCKET_IFNAME": hv["fabric_a_netdev"],
-        "NCCL_SOCKET_IFNAME": hv["fabric_a_netdev"], "HF_HUB_OFFLINE": "1",
-        "PYTHONUNBUFFERED": "1", "HOME": DEFAULTS["sglang_home"]}
+        "SGLANG_HOST_IP": hv["fabric_a_ip"],
+        "GLOO_SOCKET_IFNAME": hv["fabric_a_netdev"],
+        "NCCL_SOCKET_IFNAME": hv["fabric_a_netdev"],
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "HOME": DEFAULTS["sglang_home"],
+    }
 
 
 def test_the_server_has_its_own_system_user(host: Any) -> None:
@@ -112,13 +118,16 @@ def test_the_container_gets_nccl_then_its_own_environment_and_no_key(host: Any) 
     assert f"{SECRETS}:{SECRETS}:ro" in argv and option(argv, "--user") == f"{UID}:{UID}"
 
 
-@pytest.mark.parametrize(("flag", "expected"), [
-    ("--tp-size", str(len(SPARKS))),
-    ("--nnodes", str(len(SPARKS))),
-    ("--dist-init-addr", f"{HOSTVARS[HEAD]['fabric_a_ip']}:{DIST_PORT}"),
-    ("--port", str(API_PORT)),
-    ("--model-path", DEFAULTS["sglang_model_path"]),
-])
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [
+        ("--tp-size", str(len(SPARKS))),
+        ("--nnodes", str(len(SPARKS))),
+        ("--dist-init-addr", f"{HOSTVARS[HEAD]['fabric_a_ip']}:{DIST_PORT}"),
+        ("--port", str(API_PORT)),
+        ("--model-path", DEFAULTS["sglang_model_path"]),
+    ],
+)
 def test_launch_argument(host: Any, flag: str, expected: str) -> None:
     assert option(ARGS_FILTERS.sglang_server_args(exec_start(host)), flag) == expected
 
@@ -129,7 +138,7 @@ def test_rank_and_bind_address(host: Any) -> None:
     # sglang.launch_server; no key and no ${SGLANG_API_KEY} on the command line.
     assert argv[:2] == ["/usr/bin/docker", "run"]
     image = argv.index("python3")
-    assert argv[image + 1:image + 5] == [LAUNCHER, "--secrets-file", SECRETS, "--"]
+    assert argv[image + 1 : image + 5] == [LAUNCHER, "--secrets-file", SECRETS, "--"]
     assert "--api-key" not in argv and not any("SGLANG_API_KEY" in a for a in argv)
     assert HOSTVARS[name_of(host)]["sglang_api_key"] not in " ".join(argv)
     argv = ARGS_FILTERS.sglang_server_args(argv)
@@ -151,8 +160,9 @@ def test_the_unit_runs_the_image_this_node_pulled_by_its_digest(host: Any) -> No
 
 def test_the_server_in_the_image_loads(host: Any) -> None:
     image = read_env(host, VERSION_FILE)["SGLANG_IMAGE"]
-    usage = host.run("docker run --rm --pull never --gpus all %s python3 -m sglang.launch_server "
-                     "--help", image)
+    usage = host.run(
+        "docker run --rm --pull never --gpus all %s python3 -m sglang.launch_server --help", image
+    )
     assert usage.rc == 0, usage.stderr
     for flag in ("--dist-init-addr", "--node-rank", "--nnodes", "--enable-metrics", "--tp-size"):
         assert flag in usage.stdout
@@ -184,11 +194,15 @@ def listeners() -> Iterator[None]:
     """TCP listeners on the head's rendezvous and API ports, as the server would open."""
     head = testinfra.get_host(f"podman://{HEAD}")
     for port in (DIST_PORT, API_PORT):
-        head.run_test("systemd-run --unit=mol-listen-%s python3 -m http.server %s",
-                      str(port), str(port))
+        head.run_test(
+            "systemd-run --unit=mol-listen-%s python3 -m http.server %s", str(port), str(port)
+        )
     for port in (DIST_PORT, API_PORT):
-        head.run_test("for i in $(seq 50); do ss -Hltn 'sport = :%s' | grep -q . && exit 0; "
-                      "sleep 0.1; done; exit 1", str(port))
+        head.run_test(
+            "for i in $(seq 50); do ss -Hltn 'sport = :%s' | grep -q . && exit 0; "
+            "sleep 0.1; done; exit 1",
+            str(port),
+        )
     yield
     for port in (DIST_PORT, API_PORT):
         head.run("systemctl stop mol-listen-%s", str(port))
@@ -204,7 +218,10 @@ def connect(source: str, address: str, port: int) -> tuple[bool, str]:
         return True, ""
     probe = testinfra.get_host(f"podman://{source}").run(
         "python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])),"
-        " timeout=3)' %s %s", address, str(port))
+        " timeout=3)' %s %s",
+        address,
+        str(port),
+    )
     return probe.rc == 0, probe.stderr
 
 
@@ -213,17 +230,28 @@ def connect(source: str, address: str, port: int) -> tuple[bool, str]:
 # drop anyone else - here the controller, on the scenario network's gateway;
 # the API port accepts the Sparks' management network (sglang_api_allowed_cidrs'
 # default, where the controller is) and drops the rest (a fabric address).
-@pytest.mark.parametrize(("port", "source", "via", "reachable"), [
-    (DIST_PORT, WORKER, "fabric_a_ip", True),
-    (DIST_PORT, WORKER, "fabric_b_ip", True),
-    (DIST_PORT, WORKER, "management", True),
-    (DIST_PORT, "controller", "management", False),
-    (API_PORT, "controller", "management", True),
-    (API_PORT, WORKER, "fabric_a_ip", False),
-], ids=["dist-from-peer-fabric-a", "dist-from-peer-fabric-b", "dist-from-peer-management",
-        "dist-from-controller", "api-from-controller", "api-from-outside-the-management-net"])
+@pytest.mark.parametrize(
+    ("port", "source", "via", "reachable"),
+    [
+        (DIST_PORT, WORKER, "fabric_a_ip", True),
+        (DIST_PORT, WORKER, "fabric_b_ip", True),
+        (DIST_PORT, WORKER, "management", True),
+        (DIST_PORT, "controller", "management", False),
+        (API_PORT, "controller", "management", True),
+        (API_PORT, WORKER, "fabric_a_ip", False),
+    ],
+    ids=[
+        "dist-from-peer-fabric-a",
+        "dist-from-peer-fabric-b",
+        "dist-from-peer-management",
+        "dist-from-controller",
+        "api-from-controller",
+        "api-from-outside-the-management-net",
+    ],
+)
 def test_head_port_reachable_only_as_the_firewall_says(
-        listeners: None, port: int, source: str, via: str, reachable: bool) -> None:
+    listeners: None, port: int, source: str, via: str, reachable: bool
+) -> None:
     address = MGMT[HEAD] if via == "management" else HOSTVARS[HEAD][via]
     ok, error = connect(source, address, port)
     if reachable:

@@ -71,8 +71,7 @@ def test_desired_state_is_kept_for_boot() -> None:
     state = SWITCH.file(STATE_FILE)
     assert state.user == "root"
     assert state.mode == 0o644
-    assert json.loads(state.content_string) == {"mtu": MTU,
-                                                "ports": sorted(PORTS, key=natural)}
+    assert json.loads(state.content_string) == {"mtu": MTU, "ports": sorted(PORTS, key=natural)}
 
 
 def test_boot_program_is_the_roles_module() -> None:
@@ -83,8 +82,10 @@ def test_boot_program_is_the_roles_module() -> None:
 
 def test_boot_unit_runs_the_program_on_the_state() -> None:
     unit = SWITCH.file(f"/etc/systemd/system/{UNIT}")
-    assert f"ExecStart=/usr/bin/python3 {SCRIPT} --state-file {STATE_FILE}" \
+    assert (
+        f"ExecStart=/usr/bin/python3 {SCRIPT} --state-file {STATE_FILE}"
         in unit.content_string.splitlines()
+    )
     assert "WantedBy=multi-user.target" in unit.content_string.splitlines()
     assert_unit_ok(UNIT)
 
@@ -107,5 +108,8 @@ def test_host_mtu_frames_cross_the_switch(node: str, peer: str, twin: str) -> No
     assert host_mtu == 9000  # prepare.yml, as roce_fabric leaves the hosts
     ping = testinfra.get_host(f"podman://{node}").run(
         "ping -n -q -M do -c 3 -i 0.2 -W 2 -I %s -s %s %s",
-        dev, str(host_mtu - 28), dst[f"fabric_{twin}_ip"])
+        dev,
+        str(host_mtu - 28),
+        dst[f"fabric_{twin}_ip"],
+    )
     assert ping.rc == 0, ping.stdout + ping.stderr
