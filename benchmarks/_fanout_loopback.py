@@ -238,12 +238,12 @@ def chain_run(
     manifest = work / "manifest.json"
     log = work / f"rusage-{hops}-{streams}.log"
     log.unlink(missing_ok=True)
-    chain = []
+    chain: list[dict[str, Any]] = []
     for i in range(hops):
         base = work / f"hop{i}"
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir()
-        hop = {
+        hop: dict[str, Any] = {
             "host": f"hop{i}",
             "hosts": ["127.0.0.1"],
             "name": f"hop{i}",

@@ -58,7 +58,7 @@ def main() -> None:
     samples: dict[str, list[tuple[float, float, int]]] = {args.rev_a: [], args.rev_b: []}
     commits: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {}
+        trees: dict[str, Path] = {}
         for rev in samples:
             tree = Path(tmp) / f"tree-{len(trees)}"
             subprocess.run(

@@ -43,7 +43,7 @@ def phases(text: str) -> dict[str, object]:
         if m:
             per_phase[m.group(3)] += float(m.group(1))
             count[m.group(3)] += 1
-    scenarios: dict[str, dict[str, object]] = {}
+    scenarios: dict[str, dict[str, int | str]] = {}
     if "molecule test wall times" in text:
         section = text.split("molecule test wall times", 1)[1].splitlines()[1:]
         for line in section:

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/mypy
 # Roles and playbooks: the production profile of .ansible-lint.
 PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint -q

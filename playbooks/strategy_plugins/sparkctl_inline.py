@@ -108,7 +108,7 @@ class _Compiled(t.NamedTuple):
 
 def _pass_arg(env: AnsibleEnvironment, name: str, is_filter: bool) -> _PassArg | None:
     plugins = env.filters if is_filter else env.tests
-    return _PassArg.from_obj(plugins.get(name))  # type: ignore[arg-type]
+    return _PassArg.from_obj(plugins.get(name))
 
 
 class _CompileCache:
@@ -156,11 +156,11 @@ class _CompileCache:
             ) -> t.Any:
                 return cache.compile(env, source, (name, filename, raw, defer_init))
 
-            AnsibleEnvironment.compile = compile  # type: ignore[method-assign]
+            AnsibleEnvironment.compile = compile
 
     def uninstall(self) -> None:
         if self._original is not None:
-            AnsibleEnvironment.compile = self._original  # type: ignore[method-assign]
+            AnsibleEnvironment.compile = self._original
             self._original = None
 
     def compile(
@@ -260,7 +260,7 @@ class _InlineQueue:
         return getattr(self._strategy._final_q, name)
 
 
-class StrategyModule(LinearStrategyModule):
+class StrategyModule(LinearStrategyModule):  # type: ignore[misc]  # ansible ships no type hints
     """linear, with the worker's body run inline."""
 
     def run(self, iterator: PlayIterator, play_context: PlayContext) -> int:

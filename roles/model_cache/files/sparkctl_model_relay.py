@@ -95,7 +95,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from secrets import token_hex
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 CHUNK = 1 << 20
 TOKEN_LIMIT = 4096  # bytes --token-stdin reads at most (HF tokens are ~40 characters)
@@ -482,7 +482,16 @@ class Progress:
             self.out.flush()
 
 
-def _pass_up(stream: IO[bytes], out: IO[str], lock: threading.Lock, tail: list[str]) -> None:
+class LineOut(Protocol):
+    """Where a hop's progress and error lines go: a text stream (stderr) or, in the
+    sender, a _LineSink that hands each line to the progress file."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+def _pass_up(stream: IO[bytes], out: LineOut, lock: threading.Lock, tail: list[str]) -> None:
     """Copy the downstream hop's stderr lines upstream (progress, and errors kept in tail)."""
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace").rstrip("\n")
@@ -523,7 +532,7 @@ class Downstream:
     def __init__(
         self,
         chain: list[dict[str, Any]],
-        out: IO[str],
+        out: LineOut,
         lock: threading.Lock,
         *,
         stream: int = 0,
@@ -1337,7 +1346,7 @@ def _send(
                 Downstream(
                     chain,
                     sink,
-                    lock,  # type: ignore[arg-type]
+                    lock,
                     stream=i,
                     streams=len(groups),
                     transport=transport,

@@ -218,7 +218,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    source, rows = "none", []
+    source = "none"
+    rows: list[dict[str, Any]] = []
     try:
         source, rows = read_table(Path(module.params["sysfs_root"]), module.params["show_gids"])
         index, per_netdev = select_index(
