@@ -523,14 +523,14 @@ def _inventory_thresholds(inventory_path: Path) -> Any:
     inv = inventory.validate(inventory_path)
     with tempfile.TemporaryDirectory(prefix="sparkctl-report-") as tmp:
         plan = run.load_plan(inv, Path(tmp))
-    rate = next(iter(plan["hosts"].values()))["validate"]["line_rate_gbytes"]
-    if rate in (None, "", "None"):
+    rate = plan.settings.line_rate_gbytes
+    if rate is None:
         raise SparkctlError(
             f"{inventory_path}: its profile reads the line rate from the nodes "
             "(the lab's shaped rate): give --line-rate instead",
             ExitCode.BAD_INPUT,
         )
-    return run.thresholds(plan, float(rate))
+    return run.thresholds(plan, rate)
 
 
 def _exact(value: float) -> str:

@@ -119,9 +119,9 @@ def test_secret_extra_vars_stay_off_the_command_line_and_out_of_the_artifacts(
         run_dir,
         {"sglang_api_key": sentinel, "sglang_api_key_file": str(key_file), "sglang_port": 31000},
     )
-    sglang = plan["hosts"]["spark1"]["sglang"]
-    assert sglang["port"] == 31000  # inline -e
-    assert sglang["api_key_file"] == str(key_file)  # -e @file (secret-named)
+    sglang = plan.node("spark1").sglang
+    assert sglang.port == 31000  # inline -e
+    assert sglang.api_key_file == str(key_file)  # -e @file (secret-named)
     command = json.loads((run_dir / "plan" / "artifacts" / "run" / "command").read_text())
     assert any(str(a).startswith("@") for a in command["command"]), command["command"]
     assert not list((run_dir / "plan" / "runner").glob("secret-vars-*"))
