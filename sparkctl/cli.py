@@ -518,11 +518,12 @@ def _inventory_thresholds(inventory_path: Path) -> Any:
     import tempfile  # noqa: PLC0415
 
     from sparkctl import inventory  # noqa: PLC0415
+    from sparkctl.remote import load_plan  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
     inv = inventory.validate(inventory_path)
     with tempfile.TemporaryDirectory(prefix="sparkctl-report-") as tmp:
-        plan = run.load_plan(inv, Path(tmp))
+        plan = load_plan(inv, Path(tmp))
     rate = plan.settings.line_rate_gbytes
     if rate is None:
         raise SparkctlError(

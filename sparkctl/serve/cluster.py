@@ -17,13 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkctl import inventory, tool_output
+from sparkctl import inventory, remote, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.plan import Plan, SglangPlan
 from sparkctl.provision import results_dir
 from sparkctl.runner import REDACTED
-from sparkctl.validate import nccl, sshconfig
-from sparkctl.validate.run import load_plan
 
 API_KEY_ENV = "SPARKCTL_SGLANG_API_KEY"
 
@@ -39,7 +37,7 @@ class Cluster:
     plan: Plan
     run_dir: Path
     ssh_config: Path
-    runner: nccl.Runner
+    runner: remote.Runner
     extravars: Mapping[str, Any] = field(default_factory=dict, repr=False)
     _secret_values: list[str] | None = field(default=None, repr=False)
 
@@ -262,14 +260,12 @@ def open_cluster(
     )
     run_dir = results_dir(inv.cluster, command)
     run_dir.mkdir(parents=True)
-    plan = load_plan(inv, run_dir, extravars)
-    nodes = [n.name for n in inv.nodes]
-    cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
+    session = remote.connect(inv, run_dir, extravars)
     return Cluster(
         inv=inv,
-        plan=plan,
+        plan=session.plan,
         run_dir=run_dir,
-        ssh_config=cfg,
+        ssh_config=session.ssh_config,
         extravars=dict(extravars or {}),
-        runner=nccl.ssh_runner(cfg),
+        runner=session.runner,
     )

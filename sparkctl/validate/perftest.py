@@ -19,8 +19,9 @@ from pathlib import Path
 
 from sparkctl import tool_output
 from sparkctl.plan import Plan
+from sparkctl.remote import Runner
 from sparkctl.validate.model import Check, Outcome, Thresholds
-from sparkctl.validate.nccl import Runner, pair_rounds
+from sparkctl.validate.nccl import pair_rounds
 
 BASE_PORT = 18515  # perftest's default port; one per twin
 SECONDS = 5

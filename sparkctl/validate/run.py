@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import os
@@ -26,14 +25,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sparkctl import __version__, console, inventory, tool_output
+from sparkctl import __version__, console, inventory, remote, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
-from sparkctl.paths import playbooks_dir, roles_dir, state_dir
+from sparkctl.paths import state_dir
 from sparkctl.plan import Plan
-from sparkctl.provision import cluster_env, results_dir
-from sparkctl.runner import run_playbook
-from sparkctl.validate import nccl, sshconfig
+from sparkctl.provision import results_dir
+from sparkctl.remote import Runner
+from sparkctl.validate import nccl
 from sparkctl.validate.model import Check, Finding, NcclRun, Report, Thresholds
 
 CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
@@ -52,56 +51,6 @@ class Options:
 
 
 # ------------------------------------------------------------------ plan
-def _plan_key(inv_path: Path, extravars: Mapping[str, Any] | None = None) -> str:
-    digest = hashlib.sha256(json.dumps(dict(extravars or {}), sort_keys=True).encode())
-    base = inv_path.resolve().parent
-    sources = [inv_path.resolve()]
-    for folder in (base / "group_vars", base / "host_vars"):
-        sources += sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
-    # The whole roles tree and every playbook: the plan play reads role defaults and vars,
-    # runs plan.yml tasks, and calls filter_plugins/, library/ and module_utils/ code
-    # (a filter edit once left a stale plan). Bytecode caches are not inputs.
-    for tree in (roles_dir(), playbooks_dir()):
-        sources += sorted(
-            p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-        )
-    for src in sources:
-        digest.update(str(src).encode() + b"\0" + src.read_bytes() + b"\0")
-    digest.update(str(state_dir()).encode())
-    return digest.hexdigest()[:20]
-
-
-def load_plan(
-    inv: inventory.Inventory, run_dir: Path, extravars: Mapping[str, Any] | None = None
-) -> Plan:
-    """What every node should look like: cached until an input file (or -e) changes."""
-    cache = state_dir() / "plans" / f"{inv.cluster}-{_plan_key(inv.path, extravars)}.json"
-    if not cache.is_file():
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        console.progress("plan: what the inventory implies for every node (validate_plan.yml)")
-        tmp = cache.with_suffix(".tmp")
-        result = run_playbook(
-            "validate_plan.yml",
-            inv.path,
-            results_dir=run_dir / "plan",
-            hosts=len(inv.hostvars),
-            extravars={**dict(extravars or {}), "validate_plan_file": str(tmp)},
-            envvars=cluster_env(inv.cluster),
-        )
-        if not result.ok or not tmp.is_file():
-            detail = "; ".join(f"{f.host}: {f.message}" for f in result.failures)
-            raise SparkctlError(
-                f"could not compute the plan from {inv.path}: "
-                f"{detail or result.status} (artifacts in {result.artifact_dir})",
-                result.exit_code() if result.failures else ExitCode.BAD_INPUT,
-            )
-        tmp.replace(cache)
-    data = json.loads(cache.read_text())
-    plan = Plan.from_dict(data)
-    (run_dir / "plan.json").write_text(json.dumps(data, indent=1))
-    return plan
-
-
 def thresholds(plan: Plan, line_rate: float) -> Thresholds:
     return nccl.thresholds_from(plan.settings.as_mapping(), line_rate)
 
@@ -294,7 +243,7 @@ def _neighbour_checks(
 
 
 # ------------------------------------------------------------------ line rate
-def line_rate(plan: Plan, head: str, runner: nccl.Runner) -> float:
+def line_rate(plan: Plan, head: str, runner: Runner) -> float:
     """The inventory's line rate, or the lab's shaped rate read from the head's hardware.json."""
     value = plan.settings.line_rate_gbytes
     if value is not None:
@@ -312,7 +261,7 @@ def line_rate(plan: Plan, head: str, runner: nccl.Runner) -> float:
 
 
 # ------------------------------------------------------------------ NCCL
-def _nccl_record(runner: nccl.Runner, head: str, version_file: str) -> dict[str, str]:
+def _nccl_record(runner: Runner, head: str, version_file: str) -> dict[str, str]:
     """The nccl role's record on the head (NCCL_HOME, NCCL_VERSION: the pinned build it
     installed); "none" values, as the lab's stand-ins record them, left out."""
     rc, out = runner(head, f"cat {version_file}", 30)
@@ -327,7 +276,7 @@ def nccl_gate(
     inv: inventory.Inventory,
     plan: Plan,
     facts: dict[str, dict[str, Any]],
-    runner: nccl.Runner,
+    runner: Runner,
     *,
     th: Thresholds,
     run_dir: Path,
@@ -425,7 +374,7 @@ def _port_of(inv: inventory.Inventory, plan: Plan, node: str) -> str | None:
 def perftest(
     plan: Plan,
     nodes: Sequence[str],
-    runner: nccl.Runner,
+    runner: Runner,
     *,
     th: Thresholds,
     run_dir: Path,
@@ -463,15 +412,14 @@ def last_good_link(cluster: str) -> Path:
 def validate(opts: Options) -> tuple[Report, Path]:
     inv = inventory.validate(opts.inventory)  # exit 2 before any host is contacted
     baseline_path = resolve_baseline(opts.baseline, inv.cluster) if opts.baseline else None
-    nodes = [n.name for n in inv.nodes]
+    nodes = remote.node_names(inv)
     run_dir = results_dir(inv.cluster, "validate")
     run_dir.mkdir(parents=True)
     started = time.monotonic()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with inventory_lock(inv, "validate"):
-        plan = load_plan(inv, run_dir, opts.extra)
-        ssh_cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
-        runner = nccl.ssh_runner(ssh_cfg)
+        session = remote.connect(inv, run_dir, opts.extra)
+        plan, ssh_cfg, runner = session.plan, session.ssh_config, session.runner
         console.progress(f"node checks on {len(nodes)} nodes, in parallel")
         checks, facts, down = run_node_checks(run_dir / "plan.json", ssh_cfg, nodes, run_dir)
         checks += cluster_checks(plan, facts, down)

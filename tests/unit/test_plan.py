@@ -20,7 +20,7 @@ from sparkctl import inventory
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory_rules import DEFAULT_SGLANG_GROUP
 from sparkctl.plan import NodePlan, Plan, SglangPlan, Twin
-from sparkctl.validate.run import load_plan
+from sparkctl.remote import load_plan
 from tests.unit import plans
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """sparkctl.validate.run: cluster checks, mesh localisation, summary, baseline, line rate,
-the plan cache key; sparkctl.validate.sshconfig; Report.verdict."""
+the plan cache key (sparkctl.remote.plan_cache); sparkctl.remote.sshconfig; Report.verdict."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import SwitchPort
 from sparkctl.lab.hardware import LabHardware
 from sparkctl.plan import Plan
-from sparkctl.validate import run, sshconfig
+from sparkctl.remote import plan_cache, sshconfig
+from sparkctl.validate import run
 from sparkctl.validate.model import (
     Baseline,
     BaselineItem,
@@ -642,46 +643,46 @@ def test_plan_key_is_stable_and_follows_the_inventory(
     state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ini = inventory_dir(tmp_path)
-    first = run._plan_key(ini)
-    assert len(first) == 20 and run._plan_key(ini) == first
+    first = plan_cache._plan_key(ini)
+    assert len(first) == 20 and plan_cache._plan_key(ini) == first
     (tmp_path / "unrelated.yml").write_text("x: 1\n")
-    assert run._plan_key(ini) == first
+    assert plan_cache._plan_key(ini) == first
 
     (ini.parent / "group_vars" / "sim" / "cluster.yml").write_text(
         "validate_busbw_min_fraction: 0.5\n"
     )
-    second = run._plan_key(ini)
+    second = plan_cache._plan_key(ini)
     assert second != first
 
     (ini.parent / "host_vars").mkdir()
     (ini.parent / "host_vars" / "spark1.yml").write_text("validate_perftest: false\n")
-    third = run._plan_key(ini)
+    third = plan_cache._plan_key(ini)
     assert third not in (first, second)
 
     ini.write_text(ini.read_text() + "# a comment\n")
-    fourth = run._plan_key(ini)
+    fourth = plan_cache._plan_key(ini)
     assert fourth not in (first, second, third)
 
     # A filter plugin (not a defaults file) changes the plan too: the key follows it.
-    roles, roles_dir = tmp_path / "roles-copy", run.roles_dir
+    roles, roles_dir = tmp_path / "roles-copy", plan_cache.roles_dir
     shutil.copytree(roles_dir(), roles, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(run, "roles_dir", lambda: roles)
-    copied = run._plan_key(ini)
+    monkeypatch.setattr(plan_cache, "roles_dir", lambda: roles)
+    copied = plan_cache._plan_key(ini)
     assert copied != fourth  # the paths are part of the key
     plugin = next(roles.glob("*/filter_plugins/*.py"))
     plugin.write_text(plugin.read_text() + "\n# an edit\n")
-    assert run._plan_key(ini) != copied
+    assert plan_cache._plan_key(ini) != copied
     (plugin.parent / "__pycache__").mkdir(exist_ok=True)
     (plugin.parent / "__pycache__" / "x.pyc").write_bytes(b"bytecode")
-    edited = run._plan_key(ini)
+    edited = plan_cache._plan_key(ini)
     (plugin.parent / "__pycache__" / "x.pyc").write_bytes(b"other bytecode")
-    assert run._plan_key(ini) == edited
-    monkeypatch.setattr(run, "roles_dir", roles_dir)
-    assert run._plan_key(ini) == fourth
+    assert plan_cache._plan_key(ini) == edited
+    monkeypatch.setattr(plan_cache, "roles_dir", roles_dir)
+    assert plan_cache._plan_key(ini) == fourth
 
     # Plans are cached per state directory (the lab and a real cluster keep theirs apart).
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "other-state"))
-    assert run._plan_key(ini) != fourth
+    assert plan_cache._plan_key(ini) != fourth
 
 
 # ---------------------------------------------------------------- ssh_config
