@@ -398,9 +398,9 @@ def serve_logs(inventory_path: Path, node: str | None, lines: int, follow: bool)
 @_ACCEPT_DIGEST
 def up_command(inventory_path: Path, extra: tuple[str, ...], accept_digest: str | None) -> None:
     """The whole job: provision, validate (stop if it fails), serve up, serve verify."""
-    from sparkctl.serve import service  # noqa: PLC0415
+    from sparkctl.whole_job import whole_job  # noqa: PLC0415
 
-    service.whole_job(inventory_path, _with_accept(extra, accept_digest))
+    whole_job(inventory_path, _with_accept(extra, accept_digest))
 
 
 @cli.group("report")
