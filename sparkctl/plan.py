@@ -195,7 +195,7 @@ class NodePlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """The whole plan: the cluster, its hardware profile and every node (node_rank order)."""
+    """The whole plan: the cluster, its hardware profile and every node (the play's order)."""
 
     schema: int
     cluster: str
@@ -222,18 +222,23 @@ class Plan:
         """The plan JSON as the validate role wrote it; SparkctlError (exit 2) naming the
         field when its shape is not the roles'."""
         top = _mapping(data, "")
-        hosts = _mapping(top.get("hosts"), "hosts") if "hosts" in top else None
-        if hosts is not None and not hosts:
-            raise _bad("hosts", "at least one node", hosts)
-        if hosts is not None:
-            hosts = {n: _one_group(n, node, list(hosts)) for n, node in hosts.items()}
-            top = {**top, "hosts": hosts}
+        if "hosts" in top:
+            hosts = _mapping(top["hosts"], "hosts")
+            if not hosts:
+                raise _bad("hosts", "at least one node", hosts)
+            order = sorted(hosts, key=lambda n: _rank(hosts[n]))
+            top = {**top, "hosts": {n: _one_group(n, v, order) for n, v in hosts.items()}}
         return _read(cls, top, "")
+
+
+def _rank(node: object) -> int:
+    rank = node.get("node_rank") if isinstance(node, Mapping) else None
+    return rank if isinstance(rank, int) else 0  # a bad node_rank is named by _read
 
 
 def _one_group(name: str, node: object, names: list[str]) -> object:
     """A node whose sglang part names no TP group (a plan from before groups) is in the one
-    default group of every node, in plan order."""
+    default group of every node, in node_rank order."""
     if not isinstance(node, Mapping) or not isinstance(node.get("sglang"), Mapping):
         return node
     s = node["sglang"]
