@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from sparkctl import inventory  # noqa: E402
 from sparkctl.paths import data_dir  # noqa: E402
-from sparkctl.validate import run, sshconfig  # noqa: E402
+from sparkctl.remote import load_plan, sshconfig  # noqa: E402
+from sparkctl.validate import run  # noqa: E402
 
 
 def sparkctl_way(plan_file: Path, ssh_cfg: Path, nodes: list[str], work: Path) -> tuple[float, Any]:
@@ -99,7 +100,7 @@ def main() -> int:
     nodes = [n.name for n in inv.nodes]
     with tempfile.TemporaryDirectory(prefix="sparkctl-bench-") as tmp:
         work = Path(tmp)
-        plan = run.load_plan(inv, work)
+        plan = load_plan(inv, work)
         plan_file = work / "plan.json"
         ssh_cfg = sshconfig.write(work / "ssh_config", inv.hostvars, nodes)
         rows = []

@@ -398,9 +398,9 @@ def serve_logs(inventory_path: Path, node: str | None, lines: int, follow: bool)
 @_ACCEPT_DIGEST
 def up_command(inventory_path: Path, extra: tuple[str, ...], accept_digest: str | None) -> None:
     """The whole job: provision, validate (stop if it fails), serve up, serve verify."""
-    from sparkctl.serve import service  # noqa: PLC0415
+    from sparkctl.whole_job import whole_job  # noqa: PLC0415
 
-    service.whole_job(inventory_path, _with_accept(extra, accept_digest))
+    whole_job(inventory_path, _with_accept(extra, accept_digest))
 
 
 @cli.group("report")
@@ -518,19 +518,20 @@ def _inventory_thresholds(inventory_path: Path) -> Any:
     import tempfile  # noqa: PLC0415
 
     from sparkctl import inventory  # noqa: PLC0415
+    from sparkctl.remote import load_plan  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
     inv = inventory.validate(inventory_path)
     with tempfile.TemporaryDirectory(prefix="sparkctl-report-") as tmp:
-        plan = run.load_plan(inv, Path(tmp))
-    rate = next(iter(plan["hosts"].values()))["validate"]["line_rate_gbytes"]
-    if rate in (None, "", "None"):
+        plan = load_plan(inv, Path(tmp))
+    rate = plan.settings.line_rate_gbytes
+    if rate is None:
         raise SparkctlError(
             f"{inventory_path}: its profile reads the line rate from the nodes "
             "(the lab's shaped rate): give --line-rate instead",
             ExitCode.BAD_INPUT,
         )
-    return run.thresholds(plan, float(rate))
+    return run.thresholds(plan, rate)
 
 
 def _exact(value: float) -> str:

@@ -3,7 +3,7 @@
 Host key checking stays on everywhere. Each host's current keys are fetched
 with ``ssh-keyscan`` (all hosts at once) and compared with the known_hosts
 file that host's connection uses (the inventory's ``UserKnownHostsFile``, else
-``~/.ssh/known_hosts``; see :func:`sparkctl.validate.sshconfig.known_hosts_file`).
+``~/.ssh/known_hosts``; see :func:`sparkctl.remote.sshconfig.known_hosts_file`).
 A host seen for the first time is recorded and its fingerprint shown, to be
 compared with the machine's console; a host whose key changed is never
 recorded over: the run stops naming it, with the command that accepts a
@@ -37,7 +37,7 @@ from sparkctl import console, inventory
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.proc import require_tool, run
-from sparkctl.validate.sshconfig import known_hosts_file
+from sparkctl.remote.sshconfig import known_hosts_file
 
 KEY_TYPES = "ed25519,ecdsa,rsa"  # what ssh-keyscan asks for, best first
 SCAN_TIMEOUT_S = 5

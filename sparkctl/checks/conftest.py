@@ -28,6 +28,8 @@ from typing import Any
 import pytest
 
 from sparkctl.checks.state import DOWN_KEY, FACTS_KEY, HOSTS_KEY, PLAN_KEY, RESULTS_KEY
+from sparkctl.errors import SparkctlError
+from sparkctl.plan import NodePlan, Plan, ValidatePlan
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,8 +57,11 @@ def pytest_configure(config: pytest.Config) -> None:
     plan_path = config.getoption("--sparkctl-plan")
     if not plan_path:
         raise pytest.UsageError("--sparkctl-plan is required")
-    plan = json.loads(Path(plan_path).read_text())
-    unknown = [n for n in config.getoption("--sparkctl-node") if n not in plan["hosts"]]
+    try:
+        plan = Plan.from_dict(json.loads(Path(plan_path).read_text()))
+    except SparkctlError as exc:
+        raise pytest.UsageError(exc.message) from None
+    unknown = [n for n in config.getoption("--sparkctl-node") if n not in plan.hosts]
     if unknown:
         raise pytest.UsageError(f"not in the plan: {', '.join(unknown)}")
     config.stash[PLAN_KEY] = plan
@@ -68,7 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _selected(config: pytest.Config) -> list[str]:
     plan = config.stash[PLAN_KEY]
-    chosen: list[str] = config.getoption("--sparkctl-node") or list(plan["hosts"])
+    chosen: list[str] = config.getoption("--sparkctl-node") or plan.nodes
     return chosen
 
 
@@ -80,10 +85,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = [n for n in ("node", "twin", "peer", "binary") if n in metafunc.fixturenames]
     combos: list[tuple[str, ...]] = []
     for node in _selected(metafunc.config):
-        nplan = plan["hosts"][node]
-        twins = [t["twin"] for t in nplan["roce_fabric"]["twins"]] if "twin" in names else [""]
-        peers = [p for p in plan["hosts"] if p != node] if "peer" in names else [""]
-        binaries = nplan["nccl"]["binaries"] if "binary" in names else [""]
+        nplan = plan.node(node)
+        twins = [t.twin for t in nplan.roce_fabric.twins] if "twin" in names else [""]
+        peers = [p for p in plan.hosts if p != node] if "peer" in names else [""]
+        binaries = list(nplan.nccl.binaries) if "binary" in names else [""]
         for twin in twins:
             for peer in peers:
                 for binary in binaries:
@@ -100,20 +105,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def plan(request: pytest.FixtureRequest) -> dict[str, Any]:
+def plan(request: pytest.FixtureRequest) -> Plan:
     return request.config.stash[PLAN_KEY]
 
 
 @pytest.fixture
-def nplan(plan: dict[str, Any], node: str) -> dict[str, Any]:
+def nplan(plan: Plan, node: str) -> NodePlan:
     """This node's part of the plan."""
-    return dict(plan["hosts"][node])
+    return plan.node(node)
 
 
 @pytest.fixture
-def settings(plan: dict[str, Any], node: str) -> dict[str, Any]:
+def settings(plan: Plan, node: str) -> ValidatePlan:
     """The validate role's thresholds as this node sees them."""
-    return dict(plan["hosts"][node]["validate"])
+    return plan.node(node).validate
 
 
 def _connect(config: pytest.Config, node: str) -> Any:
@@ -121,7 +126,7 @@ def _connect(config: pytest.Config, node: str) -> Any:
 
     cache = config.stash[HOSTS_KEY]
     if node not in cache:
-        timeout = int(config.stash[PLAN_KEY]["hosts"][node]["validate"]["command_timeout"])
+        timeout = config.stash[PLAN_KEY].node(node).validate.command_timeout
         if config.getoption("--sparkctl-backend") == "ansible":
             cache[node] = testinfra.get_host(
                 f"ansible://{node}",
@@ -188,14 +193,11 @@ def _message(report: pytest.TestReport) -> str:
     return first
 
 
-def _subject(plan: dict[str, Any], params: dict[str, Any]) -> str | None:
+def _subject(plan: Plan, params: dict[str, Any]) -> str | None:
     node = params.get("node")
     parts = []
     if params.get("twin") and node:
-        twin = next(
-            t for t in plan["hosts"][node]["roce_fabric"]["twins"] if t["twin"] == params["twin"]
-        )
-        parts.append(twin["netdev"])
+        parts.append(plan.node(node).roce_fabric.twin(params["twin"]).netdev)
     if params.get("peer"):
         parts.append(f"-> {params['peer']}")
     if params.get("binary"):

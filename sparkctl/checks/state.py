@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-PLAN_KEY = pytest.StashKey[dict[str, Any]]()
+from sparkctl.plan import Plan
+
+PLAN_KEY = pytest.StashKey[Plan]()
 RESULTS_KEY = pytest.StashKey[list[dict[str, Any]]]()
 FACTS_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
 DOWN_KEY = pytest.StashKey[dict[str, str]]()

@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from sparkctl import tool_output
+from sparkctl.plan import NodePlan, Plan
 
 ICMP_IPV4_OVERHEAD = 28  # 20 bytes IPv4 header + 8 bytes ICMP header
 
@@ -42,17 +43,16 @@ def _ping(host: Any, netdev: str, address: str, size: int, count: int) -> dict[s
 
 def test_mesh(
     host: Any,
-    plan: dict[str, Any],
-    nplan: dict[str, Any],
+    plan: Plan,
+    nplan: NodePlan,
     twin: str,
     peer: str,
     facts: dict[str, Any],
     seen: Any,
 ) -> None:
-    spec = next(t for t in nplan["roce_fabric"]["twins"] if t["twin"] == twin)
-    netdev = spec["netdev"]
-    address = plan["hosts"][peer][f"fabric_{twin}_ip"]
-    mtu = int(nplan["roce_fabric"]["mtu"])
+    netdev = nplan.roce_fabric.twin(twin).netdev
+    address = plan.node(peer).fabric_ip(twin)
+    mtu = nplan.roce_fabric.mtu
     big = _ping(host, netdev, address, mtu - ICMP_IPV4_OVERHEAD, 3)
     mac = tool_output.ip_neigh_mac(
         host.run(f"ip -j neigh show {shlex.quote(address)} dev {shlex.quote(netdev)}").stdout

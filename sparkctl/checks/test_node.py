@@ -16,13 +16,14 @@ import pytest
 from sparkctl import tool_output
 from sparkctl.checks.conftest import as_root
 from sparkctl.checks.state import mark_down
+from sparkctl.plan import NodePlan, Plan, Twin, ValidatePlan
 
 GiB = 1 << 30
 MiB = 1 << 20
 
 
-def _twin(nplan: dict[str, Any], twin: str) -> dict[str, Any]:
-    return dict(next(t for t in nplan["roce_fabric"]["twins"] if t["twin"] == twin))
+def _twin(nplan: NodePlan, twin: str) -> Twin:
+    return nplan.roce_fabric.twin(twin)
 
 
 def _env_diff(actual: dict[str, str], expected: dict[str, str]) -> list[str]:
@@ -67,22 +68,22 @@ def test_reachable(request: pytest.FixtureRequest, host: Any, node: str, seen: A
 
 
 # ------------------------------------------------------------------ GPU
-def test_gpu(host: Any, nplan: dict[str, Any], seen: Any) -> None:
-    want = nplan["nvidia_driver"]
+def test_gpu(host: Any, nplan: NodePlan, seen: Any) -> None:
+    want = nplan.nvidia_driver
     out = _run(host, ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv"])
     assert out.rc == 0, f"nvidia-smi: rc {out.rc}: {(out.stdout + out.stderr).strip()[:200]}"
     gpus = tool_output.nvidia_smi_csv(out.stdout, ["name", "driver_version"])
     assert gpus, "nvidia-smi listed no GPU"
     names = [str(g["name"]) for g in gpus]
     drivers = [str(g["driver_version"]) for g in gpus]
-    assert any(want["gpu"] in n for n in names), f"GPU {names}, want a {want['gpu']}"
-    low = [d for d in drivers if not tool_output.at_least(d, want["min_driver"])]
-    assert not low, f"driver {low[0]} is older than the minimum {want['min_driver']}"
-    seen(f"{names[0]}, driver {drivers[0]} >= {want['min_driver']}")
+    assert any(want.gpu in n for n in names), f"GPU {names}, want a {want.gpu}"
+    low = [d for d in drivers if not tool_output.at_least(d, want.min_driver)]
+    assert not low, f"driver {low[0]} is older than the minimum {want.min_driver}"
+    seen(f"{names[0]}, driver {drivers[0]} >= {want.min_driver}")
 
 
-def test_cuda(host: Any, nplan: dict[str, Any], seen: Any) -> None:
-    want = nplan["nvidia_driver"]["min_cuda"]
+def test_cuda(host: Any, nplan: NodePlan, seen: Any) -> None:
+    want = nplan.nvidia_driver.min_cuda
     out = _run(host, ["nvidia-smi"])
     assert out.rc == 0, f"nvidia-smi: rc {out.rc}: {(out.stdout + out.stderr).strip()[:200]}"
     cuda = tool_output.nvidia_smi_cuda(out.stdout)
@@ -91,10 +92,8 @@ def test_cuda(host: Any, nplan: dict[str, Any], seen: Any) -> None:
 
 
 # ------------------------------------------------------------------ fabric twins
-def test_twin_up(
-    host: Any, nplan: dict[str, Any], twin: str, facts: dict[str, Any], seen: Any
-) -> None:
-    netdev = _twin(nplan, twin)["netdev"]
+def test_twin_up(host: Any, nplan: NodePlan, twin: str, facts: dict[str, Any], seen: Any) -> None:
+    netdev = _twin(nplan, twin).netdev
     iface = host.interface(netdev)
     assert iface.exists, f"{netdev} does not exist"
     state = host.file(f"/sys/class/net/{netdev}/operstate").content_string.strip()
@@ -109,34 +108,34 @@ def test_twin_up(
 
 
 def test_twin_address(
-    host: Any, nplan: dict[str, Any], twin: str, facts: dict[str, Any], seen: Any
+    host: Any, nplan: NodePlan, twin: str, facts: dict[str, Any], seen: Any
 ) -> None:
     spec = _twin(nplan, twin)
     out = host.run("ip -j -4 addr show")
     assert out.rc == 0, f"ip addr show: {out.stderr.strip()}"
     every = tool_output.ip_addr(out.stdout)
     facts["addresses"] = every  # all interfaces: the cluster's duplicate-address check
-    have = every.get(spec["netdev"], [])
-    assert spec["address"] in have, (
-        f"{spec['netdev']} has {', '.join(have) or 'no IPv4 address'}, want {spec['address']}"
+    have = every.get(spec.netdev, [])
+    assert spec.address in have, (
+        f"{spec.netdev} has {', '.join(have) or 'no IPv4 address'}, want {spec.address}"
     )
-    extra = [a for a in have if a != spec["address"]]
-    assert not extra, f"{spec['netdev']} also has {', '.join(extra)} (want only {spec['address']})"
-    seen(f"{spec['netdev']} {spec['address']}")
+    extra = [a for a in have if a != spec.address]
+    assert not extra, f"{spec.netdev} also has {', '.join(extra)} (want only {spec.address})"
+    seen(f"{spec.netdev} {spec.address}")
 
 
-def test_twin_mtu(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> None:
-    netdev = _twin(nplan, twin)["netdev"]
-    want = int(nplan["roce_fabric"]["mtu"])
+def test_twin_mtu(host: Any, nplan: NodePlan, twin: str, seen: Any) -> None:
+    netdev = _twin(nplan, twin).netdev
+    want = nplan.roce_fabric.mtu
     text = host.run(f"cat /sys/class/net/{shlex.quote(netdev)}/mtu").stdout.strip()
     have = int(text) if text.isdigit() else -1
     assert have == want, f"{netdev} MTU {have}, want {want}"
     seen(f"{netdev} MTU {have}")
 
 
-def test_twin_speed(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> None:
-    netdev = _twin(nplan, twin)["netdev"]
-    want = int(nplan["roce_fabric"]["speed_mbps"])
+def test_twin_speed(host: Any, nplan: NodePlan, twin: str, seen: Any) -> None:
+    netdev = _twin(nplan, twin).netdev
+    want = nplan.roce_fabric.speed_mbps
     text = host.run(f"cat /sys/class/net/{shlex.quote(netdev)}/speed").stdout.strip()
     have = int(text) if text.lstrip("-").isdigit() else -1
     hint = " (negotiated down: force the switch port to full speed)" if 0 < have < want else ""
@@ -146,35 +145,32 @@ def test_twin_speed(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> N
     seen(f"{netdev} {have} Mb/s")
 
 
-def test_roce_device(host: Any, nplan: dict[str, Any], twin: str, seen: Any) -> None:
+def test_roce_device(host: Any, nplan: NodePlan, twin: str, seen: Any) -> None:
     spec = _twin(nplan, twin)
     out = _run(host, ["ibdev2netdev"])
     assert out.rc == 0, f"ibdev2netdev: rc {out.rc}: {out.stderr.strip()[:200]}"
     mapping = {
         row["ibdev"]: (row["netdev"], row["state"]) for row in tool_output.ibdev2netdev(out.stdout)
     }
-    assert spec["ibdev"] in mapping, (
-        f"no RoCE device {spec['ibdev']} (have {', '.join(sorted(mapping)) or 'none'})"
+    assert spec.ibdev in mapping, (
+        f"no RoCE device {spec.ibdev} (have {', '.join(sorted(mapping)) or 'none'})"
     )
-    netdev, state = mapping[spec["ibdev"]]
-    assert netdev == spec["netdev"], f"{spec['ibdev']} maps to {netdev}, want {spec['netdev']}"
-    assert state == "Up", f"{spec['ibdev']} ({netdev}) is {state}"
-    seen(f"{spec['ibdev']} -> {netdev} Up")
+    netdev, state = mapping[spec.ibdev]
+    assert netdev == spec.netdev, f"{spec.ibdev} maps to {netdev}, want {spec.netdev}"
+    assert state == "Up", f"{spec.ibdev} ({netdev}) is {state}"
+    seen(f"{spec.ibdev} -> {netdev} Up")
 
 
-def test_roce_port(
-    host: Any, plan: dict[str, Any], nplan: dict[str, Any], twin: str, seen: Any
-) -> None:
+def test_roce_port(host: Any, plan: Plan, nplan: NodePlan, twin: str, seen: Any) -> None:
     """The twin's RDMA port as the verbs library sees it (``ibv_devinfo``): PORT_ACTIVE with
     link layer Ethernet, i.e. RoCE, where NCCL and ib_write_bw open it. Only on a profile
     whose hardware has RDMA (cluster_hw.rdma): a lab node has no verbs device to ask."""
-    if not plan["cluster_hw"].get("rdma"):
+    if not plan.cluster_hw.get("rdma"):
         pytest.skip(
-            f"no RDMA devices on the {plan.get('hw_profile', '?')} profile "
-            "(cluster_hw.rdma is not true)"
+            f"no RDMA devices on the {plan.hw_profile} profile (cluster_hw.rdma is not true)"
         )
     spec = _twin(nplan, twin)
-    ibdev = spec["ibdev"]
+    ibdev = spec.ibdev
     out = _run(host, ["ibv_devinfo"])
     missing = " (ibv_devinfo is in Ubuntu's ibverbs-utils, from rdma-core)" if out.rc == 127 else ""
     assert out.rc == 0, (
@@ -186,7 +182,7 @@ def test_roce_port(
     port = next((p for p in devices[ibdev]["ports"] if p["port"] == 1), None)
     assert port is not None, f"{ibdev} has no port 1 in ibv_devinfo"
     assert port.get("state") == "PORT_ACTIVE", (
-        f"{ibdev} port 1 ({spec['netdev']}) is {port.get('state', 'in no state')}, "
+        f"{ibdev} port 1 ({spec.netdev}) is {port.get('state', 'in no state')}, "
         "want PORT_ACTIVE: no link, or the port is not up for RDMA"
     )
     assert port.get("link_layer") == "Ethernet", (
@@ -197,31 +193,31 @@ def test_roce_port(
 
 
 # ------------------------------------------------------------------ NCCL
-def test_nccl_env(host: Any, nplan: dict[str, Any], seen: Any) -> None:
-    want = nplan["nccl"]
-    expected = {k: str(v) for k, v in want["env"].items()}
+def test_nccl_env(host: Any, nplan: NodePlan, seen: Any) -> None:
+    want = nplan.nccl
+    expected = {k: str(v) for k, v in want.env.items()}
     with as_root(host):
-        env_text = host.file(want["env_file"]).content_string
-        if expected.get("NCCL_IB_GID_INDEX") == want["gid_placeholder"]:
-            record = tool_output.env_file(host.file(want["record_file"]).content_string)
+        env_text = host.file(want.env_file).content_string
+        if expected.get("NCCL_IB_GID_INDEX") == want.gid_placeholder:
+            record = tool_output.env_file(host.file(want.record_file).content_string)
             assert record.get("ROCE_GID_INDEX"), (
-                f"{want['record_file']} has no ROCE_GID_INDEX (provision the roce_fabric role)"
+                f"{want.record_file} has no ROCE_GID_INDEX (provision the roce_fabric role)"
             )
             expected["NCCL_IB_GID_INDEX"] = record["ROCE_GID_INDEX"]
-        conf_text = host.file(want["conf_file"]).content_string
+        conf_text = host.file(want.conf_file).content_string
     diff = _env_diff(tool_output.env_file(env_text), expected)
-    assert not diff, f"{want['env_file']}: {'; '.join(diff)}"
+    assert not diff, f"{want.env_file}: {'; '.join(diff)}"
     nccl_only = {k: v for k, v in expected.items() if k.startswith("NCCL_")}
     diff = _env_diff(tool_output.env_file(conf_text), nccl_only)
-    assert not diff, f"{want['conf_file']}: {'; '.join(diff)}"
+    assert not diff, f"{want.conf_file}: {'; '.join(diff)}"
     seen(
         f"{len(expected)} variables as the inventory implies "
         f"(NCCL_IB_GID_INDEX={expected.get('NCCL_IB_GID_INDEX')})"
     )
 
 
-def test_nccl_tests_binary(host: Any, nplan: dict[str, Any], binary: str, seen: Any) -> None:
-    path = f"{nplan['nccl']['tests_dir']}/{binary}"
+def test_nccl_tests_binary(host: Any, nplan: NodePlan, binary: str, seen: Any) -> None:
+    path = f"{nplan.nccl.tests_dir}/{binary}"
     f = host.file(path)
     assert f.exists, f"{path} is missing"
     assert f.mode & 0o111, f"{path} is not executable (mode {f.mode:o})"
@@ -234,14 +230,12 @@ def test_mpirun(host: Any, seen: Any) -> None:
     seen(out.stdout.strip().splitlines()[0] if out.stdout.strip() else "mpirun")
 
 
-def test_cluster_ssh(
-    host: Any, plan: dict[str, Any], nplan: dict[str, Any], peer: str, seen: Any
-) -> None:
+def test_cluster_ssh(host: Any, plan: Plan, nplan: NodePlan, peer: str, seen: Any) -> None:
     """As the cluster user with the cluster key only, over fabric a (mpirun's path), with
     strict host key checking."""
-    user = nplan["base"]["cluster_user"]
-    address = plan["hosts"][peer]["fabric_a_ip"]
-    key = f"~/.ssh/{nplan['base']['key_name']}"  # ssh expands ~ in IdentityFile itself
+    user = nplan.base.cluster_user
+    address = plan.node(peer).fabric_a_ip
+    key = f"~/.ssh/{nplan.base.key_name}"  # ssh expands ~ in IdentityFile itself
     argv = [
         "ssh",
         "-o",
@@ -269,11 +263,11 @@ def test_cluster_ssh(
 
 
 # ------------------------------------------------------------------ clock
-def test_clock(host: Any, nplan: dict[str, Any], settings: dict[str, Any], seen: Any) -> None:
+def test_clock(host: Any, nplan: NodePlan, settings: ValidatePlan, seen: Any) -> None:
     out = _run(host, ["chronyc", "-n", "tracking"])
     assert out.rc == 0, f"chronyc tracking: rc {out.rc}: {out.stderr.strip()[:200]}"
     track = tool_output.chronyc_tracking(out.stdout)
-    limit_ms = float(settings["clock_max_offset_ms"])
+    limit_ms = settings.clock_max_offset_ms
     offset_s = float(track["offset_s"])
     assert track["leap"] == "Normal", f"chronyd: leap status {track['leap']!r} (not synchronised)"
     assert track["reference"] != "00000000", "chronyd has no reference (not synchronised)"
@@ -284,49 +278,49 @@ def test_clock(host: Any, nplan: dict[str, Any], settings: dict[str, Any], seen:
 
 
 # ------------------------------------------------------------------ model and service
-def _model_check(host: Any, nplan: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+def _model_check(host: Any, nplan: NodePlan, facts: dict[str, Any]) -> dict[str, Any]:
     import json  # noqa: PLC0415
 
     if "model_check" not in facts:
-        m = nplan["model_cache"]
+        m = nplan.model_cache
         argv = [
-            m["relay"],
+            m.relay,
             "check",
-            m["root"],
+            m.root,
             "--manifest",
-            m["manifest"],
+            m.manifest,
             "--state",
-            m["state"],
+            m.state,
             "--link",
-            m["link"],
+            m.link,
             "--read-only",
         ]
         with as_root(host):
             out = _run(host, argv, timeout=600)
-        assert out.rc == 0, f"{m['relay']} check: {(out.stderr or out.stdout).strip()[-300:]}"
+        assert out.rc == 0, f"{m.relay} check: {(out.stderr or out.stdout).strip()[-300:]}"
         facts["model_check"] = json.loads(out.stdout)
     return dict(facts["model_check"])
 
 
-def test_model_cache(host: Any, nplan: dict[str, Any], facts: dict[str, Any], seen: Any) -> None:
-    m = nplan["model_cache"]
-    if m["source"] == "none":
+def test_model_cache(host: Any, nplan: NodePlan, facts: dict[str, Any], seen: Any) -> None:
+    m = nplan.model_cache
+    if m.source == "none":
         pytest.skip("no model configured (model_cache_source: none)")
     have = _model_check(host, nplan, facts)
     broken = have["missing"] + have["bad"]
     assert not broken, (
-        f"{m['root']}: {len(have['missing'])} missing, {len(have['bad'])} "
+        f"{m.root}: {len(have['missing'])} missing, {len(have['bad'])} "
         f"damaged of {have['files']} files (first: {broken[0]}); "
         "run `sparkctl model sync`"
     )
-    assert have.get("link_target") == m["root"], (
-        f"{m['link']} points at {have.get('link_target')}, want {m['root']}"
+    assert have.get("link_target") == m.root, (
+        f"{m.link} points at {have.get('link_target')}, want {m.root}"
     )
     seen(f"{have['files']} files, {have['total_bytes'] / GiB:.2f} GiB match the manifest")
 
 
-def test_sglang_unit(host: Any, nplan: dict[str, Any], facts: dict[str, Any], seen: Any) -> None:
-    unit = nplan["sglang"]["unit"]
+def test_sglang_unit(host: Any, nplan: NodePlan, facts: dict[str, Any], seen: Any) -> None:
+    unit = nplan.sglang.unit
     out = host.run(
         f"systemctl show -p LoadState,UnitFileState,ActiveState,MemoryCurrent {shlex.quote(unit)}"
     )
@@ -339,7 +333,7 @@ def test_sglang_unit(host: Any, nplan: dict[str, Any], facts: dict[str, Any], se
 
 
 def test_memory(
-    host: Any, nplan: dict[str, Any], settings: dict[str, Any], facts: dict[str, Any], seen: Any
+    host: Any, nplan: NodePlan, settings: ValidatePlan, facts: dict[str, Any], seen: Any
 ) -> None:
     """Room for this node's share of the weights plus headroom (SGLang's own use counts as room)."""
     mem = tool_output.meminfo(host.file("/proc/meminfo").content_string)
@@ -347,38 +341,38 @@ def test_memory(
     available = mem["MemAvailable"]
     props = tool_output.systemctl_show(
         host.run(
-            f"systemctl show -p ActiveState,MemoryCurrent {shlex.quote(nplan['sglang']['unit'])}"
+            f"systemctl show -p ActiveState,MemoryCurrent {shlex.quote(nplan.sglang.unit)}"
         ).stdout
     )
     if props.get("ActiveState") == "active" and props.get("MemoryCurrent", "").isdigit():
         available += int(props["MemoryCurrent"])
     share = 0
-    if nplan["model_cache"]["source"] != "none":
+    if nplan.model_cache.source != "none":
         model = _model_check(host, nplan, facts)
-        share = int(model["total_bytes"]) // max(1, int(nplan["sglang"]["nnodes"]))
-    need = share + int(settings["mem_headroom_mb"]) * MiB
+        share = int(model["total_bytes"]) // max(1, nplan.sglang.nnodes)
+    need = share + settings.mem_headroom_mb * MiB
     assert available >= need, (
         f"{available / GiB:.1f} GiB available, need {need / GiB:.1f} GiB "
         f"({share / GiB:.1f} GiB of weights + "
-        f"{int(settings['mem_headroom_mb'])} MiB headroom)"
+        f"{settings.mem_headroom_mb} MiB headroom)"
     )
     seen(f"{available / GiB:.1f} GiB available >= {need / GiB:.1f} GiB")
 
 
 def test_disk(
-    host: Any, nplan: dict[str, Any], settings: dict[str, Any], facts: dict[str, Any], seen: Any
+    host: Any, nplan: NodePlan, settings: ValidatePlan, facts: dict[str, Any], seen: Any
 ) -> None:
-    m = nplan["model_cache"]
-    headroom = int(settings["disk_headroom_mb"]) * MiB
-    if m["source"] != "none":
+    m = nplan.model_cache
+    headroom = settings.disk_headroom_mb * MiB
+    if m.source != "none":
         model = _model_check(host, nplan, facts)
         free, need = int(model["free_bytes"]), int(model["need_bytes"]) + headroom
         what = f"{int(model['need_bytes']) / GiB:.1f} GiB of model still to copy + headroom"
     else:
-        out = host.run("df -P -B1 " + shlex.quote(m["dir"]) + " 2>/dev/null || df -P -B1 /")
+        out = host.run("df -P -B1 " + shlex.quote(m.dir) + " 2>/dev/null || df -P -B1 /")
         free = int(out.stdout.splitlines()[-1].split()[3])
         need, what = headroom, "headroom"
     assert free >= need, (
-        f"{free / GiB:.1f} GiB free for {m['dir']}, need {need / GiB:.1f} GiB ({what})"
+        f"{free / GiB:.1f} GiB free for {m.dir}, need {need / GiB:.1f} GiB ({what})"
     )
     seen(f"{free / GiB:.1f} GiB free")

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkctl import inventory, tool_output
+from sparkctl import inventory, remote, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.plan import Plan, SglangPlan
 from sparkctl.provision import results_dir
 from sparkctl.runner import REDACTED
-from sparkctl.validate import nccl, sshconfig
-from sparkctl.validate.run import load_plan
 
 API_KEY_ENV = "SPARKCTL_SGLANG_API_KEY"
 
@@ -35,10 +34,10 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext | bool:
 @dataclass
 class Cluster:
     inv: inventory.Inventory
-    plan: dict[str, Any]
+    plan: Plan
     run_dir: Path
     ssh_config: Path
-    runner: nccl.Runner
+    runner: remote.Runner
     extravars: Mapping[str, Any] = field(default_factory=dict, repr=False)
     _secret_values: list[str] | None = field(default=None, repr=False)
 
@@ -50,13 +49,11 @@ class Cluster:
     def groups(self) -> list[Group]:
         """The TP groups (sglang_group), each with its members in rank order, head first.
 
-        One group of every node when the plan predates groups."""
+        One group of every node when the plan predates groups (:meth:`Plan.from_dict`)."""
         seen: dict[str, list[str]] = {}
         for node in self.nodes:
-            s = self.plan["hosts"][node]["sglang"]
-            name = str(s.get("group", "main"))
-            members = [str(m) for m in s.get("group_members", self.nodes)]
-            seen.setdefault(name, members)
+            s = self.plan.node(node).sglang
+            seen.setdefault(s.group, list(s.group_members))
         return [Group(self, name, members) for name, members in seen.items()]
 
     def group_of(self, node: str) -> Group:
@@ -76,8 +73,8 @@ class Cluster:
         heads = set(self.heads)
         return [n for n in self.nodes if n not in heads]
 
-    def sglang(self, node: str | None = None) -> dict[str, Any]:
-        return dict(self.plan["hosts"][node or self.head]["sglang"])
+    def sglang(self, node: str | None = None) -> SglangPlan:
+        return self.plan.node(node or self.head).sglang
 
     def rank(self, node: str) -> int:
         """The rank within the node's TP group (SGLang's --node-rank)."""
@@ -91,7 +88,7 @@ class Cluster:
 
     @property
     def unit(self) -> str:
-        return str(self.sglang()["unit"])
+        return self.sglang().unit
 
     @property
     def base_url(self) -> str:
@@ -101,7 +98,7 @@ class Cluster:
     @property
     def model_name(self) -> str:
         s = self.sglang()
-        return str(s["served_model_name"] or s["model_path"])
+        return s.served_model_name or s.model_path
 
     def sudo(self, node: str) -> str:
         """Root on the node: the connection user may be an admin with sudo (become)."""
@@ -153,11 +150,11 @@ class Cluster:
         if os.environ.get(API_KEY_ENV):
             return os.environ[API_KEY_ENV]
         s = self.sglang()
-        path = Path(str(s["api_key_file"])).expanduser()
+        path = Path(s.api_key_file).expanduser()
         try:
             key = path.read_text().strip()
         except FileNotFoundError:
-            if s["api_key_required"]:
+            if s.api_key_required:
                 raise SparkctlError(
                     f"no API key: {API_KEY_ENV} is not set and {path} does not exist",
                     ExitCode.BAD_INPUT,
@@ -230,17 +227,17 @@ class Group:
     @property
     def base_url(self) -> str:
         node = self.cluster.inv.node(self.head)
-        scheme = "https" if self.sglang().get("tls") else "http"
-        return f"{scheme}://{node.mgmt_ip}:{int(self.sglang()['port'])}"
+        scheme = "https" if self.sglang().tls else "http"
+        return f"{scheme}://{node.mgmt_ip}:{self.sglang().port}"
 
     @property
     def tls_ca_file(self) -> str | None:
         """The CA the head's certificate is checked against (None: plain http, or the
         system's CAs)."""
         s = self.sglang()
-        return str(s["tls_ca_file"]) if s.get("tls") and s.get("tls_ca_file") else None
+        return s.tls_ca_file if s.tls and s.tls_ca_file else None
 
-    def sglang(self, node: str | None = None) -> dict[str, Any]:
+    def sglang(self, node: str | None = None) -> SglangPlan:
         return self.cluster.sglang(node or self.head)
 
     def rank(self, node: str) -> int:
@@ -263,14 +260,12 @@ def open_cluster(
     )
     run_dir = results_dir(inv.cluster, command)
     run_dir.mkdir(parents=True)
-    plan = load_plan(inv, run_dir, extravars)
-    nodes = [n.name for n in inv.nodes]
-    cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
+    session = remote.connect(inv, run_dir, extravars)
     return Cluster(
         inv=inv,
-        plan=plan,
+        plan=session.plan,
         run_dir=run_dir,
-        ssh_config=cfg,
+        ssh_config=session.ssh_config,
         extravars=dict(extravars or {}),
-        runner=nccl.ssh_runner(cfg),
+        runner=session.runner,
     )

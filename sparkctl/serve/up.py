@@ -189,7 +189,7 @@ class Waiter:
 
     def __init__(self, cluster: Cluster, followers: Followers, timeout: float) -> None:
         self.cluster, self.followers, self.timeout = cluster, followers, timeout
-        rdma = bool(cluster.sglang().get("rdma_expected", False))
+        rdma = cluster.sglang().rdma_expected
         self.ranks = {
             n: Rank(n, cluster.rank(n), cluster.label(n), rdma_expected=rdma) for n in cluster.nodes
         }
@@ -270,11 +270,11 @@ def server_env_command(cluster: Cluster) -> str:
     only -e/--env-file variables; the unit's MainPID is the docker CLI), or the venv unit's
     process. ``{sudo}`` is each node's prefix for root (:meth:`Cluster.each`)."""
     s = cluster.sglang()
-    if s.get("install_method") == "container":
+    if s.install_method == "container":
         fmt = shlex.quote("{{json .Config.Env}}")
         return (
-            f"{{sudo}}{shlex.quote(str(s['engine']))} inspect --format {fmt} "
-            f"{shlex.quote(str(s['container_name']))}"
+            f"{{sudo}}{shlex.quote(s.engine)} inspect --format {fmt} "
+            f"{shlex.quote(s.container_name)}"
         )
     unit = shlex.quote(cluster.unit)
     return f"pid=$(systemctl show -p MainPID --value {unit}); {{sudo}}cat /proc/$pid/environ"
@@ -284,7 +284,7 @@ def wrong_host_ip(cluster: Cluster) -> dict[str, str]:
     """Ranks whose running server has an SGLANG_HOST_IP other than their fabric address."""
     out = {}
     for node, (rc, text) in cluster.each(cluster.nodes, server_env_command(cluster), 30).items():
-        want = str(cluster.plan["hosts"][node]["fabric_a_ip"])
+        want = cluster.plan.node(node).fabric_a_ip
         try:
             seen = tool_output.environ(text).get("SGLANG_HOST_IP", "") if rc == 0 else ""
         except ValueError:
@@ -346,7 +346,7 @@ def explain(result: UpResult, timeout: float) -> list[str]:
 def _describe(cluster: Cluster) -> str:
     groups = cluster.groups()
     parts = [
-        f"TP={g.sglang()['tp_size']} over {len(g.members)} node(s), head {g.head}"
+        f"TP={g.sglang().tp_size} over {len(g.members)} node(s), head {g.head}"
         + (f" (group {g.name})" if len(groups) > 1 else "")
         for g in groups
     ]
@@ -377,7 +377,7 @@ def up(
     inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
     with inventory_lock(inv, "serve up"):
         cluster = open_cluster(inv, "serve-up", extravars)
-        limit = float(timeout or cluster.sglang()["serve_timeout"])
+        limit = float(timeout or cluster.sglang().serve_timeout)
         if not restart and already_serving(cluster):
             console.out.print(
                 f"already serving {cluster.model_name} at {_endpoints(cluster)}: "
@@ -427,7 +427,7 @@ def check_model_visible(cluster: Cluster) -> None:
     provision that did not know that source) fails every rank with "Repo id must be in the
     form ..." only once SGLang starts. The mounts are the unit's own, as systemd has loaded
     it on the node (a venv unit runs on the host and sees everything)."""
-    path = str(cluster.sglang()["model_path"])
+    path = cluster.sglang().model_path
     cmd = (
         f"systemctl show -p ExecStart --value {shlex.quote(cluster.unit)}; echo @@; "
         f"readlink -f -- {shlex.quote(path)}"

@@ -188,8 +188,8 @@ class Verifier:
             http_client=bounded_client(self.tls_verify, COMPLETION_DEADLINE_S),
         )
         s = cluster.sglang()
-        self.tp, self.nnodes = int(s["tp_size"]), int(s["nnodes"])
-        self.requests, self.max_tokens = int(s["verify_requests"]), int(s["verify_max_tokens"])
+        self.tp, self.nnodes = s.tp_size, s.nnodes
+        self.requests, self.max_tokens = s.verify_requests, s.verify_max_tokens
         self.figures: dict[str, float] = {}
 
     def get(self, path: str, *, auth: bool = True, timeout: float = 30.0) -> httpx.Response:

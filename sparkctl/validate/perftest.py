@@ -16,11 +16,12 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from sparkctl import tool_output
+from sparkctl.plan import Plan
+from sparkctl.remote import Runner
 from sparkctl.validate.model import Check, Outcome, Thresholds
-from sparkctl.validate.nccl import Runner, pair_rounds
+from sparkctl.validate.nccl import pair_rounds
 
 BASE_PORT = 18515  # perftest's default port; one per twin
 SECONDS = 5
@@ -54,13 +55,11 @@ def _argv(ibdev: str, gid: str, port: int, server: str | None) -> str:
     return shlex.join([*argv, *([server] if server else [])])
 
 
-def run_pair(
-    plan: dict[str, Any], a: str, b: str, runner: Runner, *, th: Thresholds, run_dir: Path
-) -> Check:
+def run_pair(plan: Plan, a: str, b: str, runner: Runner, *, th: Thresholds, run_dir: Path) -> Check:
     """Both twins from ``a`` to ``b`` at once; one check with the sum."""
     start = time.monotonic()
-    twins = plan["hosts"][a]["roce_fabric"]["twins"]
-    record = plan["hosts"][a]["roce_fabric"]["record_file"]
+    twins = plan.node(a).roce_fabric.twins
+    record = plan.node(a).roce_fabric.record_file
     gid_a, gid_b = _gid(runner, a, record), _gid(runner, b, record)
     subject = f"-> {b} (both twins)"
     if gid_a is None or gid_b is None:
@@ -75,21 +74,14 @@ def run_pair(
     with ThreadPoolExecutor(max_workers=2 * len(twins)) as pool:
         for i, twin in enumerate(twins):
             jobs.append(
-                pool.submit(
-                    runner, b, _argv(twin["ibdev"], gid_b, BASE_PORT + i, None), SECONDS + 40
-                )
+                pool.submit(runner, b, _argv(twin.ibdev, gid_b, BASE_PORT + i, None), SECONDS + 40)
             )
         time.sleep(2)  # the servers listen before the clients connect
         clients = [
             pool.submit(
                 runner,
                 a,
-                _argv(
-                    twin["ibdev"],
-                    gid_a,
-                    BASE_PORT + i,
-                    plan["hosts"][b][f"fabric_{twin['twin']}_ip"],
-                ),
+                _argv(twin.ibdev, gid_a, BASE_PORT + i, plan.node(b).fabric_ip(twin.twin)),
                 SECONDS + 40,
             )
             for i, twin in enumerate(twins)
@@ -98,7 +90,7 @@ def run_pair(
         _ = [j.result() for j in jobs]
     rates = []
     for twin, (rc, out) in zip(twins, results, strict=True):
-        (run_dir / f"ib_write_bw-{a}-{b}-{twin['twin']}.log").write_text(out)
+        (run_dir / f"ib_write_bw-{a}-{b}-{twin.twin}.log").write_text(out)
         try:
             rates.append(float(tool_output.ib_write_bw(out)["average_gbps"]))
         except ValueError:
@@ -108,7 +100,7 @@ def run_pair(
                 a,
                 subject,
                 "failed",
-                f"{twin['ibdev']} to {b}: exit {rc}: {tail[0][:200]}",
+                f"{twin.ibdev} to {b}: exit {rc}: {tail[0][:200]}",
                 time.monotonic() - start,
             )
     total, line = sum(rates), th.line_rate_gbytes * 8
@@ -126,7 +118,7 @@ def run_pair(
 
 
 def run_all(
-    plan: dict[str, Any], nodes: Sequence[str], runner: Runner, th: Thresholds, run_dir: Path
+    plan: Plan, nodes: Sequence[str], runner: Runner, th: Thresholds, run_dir: Path
 ) -> list[Check]:
     """The first round of disjoint pairs: every node in one pair, the pairs at once."""
     rounds = pair_rounds(nodes)

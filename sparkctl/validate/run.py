@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import os
@@ -26,13 +25,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sparkctl import __version__, console, inventory, tool_output
+from sparkctl import __version__, console, inventory, remote, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
-from sparkctl.paths import playbooks_dir, roles_dir, state_dir
-from sparkctl.provision import cluster_env, results_dir
-from sparkctl.runner import run_playbook
-from sparkctl.validate import nccl, sshconfig
+from sparkctl.paths import state_dir
+from sparkctl.plan import Plan
+from sparkctl.provision import results_dir
+from sparkctl.remote import Runner
+from sparkctl.validate import nccl
 from sparkctl.validate.model import Check, Finding, NcclRun, Report, Thresholds
 
 CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
@@ -51,57 +51,8 @@ class Options:
 
 
 # ------------------------------------------------------------------ plan
-def _plan_key(inv_path: Path, extravars: Mapping[str, Any] | None = None) -> str:
-    digest = hashlib.sha256(json.dumps(dict(extravars or {}), sort_keys=True).encode())
-    base = inv_path.resolve().parent
-    sources = [inv_path.resolve()]
-    for folder in (base / "group_vars", base / "host_vars"):
-        sources += sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
-    # The whole roles tree and every playbook: the plan play reads role defaults and vars,
-    # runs plan.yml tasks, and calls filter_plugins/, library/ and module_utils/ code
-    # (a filter edit once left a stale plan). Bytecode caches are not inputs.
-    for tree in (roles_dir(), playbooks_dir()):
-        sources += sorted(
-            p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-        )
-    for src in sources:
-        digest.update(str(src).encode() + b"\0" + src.read_bytes() + b"\0")
-    digest.update(str(state_dir()).encode())
-    return digest.hexdigest()[:20]
-
-
-def load_plan(
-    inv: inventory.Inventory, run_dir: Path, extravars: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """What every node should look like: cached until an input file (or -e) changes."""
-    cache = state_dir() / "plans" / f"{inv.cluster}-{_plan_key(inv.path, extravars)}.json"
-    if not cache.is_file():
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        console.progress("plan: what the inventory implies for every node (validate_plan.yml)")
-        tmp = cache.with_suffix(".tmp")
-        result = run_playbook(
-            "validate_plan.yml",
-            inv.path,
-            results_dir=run_dir / "plan",
-            hosts=len(inv.hostvars),
-            extravars={**dict(extravars or {}), "validate_plan_file": str(tmp)},
-            envvars=cluster_env(inv.cluster),
-        )
-        if not result.ok or not tmp.is_file():
-            detail = "; ".join(f"{f.host}: {f.message}" for f in result.failures)
-            raise SparkctlError(
-                f"could not compute the plan from {inv.path}: "
-                f"{detail or result.status} (artifacts in {result.artifact_dir})",
-                result.exit_code() if result.failures else ExitCode.BAD_INPUT,
-            )
-        tmp.replace(cache)
-    plan: dict[str, Any] = json.loads(cache.read_text())
-    (run_dir / "plan.json").write_text(json.dumps(plan, indent=1))
-    return plan
-
-
-def thresholds(plan: dict[str, Any], line_rate: float) -> Thresholds:
-    return nccl.thresholds_from(next(iter(plan["hosts"].values()))["validate"], line_rate)
+def thresholds(plan: Plan, line_rate: float) -> Thresholds:
+    return nccl.thresholds_from(plan.settings.as_mapping(), line_rate)
 
 
 # ------------------------------------------------------------------ node checks
@@ -173,9 +124,7 @@ def run_node_checks(
     return checks, facts, down
 
 
-def cluster_checks(
-    plan: dict[str, Any], facts: dict[str, dict[str, Any]], down: set[str]
-) -> list[Check]:
+def cluster_checks(plan: Plan, facts: dict[str, dict[str, Any]], down: set[str]) -> list[Check]:
     """Across nodes: no address on two nodes, every neighbour is the node that owns the address."""
     checks: list[Check] = []
     owners: dict[str, list[str]] = {}
@@ -186,7 +135,7 @@ def cluster_checks(
                 if ip.is_loopback or ip.is_link_local:
                     continue  # every host has 127.0.0.1: only routable addresses must be unique
                 owners.setdefault(str(ip), []).append(f"{node} {ifname}")
-    fabric = {plan["hosts"][n][f"fabric_{t}_ip"] for n in plan["hosts"] for t in ("a", "b")}
+    fabric = {node.fabric_ip(t) for node in plan.hosts.values() for t in ("a", "b")}
     dups = {a: o for a, o in owners.items() if len({x.split()[0] for x in o}) > 1}
     if not facts:
         checks.append(
@@ -223,19 +172,12 @@ def cluster_checks(
     return checks
 
 
-def mesh_findings(
-    inv: inventory.Inventory, plan: dict[str, Any], checks: Sequence[Check]
-) -> list[Finding]:
+def mesh_findings(inv: inventory.Inventory, plan: Plan, checks: Sequence[Check]) -> list[Finding]:
     """From the mesh pings: the node whose every path on a twin fails while others work."""
-    nodes = list(plan["hosts"])
+    nodes = plan.nodes
     findings = []
     for twin in ("a", "b"):
-        netdev = {
-            n: next(
-                t["netdev"] for t in plan["hosts"][n]["roce_fabric"]["twins"] if t["twin"] == twin
-            )
-            for n in nodes
-        }
+        netdev = {n: plan.node(n).roce_fabric.twin(twin).netdev for n in nodes}
         ok: dict[frozenset[str], bool] = {}
         jumbo_only: dict[str, bool] = {}
         for c in checks:
@@ -251,7 +193,7 @@ def mesh_findings(
                 mtu_kind = c.outcome == "failed" and "smaller MTU" in c.message
                 for who in (c.host, peer):
                     jumbo_only[who] = jumbo_only.get(who, True) and mtu_kind
-        mtu = plan["hosts"][nodes[0]]["roce_fabric"]["mtu"]
+        mtu = plan.node(nodes[0]).roce_fabric.mtu
         for node in nccl.implicated(ok, nodes):
             ports = [p.name for p in inv.ports if p.node == node and p.twin in (twin, "both")]
             place = f"{netdev[node]}" + (f" (switch port {', '.join(ports)})" if ports else "")
@@ -267,13 +209,13 @@ def mesh_findings(
 
 
 def _neighbour_checks(
-    plan: dict[str, Any], facts: dict[str, dict[str, Any]], fabric: set[str]
+    plan: Plan, facts: dict[str, dict[str, Any]], fabric: set[str]
 ) -> list[Check]:
     """The MAC that answered for each fabric address must be its owner's twin."""
     checks: list[Check] = []
     mac_of = {
-        plan["hosts"][n][f"fabric_{t}_ip"]: (n, t, facts.get(n, {}).get("mac", {}).get(t))
-        for n in plan["hosts"]
+        node.fabric_ip(t): (n, t, facts.get(n, {}).get("mac", {}).get(t))
+        for n, node in plan.hosts.items()
         for t in ("a", "b")
     }
     wrong = []
@@ -301,11 +243,11 @@ def _neighbour_checks(
 
 
 # ------------------------------------------------------------------ line rate
-def line_rate(plan: dict[str, Any], head: str, runner: nccl.Runner) -> float:
+def line_rate(plan: Plan, head: str, runner: Runner) -> float:
     """The inventory's line rate, or the lab's shaped rate read from the head's hardware.json."""
-    value = next(iter(plan["hosts"].values()))["validate"]["line_rate_gbytes"]
-    if value not in (None, "", "None"):
-        return float(value)
+    value = plan.settings.line_rate_gbytes
+    if value is not None:
+        return value
     rc, out = runner(head, f"cat {LAB_HARDWARE}", 30)
     try:
         rate_mbit = int(json.loads(out)["link_rate_mbit"])
@@ -319,7 +261,7 @@ def line_rate(plan: dict[str, Any], head: str, runner: nccl.Runner) -> float:
 
 
 # ------------------------------------------------------------------ NCCL
-def _nccl_record(runner: nccl.Runner, head: str, version_file: str) -> dict[str, str]:
+def _nccl_record(runner: Runner, head: str, version_file: str) -> dict[str, str]:
     """The nccl role's record on the head (NCCL_HOME, NCCL_VERSION: the pinned build it
     installed); "none" values, as the lab's stand-ins record them, left out."""
     rc, out = runner(head, f"cat {version_file}", 30)
@@ -332,9 +274,9 @@ def _nccl_record(runner: nccl.Runner, head: str, version_file: str) -> dict[str,
 
 def nccl_gate(
     inv: inventory.Inventory,
-    plan: dict[str, Any],
+    plan: Plan,
     facts: dict[str, dict[str, Any]],
-    runner: nccl.Runner,
+    runner: Runner,
     *,
     th: Thresholds,
     run_dir: Path,
@@ -342,17 +284,15 @@ def nccl_gate(
 ) -> tuple[list[NcclRun], list[Finding], list[str]]:
     nodes = [n.name for n in inv.nodes]
     head = nodes[0]
-    hp = plan["hosts"][head]
-    v, n_plan = hp["validate"], hp["nccl"]
+    hp = plan.node(head)
+    v, n_plan = hp.validate, hp.nccl
     mem = [int(facts[n]["mem_available"]) for n in nodes if "mem_available" in facts.get(n, {})]
-    max_bytes = nccl.sweep_max(
-        mem, float(v["nccl_mem_fraction"]), int(v["nccl_max_bytes"]), int(v["nccl_min_bytes"])
-    )
-    min_bytes = min(int(v["nccl_min_bytes"]), max_bytes)
-    as_root = hp["base"]["cluster_user"] == "root"
-    record = _nccl_record(runner, head, n_plan.get("version_file", "/etc/sparkctl/nccl-version"))
+    max_bytes = nccl.sweep_max(mem, v.nccl_mem_fraction, v.nccl_max_bytes, v.nccl_min_bytes)
+    min_bytes = min(v.nccl_min_bytes, max_bytes)
+    as_root = hp.base.cluster_user == "root"
+    record = _nccl_record(runner, head, n_plan.version_file)
     nccl_home, pinned = record.get("NCCL_HOME"), record.get("NCCL_VERSION")
-    rdma = bool(n_plan.get("rdma_expected", False))
+    rdma = n_plan.rdma_expected
     notes = [
         f"sweep {nccl.human(min_bytes)} .. {nccl.human(max_bytes)}: the largest buffer from "
         f"the least available memory ({min(mem) / 2**30:.1f} GiB)"
@@ -364,15 +304,15 @@ def nccl_gate(
         return nccl.Launch(
             collective=collective,
             hosts=tuple(hosts),
-            addresses=tuple(plan["hosts"][h]["fabric_a_ip"] for h in hosts),
-            tests_dir=n_plan["tests_dir"],
-            env_file=n_plan["env_file"],
-            env_keys=tuple(sorted(n_plan["env"])),
+            addresses=tuple(plan.node(h).fabric_a_ip for h in hosts),
+            tests_dir=n_plan.tests_dir,
+            env_file=n_plan.env_file,
+            env_keys=tuple(sorted(n_plan.env)),
             min_bytes=lo,
             max_bytes=max_bytes,
-            iters=int(v["nccl_iters"]),
-            warmup=int(v["nccl_warmup_iters"]),
-            timeout=int(v["nccl_timeout"]),
+            iters=v.nccl_iters,
+            warmup=v.nccl_warmup_iters,
+            timeout=v.nccl_timeout,
             as_root=as_root,
             nccl_home=nccl_home,
         )
@@ -396,7 +336,7 @@ def nccl_gate(
 
     findings: list[Finding] = []
     failing = [r for r in runs if r.outcome != "passed"]
-    if failing and bool(v["localise"]) and len(nodes) > 2:
+    if failing and v.localise and len(nodes) > 2:
         collective = failing[0].collective
         # Up to a quarter of the largest size, over as many sizes as the gate fits, so
         # each pair is judged with the same fit: enough to tell a slow port from a good
@@ -423,25 +363,18 @@ def nccl_gate(
     return runs, findings, notes
 
 
-def _port_of(inv: inventory.Inventory, plan: dict[str, Any], node: str) -> str | None:
+def _port_of(inv: inventory.Inventory, plan: Plan, node: str) -> str | None:
     """The socket twin's netdev and the switch port it is cabled to, when the inventory says."""
-    socket_if = plan["hosts"][node]["nccl"]["socket_ifname"]
-    twin = next(
-        (
-            t["twin"]
-            for t in plan["hosts"][node]["roce_fabric"]["twins"]
-            if t["netdev"] == socket_if
-        ),
-        "a",
-    )
+    socket_if = plan.node(node).nccl.socket_ifname
+    twin = next((t.twin for t in plan.node(node).roce_fabric.twins if t.netdev == socket_if), "a")
     ports = [p.name for p in inv.ports if p.node == node and p.twin in (twin, "both")]
     return f"{socket_if} (switch port {', '.join(ports)})" if ports else socket_if
 
 
 def perftest(
-    plan: dict[str, Any],
+    plan: Plan,
     nodes: Sequence[str],
-    runner: nccl.Runner,
+    runner: Runner,
     *,
     th: Thresholds,
     run_dir: Path,
@@ -479,15 +412,14 @@ def last_good_link(cluster: str) -> Path:
 def validate(opts: Options) -> tuple[Report, Path]:
     inv = inventory.validate(opts.inventory)  # exit 2 before any host is contacted
     baseline_path = resolve_baseline(opts.baseline, inv.cluster) if opts.baseline else None
-    nodes = [n.name for n in inv.nodes]
+    nodes = remote.node_names(inv)
     run_dir = results_dir(inv.cluster, "validate")
     run_dir.mkdir(parents=True)
     started = time.monotonic()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with inventory_lock(inv, "validate"):
-        plan = load_plan(inv, run_dir, opts.extra)
-        ssh_cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
-        runner = nccl.ssh_runner(ssh_cfg)
+        session = remote.connect(inv, run_dir, opts.extra)
+        plan, ssh_cfg, runner = session.plan, session.ssh_config, session.runner
         console.progress(f"node checks on {len(nodes)} nodes, in parallel")
         checks, facts, down = run_node_checks(run_dir / "plan.json", ssh_cfg, nodes, run_dir)
         checks += cluster_checks(plan, facts, down)
@@ -511,9 +443,7 @@ def validate(opts: Options) -> tuple[Report, Path]:
             checks=checks,
             localisation=mesh,
         )
-        collectives = list(opts.collectives) or list(
-            plan["hosts"][nodes[0]]["validate"]["collectives"]
-        )
+        collectives = list(opts.collectives) or list(plan.node(nodes[0]).validate.collectives)
         socket_twin_down = sorted(
             {
                 c.host
@@ -525,7 +455,7 @@ def validate(opts: Options) -> tuple[Report, Path]:
                         c.check in ("twin_up", "mesh")
                         and c.subject
                         and c.subject.split()[0]
-                        == plan["hosts"].get(c.host, {}).get("nccl", {}).get("socket_ifname")
+                        == (plan.hosts[c.host].nccl.socket_ifname if c.host in plan.hosts else None)
                     )
                 )
             }
@@ -561,7 +491,7 @@ def validate(opts: Options) -> tuple[Report, Path]:
                 runner,
                 th=th,
                 run_dir=run_dir,
-                setting=plan["hosts"][nodes[0]]["validate"]["perftest"],
+                setting=plan.node(nodes[0]).validate.perftest,
             )
             report.checks += rdma
             report.notes += rdma_notes

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl import nccl_report
-from sparkctl.validate import nccl
+from sparkctl.remote import ssh
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 LOG = FIXTURES / "gb10-2.19.6-all-gather.log"
@@ -74,7 +74,7 @@ def test_the_ssh_runner_cuts_endless_output(
 ) -> None:
     """An ssh that prints forever: validate's runner stops reading at its limit."""
     _fake_ssh(tmp_path, monkeypatch, "exec yes 'NCCL INFO endless output from a broken node'")
-    code, out = nccl.ssh_runner(tmp_path / "ssh_config", limit=1 << 20)("spark1", "x", 60)
+    code, out = ssh.ssh_runner(tmp_path / "ssh_config", limit=1 << 20)("spark1", "x", 60)
     assert code == 125
     assert out.endswith("sparkctl: spark1 printed more than 1 MiB; the rest was not read\n")
     assert len(out) < (1 << 20) + 200
@@ -84,5 +84,5 @@ def test_the_ssh_runner_keeps_stdout_before_stderr(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fake_ssh(tmp_path, monkeypatch, "echo out1; echo err1 >&2; echo out2; exit 3")
-    code, out = nccl.ssh_runner(tmp_path / "ssh_config")("spark1", "x", 60)
+    code, out = ssh.ssh_runner(tmp_path / "ssh_config")("spark1", "x", 60)
     assert (code, out) == (3, "out1\nout2\nerr1\n")

@@ -106,7 +106,7 @@ def test_secret_extra_vars_stay_off_the_command_line_and_out_of_the_artifacts(
     """A real (controller-only) playbook run with -e secrets: the inline -e still works,
     the secret-named one reaches Ansible through a 0600 file that is gone afterwards."""
     from sparkctl import inventory  # noqa: PLC0415
-    from sparkctl.validate.run import load_plan  # noqa: PLC0415
+    from sparkctl.remote import load_plan  # noqa: PLC0415
 
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
     sentinel = "sentinel-KEY-7f3a9c21d4e8b6a0"
@@ -119,9 +119,9 @@ def test_secret_extra_vars_stay_off_the_command_line_and_out_of_the_artifacts(
         run_dir,
         {"sglang_api_key": sentinel, "sglang_api_key_file": str(key_file), "sglang_port": 31000},
     )
-    sglang = plan["hosts"]["spark1"]["sglang"]
-    assert sglang["port"] == 31000  # inline -e
-    assert sglang["api_key_file"] == str(key_file)  # -e @file (secret-named)
+    sglang = plan.node("spark1").sglang
+    assert sglang.port == 31000  # inline -e
+    assert sglang.api_key_file == str(key_file)  # -e @file (secret-named)
     command = json.loads((run_dir / "plan" / "artifacts" / "run" / "command").read_text())
     assert any(str(a).startswith("@") for a in command["command"]), command["command"]
     assert not list((run_dir / "plan" / "runner").glob("secret-vars-*"))

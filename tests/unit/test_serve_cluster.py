@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import Inventory, Node
 from sparkctl.serve.cluster import API_KEY_ENV, Cluster
+from tests.unit import plans
 
 
 def _cluster(tmp_path: Path, *, required: bool = True, user: str = "root") -> Cluster:
@@ -33,7 +35,7 @@ def _cluster(tmp_path: Path, *, required: bool = True, user: str = "root") -> Cl
         "api_key_file": str(tmp_path / "key"),
         "api_key_required": required,
     }
-    plan = {"hosts": {n.name: {"node_rank": n.rank, "sglang": sglang} for n in nodes}}
+    plan = plans.plan([n.name for n in nodes], edit=plans.sections(sglang=sglang))
     return Cluster(
         inv=inv,
         plan=plan,
@@ -89,17 +91,21 @@ def test_two_groups_have_their_own_heads_ranks_and_endpoints(tmp_path: Path) -> 
         nodes=tuple(Node(n, i, f"10.77.0.{11 + i}", {}) for i, n in enumerate(nodes)),
         hostvars={n: {} for n in nodes},
     )
-    base = c.plan["hosts"]["spark1"]["sglang"]
+    base = plans.plan_dict(["spark1", "spark2"])["hosts"]["spark1"]["sglang"]
+    base.update(dataclasses.asdict(c.plan.node("spark1").sglang))  # this cluster's endpoint
     members = {"a": ["spark1", "spark2"], "b": ["spark3", "spark4"]}
-    c.plan = {
-        "hosts": {
-            n: {
-                "node_rank": i,
-                "sglang": {**base, "group": "ab"[i // 2], "group_members": members["ab"[i // 2]]},
-            }
-            for i, n in enumerate(nodes)
+
+    def group(node: str, part: dict[str, Any]) -> None:
+        i = nodes.index(node)
+        part["sglang"] = {
+            **base,
+            "group": "ab"[i // 2],
+            "group_members": members["ab"[i // 2]],
+            "group_head": members["ab"[i // 2]][0],
+            "group_rank": i % 2,
         }
-    }
+
+    c.plan = plans.plan(nodes, edit=group)
     groups = c.groups()
     assert [(g.name, g.head, g.workers) for g in groups] == [
         ("a", "spark1", ["spark2"]),
@@ -112,6 +118,12 @@ def test_two_groups_have_their_own_heads_ranks_and_endpoints(tmp_path: Path) -> 
 
 def test_one_group_when_the_plan_has_none(tmp_path: Path) -> None:
     c = _cluster(tmp_path)
+
+    def before_groups(_node: str, part: dict[str, Any]) -> None:
+        for key in ("group", "group_head", "group_rank", "group_members"):
+            del part["sglang"][key]
+
+    c.plan = plans.plan(c.nodes, edit=before_groups)
     assert [(g.name, g.members) for g in c.groups()] == [("main", ["spark1", "spark2"])]
     assert c.label("spark2") == "rank 1 (spark2)"
 

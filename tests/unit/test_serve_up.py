@@ -7,6 +7,7 @@ real log fixtures (tests/fixtures/sglang, sources in SOURCES.md).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import threading
@@ -18,7 +19,9 @@ from typing import Any
 import pytest
 
 from sparkctl.errors import SparkctlError
+from sparkctl.plan import Plan, SglangPlan
 from sparkctl.serve import logs, up
+from tests.unit import plans
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
 # shutdown() waits for serve_forever to look at its flag, every poll_interval (0.5 s by
@@ -41,21 +44,16 @@ class FakeCluster:
         return self.nodes[0]
 
     @property
-    def plan(self) -> dict[str, Any]:
-        return {
-            "hosts": {n: {"fabric_a_ip": f"192.168.100.{11 + i}"} for i, n in enumerate(self.nodes)}
-        }
+    def plan(self) -> Plan:
+        return plans.plan(self.nodes)  # spark<i>'s fabric_a_ip is 192.168.100.1<i>
 
     def rank(self, node: str) -> int:
         return self.nodes.index(node)
 
-    def sglang(self, node: str | None = None) -> dict[str, Any]:
-        return {
-            "install_method": "container",
-            "engine": "/usr/bin/docker",
-            "container_name": "sparkctl-sglang",
-            "rdma_expected": self.rdma_expected,
-        }
+    def sglang(self, node: str | None = None) -> SglangPlan:
+        # the container method: /usr/bin/docker, container sparkctl-sglang
+        s = self.plan.node(node or self.head).sglang
+        return dataclasses.replace(s, rdma_expected=self.rdma_expected)
 
     def label(self, node: str) -> str:
         return f"rank {self.rank(node)} ({node})"
@@ -80,7 +78,7 @@ class FakeCluster:
             "/usr/bin/docker inspect --format '{{json .Config.Env}}' sparkctl-sglang"
         ):
             # the container's environment as docker inspect prints it (a JSON list)
-            ip = self.environ.get(node, self.plan["hosts"][node]["fabric_a_ip"])
+            ip = self.environ.get(node, self.plan.node(node).fabric_a_ip)
             return 0, json.dumps(["PATH=/usr/bin", f"SGLANG_HOST_IP={ip}", "HOME=/x"]) + "\n"
         return 1, ""
 
@@ -238,8 +236,9 @@ class _MountCluster(FakeCluster):
     targets: dict[str, str] = field(default_factory=dict)
     execstart: str = _EXECSTART
 
-    def sglang(self, node: str | None = None) -> dict[str, Any]:
-        return {"model_path": "/var/lib/sparkctl/models/current"}
+    def sglang(self, node: str | None = None) -> SglangPlan:
+        s = super().sglang(node)
+        return dataclasses.replace(s, model_path="/var/lib/sparkctl/models/current")
 
     def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
         assert command == (

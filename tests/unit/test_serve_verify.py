@@ -33,9 +33,11 @@ import openai
 import pytest
 
 from sparkctl.inventory import Inventory, Node
+from sparkctl.plan import SglangPlan
 from sparkctl.serve.cluster import API_KEY_ENV, Cluster
 from sparkctl.serve.verify import Verifier, verify
 from sparkctl.validate.model import Report
+from tests.unit import plans
 from tests.unit.test_sglang_standin import KEY, _up, cluster, model_dir, needs_loopback
 
 __all__ = ["model_dir"]  # the fixture, imported for pytest
@@ -64,13 +66,9 @@ class FakeCluster:
     def rank(self, node: str) -> int:
         return self.nodes.index(node)
 
-    def sglang(self, node: str | None = None) -> dict[str, Any]:
-        return {
-            "tp_size": len(self.nodes),
-            "nnodes": len(self.nodes),
-            "verify_requests": 2,
-            "verify_max_tokens": 12,
-        }
+    def sglang(self, node: str | None = None) -> SglangPlan:
+        values = {"verify_requests": 2, "verify_max_tokens": 12}  # tp_size, nnodes: the nodes
+        return plans.plan(self.nodes, edit=plans.sections(sglang=values)).node(self.head).sglang
 
     def unit_states(self) -> dict[str, dict[str, str]]:
         return {
@@ -411,7 +409,7 @@ def serve_cluster(inv: Inventory, port: int, run_dir: Path) -> Cluster:
         "verify_requests": 2,
         "verify_max_tokens": 6,
     }
-    plan = {"hosts": {n.name: {"node_rank": n.rank, "sglang": sglang} for n in inv.nodes}}
+    plan = plans.plan(names, edit=plans.sections(sglang=sglang))
     return Cluster(
         inv=inv, plan=plan, run_dir=run_dir, ssh_config=run_dir / "ssh_config", runner=_states
     )

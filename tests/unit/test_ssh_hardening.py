@@ -20,7 +20,7 @@ import pytest
 
 from sparkctl import inventory_rules
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.validate import nccl, sshconfig
+from sparkctl.remote import ssh, sshconfig
 
 
 @pytest.fixture
@@ -224,6 +224,6 @@ def test_host_names_never_reach_sshs_option_position(
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     assert shutil.which("ssh") == str(fake)
-    nccl.ssh_runner(tmp_path / "ssh_config")("spark1", "true", 10)
+    ssh.ssh_runner(tmp_path / "ssh_config")("spark1", "true", 10)
     argv = record.read_text().splitlines()
     assert argv == ["-F", str(tmp_path / "ssh_config"), "--", "spark1", "true"]

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sparkctl.checks import test_node as checks
 from sparkctl.inventory import Inventory, Node
+from sparkctl.plan import NodePlan, Plan
 from sparkctl.serve.cluster import Cluster
+from tests.unit import plans
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -39,7 +40,7 @@ def _cluster(tmp_path: Path, answers: dict[str, tuple[int, str]]) -> Cluster:
         hostvars={n.name: {"ansible_user": "root"} for n in nodes},
     )
     sglang = {"unit": "sparkctl-sglang.service", "port": 30000}
-    plan = {"hosts": {n.name: {"node_rank": n.rank, "sglang": sglang} for n in nodes}}
+    plan = plans.plan([n.name for n in nodes], edit=plans.sections(sglang=sglang))
     return Cluster(
         inv=inv,
         plan=plan,
@@ -88,25 +89,10 @@ class FakeHost:
         return self.answer
 
 
-def _plan(rdma: bool, ibdev: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    nplan = {
-        "roce_fabric": {
-            "twins": [
-                {
-                    "twin": "a",
-                    "netdev": "enp1s0f1np1",
-                    "address": "192.168.100.11/24",
-                    "ibdev": ibdev,
-                }
-            ]
-        }
-    }
-    plan = {
-        "hw_profile": "dgx_spark" if rdma else "sim",
-        "cluster_hw": {"rdma": rdma},
-        "hosts": {"spark1": nplan},
-    }
-    return plan, nplan
+def _plan(rdma: bool, ibdev: str) -> tuple[Plan, NodePlan]:
+    twin = {"twin": "a", "netdev": "enp1s0f1np1", "address": "192.168.100.11/24", "ibdev": ibdev}
+    plan = plans.plan(["spark1"], rdma=rdma, edit=plans.sections(roce_fabric={"twins": [twin]}))
+    return plan, plan.node("spark1")
 
 
 def _roce_port(answer: Result, *, rdma: bool = True, ibdev: str = "rocep1s0f1") -> list[str]:

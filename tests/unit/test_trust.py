@@ -16,8 +16,8 @@ import pytest
 
 from sparkctl import cli, trust
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.remote import sshconfig
 from sparkctl.trust import HostKey, Target, decide, fingerprint, names_match
-from sparkctl.validate import sshconfig
 
 pytestmark = [
     pytest.mark.filterwarnings(

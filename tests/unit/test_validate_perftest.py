@@ -12,29 +12,19 @@ from __future__ import annotations
 import shlex
 import threading
 from pathlib import Path
-from typing import Any
 
+from sparkctl.plan import Plan
 from sparkctl.validate import perftest
 from sparkctl.validate.model import Thresholds
+from tests.unit import plans
 
 TH = Thresholds(line_rate_gbytes=25.0, min_fraction=0.875, judged_sizes=2, baseline_tolerance=0.1)
 
 
-def _plan() -> dict[str, Any]:
-    hosts = {}
-    for i, name in enumerate(["spark1", "spark2", "spark3", "spark4"]):
-        hosts[name] = {
-            "fabric_a_ip": f"192.168.100.{11 + i}",
-            "fabric_b_ip": f"192.168.101.{11 + i}",
-            "roce_fabric": {
-                "record_file": "/etc/sparkctl/roce-fabric.env",
-                "twins": [
-                    {"twin": "a", "netdev": "enp1s0f1np1", "ibdev": "rocep1s0f1"},
-                    {"twin": "b", "netdev": "enP2p1s0f1np1", "ibdev": "roceP2p1s0f1"},
-                ],
-            },
-        }
-    return {"hosts": hosts}
+def _plan() -> Plan:
+    """Four nodes, both twins each (the twins' ibdevs and fabric addresses are what
+    ib_write_bw is run with)."""
+    return plans.plan(["spark1", "spark2", "spark3", "spark4"])
 
 
 RULE = "-" * 87

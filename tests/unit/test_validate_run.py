@@ -1,5 +1,5 @@
 """sparkctl.validate.run: cluster checks, mesh localisation, summary, baseline, line rate,
-the plan cache key; sparkctl.validate.sshconfig; Report.verdict."""
+the plan cache key (sparkctl.remote.plan_cache); sparkctl.remote.sshconfig; Report.verdict."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from sparkctl import inventory
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import SwitchPort
 from sparkctl.lab.hardware import LabHardware
-from sparkctl.validate import run, sshconfig
+from sparkctl.plan import Plan
+from sparkctl.remote import plan_cache, sshconfig
+from sparkctl.validate import run
 from sparkctl.validate.model import (
     Baseline,
     BaselineItem,
@@ -29,6 +31,7 @@ from sparkctl.validate.model import (
     Report,
     Thresholds,
 )
+from tests.unit import plans
 
 NODES = ["spark1", "spark2", "spark3", "spark4"]
 TWIN_NETDEV = {"a": "enp1s0f1np1", "b": "enP2p1s0f1np1"}
@@ -51,93 +54,23 @@ def make_plan(
     perftest: Any = "auto",
     cluster_user: str = "root",
 ) -> dict[str, Any]:
-    """A plan of the same shape as validate_plan.yml writes (the lab's values)."""
-    env = {
-        "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
-        "NCCL_IB_GID_INDEX": "<detected-on-the-node-at-provision>",
-        "NCCL_IB_HCA": "rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1",
-        "NCCL_IB_SUBNET_AWARE_ROUTING": "1",
-        "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
-        "OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1",
-        "TP_SOCKET_IFNAME": "enp1s0f1np1",
-        "UCX_NET_DEVICES": "enp1s0f1np1",
-    }
-    hosts = {}
-    for rank, node in enumerate(nodes):
-        hosts[node] = {
-            "base": {
-                "chrony_upstream": [],
-                "clock_control": False,
-                "cluster_user": cluster_user,
-                "head": nodes[0],
-                "is_head": rank == 0,
-                "key_name": "id_sparkctl_cluster",
-            },
-            "fabric_a_ip": fabric_ip(node, "a"),
-            "fabric_b_ip": fabric_ip(node, "b"),
-            "mgmt_ip": f"10.77.0.1{node[-1]}",
-            "nccl": {
-                "binaries": ["all_reduce_perf", "all_gather_perf", "reduce_scatter_perf"],
-                "conf_file": "/etc/nccl.conf",
-                "env": dict(env),
-                "env_file": "/etc/sparkctl/nccl.env",
-                "gid_placeholder": "<detected-on-the-node-at-provision>",
-                "impl": "standin",
-                "record_file": "/etc/sparkctl/roce-fabric.env",
-                "socket_ifname": "enp1s0f1np1",
-                "tests_dir": "/opt/nccl-tests/build",
-                "version_file": "/etc/sparkctl/nccl-version",
-            },
-            "node_rank": rank,
-            "nvidia_driver": {"gpu": "GB10", "min_cuda": "13.0", "min_driver": "580.0"},
-            "roce_fabric": {
-                "mtu": 9000,
-                "record_file": "/etc/sparkctl/roce-fabric.env",
-                "speed_mbps": 10000,
-                "subnets": {"a": "192.168.100.0/24", "b": "192.168.101.0/24"},
-                "twins": [
-                    {
-                        "address": f"{fabric_ip(node, t)}/24",
-                        "ibdev": TWIN_IBDEV[t],
-                        "netdev": TWIN_NETDEV[t],
-                        "twin": t,
-                    }
-                    for t in ("a", "b")
-                ],
-            },
-            "validate": {
-                "baseline_tolerance": 0.1,
-                "busbw_min_fraction": 0.875,
-                "clock_max_offset_ms": 100.0,
-                "collectives": ["all_reduce", "all_gather"],
-                "command_timeout": 30,
-                "disk_headroom_mb": 4096,
-                "judged_sizes": 2,
-                "line_rate_gbytes": line_rate,
-                "localise": True,
-                "mem_headroom_mb": 8192,
-                "nccl_iters": 20,
-                "nccl_max_bytes": 4294967296,
-                "nccl_mem_fraction": 0.5,
-                "nccl_min_bytes": 1048576,
-                "nccl_timeout": 600,
-                "nccl_warmup_iters": 5,
-                "perftest": perftest,
-            },
-        }
-    return {
-        "cluster": "sim",
-        "cluster_hw": {
-            "clock_control": False,
-            "cuda_arch": "none",
-            "line_rate_gbytes": line_rate,
-            "link_speed_mbps": 10000,
-            "nccl_tests_impl": "prebuilt",
-            "netplan_apply": "networkd",
-            "sglang_impl": "container",
-        },
-        "hosts": hosts,
-    }
+    """A plan of the same shape as validate_plan.yml writes (the lab's values), read
+    through Plan.from_dict so that it cannot drift from that shape."""
+    data = plans.plan_dict(
+        nodes,
+        line_rate=line_rate,
+        perftest=perftest,
+        cluster_user=cluster_user,
+        # these tests' gate has no sanity floor (Thresholds' default)
+        edit=plans.sections(validate={"busbw_floor_ratio": 0.0}),
+    )
+    Plan.from_dict(data)
+    return data
+
+
+def typed_plan(nodes: list[str] = NODES, **kw: Any) -> Plan:
+    """:func:`make_plan` as sparkctl reads it."""
+    return Plan.from_dict(make_plan(nodes, **kw))
 
 
 def node_facts(node: str, nodes: list[str] = NODES) -> dict[str, Any]:
@@ -169,7 +102,7 @@ def by_check(checks: list[Check], name: str) -> list[Check]:
 
 
 def test_cluster_checks_of_a_healthy_cluster() -> None:
-    checks = run.cluster_checks(make_plan(), healthy_facts(), set())
+    checks = run.cluster_checks(typed_plan(), healthy_facts(), set())
     assert [(c.check, c.host, c.outcome) for c in checks] == [
         ("unique_addresses", "cluster", "passed"),
         ("neighbours", "cluster", "passed"),
@@ -183,7 +116,7 @@ def test_loopback_and_link_local_on_every_node_are_not_duplicates() -> None:
     for seen in facts.values():
         seen["addresses"]["lo"] = ["127.0.0.1/8", "127.0.1.1/8"]
         seen["addresses"]["enp1s0f1np1"].append("169.254.3.1/16")
-    checks = run.cluster_checks(make_plan(), facts, set())
+    checks = run.cluster_checks(typed_plan(), facts, set())
     assert by_check(checks, "unique_addresses")[0].outcome == "passed"
 
 
@@ -191,7 +124,7 @@ def test_one_node_with_an_address_twice_is_not_a_duplicate_across_nodes() -> Non
     facts = healthy_facts()
     facts["spark1"]["addresses"]["enP2p1s0f1np1"].append("192.168.100.11/24")
     assert (
-        by_check(run.cluster_checks(make_plan(), facts, set()), "unique_addresses")[0].outcome
+        by_check(run.cluster_checks(typed_plan(), facts, set()), "unique_addresses")[0].outcome
         == "passed"
     )
 
@@ -199,7 +132,7 @@ def test_one_node_with_an_address_twice_is_not_a_duplicate_across_nodes() -> Non
 def test_an_address_on_two_nodes_fails_naming_both() -> None:
     facts = healthy_facts()
     facts["spark3"]["addresses"]["enp1s0f1np1"] = ["192.168.100.12/24"]  # spark2's
-    checks = run.cluster_checks(make_plan(), facts, set())
+    checks = run.cluster_checks(typed_plan(), facts, set())
     dup = by_check(checks, "unique_addresses")
     assert dup == [
         Check(
@@ -216,7 +149,7 @@ def test_a_neighbour_mac_that_is_not_the_owners_twin_fails() -> None:
     facts = healthy_facts()
     # spark4's twin a answers for spark3's twin-a address.
     facts["spark1"]["neigh"]["192.168.100.13"] = mac("spark4", "a")
-    checks = run.cluster_checks(make_plan(), facts, set())
+    checks = run.cluster_checks(typed_plan(), facts, set())
     neighbours = by_check(checks, "neighbours")
     assert neighbours == [
         Check(
@@ -235,13 +168,13 @@ def test_neighbour_macs_compare_without_case_and_unresolved_ones_are_skipped() -
     facts["spark1"]["neigh"]["192.168.100.13"] = mac("spark3", "a").upper()
     facts["spark2"]["neigh"]["192.168.101.14"] = None  # FAILED entry: no MAC
     facts["spark2"]["neigh"]["10.0.0.1"] = "02:00:00:00:00:01"  # not a fabric address
-    checks = run.cluster_checks(make_plan(), facts, set())
+    checks = run.cluster_checks(typed_plan(), facts, set())
     assert by_check(checks, "neighbours")[0].outcome == "passed"
 
 
 def test_down_nodes_fail_all_nodes() -> None:
     facts = {n: node_facts(n) for n in ("spark1", "spark2")}
-    checks = run.cluster_checks(make_plan(), facts, {"spark4", "spark3"})
+    checks = run.cluster_checks(typed_plan(), facts, {"spark4", "spark3"})
     assert by_check(checks, "all_nodes") == [
         Check("all_nodes", "cluster", None, "failed", "no answer from spark3, spark4")
     ]
@@ -249,7 +182,7 @@ def test_down_nodes_fail_all_nodes() -> None:
 
 
 def test_no_node_answered() -> None:
-    checks = run.cluster_checks(make_plan(), {}, set(NODES))
+    checks = run.cluster_checks(typed_plan(), {}, set(NODES))
     assert [(c.check, c.outcome) for c in checks] == [
         ("unique_addresses", "skipped"),
         ("all_nodes", "failed"),
@@ -304,11 +237,11 @@ def mesh_checks(bad: str | None = None, twin: str = "a", kind: str = "mtu") -> l
 def test_mesh_of_a_healthy_fabric_finds_nothing() -> None:
     checks = mesh_checks()
     assert len(checks) == 24 and all(c.ok for c in checks)
-    assert run.mesh_findings(inv_with(PORTS), make_plan(), checks) == []
+    assert run.mesh_findings(inv_with(PORTS), typed_plan(), checks) == []
 
 
 def test_mesh_one_node_behind_a_small_mtu_names_node_netdev_and_switch_port() -> None:
-    findings = run.mesh_findings(inv_with(PORTS), make_plan(), mesh_checks("spark3", "a", "mtu"))
+    findings = run.mesh_findings(inv_with(PORTS), typed_plan(), mesh_checks("spark3", "a", "mtu"))
     assert findings == [
         Finding(
             "spark3",
@@ -322,7 +255,7 @@ def test_mesh_one_node_behind_a_small_mtu_names_node_netdev_and_switch_port() ->
 
 def test_mesh_pulled_cable_is_no_peer_reaches() -> None:
     findings = run.mesh_findings(
-        inv_with(PORTS), make_plan(), mesh_checks("spark2", "b", "unreachable")
+        inv_with(PORTS), typed_plan(), mesh_checks("spark2", "b", "unreachable")
     )
     assert findings == [
         Finding(
@@ -337,10 +270,10 @@ def test_mesh_pulled_cable_is_no_peer_reaches() -> None:
 def test_mesh_port_carrying_both_twins_and_a_node_without_ports() -> None:
     ports = [SwitchPort("Ethernet12", "spark2", "both")]
     findings = run.mesh_findings(
-        inv_with(ports), make_plan(), mesh_checks("spark2", "b", "unreachable")
+        inv_with(ports), typed_plan(), mesh_checks("spark2", "b", "unreachable")
     )
     assert [f.subject for f in findings] == ["enP2p1s0f1np1 (switch port Ethernet12)"]
-    findings = run.mesh_findings(inv_with([]), make_plan(), mesh_checks("spark2", "a", "mtu"))
+    findings = run.mesh_findings(inv_with([]), typed_plan(), mesh_checks("spark2", "a", "mtu"))
     assert [(f.host, f.subject) for f in findings] == [("spark2", "enp1s0f1np1")]
 
 
@@ -352,7 +285,7 @@ def test_mesh_of_a_node_that_did_not_answer_blames_no_link() -> None:
         else c
         for c in mesh_checks()
     ]
-    assert run.mesh_findings(inv_with(PORTS), make_plan(), checks) == []
+    assert run.mesh_findings(inv_with(PORTS), typed_plan(), checks) == []
 
 
 def test_a_node_that_does_not_answer_is_marked_down_and_its_checks_skipped(tmp_path: Path) -> None:
@@ -390,7 +323,7 @@ def test_mesh_every_path_failing_is_not_one_node() -> None:
         else c
         for c in mesh_checks()
     ]
-    assert run.mesh_findings(inv_with(PORTS), make_plan(), checks) == []
+    assert run.mesh_findings(inv_with(PORTS), typed_plan(), checks) == []
 
 
 # ---------------------------------------------------------------- report verdict, summary, exit
@@ -582,7 +515,7 @@ def test_a_baseline_path_that_does_not_exist_is_bad_input(state: Path, tmp_path:
 
 
 def test_thresholds_from_the_plan() -> None:
-    assert run.thresholds(make_plan(), 0.125) == Thresholds(
+    assert run.thresholds(typed_plan(), 0.125) == Thresholds(
         line_rate_gbytes=0.125, min_fraction=0.875, judged_sizes=2, baseline_tolerance=0.1
     )
 
@@ -602,17 +535,17 @@ class Answers:
 @pytest.mark.parametrize("value", [25.0, "25", 25])
 def test_line_rate_from_the_inventory_wins(value: Any) -> None:
     runner = Answers(0, LabHardware(link_rate_mbit=1000).to_json("spark1"))
-    assert run.line_rate(make_plan(line_rate=value), "spark1", runner) == 25.0
+    assert run.line_rate(typed_plan(line_rate=value), "spark1", runner) == 25.0
     assert runner.calls == []
 
 
 @pytest.mark.parametrize("value", [None, "", "None"])
 def test_line_rate_unset_reads_the_labs_hardware_json(value: Any) -> None:
     runner = Answers(0, LabHardware(link_rate_mbit=1000).to_json("spark1"))
-    assert run.line_rate(make_plan(line_rate=value), "spark1", runner) == 0.125
+    assert run.line_rate(typed_plan(line_rate=value), "spark1", runner) == 0.125
     assert runner.calls == [("spark1", "cat /etc/sparkctl-lab/hardware.json", 30)]
     quarter = Answers(0, LabHardware(link_rate_mbit=250).to_json("spark1"))
-    assert run.line_rate(make_plan(line_rate=value), "spark1", quarter) == 0.03125
+    assert run.line_rate(typed_plan(line_rate=value), "spark1", quarter) == 0.03125
 
 
 @pytest.mark.parametrize(
@@ -629,7 +562,7 @@ def test_line_rate_unset_reads_the_labs_hardware_json(value: Any) -> None:
 )
 def test_line_rate_without_a_readable_hardware_json_is_bad_input(rc: int, out: str) -> None:
     with pytest.raises(SparkctlError) as info:
-        run.line_rate(make_plan(), "spark1", Answers(rc, out))
+        run.line_rate(typed_plan(), "spark1", Answers(rc, out))
     assert info.value.code == ExitCode.BAD_INPUT
     assert str(info.value) == (
         f"validate_line_rate_gbytes is not set and spark1:/etc/sparkctl-lab/hardware.json gives "
@@ -644,7 +577,7 @@ def test_perftest_skipped_by_the_inventory(tmp_path: Path) -> None:
     runner = Answers(0)
     for setting in (False, "false", "no"):
         result = run.perftest(
-            make_plan(perftest=setting), NODES, runner, th=TH, run_dir=tmp_path, setting=setting
+            typed_plan(perftest=setting), NODES, runner, th=TH, run_dir=tmp_path, setting=setting
         )
         assert result == ([], ["ib_write_bw: skipped (validate_perftest: false)"])
     assert runner.calls == []
@@ -658,14 +591,14 @@ NO_PERFTEST = (
 def test_perftest_missing_is_a_note_unless_required(tmp_path: Path) -> None:
     runner = Answers(1)
     checks, notes = run.perftest(
-        make_plan(), NODES, runner, th=TH, run_dir=tmp_path, setting="auto"
+        typed_plan(), NODES, runner, th=TH, run_dir=tmp_path, setting="auto"
     )
     note = f"ib_write_bw: not available on spark1, spark2, spark3, spark4 {NO_PERFTEST}"
     assert (checks, notes) == ([], [note])
     assert [c[0] for c in runner.calls] == NODES
     assert all(c[1].startswith("command -v ib_write_bw") for c in runner.calls)
     checks, notes = run.perftest(
-        make_plan(perftest=True), NODES, Answers(1), th=TH, run_dir=tmp_path, setting=True
+        typed_plan(perftest=True), NODES, Answers(1), th=TH, run_dir=tmp_path, setting=True
     )
     assert notes == []
     assert checks == [Check("rdma_write", n, None, "failed", note) for n in NODES]
@@ -675,7 +608,9 @@ def test_perftest_missing_on_one_node_names_it(tmp_path: Path) -> None:
     def runner(host: str, command: str, timeout: int) -> tuple[int, str]:
         return (1 if host == "spark3" else 0), ""
 
-    checks, notes = run.perftest(make_plan(), NODES, runner, th=TH, run_dir=tmp_path, setting="yes")
+    checks, notes = run.perftest(
+        typed_plan(), NODES, runner, th=TH, run_dir=tmp_path, setting="yes"
+    )
     assert notes == []
     assert checks == [
         Check(
@@ -708,46 +643,46 @@ def test_plan_key_is_stable_and_follows_the_inventory(
     state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ini = inventory_dir(tmp_path)
-    first = run._plan_key(ini)
-    assert len(first) == 20 and run._plan_key(ini) == first
+    first = plan_cache._plan_key(ini)
+    assert len(first) == 20 and plan_cache._plan_key(ini) == first
     (tmp_path / "unrelated.yml").write_text("x: 1\n")
-    assert run._plan_key(ini) == first
+    assert plan_cache._plan_key(ini) == first
 
     (ini.parent / "group_vars" / "sim" / "cluster.yml").write_text(
         "validate_busbw_min_fraction: 0.5\n"
     )
-    second = run._plan_key(ini)
+    second = plan_cache._plan_key(ini)
     assert second != first
 
     (ini.parent / "host_vars").mkdir()
     (ini.parent / "host_vars" / "spark1.yml").write_text("validate_perftest: false\n")
-    third = run._plan_key(ini)
+    third = plan_cache._plan_key(ini)
     assert third not in (first, second)
 
     ini.write_text(ini.read_text() + "# a comment\n")
-    fourth = run._plan_key(ini)
+    fourth = plan_cache._plan_key(ini)
     assert fourth not in (first, second, third)
 
     # A filter plugin (not a defaults file) changes the plan too: the key follows it.
-    roles, roles_dir = tmp_path / "roles-copy", run.roles_dir
+    roles, roles_dir = tmp_path / "roles-copy", plan_cache.roles_dir
     shutil.copytree(roles_dir(), roles, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(run, "roles_dir", lambda: roles)
-    copied = run._plan_key(ini)
+    monkeypatch.setattr(plan_cache, "roles_dir", lambda: roles)
+    copied = plan_cache._plan_key(ini)
     assert copied != fourth  # the paths are part of the key
     plugin = next(roles.glob("*/filter_plugins/*.py"))
     plugin.write_text(plugin.read_text() + "\n# an edit\n")
-    assert run._plan_key(ini) != copied
+    assert plan_cache._plan_key(ini) != copied
     (plugin.parent / "__pycache__").mkdir(exist_ok=True)
     (plugin.parent / "__pycache__" / "x.pyc").write_bytes(b"bytecode")
-    edited = run._plan_key(ini)
+    edited = plan_cache._plan_key(ini)
     (plugin.parent / "__pycache__" / "x.pyc").write_bytes(b"other bytecode")
-    assert run._plan_key(ini) == edited
-    monkeypatch.setattr(run, "roles_dir", roles_dir)
-    assert run._plan_key(ini) == fourth
+    assert plan_cache._plan_key(ini) == edited
+    monkeypatch.setattr(plan_cache, "roles_dir", roles_dir)
+    assert plan_cache._plan_key(ini) == fourth
 
     # Plans are cached per state directory (the lab and a real cluster keep theirs apart).
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "other-state"))
-    assert run._plan_key(ini) != fourth
+    assert plan_cache._plan_key(ini) != fourth
 
 
 # ---------------------------------------------------------------- ssh_config
@@ -987,5 +922,6 @@ def test_plan_fixture_matches_the_real_plans_shape() -> None:
     head = plan["hosts"]["spark1"]
     assert json.loads(json.dumps(plan)) == plan
     assert head["nccl"]["socket_ifname"] == head["roce_fabric"]["twins"][0]["netdev"]
-    assert run._port_of(inv_with(PORTS), plan, "spark3") == "enp1s0f1np1 (switch port swp3)"
-    assert run._port_of(inv_with([]), plan, "spark3") == "enp1s0f1np1"
+    typed = Plan.from_dict(plan)
+    assert run._port_of(inv_with(PORTS), typed, "spark3") == "enp1s0f1np1 (switch port swp3)"
+    assert run._port_of(inv_with([]), typed, "spark3") == "enp1s0f1np1"

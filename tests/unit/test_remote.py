@@ -1,0 +1,85 @@
+"""sparkctl.remote: the one way validate, serve and trust reach the nodes, and the
+layering it gives (no command package imports another's)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from sparkctl import inventory, remote
+from sparkctl.plan import Plan
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "sparkctl"
+# The commands that reach the nodes, each a package or a module of its own.
+COMMANDS = {"validate": "sparkctl.validate", "serve": "sparkctl.serve", "trust": "sparkctl.trust"}
+# Imports across commands that remain, each with where it is going: the report
+# dataclasses, their files and summary are validate's today and shared by serve verify.
+STILL_SHARED = {
+    ("serve", "sparkctl.validate.model"),
+    ("serve", "sparkctl.validate.report"),
+    ("serve", "sparkctl.validate.summary"),
+    # NCCL's INFO lines have one parser, in serve's log signatures.
+    ("validate", "sparkctl.serve.logs"),
+}
+
+
+def test_connect_loads_the_plan_and_writes_one_ssh_config_for_every_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
+    inv = inventory.validate(REPO / "inventory" / "sim.ini")
+    session = remote.connect(inv, tmp_path)
+    assert isinstance(session.plan, Plan)
+    assert session.nodes == remote.node_names(inv) == ["spark1", "spark2", "spark3", "spark4"]
+    assert session.plan.nodes == session.nodes
+    assert session.ssh_config == tmp_path / "ssh_config"
+    hosts = [
+        ln.split()[1] for ln in session.ssh_config.read_text().splitlines() if ln[:5] == "Host "
+    ]
+    assert hosts == session.nodes
+    assert (tmp_path / "plan.json").is_file()  # what the node checks read
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            # `from sparkctl.validate import run` imports sparkctl.validate.run
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def _command_of(path: Path) -> str | None:
+    rel = path.relative_to(PACKAGE).with_suffix("")
+    return rel.parts[0] if rel.parts[0] in COMMANDS else None
+
+
+def test_no_command_imports_another_commands_package() -> None:
+    crossing = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        own = _command_of(path)
+        if own is None:
+            continue
+        for name in _imports(path):
+            for other, module in COMMANDS.items():
+                if other != own and (name == module or name.startswith(module + ".")):
+                    crossing.add((own, ".".join(name.split(".")[:3])))
+    assert crossing <= STILL_SHARED, sorted(crossing - STILL_SHARED)
+
+
+def test_ssh_config_runner_and_plan_come_from_remote_only() -> None:
+    """serve and trust take SSH and the plan from sparkctl.remote, not from validate."""
+    for path in [*sorted((PACKAGE / "serve").glob("*.py")), PACKAGE / "trust.py"]:
+        names = _imports(path)
+        for module in (
+            "sparkctl.validate.sshconfig",
+            "sparkctl.validate.run",
+            "sparkctl.validate.nccl",
+        ):
+            assert not [n for n in names if n.startswith(module)], (path, module)
