@@ -221,7 +221,7 @@ def model_sync(
     as_json: bool,
 ) -> None:
     """Put the model INVENTORY names on every node (playbooks/model_cache.yml)."""
-    from sparkctl.model import sync  # noqa: PLC0415
+    from sparkctl.model_sync import sync  # noqa: PLC0415
 
     sync(
         inventory_path,

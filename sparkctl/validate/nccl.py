@@ -38,7 +38,7 @@ from typing import Any
 
 from sparkctl import nccl_report, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.validate.model import Finding, Fit, Judged, NcclRun, Outcome, Thresholds
+from sparkctl.validate.report.model import Finding, Fit, Judged, NcclRun, Outcome, Thresholds
 
 PROGRAMS = {
     "all_reduce": "all_reduce_perf",

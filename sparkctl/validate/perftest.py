@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkctl import tool_output
-from sparkctl.validate.model import Check, Outcome, Thresholds
 from sparkctl.validate.nccl import Runner, pair_rounds
+from sparkctl.validate.report.model import Check, Outcome, Thresholds
 
 BASE_PORT = 18515  # perftest's default port; one per twin
 SECONDS = 5

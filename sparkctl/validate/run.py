@@ -33,7 +33,7 @@ from sparkctl.paths import playbooks_dir, roles_dir, state_dir
 from sparkctl.provision import cluster_env, results_dir
 from sparkctl.runner import run_playbook
 from sparkctl.validate import nccl, sshconfig
-from sparkctl.validate.model import Check, Finding, NcclRun, Report, Thresholds
+from sparkctl.validate.report.model import Check, Finding, NcclRun, Report, Thresholds
 
 CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
 LAB_HARDWARE = "/etc/sparkctl-lab/hardware.json"

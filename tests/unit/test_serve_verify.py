@@ -35,7 +35,7 @@ import pytest
 from sparkctl.inventory import Inventory, Node
 from sparkctl.serve.cluster import API_KEY_ENV, Cluster
 from sparkctl.serve.verify import Verifier, verify
-from sparkctl.validate.model import Report
+from sparkctl.validate.report.model import Report
 from tests.unit.test_sglang_standin import KEY, _up, cluster, model_dir, needs_loopback
 
 __all__ = ["model_dir"]  # the fixture, imported for pytest

@@ -18,7 +18,7 @@ import pytest
 
 from sparkctl import nccl_report, tool_output
 from sparkctl.validate import nccl
-from sparkctl.validate.model import Finding, Judged, NcclRun, Thresholds
+from sparkctl.validate.report.model import Finding, Judged, NcclRun, Thresholds
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 # The lab stand-in's output, 4 ranks over 1000 Mbit/s links (SOURCES.md).

@@ -13,8 +13,10 @@ import pytest
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.nccl_report import Half, NcclReport, Row
-from sparkctl.validate import report as rpt
-from sparkctl.validate.model import (
+from sparkctl.validate.report.baseline import compare
+from sparkctl.validate.report.html import render_html
+from sparkctl.validate.report.io import load, write
+from sparkctl.validate.report.model import (
     Check,
     Finding,
     Judged,
@@ -22,7 +24,7 @@ from sparkctl.validate.model import (
     Report,
     Thresholds,
 )
-from sparkctl.validate.report import compare, human_size, load, render_html, write
+from sparkctl.validate.report.numbers import gbs, human_size
 
 HOSTS = ["spark1", "spark2", "spark3", "spark4"]
 LINE_RATE = 25.0
@@ -429,8 +431,8 @@ def test_compare_fails_beyond_tolerance_naming_collective_and_size() -> None:
     assert [i.outcome for i in result.items] == ["passed", "failed"]
     change = (c32 - b32) / b32
     assert result.message.startswith(
-        f"all_reduce at 32 MiB: {rpt._gbs(c32)} GB/s is {-change * 100:.1f}% below the "
-        f"baseline's {rpt._gbs(b32)} GB/s (run 20261130T090000Z)"
+        f"all_reduce at 32 MiB: {gbs(c32)} GB/s is {-change * 100:.1f}% below the "
+        f"baseline's {gbs(b32)} GB/s (run 20261130T090000Z)"
     )
     assert "16 MiB" not in result.message
     current.baseline = result

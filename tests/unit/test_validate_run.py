@@ -19,7 +19,7 @@ from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import SwitchPort
 from sparkctl.lab.hardware import LabHardware
 from sparkctl.validate import run, sshconfig
-from sparkctl.validate.model import (
+from sparkctl.validate.report.model import (
     Baseline,
     BaselineItem,
     Check,
