@@ -13,16 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def human_bytes(count: float) -> str:
-    value = float(count)
-    for unit in UNITS:
-        if abs(value) < 1024 or unit == UNITS[-1]:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+from sparkctl.units import human_bytes
 
 
 def transfer_progress(result: Mapping[str, Any] | None) -> dict[str, str]:
@@ -44,8 +35,9 @@ def transfer_progress(result: Mapping[str, Any] | None) -> dict[str, str]:
         lines = {}
         for host, entry in board["hosts"].items():
             text = (
-                f"{human_bytes(entry.get('bytes', 0))} of {human_bytes(total)}, "
-                f"{human_bytes(entry.get('rate_bps', 0))}/s"
+                f"{human_bytes(entry.get('bytes', 0), decimals=1)} of "
+                f"{human_bytes(total, decimals=1)}, "
+                f"{human_bytes(entry.get('rate_bps', 0), decimals=1)}/s"
             )
             if entry.get("files"):
                 text += f", {entry['files']} file(s) written"

@@ -27,6 +27,7 @@ from typing import Any
 
 from sparkctl import nccl_parse
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.units import human_bytes
 from sparkctl.validate.report.model import Finding, Fit, Judged, NcclRun, Outcome, Thresholds
 
 PROGRAMS = {
@@ -256,10 +257,8 @@ def describe_fit(model: Fit, line_rate: float) -> str:
 
 
 def human(size: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if size >= 1 << shift and size % (1 << shift) == 0:
-            return f"{size >> shift} {unit}"
-    return f"{size} B"
+    """A sweep size exactly (a power of two must not read rounded): 16 MiB, 3145729 B."""
+    return human_bytes(size, exact=True)
 
 
 def transport_problem(output: str, rdma_expected: bool) -> str | None:

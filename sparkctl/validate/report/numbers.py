@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+from sparkctl.units import human_bytes
 
 
 def human_size(n: int) -> str:
     """``n`` bytes in 1024-based units: 8 B, 1 KiB, 32 MiB, 1.5 GiB."""
-    value = float(n)
-    unit = _UNITS[0]
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            break
-        value /= 1024
-    if value == int(value):
-        return f"{int(value)} {unit}"
-    return f"{value:.3g} {unit}"
+    return human_bytes(n)
 
 
 def tick(n: int) -> str:
