@@ -221,7 +221,7 @@ def model_sync(
     as_json: bool,
 ) -> None:
     """Put the model INVENTORY names on every node (playbooks/model_cache.yml)."""
-    from sparkctl.model import sync  # noqa: PLC0415
+    from sparkctl.model_sync import sync  # noqa: PLC0415
 
     sync(
         inventory_path,
@@ -442,7 +442,7 @@ def report_nccl(
     Exits 1 (FAILED) when the log has #wrong or out-of-bounds values, and with
     --gate when the bandwidth gate fails; 2 when the log is not a complete run.
     """
-    from sparkctl import nccl_report  # noqa: PLC0415
+    from sparkctl import nccl_parse  # noqa: PLC0415
 
     if (line_rate is not None or inventory_path is not None) and not gate:
         raise SparkctlError("--line-rate and -i are for --gate", ExitCode.BAD_INPUT)
@@ -453,7 +453,7 @@ def report_nccl(
         )
     try:
         with logfile.open(errors="replace") as lines:  # line by line: any size, bounded memory
-            report = nccl_report.parse(lines, str(logfile))
+            report = nccl_parse.parse(lines, str(logfile))
     except OSError as exc:
         raise SparkctlError(
             f"{logfile}: cannot read: {exc.strerror or exc}", ExitCode.BAD_INPUT
@@ -501,15 +501,15 @@ def _gate_saved_log(
     report: Any, source: str, line_rate: float | None, inventory_path: Path | None
 ) -> tuple[Any, Any]:
     """validate's judgement of a saved log: (NcclRun, Thresholds)."""
-    from sparkctl.validate import nccl  # noqa: PLC0415
+    from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
     if line_rate is not None:
-        th = nccl.role_thresholds(line_rate)
+        th = nccl_judge.role_thresholds(line_rate)
     elif inventory_path is not None:
         th = _inventory_thresholds(inventory_path)
     else:
         raise SparkctlError("--gate needs --line-rate or -i", ExitCode.BAD_INPUT)
-    return nccl.gate_log(report, th, source), th
+    return nccl_judge.gate_log(report, th, source), th
 
 
 def _inventory_thresholds(inventory_path: Path) -> Any:

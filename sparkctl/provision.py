@@ -16,7 +16,7 @@ from rich.table import Table
 from sparkctl import console, inventory
 from sparkctl.errors import SparkctlError
 from sparkctl.lock import inventory_lock
-from sparkctl.model import transfer_progress
+from sparkctl.model_progress import transfer_progress
 from sparkctl.paths import facts_dir, state_dir
 from sparkctl.runner import Event, RunResult, run_playbook
 

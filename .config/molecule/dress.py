@@ -209,7 +209,7 @@ def main(argv: list[str]) -> int:
         )
         # Always read the instances' keys: the ephemeral directory (and its
         # known_hosts) outlives the containers of an earlier run of the scenario.
-        if sshtrust.record(trusted, ssh_dir):  # type: ignore[arg-type]
+        if sshtrust.record(trusted, ssh_dir):
             changed.append(f"SSH trust recorded in {ssh_dir}")
 
     print(json.dumps({"changed": bool(changed), "changes": changed, "cables": cables}))

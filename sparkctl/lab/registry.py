@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
+from sparkctl.lab.nodefiles import NodeFile, install
 from sparkctl.paths import roles_dir
 
 if TYPE_CHECKING:
@@ -476,8 +477,6 @@ def move_lab_tag(
     :func:`restore_lab_tag` does). Images the nodes already pulled stay as
     they are, as on a Spark whose tag moved on the registry.
     """
-    from sparkctl.lab import standins  # noqa: PLC0415 - standins imports this module
-
     digest = ""
     for node in nodes:
         current = podman.exec(
@@ -486,11 +485,11 @@ def move_lab_tag(
         files, digest = registry_update(
             ref, variant=variant, index=parse_index(current, f"{node}:{INDEX_NAME}")
         )
-        standins.install(
+        install(
             podman,
             node,
             [
-                standins.NodeFile(f"{REGISTRY_DIR}/{name}", data, 0o644)
+                NodeFile(f"{REGISTRY_DIR}/{name}", data, 0o644)
                 for name, data in sorted(files.items())
             ],
             units=False,
@@ -507,8 +506,6 @@ def point_lab_tag(podman: Podman, nodes: Iterable[str], ref: ImageRef | str, dig
     """Point the tag at ``digest`` again on the lab nodes, whose blob is still there (blobs
     stay when a tag moves): undoes :func:`move_lab_tag` exactly, even when the stand-in's
     sources changed since ``lab up`` (rebuilding the original would give another digest)."""
-    from sparkctl.lab import standins  # noqa: PLC0415 - standins imports this module
-
     ref = ImageRef.parse(ref) if isinstance(ref, str) else ref
     blob = f"{REGISTRY_DIR}/blobs/sha256/{digest.removeprefix('sha256:')}"
     for node in nodes:
@@ -526,9 +523,9 @@ def point_lab_tag(podman: Podman, nodes: Iterable[str], ref: ImageRef | str, dig
         entries = parse_index(current, f"{node}:{INDEX_NAME}")
         entries[ref.key] = digest
         text = (json.dumps(entries, indent=2, sort_keys=True) + "\n").encode()
-        standins.install(
+        install(
             podman,
             node,
-            [standins.NodeFile(f"{REGISTRY_DIR}/{INDEX_NAME}", text, 0o644)],
+            [NodeFile(f"{REGISTRY_DIR}/{INDEX_NAME}", text, 0o644)],
             units=False,
         )

@@ -10,17 +10,45 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.proc import run
 
 if TYPE_CHECKING:
-    from sparkctl.lab.lab import Lab
+    from sparkctl.lab.podman import Podman
 
 KEY_NAME = "id_ed25519"
+
+
+class _Host(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def mgmt_ip(self) -> str: ...
+
+
+class _Spec(Protocol):
+    @property
+    def hosts(self) -> Sequence[_Host]: ...
+
+
+class TrustedLab(Protocol):
+    """What :func:`record` needs of a lab; :class:`sparkctl.lab.lab.Lab` is one.
+
+    A protocol rather than an import: ``lab.py`` calls this module, and this
+    module naming ``lab.py`` back would make the two one import cycle.
+    """
+
+    @property
+    def spec(self) -> _Spec: ...
+    @property
+    def podman(self) -> Podman: ...
+    @property
+    def progress(self) -> Callable[[str], None]: ...
 
 
 def ensure_client_key(ssh_dir: Path) -> Path:
@@ -53,7 +81,7 @@ def ssh_base_args(ssh_dir: Path, *, batch: bool = True) -> list[str]:
     ]
 
 
-def record(lab: Lab, ssh_dir: Path) -> bool:
+def record(lab: TrustedLab, ssh_dir: Path) -> bool:
     """Authorise the client key on every host, record their host keys, prove SSH works.
 
     The host keys are read from the instances each time: an instance made anew
@@ -102,7 +130,7 @@ def record(lab: Lab, ssh_dir: Path) -> bool:
     return written
 
 
-def _wait_host_key(lab: Lab, name: str, timeout: float = 60) -> str:
+def _wait_host_key(lab: TrustedLab, name: str, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         proc = lab.podman.exec(name, ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"], check=False)

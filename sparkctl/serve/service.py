@@ -13,7 +13,7 @@ from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.serve.cluster import open_cluster
 from sparkctl.validate import summary
-from sparkctl.validate.model import Report
+from sparkctl.validate.report.model import Report
 
 
 def verify_command(

@@ -33,7 +33,7 @@ from sparkctl.plan import Plan
 from sparkctl.provision import results_dir
 from sparkctl.remote import Runner
 from sparkctl.validate import nccl
-from sparkctl.validate.model import Check, Finding, NcclRun, Report, Thresholds
+from sparkctl.validate.report.model import Check, Finding, NcclRun, Report, Thresholds
 
 CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
 LAB_HARDWARE = "/etc/sparkctl-lab/hardware.json"

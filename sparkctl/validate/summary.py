@@ -7,8 +7,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from sparkctl import console
-from sparkctl.validate.model import Check, Report
-from sparkctl.validate.nccl import human
+from sparkctl.validate.nccl_judge import human
+from sparkctl.validate.report.model import Check, Report
 
 _MARK = {
     "passed": "[green]ok[/green]",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import nccl_report
+from sparkctl import nccl_parse
 from sparkctl.remote import ssh
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
@@ -35,10 +35,10 @@ def _noisy(lines: int, width: int) -> Iterator[str]:
 
 def test_a_huge_log_parses_in_bounded_memory() -> None:
     assert LOG.exists(), sorted(p.name for p in FIXTURES.iterdir())
-    small = nccl_report.parse(LOG.read_text(), str(LOG))
+    small = nccl_parse.parse(LOG.read_text(), str(LOG))
     tracemalloc.start()
     try:
-        big = nccl_report.parse(_noisy(40_000, 400), "noisy.log")  # ~17 MB of text
+        big = nccl_parse.parse(_noisy(40_000, 400), "noisy.log")  # ~17 MB of text
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -54,7 +54,7 @@ def test_the_cli_reads_a_log_file_line_by_line(tmp_path: Path) -> None:
     tracemalloc.start()
     try:
         with path.open(errors="replace") as lines:
-            report = nccl_report.parse(lines, str(path))
+            report = nccl_parse.parse(lines, str(path))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

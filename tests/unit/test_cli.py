@@ -307,7 +307,7 @@ def test_lab_model_size_is_parsed_in_binary_units() -> None:
 def test_report_nccl_parses_a_saved_log(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from tests.unit.test_nccl_report import MODERN  # noqa: PLC0415
+    from tests.unit.test_nccl_parse import MODERN  # noqa: PLC0415
 
     log = tmp_path / "run.log"
     log.write_text(MODERN)

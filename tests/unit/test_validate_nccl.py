@@ -1,4 +1,4 @@
-"""sparkctl.validate.nccl: the launch command, judging a real-format log, runs, localisation."""
+"""sparkctl.validate.nccl and nccl_judge: the launch command, judging a real-format log, runs, localisation."""
 
 # ruff: noqa: E501 -- tool output is quoted as the tools print it
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import nccl_report, tool_output
-from sparkctl.validate import nccl
-from sparkctl.validate.model import Finding, Judged, NcclRun, Thresholds
+from sparkctl import nccl_parse, tool_output
+from sparkctl.validate import nccl, nccl_judge
+from sparkctl.validate.report.model import Finding, Judged, NcclRun, Thresholds
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 # The lab stand-in's output, 4 ranks over 1000 Mbit/s links (SOURCES.md).
@@ -87,7 +87,7 @@ def test_the_fixture_is_in_place() -> None:
     ],
 )
 def test_busbw_factor(collective: str, n: int, factor: float) -> None:
-    assert nccl.busbw_factor(collective, n) == factor
+    assert nccl_judge.busbw_factor(collective, n) == factor
 
 
 GiB = 1 << 30
@@ -277,33 +277,35 @@ def test_an_env_file_that_is_not_key_value_fails_the_run_before_mpirun(tmp_path:
 
 
 def test_precise_busbw_from_size_and_time() -> None:
-    rep = nccl_report.parse(LAB_LOG)
+    rep = nccl_parse.parse(LAB_LOG)
     row = rep.largest()[0]
     assert row.size == 16 * MiB and row.in_place.busbw == 0.09
     # in-place: 16 MiB in 0.273038 s, x 2(n-1)/n = 1.5 for 4 ranks; the printed 0.09 is rounded.
-    assert nccl._precise(row, "all_reduce", 4) == pytest.approx(16777216 / 0.273038 / 1e9 * 1.5)
-    assert nccl._precise(row, "all_reduce", 4) == pytest.approx(0.0922, abs=5e-5)
+    assert nccl_judge._precise(row, "all_reduce", 4) == pytest.approx(
+        16777216 / 0.273038 / 1e9 * 1.5
+    )
+    assert nccl_judge._precise(row, "all_reduce", 4) == pytest.approx(0.0922, abs=5e-5)
 
 
 def test_precise_falls_back_to_the_printed_figure_when_they_disagree() -> None:
     # An in-place time that does not fit the printed busbw (0.145 computed vs 0.09 printed):
     # the printed 0.09, lower than the out-of-place 0.105 computed.
-    rep = nccl_report.parse(
+    rep = nccl_parse.parse(
         LAB_LOG.replace("   273038    0.06    0.09", "   173038    0.06    0.09")
     )
     row = rep.largest()[0]
-    assert nccl._precise(row, "all_reduce", 4) == 0.09
-    rep = nccl_report.parse(
+    assert nccl_judge._precise(row, "all_reduce", 4) == 0.09
+    rep = nccl_parse.parse(
         LAB_LOG.replace("   239485    0.07    0.11", "   139485    0.07    0.11")
     )
     row = rep.largest()[0]
     # out-of-place 0.180 computed vs 0.11 printed: the printed 0.11, then the in-place 0.0922 is lower.
-    assert nccl._precise(row, "all_reduce", 4) == pytest.approx(0.0922, abs=5e-5)
-    rep = nccl_report.parse(
+    assert nccl_judge._precise(row, "all_reduce", 4) == pytest.approx(0.0922, abs=5e-5)
+    rep = nccl_parse.parse(
         LAB_LOG.replace("   273038    0.06    0.09", "   373038    0.06    0.09")
     )
     # 0.0675 computed vs 0.09 printed: beyond rounding, the printed figure.
-    assert nccl._precise(rep.largest()[0], "all_reduce", 4) == 0.09
+    assert nccl_judge._precise(rep.largest()[0], "all_reduce", 4) == 0.09
 
 
 def test_fit_of_the_lab_log_by_hand() -> None:
@@ -311,7 +313,7 @@ def test_fit_of_the_lab_log_by_hand() -> None:
     # 16 MiB, so the slope is 138496.5 us per 8 MiB: algbw 8388608 / 138496.5 B/us =
     # 0.060569 GB/s, busbw x 1.5 (all_reduce, 4 ranks) = 0.090854; the line meets 0 bytes
     # at 117765 - 138496.5 = -20731.5 us (noise on the lab's two cores: below zero).
-    model = nccl.fit(nccl_report.parse(LAB_LOG), "all_reduce", 4, 2)
+    model = nccl_judge.fit(nccl_parse.parse(LAB_LOG), "all_reduce", 4, 2)
     assert model.method == "fit" and model.sizes == [8 * MiB, 16 * MiB]
     assert model.algbw == pytest.approx(8388608 / 138496.5 / 1e3, rel=1e-5)
     assert model.busbw == pytest.approx(0.090854, abs=1e-6)
@@ -327,8 +329,8 @@ def test_fit_of_the_lab_log_by_hand() -> None:
 
 
 def test_judge_passes_the_lab_log_at_40_percent() -> None:
-    rep = nccl_report.parse(LAB_LOG)
-    outcome, message, judged, model = nccl.judge(rep, "all_reduce", 4, th(0.4))
+    rep = nccl_parse.parse(LAB_LOG)
+    outcome, message, judged, model = nccl_judge.judge(rep, "all_reduce", 4, th(0.4))
     assert outcome == "passed"
     assert message.startswith(
         "fitted busbw 0.091 GB/s = 72.7% of the line rate 0.125 GB/s "
@@ -342,8 +344,8 @@ def test_judge_passes_the_lab_log_at_40_percent() -> None:
 
 
 def test_judge_fails_the_lab_log_at_90_percent_naming_fit_and_threshold() -> None:
-    rep = nccl_report.parse(LAB_LOG)
-    outcome, message, judged, _ = nccl.judge(rep, "all_reduce", 4, th(0.9))
+    rep = nccl_parse.parse(LAB_LOG)
+    outcome, message, judged, _ = nccl_judge.judge(rep, "all_reduce", 4, th(0.9))
     assert outcome == "failed"
     assert message.endswith("below the threshold 90.0% = 0.113 GB/s")
     assert "0.099 GB/s measured at 16 MiB" in message
@@ -351,47 +353,49 @@ def test_judge_fails_the_lab_log_at_90_percent_naming_fit_and_threshold() -> Non
 
 
 def test_judge_fits_only_the_largest_sizes() -> None:
-    rep = nccl_report.parse(LAB_LOG)
+    rep = nccl_parse.parse(LAB_LOG)
     # Five sizes fitted: the small ones (latency-bound) move the line.
-    wide = nccl.judge(rep, "all_reduce", 4, th(0.4, judged_sizes=5))
+    wide = nccl_judge.judge(rep, "all_reduce", 4, th(0.4, judged_sizes=5))
     assert wide[3].sizes == [MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB]
-    assert wide[3].busbw != nccl.judge(rep, "all_reduce", 4, th(0.4))[3].busbw
+    assert wide[3].busbw != nccl_judge.judge(rep, "all_reduce", 4, th(0.4))[3].busbw
     assert [j.size for j in wide[2]] == [MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB]
     # One size: no line to fit; the measurement itself is judged.
-    one = nccl.judge(rep, "all_reduce", 4, th(0.4, judged_sizes=1))[3]
+    one = nccl_judge.judge(rep, "all_reduce", 4, th(0.4, judged_sizes=1))[3]
     assert one.method == "measured" and one.busbw == one.largest_busbw
 
 
 def test_judge_the_floor_fails_a_fit_the_measurements_do_not_bear_out() -> None:
     # Threshold 0.6 x 0.125 = 0.075 GB/s: the fit (0.091) passes it. A floor of 1.4 x
     # the threshold = 0.105 GB/s is above the 0.099 measured at 16 MiB: the floor fails it.
-    rep = nccl_report.parse(LAB_LOG)
-    outcome, message, _, _ = nccl.judge(rep, "all_reduce", 4, replace(th(0.6), floor_ratio=1.4))
+    rep = nccl_parse.parse(LAB_LOG)
+    outcome, message, _, _ = nccl_judge.judge(
+        rep, "all_reduce", 4, replace(th(0.6), floor_ratio=1.4)
+    )
     assert outcome == "failed"
     assert (
         "16 MiB measured only 0.099 GB/s, below the floor 0.105 GB/s (140% of the "
         "threshold): the fit extrapolates beyond what was measured" in message
     )
-    assert nccl.judge(rep, "all_reduce", 4, replace(th(0.6), floor_ratio=0.8))[0] == "passed"
+    assert nccl_judge.judge(rep, "all_reduce", 4, replace(th(0.6), floor_ratio=0.8))[0] == "passed"
 
 
 def test_judge_a_collective_mapped_to_null_is_measured_not_gated() -> None:
-    rep = nccl_report.parse(LAB_LOG)
+    rep = nccl_parse.parse(LAB_LOG)
     ungated = replace(th(0.9), fractions={"all_reduce": None, "all_gather": 0.9})
-    outcome, message, _, model = nccl.judge(rep, "all_reduce", 4, ungated)
+    outcome, message, _, model = nccl_judge.judge(rep, "all_reduce", 4, ungated)
     assert outcome == "passed" and model.busbw == pytest.approx(0.090854, abs=1e-6)
     assert message.endswith(
         "all_reduce is not gated on bandwidth here (measured and reported only)"
     )
     # ... but wrong data fails it all the same.
-    bad = nccl_report.parse(LAB_LOG.replace("0.11       0   273038", "0.11       3   273038"))
-    assert nccl.judge(bad, "all_reduce", 4, ungated)[0] == "failed"
+    bad = nccl_parse.parse(LAB_LOG.replace("0.11       0   273038", "0.11       3   273038"))
+    assert nccl_judge.judge(bad, "all_reduce", 4, ungated)[0] == "failed"
 
 
 def test_judge_fails_on_wrong_results_whatever_the_bandwidth() -> None:
     text = LAB_LOG.replace("0.11       0   273038", "0.11       3   273038")
-    rep = nccl_report.parse(text)
-    outcome, message, judged, _ = nccl.judge(rep, "all_reduce", 4, th(0.1))
+    rep = nccl_parse.parse(text)
+    outcome, message, judged, _ = nccl_judge.judge(rep, "all_reduce", 4, th(0.1))
     assert outcome == "failed"
     assert message == "3 wrong result(s) (#wrong): the data did not arrive intact"
     assert judged[-1].wrong == 3 and judged[0].wrong == 0
@@ -399,12 +403,12 @@ def test_judge_fails_on_wrong_results_whatever_the_bandwidth() -> None:
 
 def test_judge_fails_on_out_of_bounds_values() -> None:
     text = LAB_LOG.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 2 FAILED")
-    outcome, message, _, _ = nccl.judge(nccl_report.parse(text), "all_reduce", 4, th(0.1))
+    outcome, message, _, _ = nccl_judge.judge(nccl_parse.parse(text), "all_reduce", 4, th(0.1))
     assert (outcome, message) == ("failed", "2 out-of-bounds value(s)")
 
 
 def test_human_sizes() -> None:
-    assert [nccl.human(s) for s in (16 * MiB, 4 * GiB, 512 << 10, 1000, 3 * MiB + 1)] == [
+    assert [nccl_judge.human(s) for s in (16 * MiB, 4 * GiB, 512 << 10, 1000, 3 * MiB + 1)] == [
         "16 MiB",
         "4 GiB",
         "512 KiB",
@@ -700,9 +704,9 @@ def where(node: str) -> str:
 
 def test_implicated_node_every_pair_fails() -> None:
     ok = {frozenset(p): "spark3" not in p for r in nccl.pair_rounds(NODES) for p in r}
-    assert nccl.implicated(ok, NODES) == ["spark3"]
-    assert nccl.implicated(dict.fromkeys(ok, True), NODES) == []
-    assert nccl.implicated(dict.fromkeys(ok, False), NODES) == []  # nothing to compare with
+    assert nccl_judge.implicated(ok, NODES) == ["spark3"]
+    assert nccl_judge.implicated(dict.fromkeys(ok, True), NODES) == []
+    assert nccl_judge.implicated(dict.fromkeys(ok, False), NODES) == []  # nothing to compare with
 
 
 def test_implicated_two_bad_nodes() -> None:
@@ -711,7 +715,7 @@ def test_implicated_two_bad_nodes() -> None:
         for r in nccl.pair_rounds(NODES)
         for p in r
     }
-    assert nccl.implicated(ok, NODES) == ["spark2", "spark3"]
+    assert nccl_judge.implicated(ok, NODES) == ["spark2", "spark3"]
 
 
 def test_localise_one_slow_node_among_four() -> None:
@@ -720,7 +724,7 @@ def test_localise_one_slow_node_among_four() -> None:
         for r in nccl.pair_rounds(NODES)
         for p in r
     }
-    findings = nccl.localise(all_pairs(values), NODES, where)
+    findings = nccl_judge.localise(all_pairs(values), NODES, where)
     assert findings == [
         Finding(
             "spark3",
@@ -739,7 +743,7 @@ def test_localise_without_a_place_or_a_measurement() -> None:
         for r in nccl.pair_rounds(NODES)
         for p in r
     ]
-    findings = nccl.localise(runs, NODES, lambda _node: None)
+    findings = nccl_judge.localise(runs, NODES, lambda _node: None)
     assert len(findings) == 1 and findings[0].host == "spark3" and findings[0].subject is None
     assert findings[0].message == (
         "every pair with spark3 fails or is slow (no result within the time limit) while pairs "
@@ -750,7 +754,7 @@ def test_localise_without_a_place_or_a_measurement() -> None:
 def test_localise_every_pair_slow_alike_is_the_cluster() -> None:
     # Every pair misses the absolute threshold, but none is slower than the others.
     values = {frozenset(p): (0.016, "failed") for r in nccl.pair_rounds(NODES) for p in r}
-    assert nccl.localise(all_pairs(values), NODES, where, threshold=0.05) == [
+    assert nccl_judge.localise(all_pairs(values), NODES, where, threshold=0.05) == [
         Finding(
             "cluster",
             None,
@@ -767,7 +771,7 @@ def test_localise_every_pair_without_a_result_is_the_cluster() -> None:
         for r in nccl.pair_rounds(NODES)
         for p in r
     ]
-    assert nccl.localise(runs, NODES, where) == [
+    assert nccl_judge.localise(runs, NODES, where) == [
         Finding(
             "cluster",
             None,
@@ -784,7 +788,7 @@ def test_localise_relative_slowness_counts_as_slow() -> None:
         for r in nccl.pair_rounds(NODES)
         for p in r
     }
-    findings = nccl.localise(all_pairs(values), NODES, where)
+    findings = nccl_judge.localise(all_pairs(values), NODES, where)
     assert [f.host for f in findings] == ["spark2"]
     assert "(0.040 GB/s) while pairs without it reach 0.065 GB/s" in findings[0].message
     # Just above 0.7 x best is not slow.
@@ -793,12 +797,12 @@ def test_localise_relative_slowness_counts_as_slow() -> None:
         for r in nccl.pair_rounds(NODES)
         for p in r
     }
-    assert nccl.localise(all_pairs(values), NODES, where)[0].host == "cluster"
+    assert nccl_judge.localise(all_pairs(values), NODES, where)[0].host == "cluster"
 
 
 def test_localise_every_pair_passes() -> None:
     values = {frozenset(p): (0.065, "passed") for r in nccl.pair_rounds(NODES) for p in r}
-    assert nccl.localise(all_pairs(values), NODES, where) == [
+    assert nccl_judge.localise(all_pairs(values), NODES, where) == [
         Finding(
             "cluster",
             None,
@@ -811,7 +815,7 @@ def test_localise_every_pair_passes() -> None:
 def test_localise_one_bad_pair_names_the_pair() -> None:
     values = {frozenset(p): (0.065, "passed") for r in nccl.pair_rounds(NODES) for p in r}
     values[frozenset(("spark2", "spark3"))] = (0.016, "failed")
-    findings = nccl.localise(all_pairs(values), NODES, where)
+    findings = nccl_judge.localise(all_pairs(values), NODES, where)
     assert findings == [Finding("spark2", "spark2-spark3", "pair spark2 - spark3: busbw 0.016")]
 
 
@@ -883,15 +887,15 @@ def test_ib_write_bw_without_a_result_row() -> None:
 # line rate 25 GB/s, the validate role's own thresholds (all_gather at 0.875, the floor
 # at 0.8 of it). Each is also cut at every sweep top it reaches (rows <= top), as a
 # memory-safe sweep would have stopped: the verdict must not depend on the top.
-SPARK = nccl.role_thresholds(25.0)
+SPARK = nccl_judge.role_thresholds(25.0)
 HEALTHY_2183 = "gb10-2.18.3-all-gather-mpirun-noise.log"
 HEALTHY_2196 = "gb10-2.19.6-all-gather.log"
 DEGRADED = "gb10-2.18.3-all-gather-degraded-direct-cable.log"
 ONE_SIZE_16G = "gb10-2.18.5-all-gather-16g-one-size.log"
 
 
-def real(name: str, top: int | None = None) -> nccl_report.NcclReport:
-    rep = nccl_report.parse((FIXTURES / name).read_text(), name)
+def real(name: str, top: int | None = None) -> nccl_parse.NcclReport:
+    rep = nccl_parse.parse((FIXTURES / name).read_text(), name)
     return rep if top is None else replace(rep, rows=[r for r in rep.rows if r.size <= top])
 
 
@@ -918,7 +922,7 @@ def test_the_spark_thresholds_are_the_role_defaults() -> None:
 def test_real_healthy_gb10_log_passes_at_every_sweep_top(
     name: str, top: int, fitted: float, largest: float
 ) -> None:
-    outcome, message, _, model = nccl.judge(real(name, top), "all_gather", 2, SPARK)
+    outcome, message, _, model = nccl_judge.judge(real(name, top), "all_gather", 2, SPARK)
     assert outcome == "passed", message
     assert model.method == "fit" and model.sizes[-1] == top
     assert model.busbw == pytest.approx(fitted, abs=1e-3)
@@ -929,7 +933,7 @@ def test_real_healthy_gb10_log_passes_at_every_sweep_top(
 
 @pytest.mark.parametrize(("top", "fitted"), [(4 * GiB, 2.834), (2 * GiB, 2.833), (1 * GiB, 2.813)])
 def test_real_degraded_gb10_log_fails_at_every_sweep_top(top: int, fitted: float) -> None:
-    outcome, message, _, model = nccl.judge(real(DEGRADED, top), "all_gather", 2, SPARK)
+    outcome, message, _, model = nccl_judge.judge(real(DEGRADED, top), "all_gather", 2, SPARK)
     assert outcome == "failed"
     assert model.busbw == pytest.approx(fitted, abs=1e-3)
     assert message.endswith("below the threshold 87.5% = 21.875 GB/s")
@@ -937,7 +941,7 @@ def test_real_degraded_gb10_log_fails_at_every_sweep_top(top: int, fitted: float
 
 def test_one_size_is_judged_as_measured() -> None:
     # NVIDIA's own -b 16G -e 16G: nothing to fit; 22.96 GB/s measured passes 21.875.
-    outcome, message, _, model = nccl.judge(real(ONE_SIZE_16G), "all_gather", 2, SPARK)
+    outcome, message, _, model = nccl_judge.judge(real(ONE_SIZE_16G), "all_gather", 2, SPARK)
     assert (outcome, model.method) == ("passed", "measured")
     assert model.busbw == pytest.approx(
         (17179869184 / 0.374425 + 17179869184 / 0.373792) / 2 / 1e9 / 2, rel=1e-6
@@ -945,21 +949,21 @@ def test_one_size_is_judged_as_measured() -> None:
     assert "as measured" in message and "no fit" in message
     # The healthy 2.18.3 log cut at 1 GiB keeps one row: 20.27 GB/s as measured, below
     # 21.875. One size cannot show the plateau, which is why validate always sweeps.
-    cut = nccl.judge(real(HEALTHY_2183, GiB), "all_gather", 2, SPARK)
+    cut = nccl_judge.judge(real(HEALTHY_2183, GiB), "all_gather", 2, SPARK)
     assert (cut[0], cut[3].method) == ("failed", "measured")
     assert cut[3].busbw == pytest.approx(20.267, abs=1e-3)
 
 
 def test_real_logs_name_the_pinned_nccl_and_two_gpus() -> None:
     rep = real(HEALTHY_2196)
-    assert nccl.consistency(rep, 2, "v2.28.9-1") is None
-    assert nccl.consistency(rep, 2, None) is None
-    assert nccl.consistency(rep, 2, "v2.27.7-1") == (
+    assert nccl_judge.consistency(rep, 2, "v2.28.9-1") is None
+    assert nccl_judge.consistency(rep, 2, None) is None
+    assert nccl_judge.consistency(rep, 2, "v2.27.7-1") == (
         "NCCL 2.28.9 ran, not the pinned 2.27.7 (LD_LIBRARY_PATH found another libnccl, such "
         "as DGX OS's libnccl2 or a pip wheel)"
     )
     # Four nodes launched, two ranks in the log.
-    assert nccl.consistency(rep, 4, None) == (
+    assert nccl_judge.consistency(rep, 4, None) == (
         "2 ranks and 2 distinct host(s) (spark-101, spark-102) and 2 distinct GPU(s) took part "
         "where 4 nodes were launched, one rank and one GPU each"
     )
@@ -969,15 +973,15 @@ def test_real_logs_name_the_pinned_nccl_and_two_gpus() -> None:
         .read_text()
         .replace("on  spark-102 device", "on  spark-101 device")
     )
-    one = nccl_report.parse(text)
-    assert nccl.consistency(one, 2, None) == (
+    one = nccl_parse.parse(text)
+    assert nccl_judge.consistency(one, 2, None) == (
         "1 distinct host(s) (spark-101) and 1 distinct GPU(s) took part where 2 nodes were "
         "launched, one rank and one GPU each"
     )
     # The lab's stand-in has no NCCL: with a pin, it cannot say which ran.
-    lab = nccl_report.parse(LAB_LOG)
-    assert nccl.consistency(lab, 4, None) is None
-    assert "does not say which NCCL ran" in (nccl.consistency(lab, 4, "v2.28.9-1") or "")
+    lab = nccl_parse.parse(LAB_LOG)
+    assert nccl_judge.consistency(lab, 4, None) is None
+    assert "does not say which NCCL ran" in (nccl_judge.consistency(lab, 4, "v2.28.9-1") or "")
 
 
 def test_run_fails_another_nccl_than_the_pinned_one(tmp_path: Path) -> None:
@@ -1033,7 +1037,7 @@ def test_localise_real_rows_names_the_degraded_node(tmp_path: Path, top: int | N
     assert {frozenset(r.hosts): r.outcome for r in pairs} == {
         frozenset(r.hosts): ("failed" if "spark3" in r.hosts else "passed") for r in pairs
     }
-    findings = nccl.localise(pairs, NODES, where, SPARK.threshold_for("all_gather"))
+    findings = nccl_judge.localise(pairs, NODES, where, SPARK.threshold_for("all_gather"))
     assert [f.host for f in findings] == ["spark3"]
     assert findings[0].subject == "enp1s0f1np1 (switch port swp3)"
     assert re.search(
@@ -1063,4 +1067,4 @@ def test_localise_by_comparison_when_every_pair_misses_the_threshold(tmp_path: P
 
     pairs = nccl.run_pairs(make, FakeRunner(by_hosts=by_hosts), strict, tmp_path, NODES)
     assert all(r.outcome == "failed" for r in pairs)
-    assert [f.host for f in nccl.localise(pairs, NODES, where, 30.0)] == ["spark3"]
+    assert [f.host for f in nccl_judge.localise(pairs, NODES, where, 30.0)] == ["spark3"]

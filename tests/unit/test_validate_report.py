@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.nccl_report import Half, NcclReport, Row
-from sparkctl.validate import report as rpt
-from sparkctl.validate.model import (
+from sparkctl.nccl_parse import Half, NcclReport, Row
+from sparkctl.validate.report.baseline import compare
+from sparkctl.validate.report.html import render_html
+from sparkctl.validate.report.io import load, write
+from sparkctl.validate.report.model import (
     Check,
     Finding,
     Judged,
@@ -22,7 +24,7 @@ from sparkctl.validate.model import (
     Report,
     Thresholds,
 )
-from sparkctl.validate.report import compare, human_size, load, render_html, write
+from sparkctl.validate.report.numbers import gbs, human_size
 
 HOSTS = ["spark1", "spark2", "spark3", "spark4"]
 LINE_RATE = 25.0
@@ -429,8 +431,8 @@ def test_compare_fails_beyond_tolerance_naming_collective_and_size() -> None:
     assert [i.outcome for i in result.items] == ["passed", "failed"]
     change = (c32 - b32) / b32
     assert result.message.startswith(
-        f"all_reduce at 32 MiB: {rpt._gbs(c32)} GB/s is {-change * 100:.1f}% below the "
-        f"baseline's {rpt._gbs(b32)} GB/s (run 20261130T090000Z)"
+        f"all_reduce at 32 MiB: {gbs(c32)} GB/s is {-change * 100:.1f}% below the "
+        f"baseline's {gbs(b32)} GB/s (run 20261130T090000Z)"
     )
     assert "16 MiB" not in result.message
     current.baseline = result
@@ -529,20 +531,20 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 
 def real_run(name: str) -> NcclRun:
     """A real GB10 log judged as validate judges it on a Spark (the role's thresholds)."""
-    from sparkctl.nccl_report import parse  # noqa: PLC0415
-    from sparkctl.validate import nccl  # noqa: PLC0415
+    from sparkctl.nccl_parse import parse  # noqa: PLC0415
+    from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
-    return nccl.gate_log(
-        parse((FIXTURES / name).read_text(), name), nccl.role_thresholds(25.0), name
+    return nccl_judge.gate_log(
+        parse((FIXTURES / name).read_text(), name), nccl_judge.role_thresholds(25.0), name
     )
 
 
 def test_html_shows_the_fit_beside_the_rows_and_plots_it(tmp_path: Path) -> None:
-    from sparkctl.validate import nccl  # noqa: PLC0415
+    from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
     run = real_run("gb10-2.19.6-all-gather.log")
     assert run.fit is not None and run.outcome == "passed"
-    report = replace(make_report(nccl=[run]), thresholds=nccl.role_thresholds(25.0))
+    report = replace(make_report(nccl=[run]), thresholds=nccl_judge.role_thresholds(25.0))
     page = render_html(report)
     text = htmllib.unescape(re.sub(r"<[^>]+>", " ", page))
     # The fit table: 16 GiB top, fitted over 8 and 16 GiB (figures: test_validate_nccl).
@@ -565,10 +567,12 @@ def test_html_shows_the_fit_beside_the_rows_and_plots_it(tmp_path: Path) -> None
 
 
 def test_html_an_ungated_collective_says_so() -> None:
-    from sparkctl.validate import nccl  # noqa: PLC0415
+    from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
     run = replace(real_run("gb10-2.19.6-all-gather.log"), collective="all_reduce")
-    page = render_html(replace(make_report(nccl=[run]), thresholds=nccl.role_thresholds(25.0)))
+    page = render_html(
+        replace(make_report(nccl=[run]), thresholds=nccl_judge.role_thresholds(25.0))
+    )
     assert "not gated on bandwidth (measured and reported)" in page
     assert "threshold 21.875 GB/s" not in page
     # The judged rows are not held against all_gather's threshold either.

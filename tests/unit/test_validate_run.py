@@ -21,7 +21,7 @@ from sparkctl.lab.hardware import LabHardware
 from sparkctl.plan import Plan
 from sparkctl.remote import plan_cache, sshconfig
 from sparkctl.validate import run
-from sparkctl.validate.model import (
+from sparkctl.validate.report.model import (
     Baseline,
     BaselineItem,
     Check,

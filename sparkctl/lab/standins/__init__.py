@@ -22,12 +22,7 @@ the real program is, and :data:`PLACEMENTS` is the only list of those paths:
 
 from __future__ import annotations
 
-import base64
-import io
 import re
-import tarfile
-import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -37,6 +32,7 @@ import yaml
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lab import registry
 from sparkctl.lab.hardware import HARDWARE_JSON_PATH, LabHardware, render_dgx_release
+from sparkctl.lab.nodefiles import NodeFile, install
 from sparkctl.paths import roles_dir
 
 if TYPE_CHECKING:
@@ -184,15 +180,6 @@ class NodeSettings:
         )
 
 
-@dataclass(frozen=True)
-class NodeFile:
-    """One file to write on a node."""
-
-    path: str
-    data: bytes
-    mode: int
-
-
 def node_files(hostname: str, hardware: LabHardware, settings: NodeSettings) -> list[NodeFile]:
     """Everything :data:`PLACEMENTS` puts on the lab node ``hostname``."""
     files: list[NodeFile] = []
@@ -216,43 +203,6 @@ def node_files(hostname: str, hardware: LabHardware, settings: NodeSettings) -> 
             path = target.replace(NCCL_TESTS_DIR_VAR, settings.nccl_tests_dir)
             files.append(NodeFile(path, data, placement.mode))
     return files
-
-
-def _tar(files: Iterable[NodeFile]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for f in files:
-            if not f.path.startswith("/") or ".." in f.path.split("/"):
-                raise SparkctlError(f"{f.path}: not an absolute path", ExitCode.LAB)
-            info = tarfile.TarInfo(f.path.lstrip("/"))
-            info.size, info.mode, info.uid, info.gid = len(f.data), f.mode, 0, 0
-            info.mtime = int(time.time())
-            info.uname = info.gname = "root"
-            tar.addfile(info, io.BytesIO(f.data))
-    return buf.getvalue()
-
-
-# Unpacks the files over / on the node; then, where systemd runs the node,
-# makes it read docker.service and starts it.
-_INSTALL_SCRIPT = (
-    "base64 -d | tar -x -f - -C / --no-overwrite-dir && "
-    'if [ "$1" = units ] && [ -d /run/systemd/system ]; then '
-    "systemctl daemon-reload && systemctl enable --now --quiet docker.service; fi"
-)
-
-
-def install(podman: Podman, name: str, files: Sequence[NodeFile], *, units: bool = True) -> None:
-    """Write ``files`` into the container ``name`` in one ``podman exec``.
-
-    ``units``: reload systemd and enable docker.service afterwards.
-    """
-    payload = base64.encodebytes(_tar(files)).decode()
-    podman.exec(
-        name,
-        ["sh", "-c", _INSTALL_SCRIPT, "sh", "units" if units else "files"],
-        input_text=payload,
-        timeout=300,
-    )
 
 
 def dress(podman: Podman, name: str, hardware: LabHardware, settings: NodeSettings) -> None:

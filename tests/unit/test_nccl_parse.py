@@ -1,4 +1,4 @@
-"""sparkctl.nccl_report: nccl-tests logs of each layout in use, and the ones refused."""
+"""sparkctl.nccl_parse: nccl-tests logs of each layout in use, and the ones refused."""
 
 # ruff: noqa: E501 -- logs are quoted as nccl-tests prints them
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.nccl_report import parse
+from sparkctl.nccl_parse import parse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 
@@ -485,7 +485,7 @@ def test_rank_lines_of_the_layout_without_groups_and_nccl_banner() -> None:
 )
 def test_nccl_version_code(code: int, version: str | None) -> None:
     # nccl.h: NCCL_VERSION(X,Y,Z) is X*10000+Y*100+Z from 2.9 on, X*1000+Y*100+Z before.
-    from sparkctl.nccl_report import nccl_version_from_code  # noqa: PLC0415
+    from sparkctl.nccl_parse import nccl_version_from_code  # noqa: PLC0415
 
     assert nccl_version_from_code(code) == version
 
@@ -846,14 +846,14 @@ def test_report_nccl_gate_on_real_gb10_logs(
 def test_report_nccl_gate_is_validate_code(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sparkctl.validate import nccl  # noqa: PLC0415
+    from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
     name = "gb10-2.19.6-all-gather.log"
     _, out, _ = report_gate(
         monkeypatch, capsys, str(FIXTURES / name), "--gate", "--line-rate", "25", "--json"
     )
-    outcome, message, _, model = nccl.judge(
-        parse(fixture(name)), "all_gather", 2, nccl.role_thresholds(25.0)
+    outcome, message, _, model = nccl_judge.judge(
+        parse(fixture(name)), "all_gather", 2, nccl_judge.role_thresholds(25.0)
     )
     gate = json.loads(out)["gate"]
     assert (gate["outcome"], gate["message"]) == (outcome, message)

@@ -1,424 +1,21 @@
-"""A validation run's results directory: ``report.json``, ``report.html``, baselines.
+"""``report.html``: a validation run for people.
 
-``report.json`` is :meth:`Report.to_dict` (schema: docs/report-schema.md);
-:func:`load` reads one back for ``--baseline`` and refuses anything that is
-not a report this sparkctl writes, naming the file and the field.
-``report.html`` is for people: self-contained (inline CSS and SVG, no
-JavaScript, nothing fetched), so it can be mailed or attached to a ticket.
-matplotlib is imported only when a plot is drawn: the CLI starts without it.
+Self-contained (inline CSS and SVG, no JavaScript, nothing fetched), so it can
+be mailed or attached to a ticket. matplotlib is imported only when a plot is
+drawn: the CLI starts without it.
 """
 
 from __future__ import annotations
 
 import html
 import io
-import json
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.validate.model import (
-    OUTCOMES,
-    SCHEMA,
-    Baseline,
-    BaselineItem,
-    Check,
-    Fit,
-    NcclRun,
-    Outcome,
-    Report,
-    Thresholds,
-)
-
-REPORT_JSON = "report.json"
-REPORT_HTML = "report.html"
-
-# A drop of exactly the tolerance passes; this absorbs float noise in (current - base) / base.
-_EPSILON = 1e-9
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-
-
-# ---------------------------------------------------------------------------
-# Numbers for people
-
-
-def human_size(n: int) -> str:
-    """``n`` bytes in 1024-based units: 8 B, 1 KiB, 32 MiB, 1.5 GiB."""
-    value = float(n)
-    unit = _UNITS[0]
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            break
-        value /= 1024
-    if value == int(value):
-        return f"{int(value)} {unit}"
-    return f"{value:.3g} {unit}"
-
-
-def _tick(n: int) -> str:
-    """A short axis label: 8B, 1K, 64M, 1G."""
-    return human_size(n).replace("iB", "").replace(" ", "")
-
-
-def _gbs(x: float) -> str:
-    """A bandwidth in GB/s as nccl-tests precision allows: 25, 11.98, 0.081."""
-    if x != 0 and abs(x) < 0.01:
-        return f"{x:.2g}"
-    return f"{x:.3f}".rstrip("0").rstrip(".")
-
-
-def _pct(fraction: float) -> str:
-    return f"{fraction * 100:.1f}%"
-
-
-# ---------------------------------------------------------------------------
-# report.json
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so a reader sees the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # same directory: rename is atomic
-    try:
-        with tmp.open("w", encoding="utf-8") as f:  # mode from the umask, like any other file
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write(report: Report, run_dir: Path) -> tuple[Path, Path]:
-    """Write ``report.json`` and then ``report.html`` into ``run_dir``; their paths."""
-    json_path, html_path = run_dir / REPORT_JSON, run_dir / REPORT_HTML
-    text = json.dumps(report.to_dict(), indent=2) + "\n"
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(json_path, text)  # the record first: a broken renderer cannot lose it
-        _atomic_write(html_path, render_html(report))
-    except OSError as e:
-        raise SparkctlError(
-            f"cannot write the report into {run_dir}: {e.strerror or e}", ExitCode.ENVIRONMENT
-        ) from e
-    return json_path, html_path
-
-
-# The shape load() insists on before Report.from_dict sees the data: a wrong
-# type deep inside must be refused with its path, not become a traceback
-# later in compare() or the renderer. Specs: a type, a tuple of allowed
-# values, [item spec], {key: spec} (keys ending in "?" optional, "*" allows
-# other keys), or _Nullable(spec).
-
-
-class _Nullable:
-    def __init__(self, spec: Any) -> None:
-        self.spec = spec
-
-
-_NUM = float  # int or float (not bool) where a number is expected
-_HALF = {
-    "time_us": _NUM,
-    "algbw": _NUM,
-    "busbw": _NUM,
-    "wrong": _Nullable(int),
-    "error?": _Nullable(_NUM),
-    "*": None,
-}
-_ROW = {"size": int, "out_of_place": _HALF, "in_place": _HALF, "*": None}
-_NCCL_REPORT = {
-    "rows": [_ROW],
-    "avg_busbw?": _NUM,
-    "oob_values?": _Nullable(int),
-    "errors?": [str],
-    "wrong?": int,
-    "*": None,
-}
-_FIT = {
-    "method": ("fit", "measured"),
-    "sizes": [int],
-    "busbw": _NUM,
-    "algbw": _NUM,
-    "latency_us": _NUM,
-    "residual": _NUM,
-    "factor": _NUM,
-    "largest_size": int,
-    "largest_busbw": _NUM,
-}
-_SPEC: dict[str, Any] = {
-    "schema": int,
-    "run_id": str,
-    "cluster": str,
-    "inventory": str,
-    "started": str,
-    "sparkctl_version": str,
-    "hosts": [str],
-    "duration_s?": _NUM,
-    "verdict?": ("passed", "failed"),
-    "notes?": [str],
-    "thresholds": {
-        "line_rate_gbytes": _NUM,
-        "min_fraction": _NUM,
-        "judged_sizes": int,
-        "baseline_tolerance": _NUM,
-        "min_busbw_gbytes?": _NUM,
-        "fractions?": {"*": None},
-        "floor_ratio?": _NUM,
-    },
-    "checks": [
-        {
-            "check": str,
-            "host": str,
-            "subject": _Nullable(str),
-            "outcome": OUTCOMES,
-            "message": str,
-            "duration_s?": _NUM,
-        }
-    ],
-    "nccl": [
-        {
-            "collective": str,
-            "scope": ("all", "pair"),
-            "hosts": [str],
-            "outcome": OUTCOMES,
-            "message": str,
-            "command?": [str],
-            "log?": _Nullable(str),
-            "report?": _Nullable(_NCCL_REPORT),
-            "duration_s?": _NUM,
-            "judged?": [{"size": int, "busbw": _NUM, "fraction": _NUM, "wrong": int}],
-            "fit?": _Nullable(_FIT),
-        }
-    ],
-    "localisation": [{"host": str, "subject": _Nullable(str), "message": str}],
-    "baseline?": _Nullable(
-        {
-            "path": str,
-            "run_id": str,
-            "tolerance": _NUM,
-            "outcome": OUTCOMES,
-            "message": str,
-            "items": [
-                {
-                    "collective": str,
-                    "size": int,
-                    "baseline_busbw": _NUM,
-                    "current_busbw": _NUM,
-                    "change": _NUM,
-                    "outcome": OUTCOMES,
-                }
-            ],
-        }
-    ),
-}
-
-
-def _kind(value: Any) -> str:
-    return {
-        dict: "an object",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        type(None): "null",
-    }.get(type(value), "?")
-
-
-def _shape(value: Any, spec: Any, where: str) -> str | None:
-    """The first place ``value`` does not fit ``spec``, as a message; None when it fits."""
-    if isinstance(spec, _Nullable):
-        return None if value is None else _shape(value, spec.spec, where)
-    if isinstance(spec, tuple):
-        return (
-            None
-            if value in spec
-            else f"{where} is {value!r}, not one of {', '.join(map(str, spec))}"
-        )
-    if isinstance(spec, list):
-        if not isinstance(value, list):
-            return f"{where} is {_kind(value)}, not a list"
-        return next(
-            (p for i, item in enumerate(value) if (p := _shape(item, spec[0], f"{where}[{i}]"))),
-            None,
-        )
-    if isinstance(spec, dict):
-        return _shape_object(value, spec, where)
-    if spec is _NUM:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, spec) and not (spec is int and isinstance(value, bool))
-    return None if ok else f"{where} is {_kind(value)}, not {_kind(spec())}"
-
-
-def _shape_object(value: Any, spec: dict[str, Any], where: str) -> str | None:
-    if not isinstance(value, dict):
-        return f"{where or 'the file'} is {_kind(value)}, not an object"
-    prefix = f"{where}." if where else ""
-    for key, sub in spec.items():
-        name = key.rstrip("?")
-        if key == "*":
-            continue
-        if name not in value:
-            if key.endswith("?"):
-                continue
-            return f"{prefix}{name} is missing"
-        problem = _shape(value[name], sub, prefix + name)
-        if problem:
-            return problem
-    extra = sorted(set(value) - {k.rstrip("?") for k in spec})
-    if extra and "*" not in spec and where:  # top level: unknown keys are ignored
-        return f"{where} has unknown field(s) {', '.join(extra)}"
-    return None
-
-
-def load(path: Path) -> Report:
-    """The report in ``path`` (a results directory or its report.json).
-
-    Anything else (missing, unreadable, not JSON, another schema, another
-    shape) is a :class:`SparkctlError` with exit code BAD_INPUT naming the file.
-    """
-    file = path / REPORT_JSON if path.is_dir() else path
-    hint = "pass a results directory of `sparkctl validate` or its report.json"
-
-    def bad(problem: str) -> SparkctlError:
-        return SparkctlError(f"{file}: {problem}", ExitCode.BAD_INPUT, hint=hint)
-
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise bad(
-            "no such file" + (" (not a validate results directory?)" if file is not path else "")
-        ) from None
-    except UnicodeDecodeError:
-        raise bad("not a text file (not UTF-8)") from None
-    except OSError as e:
-        raise bad(f"cannot read it: {e.strerror or e}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise bad(f"not JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
-    if not isinstance(data, dict):
-        raise bad(f"a JSON {_kind(data).split()[-1]}, not a report object")
-    if "schema" not in data or "run_id" not in data:
-        raise bad("not a sparkctl validate report (no schema/run_id field)")
-    if data["schema"] != SCHEMA:
-        raise bad(f"report schema {data['schema']!r}; this sparkctl reads schema {SCHEMA}")
-    problem = _shape(data, _SPEC, "")
-    if problem:
-        raise bad(f"not a valid report: {problem}")
-    try:
-        return Report.from_dict(data)
-    except (KeyError, TypeError, ValueError) as e:  # the shape check should have caught it
-        raise bad(f"not a valid report: {e}") from None
-
-
-# ---------------------------------------------------------------------------
-# Baselines
-
-
-def _all_runs(report: Report, collective: str) -> list[NcclRun]:
-    return [r for r in report.nccl if r.scope == "all" and r.collective == collective]
-
-
-def _compare_run(
-    run: NcclRun,
-    baseline: Report,
-    tolerance: float,
-    *,
-    items: list[BaselineItem],
-    skipped: list[str],
-    failures: list[str],
-) -> None:
-    """Compare one all-node run's judged sizes; append to ``items``, ``skipped``, ``failures``."""
-    name = run.collective
-    if run.outcome == "error":
-        skipped.append(f"{name} (this run's measurement errored)")
-        return
-    candidates = [b for b in _all_runs(baseline, name) if b.outcome != "error"]
-    if not candidates:
-        why = "errored there" if _all_runs(baseline, name) else "not in the baseline"
-        skipped.append(f"{name} ({why})")
-        return
-    base = candidates[0].busbw_by_size()
-    mine = run.busbw_by_size()
-    for judged in run.judged:
-        size = judged.size
-        if size not in base:
-            skipped.append(f"{name} at {human_size(size)} (not in the baseline's sizes)")
-            continue
-        before, now = base[size], mine.get(size, judged.busbw)
-        if before <= 0:
-            skipped.append(f"{name} at {human_size(size)} (baseline busbw is 0)")
-            continue
-        change = (now - before) / before
-        outcome: Outcome = "failed" if change < -tolerance - _EPSILON else "passed"
-        items.append(BaselineItem(name, size, before, now, change, outcome))
-        if outcome == "failed":
-            failures.append(
-                f"{name} at {human_size(size)}: {_gbs(now)} GB/s is "
-                f"{_pct(-change)} below the baseline's {_gbs(before)} GB/s "
-                f"(run {baseline.run_id})"
-            )
-
-
-def compare(current: Report, baseline: Report, baseline_path: str, tolerance: float) -> Baseline:
-    """Compare the judged sizes of ``current``'s all-node runs with ``baseline``'s.
-
-    An item fails when busbw dropped by more than ``tolerance`` (a fraction:
-    0.1 is 10%). A collective or size the baseline does not have is skipped
-    and said so in the message, never failed; so is a run that errored.
-    """
-    if not math.isfinite(tolerance) or tolerance < 0:
-        raise SparkctlError(
-            f"baseline tolerance {tolerance!r} must be a fraction >= 0 (0.1 is 10%)",
-            ExitCode.BAD_INPUT,
-        )
-    items: list[BaselineItem] = []
-    skipped: list[str] = []
-    failures: list[str] = []
-    runs = [r for r in current.nccl if r.scope == "all" and r.judged]
-    for run in runs:
-        _compare_run(run, baseline, tolerance, items=items, skipped=skipped, failures=failures)
-    notes = []
-    if skipped:
-        notes.append("not compared: " + "; ".join(skipped))
-    if baseline.cluster != current.cluster:
-        notes.append(
-            f"the baseline is of cluster {baseline.cluster!r}, this run of {current.cluster!r}"
-        )
-    tail = "".join(f"; {n}" for n in notes)
-    outcome: Outcome
-    if failures:
-        outcome = "failed"
-        message = "; ".join(failures) + f" (tolerance {_pct(tolerance)})" + tail
-    elif items:
-        outcome = "passed"
-        collectives = len({i.collective for i in items})
-        message = (
-            f"{len(items)} size(s) of {collectives} collective(s) within "
-            f"{_pct(tolerance)} of run {baseline.run_id}"
-        ) + tail
-    else:
-        outcome = "skipped"
-        why = "; ".join(notes) if runs else "this run has no all-node NCCL run with judged sizes"
-        message = f"nothing to compare with run {baseline.run_id}: {why}"
-    return Baseline(
-        path=baseline_path,
-        run_id=baseline.run_id,
-        tolerance=tolerance,
-        items=items,
-        outcome=outcome,
-        message=message,
-    )
-
-
-# ---------------------------------------------------------------------------
-# report.html
+from sparkctl.validate.report.model import OUTCOMES, Check, Fit, NcclRun, Report, Thresholds
+from sparkctl.validate.report.numbers import gbs, human_size, pct, tick
 
 _SEVERITY = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 _COLOURS = {"passed": "#1a7f37", "skipped": "#6e7781", "failed": "#cf222e", "error": "#8250df"}
@@ -601,7 +198,7 @@ def _plot(collective: str, runs: list[NcclRun], th: Thresholds, index: int) -> s
             ordered = sorted(s for s in sizes if s > 0)
             step = max(1, math.ceil(len(ordered) / 10))
             ticks = ordered[::-1][::step][::-1]  # thinned from the largest, which is judged
-            ax.set_xticks(ticks, [_tick(t) for t in ticks])
+            ax.set_xticks(ticks, [tick(t) for t in ticks])
             ax.xaxis.set_minor_locator(NullLocator())
         ax.set_ylim(0, top * 1.12 if top > 0 else 1)
         ax.set_xlabel("message size (bytes, log2)")
@@ -641,7 +238,7 @@ def _draw_fit(ax: Any, run: NcclRun, sizes: list[int]) -> float:
         color="#8250df",
         linestyle="--",
         linewidth=1,
-        label=f"fitted busbw {_gbs(fit.busbw)} GB/s",
+        label=f"fitted busbw {gbs(fit.busbw)} GB/s",
     )
     return fit.busbw
 
@@ -653,7 +250,7 @@ def _draw_limits(ax: Any, collective: str, th: Thresholds) -> None:
         color="#1f2328",
         linestyle="-.",
         linewidth=1,
-        label=f"line rate {_gbs(th.line_rate_gbytes)} GB/s",
+        label=f"line rate {gbs(th.line_rate_gbytes)} GB/s",
     )
     threshold = th.threshold_for(collective)
     if threshold is not None:
@@ -662,7 +259,7 @@ def _draw_limits(ax: Any, collective: str, th: Thresholds) -> None:
             color="#cf222e",
             linestyle=":",
             linewidth=1.4,
-            label=f"threshold {_gbs(threshold)} GB/s",
+            label=f"threshold {gbs(threshold)} GB/s",
         )
     floor = th.floor_for(collective)
     if floor is not None:
@@ -672,7 +269,7 @@ def _draw_limits(ax: Any, collective: str, th: Thresholds) -> None:
             linestyle=":",
             linewidth=0.8,
             alpha=0.6,
-            label=f"floor (largest size) {_gbs(floor)} GB/s",
+            label=f"floor (largest size) {gbs(floor)} GB/s",
         )
 
 
@@ -686,8 +283,8 @@ def _half_cell(half: Mapping[str, Any]) -> list[str]:
     )
     return [
         _e(f"{float(half['time_us']):g}"),
-        _e(_gbs(float(half["algbw"]))),
-        _e(_gbs(float(half["busbw"]))),
+        _e(gbs(float(half["algbw"]))),
+        _e(gbs(float(half["busbw"]))),
         _e(check),
     ]
 
@@ -705,8 +302,8 @@ def _nccl_section(report: Report) -> str:
         out.append(f"<h3>{_e(name)}</h3>")
         threshold, fraction = th.threshold_for(name), th.fraction_for(name)
         gate = (
-            f"threshold for the fitted busbw {_gbs(threshold)} GB/s "
-            f"({_pct(fraction or 0.0)} of line rate)"
+            f"threshold for the fitted busbw {gbs(threshold)} GB/s "
+            f"({pct(fraction or 0.0)} of line rate)"
             if threshold is not None
             else "not gated on bandwidth (measured and reported)"
         )
@@ -714,7 +311,7 @@ def _nccl_section(report: Report) -> str:
             out.append(
                 f"<figure>{_plot(name, runs, th, index)}<figcaption>busbw of "
                 f"{_e(name)} against message size, with the alpha-beta fit the gate "
-                f"judges; line rate {_e(_gbs(th.line_rate_gbytes))} GB/s, "
+                f"judges; line rate {_e(gbs(th.line_rate_gbytes))} GB/s, "
                 f"{_e(gate)}</figcaption></figure>"
             )
         else:
@@ -728,7 +325,7 @@ def _nccl_section(report: Report) -> str:
                 # Each row against this collective's own threshold (the gate itself
                 # judges the fit below); an ungated collective has none to compare.
                 head = (
-                    f"&#8805; threshold ({_e(_gbs(threshold))} GB/s)"
+                    f"&#8805; threshold ({_e(gbs(threshold))} GB/s)"
                     if threshold is not None
                     else "threshold"
                 )
@@ -739,8 +336,8 @@ def _nccl_section(report: Report) -> str:
                             [
                                 _e(human_size(j.size)),
                                 _e(j.size),
-                                _e(_gbs(j.busbw)),
-                                _e(_pct(j.fraction)),
+                                _e(gbs(j.busbw)),
+                                _e(pct(j.fraction)),
                                 _e(j.wrong),
                                 (
                                     "not gated"
@@ -760,7 +357,7 @@ def _nccl_section(report: Report) -> str:
             if run.report:
                 rep = run.report
                 extra = [
-                    f"avg busbw {_gbs(float(rep.get('avg_busbw', 0.0)))} GB/s",
+                    f"avg busbw {gbs(float(rep.get('avg_busbw', 0.0)))} GB/s",
                     f"out-of-bounds values {rep.get('oob_values', 'n/a')}",
                     f"#wrong {rep.get('wrong', 'n/a')}",
                 ]
@@ -810,7 +407,7 @@ def _nccl_section(report: Report) -> str:
                 if not by_size:
                     return ""
                 size = max(by_size)
-                return f"{_gbs(by_size[size])} at {human_size(size)}"
+                return f"{gbs(by_size[size])} at {human_size(size)}"
 
             out.append(
                 "<p>Node pairs (compared by their fitted busbw):</p>"
@@ -826,7 +423,7 @@ def _nccl_section(report: Report) -> str:
                         [
                             _e(" + ".join(r.hosts)),
                             _outcome(r.outcome),
-                            _e(_gbs(r.fit.busbw) if r.fit else ""),
+                            _e(gbs(r.fit.busbw) if r.fit else ""),
                             _e(largest(r)),
                             _e(r.message),
                         ]
@@ -862,14 +459,14 @@ def _fit_table(run: NcclRun, fit: Fit, th: Thresholds) -> str:
         [
             [
                 _e(how),
-                _e(_gbs(fit.busbw)),
-                _e(_pct(fit.busbw / th.line_rate_gbytes) if th.line_rate_gbytes else "n/a"),
-                _e(_gbs(fit.algbw)),
+                _e(gbs(fit.busbw)),
+                _e(pct(fit.busbw / th.line_rate_gbytes) if th.line_rate_gbytes else "n/a"),
+                _e(gbs(fit.algbw)),
                 _e(f"{fit.latency_us:.0f}"),
-                _e(_pct(fit.residual)),
-                _e(f"{_gbs(fit.largest_busbw)} at {human_size(fit.largest_size)}"),
-                _e(_gbs(threshold) if threshold is not None else "not gated"),
-                _e(_gbs(floor) if floor is not None else "none"),
+                _e(pct(fit.residual)),
+                _e(f"{gbs(fit.largest_busbw)} at {human_size(fit.largest_size)}"),
+                _e(gbs(threshold) if threshold is not None else "not gated"),
+                _e(gbs(floor) if floor is not None else "none"),
             ]
         ],
         numeric=range(1, 9),
@@ -882,7 +479,7 @@ def _baseline_section(report: Report) -> str:
         return '<p class="muted">No baseline comparison in this run.</p>'
     out = [
         f"<p>{_outcome(b.outcome)} against run <code>{_e(b.run_id)}</code> "
-        f"(<code>{_e(b.path)}</code>), tolerance {_e(_pct(b.tolerance))}: {_e(b.message)}</p>"
+        f"(<code>{_e(b.path)}</code>), tolerance {_e(pct(b.tolerance))}: {_e(b.message)}</p>"
     ]
     if b.items:
         out.append(
@@ -899,8 +496,8 @@ def _baseline_section(report: Report) -> str:
                     [
                         _e(i.collective),
                         _e(human_size(i.size)),
-                        _e(_gbs(i.baseline_busbw)),
-                        _e(_gbs(i.current_busbw)),
+                        _e(gbs(i.baseline_busbw)),
+                        _e(gbs(i.current_busbw)),
                         _e(f"{i.change * 100:+.1f}%"),
                         _outcome(i.outcome),
                     ]
@@ -952,11 +549,11 @@ def render_html(report: Report) -> str:
             ],
             [
                 [
-                    _e(f"{_gbs(th.line_rate_gbytes)} GB/s"),
-                    _e(_pct(th.min_fraction)),
-                    _e(f"{_gbs(th.min_busbw_gbytes)} GB/s"),
+                    _e(f"{gbs(th.line_rate_gbytes)} GB/s"),
+                    _e(pct(th.min_fraction)),
+                    _e(f"{gbs(th.min_busbw_gbytes)} GB/s"),
                     _e(f"the {th.judged_sizes} largest"),
-                    _e(_pct(th.baseline_tolerance)),
+                    _e(pct(th.baseline_tolerance)),
                 ]
             ],
         ),

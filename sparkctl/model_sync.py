@@ -1,0 +1,54 @@
+"""``sparkctl model sync``: the model_cache role through the one runner, with transfer progress.
+
+The transfer itself is the role's (roles/model_cache): the holder streams the
+model along a chain of nodes over the fabric. The role's progress task reads
+the sender's progress file once per retry; each retry reaches the controller
+as a runner event, and :func:`sparkctl.model_progress.transfer_progress` turns
+its result into one line per node for the terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sparkctl import inventory
+from sparkctl.provision import provision
+from sparkctl.runner import RunResult
+
+
+def sync(
+    inventory_path: Path,
+    *,
+    full_verify: bool = False,
+    extravars: Mapping[str, Any] | None = None,
+    limit: str | None = None,
+    tags: Sequence[str] = (),
+    as_json: bool = False,
+) -> RunResult:
+    """Run playbooks/model_cache.yml (validated inventory, cluster lock, live progress)."""
+    extra = dict(extravars or {})
+    inv = inventory.validate(inventory_path)  # exit 2 naming file, host, variable
+    source = extra.get("model_cache_source", inv.cluster_var("model_cache_source", "none"))
+    if str(source) == "none":
+        raise inventory.bad_input(
+            inventory_path,
+            None,
+            "model_cache_source",
+            "names no model to sync (none); nothing was contacted",
+            hint="set model_cache_source to hf, head or controller in group_vars (with "
+            "model_cache_hf_repo and model_cache_hf_revision, model_cache_head_dir or "
+            "model_cache_controller_dir), or pass -e model_cache_source=...",
+        )
+    if full_verify:
+        extra["model_cache_full_verify"] = True
+    return provision(
+        inventory_path,
+        limit=limit,
+        tags=tags,
+        playbook="model_cache.yml",
+        extravars=extra,
+        as_json=as_json,
+        command="model-sync",
+    )
