@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from testinfra.utils.ansible_runner import AnsibleRunner
+from verify_helpers import (
+    DEFAULTS,
+    INVENTORY,
+    SPARKS,
+    converge_check,
+    failed_task,
+    name_of,
+    podman,
+    role_yaml,
+)
 
-ROLE = Path(__file__).resolve().parents[3]
-DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-PROFILES = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_cluster_defaults_hw_profiles"]
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-SPARKS = INVENTORY.get_hosts("sparks")
-testinfra_hosts = [f"podman://{name}" for name in SPARKS]
+PROFILES = role_yaml("vars")["_cluster_defaults_hw_profiles"]
+testinfra_hosts = [podman(name) for name in SPARKS]
 RECORD = "/etc/sparkctl-molecule/cluster_defaults.json"
 SCHEMA = [
     "hw_profile",
@@ -44,7 +45,7 @@ def recorded(host: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", SCHEMA)
 def test_inventory_value_else_role_default(host: Any, name: str) -> None:
-    inventory = INVENTORY.get_variables(host.backend.get_hostname())
+    inventory = INVENTORY.get_variables(name_of(host))
     assert recorded(host)[name] == inventory.get(name, DEFAULTS[name])
 
 
@@ -67,27 +68,6 @@ def test_state_dir_comes_from_the_environment(host: Any) -> None:
     assert recorded(host)["sparkctl_state_dir"] == os.environ["SPARKCTL_STATE_DIR"]
 
 
-def converge_check(extra_vars: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    """This scenario's converge.yml with extra variables, in check mode: changes nothing."""
-    playbook = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"
-    inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
-    return subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "--check",
-            "-i",
-            str(inventory),
-            str(playbook),
-            "-e",
-            json.dumps(extra_vars),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
 # hw_profile outside its choices fails while cluster_hw (templated from it) is
 # read for the validation, before the choices are checked: the message names
 # the value, not the choices.
@@ -103,6 +83,7 @@ def converge_check(extra_vars: dict[str, Any]) -> subprocess.CompletedProcess[st
 def test_argument_spec_refuses(extra_vars: dict[str, Any], message: str) -> None:
     run = converge_check(extra_vars)
     assert run.returncode != 0, run.stdout
-    failed_task = run.stdout.split("fatal:")[0].rsplit("TASK [", 1)[-1]
-    assert failed_task.startswith("cluster_defaults : Validating arguments against arg spec")
+    assert failed_task(run.stdout).startswith(
+        "cluster_defaults : Validating arguments against arg spec"
+    )
     assert message in run.stdout
