@@ -33,23 +33,6 @@ def _yaml(path: Path) -> dict[str, object]:
     return data
 
 
-def test_argument_specs_document_every_default_with_the_same_value() -> None:
-    defaults = _yaml(ROLE / "defaults" / "main.yml")
-    spec = _yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]
-    options = spec["main"]["options"]  # type: ignore[index]
-    assert set(options) == set(defaults)
-    for name, value in defaults.items():
-        assert options[name]["default"] == value, name
-        assert options[name]["description"], name
-        assert name.startswith("nccl_"), name
-
-
-def test_internal_vars_are_underscored_and_role_depends_on_cluster_defaults() -> None:
-    assert all(name.startswith("_nccl_") for name in _yaml(ROLE / "vars" / "main.yml"))
-    deps = _yaml(ROLE / "meta" / "main.yml")["dependencies"]
-    assert deps == [{"role": "cluster_defaults"}]
-
-
 def test_standin_prints_the_pinned_nccl_tests_release() -> None:
     standin = (REPO / "sparkctl" / "lab" / "standins" / "nccl_tests.py").read_text()
     pinned = str(_yaml(ROLE / "defaults" / "main.yml")["nccl_tests_version"]).lstrip("v")

@@ -1,11 +1,13 @@
 """The lab's nccl-tests stand-in (sparkctl/lab/standins/nccl_tests.py).
 
-Expected strings are copied from real nccl-tests logs, not recomputed with the
+Expected strings come from real nccl-tests logs, not recomputed with the
 code under test:
   - DGX Spark all_gather_perf, nccl-tests 2.19.6 + NCCL 2.28.9 (blog post "DGX
     Sparks Clustering - RoCE/RDMA Networking Setup & NCCL Benchmarking",
-    2026-07-21, two GB10 nodes "spark-101"/"spark-102");
-  - GH200 all_reduce_perf, nccl-tests 2.18.3 (Sigma2/NRIS Olivia docs).
+    2026-07-21, two GB10 nodes "spark-101"/"spark-102"), read from its copy in
+    tests/fixtures/nccl/;
+  - GH200 all_reduce_perf, nccl-tests 2.18.3 (Sigma2/NRIS Olivia docs), the
+    lines the tests need quoted below.
 
 The controller has no MPI, so the whole program runs here either against a
 stub ``mpi4py`` that provides a one-rank world in-process (to check the full
@@ -42,27 +44,18 @@ def _load() -> ModuleType:
 st = _load()
 MiB = 1024 * 1024
 
-# Real output, DGX Spark (2 ranks), nccl-tests 2.19.6.
-SPARK_DEVICE_LINE = (
-    "#  Rank  0 Group  0 Pid 1668270 on  spark-101 device  0 [000f:01:00] NVIDIA GB10"
-)
-SPARK_NTHREAD_LINE = (
-    "# nThread 1 nGpus 1 minBytes 536870912 maxBytes 17179869184 step: 2(factor) "
-    "warmup iters: 1 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0"
-)
+# Real output, DGX Spark (2 ranks), nccl-tests 2.19.6: the log of the blog post above,
+# tests/fixtures/nccl/gb10-2.19.6-all-gather.log (SOURCES.md there).
+SPARK_LOG = REPO / "tests" / "fixtures" / "nccl" / "gb10-2.19.6-all-gather.log"
+SPARK_LINES = SPARK_LOG.read_text().splitlines()
+SPARK_DEVICE_LINE = next(line for line in SPARK_LINES if line.startswith("#  Rank  0 "))
+SPARK_NTHREAD_LINE = next(line for line in SPARK_LINES if line.startswith("# nThread "))
 SPARK_ROWS = [
-    "   536870912      67108864     float    none      -1  14594.4   36.79   18.39       0"
-    "  13778.0   38.97   19.48       0",
-    "  8589934592    1073741824     float    none      -1   183338   46.85   23.43       0"
-    "   179211   47.93   23.97       0",
+    next(line for line in SPARK_LINES if line.split()[:1] == [size])
+    for size in ("536870912", "8589934592")
 ]
-SPARK_FOOTER = [
-    "# Out of bounds values : 0 OK",
-    "# Avg bus bandwidth    : 22.1205 ",
-    "#",
-    "# Collective test concluded: all_gather_perf",
-    "#",
-]
+# Its footer; the post's copy stops at "concluded", nccl-tests prints a last "#".
+SPARK_FOOTER = [*SPARK_LINES[SPARK_LINES.index("# Out of bounds values : 0 OK") :], "#"]
 # Real output, GH200, nccl-tests 2.18.3 (trailing blanks as printed).
 HEADER_2_18_3 = [
     "#",

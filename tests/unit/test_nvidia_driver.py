@@ -379,15 +379,6 @@ def yaml_file(path: Path) -> Any:
 
 
 DEFAULTS = yaml_file(ROLE / "defaults" / "main.yml")
-SPEC = yaml_file(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
-
-
-def test_every_default_is_documented_with_the_same_value() -> None:
-    assert sorted(SPEC) == sorted(DEFAULTS)
-    for name, option in SPEC.items():
-        assert name.startswith("nvidia_driver_"), name
-        assert option["default"] == DEFAULTS[name], name
-        assert option["description"], name
 
 
 def test_defaults_are_what_the_cluster_needs() -> None:
@@ -399,15 +390,6 @@ def test_defaults_are_what_the_cluster_needs() -> None:
     assert DEFAULTS["nvidia_driver_expected_gpu"] == "GB10"
     assert DEFAULTS["nvidia_driver_allow_reboot"] is False
     assert "ubuntu2404/sbsa/cuda-keyring" in DEFAULTS["nvidia_driver_cuda_keyring_url"]
-
-
-def test_internal_vars_are_underscored() -> None:
-    assert all(name.startswith("_nvidia_driver_") for name in yaml_file(ROLE / "vars" / "main.yml"))
-
-
-def test_role_depends_on_cluster_defaults() -> None:
-    meta = yaml_file(ROLE / "meta" / "main.yml")
-    assert meta["dependencies"] == [{"role": "cluster_defaults"}]
 
 
 def test_no_shell_in_the_role() -> None:

@@ -1,11 +1,10 @@
 """The roce_fabric role's modules: the RoCE v2 GID index and the live link/sysctl reader.
 
 The GID-table parser is tested on real ``show_gids`` output copied from public
-sources (quoted below with where they come from), on the lab's own
+sources (tests/fixtures/show_gids/, read below with where they come from), on the lab's own
 ``show_gids`` stand-in run against a fake node, and on a fake sysfs tree.
 """
 
-# ruff: noqa: E501 -- the show_gids outputs below are quoted as published (wide columns)
 from __future__ import annotations
 
 import json
@@ -24,63 +23,23 @@ ROLE = REPO / "roles" / "roce_fabric"
 gid = load_file("roce_gid_index", ROLE / "library" / "roce_gid_index.py")
 links = load_file("roce_link_facts", ROLE / "library" / "roce_link_facts.py")
 
-# --- Real show_gids output -------------------------------------------------
+# --- Real show_gids output (tests/fixtures/show_gids/, SOURCES.md names each source)
+SHOW_GIDS = REPO / "tests" / "fixtures" / "show_gids"
 # Two NVIDIA GB10 machines (ConnectX-7, the four DGX Spark RoCE devices), from
 # the write-up "RoCEv2 Hands-on: Parameters, rping Testing, and Packet
 # Capture" (2026-06-03, "sean@gb10-1"); as published: columns space-aligned,
 # the MAC part of the link-local GIDs masked with x. Its author concludes
 # "For RoCEv2, pick the v2 entry with IPv4 mapping -- on this machine, that's
 # index 3"; ib_write_bw there auto-selected GID index 3.
-GB10_SHOW_GIDS = """\
-DEV     PORT    INDEX   GID                                     IPv4            VER     DEV
----     ----    -----   ---                                     ------------    ---     ---
-rocep1s0f0      1       0       fe80:0000:0000:0000:xxxx:xxxx:xxxx:xxxx                 v1      enp1s0f0np0
-rocep1s0f0      1       1       fe80:0000:0000:0000:xxxx:xxxx:xxxx:xxxx                 v2      enp1s0f0np0
-rocep1s0f0      1       2       0000:0000:0000:0000:0000:ffff:c0a8:640a 192.168.100.10          v1      enp1s0f0np0
-rocep1s0f0      1       3       0000:0000:0000:0000:0000:ffff:c0a8:640a 192.168.100.10          v2      enp1s0f0np0
-rocep1s0f1      1       0       fe80:0000:0000:0000:xxxx:xxxx:xxxx:xxxx                 v1      enp1s0f1np1
-rocep1s0f1      1       1       fe80:0000:0000:0000:xxxx:xxxx:xxxx:xxxx                 v2      enp1s0f1np1
-roceP2p1s0f0    1       0       fe80:0000:0000:0000:xxxx:xxxx:xxxx:xxxx                 v1      enP2p1s0f0np0
-roceP2p1s0f0    1       1       fe80:0000:0000:0000:xxxx:xxxx:xxxx:xxxx                 v2      enP2p1s0f0np0
-roceP2p1s0f0    1       2       0000:0000:0000:0000:0000:ffff:c0a8:640e 192.168.100.14          v1      enP2p1s0f0np0
-roceP2p1s0f0    1       3       0000:0000:0000:0000:0000:ffff:c0a8:640e 192.168.100.14          v2      enP2p1s0f0np0
-roceP2p1s0f1    1       0       fe80:0000:0000:0000:xxxx:xxxx:xxxx:xxxx                 v1      enP2p1s0f1np1
-roceP2p1s0f1    1       1       fe80:0000:0000:0000:xxxx:xxxx:xxxx:xxxx                 v2      enP2p1s0f1np1
-n_gids_found=12
-"""
-
+GB10_SHOW_GIDS = (SHOW_GIDS / "gb10-port0-spaces-redacted.txt").read_text()
 # MLNX_OFED's show_gids with its tabs intact, three ConnectX ports; quoted in
 # a public RDMA example's header (ib.h, "IB PORT and GID INDEX", which pins
 # IB_GID_INDEX 3: "INDEX `3` means a RoCE V2 device based on IPv4").
-MLNX_SHOW_GIDS = (
-    "DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n"
-    "---\t----\t-----\t---\t\t\t\t\t------------  \t---\t---\n"
-    "mlx5_0\t1\t0\tfe80:0000:0000:0000:0ac0:ebff:fe3d:ca54\t\t\tv1\teth05\n"
-    "mlx5_0\t1\t1\tfe80:0000:0000:0000:0ac0:ebff:fe3d:ca54\t\t\tv2\teth05\n"
-    "mlx5_0\t1\t2\t0000:0000:0000:0000:0000:ffff:0a6e:0021\t10.110.0.33  \tv1\teth05\n"
-    "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:0a6e:0021\t10.110.0.33  \tv2\teth05\n"
-    "mlx5_1\t1\t0\tfe80:0000:0000:0000:0e42:a1ff:fea4:94a8\t\t\tv1\teth02\n"
-    "mlx5_1\t1\t1\tfe80:0000:0000:0000:0e42:a1ff:fea4:94a8\t\t\tv2\teth02\n"
-    "mlx5_1\t1\t2\t0000:0000:0000:0000:0000:ffff:1a6e:b11d\t26.110.177.29  \tv1\teth02\n"
-    "mlx5_1\t1\t3\t0000:0000:0000:0000:0000:ffff:1a6e:b11d\t26.110.177.29  \tv2\teth02\n"
-    "mlx5_2\t1\t0\tfe80:0000:0000:0000:0e42:a1ff:fea4:94a9\t\t\tv1\teth03\n"
-    "mlx5_2\t1\t1\tfe80:0000:0000:0000:0e42:a1ff:fea4:94a9\t\t\tv2\teth03\n"
-    "mlx5_2\t1\t2\t0000:0000:0000:0000:0000:ffff:1a6e:b21d\t26.110.178.29  \tv1\teth03\n"
-    "mlx5_2\t1\t3\t0000:0000:0000:0000:0000:ffff:1a6e:b21d\t26.110.178.29  \tv2\teth03\n"
-    "n_gids_found=12\n"
-)
-
+MLNX_SHOW_GIDS = (SHOW_GIDS / "mlx5-three-ports-tabs.txt").read_text()
 # An InfiniBand port next to a RoCE port (no IPv4, no netdev on the IB row),
 # as printed in a public ConnectX notes page ("show_gids can view the GID and
 # ROCE version of each HCA").
-MIXED_IB_SHOW_GIDS = """\
-DEV     PORT    INDEX   GID                                     IPv4            VER     DEV
----     ----    -----   ---                                     ------------    ---     ---
-mlx5_0  1       0       fe80:0000:0000:0000:268a:07ff:feb1:bc04                 v1      ens11f0
-mlx5_0  1       1       fe80:0000:0000:0000:268a:07ff:feb1:bc04                 v2      ens11f0
-mlx5_1  1       0       fe80:0000:0000:0000:248a:0703:00b1:bc05                 v1
-n_gids_found=3
-"""
+MIXED_IB_SHOW_GIDS = (SHOW_GIDS / "mlx5-ib-and-roce-ports.txt").read_text()
 
 
 # ------------------------------------------------------- show_gids parser

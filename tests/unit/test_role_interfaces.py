@@ -3,13 +3,15 @@
 - ``defaults/main.yml`` is the whole public interface and
   ``meta/argument_specs.yml`` documents every variable in it with the same
   default (parsed YAML compared; a templated default is a string and is
-  compared as the string it is, never rendered), and every documented default
-  lives in ``defaults/main.yml``;
+  compared as the string it is, never rendered) and a description; every
+  documented default lives in ``defaults/main.yml``, and so does every
+  variable the spec does not require (but cluster_defaults' per-host schema
+  variables);
 - public variables carry the role's name as prefix and internal constants in
   ``vars/main.yml`` an underscore and the role's name; ``cluster_defaults`` is
   the inventory schema (``hw_profile``, ``fabric_a_netdev``, ...) and exempt
   from the prefix, as in ``.ansible-lint-ignore``;
-- ``meta/main.yml`` depends on ``cluster_defaults``;
+- ``meta/main.yml`` depends on ``cluster_defaults`` and nothing else;
 - ``tasks/main.yml`` includes preflight -> install -> configure -> verify in
   that order (those of them the role has), each tagged ``<role>`` and
   ``<role>_<step>``.
@@ -128,6 +130,26 @@ def test_documented_default_lives_in_defaults(role: str, name: str) -> None:
 
 
 @pytest.mark.parametrize("role", [r for r in ROLES if r != SCHEMA_ROLE])
+def test_every_variable_the_spec_does_not_require_has_a_default(role: str) -> None:
+    # cluster_defaults is exempt: node_rank, fabric_*_ip and switch_os are per host.
+    missing = sorted(
+        n
+        for n, spec in role_options(role).items()
+        if not spec.get("required") and n not in role_defaults(role)
+    )
+    assert not missing, (
+        f"roles/{role}/meta/argument_specs.yml documents {missing}, which are not required, "
+        f"but roles/{role}/defaults/main.yml does not set them"
+    )
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_documented_variable_has_a_description(role: str) -> None:
+    bare = sorted(n for n, spec in role_options(role).items() if not spec.get("description"))
+    assert not bare, f"roles/{role}/meta/argument_specs.yml: no description for {bare}"
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r != SCHEMA_ROLE])
 def test_public_variables_carry_the_role_prefix(role: str) -> None:
     names = set(role_defaults(role)) | set(role_options(role))
     wrong = sorted(n for n in names if not n.startswith(f"{role}_"))
@@ -150,10 +172,11 @@ def _dependencies(role: str) -> list[str]:
 
 
 @pytest.mark.parametrize("role", [r for r in ROLES if r != SCHEMA_ROLE])
-def test_role_depends_on_cluster_defaults(role: str) -> None:
-    assert SCHEMA_ROLE in _dependencies(role), (
-        f"roles/{role}/meta/main.yml: dependencies {_dependencies(role)} lack {SCHEMA_ROLE} "
-        "(the inventory schema and cluster_hw)"
+def test_role_depends_on_cluster_defaults_only(role: str) -> None:
+    assert _dependencies(role) == [SCHEMA_ROLE], (
+        f"roles/{role}/meta/main.yml: dependencies {_dependencies(role)}, expected only "
+        f"{SCHEMA_ROLE} (the inventory schema and cluster_hw; the order of the other roles "
+        "is the playbooks')"
     )
 
 

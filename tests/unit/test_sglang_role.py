@@ -83,16 +83,6 @@ def _yaml(path: Path) -> Any:
 
 
 # ------------------------------------------------------------------ interface
-def test_argument_specs_document_every_default_with_the_same_value() -> None:
-    defaults = _yaml(ROLE / "defaults" / "main.yml")
-    options = _yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
-    assert set(options) == set(defaults)
-    for name, value in defaults.items():
-        assert options[name]["default"] == value, name
-        assert options[name]["description"], name
-        assert name.startswith("sglang_"), name
-
-
 def test_every_profile_names_an_installation_method_the_role_knows() -> None:
     spec = _yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
     # The profile table of cluster_defaults (an internal constant of that role).
@@ -102,11 +92,6 @@ def test_every_profile_names_an_installation_method_the_role_knows() -> None:
     methods = spec["sglang_install_method"]["choices"]
     assert methods == _yaml(ROLE / "vars" / "main.yml")["_sglang_methods"]
     assert {p["sglang_impl"] for p in profiles.values()} <= set(methods)
-
-
-def test_internal_vars_are_underscored_and_role_depends_on_cluster_defaults() -> None:
-    assert all(name.startswith("_sglang_") for name in _yaml(ROLE / "vars" / "main.yml"))
-    assert _yaml(ROLE / "meta" / "main.yml")["dependencies"] == [{"role": "cluster_defaults"}]
 
 
 def test_image_is_pinned_to_a_cuda13_release_tag() -> None:

@@ -88,9 +88,11 @@ def test_nvidia_smi_csv_refuses_no_output() -> None:
 
 
 def test_nvidia_smi_cuda_from_the_banner() -> None:
-    # The real GB10 table (tests/fixtures/nvidia-smi/SOURCES.md), not a copy of it here.
-    assert parse.nvidia_smi_cuda(fixture("nvidia-smi", "gb10-580.95.05-table.txt")) == "13.0"
-    line = "| NVIDIA-SMI 580.95.05              Driver Version: 580.95.05      CUDA Version: 13.0     |"
+    # The real GB10 table (tests/fixtures/nvidia-smi/SOURCES.md), not a copy of it here,
+    # and its banner line alone.
+    table = fixture("nvidia-smi", "gb10-580.95.05-table.txt")
+    assert parse.nvidia_smi_cuda(table) == "13.0"
+    (line,) = [line for line in table.splitlines() if line.startswith("| NVIDIA-SMI ")]
     assert parse.nvidia_smi_cuda(line) == "13.0"
 
 
@@ -103,21 +105,15 @@ def test_nvidia_smi_cuda_refuses_a_banner_without_it() -> None:
 
 # ---------------------------------------------------------------- ibdev2netdev
 
-# A DGX Spark: two ConnectX-7 ports, each seen as two PCIe functions (the "twins").
-IBDEV2NETDEV = """\
-roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Down)
-roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Up)
-rocep1s0f0 port 1 ==> enp1s0f0np0 (Down)
-rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)
-"""
-
 
 def _by_ibdev(text: str) -> dict[str, tuple[str, str]]:
     return {r["ibdev"]: (r["netdev"], r["state"]) for r in parse.ibdev2netdev(text)}
 
 
 def test_ibdev2netdev_maps_every_device() -> None:
-    assert _by_ibdev(IBDEV2NETDEV) == {
+    # A DGX Spark: two ConnectX-7 ports, each seen as two PCIe functions (the "twins");
+    # NVIDIA's "Connect two Sparks" (tests/fixtures/ibdev2netdev/SOURCES.md).
+    assert _by_ibdev(fixture("ibdev2netdev", "spark-p2-first-port1-up.txt")) == {
         "roceP2p1s0f0": ("enP2p1s0f0np0", "Down"),
         "roceP2p1s0f1": ("enP2p1s0f1np1", "Up"),
         "rocep1s0f0": ("enp1s0f0np0", "Down"),

@@ -821,51 +821,12 @@ def test_localise_one_bad_pair_names_the_pair() -> None:
 
 # ---------------------------------------------------------------- perftest
 
-# ib_write_bw between two DGX Sparks as published in a "DGX Spark Networking" guide
-# (a Markdown file in the stored GitHub index, repository not named by the index; found
-# with the search tool, corpus code, "ib_write_bw --report_gbits ... BW average[Gb/sec]"):
-# `ib_write_bw 192.168.177.12 -d rocep1s0f1 --report_gbits -q 4 -R --force-link IB`.
-IB_WRITE_BW = """\
----------------------------------------------------------------------------------------
-                    RDMA_Write BW Test
- Dual-port       : OFF          Device         : rocep1s0f1
- Number of qps   : 4            Transport type : IB
- Connection type : RC           Using SRQ      : OFF
- PCIe relax order: ON
- ibv_wr* API     : ON
- TX depth        : 128
- CQ Moderation   : 1
- Mtu             : 1024[B]
- Link type       : IB
- Max inline data : 0[B]
- rdma_cm QPs     : ON
- Data ex. method : rdma_cm
----------------------------------------------------------------------------------------
- local address: LID 0000 QPN 0x03ec PSN 0xb680ae
- local address: LID 0000 QPN 0x03ed PSN 0x808800
- local address: LID 0000 QPN 0x03ee PSN 0x5b694a
- local address: LID 0000 QPN 0x03ef PSN 0xe2efd1
- remote address: LID 0000 QPN 0x03eb PSN 0x75f6ee
- remote address: LID 0000 QPN 0x03ec PSN 0x436140
- remote address: LID 0000 QPN 0x03ed PSN 0x81698a
- remote address: LID 0000 QPN 0x03ee PSN 0x4a8b11
----------------------------------------------------------------------------------------
- #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
- 65536      20000            111.72             111.71             0.213070
----------------------------------------------------------------------------------------
-"""
-
-# The same table with -a (every size), as another published RoCE run prints it (same
-# search): the last row is the largest size.
-IB_WRITE_BW_SWEEP = """\
- #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]
- 2          5000             0.11               0.11               6.897101
- 4          5000             0.22               0.22               6.995646
- 1024       5000             59.65              58.81              7.178529
- 2048       5000             91.53              91.47              5.582931
- 4096       5000             92.13              92.06              2.809574
----------------------------------------------------------------------------------------
-"""
+# Real ib_write_bw outputs (tests/fixtures/ib_write_bw/SOURCES.md names each source):
+# two DGX Sparks over rdma_cm with 4 QPs, and a sweep of every size (-a), whose last
+# row is the largest size.
+PERFTEST = FIXTURES.parent / "ib_write_bw"
+IB_WRITE_BW = (PERFTEST / "gb10-networking-guide-4qps-rdma-cm-gbits.txt").read_text()
+IB_WRITE_BW_SWEEP = (PERFTEST / "roce-all-sizes-gbits-excerpt.txt").read_text()
 
 
 def test_ib_write_bw_average() -> None:

@@ -15,28 +15,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import testinfra
-import yaml
-from testinfra.utils.ansible_runner import AnsibleRunner
+from verify_helpers import (
+    DEFAULTS,
+    HEAD,
+    HOSTVARS,
+    MGMT,
+    SPARKS,
+    assert_running,
+    instance,
+    name_of,
+    podman,
+)
 
-ROLE = Path(__file__).resolve().parents[3]
-DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-SPARKS = INVENTORY.get_hosts("sparks")
-HOSTVARS = {name: INVENTORY.get_variables(name) for name in SPARKS}
-MOLECULE = yaml.safe_load(Path(os.environ["MOLECULE_FILE"]).read_text())
-MGMT = {p["name"]: p["ip"] for p in MOLECULE["platforms"]}
-(HEAD,) = [name for name in SPARKS if HOSTVARS[name]["node_rank"] == 0]
 UPSTREAM = HOSTVARS[HEAD].get("base_chrony_upstream", DEFAULTS["base_chrony_upstream"])
 # base_cluster_key_dir: {{ sparkctl_state_dir }}/clusters/{{ cluster_name }}/ssh on the
 # controller; SPARKCTL_STATE_DIR is the scenario's (config.yml), the cluster group "molecule".
 KEY_DIR = Path(os.environ["SPARKCTL_STATE_DIR"]) / "clusters" / "molecule" / "ssh"
 KEY = "id_sparkctl_cluster"
-testinfra_hosts = [f"podman://{name}" for name in SPARKS]
-
-
-def name_of(host: Any) -> str:
-    return str(host.backend.get_hostname())
+testinfra_hosts = [podman(name) for name in SPARKS]
 
 
 def block(text: str, marker: str) -> list[str]:
@@ -44,16 +40,6 @@ def block(text: str, marker: str) -> list[str]:
     lines = text.splitlines()
     start, end = lines.index(f"# BEGIN {marker}"), lines.index(f"# END {marker}")
     return lines[start + 1 : end]
-
-
-def assert_running(host: Any, unit: str) -> None:
-    service = host.service(unit)
-    try:
-        assert service.is_running
-        assert service.is_enabled
-    except AssertionError:
-        print(host.run("journalctl -u %s --no-pager -n 60", unit).stdout)
-        raise
 
 
 @pytest.mark.parametrize("package", DEFAULTS["base_packages"])
@@ -119,11 +105,7 @@ def test_cluster_key_is_authorised(host: Any) -> None:
 @pytest.mark.parametrize("peer", SPARKS)
 def test_host_key_of_every_node_is_known(host: Any, peer: str) -> None:
     hv = HOSTVARS[peer]
-    actual = (
-        testinfra.get_host(f"podman://{peer}")
-        .file("/etc/ssh/ssh_host_ed25519_key.pub")
-        .content_string.split()[:2]
-    )
+    actual = instance(peer).file("/etc/ssh/ssh_host_ed25519_key.pub").content_string.split()[:2]
     names = [peer, f"{peer}-a", f"{peer}-b", hv["fabric_a_ip"], hv["fabric_b_ip"], MGMT[peer]]
     known = block(
         host.file("/etc/ssh/ssh_known_hosts").content_string, "sparkctl cluster host keys"
@@ -136,7 +118,7 @@ def test_host_key_of_every_node_is_known(host: Any, peer: str) -> None:
 def test_node_reaches_peer_with_the_cluster_key(node: str, peer: str, via: str) -> None:
     target = peer if via == "name" else MGMT[peer]
     # BatchMode and strict host key checking: no prompt, no trust on first use.
-    ssh = testinfra.get_host(f"podman://{node}").run(
+    ssh = instance(node).run(
         "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5 %s hostname", target
     )
     assert ssh.rc == 0, ssh.stderr

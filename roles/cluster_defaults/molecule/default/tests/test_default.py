@@ -1,8 +1,10 @@
 """roles/cluster_defaults: what it resolves for a host, and what its argument spec refuses.
 
 The role has no tasks of its own; converge.yml writes what it resolved to
-/etc/sparkctl-molecule/cluster_defaults.json on each host. Each test is one
-case per host and variable (or per refused value).
+/etc/sparkctl-molecule/cluster_defaults.json on each host: the values its
+defaults compute (cluster_hw from hw_profile, cluster_name from the groups,
+sparkctl_state_dir from the environment). Each test is one case per host (or
+per refused value).
 """
 
 # testinfra tests assert; pyproject's per-file-ignores cover tests/** only.
@@ -12,45 +14,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from testinfra.utils.ansible_runner import AnsibleRunner
+from verify_helpers import SPARKS, converge_check, failed_task, podman, role_yaml
 
-ROLE = Path(__file__).resolve().parents[3]
-DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-PROFILES = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_cluster_defaults_hw_profiles"]
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-SPARKS = INVENTORY.get_hosts("sparks")
-testinfra_hosts = [f"podman://{name}" for name in SPARKS]
+PROFILES = role_yaml("vars")["_cluster_defaults_hw_profiles"]
+testinfra_hosts = [podman(name) for name in SPARKS]
 RECORD = "/etc/sparkctl-molecule/cluster_defaults.json"
-SCHEMA = [
-    "hw_profile",
-    "fabric_a_netdev",
-    "fabric_b_netdev",
-    "fabric_a_subnet",
-    "fabric_b_subnet",
-    "switch_ports",
-]
 
 
 def recorded(host: Any) -> dict[str, Any]:
     return dict(json.loads(host.file(RECORD).content_string))
-
-
-@pytest.mark.parametrize("name", SCHEMA)
-def test_inventory_value_else_role_default(host: Any, name: str) -> None:
-    inventory = INVENTORY.get_variables(host.backend.get_hostname())
-    assert recorded(host)[name] == inventory.get(name, DEFAULTS[name])
-
-
-def test_fabric_b_subnet_comes_from_the_inventory(host: Any) -> None:
-    # The scenario sets it apart from the role's default on purpose.
-    assert recorded(host)["fabric_b_subnet"] == "192.168.201.0/24" != DEFAULTS["fabric_b_subnet"]
 
 
 def test_cluster_hw_is_the_profile_of_hw_profile(host: Any) -> None:
@@ -65,27 +40,6 @@ def test_cluster_name_is_the_cluster_group(host: Any) -> None:
 
 def test_state_dir_comes_from_the_environment(host: Any) -> None:
     assert recorded(host)["sparkctl_state_dir"] == os.environ["SPARKCTL_STATE_DIR"]
-
-
-def converge_check(extra_vars: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    """This scenario's converge.yml with extra variables, in check mode: changes nothing."""
-    playbook = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"
-    inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
-    return subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "--check",
-            "-i",
-            str(inventory),
-            str(playbook),
-            "-e",
-            json.dumps(extra_vars),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 # hw_profile outside its choices fails while cluster_hw (templated from it) is
@@ -103,6 +57,7 @@ def converge_check(extra_vars: dict[str, Any]) -> subprocess.CompletedProcess[st
 def test_argument_spec_refuses(extra_vars: dict[str, Any], message: str) -> None:
     run = converge_check(extra_vars)
     assert run.returncode != 0, run.stdout
-    failed_task = run.stdout.split("fatal:")[0].rsplit("TASK [", 1)[-1]
-    assert failed_task.startswith("cluster_defaults : Validating arguments against arg spec")
+    assert failed_task(run.stdout).startswith(
+        "cluster_defaults : Validating arguments against arg spec"
+    )
     assert message in run.stdout

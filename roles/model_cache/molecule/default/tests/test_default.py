@@ -10,21 +10,13 @@ every value is read from the nodes.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
-import testinfra
-import yaml
-from testinfra.utils.ansible_runner import AnsibleRunner
+from verify_helpers import DEFAULTS, HEAD, SPARKS, instance, podman
 
-ROLE = Path(__file__).resolve().parents[3]
-DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-testinfra_hosts = [f"podman://{name}" for name in INVENTORY.get_hosts("sparks")]
+testinfra_hosts = [podman(name) for name in SPARKS]
 
 CACHE = DEFAULTS["model_cache_dir"]
-HEAD = "mol-model-1"
 HEAD_DIR = "/srv/sparkctl-model/mol"
 COPY = f"{CACHE}/mol"
 
@@ -38,7 +30,7 @@ def sums(host: Any, root: str) -> dict[str, str]:
 
 
 def test_the_copy_matches_the_head_file_for_file(host: Any) -> None:
-    head = testinfra.get_host(f"podman://{HEAD}")
+    head = instance(HEAD)
     want = sums(head, HEAD_DIR)
     assert len(want) == 4
     root = HEAD_DIR if host.backend.name == HEAD else COPY
@@ -46,7 +38,7 @@ def test_the_copy_matches_the_head_file_for_file(host: Any) -> None:
 
 
 def test_the_manifest_lists_every_file_with_its_hash(host: Any) -> None:
-    head = testinfra.get_host(f"podman://{HEAD}")
+    head = instance(HEAD)
     manifest = json.loads(host.file(f"{CACHE}/.sparkctl/mol.manifest.json").content_string)
     assert {f["path"]: f["sha256"] for f in manifest["files"]} == sums(head, HEAD_DIR)
 

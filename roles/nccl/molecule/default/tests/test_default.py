@@ -10,18 +10,12 @@ the node's own GID table.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from testinfra.utils.ansible_runner import AnsibleRunner
+from verify_helpers import DEFAULTS, SPARKS, hostvars, podman, read_env
 
-ROLE = Path(__file__).resolve().parents[3]
-DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-testinfra_hosts = [f"podman://{name}" for name in INVENTORY.get_hosts("sparks")]
+testinfra_hosts = [podman(name) for name in SPARKS]
 
 ENV_FILE = DEFAULTS["nccl_env_file"]
 CONF_FILE = DEFAULTS["nccl_conf_file"]
@@ -35,18 +29,6 @@ SOCKET_VARS = [
     "UCX_NET_DEVICES",
     "OMPI_MCA_btl_tcp_if_include",
 ]
-
-
-def read_env(host: Any, path: str) -> dict[str, str]:
-    """KEY=VALUE lines of an environment file (comments skipped)."""
-    text = host.file(path).content_string
-    return dict(
-        line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
-    )
-
-
-def hostvars(host: Any) -> dict[str, Any]:
-    return INVENTORY.get_variables(host.backend.get_hostname())
 
 
 def roce_v2_ipv4_index(host: Any, netdev: str, address: str) -> str:

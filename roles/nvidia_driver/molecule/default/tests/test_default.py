@@ -13,35 +13,18 @@ checks are skipped here and unit-tested on real outputs instead.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from testinfra.utils.ansible_runner import AnsibleRunner
+from verify_helpers import DEFAULTS, SPARKS, podman, role_module, role_yaml
 
-ROLE = Path(__file__).resolve().parents[3]
-DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-testinfra_hosts = [f"podman://{name}" for name in INVENTORY.get_hosts("sparks")]
+testinfra_hosts = [podman(name) for name in SPARKS]
 
-VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+VARS = role_yaml("vars")
 APT_CONF = VARS["_nvidia_driver_apt_conf"]
 HOLD_LIST = VARS["_nvidia_driver_hold_list"]
-
-
-def _filters() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "nvidia_hold", ROLE / "filter_plugins" / "nvidia_hold.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+FILTERS = role_module("filter_plugins/nvidia_hold.py")
 
 FLAVOUR = DEFAULTS["nvidia_driver_kernel_flavour"]
 # The hold set as the role's defaults make it (vars/main.yml), written out.
@@ -53,7 +36,7 @@ HOLD_SET: list[str] = [
     ),
     f"linux-modules-nvidia-{DEFAULTS['nvidia_driver_branch']}-open-*",
 ]
-BLACKLIST: list[str] = [_filters().nvidia_hold_regex(p) for p in HOLD_SET]
+BLACKLIST: list[str] = [FILTERS.nvidia_hold_regex(p) for p in HOLD_SET]
 # The stand-ins of prepare.yml and the dpkg selection each must end with.
 SELECTIONS = {
     "libnccl2": "hold",  # pattern libnccl2

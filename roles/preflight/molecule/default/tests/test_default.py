@@ -12,18 +12,12 @@ with one rule broken per case (extra variables override the inventory).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-from testinfra.utils.ansible_runner import AnsibleRunner
+from verify_helpers import INVENTORY, converge_check, failed_task, podman
 
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-testinfra_hosts = [f"podman://{name}" for name in INVENTORY.get_hosts("all")]
+testinfra_hosts = [podman(name) for name in INVENTORY.get_hosts("all")]
 
 
 def test_no_ansible_module_ran_on_the_host(host: Any) -> None:
@@ -33,26 +27,6 @@ def test_no_ansible_module_ran_on_the_host(host: Any) -> None:
 
 RULES = "preflight : Preflight | Inventory follows the rules"
 SPEC = "cluster_defaults : Validating arguments against arg spec"
-
-
-def converge_check(extra_vars: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    playbook = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"]) / "converge.yml"
-    inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
-    return subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "--check",
-            "-i",
-            str(inventory),
-            str(playbook),
-            "-e",
-            json.dumps(extra_vars),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 @pytest.mark.parametrize(
@@ -98,6 +72,5 @@ def converge_check(extra_vars: dict[str, Any]) -> subprocess.CompletedProcess[st
 def test_broken_inventory_is_stopped(extra_vars: dict[str, Any], task: str, message: str) -> None:
     run = converge_check(extra_vars)
     assert run.returncode != 0, run.stdout
-    failed_task = run.stdout.split("fatal:")[0].rsplit("TASK [", 1)[-1]
-    assert failed_task.startswith(task), run.stdout
+    assert failed_task(run.stdout).startswith(task), run.stdout
     assert message in run.stdout

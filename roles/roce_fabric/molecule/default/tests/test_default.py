@@ -10,19 +10,13 @@ values come from the scenario's inventory and the role's defaults.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from testinfra.utils.ansible_runner import AnsibleRunner
+from verify_helpers import DEFAULTS, INVENTORY, SPARKS, assert_running, hostvars, name_of, podman
 
-ROLE = Path(__file__).resolve().parents[3]
-DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-SPARKS = INVENTORY.get_hosts("sparks")
-testinfra_hosts = [f"podman://{name}" for name in SPARKS]
+testinfra_hosts = [podman(name) for name in SPARKS]
 
 MTU = DEFAULTS["roce_fabric_mtu"]
 NETPLAN = DEFAULTS["roce_fabric_netplan_file"]
@@ -31,10 +25,6 @@ SYSCTL_FILE = "/etc/sysctl.d/60-sparkctl-roce.conf"
 GUARD = "/usr/local/sbin/sparkctl-net-guard"
 TWINS = ("a", "b")
 IBDEV = {"a": DEFAULTS["roce_fabric_ibdev_a"], "b": DEFAULTS["roce_fabric_ibdev_b"]}
-
-
-def hostvars(host: Any) -> dict[str, Any]:
-    return INVENTORY.get_variables(host.backend.get_hostname())
 
 
 def twin(host: Any, name: str) -> tuple[str, str, str]:
@@ -48,7 +38,7 @@ def twin(host: Any, name: str) -> tuple[str, str, str]:
 
 
 def peer_of(host: Any) -> dict[str, Any]:
-    me = host.backend.get_hostname()
+    me = name_of(host)
     (peer,) = [h for h in SPARKS if h != me]
     return INVENTORY.get_variables(peer)
 
@@ -92,12 +82,7 @@ def test_networkd_applies_the_netplan(host: Any, name: str) -> None:
 
 
 def test_networkd_is_running(host: Any) -> None:
-    service = host.service("systemd-networkd")
-    try:
-        assert service.is_running
-    except AssertionError:
-        print(host.run("journalctl -u systemd-networkd --no-pager -n 60").stdout)
-        raise
+    assert_running(host, "systemd-networkd", enabled=False)
 
 
 @pytest.mark.parametrize("iface", ["all", "default", "a", "b"])

@@ -15,34 +15,28 @@ rank (over both twins and the management network) and from the controller.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import testinfra
-import yaml
-from testinfra.utils.ansible_runner import AnsibleRunner
-
-ROLE = Path(__file__).resolve().parents[3]
-_SPEC = importlib.util.spec_from_file_location(
-    "sglang_args", ROLE / "filter_plugins" / "sglang_args.py"
+from verify_helpers import (
+    DEFAULTS,
+    HEAD,
+    HOSTVARS,
+    MGMT,
+    SPARKS,
+    assert_running,
+    instance,
+    name_of,
+    podman,
+    read_env,
+    role_module,
 )
-assert _SPEC is not None and _SPEC.loader is not None
-ARGS_FILTERS = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(ARGS_FILTERS)
-DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
-SPARKS = INVENTORY.get_hosts("sparks")
-HOSTVARS = {name: INVENTORY.get_variables(name) for name in SPARKS}
-MOLECULE = yaml.safe_load(Path(os.environ["MOLECULE_FILE"]).read_text())
-MGMT = {p["name"]: p["ip"] for p in MOLECULE["platforms"]}
-(HEAD,) = [n for n in SPARKS if HOSTVARS[n]["node_rank"] == 0]
+
+ARGS_FILTERS = role_module("filter_plugins/sglang_args.py")
 (WORKER,) = [n for n in SPARKS if n != HEAD]
-testinfra_hosts = [f"podman://{name}" for name in SPARKS]
+testinfra_hosts = [podman(name) for name in SPARKS]
 
 UNIT = "sparkctl-sglang.service"
 FW_UNIT = "sparkctl-sglang-firewall.service"
@@ -54,17 +48,6 @@ VERSION_FILE = DEFAULTS["sglang_version_file"]
 USER, UID = DEFAULTS["sglang_user"], DEFAULTS["sglang_uid"]
 DIST_PORT = DEFAULTS["sglang_dist_port"]
 API_PORT = DEFAULTS["sglang_port"]
-
-
-def name_of(host: Any) -> str:
-    return str(host.backend.get_hostname())
-
-
-def read_env(host: Any, path: str) -> dict[str, str]:
-    text = host.file(path).content_string
-    return dict(
-        line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
-    )
 
 
 def exec_start(host: Any) -> list[str]:
@@ -169,13 +152,7 @@ def test_the_server_in_the_image_loads(host: Any) -> None:
 
 
 def test_firewall_unit_is_active_and_enabled(host: Any) -> None:
-    service = host.service(FW_UNIT)
-    try:
-        assert service.is_enabled
-        assert service.is_running  # oneshot, RemainAfterExit: active (exited)
-    except AssertionError:
-        print(host.run("journalctl -u %s --no-pager -n 60", FW_UNIT).stdout)
-        raise
+    assert_running(host, FW_UNIT)  # oneshot, RemainAfterExit: active (exited)
 
 
 def test_firewall_accepts_the_fabric_subnets(host: Any) -> None:
@@ -192,7 +169,7 @@ def test_firewall_accepts_the_sparks_management_addresses(host: Any) -> None:
 @pytest.fixture(scope="module")
 def listeners() -> Iterator[None]:
     """TCP listeners on the head's rendezvous and API ports, as the server would open."""
-    head = testinfra.get_host(f"podman://{HEAD}")
+    head = instance(HEAD)
     for port in (DIST_PORT, API_PORT):
         head.run_test(
             "systemd-run --unit=mol-listen-%s python3 -m http.server %s", str(port), str(port)
@@ -216,7 +193,7 @@ def connect(source: str, address: str, port: int) -> tuple[bool, str]:
         except OSError as exc:
             return False, str(exc) or type(exc).__name__
         return True, ""
-    probe = testinfra.get_host(f"podman://{source}").run(
+    probe = instance(source).run(
         "python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])),"
         " timeout=3)' %s %s",
         address,

@@ -10,28 +10,20 @@ from the scenario's inventory (switch_ports) and the role's defaults.
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
-import testinfra
-import yaml
-from testinfra.utils.ansible_runner import AnsibleRunner
+from verify_helpers import DEFAULTS, INVENTORY, ROLE, SPARKS, assert_running, instance
 
-ROLE = Path(__file__).resolve().parents[3]
-DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-INVENTORY = AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
 (SWITCH_NAME,) = INVENTORY.get_hosts("switches")
-SPARKS = INVENTORY.get_hosts("sparks")
 PORTS: dict[str, dict[str, str]] = INVENTORY.get_variables(SWITCH_NAME)["switch_ports"]
 MTU = DEFAULTS["switch_mtu_value"]
 UNIT = "sparkctl-switch-port-mtu.service"
 STATE_FILE = "/etc/sparkctl/switch-ports.json"
 SCRIPT = "/usr/local/lib/sparkctl/switch_port_mtu.py"
 BRIDGES = sorted({f"br-{spec['twin']}" for spec in PORTS.values()})  # the lab's bridge names
-SWITCH = testinfra.get_host(f"podman://{SWITCH_NAME}")
+SWITCH = instance(SWITCH_NAME)
 
 
 def natural(name: str) -> list[Any]:
@@ -41,17 +33,6 @@ def natural(name: str) -> list[Any]:
 def link(host: Any, dev: str) -> dict[str, Any]:
     (data,) = json.loads(host.check_output("ip -j -d link show dev %s", dev))
     return dict(data)
-
-
-def assert_unit_ok(unit: str) -> None:
-    service = SWITCH.service(unit)
-    try:
-        assert service.is_enabled
-        assert service.is_running  # oneshot, RemainAfterExit: active (exited)
-        assert service.systemd_properties["Result"] == "success"
-    except AssertionError:
-        print(SWITCH.run("journalctl -u %s --no-pager -n 60", unit).stdout)
-        raise
 
 
 @pytest.mark.parametrize("port", sorted(PORTS, key=natural))
@@ -87,7 +68,7 @@ def test_boot_unit_runs_the_program_on_the_state() -> None:
         in unit.content_string.splitlines()
     )
     assert "WantedBy=multi-user.target" in unit.content_string.splitlines()
-    assert_unit_ok(UNIT)
+    assert_running(SWITCH, UNIT, succeeded=True)
 
 
 @pytest.mark.parametrize("port", sorted(PORTS, key=natural))
@@ -96,7 +77,7 @@ def test_boot_unit_restores_a_port_that_lost_its_mtu(port: str) -> None:
     assert link(SWITCH, port)["mtu"] == 1500
     SWITCH.run_test("systemctl restart %s", UNIT)
     assert link(SWITCH, port)["mtu"] == MTU
-    assert_unit_ok(UNIT)
+    assert_running(SWITCH, UNIT, succeeded=True)
 
 
 @pytest.mark.parametrize("twin", ["a", "b"])
@@ -104,9 +85,9 @@ def test_boot_unit_restores_a_port_that_lost_its_mtu(port: str) -> None:
 def test_host_mtu_frames_cross_the_switch(node: str, peer: str, twin: str) -> None:
     src, dst = INVENTORY.get_variables(node), INVENTORY.get_variables(peer)
     dev = src[f"fabric_{twin}_netdev"]
-    host_mtu = link(testinfra.get_host(f"podman://{node}"), dev)["mtu"]
+    host_mtu = link(instance(node), dev)["mtu"]
     assert host_mtu == 9000  # prepare.yml, as roce_fabric leaves the hosts
-    ping = testinfra.get_host(f"podman://{node}").run(
+    ping = instance(node).run(
         "ping -n -q -M do -c 3 -i 0.2 -W 2 -I %s -s %s %s",
         dev,
         str(host_mtu - 28),
