@@ -271,7 +271,8 @@ def validate(
     baseline comparison fails (the report says which node, interface and
     collective), 2 for bad input, 3 when a node cannot be reached.
     """
-    from sparkctl.validate import run, summary  # noqa: PLC0415
+    from sparkctl.report import summary  # noqa: PLC0415
+    from sparkctl.validate import run  # noqa: PLC0415
 
     report, run_dir = run.validate(
         run.Options(

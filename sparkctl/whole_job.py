@@ -27,9 +27,10 @@ def whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None = None) 
 
 def _whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None) -> None:
     from sparkctl.provision import provision  # noqa: PLC0415
+    from sparkctl.report import summary  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
     from sparkctl.serve.service import verify_command  # noqa: PLC0415
-    from sparkctl.validate import run, summary  # noqa: PLC0415
+    from sparkctl.validate import run  # noqa: PLC0415
 
     console.progress("up 1/4: provision")
     provisioned = provision(inventory_path, extravars=extravars)

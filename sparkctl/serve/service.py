@@ -11,16 +11,16 @@ from typing import Any
 from sparkctl import console, inventory
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
+from sparkctl.report import summary
+from sparkctl.report.model import Report
 from sparkctl.serve.cluster import open_cluster
-from sparkctl.validate import summary
-from sparkctl.validate.report.model import Report
 
 
 def verify_command(
     inventory_path: Path, *, as_json: bool = False, extravars: Mapping[str, Any] | None = None
 ) -> Report:
+    from sparkctl import report as report_io  # noqa: PLC0415
     from sparkctl.serve.verify import verify  # noqa: PLC0415
-    from sparkctl.validate import report as report_io  # noqa: PLC0415
 
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted

@@ -3,7 +3,7 @@
 Workers start first, then the head (the unit files say so too): the head
 serves the dist-init rendezvous, and workers retry until it answers. Every
 rank's journal is followed over SSH while it starts; its lines move the rank
-through the start-up phases (sparkctl.serve.logs) and are matched against the
+through the start-up phases (sparkctl.sglang_logs) and are matched against the
 known failure signatures. The wait ends when the head answers /health, when a
 rank fails (its unit exits or a fatal signature appears), or at
 ``sglang_serve_timeout``; a failure names the rank, shows its last lines and
@@ -30,9 +30,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from sparkctl import console, inventory, tool_output
+from sparkctl import sglang_logs as logs
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
-from sparkctl.serve import logs
 from sparkctl.serve.cluster import Cluster, open_cluster, tls_context
 
 POLL_S = 3.0

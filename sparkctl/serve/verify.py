@@ -31,8 +31,8 @@ from typing import Any
 import httpx
 
 from sparkctl import __version__
+from sparkctl.report.model import Check, Report, Thresholds
 from sparkctl.serve.cluster import Cluster, Group, tls_context
-from sparkctl.validate.report.model import Check, Report, Thresholds
 
 PROMPT = "In one sentence, what does tensor parallelism split across the ranks?"
 # Whole-request bounds: httpx's timeouts are per read, so an endpoint that keeps sending

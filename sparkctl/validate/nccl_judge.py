@@ -27,8 +27,9 @@ from typing import Any
 
 from sparkctl import nccl_parse
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.report.model import Finding, Fit, Judged, NcclRun, Outcome, Thresholds
+from sparkctl.sglang_logs import nccl_transport  # NCCL's INFO lines: one parser
 from sparkctl.units import human_bytes
-from sparkctl.validate.report.model import Finding, Fit, Judged, NcclRun, Outcome, Thresholds
 
 PROGRAMS = {
     "all_reduce": "all_reduce_perf",
@@ -267,8 +268,6 @@ def transport_problem(output: str, rdma_expected: bool) -> str | None:
     NCCL falls back to TCP silently (no usable RoCE device, no /dev/infiniband in a
     container) and still completes, about 2.5x slower; its INFO lines (NCCL_DEBUG=INFO,
     NCCL_DEBUG_SUBSYS INIT,NET, set by the nccl role) say which network it chose."""
-    from sparkctl.serve.logs import nccl_transport  # noqa: PLC0415 - NCCL's lines, one parser
-
     if rdma_expected and nccl_transport(output.splitlines()) == "socket":
         return (
             "NCCL used the Socket transport, not RDMA (its INFO lines: 'Using network "

@@ -20,8 +20,8 @@ from pathlib import Path
 from sparkctl import tool_output
 from sparkctl.plan import Plan
 from sparkctl.remote import Runner
-from sparkctl.validate.nccl import pair_rounds
-from sparkctl.validate.report.model import Check, Outcome, Thresholds
+from sparkctl.report.model import Check, Outcome, Thresholds
+from sparkctl.validate.nccl_run import pair_rounds
 
 BASE_PORT = 18515  # perftest's default port; one per twin
 SECONDS = 5

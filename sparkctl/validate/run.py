@@ -32,8 +32,8 @@ from sparkctl.paths import state_dir
 from sparkctl.plan import Plan
 from sparkctl.provision import results_dir
 from sparkctl.remote import Runner
-from sparkctl.validate import nccl
-from sparkctl.validate.report.model import Check, Finding, NcclRun, Report, Thresholds
+from sparkctl.report.model import Check, Finding, NcclRun, Report, Thresholds
+from sparkctl.validate import nccl_judge, nccl_run
 
 CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
 LAB_HARDWARE = "/etc/sparkctl-lab/hardware.json"
@@ -52,7 +52,7 @@ class Options:
 
 # ------------------------------------------------------------------ plan
 def thresholds(plan: Plan, line_rate: float) -> Thresholds:
-    return nccl.thresholds_from(plan.settings.as_mapping(), line_rate)
+    return nccl_judge.thresholds_from(plan.settings.as_mapping(), line_rate)
 
 
 # ------------------------------------------------------------------ node checks
@@ -194,7 +194,7 @@ def mesh_findings(inv: inventory.Inventory, plan: Plan, checks: Sequence[Check])
                 for who in (c.host, peer):
                     jumbo_only[who] = jumbo_only.get(who, True) and mtu_kind
         mtu = plan.node(nodes[0]).roce_fabric.mtu
-        for node in nccl.implicated(ok, nodes):
+        for node in nccl_judge.implicated(ok, nodes):
             ports = [p.name for p in inv.ports if p.node == node and p.twin in (twin, "both")]
             place = f"{netdev[node]}" + (f" (switch port {', '.join(ports)})" if ports else "")
             what = (
@@ -287,21 +287,22 @@ def nccl_gate(
     hp = plan.node(head)
     v, n_plan = hp.validate, hp.nccl
     mem = [int(facts[n]["mem_available"]) for n in nodes if "mem_available" in facts.get(n, {})]
-    max_bytes = nccl.sweep_max(mem, v.nccl_mem_fraction, v.nccl_max_bytes, v.nccl_min_bytes)
+    max_bytes = nccl_run.sweep_max(mem, v.nccl_mem_fraction, v.nccl_max_bytes, v.nccl_min_bytes)
     min_bytes = min(v.nccl_min_bytes, max_bytes)
     as_root = hp.base.cluster_user == "root"
     record = _nccl_record(runner, head, n_plan.version_file)
     nccl_home, pinned = record.get("NCCL_HOME"), record.get("NCCL_VERSION")
     rdma = n_plan.rdma_expected
     notes = [
-        f"sweep {nccl.human(min_bytes)} .. {nccl.human(max_bytes)}: the largest buffer from "
+        f"sweep {nccl_judge.human(min_bytes)} .. {nccl_judge.human(max_bytes)}: "
+        "the largest buffer from "
         f"the least available memory ({min(mem) / 2**30:.1f} GiB)"
         if mem
-        else f"sweep up to {nccl.human(max_bytes)} (no memory reading)"
+        else f"sweep up to {nccl_judge.human(max_bytes)} (no memory reading)"
     ]
 
-    def launch(collective: str, hosts: Sequence[str], lo: int) -> nccl.Launch:
-        return nccl.Launch(
+    def launch(collective: str, hosts: Sequence[str], lo: int) -> nccl_run.Launch:
+        return nccl_run.Launch(
             collective=collective,
             hosts=tuple(hosts),
             addresses=tuple(plan.node(h).fabric_a_ip for h in hosts),
@@ -321,9 +322,9 @@ def nccl_gate(
     for collective in collectives:
         console.progress(
             f"nccl-tests {collective}: {len(nodes)} ranks, "
-            f"{nccl.human(min_bytes)} .. {nccl.human(max_bytes)}"
+            f"{nccl_judge.human(min_bytes)} .. {nccl_judge.human(max_bytes)}"
         )
-        result = nccl.run(
+        result = nccl_run.run(
             launch(collective, nodes, min_bytes),
             runner,
             th,
@@ -344,10 +345,10 @@ def nccl_gate(
         size = max(min_bytes, max_bytes >> 2)
         low = max(min_bytes, size >> max(0, th.judged_sizes - 1))
         console.progress(
-            f"localising: pairwise {collective} {nccl.human(low)} .. "
-            f"{nccl.human(size)} over {len(nodes)} nodes"
+            f"localising: pairwise {collective} {nccl_judge.human(low)} .. "
+            f"{nccl_judge.human(size)} over {len(nodes)} nodes"
         )
-        pairs = nccl.run_pairs(
+        pairs = nccl_run.run_pairs(
             lambda p: replace(launch(collective, p, low), max_bytes=size),
             runner,
             th,
@@ -357,7 +358,7 @@ def nccl_gate(
             pinned_nccl=pinned,
         )
         runs += pairs
-        findings = nccl.localise(
+        findings = nccl_judge.localise(
             pairs, nodes, lambda n: _port_of(inv, plan, n), th.threshold_for(collective)
         )
     return runs, findings, notes
@@ -495,7 +496,7 @@ def validate(opts: Options) -> tuple[Report, Path]:
             )
             report.checks += rdma
             report.notes += rdma_notes
-        from sparkctl.validate import report as report_io  # noqa: PLC0415
+        from sparkctl import report as report_io  # noqa: PLC0415
 
         if baseline_path is not None:
             base = report_io.load(baseline_path)

@@ -1,6 +1,6 @@
 """The start-up markers and failure signatures, and the stand-in's lines, against the release.
 
-``sparkctl serve up`` reads every rank's journal with sparkctl/serve/logs.py;
+``sparkctl serve up`` reads every rank's journal with sparkctl/sglang_logs.py;
 the lab's SGLang stand-in prints the lines it reads from
 sparkctl/lab/standins/sglang/release.py. Both carry their sources as data.
 Here every ``sglang:<path>:<line>`` citation is looked up in the installed
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl import sglang_logs as logs
 from sparkctl.lab.standins.sglang import release as rel
-from sparkctl.serve import logs
 from tests.contract.conftest import SGLangRelease
 from tests.unit.test_sglang_standin import Cluster, _up, cluster, model_dir, needs_loopback
 

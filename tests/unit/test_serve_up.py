@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
+from sparkctl import sglang_logs as logs
 from sparkctl.errors import SparkctlError
 from sparkctl.plan import Plan, SglangPlan
-from sparkctl.serve import logs, up
+from sparkctl.serve import up
 from tests.unit import plans
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"

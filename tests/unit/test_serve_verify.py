@@ -34,9 +34,9 @@ import pytest
 
 from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import SglangPlan
+from sparkctl.report.model import Report
 from sparkctl.serve.cluster import API_KEY_ENV, Cluster
 from sparkctl.serve.verify import Verifier, verify
-from sparkctl.validate.report.model import Report
 from tests.unit import plans
 from tests.unit.test_sglang_standin import KEY, _up, cluster, model_dir, needs_loopback
 

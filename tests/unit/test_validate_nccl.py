@@ -1,4 +1,4 @@
-"""sparkctl.validate.nccl and nccl_judge: the launch command, judging a real-format log, runs, localisation."""
+"""sparkctl.validate.nccl_run and nccl_judge: the launch command, judging a real-format log, runs, localisation."""
 
 # ruff: noqa: E501 -- tool output is quoted as the tools print it
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from sparkctl import nccl_parse, tool_output
-from sparkctl.validate import nccl, nccl_judge
-from sparkctl.validate.report.model import Finding, Judged, NcclRun, Thresholds
+from sparkctl.report.model import Finding, Judged, NcclRun, Thresholds
+from sparkctl.validate import nccl_judge, nccl_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 # The lab stand-in's output, 4 ranks over 1000 Mbit/s links (SOURCES.md).
@@ -42,9 +42,9 @@ def th(min_fraction: float = 0.4, judged_sizes: int = 2, line_rate: float = LAB_
     )
 
 
-def launch(**changes: object) -> nccl.Launch:
+def launch(**changes: object) -> nccl_run.Launch:
     """The launch nccl_gate builds from the lab's plan (root in the lab, no NCCL build)."""
-    base = nccl.Launch(
+    base = nccl_run.Launch(
         collective="all_reduce",
         hosts=tuple(NODES),
         addresses=tuple(ADDRESSES),
@@ -95,22 +95,22 @@ GiB = 1 << 30
 
 def test_sweep_max_is_a_power_of_two_from_the_tightest_node() -> None:
     # A Spark with ~114 GiB available: 0.5 x 114 / 3 buffers = 19 GiB -> 16 GiB.
-    assert nccl.sweep_max([119630012 * 1024] * 4, 0.5, 64 * GiB, MiB) == 16 * GiB
+    assert nccl_run.sweep_max([119630012 * 1024] * 4, 0.5, 64 * GiB, MiB) == 16 * GiB
     # The lab's ~22.9 GiB: 3.8 GiB -> 2 GiB; one node with less sets it for all.
-    assert nccl.sweep_max([23969596 * 1024, 119630012 * 1024], 0.5, 64 * GiB, MiB) == 2 * GiB
+    assert nccl_run.sweep_max([23969596 * 1024, 119630012 * 1024], 0.5, 64 * GiB, MiB) == 2 * GiB
     # Exactly a power of two stays.
-    assert nccl.sweep_max([6 * GiB], 0.5, 64 * GiB, MiB) == GiB
+    assert nccl_run.sweep_max([6 * GiB], 0.5, 64 * GiB, MiB) == GiB
 
 
 def test_sweep_max_cap_and_floor() -> None:
-    assert nccl.sweep_max([119630012 * 1024], 0.5, 4 * GiB, MiB) == 4 * GiB
-    assert nccl.sweep_max([3 * MiB], 0.5, 4 * GiB, MiB) == MiB  # 512 KiB of room: the floor
-    assert nccl.sweep_max([0], 0.5, 4 * GiB, 0) == 1
+    assert nccl_run.sweep_max([119630012 * 1024], 0.5, 4 * GiB, MiB) == 4 * GiB
+    assert nccl_run.sweep_max([3 * MiB], 0.5, 4 * GiB, MiB) == MiB  # 512 KiB of room: the floor
+    assert nccl_run.sweep_max([0], 0.5, 4 * GiB, 0) == 1
 
 
 def test_sweep_max_without_a_memory_reading() -> None:
-    assert nccl.sweep_max([], 0.5, 4 * GiB, MiB) == MiB
-    assert nccl.sweep_max([], 0.5, 4 * GiB, 0) == 1
+    assert nccl_run.sweep_max([], 0.5, 4 * GiB, MiB) == MiB
+    assert nccl_run.sweep_max([], 0.5, 4 * GiB, 0) == 1
 
 
 # ---------------------------------------------------------------- the launch
@@ -248,7 +248,7 @@ def test_the_env_file_is_data_not_a_script(tmp_path: Path) -> None:
         return proc.returncode, proc.stdout + proc.stderr
 
     rc, text = sh("spark1", lau.read_env_command(), 30)
-    parsed = nccl.tool_output.env_file(text)
+    parsed = nccl_run.tool_output.env_file(text)
     rc, out = sh("spark1", lau.remote_command(parsed), 60)
     assert rc == 0, out
     seen = json.loads(out)
@@ -265,7 +265,7 @@ def test_the_env_file_is_data_not_a_script(tmp_path: Path) -> None:
 
 def test_an_env_file_that_is_not_key_value_fails_the_run_before_mpirun(tmp_path: Path) -> None:
     runner = FakeRunner((0, LAB_LOG), env_text=ENV_TEXT + "reboot\n")
-    result = nccl.run(launch(), runner, th(0.4), tmp_path / "nccl-all_reduce.log")
+    result = nccl_run.run(launch(), runner, th(0.4), tmp_path / "nccl-all_reduce.log")
     assert result.outcome == "failed"
     assert result.message.startswith(
         "/etc/sparkctl/nccl.env on spark1 could not be read (line 4 is not KEY=VALUE)"
@@ -450,7 +450,7 @@ class FakeRunner:
 def test_run_a_complete_log_passes_with_its_rows(tmp_path: Path) -> None:
     runner = FakeRunner((0, LAB_LOG))
     lau = launch()
-    result = nccl.run(lau, runner, th(0.4), tmp_path / "nccl-all_reduce.log")
+    result = nccl_run.run(lau, runner, th(0.4), tmp_path / "nccl-all_reduce.log")
     assert runner.calls == [
         ("spark1", "cat -- /etc/sparkctl/nccl.env", 30),
         ("spark1", lau.remote_command(ENV), 600),
@@ -491,7 +491,7 @@ def test_sockets_where_rdma_is_expected_fail_the_gate(
     tmp_path: Path, fixture: str, rdma: bool, outcome: str
 ) -> None:
     output = _with_nccl_info(LAB_LOG, fixture)
-    result = nccl.run(
+    result = nccl_run.run(
         launch(), FakeRunner((0, output)), th(0.4), tmp_path / "x.log", rdma_expected=rdma
     )
     assert result.outcome == outcome, result.message
@@ -502,7 +502,7 @@ def test_sockets_where_rdma_is_expected_fail_the_gate(
 
 
 def test_run_a_complete_log_with_a_bad_exit_status_fails(tmp_path: Path) -> None:
-    result = nccl.run(launch(), FakeRunner((1, LAB_LOG)), th(0.4), tmp_path / "x.log")
+    result = nccl_run.run(launch(), FakeRunner((1, LAB_LOG)), th(0.4), tmp_path / "x.log")
     assert result.outcome == "failed"
     assert result.message.startswith("exit status 1 after a complete log: fitted busbw 0.091 GB/s")
 
@@ -515,7 +515,7 @@ def _truncated() -> str:
 def test_run_a_truncated_log_fails_with_a_reason_and_keeps_the_log(tmp_path: Path) -> None:
     # timeout's --kill-after: mpirun did not stop on TERM and was killed (128 + 9).
     output = _truncated()
-    result = nccl.run(
+    result = nccl_run.run(
         launch(), FakeRunner((137, output)), th(0.4), tmp_path / "nccl-all_reduce.log"
     )
     assert result.outcome == "failed"
@@ -527,7 +527,7 @@ def test_run_a_truncated_log_fails_with_a_reason_and_keeps_the_log(tmp_path: Pat
 
 def test_run_a_truncated_log_names_the_last_line_printed(tmp_path: Path) -> None:
     output = _truncated() + "spark3:649:702 [0] NCCL WARN Net : Connection closed by remote peer\n"
-    result = nccl.run(launch(), FakeRunner((1, output)), th(0.4), tmp_path / "x.log")
+    result = nccl_run.run(launch(), FakeRunner((1, output)), th(0.4), tmp_path / "x.log")
     assert result.outcome == "failed"
     assert result.message.startswith("exit status 1")
     assert "spark3:649:702 [0] NCCL WARN Net : Connection closed by remote peer" in result.message
@@ -564,19 +564,19 @@ def test_run_an_incomplete_log_names_the_first_failure(
         "abort": _truncated() + MPIRUN_ABORT,
         "gh200": (FIXTURES / "gh200-2.17.8-cuda-busy-no-table.log").read_text(),
     }[output]
-    result = nccl.run(launch(), FakeRunner((rc, text)), th(0.4), tmp_path / "x.log")
+    result = nccl_run.run(launch(), FakeRunner((rc, text)), th(0.4), tmp_path / "x.log")
     assert result.outcome == "failed"
     assert want in result.message
 
 
 def test_run_timeout_is_no_result_within_the_time_limit(tmp_path: Path) -> None:
-    result = nccl.run(launch(), FakeRunner((124, _truncated())), th(0.4), tmp_path / "x.log")
+    result = nccl_run.run(launch(), FakeRunner((124, _truncated())), th(0.4), tmp_path / "x.log")
     assert result.outcome == "failed"
     assert result.message == (
         "no result within the time limit (a hang: a link or interface that drops traffic?)"
     )
     # The ssh runner's own time limit says so in the output.
-    late = nccl.run(
+    late = nccl_run.run(
         launch(),
         FakeRunner((124, "\nsparkctl: no answer from spark1 within 630 s\n")),
         th(0.4),
@@ -587,16 +587,16 @@ def test_run_timeout_is_no_result_within_the_time_limit(tmp_path: Path) -> None:
 
 def test_run_connection_failures_name_the_line(tmp_path: Path) -> None:
     refused = "ssh: connect to host 192.168.100.13 port 22: No route to host\n"
-    result = nccl.run(launch(), FakeRunner((255, refused)), th(0.4), tmp_path / "x.log")
+    result = nccl_run.run(launch(), FakeRunner((255, refused)), th(0.4), tmp_path / "x.log")
     assert result.message == "ssh: connect to host 192.168.100.13 port 22: No route to host"
     keys = "Host key verification failed.\r\n"
     assert (
-        nccl.run(launch(), FakeRunner((255, keys)), th(0.4), tmp_path / "x.log").message
+        nccl_run.run(launch(), FakeRunner((255, keys)), th(0.4), tmp_path / "x.log").message
         == "Host key verification failed."
     )
-    assert nccl.run(launch(), FakeRunner((1, "")), th(0.4), tmp_path / "x.log").message.startswith(
-        "exit status 1"
-    )
+    assert nccl_run.run(
+        launch(), FakeRunner((1, "")), th(0.4), tmp_path / "x.log"
+    ).message.startswith("exit status 1")
 
 
 # ---------------------------------------------------------------- pairs
@@ -607,7 +607,7 @@ def _pairs(rounds: list[list[tuple[str, str]]]) -> list[frozenset[str]]:
 
 
 def test_pair_rounds_for_four_nodes() -> None:
-    rounds = nccl.pair_rounds(NODES)
+    rounds = nccl_run.pair_rounds(NODES)
     assert len(rounds) == 3 and all(len(r) == 2 for r in rounds)
     for round_ in rounds:  # disjoint: no node twice in a round
         assert len({n for pair in round_ for n in pair}) == 4
@@ -619,7 +619,7 @@ def test_pair_rounds_for_four_nodes() -> None:
 
 def test_pair_rounds_for_five_nodes_one_sits_out_each_round() -> None:
     nodes = [*NODES, "spark5"]
-    rounds = nccl.pair_rounds(nodes)
+    rounds = nccl_run.pair_rounds(nodes)
     assert len(rounds) == 5 and all(len(r) == 2 for r in rounds)
     pairs = _pairs(rounds)
     assert len(pairs) == len(set(pairs)) == 10
@@ -629,9 +629,9 @@ def test_pair_rounds_for_five_nodes_one_sits_out_each_round() -> None:
 
 
 def test_pair_rounds_small() -> None:
-    assert nccl.pair_rounds(["spark1", "spark2"]) == [[("spark1", "spark2")]]
-    assert nccl.pair_rounds(["spark1"]) == [[]]
-    assert nccl.pair_rounds([]) == []
+    assert nccl_run.pair_rounds(["spark1", "spark2"]) == [[("spark1", "spark2")]]
+    assert nccl_run.pair_rounds(["spark1"]) == [[]]
+    assert nccl_run.pair_rounds([]) == []
 
 
 def test_run_pairs_round_by_round_with_a_log_each(tmp_path: Path) -> None:
@@ -645,10 +645,10 @@ def test_run_pairs_round_by_round_with_a_log_each(tmp_path: Path) -> None:
     runner = FakeRunner((0, two), by_hosts={"192.168.100.13:1,192.168.100.14:1": (1, "")})
     addr = dict(zip(NODES, ADDRESSES, strict=True))
 
-    def make(pair: tuple[str, str]) -> nccl.Launch:
+    def make(pair: tuple[str, str]) -> nccl_run.Launch:
         return launch(hosts=pair, addresses=tuple(addr[n] for n in pair), max_bytes=4 * MiB)
 
-    results = nccl.run_pairs(make, runner, th(0.1), tmp_path, NODES)
+    results = nccl_run.run_pairs(make, runner, th(0.1), tmp_path, NODES)
     assert [r.hosts for r in results] == [
         ["spark1", "spark4"],
         ["spark2", "spark3"],
@@ -691,7 +691,7 @@ def pair_run(
 
 def all_pairs(busbw: Mapping[frozenset[str], tuple[float | None, str]]) -> list[NcclRun]:
     runs = []
-    for round_ in nccl.pair_rounds(NODES):
+    for round_ in nccl_run.pair_rounds(NODES):
         for a, b in round_:
             value, outcome = busbw[frozenset((a, b))]
             runs.append(pair_run(a, b, value, outcome))
@@ -703,7 +703,7 @@ def where(node: str) -> str:
 
 
 def test_implicated_node_every_pair_fails() -> None:
-    ok = {frozenset(p): "spark3" not in p for r in nccl.pair_rounds(NODES) for p in r}
+    ok = {frozenset(p): "spark3" not in p for r in nccl_run.pair_rounds(NODES) for p in r}
     assert nccl_judge.implicated(ok, NODES) == ["spark3"]
     assert nccl_judge.implicated(dict.fromkeys(ok, True), NODES) == []
     assert nccl_judge.implicated(dict.fromkeys(ok, False), NODES) == []  # nothing to compare with
@@ -712,7 +712,7 @@ def test_implicated_node_every_pair_fails() -> None:
 def test_implicated_two_bad_nodes() -> None:
     ok = {
         frozenset(p): not ({"spark2", "spark3"} & set(p))
-        for r in nccl.pair_rounds(NODES)
+        for r in nccl_run.pair_rounds(NODES)
         for p in r
     }
     assert nccl_judge.implicated(ok, NODES) == ["spark2", "spark3"]
@@ -721,7 +721,7 @@ def test_implicated_two_bad_nodes() -> None:
 def test_localise_one_slow_node_among_four() -> None:
     values = {
         frozenset(p): ((0.016, "failed") if "spark3" in p else (0.065, "passed"))
-        for r in nccl.pair_rounds(NODES)
+        for r in nccl_run.pair_rounds(NODES)
         for p in r
     }
     findings = nccl_judge.localise(all_pairs(values), NODES, where)
@@ -740,7 +740,7 @@ def test_localise_without_a_place_or_a_measurement() -> None:
         pair_run(*p, None, "failed", "no result within the time limit")
         if "spark3" in p
         else pair_run(*p, 0.065)
-        for r in nccl.pair_rounds(NODES)
+        for r in nccl_run.pair_rounds(NODES)
         for p in r
     ]
     findings = nccl_judge.localise(runs, NODES, lambda _node: None)
@@ -753,7 +753,7 @@ def test_localise_without_a_place_or_a_measurement() -> None:
 
 def test_localise_every_pair_slow_alike_is_the_cluster() -> None:
     # Every pair misses the absolute threshold, but none is slower than the others.
-    values = {frozenset(p): (0.016, "failed") for r in nccl.pair_rounds(NODES) for p in r}
+    values = {frozenset(p): (0.016, "failed") for r in nccl_run.pair_rounds(NODES) for p in r}
     assert nccl_judge.localise(all_pairs(values), NODES, where, threshold=0.05) == [
         Finding(
             "cluster",
@@ -768,7 +768,7 @@ def test_localise_every_pair_slow_alike_is_the_cluster() -> None:
 def test_localise_every_pair_without_a_result_is_the_cluster() -> None:
     runs = [
         pair_run(*p, None, "failed", "no result within the time limit")
-        for r in nccl.pair_rounds(NODES)
+        for r in nccl_run.pair_rounds(NODES)
         for p in r
     ]
     assert nccl_judge.localise(runs, NODES, where) == [
@@ -785,7 +785,7 @@ def test_localise_relative_slowness_counts_as_slow() -> None:
     # Every pair passes the absolute threshold, but spark2's are below 0.7 x the best pair.
     values = {
         frozenset(p): ((0.040, "passed") if "spark2" in p else (0.065, "passed"))
-        for r in nccl.pair_rounds(NODES)
+        for r in nccl_run.pair_rounds(NODES)
         for p in r
     }
     findings = nccl_judge.localise(all_pairs(values), NODES, where)
@@ -794,14 +794,14 @@ def test_localise_relative_slowness_counts_as_slow() -> None:
     # Just above 0.7 x best is not slow.
     values = {
         frozenset(p): ((0.046, "passed") if "spark2" in p else (0.065, "passed"))
-        for r in nccl.pair_rounds(NODES)
+        for r in nccl_run.pair_rounds(NODES)
         for p in r
     }
     assert nccl_judge.localise(all_pairs(values), NODES, where)[0].host == "cluster"
 
 
 def test_localise_every_pair_passes() -> None:
-    values = {frozenset(p): (0.065, "passed") for r in nccl.pair_rounds(NODES) for p in r}
+    values = {frozenset(p): (0.065, "passed") for r in nccl_run.pair_rounds(NODES) for p in r}
     assert nccl_judge.localise(all_pairs(values), NODES, where) == [
         Finding(
             "cluster",
@@ -813,7 +813,7 @@ def test_localise_every_pair_passes() -> None:
 
 
 def test_localise_one_bad_pair_names_the_pair() -> None:
-    values = {frozenset(p): (0.065, "passed") for r in nccl.pair_rounds(NODES) for p in r}
+    values = {frozenset(p): (0.065, "passed") for r in nccl_run.pair_rounds(NODES) for p in r}
     values[frozenset(("spark2", "spark3"))] = (0.016, "failed")
     findings = nccl_judge.localise(all_pairs(values), NODES, where)
     assert findings == [Finding("spark2", "spark2-spark3", "pair spark2 - spark3: busbw 0.016")]
@@ -950,11 +950,13 @@ def test_run_fails_another_nccl_than_the_pinned_one(tmp_path: Path) -> None:
     two = launch(
         collective="all_gather", hosts=("spark1", "spark2"), addresses=tuple(ADDRESSES[:2])
     )
-    ok = nccl.run(two, FakeRunner((0, log)), SPARK, tmp_path / "a.log", pinned_nccl="v2.28.9-1")
+    ok = nccl_run.run(two, FakeRunner((0, log)), SPARK, tmp_path / "a.log", pinned_nccl="v2.28.9-1")
     assert ok.outcome == "passed", ok.message
-    bad = nccl.run(two, FakeRunner((0, log)), SPARK, tmp_path / "b.log", pinned_nccl="v2.29.2-1")
+    bad = nccl_run.run(
+        two, FakeRunner((0, log)), SPARK, tmp_path / "b.log", pinned_nccl="v2.29.2-1"
+    )
     assert bad.outcome == "failed" and bad.message.startswith("NCCL 2.28.9 ran, not the pinned")
-    four = nccl.run(
+    four = nccl_run.run(
         launch(collective="all_gather"), FakeRunner((0, log)), SPARK, tmp_path / "c.log"
     )
     assert four.outcome == "failed" and "where 4 nodes were launched" in four.message
@@ -987,14 +989,14 @@ def test_localise_real_rows_names_the_degraded_node(tmp_path: Path, top: int | N
     addr = dict(zip(NODES, ADDRESSES, strict=True))
     by_hosts = {
         f"{addr[a]}:1,{addr[b]}:1": (0, text(DEGRADED if "spark3" in (a, b) else HEALTHY_2196))
-        for round_ in nccl.pair_rounds(NODES)
+        for round_ in nccl_run.pair_rounds(NODES)
         for a, b in round_
     }
 
-    def make(pair: tuple[str, str]) -> nccl.Launch:
+    def make(pair: tuple[str, str]) -> nccl_run.Launch:
         return launch(collective="all_gather", hosts=pair, addresses=tuple(addr[n] for n in pair))
 
-    pairs = nccl.run_pairs(make, FakeRunner(by_hosts=by_hosts), SPARK, tmp_path, NODES)
+    pairs = nccl_run.run_pairs(make, FakeRunner(by_hosts=by_hosts), SPARK, tmp_path, NODES)
     assert {frozenset(r.hosts): r.outcome for r in pairs} == {
         frozenset(r.hosts): ("failed" if "spark3" in r.hosts else "passed") for r in pairs
     }
@@ -1018,14 +1020,14 @@ def test_localise_by_comparison_when_every_pair_misses_the_threshold(tmp_path: P
             0,
             (FIXTURES / (DEGRADED if "spark3" in (a, b) else HEALTHY_2183)).read_text(),
         )
-        for round_ in nccl.pair_rounds(NODES)
+        for round_ in nccl_run.pair_rounds(NODES)
         for a, b in round_
     }
     strict = replace(SPARK, fractions={"all_gather": 1.2})
 
-    def make(pair: tuple[str, str]) -> nccl.Launch:
+    def make(pair: tuple[str, str]) -> nccl_run.Launch:
         return launch(collective="all_gather", hosts=pair, addresses=tuple(addr[n] for n in pair))
 
-    pairs = nccl.run_pairs(make, FakeRunner(by_hosts=by_hosts), strict, tmp_path, NODES)
+    pairs = nccl_run.run_pairs(make, FakeRunner(by_hosts=by_hosts), strict, tmp_path, NODES)
     assert all(r.outcome == "failed" for r in pairs)
     assert [f.host for f in nccl_judge.localise(pairs, NODES, where, 30.0)] == ["spark3"]

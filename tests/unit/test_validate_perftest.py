@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 
 from sparkctl.plan import Plan
+from sparkctl.report.model import Thresholds
 from sparkctl.validate import perftest
-from sparkctl.validate.report.model import Thresholds
 from tests.unit import plans
 
 TH = Thresholds(line_rate_gbytes=25.0, min_fraction=0.875, judged_sizes=2, baseline_tolerance=0.1)

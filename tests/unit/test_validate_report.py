@@ -1,4 +1,4 @@
-"""sparkctl.validate.report: report.json round trip, report.html, load() refusals, baselines."""
+"""sparkctl.report: report.json round trip, report.html, load() refusals, baselines."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.nccl_parse import Half, NcclReport, Row
-from sparkctl.validate.report.baseline import compare
-from sparkctl.validate.report.html import render_html
-from sparkctl.validate.report.io import load, write
-from sparkctl.validate.report.model import (
+from sparkctl.report.baseline import compare
+from sparkctl.report.html import render_html
+from sparkctl.report.io import load, write
+from sparkctl.report.model import (
     Check,
     Finding,
     Judged,
@@ -24,7 +24,7 @@ from sparkctl.validate.report.model import (
     Report,
     Thresholds,
 )
-from sparkctl.validate.report.numbers import gbs, human_size
+from sparkctl.report.numbers import gbs, human_size
 
 HOSTS = ["spark1", "spark2", "spark3", "spark4"]
 LINE_RATE = 25.0

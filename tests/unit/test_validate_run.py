@@ -20,8 +20,7 @@ from sparkctl.inventory import SwitchPort
 from sparkctl.lab.hardware import LabHardware
 from sparkctl.plan import Plan
 from sparkctl.remote import plan_cache, sshconfig
-from sparkctl.validate import run
-from sparkctl.validate.report.model import (
+from sparkctl.report.model import (
     Baseline,
     BaselineItem,
     Check,
@@ -31,6 +30,7 @@ from sparkctl.validate.report.model import (
     Report,
     Thresholds,
 )
+from sparkctl.validate import run
 from tests.unit import plans
 
 NODES = ["spark1", "spark2", "spark3", "spark4"]

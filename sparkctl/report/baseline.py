@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.validate.report.model import Baseline, BaselineItem, NcclRun, Outcome, Report
-from sparkctl.validate.report.numbers import gbs, human_size, pct
+from sparkctl.report.model import Baseline, BaselineItem, NcclRun, Outcome, Report
+from sparkctl.report.numbers import gbs, human_size, pct
 
 # A drop of exactly the tolerance passes; this absorbs float noise in (current - base) / base.
 _EPSILON = 1e-9

@@ -1,4 +1,4 @@
-"""sparkctl.serve.logs: start-up phases and failure signatures in SGLang rank logs.
+"""sparkctl.sglang_logs: start-up phases and failure signatures in SGLang rank logs.
 
 The fixtures are real log excerpts (tests/fixtures/sglang, SOURCES.md says
 where each comes from); the expected phases, signatures and NCCL transport
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl import sglang_logs as logs
 from sparkctl.lab.standins.sglang import release as rel
-from sparkctl.serve import logs
-from sparkctl.serve.logs import Phase, RankLog, Signature
+from sparkctl.sglang_logs import Phase, RankLog, Signature
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sglang"

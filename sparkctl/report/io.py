@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.validate.report.html import render_html
-from sparkctl.validate.report.model import OUTCOMES, SCHEMA, Report
+from sparkctl.report.html import render_html
+from sparkctl.report.model import OUTCOMES, SCHEMA, Report
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"

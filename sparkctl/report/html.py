@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sparkctl.validate.report.model import OUTCOMES, Check, Fit, NcclRun, Report, Thresholds
-from sparkctl.validate.report.numbers import gbs, human_size, pct, tick
+from sparkctl.report.model import OUTCOMES, Check, Fit, NcclRun, Report, Thresholds
+from sparkctl.report.numbers import gbs, human_size, pct, tick
 
 _SEVERITY = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 _COLOURS = {"passed": "#1a7f37", "skipped": "#6e7781", "failed": "#cf222e", "error": "#8250df"}

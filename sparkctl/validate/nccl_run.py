@@ -29,33 +29,23 @@ from typing import Any
 from sparkctl import nccl_parse, tool_output
 from sparkctl.errors import SparkctlError
 from sparkctl.remote.ssh import Runner
+from sparkctl.report.model import NcclRun, Thresholds
 from sparkctl.validate.nccl_judge import (
     PROGRAMS,
     consistency,
-    human,
-    implicated,
     judge,
-    localise,
-    thresholds_from,
     transport_problem,
 )
-from sparkctl.validate.report.model import NcclRun, Thresholds
 
-# human, implicated, localise and thresholds_from are the judge's (nccl_judge):
-# validate/run.py calls them as nccl.<name>, with the runs.
 __all__ = [
     "BUFFERS",
     "PROGRAMS",
     "Launch",
     "Runner",
-    "human",
-    "implicated",
-    "localise",
     "pair_rounds",
     "run",
     "run_pairs",
     "sweep_max",
-    "thresholds_from",
 ]
 
 BUFFERS = 3  # send, receive and (with -c 1) the expected result

@@ -7,8 +7,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from sparkctl import console
-from sparkctl.validate.nccl_judge import human
-from sparkctl.validate.report.model import Check, Report
+from sparkctl.report.model import Check, Report
+from sparkctl.units import human_bytes
 
 _MARK = {
     "passed": "[green]ok[/green]",
@@ -92,7 +92,7 @@ def _gate(report: Report) -> None:
             for j in r.judged:
                 table.add_row(
                     name,
-                    human(j.size),
+                    human_bytes(j.size, exact=True),
                     f"{j.busbw:.3f}",
                     f"{j.fraction:.0%}",
                     *fitted,
