@@ -153,6 +153,19 @@ def test_the_readme_names_the_test_command_ci_runs() -> None:
     assert "scripts/test.sh" in (REPO / ".ci" / "run").read_text()
 
 
+SOURCE_NOTES = sorted((REPO / "tests" / "fixtures").glob("*/SOURCES.md"))
+_REPO_PATH = re.compile(
+    r"`((?:sparkctl|tests|roles|playbooks|benchmarks|scripts)/[\w./-]+\.(?:py|yml|ini))`"
+)
+
+
+@pytest.mark.parametrize("page", PAGES + SOURCE_NOTES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_file_of_this_repository_a_page_names_exists(page: Path) -> None:
+    """A module or test moved or renamed takes the pages that name it along."""
+    missing = sorted({m for m in _REPO_PATH.findall(page.read_text()) if not (REPO / m).exists()})
+    assert missing == [], f"{page.relative_to(REPO)} names files that are not here: {missing}"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_relative_link_resolves(page: Path) -> None:
     broken: list[str] = []
