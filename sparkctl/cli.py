@@ -472,7 +472,7 @@ def report_nccl(
     Exits 1 (FAILED) when the log has #wrong or out-of-bounds values, and with
     --gate when the bandwidth gate fails; 2 when the log is not a complete run.
     """
-    from sparkctl import nccl_parse  # noqa: PLC0415
+    from sparkctl import nccl_parse, present  # noqa: PLC0415
 
     if (line_rate is not None or inventory_path is not None) and not gate:
         raise SparkctlError("--line-rate and -i are for --gate", ExitCode.BAD_INPUT)
@@ -501,7 +501,7 @@ def report_nccl(
             }
         _print_json(data)
     else:
-        _show_nccl_log(report, verdict)
+        present.nccl_log(report, verdict, bad)
     failed = ([f"{logfile}: FAILED: {'; '.join(bad)}"] if bad else []) + (
         [f"{logfile}: gate FAILED: {verdict[0].message}"]
         if verdict is not None and verdict[0].outcome != "passed"
@@ -562,86 +562,6 @@ def _inventory_thresholds(inventory_path: Path) -> Any:
             ExitCode.BAD_INPUT,
         )
     return run.thresholds(plan, rate)
-
-
-def _exact(value: float) -> str:
-    """A number as the log printed it: no exponent, no rounding (183338, 27211, 0.09)."""
-    if value == int(value):
-        return str(int(value))
-    return f"{value:.6f}".rstrip("0").rstrip(".")
-
-
-def _show_nccl_log(report: Any, verdict: tuple[Any, Any] | None) -> None:
-    version = f"nccl-tests {report.version}" if report.version else "version unknown"
-    nccl = f", NCCL {', '.join(report.nccl_versions)}" if report.nccl_versions else ""
-    table = Table(
-        title=f"{report.collective or 'nccl-tests'} ({version}{nccl})",
-        box=None,
-        title_justify="left",
-    )
-    for col in (
-        "bytes",
-        "type",
-        "op",
-        "oop us",
-        "oop GB/s",
-        "oop wrong",
-        "ip us",
-        "ip GB/s",
-        "ip wrong",
-    ):
-        table.add_column(col, justify="right", no_wrap=True)
-    for r in report.rows:
-        oop, ip = r.out_of_place, r.in_place
-        table.add_row(
-            str(r.size),
-            r.type,
-            r.redop,
-            _exact(oop.time_us),
-            _exact(oop.busbw),
-            _wrong(oop),
-            _exact(ip.time_us),
-            _exact(ip.busbw),
-            _wrong(ip),
-        )
-    console.out.print(table)
-    console.out.print("oop/ip: out-of-place/in-place; GB/s: bus bandwidth")
-    if report.ranks:
-        console.out.print(
-            f"{len(report.ranks)} ranks on {len(report.hosts)} host(s) "
-            f"({', '.join(report.hosts)}), {len(report.devices)} GPU(s): "
-            f"{', '.join(sorted({r.name for r in report.ranks}))}",
-            markup=False,
-            highlight=False,
-        )
-    oob = "not printed" if report.oob_values is None else str(report.oob_values)
-    console.out.print(
-        f"average bus bandwidth {_exact(report.avg_busbw)} GB/s; wrong results "
-        f"{report.wrong}; out-of-bounds values {oob}",
-        highlight=False,
-    )
-    for error in report.errors:
-        console.err.print(f"failure line: {error}", markup=False, highlight=False)
-    if verdict is not None:
-        run, th = verdict
-        threshold = th.threshold_for(run.collective)
-        limit = "not gated" if threshold is None else f"threshold {threshold:.3f} GB/s"
-        console.out.print(
-            f"gate (line rate {th.line_rate_gbytes:g} GB/s, {limit}): "
-            f"{run.outcome.upper()}: {run.message}",
-            markup=False,
-            highlight=False,
-        )
-    if _log_failures(report):
-        console.out.print(
-            "FAILED: " + "; ".join(_log_failures(report)), markup=False, highlight=False
-        )
-
-
-def _wrong(half: Any) -> str:
-    if half.wrong is not None:
-        return str(half.wrong)
-    return f"err {half.error:g}" if half.error is not None else "N/A"
 
 
 @cli.group("inventory")
