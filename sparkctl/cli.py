@@ -1,5 +1,9 @@
 """The ``sparkctl`` command line: thin click commands over the typed core.
 
+Each command checks its inventory once, calls the core, hands the typed result
+to :mod:`sparkctl.present`, then exits with the error the result names (its
+``failure()``, or validate's verdict).
+
 Every failure is a :class:`~sparkctl.errors.SparkctlError`, caught once in
 :func:`main`, printed in plain words and turned into its exit code.
 """
