@@ -2,11 +2,12 @@
 
 The core returns typed results (dataclasses with ``to_dict()`` where they have a
 ``--json`` form) and prints nothing; :mod:`sparkctl.cli` hands them to one of
-these functions. Data goes to stdout (``console.out``: rich tables, coloured on
-a terminal and plain text when piped), or as JSON with ``--json`` through
-:func:`emit`; what is said about a result (failures, where the artifacts are,
-what to compare) goes to stderr, so ``sparkctl ... --json | jq`` always gets
-clean JSON. Progress during a run stays with the run (:func:`console.progress`).
+these functions. Data goes to stdout (``console.out``): rich tables on a
+terminal; piped into a log, plain aligned lines without colour or box; with
+``--json``, JSON through :func:`emit`. What is said about a result (failures,
+where the artifacts are, what to compare) goes to stderr, so ``sparkctl ...
+--json | jq`` always gets clean JSON. Progress during a run stays with the run
+(:func:`console.progress`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -58,8 +60,13 @@ def show(result: object) -> None:
 
 
 # --------------------------------------------------------------- provision
-def provision_table(result: RunResult, hosts: Sequence[str]) -> Table:
-    table = Table(title=f"{result.status} in {result.duration:.0f} s")
+def provision_table(result: RunResult, hosts: Sequence[str], *, terminal: bool = True) -> Table:
+    """Per-host counts: a boxed table on a terminal, plain aligned lines in a log."""
+    table = Table(
+        title=f"{result.status} in {result.duration:.0f} s",
+        box=box.HEAVY_HEAD if terminal else None,
+        title_justify="center" if terminal else "left",
+    )
     for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
         table.add_column(col, justify="right" if col != "host" else "left")
     for host in hosts:
@@ -84,7 +91,8 @@ def provision(provisioned: Provisioned, *, as_json: bool = False) -> None:
     if as_json:
         emit(provisioned)
     else:
-        console.out.print(provision_table(result, provisioned.hosts))
+        table = provision_table(result, provisioned.hosts, terminal=console.out.is_terminal)
+        console.out.print(table)
     for failure in result.failures:
         kind = "unreachable" if failure.unreachable else "failed"
         console.err.print(

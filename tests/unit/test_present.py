@@ -160,7 +160,8 @@ def test_sparkctl_up_checks_the_inventory_once_and_hands_it_to_every_step(
         "serve verify",
     ]
     assert all(inv is checked[0] for _, inv in steps)
-    assert "successful in 1 s" in out  # provision's table
+    assert "successful in 1 s" in out  # provision's table, plain lines when not a terminal
+    assert "┃" not in out
     assert "PASSED sim" in out  # validate's and verify's summaries
     assert "serving synthetic" in out
     assert "up 4/4: serve verify" in err
@@ -194,3 +195,32 @@ def test_a_failed_provision_is_shown_then_stops_sparkctl_up(
     assert code == 1, err
     assert "failed in 1 s" in out
     assert "error: provision failed" in err
+
+
+def test_the_provision_table_is_boxed_on_a_terminal_and_plain_lines_in_a_log(
+    tmp_path: Path,
+) -> None:
+    import io  # noqa: PLC0415
+
+    from rich.console import Console  # noqa: PLC0415
+
+    from sparkctl import present  # noqa: PLC0415
+
+    stats = {"spark1": HostStats(ok=3, changed=1), "spark2": HostStats(ok=2, unreachable=1)}
+    result = RunResult("failed", 4, tmp_path, 12.0, stats)
+
+    def text(terminal: bool) -> str:
+        buf = io.StringIO()
+        table = present.provision_table(result, ["spark1", "spark2", "spark3"], terminal=terminal)
+        Console(file=buf, width=100).print(table)
+        return buf.getvalue()
+
+    plain = text(terminal=False)
+    assert [ln.split() for ln in plain.splitlines()] == [
+        ["failed", "in", "12", "s"],
+        ["host", "ok", "changed", "failed", "unreachable", "skipped"],
+        ["spark1", "3", "1", "0", "0", "0"],
+        ["spark2", "2", "0", "0", "1", "0"],
+        ["spark3", "-", "-", "-", "-", "-"],
+    ]
+    assert "┃" in text(terminal=True)
