@@ -1,12 +1,15 @@
 """The ``sparkctl`` command line: thin click commands over the typed core.
 
+Each command checks its inventory once, calls the core, hands the typed result
+to :mod:`sparkctl.present`, then exits with the error the result names (its
+``failure()``, or validate's verdict).
+
 Every failure is a :class:`~sparkctl.errors.SparkctlError`, caught once in
 :func:`main`, printed in plain words and turned into its exit code.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -14,7 +17,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 from rich.markup import escape
@@ -23,6 +26,9 @@ from rich.table import Table
 from sparkctl import __version__, console
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.paths import default_sim_inventory
+
+if TYPE_CHECKING:
+    from sparkctl.inventory import Inventory
 
 
 @dataclass
@@ -48,7 +54,28 @@ def _inventory_option(default_sim: bool) -> Callable[[F], F]:
 
 
 def _print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    from sparkctl import present  # noqa: PLC0415
+
+    present.emit(data)
+
+
+def _checked(inventory_path: Path) -> Inventory:
+    """The inventory loaded and checked, once per command (exit 2 before any host)."""
+    from sparkctl import inventory  # noqa: PLC0415
+
+    return inventory.validate(inventory_path)
+
+
+class _Result(Protocol):
+    """A command's result: :meth:`failure` is the error to exit with, or None."""
+
+    def failure(self) -> SparkctlError | None: ...
+
+
+def _exit_for(result: _Result) -> None:
+    error = result.failure()
+    if error is not None:
+        raise error
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -134,18 +161,21 @@ def provision(
     as_json: bool,
 ) -> None:
     """Configure every node and the switch as INVENTORY describes (playbooks/site.yml)."""
+    from sparkctl import present  # noqa: PLC0415
     from sparkctl.provision import provision as run  # noqa: PLC0415
 
-    run(
-        inventory_path,
+    inv = _checked(inventory_path)
+    result = run(
+        inv,
         limit=limit,
         tags=tags,
         skip_tags=skip_tags,
         check=check,
         diff=diff,
-        as_json=as_json,
         extravars=_with_accept(extra, accept_digest),
     )
+    present.provision(result, as_json=as_json)
+    _exit_for(result)
 
 
 @cli.command()
@@ -161,7 +191,7 @@ def render(inventory_path: Path, out: Path) -> None:
     """Write every file provisioning would install, per host, without contacting any host."""
     from sparkctl.render import render as run  # noqa: PLC0415
 
-    for path in run(inventory_path, out):
+    for path in run(_checked(inventory_path), out):
         click.echo(str(path.relative_to(out.resolve())))
 
 
@@ -221,15 +251,13 @@ def model_sync(
     as_json: bool,
 ) -> None:
     """Put the model INVENTORY names on every node (playbooks/model_cache.yml)."""
+    from sparkctl import present  # noqa: PLC0415
     from sparkctl.model_sync import sync  # noqa: PLC0415
 
-    sync(
-        inventory_path,
-        full_verify=full_verify,
-        extravars=_extra_vars(extra),
-        limit=limit,
-        as_json=as_json,
-    )
+    inv = _checked(inventory_path)
+    result = sync(inv, full_verify=full_verify, extravars=_extra_vars(extra), limit=limit)
+    present.provision(result, as_json=as_json)
+    _exit_for(result)
 
 
 @cli.command()
@@ -271,23 +299,20 @@ def validate(
     baseline comparison fails (the report says which node, interface and
     collective), 2 for bad input, 3 when a node cannot be reached.
     """
-    from sparkctl.report import summary  # noqa: PLC0415
+    from sparkctl import present  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
+    inv = _checked(inventory_path)
     report, run_dir = run.validate(
         run.Options(
-            inventory=inventory_path,
+            inventory=inv,
             baseline=baseline,
             nccl=not no_nccl,
             collectives=collectives,
             extra=_extra_vars(extra),
         )
     )
-    if as_json:
-        _print_json(report.to_dict())
-    else:
-        summary.show(report)
-    console.progress(f"report: {run_dir / 'report.html'} (and report.json)")
+    present.validate(report, run_dir, as_json=as_json)
     if report.verdict != "passed":
         raise SparkctlError(
             run.failure_summary(report) + f" (report: {run_dir / 'report.html'})",
@@ -329,9 +354,13 @@ def serve_up(
     A rank that fails or does not come up is named, with its last lines, the
     known failure it matches and the fix; every rank is then stopped again.
     """
+    from sparkctl import present  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
 
-    up.up(inventory_path, timeout=timeout, restart=restart, extravars=_extra_vars(extra))
+    inv = _checked(inventory_path)
+    result = up.up(inv, timeout=timeout, restart=restart, extravars=_extra_vars(extra))
+    present.serve_up(result)
+    _exit_for(result)
 
 
 @serve_group.command("verify")
@@ -347,18 +376,23 @@ def serve_up(
 )
 def serve_verify(inventory_path: Path, as_json: bool, extra: tuple[str, ...]) -> None:
     """Health, server info (TP size, nodes), models, chat, streaming, the API key, latency."""
+    from sparkctl import present  # noqa: PLC0415
     from sparkctl.serve import service  # noqa: PLC0415
 
-    service.verify_command(inventory_path, as_json=as_json, extravars=_extra_vars(extra))
+    inv = _checked(inventory_path)
+    result = service.verify_command(inv, extravars=_extra_vars(extra))
+    present.verified(result, as_json=as_json)
+    _exit_for(result)
 
 
 @serve_group.command("down")
 @_INVENTORY_ARG
 def serve_down(inventory_path: Path) -> None:
     """Stop every rank (the head first)."""
+    from sparkctl import present  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
 
-    up.down(inventory_path)
+    present.serve_down(up.down(_checked(inventory_path)))
 
 
 @serve_group.command("status")
@@ -366,13 +400,10 @@ def serve_down(inventory_path: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def serve_status(inventory_path: Path, as_json: bool) -> None:
     """Each rank's unit state and the head's /health."""
+    from sparkctl import present  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
 
-    data = up.status(inventory_path)
-    if as_json:
-        _print_json(data)
-    else:
-        up.show_status(data)
+    present.serve_status(up.status(_checked(inventory_path)), as_json=as_json)
 
 
 @serve_group.command("logs")
@@ -382,9 +413,10 @@ def serve_status(inventory_path: Path, as_json: bool) -> None:
 @click.option("-f", "--follow", is_flag=True, help="Follow (one node only).")
 def serve_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) -> None:
     """The journal of the SGLang unit on NODE (default: every node, rank order)."""
+    from sparkctl import present  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
 
-    up.show_logs(inventory_path, node, lines, follow)
+    present.journal(up.journal(_checked(inventory_path), node, lines, follow))
 
 
 @cli.command("up")
@@ -399,9 +431,10 @@ def serve_logs(inventory_path: Path, node: str | None, lines: int, follow: bool)
 @_ACCEPT_DIGEST
 def up_command(inventory_path: Path, extra: tuple[str, ...], accept_digest: str | None) -> None:
     """The whole job: provision, validate (stop if it fails), serve up, serve verify."""
+    from sparkctl import present  # noqa: PLC0415
     from sparkctl.whole_job import whole_job  # noqa: PLC0415
 
-    whole_job(inventory_path, _with_accept(extra, accept_digest))
+    whole_job(_checked(inventory_path), _with_accept(extra, accept_digest), show=present.show)
 
 
 @cli.group("report")
@@ -443,7 +476,7 @@ def report_nccl(
     Exits 1 (FAILED) when the log has #wrong or out-of-bounds values, and with
     --gate when the bandwidth gate fails; 2 when the log is not a complete run.
     """
-    from sparkctl import nccl_parse  # noqa: PLC0415
+    from sparkctl import nccl_parse, present  # noqa: PLC0415
 
     if (line_rate is not None or inventory_path is not None) and not gate:
         raise SparkctlError("--line-rate and -i are for --gate", ExitCode.BAD_INPUT)
@@ -472,7 +505,7 @@ def report_nccl(
             }
         _print_json(data)
     else:
-        _show_nccl_log(report, verdict)
+        present.nccl_log(report, verdict, bad)
     failed = ([f"{logfile}: FAILED: {'; '.join(bad)}"] if bad else []) + (
         [f"{logfile}: gate FAILED: {verdict[0].message}"]
         if verdict is not None and verdict[0].outcome != "passed"
@@ -535,86 +568,6 @@ def _inventory_thresholds(inventory_path: Path) -> Any:
     return run.thresholds(plan, rate)
 
 
-def _exact(value: float) -> str:
-    """A number as the log printed it: no exponent, no rounding (183338, 27211, 0.09)."""
-    if value == int(value):
-        return str(int(value))
-    return f"{value:.6f}".rstrip("0").rstrip(".")
-
-
-def _show_nccl_log(report: Any, verdict: tuple[Any, Any] | None) -> None:
-    version = f"nccl-tests {report.version}" if report.version else "version unknown"
-    nccl = f", NCCL {', '.join(report.nccl_versions)}" if report.nccl_versions else ""
-    table = Table(
-        title=f"{report.collective or 'nccl-tests'} ({version}{nccl})",
-        box=None,
-        title_justify="left",
-    )
-    for col in (
-        "bytes",
-        "type",
-        "op",
-        "oop us",
-        "oop GB/s",
-        "oop wrong",
-        "ip us",
-        "ip GB/s",
-        "ip wrong",
-    ):
-        table.add_column(col, justify="right", no_wrap=True)
-    for r in report.rows:
-        oop, ip = r.out_of_place, r.in_place
-        table.add_row(
-            str(r.size),
-            r.type,
-            r.redop,
-            _exact(oop.time_us),
-            _exact(oop.busbw),
-            _wrong(oop),
-            _exact(ip.time_us),
-            _exact(ip.busbw),
-            _wrong(ip),
-        )
-    console.out.print(table)
-    console.out.print("oop/ip: out-of-place/in-place; GB/s: bus bandwidth")
-    if report.ranks:
-        console.out.print(
-            f"{len(report.ranks)} ranks on {len(report.hosts)} host(s) "
-            f"({', '.join(report.hosts)}), {len(report.devices)} GPU(s): "
-            f"{', '.join(sorted({r.name for r in report.ranks}))}",
-            markup=False,
-            highlight=False,
-        )
-    oob = "not printed" if report.oob_values is None else str(report.oob_values)
-    console.out.print(
-        f"average bus bandwidth {_exact(report.avg_busbw)} GB/s; wrong results "
-        f"{report.wrong}; out-of-bounds values {oob}",
-        highlight=False,
-    )
-    for error in report.errors:
-        console.err.print(f"failure line: {error}", markup=False, highlight=False)
-    if verdict is not None:
-        run, th = verdict
-        threshold = th.threshold_for(run.collective)
-        limit = "not gated" if threshold is None else f"threshold {threshold:.3f} GB/s"
-        console.out.print(
-            f"gate (line rate {th.line_rate_gbytes:g} GB/s, {limit}): "
-            f"{run.outcome.upper()}: {run.message}",
-            markup=False,
-            highlight=False,
-        )
-    if _log_failures(report):
-        console.out.print(
-            "FAILED: " + "; ".join(_log_failures(report)), markup=False, highlight=False
-        )
-
-
-def _wrong(half: Any) -> str:
-    if half.wrong is not None:
-        return str(half.wrong)
-    return f"err {half.error:g}" if half.error is not None else "N/A"
-
-
 @cli.group("inventory")
 def inventory_group() -> None:
     """Inspect and check inventories without contacting any host."""
@@ -651,9 +604,12 @@ def trust_command(inventory_path: Path, accept: tuple[str, ...], as_json: bool) 
     recorded for that host; --accept HOST replaces it), 3 when a host does not
     answer, 2 for a bad inventory.
     """
+    from sparkctl import present  # noqa: PLC0415
     from sparkctl.trust import trust  # noqa: PLC0415
 
-    trust(inventory_path, accept, as_json=as_json)
+    result = trust(_checked(inventory_path), accept)
+    present.trust(result, as_json=as_json)
+    _exit_for(result)
 
 
 # --------------------------------------------------------------------- lab

@@ -10,30 +10,26 @@ its result into one line per node for the terminal.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from sparkctl import inventory
-from sparkctl.provision import provision
-from sparkctl.runner import RunResult
+from sparkctl.provision import Provisioned, provision
 
 
 def sync(
-    inventory_path: Path,
+    inv: inventory.Inventory,
     *,
     full_verify: bool = False,
     extravars: Mapping[str, Any] | None = None,
     limit: str | None = None,
     tags: Sequence[str] = (),
-    as_json: bool = False,
-) -> RunResult:
+) -> Provisioned:
     """Run playbooks/model_cache.yml (validated inventory, cluster lock, live progress)."""
     extra = dict(extravars or {})
-    inv = inventory.validate(inventory_path)  # exit 2 naming file, host, variable
     source = extra.get("model_cache_source", inv.cluster_var("model_cache_source", "none"))
     if str(source) == "none":
         raise inventory.bad_input(
-            inventory_path,
+            inv.path,
             None,
             "model_cache_source",
             "names no model to sync (none); nothing was contacted",
@@ -44,11 +40,10 @@ def sync(
     if full_verify:
         extra["model_cache_full_verify"] = True
     return provision(
-        inventory_path,
+        inv,
         limit=limit,
         tags=tags,
         playbook="model_cache.yml",
         extravars=extra,
-        as_json=as_json,
         command="model-sync",
     )

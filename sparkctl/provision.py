@@ -1,8 +1,7 @@
-"""``sparkctl provision``: validate the inventory, run the site playbook, report per host."""
+"""``sparkctl provision``: run the site playbook on a validated inventory, per-host result."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from sparkctl import console, inventory
-from sparkctl.errors import SparkctlError
+from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.model_progress import transfer_progress
 from sparkctl.paths import facts_dir, state_dir
@@ -125,26 +124,6 @@ def cluster_env(cluster: str) -> dict[str, str]:
     return {"ANSIBLE_CACHE_PLUGIN_CONNECTION": str(facts_dir(cluster))}
 
 
-def summarise(result: RunResult, hosts: Sequence[str]) -> Table:
-    table = Table(title=f"{result.status} in {result.duration:.0f} s")
-    for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
-        table.add_column(col, justify="right" if col != "host" else "left")
-    for host in hosts:
-        s = result.stats.get(host)
-        if s is None:
-            table.add_row(host, "-", "-", "-", "-", "-")
-            continue
-        table.add_row(
-            host,
-            str(s.ok),
-            str(s.changed),
-            f"[red]{s.failed}[/red]" if s.failed else "0",
-            f"[red]{s.unreachable}[/red]" if s.unreachable else "0",
-            str(s.skipped),
-        )
-    return table
-
-
 def failure_message(result: RunResult, what: str) -> str:
     """One line: which hosts failed or could not be reached, and what was changed anyway."""
     unreachable = sorted(
@@ -168,8 +147,37 @@ def failure_message(result: RunResult, what: str) -> str:
     return f"{what} failed{where} (artifacts in {result.artifact_dir})"
 
 
+@dataclass
+class Provisioned:
+    """One playbook run through the runner: its result, the hosts it was for, the command.
+
+    Returned, never printed: :mod:`sparkctl.present` shows it, :meth:`failure` is the
+    error the command exits with (None when the run succeeded)."""
+
+    run: RunResult
+    hosts: list[str]
+    command: str = "provision"
+
+    @property
+    def ok(self) -> bool:
+        return self.run.ok
+
+    def exit_code(self) -> ExitCode:
+        return self.run.exit_code()
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.run.to_dict()
+
+    def failure(self) -> SparkctlError | None:
+        if self.run.ok:
+            return None
+        return SparkctlError(
+            failure_message(self.run, self.command.replace("-", " ")), self.run.exit_code()
+        )
+
+
 def provision(
-    inventory_path: Path,
+    inv: inventory.Inventory,
     *,
     limit: str | None = None,
     tags: Sequence[str] = (),
@@ -177,12 +185,10 @@ def provision(
     check: bool = False,
     diff: bool = False,
     playbook: str = "site.yml",
-    as_json: bool = False,
     extravars: Mapping[str, Any] | None = None,
     command: str = "provision",
-) -> RunResult:
-    """Validate, lock, run ``playbook`` and print the per-host summary."""
-    inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
+) -> Provisioned:
+    """Lock the validated inventory's hosts, run ``playbook``, return its result."""
     hosts = [n.name for n in inv.nodes] + ([inv.switch.name] if inv.switch else [])
     out_dir = results_dir(inv.cluster, command)
     with inventory_lock(inv, command):
@@ -193,7 +199,7 @@ def provision(
         with Progress(hosts) as progress:
             result = run_playbook(
                 playbook,
-                inventory_path,
+                inv.path,
                 results_dir=out_dir,
                 hosts=len(inv.hostvars),
                 limit=limit,
@@ -205,19 +211,4 @@ def provision(
                 on_event=progress,
                 envvars=cluster_env(inv.cluster),
             )
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        console.out.print(summarise(result, hosts))
-    for failure in result.failures:
-        kind = "unreachable" if failure.unreachable else "failed"
-        console.err.print(
-            f"[red]{failure.host}[/red] {kind} at [bold]{failure.task}[/bold]: {failure.message}",
-            highlight=False,
-        )
-    for error in result.errors:
-        console.err.print(f"ansible: {error}", style="red", highlight=False, markup=False)
-    console.progress(f"runner artifacts: {result.artifact_dir}")
-    if not result.ok:
-        raise SparkctlError(failure_message(result, command.replace("-", " ")), result.exit_code())
-    return result
+    return Provisioned(result, hosts, command)

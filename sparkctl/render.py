@@ -15,13 +15,12 @@ from sparkctl.provision import cluster_env, results_dir
 from sparkctl.runner import run_playbook
 
 
-def render(inventory_path: Path, out: Path) -> list[Path]:
-    inv = inventory.validate(inventory_path)
+def render(inv: inventory.Inventory, out: Path) -> list[Path]:
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     result = run_playbook(
         "render.yml",
-        inventory_path,
+        inv.path,
         results_dir=results_dir(inv.cluster, "render"),
         hosts=len(inv.hostvars),
         extravars={"sparkctl_render_dir": str(out)},

@@ -21,7 +21,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 import os
 import re
 import shlex
@@ -339,18 +338,41 @@ def remove(keygen: str, target: Target) -> None:
 
 
 # ------------------------------------------------------------------ command
-def trust(
-    inventory_path: Path, accept: Sequence[str] = (), *, as_json: bool = False
-) -> list[Result]:
-    """Record first-contact host keys, check the others; raise naming changed/unreachable hosts."""
-    inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
+@dataclass(frozen=True)
+class TrustRun:
+    """Every host's outcome, returned for :mod:`sparkctl.present` to show.
+
+    :meth:`notes` are the progress lines about what was written (they follow the
+    table: "compare each new fingerprint above"); :meth:`failure` is the error the
+    command exits with (a changed key, a host that did not answer), or None."""
+
+    inventory_path: Path
+    cluster: str
+    results: tuple[Result, ...]
+    accept: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "inventory": str(self.inventory_path),
+            "cluster": self.cluster,
+            "hosts": [r.to_dict() for r in self.results],
+        }
+
+    def notes(self) -> list[str]:
+        return _notes(self.results, self.accept)
+
+    def failure(self) -> SparkctlError | None:
+        return _failure(self.inventory_path, self.results)
+
+
+def trust(inv: inventory.Inventory, accept: Sequence[str] = ()) -> TrustRun:
+    """Record first-contact host keys, check the others; every host's outcome."""
     todo = targets(inv)
     names = [t.name for t in todo]
     unknown = [a for a in accept if a not in names]
     if unknown:
         raise SparkctlError(
-            f"--accept {', '.join(unknown)}: not a host of {inventory_path} "
-            f"(hosts: {', '.join(names)})",
+            f"--accept {', '.join(unknown)}: not a host of {inv.path} (hosts: {', '.join(names)})",
             ExitCode.BAD_INPUT,
         )
     keyscan = require_tool("ssh-keyscan", package="openssh-client")
@@ -365,21 +387,7 @@ def trust(
             _apply(t, keys, keygen, accept=t.name in accept)
             for t, keys in zip(todo, offered, strict=True)
         ]
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "inventory": str(inventory_path),
-                    "cluster": inv.cluster,
-                    "hosts": [r.to_dict() for r in results],
-                },
-                indent=2,
-            )
-        )
-    else:
-        show(results)
-    _explain(inventory_path, results, accept)
-    return results
+    return TrustRun(inv.path, inv.cluster, tuple(results), tuple(accept))
 
 
 def _apply(target: Target, offered: list[HostKey], keygen: str, *, accept: bool) -> Result:
@@ -396,69 +404,41 @@ def _apply(target: Target, offered: list[HostKey], keygen: str, *, accept: bool)
     return result
 
 
-_STYLE = {
-    "recorded": "yellow",
-    "unchanged": "green",
-    "changed": "bold red",
-    "replaced": "yellow",
-    "unreachable": "red",
-}
-
-
-def show(results: Sequence[Result]) -> None:
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-
-    header = ("host", "address", "key type", "fingerprint", "outcome")
-    rows = [
-        (
-            r.target.name,
-            r.target.where,
-            r.key.type if r.key else "-",
-            r.key.fingerprint if r.key else "-",
-            r.outcome,
-        )
-        for r in results
-    ]
-    table = Table(box=None)
-    for col in header:
-        table.add_column(col, no_wrap=True)
-    for row in rows:
-        table.add_row(*row[:-1], f"[{_STYLE[row[-1]]}]{row[-1]}[/]")
-    # Never shorten a fingerprint to fit a narrow (or absent) terminal.
-    width = sum(max(len(c) for c in col) + 2 for col in zip(header, *rows, strict=True))
-    Console(width=max(width, console.out.width), highlight=False).print(table)
-
-
-def _explain(inventory_path: Path, results: Sequence[Result], accept: Sequence[str]) -> None:
-    """Progress lines for what was written; the error for what stops the run."""
+def _notes(results: Sequence[Result], accept: Sequence[str]) -> list[str]:
+    """Progress lines for what was written."""
+    out = []
     for r in results:
         if r.outcome == "replaced" and r.old and r.key:
-            console.progress(
+            out.append(
                 f"{r.target.name} ({r.target.where}): replaced {r.old.type} "
                 f"{r.old.fingerprint} with {r.key.type} {r.key.fingerprint} in "
                 f"{r.target.known_hosts} (previous file: "
                 f"{r.target.known_hosts}.old)"
             )
         elif r.outcome == "recorded" and r.key:
-            console.progress(
+            out.append(
                 f"{r.target.name} ({r.target.where}): first contact, recorded "
                 f"{r.key.fingerprint} in {r.target.known_hosts}"
             )
     for name in accept:
         r = next(r for r in results if r.target.name == name)
         if r.outcome == "unchanged":
-            console.progress(f"--accept {name}: its key has not changed, nothing to accept")
+            out.append(f"--accept {name}: its key has not changed, nothing to accept")
     new = [r for r in results if r.outcome in ("recorded", "replaced") and r.key]
     if new:
         families = sorted({r.key.family for r in new if r.key})
-        console.progress(
+        out.append(
             "compare each new fingerprint above with the one on that machine's "
             "own console: "
             + "; ".join(f"ssh-keygen -lf /etc/ssh/ssh_host_{f}_key.pub" for f in families)
             + ". If one differs, do not use the host: remove its line "
             "(ssh-keygen -R ADDRESS -f KNOWN_HOSTS) and find out why"
         )
+    return out
+
+
+def _failure(inventory_path: Path, results: Sequence[Result]) -> SparkctlError | None:
+    """The error for what stops the run: a changed key, then a host that did not answer."""
     changed = [r for r in results if r.outcome == "changed"]
     down = [r for r in results if r.outcome == "unreachable"]
     down_names = ", ".join(f"{r.target.name} ({r.target.where})" for r in down)
@@ -472,7 +452,7 @@ def _explain(inventory_path: Path, results: Sequence[Result], accept: Sequence[s
             if r.old and r.key
         ]
         hosts = " ".join(f"--accept {r.target.name}" for r in changed)
-        raise SparkctlError(
+        return SparkctlError(
             f"host key changed on {', '.join(r.target.name for r in changed)}; nothing was "
             "recorded for "
             + ("it" if len(changed) == 1 else "them")
@@ -486,9 +466,10 @@ def _explain(inventory_path: Path, results: Sequence[Result], accept: Sequence[s
             "the host: do not accept it until you know why",
         )
     if down:
-        raise SparkctlError(
+        return SparkctlError(
             f"no host key from {down_names}: "
             f"ssh-keyscan got no answer within {SCAN_TIMEOUT_S} s; the other hosts were handled",
             ExitCode.UNREACHABLE,
             hint="is the host up, and its address and ansible_port right in the inventory?",
         )
+    return None

@@ -1,57 +1,104 @@
 """`sparkctl up`: the whole job, provision -> validate -> serve up -> serve verify.
 
 It composes the commands, so it sits above them: no command package imports
-another's, and this module is the one place that runs them in sequence.
+another's, and this module is the one place that runs them in sequence. It
+prints nothing: each step's result goes to ``show`` (the CLI's presentation) as
+soon as the step ends, and a failed step's error stops the job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkctl import console, inventory
 from sparkctl.errors import SparkctlError
 from sparkctl.lock import inventory_lock
 
+if TYPE_CHECKING:
+    from sparkctl.provision import Provisioned
+    from sparkctl.report.model import Report
+    from sparkctl.serve.service import Verified
+    from sparkctl.serve.up import UpResult
 
-def whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None = None) -> None:
+
+@dataclass(frozen=True)
+class Validated:
+    """validate's report and the directory it was written to (a step of the whole job)."""
+
+    report: Report
+    run_dir: Path
+
+
+@dataclass(frozen=True)
+class WholeJob:
+    """Every step's result, in order."""
+
+    provisioned: Provisioned
+    validated: Validated
+    served: UpResult
+    verified: Verified
+
+
+def whole_job(
+    inv: inventory.Inventory,
+    extravars: Mapping[str, Any] | None = None,
+    show: Callable[[object], None] = lambda _result: None,
+) -> WholeJob:
     """provision -> validate (stop on failure) -> serve up -> serve verify.
 
+    ``inv`` is validated once, by the caller, and handed to every step;
     ``extravars`` (-e) reach provision and the plan of validate alike."""
-    inv = inventory.validate(inventory_path)
     # One lock for the whole job: no other run slips in between its steps.
     with inventory_lock(inv, "up"):
-        _whole_job(inventory_path, extravars)
+        return _whole_job(inv, extravars, show)
 
 
-def _whole_job(inventory_path: Path, extravars: Mapping[str, Any] | None) -> None:
+def _whole_job(
+    inv: inventory.Inventory,
+    extravars: Mapping[str, Any] | None,
+    show: Callable[[object], None],
+) -> WholeJob:
     from sparkctl.provision import provision  # noqa: PLC0415
-    from sparkctl.report import summary  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
     from sparkctl.serve.service import verify_command  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
     console.progress("up 1/4: provision")
-    provisioned = provision(inventory_path, extravars=extravars)
+    provisioned = provision(inv, extravars=extravars)
+    _done(provisioned, show, provisioned.failure())
     # A running service keeps the configuration it started with: start it again when
     # provision changed anything on the nodes (unit, environment, model, network).
-    changed = sorted(h for h, st in provisioned.stats.items() if st.changed)
+    changed = sorted(h for h, st in provisioned.run.stats.items() if st.changed)
     console.progress("up 2/4: validate")
-    report, run_dir = run.validate(
-        run.Options(inventory=inventory_path, extra=dict(extravars or {}))
-    )
-    summary.show(report)
-    if report.verdict != "passed":
-        raise SparkctlError(
+    report, run_dir = run.validate(run.Options(inventory=inv, extra=dict(extravars or {})))
+    validated = Validated(report, run_dir)
+    _done(
+        validated,
+        show,
+        SparkctlError(
             run.failure_summary(report) + f" (report: {run_dir / 'report.html'}"
             "); not starting the service on a cluster that failed validation",
             run.exit_code(report),
         )
+        if report.verdict != "passed"
+        else None,
+    )
     console.progress(
         "up 3/4: serve up"
         + (f" (restart: provision changed {', '.join(changed)})" if changed else "")
     )
-    up.up(inventory_path, restart=bool(changed), extravars=extravars)
+    served = up.up(inv, restart=bool(changed), extravars=extravars)
+    _done(served, show, served.failure())
     console.progress("up 4/4: serve verify")
-    verify_command(inventory_path, extravars=extravars)
+    verified = verify_command(inv, extravars=extravars)
+    _done(verified, show, verified.failure())
+    return WholeJob(provisioned, validated, served, verified)
+
+
+def _done(result: object, show: Callable[[object], None], error: SparkctlError | None) -> None:
+    show(result)
+    if error is not None:
+        raise error

@@ -324,7 +324,7 @@ def _render(name: str, tmp_path_factory: pytest.TempPathFactory) -> Rendered:
             mp.delenv("SPARKCTL_SGLANG_API_KEY", raising=False)
         else:
             mp.setenv("SPARKCTL_SGLANG_API_KEY", api_key)
-        files = render(path, base / "out")
+        files = render(inventory.validate(path), base / "out")
     return Rendered(
         inv=inventory.load(path),
         out=(base / "out").resolve(),

@@ -248,16 +248,11 @@ class Group:
 
 
 def open_cluster(
-    inventory_path: Path | inventory.Inventory,
+    inv: inventory.Inventory,
     command: str,
     extravars: Mapping[str, Any] | None = None,
 ) -> Cluster:
-    """Inventory checked (exit 2, nothing contacted), plan loaded, ssh_config written."""
-    inv = (
-        inventory_path
-        if isinstance(inventory_path, inventory.Inventory)
-        else inventory.validate(inventory_path)
-    )
+    """The validated inventory's plan loaded and ssh_config written, in a fresh run directory."""
     run_dir = results_dir(inv.cluster, command)
     run_dir.mkdir(parents=True)
     session = remote.connect(inv, run_dir, extravars)

@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -147,11 +147,52 @@ def _health(url: str, ca_file: str | None = None, timeout: float = 5.0) -> int |
 
 @dataclass
 class UpResult:
+    """A start-up as it ended; what the CLI shows, and the error it exits with."""
+
     ok: bool
     seconds: float
     ranks: dict[str, Rank]
     message: str
     failed: list[str] = field(default_factory=list)
+    # Filled in by :func:`up` for the presentation: what serves where, or why not.
+    model_name: str = ""
+    description: str = ""
+    endpoints: str = ""
+    explanation: list[str] = field(default_factory=list)
+    run_dir: Path | None = None
+    inventory_path: Path | None = None
+
+    @property
+    def already_serving(self) -> bool:
+        return self.ok and self.message == "already serving"
+
+    def failure(self) -> SparkctlError | None:
+        if self.ok:
+            return None
+        names = ", ".join(self.ranks[n].label for n in self.failed)
+        return SparkctlError(
+            f"serve up failed: {names} {self.message}; every rank was "
+            f"stopped again (logs in {self.run_dir})",
+            ExitCode.CHECKS_FAILED,
+            hint=f"sparkctl serve logs {self.inventory_path} NODE",
+        )
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """serve down: the unit stopped on every node, and each node's state after."""
+
+    unit: str
+    nodes: list[str]
+    states: dict[str, str]
+
+
+@dataclass(frozen=True)
+class JournalLines:
+    """Lines of one node's journal (``label`` heads a node's block; None when following)."""
+
+    label: str | None
+    text: str
 
 
 def start_units(cluster: Cluster) -> None:
@@ -368,23 +409,18 @@ def already_serving(cluster: Cluster) -> bool:
 
 
 def up(
-    inventory_path: Path,
+    inv: inventory.Inventory,
     *,
     timeout: float | None = None,
     restart: bool = False,
     extravars: Mapping[str, Any] | None = None,
 ) -> UpResult:
-    inv = inventory.validate(inventory_path)  # exit 2 before any host is contacted
+    """Start every rank and wait; a failed start-up is explained and every rank stopped."""
     with inventory_lock(inv, "serve up"):
         cluster = open_cluster(inv, "serve-up", extravars)
         limit = float(timeout or cluster.sglang().serve_timeout)
         if not restart and already_serving(cluster):
-            console.out.print(
-                f"already serving {cluster.model_name} at {_endpoints(cluster)}: "
-                "every rank running, /health 200 (--restart starts it again)",
-                highlight=False,
-            )
-            return UpResult(True, 0.0, {}, "already serving")
+            return _about(UpResult(True, 0.0, {}, "already serving"), cluster)
         check_model_visible(cluster)
         console.progress(f"serve up: {_describe(cluster)}, waiting up to {limit:.0f} s")
         followers = Followers(cluster)
@@ -398,21 +434,19 @@ def up(
         if not result.ok:
             lines = explain(result, limit)
             stop_units(cluster)
-            for line in lines:
-                console.err.print(line, markup=False, highlight=False)
-            names = ", ".join(result.ranks[n].label for n in result.failed)
-            raise SparkctlError(
-                f"serve up failed: {names} {result.message}; every rank was "
-                f"stopped again (logs in {cluster.run_dir})",
-                ExitCode.CHECKS_FAILED,
-                hint=f"sparkctl serve logs {inventory_path} NODE",
-            )
-    console.out.print(
-        f"[green]serving[/green] {cluster.model_name}: {_describe(cluster)} at "
-        f"{_endpoints(cluster)} ({result.seconds:.0f} s)",
-        highlight=False,
+            return replace(_about(result, cluster), explanation=lines)
+    return replace(_about(result, cluster), description=_describe(cluster))
+
+
+def _about(result: UpResult, cluster: Cluster) -> UpResult:
+    """The result with what its presentation names: model, endpoints, logs, inventory."""
+    return replace(
+        result,
+        model_name=cluster.model_name,
+        endpoints=_endpoints(cluster),
+        run_dir=cluster.run_dir,
+        inventory_path=cluster.inv.path,
     )
-    return result
 
 
 def _inside(path: str, mounts: list[str]) -> bool:
@@ -465,8 +499,7 @@ def _save_logs(cluster: Cluster, result: UpResult) -> None:
         (cluster.run_dir / f"rank{r.rank}-{node}.log").write_text("\n".join(r.lines) + "\n")
 
 
-def down(inventory_path: Path) -> dict[str, str]:
-    inv = inventory.validate(inventory_path)
+def down(inv: inventory.Inventory) -> Stopped:
     with inventory_lock(inv, "serve down"):
         cluster = open_cluster(inv, "serve-down")
         stop_units(cluster)
@@ -481,12 +514,13 @@ def down(inventory_path: Path) -> dict[str, str]:
             "still running after stop: " + ", ".join(f"{n} ({s})" for n, s in still.items()),
             ExitCode.CHECKS_FAILED,
         )
-    console.out.print(f"stopped {cluster.unit} on {', '.join(cluster.nodes)}")
-    return {n: st["ActiveState"] for n, st in states.items()}
+    return Stopped(
+        cluster.unit, list(cluster.nodes), {n: st["ActiveState"] for n, st in states.items()}
+    )
 
 
-def status(inventory_path: Path) -> dict[str, Any]:
-    cluster = open_cluster(inventory_path, "serve-status")
+def status(inv: inventory.Inventory) -> dict[str, Any]:
+    cluster = open_cluster(inv, "serve-status")
     states = cluster.unit_states()
     groups = [
         {
@@ -508,30 +542,12 @@ def status(inventory_path: Path) -> dict[str, Any]:
     }
 
 
-def show_status(data: dict[str, Any]) -> None:
-    table = Table(box=None)
-    for col in ("rank", "node", "state", "since", "restarts"):
-        table.add_column(col)
-    for r in data["ranks"]:
-        table.add_row(
-            str(r["rank"]),
-            r["node"],
-            f"{r['ActiveState']}/{r['SubState']}",
-            r.get("ActiveEnterTimestamp", ""),
-            r.get("NRestarts", ""),
-        )
-    console.out.print(table)
-    for g in data["groups"]:
-        health = g["health"]
-        name = f"group {g['group']}: " if len(data["groups"]) > 1 else ""
-        console.out.print(
-            f"{name}{g['endpoint']}: /health {health if health is not None else 'no answer'}",
-            highlight=False,
-        )
-
-
-def show_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) -> None:
-    cluster = open_cluster(inventory_path, "serve-logs")
+def journal(
+    inv: inventory.Inventory, node: str | None, lines: int, follow: bool
+) -> Iterator[JournalLines]:
+    """The unit's journal on NODE (default: every node, rank order), redacted; ``follow``
+    (one node only) yields each line as it comes."""
+    cluster = open_cluster(inv, "serve-logs")
     nodes = [cluster.inv.node(node).name] if node else cluster.nodes
     for n in nodes:
         cmd = (
@@ -547,14 +563,10 @@ def show_logs(inventory_path: Path, node: str | None, lines: int, follow: bool) 
             ) as proc:
                 assert proc.stdout is not None  # noqa: S101 - Popen with stdout=PIPE
                 for line in proc.stdout:
-                    console.out.print(
-                        cluster.redact(line.rstrip("\n")), markup=False, highlight=False
-                    )
+                    yield JournalLines(None, cluster.redact(line.rstrip("\n")))
             return
         rc, out = cluster.run(n, cmd, 60)
-        console.out.print(f"[bold]== {cluster.label(n)}[/bold]", highlight=False)
-        console.out.print(
+        yield JournalLines(
+            cluster.label(n),
             cluster.redact(out.rstrip() if rc == 0 else f"(journalctl rc {rc}: {out.strip()})"),
-            markup=False,
-            highlight=False,
         )

@@ -27,6 +27,7 @@ from typing import Any
 
 from sparkctl import __version__, console, inventory, remote, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.inventory import Inventory
 from sparkctl.lock import inventory_lock
 from sparkctl.paths import state_dir
 from sparkctl.plan import Plan
@@ -43,7 +44,7 @@ _BLOCKING = {"reachable"}
 
 @dataclass
 class Options:
-    inventory: Path
+    inventory: Inventory  # validated once, by the command (exit 2 before any host)
     baseline: str | None = None  # a run directory, a report.json, or "last-good"
     nccl: bool = True
     collectives: Sequence[str] = ()  # override the inventory's validate_collectives
@@ -411,7 +412,7 @@ def last_good_link(cluster: str) -> Path:
 
 
 def validate(opts: Options) -> tuple[Report, Path]:
-    inv = inventory.validate(opts.inventory)  # exit 2 before any host is contacted
+    inv = opts.inventory
     baseline_path = resolve_baseline(opts.baseline, inv.cluster) if opts.baseline else None
     nodes = remote.node_names(inv)
     run_dir = results_dir(inv.cluster, "validate")

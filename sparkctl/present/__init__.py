@@ -1,0 +1,299 @@
+"""The one place command results are shown.
+
+The core returns typed results (dataclasses with ``to_dict()`` where they have a
+``--json`` form) and prints nothing; :mod:`sparkctl.cli` hands them to one of
+these functions. Data goes to stdout (``console.out``): rich tables on a
+terminal; piped into a log, plain aligned lines without colour or box; with
+``--json``, JSON through :func:`emit`. What is said about a result (failures,
+where the artifacts are, what to compare) goes to stderr, so ``sparkctl ...
+--json | jq`` always gets clean JSON. Progress during a run stays with the run
+(:func:`console.progress`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from sparkctl import console
+from sparkctl.present import summary
+
+if TYPE_CHECKING:
+    from sparkctl.provision import Provisioned
+    from sparkctl.report.model import Report
+    from sparkctl.runner import RunResult
+    from sparkctl.serve.service import Verified
+    from sparkctl.serve.up import JournalLines, Stopped, UpResult
+    from sparkctl.trust import Result, TrustRun
+
+
+def emit(result: Any) -> None:
+    """``--json``: the result's ``to_dict()`` (or the data itself) on stdout."""
+    data = result.to_dict() if hasattr(result, "to_dict") else result
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def show(result: object) -> None:
+    """A step of ``sparkctl up`` as the command of its own would show it."""
+    from sparkctl.provision import Provisioned  # noqa: PLC0415
+    from sparkctl.serve.service import Verified  # noqa: PLC0415
+    from sparkctl.serve.up import UpResult  # noqa: PLC0415
+    from sparkctl.whole_job import Validated  # noqa: PLC0415
+
+    if isinstance(result, Provisioned):
+        provision(result)
+    elif isinstance(result, Validated):
+        summary.show(result.report)
+    elif isinstance(result, UpResult):
+        serve_up(result)
+    elif isinstance(result, Verified):
+        verified(result)
+    else:
+        raise TypeError(f"no presentation for {type(result).__name__}")
+
+
+# --------------------------------------------------------------- provision
+def provision_table(result: RunResult, hosts: Sequence[str], *, terminal: bool = True) -> Table:
+    """Per-host counts: a boxed table on a terminal, plain aligned lines in a log."""
+    table = Table(
+        title=f"{result.status} in {result.duration:.0f} s",
+        box=box.HEAVY_HEAD if terminal else None,
+        title_justify="center" if terminal else "left",
+    )
+    for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+        table.add_column(col, justify="right" if col != "host" else "left")
+    for host in hosts:
+        s = result.stats.get(host)
+        if s is None:
+            table.add_row(host, "-", "-", "-", "-", "-")
+            continue
+        table.add_row(
+            host,
+            str(s.ok),
+            str(s.changed),
+            f"[red]{s.failed}[/red]" if s.failed else "0",
+            f"[red]{s.unreachable}[/red]" if s.unreachable else "0",
+            str(s.skipped),
+        )
+    return table
+
+
+def provision(provisioned: Provisioned, *, as_json: bool = False) -> None:
+    """provision and model sync: per-host counts, then each failure and Ansible error."""
+    result = provisioned.run
+    if as_json:
+        emit(provisioned)
+    else:
+        table = provision_table(result, provisioned.hosts, terminal=console.out.is_terminal)
+        console.out.print(table)
+    for failure in result.failures:
+        kind = "unreachable" if failure.unreachable else "failed"
+        console.err.print(
+            f"[red]{failure.host}[/red] {kind} at [bold]{failure.task}[/bold]: {failure.message}",
+            highlight=False,
+        )
+    for error in result.errors:
+        console.err.print(f"ansible: {error}", style="red", highlight=False, markup=False)
+    console.progress(f"runner artifacts: {result.artifact_dir}")
+
+
+# --------------------------------------------------------------- validate
+def validate(report: Report, run_dir: Path, *, as_json: bool = False) -> None:
+    if as_json:
+        emit(report)
+    else:
+        summary.show(report)
+    console.progress(f"report: {run_dir / 'report.html'} (and report.json)")
+
+
+# --------------------------------------------------------------- serve
+def verified(result: Verified, *, as_json: bool = False) -> None:
+    if as_json:
+        emit(result)
+    else:
+        summary.show(result.report)
+    console.progress(f"report: {result.run_dir / 'report.html'}")
+
+
+def serve_up(result: UpResult) -> None:
+    if result.already_serving:
+        console.out.print(
+            f"already serving {result.model_name} at {result.endpoints}: "
+            "every rank running, /health 200 (--restart starts it again)",
+            highlight=False,
+        )
+    elif result.ok:
+        console.out.print(
+            f"[green]serving[/green] {result.model_name}: {result.description} at "
+            f"{result.endpoints} ({result.seconds:.0f} s)",
+            highlight=False,
+        )
+    else:
+        for line in result.explanation:
+            console.err.print(line, markup=False, highlight=False)
+
+
+def serve_down(result: Stopped) -> None:
+    console.out.print(f"stopped {result.unit} on {', '.join(result.nodes)}")
+
+
+def serve_status(data: dict[str, Any], *, as_json: bool = False) -> None:
+    if as_json:
+        emit(data)
+        return
+    table = Table(box=None)
+    for col in ("rank", "node", "state", "since", "restarts"):
+        table.add_column(col)
+    for r in data["ranks"]:
+        table.add_row(
+            str(r["rank"]),
+            r["node"],
+            f"{r['ActiveState']}/{r['SubState']}",
+            r.get("ActiveEnterTimestamp", ""),
+            r.get("NRestarts", ""),
+        )
+    console.out.print(table)
+    for g in data["groups"]:
+        health = g["health"]
+        name = f"group {g['group']}: " if len(data["groups"]) > 1 else ""
+        console.out.print(
+            f"{name}{g['endpoint']}: /health {health if health is not None else 'no answer'}",
+            highlight=False,
+        )
+
+
+def journal(chunks: Iterable[JournalLines]) -> None:
+    """serve logs: each node's block under its label, or the followed lines as they come."""
+    for chunk in chunks:
+        if chunk.label is not None:
+            console.out.print(f"[bold]== {chunk.label}[/bold]", highlight=False)
+        console.out.print(chunk.text, markup=False, highlight=False)
+
+
+# --------------------------------------------------------------- trust
+_TRUST_STYLE = {
+    "recorded": "yellow",
+    "unchanged": "green",
+    "changed": "bold red",
+    "replaced": "yellow",
+    "unreachable": "red",
+}
+
+
+def trust_table(results: Sequence[Result]) -> None:
+    header = ("host", "address", "key type", "fingerprint", "outcome")
+    rows = [
+        (
+            r.target.name,
+            r.target.where,
+            r.key.type if r.key else "-",
+            r.key.fingerprint if r.key else "-",
+            r.outcome,
+        )
+        for r in results
+    ]
+    table = Table(box=None)
+    for col in header:
+        table.add_column(col, no_wrap=True)
+    for row in rows:
+        table.add_row(*row[:-1], f"[{_TRUST_STYLE[row[-1]]}]{row[-1]}[/]")
+    # Never shorten a fingerprint to fit a narrow (or absent) terminal.
+    width = sum(max(len(c) for c in col) + 2 for col in zip(header, *rows, strict=True))
+    Console(width=max(width, console.out.width), highlight=False).print(table)
+
+
+def trust(result: TrustRun, *, as_json: bool = False) -> None:
+    """Each host's key and outcome, then what was written and what to compare."""
+    if as_json:
+        emit(result)
+    else:
+        trust_table(result.results)
+    for note in result.notes():
+        console.progress(note)
+
+
+# --------------------------------------------------------------- report nccl
+def _exact(value: float) -> str:
+    """A number as the log printed it: no exponent, no rounding (183338, 27211, 0.09)."""
+    if value == int(value):
+        return str(int(value))
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def nccl_log(report: Any, verdict: tuple[Any, Any] | None, failures: Sequence[str]) -> None:
+    """report nccl: the log's rows as it printed them, its average, the gate's verdict."""
+    version = f"nccl-tests {report.version}" if report.version else "version unknown"
+    nccl = f", NCCL {', '.join(report.nccl_versions)}" if report.nccl_versions else ""
+    table = Table(
+        title=f"{report.collective or 'nccl-tests'} ({version}{nccl})",
+        box=None,
+        title_justify="left",
+    )
+    for col in (
+        "bytes",
+        "type",
+        "op",
+        "oop us",
+        "oop GB/s",
+        "oop wrong",
+        "ip us",
+        "ip GB/s",
+        "ip wrong",
+    ):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in report.rows:
+        oop, ip = r.out_of_place, r.in_place
+        table.add_row(
+            str(r.size),
+            r.type,
+            r.redop,
+            _exact(oop.time_us),
+            _exact(oop.busbw),
+            _wrong(oop),
+            _exact(ip.time_us),
+            _exact(ip.busbw),
+            _wrong(ip),
+        )
+    console.out.print(table)
+    console.out.print("oop/ip: out-of-place/in-place; GB/s: bus bandwidth")
+    if report.ranks:
+        console.out.print(
+            f"{len(report.ranks)} ranks on {len(report.hosts)} host(s) "
+            f"({', '.join(report.hosts)}), {len(report.devices)} GPU(s): "
+            f"{', '.join(sorted({r.name for r in report.ranks}))}",
+            markup=False,
+            highlight=False,
+        )
+    oob = "not printed" if report.oob_values is None else str(report.oob_values)
+    console.out.print(
+        f"average bus bandwidth {_exact(report.avg_busbw)} GB/s; wrong results "
+        f"{report.wrong}; out-of-bounds values {oob}",
+        highlight=False,
+    )
+    for error in report.errors:
+        console.err.print(f"failure line: {error}", markup=False, highlight=False)
+    if verdict is not None:
+        run, th = verdict
+        threshold = th.threshold_for(run.collective)
+        limit = "not gated" if threshold is None else f"threshold {threshold:.3f} GB/s"
+        console.out.print(
+            f"gate (line rate {th.line_rate_gbytes:g} GB/s, {limit}): "
+            f"{run.outcome.upper()}: {run.message}",
+            markup=False,
+            highlight=False,
+        )
+    if failures:
+        console.out.print("FAILED: " + "; ".join(failures), markup=False, highlight=False)
+
+
+def _wrong(half: Any) -> str:
+    if half.wrong is not None:
+        return str(half.wrong)
+    return f"err {half.error:g}" if half.error is not None else "N/A"
