@@ -18,41 +18,13 @@ from sparkctl.nccl_parse import parse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 
-# nccl-tests 2.18 layout (root and #wrong columns), two ranks, as the lab's stand-in prints it.
-MODERN = """\
-# nccl-tests version 2.18.3 nccl-headers=22809 nccl-library=22809
-# Collective test starting: all_reduce_perf
-# nThread 1 nGpus 1 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 1 iters: 5 agg iters: 1 validation: 1 graph: 0
-#
-# Using devices
-#  Rank  0 Group  0 Pid   4321 on     spark1 device  0 [000f:01:00] NVIDIA GB10
-#  Rank  1 Group  0 Pid   4322 on     spark2 device  0 [000f:01:00] NVIDIA GB10
-#
-#                                                              out-of-place                       in-place
-#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
-#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
-     1048576        262144     float     sum      -1    98.10   10.69   10.69      0    97.55   10.75   10.75      0
-     2097152        524288     float     sum      -1   180.33   11.63   11.63      0   179.90   11.66   11.66      0
-     4194304       1048576     float     sum      -1   350.20   11.98   11.98      0   349.00   12.02   12.02      0
-# Out of bounds values : 0 OK
-# Avg bus bandwidth    : 11.4550
-#
-# Collective test concluded: all_reduce_perf
-#
-"""
+# nccl-tests 2.18 layout (root and #wrong columns), two ranks, as the lab's stand-in prints it
+# (written for these tests, not a published log: tests/fixtures/nccl/SOURCES.md).
+MODERN = (FIXTURES / "built" / "2.18.3-all-reduce-2ranks.log").read_text()
 
-# The older layout: no root column, a maximum-error column instead of #wrong.
-OLD = """\
-# nThread 1 nGpus 8 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
-#
-#                                                     out-of-place                       in-place
-#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
-#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
-    67108864      16777216   float     sum    714.1   93.98  164.46  5e-07    712.3   94.22  164.88  5e-07
-   134217728      33554432   float     sum   1393.4   96.32  168.57  0e+00   1391.9   96.43  168.75  0e+00
-# Out of bounds values : 0 OK
-# Avg bus bandwidth    : 166.665
-"""
+# The older layout: no root column, a maximum-error column instead of #wrong (written for
+# these tests, as above).
+OLD = (FIXTURES / "built" / "pre-2.18-error-column.log").read_text()
 
 
 def test_modern_layout_every_field() -> None:
