@@ -166,7 +166,12 @@ def ports(argv: list[str]) -> dict[str, Any]:
     import sglang.srt.server_args as sa  # noqa: PLC0415
 
     checked: list[list[Any]] = []
-    sa.wait_port_available = lambda port, name, *a, **k: checked.append([name, port]) or True
+
+    def record(port: int, name: str, *a: Any, **k: Any) -> bool:
+        checked.append([name, port])
+        return True
+
+    sa.wait_port_available = record
     # ServerArgs with the parsed values, without __post_init__: that needs an
     # accelerator (server_args.py:4066 get_device raises "No accelerator" here)
     # and changes none of the fields init_new reads for these flags (it sets
@@ -220,7 +225,8 @@ def release_function(path: str, name: str) -> Any:
     return namespace[name]
 
 
-def validate(pairs: list[list[str]]) -> list[dict[str, Any]]:
+def validate(pairs: list[list[Any]]) -> list[dict[str, Any]]:
+    """Each pair is [model name, JSON text] or [model name, JSON text, model_dump_json options]."""
     from pydantic import ValidationError  # noqa: PLC0415
     from sglang.srt.entrypoints.openai import protocol  # noqa: PLC0415
 

@@ -364,7 +364,7 @@ def parser_differences(standin: list[dict[str, Any]], real: list[dict[str, Any]]
 
 
 def test_parser_differences_names_each_kind_of_difference() -> None:
-    real = [
+    real: list[dict[str, Any]] = [
         {
             "option_strings": ["--a", "--a-alias"],
             "dest": "a",

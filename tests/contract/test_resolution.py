@@ -68,9 +68,10 @@ def venv_requirement() -> str:
     (pip_task,) = [t for t in task if "ansible.builtin.pip" in t]
     variable = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_sglang_pip_requirement"]
     assert pip_task["ansible.builtin.pip"]["name"] == "{{ _sglang_pip_requirement }}", pip_task
-    return jinja2.Template(variable, undefined=jinja2.StrictUndefined).render(
+    requirement: str = jinja2.Template(variable, undefined=jinja2.StrictUndefined).render(
         sglang_version=sglang_pin()
     )
+    return requirement
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def resolutions() -> dict[str, Resolution]:
     from tests.contract.conftest import BACKGROUND  # noqa: PLC0415 - started at collection
 
     wanted = BACKGROUND.get("resolutions")
-    return wanted.join() if wanted is not None else resolve_wanted()  # type: ignore[no-any-return]
+    return wanted.join() if wanted is not None else resolve_wanted()
 
 
 def _with_all(requirement: str) -> str:

@@ -366,10 +366,13 @@ def test_the_hugging_face_token_never_reaches_a_command_line_output_or_artifacts
     snapshot = f"{CACHE}/hub/models--{HF_REPO.replace('/', '--')}/snapshots/{commit}"
     # the hub cache's snapshot holds links into its blobs: hash what they point to
     sums = {
-        n.name: dict(
-            reversed(line.split(maxsplit=1))
-            for line in ssh(n.mgmt_ip, f"cd {snapshot} && sha256sum -- *").stdout.splitlines()
-        )
+        n.name: {
+            file: digest
+            for digest, file in (
+                line.split(maxsplit=1)
+                for line in ssh(n.mgmt_ip, f"cd {snapshot} && sha256sum -- *").stdout.splitlines()
+            )
+        }
         for n in lab.inventory.nodes
     }
     assert set(sums["spark1"]) == {"config.json", "model.safetensors"}

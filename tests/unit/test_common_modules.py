@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,8 +27,9 @@ def _entries(tmp: Path) -> list[dict[str, str]]:
     ]
 
 
-def _run(params: dict[str, object], check: bool = False) -> dict[str, object]:
-    return files_mod.run(params, check_mode=check, want_diff=True)
+def _run(params: Mapping[str, object], check: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = files_mod.run(params, check_mode=check, want_diff=True)
+    return out
 
 
 def test_files_writes_what_is_missing_then_nothing(tmp_path: Path) -> None:

@@ -184,7 +184,8 @@ def test_ranges_lengths_and_nested_constraints() -> None:
         problem({"reboot\n": "1"}, {"keys": {"format": "env_name"}})
         == "key 'reboot\\n' is not an environment variable name"
     )
-    assert problem({"A": "$(id)"}, {"values": {"format": "env_value"}}).startswith("A: '$(id)'")
+    env_value = problem({"A": "$(id)"}, {"values": {"format": "env_value"}})
+    assert env_value is not None and env_value.startswith("A: '$(id)'")
     secret = {"format": "api_key", "secret": True, "allow_empty": True}
     assert problem("short-key-42", secret) == (
         "the value (not shown) is not a key of 16 or more letters, digits and . _ ~ + / = : -"

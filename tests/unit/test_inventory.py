@@ -699,7 +699,7 @@ def test_every_rule_exits_2_naming_file_host_and_variable(
     else:
         _edit(target, rule.old, rule.new)
     code, err = _check_cli(monkeypatch, capsys, path)
-    assert code == ExitCode.BAD_INPUT == 2, err
+    assert code == ExitCode.BAD_INPUT.value == 2, err
     lines = [ln for ln in err.splitlines() if f"variable {rule.var}:" in ln]
     assert lines, err
     line = lines[0]

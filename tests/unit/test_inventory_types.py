@@ -154,7 +154,7 @@ def test_tp_and_nnodes_are_checked_although_their_spec_type_is_raw() -> None:
 def test_missing_cluster_settings_say_missing() -> None:
     # What the preflight play sees when the inventory leaves them out (role
     # defaults are not among hostvars; the controller reads the inventory alike).
-    hostvars = {
+    hostvars: dict[str, dict[str, Any]] = {
         "spark1": {
             "ansible_host": "10.0.0.1",
             "node_rank": 0,

@@ -34,7 +34,8 @@ def encrypt(plaintext: str, password: str, vault_id: str = "default") -> str:
     from ansible.parsing.vault import VaultLib, VaultSecret  # noqa: PLC0415
 
     lib = VaultLib([(vault_id, VaultSecret(password.encode()))])
-    return lib.encrypt(plaintext, vault_id=None if vault_id == "default" else vault_id).decode()
+    ciphertext: bytes = lib.encrypt(plaintext, vault_id=None if vault_id == "default" else vault_id)
+    return ciphertext.decode()
 
 
 def vaulted(name: str, ciphertext: str) -> str:

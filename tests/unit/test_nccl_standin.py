@@ -270,10 +270,10 @@ def test_help_bad_sizes_and_bad_names() -> None:
     assert (status, err) == (255, "invalid size specified for 'minbytes'\n")
     status, _, err = _run_parse(["-b", "64M", "-e", "1M"])
     assert status == 255 and "invalid sizes for 'minbytes' and 'maxbytes'" in err
-    out = io.StringIO()
-    with redirect_stdout(out):
+    printed = io.StringIO()
+    with redirect_stdout(printed):
         opts = st.parse_args("all_reduce_perf", ["-d", "fp128", "-o", "xor"])
-    assert out.getvalue() == (
+    assert printed.getvalue() == (
         "invalid type fp128, defaulting to float .. \ninvalid op xor, defaulting to sum .. \n"
     )
     assert (st.DTYPES[opts.dtype].name, st.OPS[opts.op]) == ("float", "sum")

@@ -31,7 +31,7 @@ from tests.unit.pathload import load_file
 
 STRATEGY = REPO / "playbooks" / "strategy_plugins" / "sparkctl_inline.py"
 # How each comparison render differs from the session's (inline, compile cache on).
-VARIANTS = {
+VARIANTS: dict[str, dict[str, object]] = {
     "linear": {"sparkctl_render_strategy": "linear"},
     "no-compile-cache": {"sparkctl_render_compile_cache": False},
 }

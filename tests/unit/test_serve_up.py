@@ -251,8 +251,8 @@ class _MountCluster(FakeCluster):
 
 def test_a_model_outside_the_containers_mounts_is_refused_before_any_rank_starts() -> None:
     inside = dict.fromkeys(("spark1", "spark2", "spark3", "spark4"), "/var/lib/sparkctl/models/llm")
-    up.check_model_visible(_MountCluster(targets={**inside, "spark1": "/srv/models/llm"}))
-    up.check_model_visible(_MountCluster(targets={"spark2": inside["spark2"]}))  # not synced
+    up.check_model_visible(_MountCluster(targets={**inside, "spark1": "/srv/models/llm"}))  # type: ignore[arg-type]
+    up.check_model_visible(_MountCluster(targets={"spark2": inside["spark2"]}))  # type: ignore[arg-type]  # not synced
     # a host path mounted elsewhere in the container does not make the link's target visible
     with pytest.raises(
         SparkctlError,
@@ -260,9 +260,9 @@ def test_a_model_outside_the_containers_mounts_is_refused_before_any_rank_starts
         r"/srv/other/llm \(mounted: ",
     ) as err:
         up.check_model_visible(
-            _MountCluster(targets={**inside, "spark3": "/srv/other/llm", "spark4": "/a/llm"})
+            _MountCluster(targets={**inside, "spark3": "/srv/other/llm", "spark4": "/a/llm"})  # type: ignore[arg-type]
         )
     assert "spark4" in str(err.value) and "spark1" not in str(err.value)
     # a venv unit runs on the host: nothing to check
     venv = "{ path=/opt/v/bin/python3 ; argv[]=/opt/v/bin/python3 /l.py -- ; ignore_errors=no }"
-    up.check_model_visible(_MountCluster(targets={"spark1": "/x/y"}, execstart=venv))
+    up.check_model_visible(_MountCluster(targets={"spark1": "/x/y"}, execstart=venv))  # type: ignore[arg-type]

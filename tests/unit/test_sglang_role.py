@@ -775,7 +775,7 @@ def test_live_firewall_read_back_matches_the_wanted_one() -> None:
 
 def _nft_item(data: dict[str, Any], kind: str, name_or_handle: Any) -> dict[str, Any]:
     for item in data["nftables"]:
-        body = item.get(kind)
+        body: dict[str, Any] | None = item.get(kind)
         if body and name_or_handle in (body.get("name"), body.get("handle")):
             return body
     raise KeyError(name_or_handle)

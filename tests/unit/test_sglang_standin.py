@@ -908,7 +908,7 @@ def test_stream_is_sent_while_generating(tmp_path: Path, model_dir: Path) -> Non
             headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
         )
         resp = conn.getresponse()
-        events = []
+        events: list[dict[str, Any]] = []
         while len(events) < 3:
             line = resp.fp.readline().decode()
             if line.startswith("data: "):

@@ -13,11 +13,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from sparkctl import nccl_parse, tool_output
-from sparkctl.report.model import Finding, Judged, NcclRun, Thresholds
+from sparkctl.report.model import Finding, Judged, NcclRun, Outcome, Thresholds
 from sparkctl.validate import nccl_judge, nccl_run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
@@ -248,7 +249,7 @@ def test_the_env_file_is_data_not_a_script(tmp_path: Path) -> None:
         return proc.returncode, proc.stdout + proc.stderr
 
     rc, text = sh("spark1", lau.read_env_command(), 30)
-    parsed = nccl_run.tool_output.env_file(text)
+    parsed = tool_output.env_file(text)
     rc, out = sh("spark1", lau.remote_command(parsed), 60)
     assert rc == 0, out
     seen = json.loads(out)
@@ -672,7 +673,7 @@ def test_run_pairs_round_by_round_with_a_log_each(tmp_path: Path) -> None:
 
 
 def pair_run(
-    a: str, b: str, busbw: float | None, outcome: str = "passed", message: str = ""
+    a: str, b: str, busbw: float | None, outcome: Outcome = "passed", message: str = ""
 ) -> NcclRun:
     judged = (
         []
@@ -686,7 +687,7 @@ def pair_run(
         outcome=outcome,
         message=message or f"busbw {busbw}",
         judged=judged,
-    )  # type: ignore[arg-type]
+    )
 
 
 def all_pairs(busbw: Mapping[frozenset[str], tuple[float | None, str]]) -> list[NcclRun]:
@@ -694,7 +695,7 @@ def all_pairs(busbw: Mapping[frozenset[str], tuple[float | None, str]]) -> list[
     for round_ in nccl_run.pair_rounds(NODES):
         for a, b in round_:
             value, outcome = busbw[frozenset((a, b))]
-            runs.append(pair_run(a, b, value, outcome))
+            runs.append(pair_run(a, b, value, cast(Outcome, outcome)))
     return runs
 
 

@@ -232,7 +232,7 @@ def cell(page: str, check: str, host: str) -> str:
     header = re.findall(r"<th>(.*?)</th>", table[: table.index("</tr>")])
     row = re.search(rf"<tr><th>{re.escape(check)}</th>(.*?)</tr>", table, re.S)
     assert row, f"no row {check}"
-    cells = re.findall(r"<td[^>]*>.*?</td>", row.group(1), re.S)
+    cells: list[str] = re.findall(r"<td[^>]*>.*?</td>", row.group(1), re.S)
     return cells[header.index(host) - 1]
 
 

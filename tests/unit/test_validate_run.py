@@ -10,11 +10,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import pytest
 
-from sparkctl import inventory
+from sparkctl import inventory, paths
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import SwitchPort
 from sparkctl.lab.hardware import LabHardware
@@ -27,6 +27,7 @@ from sparkctl.report.model import (
     Finding,
     Judged,
     NcclRun,
+    Outcome,
     Report,
     Thresholds,
 )
@@ -344,13 +345,18 @@ def report(**parts: Any) -> Report:
     )
 
 
-def all_run(collective: str, outcome: str, scope: str = "all", hosts: list[str] = NODES) -> NcclRun:
+def all_run(
+    collective: str,
+    outcome: Outcome,
+    scope: Literal["all", "pair"] = "all",
+    hosts: list[str] = NODES,
+) -> NcclRun:
     return NcclRun(
         collective=collective,
         scope=scope,
-        hosts=list(hosts),  # type: ignore[arg-type]
+        hosts=list(hosts),
         outcome=outcome,
-        message="busbw ...",  # type: ignore[arg-type]
+        message="busbw ...",
         judged=[Judged(size=16 << 20, busbw=0.11, fraction=0.88, wrong=0)],
     )
 
@@ -664,7 +670,7 @@ def test_plan_key_is_stable_and_follows_the_inventory(
     assert fourth not in (first, second, third)
 
     # A filter plugin (not a defaults file) changes the plan too: the key follows it.
-    roles, roles_dir = tmp_path / "roles-copy", plan_cache.roles_dir
+    roles, roles_dir = tmp_path / "roles-copy", paths.roles_dir
     shutil.copytree(roles_dir(), roles, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(plan_cache, "roles_dir", lambda: roles)
     copied = plan_cache._plan_key(ini)

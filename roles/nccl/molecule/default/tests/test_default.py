@@ -33,7 +33,7 @@ SOCKET_VARS = [
 
 def roce_v2_ipv4_index(host: Any, netdev: str, address: str) -> str:
     """INDEX of the RoCE v2 GID of ``netdev`` that carries ``address`` (show_gids)."""
-    rows = [line.split() for line in host.check_output("show_gids").splitlines()]
+    rows: list[list[str]] = [line.split() for line in host.check_output("show_gids").splitlines()]
     (index,) = [
         r[2] for r in rows if len(r) == 7 and r[6] == netdev and r[4] == address and r[5] == "v2"
     ]

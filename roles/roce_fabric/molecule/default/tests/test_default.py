@@ -40,7 +40,8 @@ def twin(host: Any, name: str) -> tuple[str, str, str]:
 def peer_of(host: Any) -> dict[str, Any]:
     me = name_of(host)
     (peer,) = [h for h in SPARKS if h != me]
-    return INVENTORY.get_variables(peer)
+    variables: dict[str, Any] = INVENTORY.get_variables(peer)
+    return variables
 
 
 @pytest.mark.parametrize("name", TWINS)

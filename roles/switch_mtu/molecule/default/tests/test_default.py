@@ -30,12 +30,16 @@ def natural(name: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
+# The ports in natural order (swp2 before swp10), one case each.
+PORT_ORDER: list[str] = sorted(PORTS, key=natural)
+
+
 def link(host: Any, dev: str) -> dict[str, Any]:
     (data,) = json.loads(host.check_output("ip -j -d link show dev %s", dev))
     return dict(data)
 
 
-@pytest.mark.parametrize("port", sorted(PORTS, key=natural))
+@pytest.mark.parametrize("port", PORT_ORDER)
 def test_port_carries_the_mtu_in_its_twins_bridge(port: str) -> None:
     data = link(SWITCH, port)
     assert data["mtu"] == MTU
@@ -71,7 +75,7 @@ def test_boot_unit_runs_the_program_on_the_state() -> None:
     assert_running(SWITCH, UNIT, succeeded=True)
 
 
-@pytest.mark.parametrize("port", sorted(PORTS, key=natural))
+@pytest.mark.parametrize("port", PORT_ORDER)
 def test_boot_unit_restores_a_port_that_lost_its_mtu(port: str) -> None:
     SWITCH.run_test("ip link set dev %s mtu 1500", port)
     assert link(SWITCH, port)["mtu"] == 1500
