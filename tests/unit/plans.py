@@ -8,9 +8,13 @@ shows the real play writes) fails where it is built.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import Plan
+from sparkctl.remote import Runner
+from sparkctl.serve.cluster import Cluster
 
 NODES = ["spark1", "spark2", "spark3", "spark4"]
 TWIN_NETDEV = {"a": "enp1s0f1np1", "b": "enP2p1s0f1np1"}
@@ -192,3 +196,32 @@ def sections(**values: Mapping[str, Any]) -> Callable[[str, dict[str, Any]], Non
             part[name].update(update)
 
     return edit
+
+
+def two_sparks(tmp_path: Path, *, user: str = "root", fabric: bool = True) -> Inventory:
+    """spark1 and spark2 as inventory.validate gives them (management 10.77.0.11-12, and
+    twin a's address unless ``fabric`` is false), reached as ``user``."""
+    nodes = tuple(
+        Node(NODES[i], i, f"10.77.0.{11 + i}", {"a": fabric_ip(NODES[i], "a")} if fabric else {})
+        for i in range(2)
+    )
+    return Inventory(
+        path=tmp_path / "x.ini",
+        cluster="sim",
+        nodes=nodes,
+        switch=None,
+        ports=(),
+        hostvars={n.name: {"ansible_user": user} for n in nodes},
+    )
+
+
+def cluster(inv: Inventory, sglang: Mapping[str, Any], runner: Runner, run_dir: Path) -> Cluster:
+    """A serve Cluster of ``inv``'s nodes as open_cluster builds it, with ``sglang`` in
+    every node's plan and commands answered by ``runner``."""
+    return Cluster(
+        inv=inv,
+        plan=plan([n.name for n in inv.nodes], edit=sections(sglang=sglang)),
+        run_dir=run_dir,
+        ssh_config=run_dir / "ssh_config",
+        runner=runner,
+    )

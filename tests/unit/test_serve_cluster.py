@@ -15,18 +15,6 @@ from tests.unit import plans
 
 
 def _cluster(tmp_path: Path, *, required: bool = True, user: str = "root") -> Cluster:
-    nodes = tuple(
-        Node(f"spark{i + 1}", i, f"10.77.0.{11 + i}", {"a": f"192.168.100.{11 + i}"})
-        for i in range(2)
-    )
-    inv = Inventory(
-        path=tmp_path / "x.ini",
-        cluster="sim",
-        nodes=nodes,
-        switch=None,
-        ports=(),
-        hostvars={n.name: {"ansible_user": user} for n in nodes},
-    )
     sglang: dict[str, Any] = {
         "unit": "sparkctl-sglang.service",
         "port": 30000,
@@ -35,13 +23,8 @@ def _cluster(tmp_path: Path, *, required: bool = True, user: str = "root") -> Cl
         "api_key_file": str(tmp_path / "key"),
         "api_key_required": required,
     }
-    plan = plans.plan([n.name for n in nodes], edit=plans.sections(sglang=sglang))
-    return Cluster(
-        inv=inv,
-        plan=plan,
-        run_dir=tmp_path,
-        ssh_config=tmp_path / "cfg",
-        runner=lambda host, cmd, timeout: (0, ""),
+    return plans.cluster(
+        plans.two_sparks(tmp_path, user=user), sglang, lambda host, cmd, timeout: (0, ""), tmp_path
     )
 
 

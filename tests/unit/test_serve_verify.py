@@ -32,7 +32,7 @@ import httpx
 import openai
 import pytest
 
-from sparkctl.inventory import Inventory, Node
+from sparkctl.inventory import Inventory
 from sparkctl.plan import SglangPlan
 from sparkctl.report.model import Report
 from sparkctl.serve.cluster import API_KEY_ENV, Cluster
@@ -409,22 +409,7 @@ def serve_cluster(inv: Inventory, port: int, run_dir: Path) -> Cluster:
         "verify_requests": 2,
         "verify_max_tokens": 6,
     }
-    plan = plans.plan(names, edit=plans.sections(sglang=sglang))
-    return Cluster(
-        inv=inv, plan=plan, run_dir=run_dir, ssh_config=run_dir / "ssh_config", runner=_states
-    )
-
-
-def two_sparks(tmp_path: Path) -> Inventory:
-    nodes = tuple(Node(f"spark{i + 1}", i, f"10.77.0.{11 + i}", {}) for i in range(2))
-    return Inventory(
-        path=tmp_path / "x.ini",
-        cluster="sim",
-        nodes=nodes,
-        switch=None,
-        ports=(),
-        hostvars={n.name: {"ansible_user": "root"} for n in nodes},
-    )
+    return plans.cluster(inv, sglang, _states, run_dir)
 
 
 @pytest.fixture
@@ -434,7 +419,10 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _verify(tmp_path: Path, port: int) -> Report:
-    return verify(serve_cluster(two_sparks(tmp_path), port, tmp_path / "run"), "2026-01-01")
+    return verify(
+        serve_cluster(plans.two_sparks(tmp_path, fabric=False), port, tmp_path / "run"),
+        "2026-01-01",
+    )
 
 
 def test_the_fake_server_passes_every_check(tmp_path: Path, api_key: str) -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from sparkctl.checks import test_node as checks
-from sparkctl.inventory import Inventory, Node
 from sparkctl.plan import NodePlan, Plan
 from sparkctl.serve.cluster import Cluster
 from tests.unit import plans
@@ -27,26 +26,9 @@ def fixture(tool: str, name: str) -> str:
 
 # ---------------------------------------------------------------- serve: systemctl show
 def _cluster(tmp_path: Path, answers: dict[str, tuple[int, str]]) -> Cluster:
-    nodes = tuple(
-        Node(f"spark{i + 1}", i, f"10.77.0.{11 + i}", {"a": f"192.168.100.{11 + i}"})
-        for i in range(2)
-    )
-    inv = Inventory(
-        path=tmp_path / "x.ini",
-        cluster="sim",
-        nodes=nodes,
-        switch=None,
-        ports=(),
-        hostvars={n.name: {"ansible_user": "root"} for n in nodes},
-    )
     sglang = {"unit": "sparkctl-sglang.service", "port": 30000}
-    plan = plans.plan([n.name for n in nodes], edit=plans.sections(sglang=sglang))
-    return Cluster(
-        inv=inv,
-        plan=plan,
-        run_dir=tmp_path,
-        ssh_config=tmp_path / "cfg",
-        runner=lambda host, cmd, timeout: answers[host],
+    return plans.cluster(
+        plans.two_sparks(tmp_path), sglang, lambda host, cmd, timeout: answers[host], tmp_path
     )
 
 
