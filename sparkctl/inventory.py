@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from sparkctl import inventory_rules
+from sparkctl import rules
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.paths import roles_dir
 
@@ -91,7 +91,7 @@ class Inventory:
 
 
 # Where Ansible read a value from ("file:line"), when it knows.
-origin_of = inventory_rules.origin_of
+origin_of = rules.origin_of
 
 
 def bad_input(
@@ -114,7 +114,7 @@ def bad_input(
 
 
 # Strip Ansible's data tags so values compare and serialise as plain Python.
-_plain = inventory_rules.plain
+_plain = rules.plain
 
 
 HostVars = dict[str, dict[str, Any]]
@@ -215,7 +215,7 @@ def _refuse_plaintext(path: Path, found: list[tuple[str, str]], origins: Origins
     lines = []
     for name, hosts in by_name.items():
         where = next((origins[(h, name)] for h in hosts if (h, name) in origins), str(path))
-        problem = inventory_rules.secret_problem(hosts[0] if len(hosts) == 1 else None, name)
+        problem = rules.secret_problem(hosts[0] if len(hosts) == 1 else None, name)
         if problem.host is None:
             problem = replace(problem, scope="all hosts")
         lines.append(f"{where}: {problem} ({problem.hint})")
@@ -265,7 +265,7 @@ def _resolve_host(
         where = origin_of(value)
         if where:
             origins[(host, key)] = where
-        if inventory_rules.plaintext_secret(key, value):
+        if rules.plaintext_secret(key, value):
             plaintext.append((host, key))
         try:
             resolved[key] = templar.template(value)
@@ -744,7 +744,7 @@ def _build(
                 name,
                 "switch_os",
                 convert=str,
-                what=f"the switch's OS: {', '.join(inventory_rules.SWITCH_OSES)}",
+                what=f"the switch's OS: {', '.join(rules.SWITCH_OSES)}",
             ),
         )
 
@@ -794,7 +794,7 @@ def validate(path: Path) -> Inventory:
     Nothing is contacted: this runs on the controller before any playbook.
     """
     inv = load(path)
-    problems = inventory_rules.check(inv.groups, inv.hostvars, roles_dir())
+    problems = rules.check(inv.groups, inv.hostvars, roles_dir())
     if not problems:
         return inv
     lines = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.inventory_rules import DEFAULT_SGLANG_GROUP
+from sparkctl.rules import DEFAULT_SGLANG_GROUP
 
 SCHEMA = 1  # roles/validate/tasks/main.yml writes it with the plan
 

@@ -11,7 +11,7 @@ there; so a filter loads that same link,
 This file is that loader, the only copy of it. Each role whose filters read
 tool output has a link to it beside them,
 ``roles/<role>/filter_plugins/sparkctl_tool_output_loader.py`` (made like
-preflight's link to inventory_rules.py; tests/unit/test_role_links.py checks
+cluster_defaults' module_utils link; tests/unit/test_role_links.py checks
 where every link points), and a filter runs it by that path::
 
     TOOL_OUTPUT = run_path(str(Path(__file__).with_name(

@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sparkctl import inventory_rules, paths
+from sparkctl import paths
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.rules import common, connection
 
 # Options sparkctl sets itself; an inventory cannot weaken them.
 _FORCED = {"stricthostkeychecking": "yes", "batchmode": "yes", "passwordauthentication": "no"}
@@ -62,7 +63,7 @@ def _options(args: str, source: str, host: str) -> list[tuple[str, str]]:
     """The options of an ssh argument string, by the inventory rules' own parser (which
     `inventory check` ran already; a value it refuses is refused here too)."""
     try:
-        return inventory_rules.ssh_options(args)
+        return connection.ssh_options(args)
     except ValueError as exc:
         raise SparkctlError(
             f"host {host}: variable {source}: {exc}",
@@ -118,9 +119,8 @@ def _word(host: str, var: str, value: Any, pattern: re.Pattern[str]) -> str:
 
 
 def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
-    rules = inventory_rules
     # ssh takes the first value it reads for an option: sparkctl's own come first.
-    lines = [f"Host {_word(name, 'inventory_hostname', name, rules.HOST_NAME)}"]
+    lines = [f"Host {_word(name, 'inventory_hostname', name, common.HOST_NAME)}"]
     lines += [
         f"  {k} {v}"
         for k, v in (
@@ -133,14 +133,14 @@ def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
         )
     ]
     address = hostvars.get("ansible_host", name)
-    if rules._ipv4(address) is None:  # the rules' own address reader
-        _word(name, "ansible_host", address, rules.HOST_NAME)
+    if common.ipv4(address) is None:  # the rules' own address reader
+        _word(name, "ansible_host", address, common.HOST_NAME)
     lines.append(f"  HostName {address}")
     if hostvars.get("ansible_user"):
-        user = _word(name, "ansible_user", hostvars["ansible_user"], rules.USER_NAME)
+        user = _word(name, "ansible_user", hostvars["ansible_user"], common.USER_NAME)
         lines.append(f"  User {user}")
     if hostvars.get("ansible_port"):
-        port = rules.port_number(hostvars["ansible_port"])
+        port = connection.port_number(hostvars["ansible_port"])
         if port is None:
             raise SparkctlError(
                 f"host {name}: variable ansible_port: "
@@ -148,11 +148,11 @@ def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
                 ExitCode.BAD_INPUT,
             )
         lines.append(f"  Port {port}")
-    for var in rules.KEY_FILE_VARS:
+    for var in connection.KEY_FILE_VARS:
         if hostvars.get(var):
-            key = Path(_word(name, var, hostvars[var], rules.KEY_FILE)).expanduser()
+            key = Path(_word(name, var, hostvars[var], common.KEY_FILE)).expanduser()
             lines += [
-                f"  IdentityFile {_word(name, var, key, rules.KEY_FILE)}",
+                f"  IdentityFile {_word(name, var, key, common.KEY_FILE)}",
                 "  IdentitiesOnly yes",
             ]
             break

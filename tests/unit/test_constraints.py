@@ -1,4 +1,4 @@
-"""The schema's constraints: each role's meta/constraints.yml, read by inventory_rules.
+"""The schema's constraints: each role's meta/constraints.yml, read by sparkctl.rules.
 
 Types come from argument_specs; ranges, formats and allowed characters from
 constraints.yml, declared once per role and enforced by `inventory check` and by the
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkctl import inventory_rules as rules
+from sparkctl.rules import schema as rules
+from sparkctl.rules.formats import FORMATS
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
@@ -31,7 +32,7 @@ def _check_shape(name: str, constraint: dict[str, Any]) -> None:
     unknown = set(constraint) - rules._CONSTRAINT_KEYS
     assert not unknown, f"{name}: unknown constraint keys {sorted(unknown)}"
     if "format" in constraint:
-        assert constraint["format"] in rules.FORMATS, f"{name}: no format {constraint['format']}"
+        assert constraint["format"] in FORMATS, f"{name}: no format {constraint['format']}"
     for part in ("items", "keys", "values"):
         if part in constraint:
             _check_shape(f"{name}.{part}", constraint[part])
@@ -159,7 +160,7 @@ def test_every_constraint_has_a_case_in_the_bad_input_corpus() -> None:
     ],
 )
 def test_formats(fmt: str, good: list[str], bad: list[str]) -> None:
-    ok, _ = rules.FORMATS[fmt]
+    ok, _ = FORMATS[fmt]
     assert [v for v in good if not ok(v)] == []
     assert [v for v in bad if ok(v)] == []
 

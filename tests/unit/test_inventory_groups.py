@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from sparkctl import cli, inventory, inventory_rules
+from sparkctl import cli, inventory
+from sparkctl import rules as inventory_rules
 from sparkctl.errors import ExitCode
 from tests.unit.pathload import load_file
 

@@ -1,4 +1,4 @@
-"""inventory_rules reads the roles' YAML with libyaml's parser: the same data as PyYAML's own.
+"""The inventory rules read the roles' YAML with libyaml's parser: the same data as PyYAML's own.
 
 The rules (the CLI's check and every playbook's preflight filter) read every role's
 argument specs, constraints and defaults on each check; libyaml's SafeLoader reads them
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkctl import inventory_rules
+from sparkctl.rules import common as inventory_rules  # the YAML reader
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 FILES = sorted(

@@ -1,7 +1,7 @@
 """Types and choices of role variables, on the controller and in the preflight play.
 
 The type rules come from every role's ``meta/argument_specs.yml`` and are
-checked strictly by ``sparkctl/inventory_rules.py``: Ansible's own argument
+checked strictly by ``sparkctl/rules/schema.py``: Ansible's own argument
 spec validation converts (``type: str`` takes a list as its string form), so a
 list where a string belongs would pass it. The preflight role runs the same
 module as the filter ``sparkctl_inventory_problems``; the tests at the end run
@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from sparkctl import inventory, inventory_rules
+from sparkctl import inventory
+from sparkctl import rules as inventory_rules
 from sparkctl.errors import ExitCode, SparkctlError
 from tests.unit.pathload import ansible_playbook, load_file
 
@@ -178,8 +179,7 @@ def test_missing_cluster_settings_say_missing() -> None:
 # --------------------------------------------- the filter, loaded as Ansible does
 @pytest.fixture(scope="module")
 def filter_module() -> ModuleType:
-    # Through the symlink, standalone: the module must not need the sparkctl package.
-    assert FILTER.is_symlink()
+    # The role's own file, loaded by path as Ansible loads a filter plugin.
     return load_file("sparkctl_inventory_filter_under_test", FILTER)
 
 

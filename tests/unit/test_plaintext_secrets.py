@@ -3,7 +3,7 @@
 A variable named like a secret (``*_token``, ``*_api_key``, ``*_password``, ...)
 must be vault-encrypted or come from the controller's environment. `inventory check`
 (the loader sees the values as Ansible loaded them, tags and all) and the preflight
-play (the same rule, inventory_rules.plaintext_secret, as a filter) refuse a plain one
+play (the same rule, rules.secrets.plaintext_secret, as a filter) refuse a plain one
 before any host is contacted, and neither prints it. A vaulted value and one from
 ``lookup('ansible.builtin.env', ...)`` pass.
 """

@@ -18,9 +18,9 @@ import pytest
 
 from sparkctl import inventory
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.inventory_rules import DEFAULT_SGLANG_GROUP
 from sparkctl.plan import NodePlan, Plan, SglangPlan, Twin
 from sparkctl.remote import load_plan
+from sparkctl.rules import DEFAULT_SGLANG_GROUP
 from tests.unit import plans
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,12 +1,13 @@
 """The roles' links into the sparkctl package, and the one loader of tool_output for filters.
 
-Role code that must be the package's own code is a relative link into
-sparkctl/ (so it is linted, type-checked and tested there, once):
-preflight's filter to inventory_rules.py, cluster_defaults' module_utils to
-tool_output.py, and the tool_output loader beside every filter that reads
-tool output (sparkctl/tool_output_loader.py says why a filter loads it by
-path). These tests hold every link to where it should point and run the
-loader as Ansible runs a filter: standalone, and through Ansible itself.
+Role code that must be the package's own code is a relative link into sparkctl/
+(linted, type-checked and tested there, once): cluster_defaults' module_utils to
+tool_output.py, and the tool_output loader beside every filter that reads tool
+output (sparkctl/tool_output_loader.py says why a filter loads it by path).
+Preflight's filter imports the rules package itself (sparkctl.rules, a package,
+which a one-file link cannot carry). These tests hold every link to where it
+should point and run the loader as Ansible runs a filter: standalone, and
+through Ansible itself.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ LOADER = "sparkctl_tool_output_loader.py"
 
 # Every link under roles/ and the file of the package it must reach.
 LINKS = {
-    "roles/preflight/filter_plugins/sparkctl_inventory.py": "sparkctl/inventory_rules.py",
     "roles/cluster_defaults/module_utils/sparkctl_tool_output.py": "sparkctl/tool_output.py",
     f"roles/nccl/filter_plugins/{LOADER}": "sparkctl/tool_output_loader.py",
     f"roles/sglang/filter_plugins/{LOADER}": "sparkctl/tool_output_loader.py",
@@ -151,3 +151,14 @@ def test_ansible_loads_the_filters_and_the_loader_without_a_warning(tmp_path: Pa
     for shown in ('"A": "1"', '"B": "x=y"', '"u": "active"'):
         assert shown in proc.stdout, proc.stdout
     assert "WARNING" not in proc.stderr and "Skipping plugin" not in proc.stderr, proc.stderr
+
+
+def test_preflight_filter_is_the_rules_package_filter() -> None:
+    """The play's filter is sparkctl.rules' own, not a copy that could drift."""
+    from sparkctl.rules import filter as rules_filter  # noqa: PLC0415
+
+    path = ROLES / "preflight" / "filter_plugins" / "sparkctl_inventory.py"
+    namespace: dict[str, object] = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - our own file
+    assert namespace["FilterModule"] is rules_filter.FilterModule
+    assert "sparkctl_inventory_problems" in rules_filter.FilterModule().filters()

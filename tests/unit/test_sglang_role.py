@@ -403,17 +403,17 @@ def test_group_mistakes_name_the_group(
 
 
 def test_group_default_is_one_name_for_the_role_and_the_rules() -> None:
-    from sparkctl import inventory_rules  # noqa: PLC0415
+    from sparkctl.rules import common  # noqa: PLC0415
 
     defaults = _yaml(ROLE / "defaults" / "main.yml")
     internal = _yaml(ROLE / "vars" / "main.yml")
     assert (
         defaults["sglang_group"]
         == internal["_sglang_default_group"]
-        == inventory_rules.DEFAULT_SGLANG_GROUP
+        == common.DEFAULT_SGLANG_GROUP
         == "main"
     )
-    assert args_f._GROUP_NAME.pattern == inventory_rules._GROUP_NAME.pattern
+    assert args_f._GROUP_NAME.pattern == common.GROUP_NAME.pattern
 
 
 def test_plan_names_the_group_and_keeps_every_key() -> None:

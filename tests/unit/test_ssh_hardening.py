@@ -1,6 +1,6 @@
 """Nothing from an inventory becomes an ssh option, an ssh_config line or a command.
 
-The inventory rules (``inventory_rules.ssh_options`` and the connection rules) refuse
+The inventory rules (``connection.ssh_options`` and the connection rules) refuse
 it before any contact; validate's ssh_config writer refuses it again with the same
 parser; host names never reach ssh's option position; the ControlMaster sockets live
 in a directory only the user owns.
@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from sparkctl import inventory_rules
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.remote import ssh, sshconfig
+from sparkctl.rules import connection
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def state(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def _problems(hostvars: dict[str, dict[str, Any]]) -> list[str]:
-    return [str(p) for p in inventory_rules._check_connection(list(hostvars), hostvars)]
+    return [str(p) for p in connection.check_connection(list(hostvars), hostvars)]
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ def test_good_connection_values_pass() -> None:
     ],
 )
 def test_the_options_an_operator_uses_pass(args: str) -> None:
-    assert inventory_rules.ssh_options(args)
+    assert connection.ssh_options(args)
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_the_options_an_operator_uses_pass(args: str) -> None:
 )
 def test_options_that_run_a_command_or_vouch_for_keys_are_refused(args: str) -> None:
     with pytest.raises(ValueError):
-        inventory_rules.ssh_options(args)
+        connection.ssh_options(args)
 
 
 def test_check_refuses_them_through_the_host_key_rule() -> None:
@@ -123,7 +123,7 @@ def test_check_refuses_them_through_the_host_key_rule() -> None:
         "spark1": {"ansible_ssh_common_args": "-o 'KnownHostsCommand=ssh-keyscan %H'"},
         "spark2": {},
     }
-    found = [str(p) for p in inventory_rules._check_host_keys(list(hostvars), hostvars)]
+    found = [str(p) for p in connection.check_host_keys(list(hostvars), hostvars)]
     assert found == [
         "host spark1: variable ansible_ssh_common_args: 'KnownHostsCommand="
         "ssh-keyscan %H' runs a command on the controller and lets it vouch for "

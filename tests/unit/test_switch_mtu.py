@@ -155,7 +155,7 @@ def test_fabric_settings_reach_the_filters_as_one_mapping() -> None:
 
 
 def test_speed_choices_are_the_speeds_both_drivers_name() -> None:
-    """The argument spec (which inventory_rules also enforces) and the filter's
+    """The argument spec (which the inventory rules also enforces) and the filter's
     NVUE word -> SONiC Mb/s table agree, so no accepted speed lacks a translation."""
     spec = read_yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]
     assert spec["options"]["switch_mtu_speed"]["choices"] == list(flt.SPEEDS_MBPS)

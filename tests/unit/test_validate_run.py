@@ -813,7 +813,7 @@ def test_an_option_that_weakens_host_keys_or_runs_a_command_is_refused(
     cm_dir: Path, args: str, shown: str, why: str
 ) -> None:
     """The ssh_config writer refuses what `inventory check` refuses (the same parser,
-    inventory_rules.ssh_options): nothing reaches the file."""
+    rules.connection.ssh_options): nothing reaches the file."""
     for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
         with pytest.raises(SparkctlError) as info:
             sshconfig.host_entry("spark2", {var: args})

@@ -1,0 +1,104 @@
+"""The rules as the Ansible filter ``sparkctl_inventory_problems`` (the preflight play)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import check
+from .common import SPARKS, SWITCHES, origin_of, plain
+from .schema import fact_names
+from .secrets import plaintext_secret, secret_problem
+
+# ------------------------------------------------------- as an Ansible filter
+# Variables of the play, not of the inventory; never passed to the rules.
+_PLAY_VARS = frozenset(
+    {
+        "groups",
+        "group_names",
+        "hostvars",
+        "vars",
+        "environment",
+        "omit",
+        "playbook_dir",
+        "play_hosts",
+        "role_names",
+        "inventory_dir",
+        "inventory_file",
+        "ansible_playbook_python",
+        "ansible_config_file",
+    }
+)
+
+
+def _inventory_vars(hv: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """One host's variables as the rules see them on the controller, and their origins.
+
+    No facts, plain values. A value Ansible cannot template here (it may need facts
+    this facts-free play does not have) is left out; the task that uses it will say
+    what is wrong.
+    """
+    names = [str(name) for name in hv]
+    try:
+        facts = (
+            fact_names({"ansible_facts": hv["ansible_facts"]})
+            if "ansible_facts" in names
+            else set()
+        )
+    except Exception:  # Ansible raises its own error types
+        facts = set()
+    out: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name in names:
+        if name in _PLAY_VARS or name in facts:
+            continue
+        try:
+            value = hv[name]
+        except Exception:  # noqa: S112 - see the docstring
+            continue
+        if plaintext_secret(name, value):
+            out[_PLAINTEXT] = [*out.get(_PLAINTEXT, []), name]
+        out[name] = plain(value)
+        where = origin_of(value)
+        if where:
+            origins[name] = where
+    return out, origins
+
+
+_PLAINTEXT = "__sparkctl_plaintext_secrets"  # names found by _inventory_vars
+
+
+def _problems_filter(
+    hostvars: Mapping[str, Any], groups: Mapping[str, list[str]], roles_dir: str
+) -> list[str]:
+    hosts = list(dict.fromkeys([*groups.get(SPARKS, []), *groups.get(SWITCHES, [])]))
+    plain_vars: dict[str, dict[str, Any]] = {}
+    origins: dict[tuple[str, str], str] = {}
+    for host in hosts:
+        plain_vars[host], found = _inventory_vars(hostvars[host])
+        origins.update({(host, name): where for name, where in found.items()})
+    plain_groups = {str(g): [str(h) for h in members] for g, members in groups.items()}
+    secrets = [
+        secret_problem(host, name)
+        for host in hosts
+        for name in plain_vars[host].pop(_PLAINTEXT, [])
+    ]
+    messages = []
+    for p in [*secrets, *check(plain_groups, plain_vars, Path(roles_dir))]:
+        top = (p.var or "").split(".", 1)[0]
+        where = next(
+            (origins[(h, top)] for h in ([p.host] if p.host else hosts) if (h, top) in origins),
+            None,
+        )
+        messages.append(
+            (f"{where}: " if where else "") + str(p) + (f" ({p.hint})" if p.hint else "")
+        )
+    return messages
+
+
+class FilterModule:
+    """``hostvars | sparkctl_inventory_problems(groups, roles_dir)`` -> list of messages."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"sparkctl_inventory_problems": _problems_filter}

@@ -1,0 +1,186 @@
+"""The value formats a constraint names (``format:`` in roles/*/meta/constraints.yml)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+
+from .common import GROUP_NAME, HOST_NAME, USER_NAME, ipv4
+
+
+def _abs_path(value: str) -> bool:
+    """An absolute path of plain characters, no ``..`` and no empty component: a file a
+    role writes stays where it says (``/../../tmp/x`` is refused)."""
+    if value == "/":
+        return True
+    return bool(re.fullmatch(r"/[A-Za-z0-9_.,+@%=:/-]*", value)) and not any(
+        part in ("", ".", "..") for part in value[1:].rstrip("/").split("/")
+    )
+
+
+def _controller_path(value: str) -> bool:
+    """A path on the controller: absolute or from ``~``, same characters."""
+    return _abs_path(value[1:] if value.startswith("~/") else value) if value != "~" else True
+
+
+def _unit_path(value: str) -> bool:
+    """An absolute path (as :func:`_abs_path`) that a systemd unit line and docker's
+    ``--volume SRC:DST:ro`` take as it is: no ``:`` (docker's separator), no ``%``
+    (a systemd specifier in EnvironmentFile=) and no ``,``."""
+    return _abs_path(value) and re.fullmatch(r"[A-Za-z0-9_.+@=/-]+", value) is not None
+
+
+def _port_range(value: str) -> bool:
+    """A TCP port or a range ``a-b`` with 1 <= a <= b <= 65535 (nft's and the sglang
+    firewall filter's form)."""
+    found = re.fullmatch(r"([0-9]{1,5})(?:-([0-9]{1,5}))?", value)
+    if found is None:
+        return False
+    low = int(found.group(1))
+    return 1 <= low <= int(found.group(2) or low) <= 65535
+
+
+def _hf_repo(value: str) -> bool:
+    """``org/name`` as huggingface_hub's validate_repo_id takes it (utils/_validators.py:
+    each part 1-96 of letters, digits and _ . -, not starting or ending with - or ., no
+    ``--`` or ``..``), with the namespace required: ``org/..`` names no repository and
+    ``--`` is the hub cache's separator (``models--org--name``)."""
+    part = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+    return (
+        re.fullmatch(rf"{part}/{part}", value) is not None
+        and "--" not in value
+        and ".." not in value
+    )
+
+
+def _power_of_two(value: str) -> bool:
+    """A positive power of two written in digits (an int's text): 1, 2, 4 ... 1048576."""
+    return (
+        re.fullmatch(r"[0-9]+", value) is not None
+        and int(value) > 0
+        and int(value) & (int(value) - 1) == 0
+    )
+
+
+def _ifname(value: str) -> bool:
+    """A Linux interface name (the kernel's dev_valid_name: 1-15 bytes, not . or ..,
+    no '/', ':' or whitespace) of the characters netplan and nft take unquoted."""
+    return bool(re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", value)) and value not in (".", "..")
+
+
+def _regex(pattern: str) -> Callable[[str], bool]:
+    compiled = re.compile(pattern)
+    return lambda value: compiled.fullmatch(value) is not None
+
+
+def _ipv4_ok(value: str) -> bool:
+    return ipv4(value) is not None and value == value.strip()
+
+
+def _network_ok(value: str) -> bool:
+    try:
+        ipaddress.IPv4Network(value, strict=False)
+    except ValueError:
+        return False
+    return value == value.strip()
+
+
+_IMAGE_NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
+_URL_REST = r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+=:@/-]*)?"  # host, port, path
+FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
+    "word": (_regex(r"[A-Za-z0-9_.,:/=@+-]+"), "one word (letters, digits and _ . , : / = @ + -)"),
+    "text": (
+        _regex(r"[A-Za-z0-9_.,:/=@+ ()-]*"),
+        "plain text (letters, digits, blanks and _ . , : / = @ + ( ) -)",
+    ),
+    "env_name": (_regex(r"[A-Za-z_][A-Za-z0-9_]*"), "an environment variable name"),
+    "env_value": (
+        _regex(r"[A-Za-z0-9_.,:/=@^+%-]*"),
+        "an environment value (no blanks, quotes, backslash, $ or #)",
+    ),
+    "abs_path": (
+        _abs_path,
+        "an absolute path without .. (letters, digits and _ . , + @ % = : / -)",
+    ),
+    "controller_path": (_controller_path, "an absolute path or one from ~, without .."),
+    "unit_path": (
+        _unit_path,
+        "an absolute path without .. (letters, digits and _ . + @ = / -; "
+        "no : or %, which docker --volume and systemd read)",
+    ),
+    "ifname": (_ifname, "a Linux interface name (1-15 of letters, digits and _ . @ -)"),
+    "ipv4": (_ipv4_ok, "an IPv4 address"),
+    "ipv4_network": (_network_ok, "an IPv4 address or network (a.b.c.d/n)"),
+    "hf_repo": (_hf_repo, "a Hugging Face repository id (org/name)"),
+    "git_sha": (_regex(r"[0-9a-f]{40}"), "a full commit hash (40 hex digits)"),
+    "version": (_regex(r"[0-9]+(?:\.[0-9]+)*"), "a version number (digits and dots)"),
+    # PEP 440's normalized public versions (pip's ==): 0.5.17, 0.5.12.post1, 1.0rc2.
+    "pip_version": (
+        _regex(
+            r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?"
+            r"(?:\.dev[0-9]+)?"
+        ),
+        "a release version as pip writes it (0.5.17, 0.5.12.post1, 1.0rc2)",
+    ),
+    "package": (_regex(r"[a-z0-9][a-z0-9.+-]+"), "a Debian package name"),
+    "package_pattern": (_regex(r"[a-z0-9*?][a-z0-9.+*?-]+"), "a Debian package name or glob (* ?)"),
+    "user_name": (
+        lambda v: USER_NAME.fullmatch(v) is not None,
+        "a user name (letters, digits, . _ -, at most 32)",
+    ),
+    "group_name": (
+        lambda v: GROUP_NAME.fullmatch(v) is not None,
+        "a name (letters, digits, . _ -, at most 63)",
+    ),
+    "host_or_ipv4": (
+        lambda v: HOST_NAME.fullmatch(v) is not None,
+        "a host name or an IPv4 address",
+    ),
+    "https_url": (_regex(rf"https://{_URL_REST}"), "an https:// URL without query or fragment"),
+    "http_url": (
+        _regex(rf"https?://{_URL_REST}"),
+        "an http:// or https:// URL without query or fragment",
+    ),
+    "image_ref": (
+        _regex(
+            rf"{_IMAGE_NAME}(?:\.{_IMAGE_NAME})*(?::[0-9]{{1,5}})?"
+            rf"(?:/{_IMAGE_NAME})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+        ),
+        "a container image reference (registry/name:tag)",
+    ),
+    "digest": (_regex(r"sha256:[0-9a-f]{64}"), "an image digest (sha256:64 hex digits)"),
+    # The sglang role's own rule for the API key (its preflight, and the launcher's file).
+    "api_key": (
+        _regex(r"[A-Za-z0-9._~+/=:-]{16,4096}"),
+        "a key of 16 or more letters, digits and . _ ~ + / = : -",
+    ),
+    # A Hugging Face access token (hf_ and 34 letters and digits today; older
+    # organisation tokens are api_org_...): one word, sent on the relay's stdin.
+    "hf_token": (_regex(r"[A-Za-z0-9_-]{8,512}"), "a token (8 or more letters, digits, _ and -)"),
+    "hostport_list": (_port_range, "a port or a port range a-b within 1-65535"),
+    # nccl, nvidia_driver and validate (their meta/constraints.yml say where each goes):
+    # a package-name part that is digits only (nvidia-driver-580-open) or digits and
+    # dashes (cuda-toolkit-13-0, where 13.0 names no package), a git release tag (the
+    # nccl role reads x.y.z of it for libnccl.so.x.y.z), an RDMA device of NCCL_IB_HCA
+    # (the nccl role's own preflight rule), the two raw settings that take "auto", and
+    # the nccl-tests sizes the sweep doubles between.
+    "digits": (_regex(r"[0-9]+"), "digits only (such as 580)"),
+    "dashed_version": (
+        _regex(r"[0-9]+(?:-[0-9]+)*"),
+        "a version with dashes as package names carry it (such as 13-0)",
+    ),
+    "release_tag": (
+        _regex(r"v?[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9]+)?"),
+        "a release tag (such as v2.28.9-1 or v2.18.3)",
+    ),
+    "ibdev": (
+        _regex(r"[A-Za-z0-9_]+(?::[0-9]+)?"),
+        "an RDMA device name, optionally with :port (such as rocep1s0f1 or mlx5_0:1)",
+    ),
+    "auto_or_int": (_regex(r"auto|[0-9]+"), "auto or a non-negative integer"),
+    # The relay's --streams (sparkctl_model_relay.MAX_STREAMS is 32).
+    "stream_count": (_regex(r"auto|[1-9]|[12][0-9]|3[0-2]"), "auto or a whole number 1-32"),
+    "auto_bool": (_regex(r"(?i:auto|true|false|yes|no)"), "one of auto, true, false"),
+    "power_of_two": (_power_of_two, "a power of two (such as 1048576 = 1 MiB)"),
+}

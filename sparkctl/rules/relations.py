@@ -1,0 +1,202 @@
+"""Rules between variables, each host's values over the roles' defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .common import SPARKS, SWITCHES, Problem, is_int
+from .formats import FORMATS
+from .schema import load_defaults
+from .topology import uncabled
+
+# ---------------------------------------------------------------- relations
+# Rules between variables (each alone may be fine). A variable the inventory does not
+# set has its role's default (the literal ones of roles/*/defaults/main.yml).
+# takes an unambiguous prefix for a flag (--tp is --tp-size: sglang 0.5.17's parser,
+# tests/contract/test_parser.py), so a prefix is refused too.
+SGLANG_DERIVED_FLAGS = (
+    "--tp-size",
+    "--tensor-parallel-size",
+    "--nnodes",
+    "--node-rank",
+    "--dist-init-addr",
+    "--host",
+    "--port",
+    "--model-path",
+    "--served-model-name",
+    "--dist-timeout",
+    "--ssl-certfile",
+    "--ssl-keyfile",
+)
+SGLANG_SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+
+def _flag_problem(item: Any) -> str | None:
+    word = str(item).split("=", 1)[0]
+    if not word.startswith("--") or len(word) < 4:
+        return None
+    for flag in SGLANG_SECRET_FLAGS:
+        if flag.startswith(word):
+            return (
+                f"{word} would put a secret on the command line (the unit's argv is "
+                "world-readable in /proc)"
+            )
+    for flag in SGLANG_DERIVED_FLAGS:
+        if flag.startswith(word):
+            return f"{word} sets {flag}, which sparkctl derives from the inventory"
+    return None
+
+
+def _relation_problems(host: str, v: Callable[[str], Any], switched: bool) -> list[Problem]:
+    problems: list[Problem] = []
+    mtu, switch_mtu = v("roce_fabric_mtu"), v("switch_mtu_value")
+    if switched and is_int(mtu) and is_int(switch_mtu) and mtu > switch_mtu:
+        problems.append(
+            Problem(
+                host,
+                "roce_fabric_mtu",
+                f"{mtu} is above the switch ports' "
+                f"MTU {switch_mtu} (switch_mtu_value): larger frames are "
+                "dropped without a word",
+                hint="raise switch_mtu_value or lower roce_fabric_mtu",
+            )
+        )
+    a, b = v("fabric_a_netdev"), v("fabric_b_netdev")
+    if a is not None and a == b:
+        problems.append(
+            Problem(
+                host,
+                "fabric_b_netdev",
+                f"{b!r} is also fabric_a_netdev: the two twins are two ports",
+            )
+        )
+    ia, ib = v("roce_fabric_ibdev_a"), v("roce_fabric_ibdev_b")
+    if ia is not None and ia == ib:
+        problems.append(
+            Problem(
+                host,
+                "roce_fabric_ibdev_b",
+                f"{ib!r} is also roce_fabric_ibdev_a: each twin has its own RoCE device",
+            )
+        )
+    api, dist = v("sglang_port"), v("sglang_dist_port")
+    if is_int(api) and is_int(dist) and dist <= api <= dist + 15:
+        problems.append(
+            Problem(
+                host,
+                "sglang_port",
+                f"{api} lies in the ranks' port range "
+                f"{dist}-{dist + 15} (sglang_dist_port and the ports "
+                "torch.distributed and NCCL take after it)",
+            )
+        )
+    for var in ("sglang_extra_args",):
+        for index, item in enumerate(v(var) or []):
+            if (wrong := _flag_problem(item)) is not None:
+                problems.append(
+                    Problem(
+                        host,
+                        var,
+                        f"item {index}: {wrong}",
+                        hint="set the inventory variable instead; see docs/inventory.md",
+                    )
+                )
+    cert, key = v("sglang_tls_certfile"), v("sglang_tls_keyfile")
+    if bool(cert) != bool(key):
+        given, other = (
+            ("sglang_tls_certfile", "sglang_tls_keyfile")
+            if cert
+            else ("sglang_tls_keyfile", "sglang_tls_certfile")
+        )
+        problems.append(
+            Problem(
+                host,
+                given,
+                f"set without {other}: the two go together (TLS on the API) or neither is set",
+            )
+        )
+    low, high = v("validate_nccl_min_bytes"), v("validate_nccl_max_bytes")
+    if is_int(low) and is_int(high) and low > high:
+        problems.append(
+            Problem(
+                host, "validate_nccl_min_bytes", f"{low} is above validate_nccl_max_bytes {high}"
+            )
+        )
+    confirm, rollback = v("roce_fabric_confirm_seconds"), v("roce_fabric_rollback_seconds")
+    if is_int(confirm) and is_int(rollback) and confirm >= rollback:
+        problems.append(
+            Problem(
+                host,
+                "roce_fabric_confirm_seconds",
+                f"{confirm} s is not "
+                f"below roce_fabric_rollback_seconds {rollback} s: the node "
+                "would roll back before sparkctl confirms the change",
+            )
+        )
+    problems += _model_source_problems(host, v)
+    return problems
+
+
+def _model_source_problems(host: str, v: Callable[[str], Any]) -> list[Problem]:
+    source = v("model_cache_source")
+    needs = {
+        "hf": (("model_cache_hf_repo", "hf_repo"), ("model_cache_hf_revision", "git_sha")),
+        "head": (("model_cache_head_dir", "abs_path"),),
+        "controller": (("model_cache_controller_dir", "controller_path"),),
+    }
+    problems: list[Problem] = []
+    for var, fmt in needs.get(str(source), ()):
+        if not v(var):
+            problems.append(
+                Problem(
+                    host,
+                    "model_cache_source",
+                    f"{source!r} needs {var} ({FORMATS[fmt][1]}), which is not set",
+                )
+            )
+    return problems
+
+
+def check_relations(
+    groups: Mapping[str, list[str]], hostvars: Mapping[str, Mapping[str, Any]], roles_dir: Path
+) -> list[Problem]:
+    """Rules between variables, each host's values over the roles' defaults; a problem
+    every Spark shares (group_vars) is reported once."""
+    sparks = list(groups.get(SPARKS, []))
+    switches = list(groups.get(SWITCHES, []))
+    problems: list[Problem] = [
+        Problem(host, None, f"is in both [{SPARKS}] and [{SWITCHES}]; a host has one role")
+        for host in sparks
+        if host in switches
+    ]
+    defaults = load_defaults(roles_dir)
+    per_host: dict[str, list[Problem]] = {}
+    for host in sparks:
+        hv = hostvars[host]
+        switch_vars = hostvars[switches[0]] if switches else {}
+
+        def value(
+            name: str, hv: Mapping[str, Any] = hv, switch_vars: Mapping[str, Any] = switch_vars
+        ) -> Any:
+            if name.startswith("switch_mtu_") and name in switch_vars:
+                return switch_vars[name]
+            return hv.get(name, defaults.get(name))
+
+        per_host[host] = _relation_problems(host, value, bool(switches))
+    if switches and sparks:
+        problems += uncabled(sparks, hostvars)
+    seen: set[tuple[str | None, str]] = set()
+    for host in sparks:
+        for problem in per_host[host]:
+            everywhere = all(
+                any(q.var == problem.var and q.message == problem.message for q in per_host[h])
+                for h in sparks
+            )
+            key = (None if everywhere else host, problem.message)
+            if key not in seen:
+                seen.add(key)
+                problems.append(replace(problem, host=key[0]))
+    return problems

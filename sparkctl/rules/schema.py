@@ -1,0 +1,315 @@
+"""Every role variable's type, choices and constraint, from the roles' own files."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .common import Problem, in_choices, load_yaml, same_everywhere, type_name
+from .formats import FORMATS
+
+_ANSIBLE_PREFIXES = (
+    "ansible_",
+    "inventory_",
+    "group_names",
+    "groups",
+    "hostvars",
+    "omit",
+    "playbook_dir",
+    "role_",
+    "play_hosts",
+    "environment",
+)
+
+
+# ------------------------------------------------------------ argument specs
+def load_specs(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every option of every role's ``meta/argument_specs.yml``: name -> (role, spec),
+    with the role's ``meta/constraints.yml`` entry for it under ``CONSTRAINT``."""
+    specs: dict[str, tuple[str, dict[str, Any]]] = {}
+    for spec_file in sorted(Path(roles_dir).glob("*/meta/argument_specs.yml")):
+        role = spec_file.parent.parent.name
+        data = load_yaml(spec_file) or {}
+        for entry in (data.get("argument_specs") or {}).values():
+            for name, spec in (entry.get("options") or {}).items():
+                specs.setdefault(name, (role, dict(spec or {})))
+    for name, (_role, constraint) in load_constraints(roles_dir).items():
+        if name in specs:
+            specs[name][1][CONSTRAINT] = constraint
+    return specs
+
+
+# ------------------------------------------------------------------ constraints
+# What a value may be beyond its type: each role's meta/constraints.yml names, per
+# variable of its argument_specs, a range (min, max, above: exclusive minimum), a
+# format of FORMATS, a max_length, and for a list or a mapping the constraint of its
+# items, keys and values; allow_empty lets the empty string (a role's "unset", as in
+# sglang_image_digest: "") pass whatever else is said. One declaration per role,
+# enforced by `inventory check` (before any contact) and by the preflight play (this
+# module, as a filter).
+CONSTRAINT = "sparkctl_constraint"
+_CONSTRAINT_KEYS = frozenset(
+    {
+        "min",
+        "max",
+        "above",
+        "format",
+        "max_length",
+        "items",
+        "keys",
+        "values",
+        "allow_empty",
+        "why",
+        "secret",
+    }
+)
+
+
+def load_constraints(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every role's ``meta/constraints.yml``: variable -> (role, constraint)."""
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for path in sorted(Path(roles_dir).glob("*/meta/constraints.yml")):
+        data = load_yaml(path) or {}
+        for name, constraint in (data.get("constraints") or {}).items():
+            out[str(name)] = (path.parent.parent.name, dict(constraint or {}))
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _scalar_problem(value: Any, constraint: Mapping[str, Any]) -> str | None:
+    if value == "" and constraint.get("allow_empty"):
+        return None
+    low, high, above = constraint.get("min"), constraint.get("max"), constraint.get("above")
+    if _number(value):
+        if above is not None and not value > above:
+            return f"{value!r} must be above {above}"
+        if (low is not None and value < low) or (high is not None and value > high):
+            span = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
+            return f"{value!r} is outside {span}"
+    fmt = constraint.get("format")
+    if fmt is not None and isinstance(value, str | int) and not isinstance(value, bool):
+        ok, words = FORMATS[str(fmt)]
+        if not ok(str(value)):
+            return f"{value!r} is not {words}"
+    limit = constraint.get("max_length")
+    if (
+        limit is not None
+        and isinstance(value, str | list | tuple | Mapping)
+        and len(value) > int(limit)
+    ):
+        unit = "characters" if isinstance(value, str) else "items"
+        return f"{len(value)} {unit}: at most {limit}"
+    return None
+
+
+def constraint_problem(value: Any, constraint: Mapping[str, Any]) -> str | None:
+    """What ``value`` breaks of ``constraint`` (see FORMATS and load_constraints), or None.
+    Values of a type the constraint does not speak of (a raw "auto") pass. A ``secret``
+    constraint (a format, no more) says what the value should be, never what it is."""
+    if value is None:
+        return None
+    if constraint.get("secret"):
+        if value == "" and constraint.get("allow_empty"):
+            return None
+        ok, words = FORMATS[str(constraint["format"])]
+        return (
+            None
+            if isinstance(value, str) and ok(value)
+            else f"the value (not shown) is not {words}"
+        )
+    wrong = _scalar_problem(value, constraint)
+    items, keys, values = (constraint.get(k) for k in ("items", "keys", "values"))
+    if wrong is None and items and isinstance(value, list | tuple):
+        wrong = next(
+            (
+                f"item {i}: {w}"
+                for i, item in enumerate(value)
+                if (w := constraint_problem(item, items)) is not None
+            ),
+            None,
+        )
+    if wrong is None and isinstance(value, Mapping):
+        for key, item in value.items():
+            if keys and (w := constraint_problem(str(key), keys)) is not None:
+                return f"key {w}"
+            if values and (w := constraint_problem(item, values)) is not None:
+                return f"{key}: {w}"
+    return wrong
+
+
+def _type_ok(value: Any, kind: str) -> bool:
+    """Strict type check: no silent conversion of "yes" to True or "4" to 4.
+
+    Ansible's own argument spec validation converts: ``type: str`` accepts a list
+    (as its string form) and ``type: int`` accepts "4". These rules do not.
+    """
+    checks: dict[str, tuple[type, ...]] = {
+        "str": (str,),
+        "path": (str,),
+        "bool": (bool,),
+        "int": (int,),
+        "float": (int, float),
+        "list": (list, tuple),
+        "dict": (dict, Mapping),
+        "raw": (object,),
+    }
+    if kind in {"int", "float"} and isinstance(value, bool):
+        return False
+    return isinstance(value, checks.get(kind, (object,)))
+
+
+_KIND_WORDS = {
+    "str": "a string",
+    "path": "a path",
+    "bool": "a boolean (true/false, unquoted)",
+    "int": "an integer",
+    "float": "a number",
+    "list": "a list",
+    "dict": "a mapping",
+}
+_ELEMENT_WORDS = {
+    "str": "strings",
+    "path": "paths",
+    "bool": "booleans",
+    "int": "integers",
+    "float": "numbers",
+    "list": "lists",
+    "dict": "mappings",
+}
+
+
+Specs = Mapping[str, tuple[str, dict[str, Any]]]
+
+
+def _spec_problem(name: str, value: Any, role: str, spec: Mapping[str, Any]) -> str | None:
+    """What is wrong with ``value`` for the option ``spec`` of ``role``, or None."""
+    kind = str(spec.get("type", "str"))
+    if not _type_ok(value, kind):
+        return f"{value!r} is {type_name(value)}, but {role} needs {_KIND_WORDS.get(kind, kind)}"
+    elements = spec.get("elements")
+    if kind == "list" and elements:
+        for index, item in enumerate(value):
+            if item is not None and not _type_ok(item, str(elements)):
+                return (
+                    f"item {index} ({item!r}) is {type_name(item)}, but {role} needs a list "
+                    f"of {_ELEMENT_WORDS.get(str(elements), str(elements))}"
+                )
+    choices = spec.get("choices")
+    if choices and kind != "list" and not in_choices(value, choices):
+        return f"{name} must be one of: {', '.join(map(str, choices))}, got: {value!r}"
+    return None
+
+
+def fact_names(hv: Mapping[str, Any]) -> set[str]:
+    """Names that come from gathered or cached facts (not from the inventory)."""
+    facts = hv.get("ansible_facts")
+    if not isinstance(facts, Mapping):
+        return set()
+    return {"ansible_facts", *map(str, facts), *(f"ansible_{name}" for name in facts)}
+
+
+def check_types(
+    hostvars: Mapping[str, Mapping[str, Any]],
+    specs: Specs,
+    user_vars: Mapping[str, Iterable[str]] | None = None,
+) -> list[Problem]:
+    """Types and choices of role variables; unknown names close to a known one.
+
+    Types come from the roles' ``meta/argument_specs.yml`` (:func:`load_specs`), checked
+    strictly (:func:`_type_ok`). ``user_vars`` (host -> names set by the inventory) limits
+    the checks to what the user wrote; without it every variable is checked except facts.
+    """
+    problems: list[Problem] = []
+    seen: set[tuple[str | None, str]] = set()
+    prefixes = tuple(sorted({f"{role}_" for role, _ in specs.values()}))
+    known = set(specs)
+    for host, hv in hostvars.items():
+        names = set(user_vars[host]) if user_vars is not None and host in user_vars else set(hv)
+        facts = fact_names(hv)
+        for name in sorted(names - facts):
+            if name not in hv or name.startswith(_ANSIBLE_PREFIXES):
+                continue
+            value = hv[name]
+            key: tuple[str | None, str] = (
+                (None, name) if same_everywhere(hostvars, name) else (host, name)
+            )
+            if key in seen:
+                continue
+            if name in specs:
+                role, spec = specs[name]
+                wrong = (
+                    None
+                    if value is None
+                    else (_spec_problem(name, value, role, spec) or _value_problem(name, value))
+                )
+                hint = None
+                if wrong is None and value is not None and spec.get(CONSTRAINT):
+                    wrong = constraint_problem(value, spec[CONSTRAINT])
+                    hint = spec[CONSTRAINT].get("why") or (
+                        f"roles/{role}/meta/constraints.yml says what {name} may be"
+                    )
+                if wrong:
+                    seen.add(key)
+                    problems.append(Problem(key[0], name, wrong, hint=hint))
+                continue
+            close = sorted(
+                k for k in known if k.startswith(f"{name}_")
+            ) or difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+            if close or name.startswith(prefixes):
+                seen.add(key)
+                problems.append(
+                    Problem(
+                        key[0],
+                        name,
+                        "unknown variable",
+                        hint=f"did you mean {close[0]}?"
+                        if close
+                        else "see the role's meta/argument_specs.yml",
+                    )
+                )
+    return problems
+
+
+def _fraction(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
+
+
+def _value_problem(name: str, value: Any) -> str | None:
+    """Values a ``raw`` argument spec cannot describe (roles/validate defaults say why)."""
+    if name != "validate_busbw_min_fraction":
+        return None
+    collectives = ("all_reduce", "all_gather", "reduce_scatter")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key not in collectives:
+                return f"{key!r} is not a collective of the gate ({', '.join(collectives)})"
+            if item is not None and not _fraction(item):
+                return f"{key}: {item!r} is not a fraction in (0, 1] or null"
+        return None
+    return (
+        None
+        if _fraction(value)
+        else (
+            f"{value!r} is neither a fraction in (0, 1] nor a mapping "
+            "collective -> fraction or null"
+        )
+    )
+
+
+def load_defaults(roles_dir: Path) -> dict[str, Any]:
+    """Every role's literal defaults (templated ones are left out: they follow others)."""
+    out: dict[str, Any] = {}
+    for path in sorted(Path(roles_dir).glob("*/defaults/main.yml")):
+        for name, value in (load_yaml(path) or {}).items():
+            if "{{" not in repr(value):
+                out.setdefault(str(name), value)
+    return out
+
+
+# Flags sparkctl derives from the inventory for every rank (roles/sglang, the unit's
+# command line); an extra argument must not set them again or carry a secret. argparse
