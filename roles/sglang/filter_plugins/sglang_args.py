@@ -77,6 +77,9 @@ _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*\Z")
 TOOL_OUTPUT = run_path(str(Path(__file__).with_name("sparkctl_tool_output_loader.py")))[
     "tool_output"
 ](__file__)
+# The sink filters (sparkctl/sinks.py, linked beside this file): the unit's
+# command lines are written by the one systemd-word writer there.
+SINKS = run_path(str(Path(__file__).with_name("sparkctl_sinks.py")))
 
 
 def _int(value: Any, what: str) -> int:
@@ -309,17 +312,11 @@ def sglang_exec_argv(
     return [*argv, "python3", *server[1:]]
 
 
-def _systemd_word(word: str) -> str:
-    escaped = word.replace("\\", "\\\\").replace('"', '\\"')
-    escaped = escaped.replace("$", "$$").replace("%", "%%")
-    if escaped == word and _SAFE_WORD.match(word):
-        return word
-    return f'"{escaped}"'
-
-
 def sglang_exec_line(argv: list[str]) -> str:
-    """argv -> one systemd ExecStart= value ($ and % escaped, odd words quoted)."""
-    return " ".join(_systemd_word(str(w)) for w in argv)
+    """argv -> one systemd ExecStart= value: each item one word ($ and % doubled,
+    backslashes and quotes escaped, odd words quoted), a newline or another
+    control character refused (sparkctl_exec_line of the linked sparkctl_sinks.py)."""
+    return str(SINKS["sparkctl_exec_line"](argv, "the sglang unit's command line"))
 
 
 def sglang_parse_execstart(text: str) -> list[str]:

@@ -4,7 +4,7 @@ The tasks stay declarative and every driver's commands, payloads and parsers are
 plain functions, unit-tested in tests/unit/test_switch_mtu.py. ``fabric`` is the
 role's ``_switch_mtu_fabric`` (mtu, speed, autoneg, vlan, bridge: its defaults):
 
-- ``switch_ports | switch_mtu_port_names``        -> fabric ports, in natural order
+- ``switch_ports | switch_mtu_port_names(os)``    -> fabric ports, in natural order, checked
 - ``switch_ports | switch_mtu_port_problems(os)``  -> what is wrong with the names
 - ``ports | switch_mtu_nvue_document(fabric)``     -> the NVUE object tree the fabric needs
 - ``doc | switch_mtu_nvue_patch``                  -> the ``nv config patch`` file
@@ -34,13 +34,29 @@ except ImportError:  # pragma: no cover - the unit tests run with ansible instal
 
 SWITCH_OSES = ("linux", "nvue", "sonic")
 
-# Linux: IFNAMSIZ is 16 with the NUL, and a name is a sysfs path component.
-_LINUX_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}\Z")
-# NVUE joins ports with commas in one `nv set interface a,b,c` (ranges use `-`).
-_NVUE_IFNAME = re.compile(r"^[A-Za-z0-9_.:/-]+\Z")
+# Port names per switch OS. They travel as argv items and keys of JSON/YAML
+# documents, never as shell words; still, a name the OS cannot have is refused
+# before it reaches any command.
+# Linux: IFNAMSIZ is 16 with the NUL, and a name is a sysfs path component; the
+# kernel refuses '/', ':' and blanks (dev_valid_name in net/core/dev.c), and a
+# leading '-' or '.' would read as an option or a relative path.
+_LINUX_IFNAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}\Z")
+# NVUE (Cumulus Linux): front-panel ports swpN, a breakout port swpNsM.
+_NVUE_IFNAME = re.compile(r"^swp[0-9]{1,3}(s[0-9]{1,2})?\Z")
 # SONiC: CONFIG_DB's own (native) names, which key the PORT and VLAN_MEMBER
 # tables and which `config` takes by default; Eth1/1 is an alias of one.
-_SONIC_IFNAME = re.compile(r"^Ethernet\d+\Z")
+_SONIC_IFNAME = re.compile(r"^Ethernet[0-9]{1,4}\Z")
+PORT_FORMATS: dict[str, tuple[re.Pattern[str], str]] = {
+    "linux": (
+        _LINUX_IFNAME,
+        "a Linux interface name: 1-15 letters, digits, _ . -",
+    ),
+    "nvue": (_NVUE_IFNAME, "an NVUE switch port like swp1 or a breakout port like swp1s0"),
+    "sonic": (
+        _SONIC_IFNAME,
+        "a SONiC port name as CONFIG_DB keys it, like Ethernet0 (not an alias such as Eth1/1)",
+    ),
+}
 
 
 def _natural_key(name: str) -> list[Any]:
@@ -48,8 +64,9 @@ def _natural_key(name: str) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def _ports(value: Any) -> list[str]:
-    """Port names from switch_ports (a mapping) or an already computed list."""
+def _ports(value: Any, switch_os: str | None = None) -> list[str]:
+    """Port names from switch_ports (a mapping) or an already computed list; with
+    ``switch_os``, each must have that OS's port-name format."""
     if isinstance(value, Mapping | list | tuple):
         names = list(value)
     else:
@@ -59,6 +76,15 @@ def _ports(value: Any) -> list[str]:
         )
     if not all(isinstance(n, str) and n for n in names):
         raise AnsibleFilterError(f"port names must be non-empty strings: {names!r}")
+    if switch_os is not None:
+        if switch_os not in PORT_FORMATS:
+            raise AnsibleFilterError(
+                f"switch_os {switch_os!r} is not one of {', '.join(SWITCH_OSES)}"
+            )
+        pattern, hint = PORT_FORMATS[switch_os]
+        bad = [n for n in names if not pattern.match(n)]
+        if bad:
+            raise AnsibleFilterError(f"switch_ports: {bad[0]!r} is not {hint}")
     return sorted(dict.fromkeys(names), key=_natural_key)
 
 
@@ -68,9 +94,10 @@ def _mtu(value: Any) -> int:
     return value
 
 
-def port_names(switch_ports: Any) -> list[str]:
-    """The fabric ports the switch must carry jumbo frames on, in natural order."""
-    return _ports(switch_ports)
+def port_names(switch_ports: Any, switch_os: str | None = None) -> list[str]:
+    """The fabric ports the switch must carry jumbo frames on, in natural order
+    (with ``switch_os``: each one checked against that OS's port-name format)."""
+    return _ports(switch_ports, switch_os)
 
 
 def port_problems(switch_ports: Any, switch_os: str) -> list[str]:
@@ -85,19 +112,12 @@ def port_problems(switch_ports: Any, switch_os: str) -> list[str]:
             "switch_ports is empty: list the switch's fabric ports "
             "(port -> {node, twin}) in group_vars/<cluster>/"
         ]
-    pattern, hint = {
-        "linux": (_LINUX_IFNAME, "a Linux interface name: 1-15 characters, no '/' or spaces"),
-        "nvue": (_NVUE_IFNAME, "an NVUE interface name like swp1 (no commas or spaces)"),
-        "sonic": (
-            _SONIC_IFNAME,
-            "a SONiC port name as CONFIG_DB keys it, like Ethernet0 (not an alias such as Eth1/1)",
-        ),
-    }.get(switch_os, (None, ""))
+    pattern, hint = PORT_FORMATS.get(switch_os, (None, ""))
     if pattern is None:
         return [f"switch_os {switch_os!r} is not one of {', '.join(SWITCH_OSES)}"]
     problems = []
     for name in switch_ports:
-        if not isinstance(name, str) or not pattern.match(name) or name in {".", ".."}:
+        if not isinstance(name, str) or not pattern.match(name):
             problems.append(f"switch_ports: {name!r} is not {hint}")
     return problems
 
@@ -174,7 +194,7 @@ def nvue_document(ports: Any, fabric: Any) -> dict[str, Any]:
     bridge, one layer-2 domain), speed forced with auto-negotiation off (an
     enabled auto-negotiation takes precedence over the speed), and the MTU.
     """
-    names = _ports(ports)
+    names = _ports(ports, "nvue")
     mtu, speed, autoneg, vlan, bridge = _fabric(fabric)
     return {
         "bridge": {"domain": {bridge: {"vlan": {str(vlan): {}}}}},
@@ -383,7 +403,7 @@ def sonic_commands(ports: Any, fabric: Any, tables: Any = None) -> list[list[str
       frames) unless VLAN_MEMBER holds ``Vlan<id>|<port>`` untagged; a tagged member
       is removed first.
     """
-    names = _ports(ports)
+    names = _ports(ports, "sonic")
     mtu, speed, autoneg, vlan, _ = _fabric(fabric)  # SONiC's VLAN is the bridge
     known = tables is not None
     tables = tables or {}

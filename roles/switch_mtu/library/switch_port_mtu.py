@@ -10,6 +10,7 @@ The logic is plain functions over a sysfs root so tests can fake sysfs.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterable
@@ -83,6 +84,11 @@ commands:
 """
 
 SYSFS_NET = "/sys/class/net"
+# A Linux interface name (the role's filter checks the same before any contact):
+# at most 15 bytes (IFNAMSIZ with its NUL), no '/', ':' or blanks (the kernel's
+# dev_valid_name), and no leading '-' or '.': the name is both an `ip` argument
+# and a path under sysfs, and the state file read at boot could be edited.
+IFNAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}\Z")
 
 Runner = Callable[[list[str]], None]
 
@@ -122,7 +128,15 @@ def apply(
     Ports first, then bridges: a bridge's MTU follows its ports unless someone set
     it by hand, so it is read again after the ports changed.
     """
+    if isinstance(mtu, bool) or not isinstance(mtu, int) or not 68 <= mtu <= 65535:
+        raise PortMtuError(f"mtu {mtu!r} is not an integer in 68..65535")
     names = list(dict.fromkeys(ports))
+    bad = [p for p in names if not isinstance(p, str) or not IFNAME.match(p)]
+    if bad:
+        raise PortMtuError(
+            f"not a Linux interface name: {bad[0]!r} (1-15 letters, digits, _ . -); "
+            "check switch_ports"
+        )
     missing = [p for p in names if not (root / p).is_dir()]
     if missing and not skip_missing:
         raise PortMtuError(
