@@ -24,6 +24,8 @@ _load = load_file
 
 
 envf = _load("nccl_env_filters", ROLE / "filter_plugins" / "nccl_env.py")
+# The sink filters the template writes every line through, as Ansible loads them.
+SINKS = _load("nccl_sink_filters", ROLE / "filter_plugins" / "sparkctl_sinks.py")
 
 
 # ------------------------------------------------------------ interface
@@ -82,6 +84,7 @@ def test_template_renders_what_the_parser_reads_back() -> None:
         undefined=jinja2.StrictUndefined,
         autoescape=jinja2.select_autoescape(default=False),
     )
+    env.filters.update(SINKS.FilterModule().filters())
     values = {
         "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
         "NCCL_IB_GID_INDEX": 3,

@@ -2,8 +2,9 @@
 
 Role code that must be the package's own code is a relative link into sparkctl/
 (linted, type-checked and tested there, once): cluster_defaults' module_utils to
-tool_output.py, and the tool_output loader beside every filter that reads tool
-output (sparkctl/tool_output_loader.py says why a filter loads it by path).
+tool_output.py, the tool_output loader beside every filter that reads tool
+output (sparkctl/tool_output_loader.py says why a filter loads it by path), and
+the sink filters (sparkctl/sinks.py) in every role that writes a file from values.
 Preflight's filter imports the rules package itself (sparkctl.rules, a package,
 which a one-file link cannot carry). These tests hold every link to where it
 should point and run the loader as Ansible runs a filter: standalone, and
@@ -28,6 +29,11 @@ LINKS = {
     "roles/cluster_defaults/module_utils/sparkctl_tool_output.py": "sparkctl/tool_output.py",
     f"roles/nccl/filter_plugins/{LOADER}": "sparkctl/tool_output_loader.py",
     f"roles/sglang/filter_plugins/{LOADER}": "sparkctl/tool_output_loader.py",
+    # The sink filters (sparkctl/sinks.py) of every role that writes such a file.
+    **{
+        f"roles/{role}/filter_plugins/sparkctl_sinks.py": "sparkctl/sinks.py"
+        for role in ("nccl", "roce_fabric", "sglang", "switch_mtu")
+    },
 }
 
 

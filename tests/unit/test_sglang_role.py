@@ -31,6 +31,7 @@ _load = load_file
 
 
 args_f = _load("sglang_args_filters", ROLE / "filter_plugins" / "sglang_args.py")
+sinks_f = _load("sglang_sink_filters", ROLE / "filter_plugins" / "sparkctl_sinks.py")
 fw = _load("sglang_firewall_filters", ROLE / "filter_plugins" / "sglang_firewall.py")
 
 # The rehearsal lab's inventory (inventory/sim.ini), as the role's _sglang_nodes builds it.
@@ -866,6 +867,7 @@ def _render(name: str, context: dict[str, Any]) -> str:
         autoescape=jinja2.select_autoescape(default=False),
     )
     env.filters.update(args_f.FilterModule().filters())
+    env.filters.update(sinks_f.FilterModule().filters())
     return env.get_template(name).render(**context)
 
 
