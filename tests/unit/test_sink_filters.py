@@ -339,9 +339,10 @@ def test_linux_switch_module_refuses_odd_names_and_mtus(tmp_path: Path) -> None:
     for ports, mtu in ((["../../etc"], 9000), (["-x"], 9000), (["eth0:1"], 9000)):
         with pytest.raises(PORT_MTU.PortMtuError, match="not a Linux interface name"):
             PORT_MTU.apply(ports, mtu, root=tmp_path, run=ran.append, check_mode=False)
-    for mtu in (True, "9000", 67, 70000):
+    bad_mtus: tuple[Any, ...] = (True, "9000", 67, 70000)
+    for bad_mtu in bad_mtus:
         with pytest.raises(PORT_MTU.PortMtuError, match=r"not an integer in 68\.\.65535"):
-            PORT_MTU.apply(["swp1"], mtu, root=tmp_path, run=ran.append, check_mode=False)
+            PORT_MTU.apply(["swp1"], bad_mtu, root=tmp_path, run=ran.append, check_mode=False)
     assert ran == []
 
 
