@@ -362,6 +362,72 @@ def sparkctl_exec_line(argv: Any, what: str = "command line") -> str:
     return " ".join(sparkctl_unit_word(w, what) for w in words)
 
 
+# ------------------------------------------------ words of config-file lines
+# Kinds of one word in a whitespace-separated line (chrony.conf, /etc/hosts,
+# ssh_config, known_hosts): a blank would add an argument, a newline a
+# directive, a leading '-' an option, and ssh's pattern characters (* ? !)
+# or a comma more hosts.
+_WORDS: dict[str, tuple[re.Pattern[str], str]] = {
+    "word": (re.compile(r"^[A-Za-z0-9_.,:/=@+][A-Za-z0-9_.,:/=@+-]*\Z"), "one plain word"),
+    "host": (
+        re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?\Z"),
+        "a host name or IPv4 address (letters, digits, _ . -)",
+    ),
+    "ipv4": (
+        re.compile(
+            r"^(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
+            r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z"
+        ),
+        "an IPv4 address",
+    ),
+    "user": (_UNIT_USER, "a user name"),
+    "glob": (
+        re.compile(r"^[A-Za-z0-9_.+*?][A-Za-z0-9_.+*?:-]*\Z"),
+        "a name pattern (letters, digits, _ . + : - and the globs * ?)",
+    ),
+}
+
+
+def sparkctl_word(value: Any, what: str = "value", kind: str = "word") -> str:
+    """One word of a whitespace-separated configuration line, of a ``kind``:
+    ``word`` (letters, digits, ``_ . , : / = @ + -``, not starting with ``-``),
+    ``host`` (a host name or IPv4 address), ``ipv4``, ``user``, ``glob`` (a
+    package name pattern)."""
+    if kind not in _WORDS:
+        raise AnsibleFilterError(f"unknown word kind {kind!r}: {', '.join(_WORDS)}")
+    text = _scalar_text(value, what, what)
+    _no_control(text, what, what, value)
+    pattern, hint = _WORDS[kind]
+    if not pattern.match(text):
+        raise _fail(what, f"{_shown(what, value)} is not {hint}")
+    return text
+
+
+def sparkctl_quoted(value: Any, what: str = "value", quote: str = '"') -> str:
+    """The inside of a ``quote``-delimited string of a configuration file (apt.conf's
+    ``"..."``): one line, without the quote or a backslash, which would end or
+    escape it."""
+    text = _scalar_text(value, what, what)
+    _no_control(text, what, what, value)
+    if quote in text or "\\" in text:
+        raise _fail(what, f"{_shown(what, value)} has {quote} or a backslash")
+    return text
+
+
+def sparkctl_int(
+    value: Any, what: str = "value", minimum: int | None = None, maximum: int | None = None
+) -> str:
+    """An integer (an int, or text of digits from an INI file) within the bounds, as text."""
+    if isinstance(value, bool) or not (
+        isinstance(value, int) or (isinstance(value, str) and _INTEGER.match(value))
+    ):
+        raise _fail(what, f"{_shown(what, value)} is not an integer")
+    number = int(value)
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+        raise _fail(what, f"{number} is outside {minimum}..{maximum}")
+    return str(number)
+
+
 # ---------------------------------------------------------------------- YAML
 def _plain(value: Any, what: str, where: str) -> Any:
     """``value`` as plain str/int/float/bool/None/list/dict (Ansible's own types are
@@ -420,5 +486,8 @@ class FilterModule:
             "sparkctl_unit_value": sparkctl_unit_value,
             "sparkctl_unit_word": sparkctl_unit_word,
             "sparkctl_exec_line": sparkctl_exec_line,
+            "sparkctl_word": sparkctl_word,
+            "sparkctl_int": sparkctl_int,
+            "sparkctl_quoted": sparkctl_quoted,
             "sparkctl_yaml": sparkctl_yaml,
         }

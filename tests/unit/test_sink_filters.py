@@ -284,6 +284,38 @@ def test_sglang_exec_line_is_the_sink_filter() -> None:
         args.sglang_exec_line(["/bin/x", "--x\nExecStartPre=/bin/sh"])
 
 
+# ------------------------------------------------ words of config-file lines
+@pytest.mark.parametrize(
+    ("kind", "good", "bad"),
+    [
+        (
+            "host",
+            ["ntp.ubuntu.com", "spark1-a", "10.77.0.11"],
+            ["a b", "-oProxyCommand=x", "*", "h,i"],
+        ),
+        ("ipv4", ["192.168.100.11", "10.0.0.0"], ["192.168.100.256", "1.2.3", "10.0.0.1 x"]),
+        ("user", ["sparkctl", "475"], ["root\n    ProxyCommand sh", "a b", ""]),
+        ("glob", ["linux-modules-nvidia-580-open-*", "libnccl2"], ["a b", "x\ny", "-x"]),
+        ("word", ["580", "a=b:c/d@e+f,g"], ["-x", "a b", "a#b", "$x", "x\u2028y"]),
+    ],
+)
+def test_config_words(kind: str, good: list[str], bad: list[Any]) -> None:
+    for value in good:
+        assert SINKS.sparkctl_word(value, "w", kind) == value
+    for value in [*bad, ["x"], {"x": 1}, None, True]:
+        refused(SINKS.sparkctl_word, value, "w", kind, says="w: ")
+
+
+def test_integers_and_quoted_strings() -> None:
+    assert SINKS.sparkctl_int(10, "base_chrony_local_stratum", 1, 15) == "10"
+    assert SINKS.sparkctl_int("7", "s", 1, 15) == "7"
+    for bad in ("10\nallow all", True, 1.0, "1e3", [1], 16, 0):
+        refused(SINKS.sparkctl_int, bad, "s", 1, 15, says="s: ")
+    assert SINKS.sparkctl_quoted("^linux-image-.*$", "p") == "^linux-image-.*$"
+    for bad in ('x"; APT::Update::Pre-Invoke {"touch /tmp/x', "x\\", "x\ny"):
+        refused(SINKS.sparkctl_quoted, bad, "p", says="p: ")
+
+
 # ---------------------------------------------------------------------- YAML
 class _Tagged(str):
     """Stands in for Ansible's tagged strings, which the safe dumper does not know."""
