@@ -381,6 +381,7 @@ _WORDS: dict[str, tuple[re.Pattern[str], str]] = {
         "an IPv4 address",
     ),
     "user": (_UNIT_USER, "a user name"),
+    "port_range": (re.compile(r"^[0-9]{1,5}(?:-[0-9]{1,5})?\Z"), "a port or a port range a-b"),
     "glob": (
         re.compile(r"^[A-Za-z0-9_.+*?][A-Za-z0-9_.+*?:-]*\Z"),
         "a name pattern (letters, digits, _ . + : - and the globs * ?)",
@@ -392,7 +393,7 @@ def sparkctl_word(value: Any, what: str = "value", kind: str = "word") -> str:
     """One word of a whitespace-separated configuration line, of a ``kind``:
     ``word`` (letters, digits, ``_ . , : / = @ + -``, not starting with ``-``),
     ``host`` (a host name or IPv4 address), ``ipv4``, ``user``, ``glob`` (a
-    package name pattern)."""
+    package name pattern), ``port_range`` (``30000`` or ``32768-60999``)."""
     if kind not in _WORDS:
         raise AnsibleFilterError(f"unknown word kind {kind!r}: {', '.join(_WORDS)}")
     text = _scalar_text(value, what, what)

@@ -296,12 +296,13 @@ def test_sglang_exec_line_is_the_sink_filter() -> None:
         ("ipv4", ["192.168.100.11", "10.0.0.0"], ["192.168.100.256", "1.2.3", "10.0.0.1 x"]),
         ("user", ["sparkctl", "475"], ["root\n    ProxyCommand sh", "a b", ""]),
         ("glob", ["linux-modules-nvidia-580-open-*", "libnccl2"], ["a b", "x\ny", "-x"]),
+        ("port_range", ["30000", "32768-60999", 50000], ["30000\n accept", "1-2 }", " 1", "1,2"]),
         ("word", ["580", "a=b:c/d@e+f,g"], ["-x", "a b", "a#b", "$x", "x\u2028y"]),
     ],
 )
 def test_config_words(kind: str, good: list[str], bad: list[Any]) -> None:
     for value in good:
-        assert SINKS.sparkctl_word(value, "w", kind) == value
+        assert SINKS.sparkctl_word(value, "w", kind) == str(value)
     for value in [*bad, ["x"], {"x": 1}, None, True]:
         refused(SINKS.sparkctl_word, value, "w", kind, says="w: ")
 
