@@ -241,7 +241,7 @@ def sparkctl_env_line(
     if not _ENV_NAME.match(key):
         raise _fail(
             what,
-            f"{_shown('NAME', key)} is not a variable name ([A-Za-z_][A-Za-z0-9_]*): "
+            f"{_shown(key, key)} is not a variable name ([A-Za-z_][A-Za-z0-9_]*): "
             "every reader would take the line differently",
         )
     if not secrets and _SECRET_VARIABLE.search(key):
