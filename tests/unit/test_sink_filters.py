@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 import yaml
@@ -393,7 +394,22 @@ CASES: dict[str, dict[str, Any]] = {
     },
     "netplan_ok": {
         "src": "roce_fabric/netplan-cx7.yaml.j2",
-        "vars": {"fabric_a_netdev": "fab0\n    evil: {}"},
+        "vars": {"roce_fabric_routes_a": [{"to": "10.10.0.0/16", "via": "192.168.100.1"}]},
+    },
+    "netplan_newline": {
+        "src": "roce_fabric/netplan-cx7.yaml.j2",
+        "vars": {"fabric_a_netdev": "fab0:\n    evil: {}"},
+        "says": "fabric_a_netdev: ",
+    },
+    "netplan_mapping": {
+        "src": "roce_fabric/netplan-cx7.yaml.j2",
+        "vars": {"roce_fabric_mtu": {"9000": None, "renderer": "NetworkManager"}},
+        "says": "roce_fabric_mtu: ",
+    },
+    "netplan_route_list": {
+        "src": "roce_fabric/netplan-cx7.yaml.j2",
+        "vars": {"roce_fabric_routes_b": [{"to": ["0.0.0.0/0"], "via": "192.168.101.1"}]},
+        "says": "roce_fabric_routes_b: to: ",
     },
     "nccl_env_shell": {
         "src": "nccl/nccl-env.j2",
@@ -548,9 +564,18 @@ def test_ansible_wrote_the_valid_files_as_their_formats_read_them(
         f"net.ipv4.conf.{iface}.rp_filter = 2" for iface in ("all", "default", "fab0", "fab1")
     ]
     netplan = yaml.safe_load((out / "netplan_ok").read_text())
-    assert list(netplan) == ["network"]
-    assert list(netplan["network"]["ethernets"]) == ["fab0\n    evil: {}", "fab1"]
+    fab0 = {
+        "dhcp4": False,
+        "dhcp6": False,
+        "link-local": [],
+        "mtu": 9000,
+        "addresses": ["192.168.100.11/24"],
+        "routes": [{"to": "10.10.0.0/16", "via": "192.168.100.1"}],
+    }
+    assert netplan == {"network": {"version": 2, "ethernets": {"fab0": fab0, "fab1": ANY}}}
+    # The layout the template had when it pasted text: lists indented under their key.
     assert (
-        "    fab1:\n      dhcp4: false\n      dhcp6: false\n      link-local: []\n"
-        "      mtu: 9000\n      addresses:\n        - 192.168.101.11/24\n"
+        "    fab0:\n      dhcp4: false\n      dhcp6: false\n      link-local: []\n"
+        "      mtu: 9000\n      addresses:\n        - 192.168.100.11/24\n"
+        "      routes:\n        - to: 10.10.0.0/16\n          via: 192.168.100.1\n"
     ) in (out / "netplan_ok").read_text()
