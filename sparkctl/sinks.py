@@ -85,8 +85,17 @@ _LITERAL_READERS = frozenset({"docker", "nccl", "sparkctl", "launcher"})
 _NCCL_VALUE_MAX = 1023
 
 
-def _fail(what: str, problem: str) -> AnsibleFilterError:
-    return AnsibleFilterError(f"{what}: {problem}")
+class SinkError(AnsibleFilterError):  # type: ignore[misc]  # Any: ansible is untyped here
+    """A refusal: ``what`` (the file or variable) and the ``problem`` apart, so a
+    checker can list problems under its own heading."""
+
+    def __init__(self, what: str, problem: str) -> None:
+        super().__init__(f"{what}: {problem}")
+        self.problem = problem
+
+
+def _fail(what: str, problem: str) -> SinkError:
+    return SinkError(what, problem)
 
 
 def looks_secret(name: Any) -> bool:
@@ -291,6 +300,22 @@ def sparkctl_env_line(
     return f"{key}='{text}'"
 
 
+def sparkctl_env_problems(
+    env: Any, readers: Any = ENV_READERS, *, secrets: bool = False
+) -> list[str]:
+    """What :func:`sparkctl_env_line` would refuse in ``env``, one problem per
+    variable (empty: every line can be written): for a preflight's judgement."""
+    if not isinstance(env, Mapping):
+        return [f"the environment is {_shown('env', env)}, not a mapping NAME -> value"]
+    problems = []
+    for name, value in env.items():
+        try:
+            sparkctl_env_line(name, value, readers, "env", secrets=secrets)
+        except SinkError as exc:
+            problems.append(exc.problem)
+    return problems
+
+
 # --------------------------------------------------------------- systemd units
 _UNIT_KINDS = ("text", "int", "path", "user")
 _UNIT_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\Z")
@@ -484,6 +509,7 @@ class FilterModule:
             "sparkctl_sysctl_line": sparkctl_sysctl_line,
             "sparkctl_sysctl_items": sparkctl_sysctl_items,
             "sparkctl_env_line": sparkctl_env_line,
+            "sparkctl_env_problems": sparkctl_env_problems,
             "sparkctl_unit_value": sparkctl_unit_value,
             "sparkctl_unit_word": sparkctl_unit_word,
             "sparkctl_exec_line": sparkctl_exec_line,

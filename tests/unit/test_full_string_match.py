@@ -108,7 +108,8 @@ def sglang_args() -> object:
 def test_nccl_env_refuses_a_key_or_value_with_a_trailing_newline(nccl_env: object) -> None:
     problems = nccl_env.nccl_env_problems  # type: ignore[attr-defined]
     assert problems({"NCCL_IB_HCA": "rocep1s0f1"}) == []
-    assert problems({"reboot\n": "1"}) == ["'reboot\\n' is not a valid variable name"]
+    (only,) = problems({"reboot\n": "1"})
+    assert only.startswith("'reboot\\n' is not a variable name"), only
     assert len(problems({"NCCL_IB_HCA": "rocep1s0f1\n"})) == 1
 
 

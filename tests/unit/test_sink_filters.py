@@ -162,6 +162,25 @@ def test_a_secret_is_never_in_a_message(value: Any) -> None:
             assert out == f"SGLANG_API_KEY={SECRET}"
 
 
+def test_preflight_lists_the_problems_without_a_secret() -> None:
+    """The roles' preflight judges the environment by the same rules, one problem
+    per variable, and shows no secret and no list or mapping item."""
+    env = {"HF_TOKEN": SECRET, "SGLANG_X": [SECRET], "SGLANG_Y": {"k": SECRET}, "OK": "1"}
+    args = load_file("sink_sglang_args2", ROLES / "sglang" / "filter_plugins" / "sglang_args.py")
+    nccl = load_file("sink_nccl_env", ROLES / "nccl" / "filter_plugins" / "nccl_env.py")
+    for problems in (
+        SINKS.sparkctl_env_problems(env),
+        args.sglang_env_problems(env),
+        nccl.nccl_env_problems(env),
+    ):
+        assert len(problems) == 3, problems
+        assert not [p for p in problems if SECRET in p]
+        assert [p.split(" ", 1)[0] for p in problems] == ["HF_TOKEN", "SGLANG_X", "SGLANG_Y"]
+    assert SINKS.sparkctl_env_problems([SECRET]) == [
+        "the environment is a list, not a mapping NAME -> value"
+    ]
+
+
 def test_the_launcher_reads_what_the_secrets_line_holds(tmp_path: Path) -> None:
     """Anything but a line break or a blank at an end is the launcher's key as written."""
     key = "k$e'y\"\\`;#%="

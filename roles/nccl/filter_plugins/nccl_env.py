@@ -16,18 +16,17 @@ from pathlib import Path
 from runpy import run_path
 from typing import Any
 
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-# Characters a value may carry unquoted in all three readers (no blanks,
-# quotes, backslashes, $ or #). NCCL_IB_HCA may start with = or ^.
-SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*\Z")
-
-
 # sparkctl's one parser of node tool output (sparkctl/tool_output.py), loaded by
 # the loader linked beside this file (sparkctl/tool_output_loader.py says why a
 # filter loads it by path).
 TOOL_OUTPUT = run_path(str(Path(__file__).with_name("sparkctl_tool_output_loader.py")))[
     "tool_output"
 ](__file__)
+# The sink filters (sparkctl/sinks.py, linked beside this file): preflight judges
+# the environment by the same rules the template writes it with.
+SINKS = run_path(str(Path(__file__).with_name("sparkctl_sinks.py")))
+# Who reads the files of templates/nccl-env.j2 (the template says why).
+READERS = ("nccl", "systemd", "docker", "sh", "sparkctl")
 
 
 def nccl_parse_env(text: str) -> dict[str, str]:
@@ -36,20 +35,9 @@ def nccl_parse_env(text: str) -> dict[str, str]:
 
 
 def nccl_env_problems(env: dict[str, Any]) -> list[str]:
-    """Keys or values that one of the readers would take differently from the others."""
-    problems = []
-    for key, value in dict(env).items():
-        if not _KEY.match(str(key)):
-            problems.append(f"{key!r} is not a valid variable name")
-        elif isinstance(value, (dict, list, bool)) or value is None:
-            problems.append(f"{key}: {value!r} must be a string or a number")
-        elif not SAFE_VALUE.match(str(value)):
-            problems.append(
-                f"{key}: {value!r} has characters that systemd, a shell and "
-                "NCCL's nccl.conf reader would not read alike (blanks, quotes, "
-                "backslash, $ or #)"
-            )
-    return problems
+    """Keys or values that one of the readers would take differently from the others
+    (what the template's sparkctl_env_line would refuse; no secret's value shown)."""
+    return list(SINKS["sparkctl_env_problems"](env, READERS))
 
 
 def nccl_env_diff(actual: dict[str, Any], expected: dict[str, Any]) -> list[str]:

@@ -67,8 +67,6 @@ LAUNCHER_NAME = "sglang-launcher.py"
 # Words a launch argument may contain: systemd, docker and the shell read them
 # alike (no blanks, quotes, backslashes, $, %, or #).
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_.,:/=@+-]+\Z")
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/=@^+%-]*\Z")
 
 
 # sparkctl's one parser of node tool output (sparkctl/tool_output.py), loaded by
@@ -399,17 +397,14 @@ def sglang_parse_env(text: str) -> dict[str, str]:
         raise AnsibleFilterError(str(exc)) from None
 
 
+# Who reads the files of templates/sglang-env.j2 (the template says why).
+ENV_READERS = ("systemd", "docker", "sh", "sparkctl")
+
+
 def sglang_env_problems(env: dict[str, Any]) -> list[str]:
-    """Variables that systemd's EnvironmentFile= and docker's --env-file would read differently."""
-    problems = []
-    for key, value in dict(env).items():
-        if not _KEY.match(str(key)):
-            problems.append(f"{key!r} is not a variable name")
-        elif isinstance(value, (dict, list, bool)) or value is None:
-            problems.append(f"{key}: {value!r} must be a string or a number")
-        elif not _SAFE_VALUE.match(str(value)):
-            problems.append(f"{key}: {value!r} has blanks, quotes, backslash, $ or #")
-    return problems
+    """Variables that systemd's EnvironmentFile=, docker's --env-file and sh would read
+    differently (what the template's sparkctl_env_line would refuse; no secret shown)."""
+    return list(SINKS["sparkctl_env_problems"](env, ENV_READERS))
 
 
 def sglang_env_diff(actual: dict[str, Any], expected: dict[str, Any]) -> list[str]:
