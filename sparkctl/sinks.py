@@ -406,6 +406,10 @@ _WORDS: dict[str, tuple[re.Pattern[str], str]] = {
         "an IPv4 address",
     ),
     "user": (_UNIT_USER, "a user name"),
+    "path": (
+        re.compile(r"^(?!.*/\.\.?(?:/|\Z))/[A-Za-z0-9_.+@=-][A-Za-z0-9_.+@=/-]*\Z"),
+        "an absolute path below / of letters, digits and _ . + @ = / - (no '..', ':' or ',')",
+    ),
     "port_range": (re.compile(r"^[0-9]{1,5}(?:-[0-9]{1,5})?\Z"), "a port or a port range a-b"),
     "glob": (
         re.compile(r"^[A-Za-z0-9_.+*?][A-Za-z0-9_.+*?:-]*\Z"),
@@ -418,7 +422,9 @@ def sparkctl_word(value: Any, what: str = "value", kind: str = "word") -> str:
     """One word of a whitespace-separated configuration line, of a ``kind``:
     ``word`` (letters, digits, ``_ . , : / = @ + -``, not starting with ``-``),
     ``host`` (a host name or IPv4 address), ``ipv4``, ``user``, ``glob`` (a
-    package name pattern), ``port_range`` (``30000`` or ``32768-60999``)."""
+    package name pattern), ``port_range`` (``30000`` or ``32768-60999``),
+    ``path`` (absolute and not ``/`` itself, without ``.``/``..`` parts, ``:``
+    or ``,``, which a ``--volume DIR:DIR:ro`` would split at)."""
     if kind not in _WORDS:
         raise AnsibleFilterError(f"unknown word kind {kind!r}: {', '.join(_WORDS)}")
     text = _scalar_text(value, what, what)
@@ -427,6 +433,18 @@ def sparkctl_word(value: Any, what: str = "value", kind: str = "word") -> str:
     if not pattern.match(text):
         raise _fail(what, f"{_shown(what, value)} is not {hint}")
     return text
+
+
+def sparkctl_list(value: Any, what: str = "value", kind: str | None = None) -> list[Any]:
+    """``value`` as a list, refused when it is anything else (a string is not
+    iterated into characters, a mapping not into its keys); with ``kind``, each
+    item one word of that kind (:func:`sparkctl_word`)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise _fail(what, f"is {_shown(what, value)}, not a list")
+    items = list(value)
+    if kind is not None:
+        return [sparkctl_word(item, f"{what}[{i}]", kind) for i, item in enumerate(items)]
+    return items
 
 
 def sparkctl_quoted(value: Any, what: str = "value", quote: str = '"') -> str:
@@ -515,6 +533,7 @@ class FilterModule:
             "sparkctl_exec_line": sparkctl_exec_line,
             "sparkctl_word": sparkctl_word,
             "sparkctl_int": sparkctl_int,
+            "sparkctl_list": sparkctl_list,
             "sparkctl_quoted": sparkctl_quoted,
             "sparkctl_yaml": sparkctl_yaml,
         }

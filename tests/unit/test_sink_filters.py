@@ -316,6 +316,11 @@ def test_sglang_exec_line_is_the_sink_filter() -> None:
         ("ipv4", ["192.168.100.11", "10.0.0.0"], ["192.168.100.256", "1.2.3", "10.0.0.1 x"]),
         ("user", ["sparkctl", "475"], ["root\n    ProxyCommand sh", "a b", ""]),
         ("glob", ["linux-modules-nvidia-580-open-*", "libnccl2"], ["a b", "x\ny", "-x"]),
+        (
+            "path",
+            ["/var/lib/sparkctl/models", "/a/.cache"],
+            ["/", "rel", "/a/../b", "/a:/b", "/a,b"],
+        ),
         ("port_range", ["30000", "32768-60999", 50000], ["30000\n accept", "1-2 }", " 1", "1,2"]),
         ("word", ["580", "a=b:c/d@e+f,g"], ["-x", "a b", "a#b", "$x", "x\u2028y"]),
     ],
@@ -325,6 +330,33 @@ def test_config_words(kind: str, good: list[str], bad: list[Any]) -> None:
         assert SINKS.sparkctl_word(value, "w", kind) == str(value)
     for value in [*bad, ["x"], {"x": 1}, None, True]:
         refused(SINKS.sparkctl_word, value, "w", kind, says="w: ")
+
+
+def test_lists_are_lists() -> None:
+    """A string is refused, not iterated into one item per character (a string
+    sglang_model_mounts once became `--volume /:/:ro`); items checked by kind."""
+    assert SINKS.sparkctl_list(["/models"], "sglang_model_mounts", "path") == ["/models"]
+    assert SINKS.sparkctl_list(("a", 1), "x") == ["a", 1]
+    for bad in ("/models", {"/models": 1}, None, 1):
+        refused(SINKS.sparkctl_list, bad, "sglang_model_mounts", "path", says="not a list")
+    refused(SINKS.sparkctl_list, ["/"], "sglang_model_mounts", "path", says="mounts[0]: ")
+    refused(SINKS.sparkctl_list, ["/a:/b:rw"], "sglang_model_mounts", "path", says="absolute")
+
+
+def test_sglang_extra_args_are_a_list_of_words() -> None:
+    args = load_file("sink_sglang_args3", ROLES / "sglang" / "filter_plugins" / "sglang_args.py")
+    nodes = [{"name": "spark1", "node_rank": 0, "fabric_a_ip": "192.168.100.11"}]
+    launch = {
+        "model_path": "/m",
+        "tp_size": 1,
+        "nnodes": 1,
+        "dist_port": 50000,
+        "port": 30000,
+    }
+    assert args.sglang_launch_args(nodes, 0, **launch, extra_args=["--x", 1])[-2:] == ["--x", "1"]
+    for bad in ("--trust-remote-code", {"--x": 1}, [["--x"]], [{"a": 1}], [None], [True]):
+        with pytest.raises(args.AnsibleFilterError, match="sglang_extra_args"):
+            args.sglang_launch_args(nodes, 0, **launch, extra_args=bad)
 
 
 def test_integers_and_quoted_strings() -> None:

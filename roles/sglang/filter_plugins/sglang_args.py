@@ -238,6 +238,16 @@ def sglang_launch_args(
     if ssl_certfile:
         # uvicorn's TLS (sglang 0.5.17 server_args.py: --ssl-certfile/--ssl-keyfile).
         args += ["--ssl-certfile", str(ssl_certfile), "--ssl-keyfile", str(ssl_keyfile)]
+    if extra_args is not None and not isinstance(extra_args, (list, tuple)):
+        # A string would be split into one argument per character.
+        raise AnsibleFilterError(
+            f"sglang_extra_args is a {type(extra_args).__name__}: a list, one word per item"
+        )
+    if any(isinstance(a, (dict, list, tuple, bool)) or a is None for a in extra_args or []):
+        raise AnsibleFilterError(
+            "sglang_extra_args: every item is one word (a string or a number), "
+            "not a list, mapping, boolean or null"
+        )
     args += [str(a) for a in (extra_args or [])]
     if api_key:  # last: the launcher appends the real key at the end of argv
         args += ["--api-key", API_KEY_REF]
