@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -928,6 +929,38 @@ def _unit_context(
 def _execstart(unit: str) -> list[str]:
     (line,) = [ln for ln in unit.splitlines() if ln.startswith("ExecStart=")]
     return shlex.split(line.removeprefix("ExecStart=").replace("%%", "%").replace("$$", "$"))
+
+
+INJECTED = "\nExecStartPre=/bin/sh -c id"
+
+
+@pytest.mark.parametrize(
+    ("method", "override", "says"),
+    [
+        ("venv", {"sglang_user": "svc" + INJECTED}, "sglang_user: "),
+        ("venv", {"_sglang_group_name": "svc" + INJECTED}, "sglang_user: "),
+        ("venv", {"sglang_restart_sec": "30" + INJECTED}, "sglang_restart_sec: "),
+        ("venv", {"sglang_start_limit_burst": [3]}, "sglang_start_limit_burst: "),
+        ("venv", {"_sglang_unit_env_files": ["/etc/x.env" + INJECTED]}, "sglang_env_file: "),
+        ("venv", {"_sglang_unit_env_files": ["%h/x.env"]}, "sglang_env_file: "),
+        ("venv", {"sglang_secrets_file": "/etc/s.env" + INJECTED}, "sglang_secrets_file: "),
+        ("container", {"sglang_image": "img" + INJECTED}, "sglang_image: "),
+        ("container", {"_sglang_container_name": "c" + INJECTED}, "command line: "),
+        (
+            "container",
+            {"_sglang_exec_argv": ["/usr/bin/docker", "run", "--x" + INJECTED]},
+            "line: ",
+        ),
+        ("container", {"_sglang_exec_argv": ["-/usr/bin/docker", "run"]}, "absolute path"),
+    ],
+)
+def test_unit_template_refuses_a_value_that_would_add_a_setting(
+    method: str, override: dict[str, Any], says: str
+) -> None:
+    """Every value reaches the unit through a sink filter: one that would start
+    another setting (a newline), expand (a specifier) or lose its type is refused."""
+    with pytest.raises(args_f.AnsibleFilterError, match=re.escape(says)):
+        _render("sparkctl-sglang.service.j2", {**_unit_context(method), **override})
 
 
 def test_unit_template_for_the_container_the_lab_and_a_spark_share() -> None:
