@@ -24,7 +24,8 @@ import yaml
 
 from sparkctl import rules
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.paths import roles_dir
+from sparkctl.paths import CONTROLLER_VARS, controller_vars, roles_dir
+from sparkctl.rules import data
 
 log = logging.getLogger(__name__)
 
@@ -180,11 +181,14 @@ def _load_ansible_inventory(
         hostvars: dict[str, dict[str, Any]] = {}
         origins: Origins = {}
         plaintext: list[tuple[str, str]] = []
+        raw = {host.name: vm.get_vars(host=host) for host in inv.get_hosts()}
+        _refuse_templates(path, raw)  # before anything is templated: values are data
+        controller = controller_vars()
         for host in inv.get_hosts():
             hostvars[host.name] = _resolve_host(
                 path,
                 host.name,
-                vm.get_vars(host=host),
+                {**controller, **raw[host.name]},
                 loader=loader,
                 have_password=have_password,
                 origins=origins,
@@ -204,6 +208,57 @@ def _load_ansible_inventory(
     if plaintext:
         _refuse_plaintext(path, plaintext, origins)
     return cluster, groups, hostvars, origins, secrets
+
+
+# Variables of the play and of Ansible itself in VariableManager.get_vars: never the
+# inventory's, never judged or templated here.
+_PLAY_VARS = frozenset(
+    {
+        "groups",
+        "hostvars",
+        "vars",
+        "environment",
+        "omit",
+        "playbook_dir",
+        "ansible_playbook_python",
+        "inventory_dir",
+        "inventory_file",
+    }
+)
+
+
+def _refuse_templates(path: Path, raw: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse every value that is a template (rules/data.py), and a controller variable
+    the inventory sets, naming file, host and variable: before any value is templated,
+    so no lookup, filter or call in an inventory ever runs, not even here."""
+    from ansible.template import is_trusted_as_template  # noqa: PLC0415
+
+    found: dict[tuple[str, str], tuple[str, list[str]]] = {}
+    for host, variables in raw.items():
+        own = {k: v for k, v in variables.items() if k not in _PLAY_VARS}
+        expanding = data.expansion_problems(own, is_trusted_as_template)
+        for name, value in own.items():
+            if name in CONTROLLER_VARS:
+                problem: str | None = (
+                    "is set by sparkctl for every run (from the controller: "
+                    "SPARKCTL_STATE_DIR, PIP_CERT); refer to it as {{ " + name + " }}, "
+                    "do not set it"
+                )
+            else:
+                problem = data.template_problem(value, is_trusted_as_template)
+            problem = problem or expanding.get(name)
+            if problem is None:
+                continue
+            where = origin_of(value) or _defined_in(path, name) or str(path)
+            entry = found.setdefault((name, problem), (where, []))
+            entry[1].append(host)
+    if not found:
+        return
+    lines = []
+    for (name, problem), (where, hosts) in found.items():
+        who = f"host {hosts[0]}" if len(hosts) == 1 else "all hosts"
+        lines.append(f"{where}: {who}: variable {name}: {problem} ({data.HINT})")
+    raise _refused(path, lines)
 
 
 def _refuse_plaintext(path: Path, found: list[tuple[str, str]], origins: Origins) -> None:
@@ -250,17 +305,7 @@ def _resolve_host(
     templar = Templar(loader=loader, variables=raw)
     resolved: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in {
-            "groups",
-            "hostvars",
-            "vars",
-            "environment",
-            "omit",
-            "playbook_dir",
-            "ansible_playbook_python",
-            "inventory_dir",
-            "inventory_file",
-        }:
+        if key in _PLAY_VARS or (key in CONTROLLER_VARS and origin_of(value) is None):
             continue
         where = origin_of(value)
         if where:
@@ -788,13 +833,42 @@ def _defined_in(path: Path, var: str) -> str | None:
     return None
 
 
-def validate(path: Path) -> Inventory:
+EXTRA_VARS = "-e"  # where a value given on the command line comes from
+
+
+def _refuse_extra(path: Path, extra: Mapping[str, Any]) -> None:
+    """``-e`` values are data too, and stricter: no template at all (a command line has
+    no variables of its own to refer to), and no controller variable."""
+    lines = []
+    for name, value in extra.items():
+        if name in CONTROLLER_VARS:
+            problem: str | None = "is set by sparkctl for every run; do not set it"
+        else:
+            problem = data.template_problem(value)
+            if problem is None and data.references(value):
+                problem = "is a template: values given with -e are data"
+        if problem is not None:
+            lines.append(f"{EXTRA_VARS}: all hosts: variable {name}: {problem} ({data.HINT})")
+    if lines:
+        raise _refused(path, lines)
+
+
+def validate(path: Path, extra: Mapping[str, Any] | None = None) -> Inventory:
     """Load the inventory and apply every rule; raise one BAD_INPUT error listing all problems.
 
-    Nothing is contacted: this runs on the controller before any playbook.
+    ``extra`` (a command's ``-e`` values, which override every inventory value in the
+    playbooks) is judged with the inventory, as the hosts would see it. Nothing is
+    contacted: this runs on the controller before any playbook.
     """
     inv = load(path)
-    problems = rules.check(inv.groups, inv.hostvars, roles_dir())
+    hostvars: Mapping[str, Mapping[str, Any]] = inv.hostvars
+    origins = dict(inv.origins)
+    if extra:
+        _refuse_extra(path, extra)
+        plain_extra = {str(k): _plain(v) for k, v in extra.items()}
+        hostvars = {host: {**hv, **plain_extra} for host, hv in inv.hostvars.items()}
+        origins.update({(host, name): EXTRA_VARS for host in hostvars for name in plain_extra})
+    problems = rules.check(inv.groups, hostvars, roles_dir())
     if not problems:
         return inv
     lines = []
@@ -802,8 +876,8 @@ def validate(path: Path) -> Inventory:
         where: str | None = None
         if p.var:
             top = p.var.split(".", 1)[0]
-            hosts = [p.host] if p.host else list(inv.hostvars)
-            where = next((inv.origins[(h, top)] for h in hosts if (h, top) in inv.origins), None)
+            hosts = [p.host] if p.host else list(hostvars)
+            where = next((origins[(h, top)] for h in hosts if (h, top) in origins), None)
             where = where or _defined_in(path, p.var)
         line = f"{where or path}: {p}"
         if p.hint:

@@ -23,7 +23,7 @@ from typing import Any
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import vault_environment
-from sparkctl.paths import data_dir, playbooks_dir, roles_dir
+from sparkctl.paths import controller_vars, data_dir, playbooks_dir, roles_dir
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +286,9 @@ def run_playbook(
     private = results_dir / "runner"
     private.mkdir(parents=True, exist_ok=True)
     cmdline = []
-    inline, secret_file = _split_secret_vars(extravars or {}, private)
+    # The controller's own variables (paths.controller_vars) for every run, as the
+    # inventory check resolved them; the inventory may refer to them, never set them.
+    inline, secret_file = _split_secret_vars({**controller_vars(), **(extravars or {})}, private)
     if secret_file is not None:
         cmdline.append(f"-e @{shlex.quote(str(secret_file))}")
     if check:
