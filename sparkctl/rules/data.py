@@ -121,8 +121,7 @@ def expansion_problems(variables: Mapping[str, Any], trusted: Trusted = _always)
         try:
             if size(name) > MAX_EXPANDED_CHARS:
                 wrong[name] = (
-                    f"refers to variables that expand to more than {MAX_EXPANDED_CHARS} "
-                    "characters"
+                    f"refers to variables that expand to more than {MAX_EXPANDED_CHARS} characters"
                 )
         except RecursionError:
             busy.clear()

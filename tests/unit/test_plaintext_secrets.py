@@ -103,7 +103,7 @@ def test_a_vaulted_or_environment_secret_passes(
     assert "sglang_api_key" not in inv.hostvars["spark1"]  # the role reads the environment
 
     secret_file.write_text(
-        'sglang_api_key: "{{ lookup(\'ansible.builtin.env\', \'SPARKCTL_SGLANG_API_KEY\') }}"\n'
+        "sglang_api_key: \"{{ lookup('ansible.builtin.env', 'SPARKCTL_SGLANG_API_KEY') }}\"\n"
     )
     with pytest.raises(SparkctlError) as refused:
         inventory.validate(path)
