@@ -10,12 +10,15 @@ host and the variable.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import ipaddress
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -350,8 +353,10 @@ def _check_readable(path: Path) -> None:
         raise SparkctlError(
             f"{path}: cannot read inventory: {exc.strerror}", ExitCode.BAD_INPUT
         ) from exc
-    if path.suffix in (".yml", ".yaml") or len(data) > MAX_FILE_BYTES:
-        _check_bounded(path, data)
+    # Whatever its suffix: Ansible's yaml plugin reads a YAML inventory named lab.ini
+    # too, and its aliases multiply the same way. An INI file is no YAML document
+    # and passes in microseconds.
+    _check_bounded(path, data)
 
 
 def _check_vars_files(base: Path, names: Iterable[str]) -> None:
@@ -722,6 +727,45 @@ def _int(value: Any) -> int:
     return int(value)
 
 
+# The whole check (load, template, rules) ends within this many seconds, whatever an
+# inventory holds: a pathological file is a refusal, never a hang. A real inventory
+# takes well under a second (docs/benchmarks.md).
+CHECK_DEADLINE_SECONDS = 60.0
+
+
+@contextlib.contextmanager
+def deadline(path: Path, seconds: float | None = None) -> Iterator[None]:
+    """Raise BAD_INPUT naming ``path`` if the block runs longer than ``seconds``.
+
+    A real-time timer and SIGALRM, in the main thread only (where every sparkctl
+    command runs its check; elsewhere, a test's worker thread, the block runs
+    unbounded). A timer already set by the caller is left alone."""
+    limit = CHECK_DEADLINE_SECONDS if seconds is None else seconds
+    usable = threading.current_thread() is threading.main_thread() and (
+        signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    )
+    if not usable:
+        yield
+        return
+
+    def expired(_signum: int, _frame: object) -> None:
+        raise SparkctlError(
+            f"{path}: checking the inventory took longer than {limit:g} s; refused "
+            "(no host was contacted)",
+            ExitCode.BAD_INPUT,
+            hint="an inventory is a page of settings: look for a file that is "
+            "generated, huge, or refers to itself",
+        )
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def load(path: Path) -> Inventory:
     """Load the inventory and build the typed cluster model."""
     path = Path(path)
@@ -860,6 +904,11 @@ def validate(path: Path, extra: Mapping[str, Any] | None = None) -> Inventory:
     playbooks) is judged with the inventory, as the hosts would see it. Nothing is
     contacted: this runs on the controller before any playbook.
     """
+    with deadline(Path(path)):
+        return _validate(Path(path), extra)
+
+
+def _validate(path: Path, extra: Mapping[str, Any] | None) -> Inventory:
     inv = load(path)
     hostvars: Mapping[str, Mapping[str, Any]] = inv.hostvars
     origins = dict(inv.origins)
