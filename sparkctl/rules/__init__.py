@@ -71,6 +71,8 @@ def check(
     hostvars: Mapping[str, Mapping[str, Any]],
     roles_dir: Path,
     user_vars: Mapping[str, Iterable[str]] | None = None,
+    *,
+    in_play: bool = False,
 ) -> list[Problem]:
     """All rules: topology first, then types of role variables.
 
@@ -82,7 +84,7 @@ def check(
     reported = {(p.host, p.var) for p in problems}
     problems += [
         p
-        for p in check_types(hostvars, load_specs(roles_dir), user_vars)
+        for p in check_types(hostvars, load_specs(roles_dir), user_vars, in_play=in_play)
         if (p.host, p.var) not in reported
     ]
     if not any(p.var is None and p.host is None for p in problems):  # a topology at all

@@ -116,7 +116,7 @@ def _problems_filter(
         for name in plain_vars[host].pop(_PLAINTEXT, [])
     ]
     messages = []
-    for p in [*secrets, *check(plain_groups, plain_vars, Path(roles_dir))]:
+    for p in [*secrets, *check(plain_groups, plain_vars, Path(roles_dir), in_play=True)]:
         top = (p.var or "").split(".", 1)[0]
         where = next(
             (origins[(h, top)] for h in ([p.host] if p.host else hosts) if (h, top) in origins),

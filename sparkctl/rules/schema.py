@@ -94,13 +94,17 @@ def check_types(
     hostvars: Mapping[str, Mapping[str, Any]],
     specs: Specs,
     user_vars: Mapping[str, Iterable[str]] | None = None,
+    *,
+    in_play: bool = False,
 ) -> list[Problem]:
     """Types and choices of role variables; unknown names close to a known one.
 
     Types come from the roles' ``meta/argument_specs.yml`` (:func:`load_specs`), checked
     strictly with their constraints (:mod:`.jsonschema_core`: a wrong type is a refusal
     at any depth). ``user_vars`` (host -> names set by the inventory) limits the checks
-    to what the user wrote; without it every variable is checked except facts.
+    to what the user wrote; without it every variable is checked except facts. Every
+    name no role declares is refused; ``in_play`` (the preflight filter) lets a role's
+    internal names (a leading ``_``: facts set earlier in the play) pass.
     """
     problems: list[Problem] = []
     seen: set[tuple[str | None, str]] = set()
@@ -135,21 +139,38 @@ def check_types(
                     seen.add(key)
                     problems.append(Problem(key[0], name, wrong, hint=hint))
                 continue
+            if name.startswith("_"):
+                if not in_play:  # a role's own facts and constants, never the inventory's
+                    seen.add(key)
+                    problems.append(
+                        Problem(
+                            key[0],
+                            name,
+                            "is a name internal to a role (a leading _), not a setting",
+                            hint="set the role's public variable instead (docs/inventory.md)",
+                        )
+                    )
+                continue
             close = sorted(
                 k for k in known if k.startswith(f"{name}_")
             ) or difflib.get_close_matches(name, known, n=1, cutoff=0.8)
-            if close or name.startswith(prefixes):
-                seen.add(key)
-                problems.append(
-                    Problem(
-                        key[0],
-                        name,
-                        "unknown variable",
-                        hint=f"did you mean {close[0]}?"
-                        if close
-                        else "see the role's meta/argument_specs.yml",
-                    )
+            seen.add(key)
+            problems.append(
+                Problem(
+                    key[0],
+                    name,
+                    "unknown variable",
+                    hint=f"did you mean {close[0]}?"
+                    if close
+                    else (
+                        "see roles/"
+                        + next(p for p in prefixes if name.startswith(p)).rstrip("_")
+                        + "/meta/argument_specs.yml"
+                        if name.startswith(prefixes)
+                        else "no role or sparkctl reads it: docs/inventory.md lists every variable"
+                    ),
                 )
+            )
     return problems
 
 
