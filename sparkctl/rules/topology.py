@@ -126,16 +126,36 @@ def check_names(groups: Mapping[str, list[str]]) -> list[Problem]:
             continue
         role = "the cluster's name" if name == cluster else "a cluster name"
         problems.append(
-            Problem(
-                None,
-                "cluster_name",
-                f"inventory group [{name}] would become {role} (a directory under the "
-                f"state dir and the title of the reports), but {name!r} is not one word "
-                f"({GROUP_NAME_WORDS})",
-                hint="rename the group, e.g. [lab:children]",
+            _name_problem(
+                name,
+                f"inventory group [{name}] would become {role}",
+                "rename the group, e.g. [lab:children]",
             )
         )
     return problems
+
+
+def check_cluster_name(name: str, inventory_file: str) -> Problem | None:
+    """The inventory file's stem as the cluster's name (sparkctl/inventory.py takes it when
+    no group holds every Spark and the switch), or the problem with it."""
+    if GROUP_NAME.match(name):
+        return None
+    return _name_problem(
+        name,
+        f"the name of {inventory_file} would become the cluster's name (no group holds "
+        f"[{SPARKS}] and [{SWITCHES}])",
+        f"add a group of both, e.g. [lab:children] with {SPARKS} and {SWITCHES}",
+    )
+
+
+def _name_problem(name: str, what: str, hint: str) -> Problem:
+    return Problem(
+        None,
+        "cluster_name",
+        f"{what} (a directory under the state dir and the title of the reports), but "
+        f"{name!r} is not one word ({GROUP_NAME_WORDS})",
+        hint=hint,
+    )
 
 
 def _network(value: Any) -> bool:

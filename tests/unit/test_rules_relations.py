@@ -24,7 +24,7 @@ from sparkctl.rules import firewall, formats
 from sparkctl.rules.common import GROUP_NAME, Problem
 from sparkctl.rules.relations import check_relations
 from sparkctl.rules.schema import load_constraints
-from sparkctl.rules.topology import check_names, check_topology, cluster_group
+from sparkctl.rules.topology import check_cluster_name, check_names, check_topology, cluster_group
 from sparkctl.rules.tp import check_tp
 from tests.unit.pathload import load_file
 
@@ -419,6 +419,14 @@ def test_the_cluster_group_is_named_when_not_a_word() -> None:
         assert f"inventory group [{bad}]" in problem.message
     # A group of none of the cluster's hosts never becomes its name.
     assert check_names({**GROUPS, "other.hosts": ["elsewhere"]}) == []
+
+
+def test_an_inventory_file_name_that_would_be_the_cluster_name_is_judged_too() -> None:
+    assert check_cluster_name("lab", "inventory/lab.ini") is None
+    problem = check_cluster_name("..", "/srv/inv/...ini")
+    assert problem is not None
+    assert (problem.host, problem.var) == (None, "cluster_name")
+    assert "the name of /srv/inv/...ini would become the cluster's name" in problem.message
 
 
 def test_a_host_in_both_groups_is_named_and_is_not_a_second_switch() -> None:
