@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .common import Problem, boolean, is_int
+from .connection import ssh_options
 
 # The kernel's default net.ipv4.ip_local_port_range: where NCCL, Gloo and
 # torch.distributed's own sockets listen (ip-sysctl.txt,
@@ -196,14 +197,39 @@ def _api_port_problem(
     return None
 
 
+# Where the inventory may give the SSH port besides ansible_port: ``-o Port=N`` in the
+# ssh argument variables (the connection rules allow Port among the -o options).
+SSH_ARG_VARS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
+
+
+def _ssh_ports(v: Callable[[str], Any], is_set: Callable[[str], bool]) -> list[tuple[int, str]]:
+    """(port, the variable that gives it) of every port ssh may use for the host:
+    ansible_port (22 when unset) and each ``-o Port=`` of the ssh arguments."""
+    ports: list[tuple[int, str]] = []
+    port = v("ansible_port") if is_set("ansible_port") else SSH_PORT
+    if is_int(port):
+        ports.append((port, "ansible_port"))
+    for var in SSH_ARG_VARS:
+        text = v(var) if is_set(var) else None
+        if not isinstance(text, str):
+            continue
+        try:
+            options = ssh_options(text)
+        except ValueError:
+            continue  # the connection rules say what is wrong with it
+        ports += [
+            (int(value), var)
+            for key, value in options
+            if key.lower() == "port" and value.isdigit() and 1 <= int(value) <= 65535
+        ]
+    return ports
+
+
 def _ssh_problem(
     host: str, v: Callable[[str], Any], is_set: Callable[[str], bool]
 ) -> Problem | None:
-    """The SSH port (ansible_port, 22 by default) among the ports the chain drops: once
-    the firewall loads, the controller (not on the fabric) could not reach the node."""
-    ssh = v("ansible_port") if is_set("ansible_port") else SSH_PORT
-    if not is_int(ssh):
-        return None  # the connection rules say what is wrong with it
+    """The SSH port among the ports the chain drops: once the firewall loads, the
+    controller (not on the fabric) could not reach the node."""
     dropped: list[tuple[Interval, str]] = []
     if is_set("sglang_firewall_fabric_ports"):
         dropped += [(iv, "sglang_firewall_fabric_ports") for iv in _fabric_ports(v, is_set)]
@@ -215,18 +241,21 @@ def _ssh_problem(
     api = v("sglang_port")
     if is_int(api):
         dropped.append(((api, api), "sglang_port"))
-    for (low, high), var in dropped:
-        if low <= ssh <= high:
-            ranges = _text((low, high))
-            blame = "ansible_port" if is_set("ansible_port") else var
-            return Problem(
-                host,
-                blame,
-                f"the SSH port {ssh} lies in {ranges} ({var}), which the firewall drops for "
-                "every source but the fabric and the allow-list: once it loads, the "
-                "controller could not reach the node",
-                hint=f"keep sshd's port (ansible_port) outside {ranges}, or move {var}",
-            )
+    for ssh, source in _ssh_ports(v, is_set):
+        for (low, high), var in dropped:
+            if low <= ssh <= high:
+                ranges = _text((low, high))
+                # The role's default port 22 is fine: the variable that moved a range
+                # onto it is the one to change.
+                blame = source if is_set(source) else var
+                return Problem(
+                    host,
+                    blame,
+                    f"the SSH port {ssh} lies in {ranges} ({var}), which the firewall drops "
+                    "for every source but the fabric and the allow-list: once it loads, the "
+                    "controller could not reach the node",
+                    hint=f"keep sshd's port ({source}) outside {ranges}, or move {var}",
+                )
     return None
 
 

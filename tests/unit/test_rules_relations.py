@@ -213,6 +213,18 @@ def test_the_firewall_off_with_a_list_is_refused() -> None:
             "the SSH port 22 lies in 1-1024",
         ),
         ({"sglang_port": 22}, {}, "sglang_port", "the SSH port 22 lies in 22 (sglang_port)"),
+        (
+            {},
+            {"ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o Port=50010"},
+            "ansible_ssh_common_args",
+            "the SSH port 50010 lies in 50000-50015",
+        ),
+        (
+            {},
+            {"ansible_ssh_extra_args": "-oPort=40000"},
+            "ansible_ssh_extra_args",
+            "the SSH port 40000 lies in 32768-60999",
+        ),
     ],
 )
 def test_the_ssh_port_stays_outside_every_port_the_firewall_drops(
