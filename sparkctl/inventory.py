@@ -29,6 +29,7 @@ from sparkctl import rules
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.paths import CONTROLLER_VARS, controller_vars, roles_dir
 from sparkctl.rules import data
+from sparkctl.rules.topology import check_cluster_name
 
 log = logging.getLogger(__name__)
 
@@ -693,6 +694,9 @@ def _cluster_group(path: Path, groups: Mapping[str, list[str]]) -> str:
         if name not in {"all", "ungrouped", SPARKS_GROUP, SWITCHES_GROUP} and members <= set(hosts)
     ]
     if not candidates:
+        wrong = check_cluster_name(path.stem, str(path))
+        if wrong is not None:
+            raise _refused(path, [f"{path}: {wrong}" + (f" ({wrong.hint})" if wrong.hint else "")])
         return path.stem
     return sorted(candidates, key=lambda n: (len(groups[n]), n))[0]
 
@@ -812,7 +816,9 @@ def _build(
     nodes.sort(key=lambda n: n.rank)
 
     switch: Switch | None = None
-    switches = groups.get(SWITCHES_GROUP, [])
+    # A Spark also listed under [switches] is one host with two roles: the rules name it
+    # (rules/topology.py), it is not a second switch.
+    switches = [h for h in groups.get(SWITCHES_GROUP, []) if h not in groups[SPARKS_GROUP]]
     if len(switches) > 1:
         raise bad_input(
             path,

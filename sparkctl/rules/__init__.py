@@ -14,7 +14,10 @@ One module per concern:
 - :mod:`.secrets`: secrets in plain text;
 - :mod:`.topology`: addresses, subnets, ranks and the switch;
 - :mod:`.tp`: the tensor-parallel groups;
-- :mod:`.relations`: rules between variables;
+- :mod:`.relations`: rules between variables (:mod:`.firewall`: the firewall's address
+  lists and ports);
+- :mod:`.data`: values are data (no template runs) and :mod:`.jsonschema_core`, the
+  schema itself;
 - :mod:`.filter`: the rules as an Ansible filter.
 
 This package must stay importable by Ansible on its own: standard library, PyYAML and
