@@ -101,6 +101,8 @@ def test_unknown_variable_suggests_the_known_one() -> None:
     )
     assert [(p.var, p.hint) for p in found] == [
         ("fabric_mtu", "did you mean roce_fabric_mtu?"),
+        # A name close to none: refused all the same (every variable is declared).
+        ("my_own_var", "no role or sparkctl reads it: docs/inventory.md lists every variable"),
         ("sglang_tp", "did you mean sglang_tp_size?"),
     ]
 
