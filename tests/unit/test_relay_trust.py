@@ -469,3 +469,38 @@ def test_what_a_downstream_node_says_reaches_upstream_without_control_characters
     relay._pass_up(lines, out, threading.Lock(), tail)
     assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue()
     assert tail == ["?]0;owned?error?[2J"]
+
+
+# ------------------------------------------------------------ the controller's keys
+def _tasks(node: Any) -> list[dict[str, Any]]:
+    """Every task of a task file, blocks opened."""
+    out: list[dict[str, Any]] = []
+    for task in node if isinstance(node, list) else []:
+        if isinstance(task, dict):
+            out.append(task)
+            for key in ("block", "rescue", "always"):
+                out += _tasks(task.get(key))
+    return out
+
+
+def test_the_only_private_keys_a_role_sends_to_the_nodes_are_the_two_node_keys() -> None:
+    """No role copies a key of the controller (the operator's own, which is root on
+    every node) to a node: the copy tasks that send a key send the cluster key and
+    the relay key, made for the nodes in the cluster's key directory, and the
+    operator's key file is named only in the controller's own ssh command."""
+    sent: set[str] = set()
+    for path in sorted(REPO.glob("roles/*/tasks/*.yml")):
+        for task in _tasks(yaml.safe_load(path.read_text())):
+            copy = task.get("ansible.builtin.copy")
+            if isinstance(copy, dict) and not copy.get("remote_src") and "src" in copy:
+                sent.add(str(copy["src"]))
+        for line in path.read_text().splitlines():
+            if "ansible_ssh_private_key_file" in line:
+                assert "' -i ' ~" in line, f"{path}: {line.strip()}"
+    assert {s for s in sent if "key" in s.lower()} == {
+        "{{ _base_key_path }}",
+        "{{ _model_cache_key_path }}",
+    }
+    base_vars = yaml.safe_load((REPO / "roles" / "base" / "vars" / "main.yml").read_text())
+    assert "base_cluster_key_dir" in base_vars["_base_key_path"]
+    assert "base_cluster_key_dir" in _role_vars()["_model_cache_key_path"]
