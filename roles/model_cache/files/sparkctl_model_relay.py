@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sparkctl-model-relay: manifest, check and pipelined fan-out of a model directory.
 
-Installed on every node by the model_cache role (standard library only). Four
+Installed on every node by the model_cache role (standard library only). Six
 subcommands, each printing one JSON object on stdout:
 
 ``manifest ROOT --out FILE --state FILE``
@@ -72,10 +72,13 @@ The stream: ``SPKR2\n``, then records of a 4-byte big-endian length, a JSON
 header of that length and, for a piece (``{"path", "offset", "length",
 "size"}``), its bytes; the last record is ``{"end": true, "pieces": N}``.
 
-The chain is a JSON list of hops ``{"host", "hosts", "root", "manifest",
+The chain is a JSON list of hops ``{"host", "hosts", "name", "root", "manifest",
 "state", "need", "job"}``; each ``recv`` handles the first and passes the rest on. ``via`` is
 the command that reaches a host (default ``ssh -T -o BatchMode=yes
--o Compression=no {host}``).
+-o Compression=no {host}``; the role's, and ``serve``'s own, is :func:`relay_via`).
+Node to node, a hop is reached with the relay key, whose authorized_keys line
+forces ``serve``: whatever the upstream sends is data to that node, never a path
+outside its cache or a command.
 """
 
 from __future__ import annotations
