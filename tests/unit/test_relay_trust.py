@@ -340,9 +340,26 @@ def test_the_forced_command_refuses_any_other_request(
     cluster: Cluster, request_: str | None
 ) -> None:
     request = None if request_ is None else request_.replace("@MARKER@", str(cluster.marker))
+    with pytest.raises(relay.RelayError):
+        relay.serve(
+            request,
+            io.BytesIO(b""),
+            io.StringIO(),
+            cache=cluster.nodes[0] / "cache",
+            nets=[relay._net(n) for n in NETS],
+            cipher=CIPHER,
+        )
+    assert not cluster.marker.exists()
+
+
+@pytest.mark.parametrize("request_", [None, "sh -c 'touch @MARKER@'", "touch @MARKER@"])
+def test_sshd_running_the_forced_command_runs_nothing_else(
+    cluster: Cluster, request_: str | None
+) -> None:
+    request = None if request_ is None else request_.replace("@MARKER@", str(cluster.marker))
     proc = cluster.serve(0, request, b"")
     assert proc.returncode == 1, proc.stdout
-    assert proc.stderr.decode().startswith("sparkctl-model-relay: ")
+    assert proc.stderr.decode().startswith("sparkctl-model-relay: this key runs ")
     assert not cluster.marker.exists()
 
 
@@ -376,6 +393,23 @@ def _hostile_hops(cluster: Cluster) -> list[tuple[str, dict[str, Any], str]]:
 LATER = {"outside", "relative", "is cache", "in meta", "elsewhere", "other model", "not json"}
 
 
+def _serve_here(cluster: Cluster, i: int, request: str, stream: bytes) -> str:
+    """Node i's serve in this process (a refusal comes before the stream is read):
+    its error message, or "" when it went through."""
+    try:
+        relay.serve(
+            request,
+            io.BytesIO(stream),
+            io.StringIO(),
+            cache=cluster.nodes[i] / "cache",
+            nets=[relay._net(n) for n in NETS],
+            cipher=CIPHER,
+        )
+    except relay.RelayError as exc:
+        return str(exc)
+    return ""
+
+
 def test_the_forced_command_confines_every_hop_of_the_chain(cluster: Cluster) -> None:
     cluster.check(0)
     for label, override, says in _hostile_hops(cluster):
@@ -383,10 +417,16 @@ def test_the_forced_command_confines_every_hop_of_the_chain(cluster: Cluster) ->
         if not any(word in label for word in LATER):
             chains.append([cluster.hop(0), cluster.hop(1, **override)])
         for chain in chains:
-            proc = cluster.serve(0, _request(chain), _whole_stream(cluster))
-            assert proc.returncode == 1, label
-            assert says in proc.stderr.decode(), (label, proc.stderr)
+            said = _serve_here(cluster, 0, _request(chain), _whole_stream(cluster))
+            assert says in said, (label, said)
         assert not (cluster.nodes[0] / "cache" / "mol" / "config.json").exists(), label
+    # And once as sshd runs it: the refusal is the relay's one line, exit 1.
+    proc = cluster.serve(0, _request([cluster.hop(0, root="/etc")]), _whole_stream(cluster))
+    assert proc.returncode == 1
+    assert proc.stderr.decode() == (
+        "sparkctl-model-relay: root '/etc' is outside the model cache "
+        f"{cluster.nodes[0] / 'cache'}\n"
+    )
 
 
 def test_the_forced_command_writes_through_no_link_to_outside_the_cache(
