@@ -544,3 +544,22 @@ def test_the_only_private_keys_a_role_sends_to_the_nodes_are_the_two_node_keys()
     base_vars = yaml.safe_load((REPO / "roles" / "base" / "vars" / "main.yml").read_text())
     assert "base_cluster_key_dir" in base_vars["_base_key_path"]
     assert "base_cluster_key_dir" in _role_vars()["_model_cache_key_path"]
+
+
+@pytest.mark.parametrize(
+    ("cipher", "ok"),
+    [
+        ("aes128-gcm@openssh.com", True),
+        ("aes256-gcm@openssh.com,chacha20-poly1305@openssh.com", True),
+        ("-oProxyCommand=x", False),
+        ("aes128-ctr -oProxyCommand=x", False),
+        ("", False),
+    ],
+)
+def test_the_hop_command_takes_a_cipher_name_or_list_only(cipher: str, ok: bool) -> None:
+    if ok:
+        words = shlex.split(relay.relay_via(cipher))
+        assert words[words.index("-c") + 1] == cipher
+    else:
+        with pytest.raises(relay.RelayError, match="is not an ssh cipher name"):
+            relay.relay_via(cipher)
