@@ -1,0 +1,170 @@
+"""Connection variables are allow-listed: an ``ansible_*`` variable of an inventory is one
+sparkctl accepts, of the shape ssh expects, or it is refused before any contact.
+
+Aliases (``ansible_ssh_host``), programs (``ansible_ssh_executable``), another
+connection than ssh, control paths, a second known_hosts file and su passwords are
+refused by name; facts and what Ansible sets itself are not inventory variables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sparkctl.rules import connection
+
+SSH = "ansible_ssh_common_args"
+
+
+def _problems(hv: dict[str, Any]) -> list[str]:
+    hostvars = {"spark1": hv, "spark2": {}}
+    return [str(p) for p in connection.check_connection(list(hostvars), hostvars)]
+
+
+def test_what_the_project_s_inventories_set_passes() -> None:
+    hv = {
+        "ansible_host": "10.77.0.11",
+        "ansible_user": "root",
+        "ansible_port": 22,
+        "ansible_become": True,
+        "ansible_become_method": "sudo",
+        "ansible_become_user": "root",
+        "ansible_connection": "ssh",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_pipelining": "yes",
+        "ansible_timeout": 30,
+        "ansible_ssh_retries": 3,
+        "ansible_ssh_private_key_file": "/root/.local/state/sparkctl/lab/ssh/id_ed25519",
+        # the lab's group_vars/sim/connection.yml, as Ansible templates it
+        SSH: "-o UserKnownHostsFile=/root/.local/state/sparkctl/lab/ssh/known_hosts "
+        "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
+        # what Ansible sets itself, and facts
+        "ansible_version": {"full": "2.19.4"},
+        "ansible_check_mode": False,
+        "ansible_local": {},
+        "ansible_facts": {"distribution": "Ubuntu"},
+        "ansible_distribution": "Ubuntu",
+    }
+    assert _problems(hv) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        (
+            "ansible_ssh_host",
+            "192.0.2.11",
+            "is an alias that ssh would take instead of ansible_host",
+        ),
+        ("ansible_ssh_user", "-oProxyCommand=x", "instead of ansible_user"),
+        ("ansible_ssh_port", 2222, "instead of ansible_port"),
+        ("ansible_ssh_executable", "/tmp/x", "names a program that sparkctl would run"),
+        ("ansible_become_exe", "/tmp/x", "instead of sudo, as root"),
+        ("ansible_become_flags", "-H -S; id", "adds words to the sudo command line"),
+        ("ansible_control_path", "/tmp/cp-%%h", "control socket"),
+        ("ansible_control_path_dir", "/tmp", "control socket"),
+        ("ansible_ssh_control_path_dir", "/tmp", "control socket"),
+        ("ansible_private_key", "-----BEGIN OPENSSH PRIVATE KEY-----", "private key's text"),
+        ("ansible_shell_type", "csh", "is not a connection variable sparkctl accepts"),
+        ("ansible_docker_extra_args", "--privileged", "is not a connection variable"),
+    ],
+)
+def test_refused_names(name: str, value: Any, says: str) -> None:
+    problems = _problems({name: value})
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"host spark1: variable {name}: "), problems
+    assert says in problems[0]
+
+
+def test_a_refused_name_never_shows_its_value() -> None:
+    (problem,) = _problems({"ansible_private_key": "-----BEGIN OPENSSH PRIVATE KEY----- abc"})
+    assert "BEGIN" not in problem
+
+
+def test_a_near_miss_is_named() -> None:
+    (problem,) = connection.check_connection(["s"], {"s": {"ansible_becom_method": "sudo"}})
+    assert problem.hint == "did you mean ansible_become_method?"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("ansible_connection", "local", "is not ssh"),
+        ("ansible_connection", "community.docker.docker", "is not ssh"),
+        ("ansible_connection", "paramiko", "is not ssh"),
+        ("ansible_become_method", "su", "is not sudo"),
+        ("ansible_become", "maybe", "is not a boolean"),
+        ("ansible_become_user", "root\nDefaults !requiretty", "is not a user name"),
+        ("ansible_python_interpreter", "python3 -c 'import os'", "is not an absolute path"),
+        ("ansible_python_interpreter", "/usr/../tmp/py", "is not an absolute path"),
+        ("ansible_timeout", 0, "is not a whole number of seconds"),
+        ("ansible_ssh_retries", 99, "is not a whole number of retries"),
+        ("ansible_ssh_transfer_method", "rsync", "is not one of smart, sftp, scp, piped"),
+    ],
+)
+def test_accepted_names_of_the_wrong_shape(name: str, value: Any, says: str) -> None:
+    (problem,) = _problems({name: value})
+    assert problem.startswith(f"host spark1: variable {name}: {value!r} {says}"), problem
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\u2007", "\u202f", "\u3000", " "])
+def test_an_address_with_a_unicode_or_trailing_blank_is_refused(space: str) -> None:
+    """Python's strip() and int() read it as the address; ssh does not."""
+    (problem,) = _problems({"ansible_host": f"192.0.2.12{space}"})
+    assert "variable ansible_host:" in problem and "has U+" in problem, problem
+
+
+def test_a_plain_address_passes() -> None:
+    assert _problems({"ansible_host": "192.0.2.12"}) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ansible_su_pass",
+        "ansible_su_password",
+        "ansible_sudo_password",
+        "ansible_private_key_passphrase",
+        "ansible_ssh_private_key_passphrase",
+    ],
+)
+def test_su_passwords_and_passphrases_are_passwords(name: str) -> None:
+    hostvars = {"spark1": {name: "hunter2hunter2"}}
+    (problem,) = connection.check_passwords(["spark1"], hostvars)
+    assert problem.var == name and "passwords are not accepted" in problem.message
+    assert "hunter2" not in str(problem)
+    # and the allow-list leaves them to that rule (one problem, not two)
+    assert connection.check_connection(["spark1"], hostvars) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ("-o ControlPath=/tmp/cm-%C", "'ControlPath=/tmp/cm-%C' moves the ssh connections'"),
+        (
+            "-o 'UserKnownHostsFile /etc/sparkctl/kh /tmp/evil_kh'",
+            "a second known_hosts file ('/tmp/evil_kh' after '/etc/sparkctl/kh')",
+        ),
+        (
+            "-o UserKnownHostsFile=/etc/sparkctl/kh -o UserKnownHostsFile=/tmp/evil_kh",
+            "a second known_hosts file ('/tmp/evil_kh' after '/etc/sparkctl/kh')",
+        ),
+    ],
+)
+def test_ssh_arguments_sparkctl_keeps_to_itself(args: str, says: str) -> None:
+    (problem,) = _problems({SSH: args})
+    assert problem.startswith(f"host spark1: variable {SSH}: {says}"), problem
+
+
+def test_a_second_known_hosts_file_in_the_extra_args_is_refused_there() -> None:
+    (problem,) = _problems(
+        {SSH: "-o UserKnownHostsFile=/a/kh", "ansible_ssh_extra_args": "-oUserKnownHostsFile=/b"}
+    )
+    assert problem.startswith("host spark1: variable ansible_ssh_extra_args: a second"), problem
+
+
+def test_a_group_vars_setting_is_reported_once_for_all_hosts() -> None:
+    hostvars = {h: {"ansible_ssh_host": "192.0.2.11"} for h in ("spark1", "spark2", "sw")}
+    (problem,) = connection.check_connection(list(hostvars), hostvars)
+    assert problem.host is None and problem.var == "ansible_ssh_host"
