@@ -21,23 +21,8 @@ from .common import (
 )
 from .formats import FORMATS
 from .schema import fact_names
+from .secrets import PASSWORD_VARS, check_secrets
 
-# Every variable a connection, become or shell plugin of Ansible reads a password or
-# passphrase from (ansible-doc -t connection ssh, -t become sudo / su): refused whatever
-# its form, vault-encrypted too; sparkctl uses keys and sudo without a stored password.
-PASSWORD_VARS = (
-    "ansible_password",
-    "ansible_ssh_pass",
-    "ansible_ssh_password",
-    "ansible_become_password",
-    "ansible_become_pass",
-    "ansible_sudo_pass",
-    "ansible_sudo_password",
-    "ansible_su_pass",
-    "ansible_su_password",
-    "ansible_private_key_passphrase",
-    "ansible_ssh_private_key_passphrase",
-)
 # Connection variables that would turn host key checking off (a boolean false).
 HOST_KEY_CHECKING_VARS = (
     "ansible_host_key_checking",
@@ -476,7 +461,8 @@ def allowed_names_problems(host: str, hv: Mapping[str, Any]) -> list[Problem]:
 def check_connection(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
     """Host names, and every ``ansible_*`` variable of every host: one of the accepted
     ones (CONNECTION_VARS), of the shape ssh expects; the ssh arguments' options that
-    sparkctl leaves to itself (:func:`ssh_args_problems`)."""
+    sparkctl leaves to itself (:func:`ssh_args_problems`); secrets outside the secret
+    variables (:func:`.secrets.check_secrets`)."""
     problems: list[Problem] = []
     for host in hosts:
         hv = hostvars[host]
@@ -504,7 +490,9 @@ def check_connection(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]]
                 everywhere.append(replace(problem, host=None))
         else:
             everywhere.append(problem)
-    return everywhere
+    # Secrets in every other hiding place (env maps, argument lists, URLs): checked
+    # with the connection, before any rule that could show a value.
+    return everywhere + check_secrets(hosts, hostvars)
 
 
 def ssh_args_problems(host: str, hv: Mapping[str, Any]) -> list[Problem]:
