@@ -230,11 +230,11 @@ def args_secret(words: list[str]) -> Iterator[tuple[int, str]]:
     for index, word in enumerate(words):
         env = _env_name(words, index)
         if env and is_secret_name(env[1]):
-            yield index, f"{env[0]} {env[1]}=... sets a secret in the environment"
+            yield index, f"{env[0]} {env[1]}=... would put a secret on the command line"
             continue
         flag = _secret_flag(word)
         if flag is not None:
-            yield index, f"{flag} takes a secret"
+            yield index, f"{flag} would put a secret on the command line"
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -293,8 +293,8 @@ def _host_secrets(host: str, hv: Mapping[str, Any]) -> list[Problem]:
                 Problem(
                     host,
                     var,
-                    f"{shown}: the server's command line is world-readable in /proc "
-                    "(the value is not shown)",
+                    f"{shown} (the server's argv is world-readable in /proc; the value is "
+                    "not shown)",
                     hint=PRIVATE_FILES_HINT,
                 )
             )

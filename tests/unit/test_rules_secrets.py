@@ -70,28 +70,32 @@ def _check(hv: dict[str, Any]) -> list[str]:
         (
             "sglang_extra_args",
             ["--ssl-keyfile-password", "sentinel-value"],
-            "item 0: --ssl-keyfile-password takes a secret",
+            "item 0: --ssl-keyfile-password would put a secret on the command line",
         ),
-        ("sglang_extra_args", ["--api-k=sentinel-value"], "item 0: --api-k takes a secret"),
+        (
+            "sglang_extra_args",
+            ["--api-k=sentinel-value"],
+            "item 0: --api-k would put a secret on the command line",
+        ),
         (
             "sglang_extra_args",
             ["--admin-api-key", "sentinel-value"],
-            "item 0: --admin-api-key takes a secret",
+            "item 0: --admin-api-key would put a secret on the command line",
         ),
         (
             "sglang_container_extra_args",
             ["--env=SGLANG_API_KEY=sentinel-value"],
-            "item 0: --env SGLANG_API_KEY=... sets a secret",
+            "item 0: --env SGLANG_API_KEY=... would put a secret on the command line",
         ),
         (
             "sglang_container_extra_args",
             ["--gpus=all", "-e", "X_TOKEN=sentinel-value"],
-            "item 1: -e X_TOKEN=... sets a secret",
+            "item 1: -e X_TOKEN=... would put a secret on the command line",
         ),
         (
             "sglang_container_extra_args",
             ["-eHF_TOKEN=sentinel-value"],
-            "item 0: -e HF_TOKEN=... sets a secret",
+            "item 0: -e HF_TOKEN=... would put a secret on the command line",
         ),
         (
             "sglang_pip_extra_args",
