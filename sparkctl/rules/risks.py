@@ -1,7 +1,7 @@
-"""Hardening switches need an explicit opt-in: ``sparkctl_accepted_risks``.
+"""Hardening switches need an explicit opt-in: ``preflight_accepted_risks``.
 
 What turns off one of the roles' protections is refused unless the inventory lists it
-by name in ``sparkctl_accepted_risks`` (roles/preflight declares it, default ``[]``):
+by name in ``preflight_accepted_risks`` (roles/preflight declares it, default ``[]``):
 the SGLang server as root, an environment variable that loads code into a process,
 plain http for a package index or for an endpoint that gets a token, container
 arguments that give the container the host's root. :func:`accepted_risks` says which
@@ -20,8 +20,8 @@ from typing import Any
 
 from .common import Problem
 
-RISKS_VAR = "sparkctl_accepted_risks"
-# Risk -> what accepting it allows (the choices of sparkctl_accepted_risks in
+RISKS_VAR = "preflight_accepted_risks"
+# Risk -> what accepting it allows (the choices of preflight_accepted_risks in
 # roles/preflight/meta/argument_specs.yml: keep the two lists the same).
 RISKS: dict[str, str] = {
     "sglang_as_root": "the SGLang server runs as root",
@@ -249,7 +249,7 @@ def _accepted(hv: Mapping[str, Any]) -> list[str]:
 def check_risks(
     groups: Mapping[str, list[str]], hostvars: Mapping[str, Mapping[str, Any]]
 ) -> list[Problem]:
-    """Each hardening switch a host turns that its ``sparkctl_accepted_risks`` does not
+    """Each hardening switch a host turns that its ``preflight_accepted_risks`` does not
     list, and names in that list that are no risk; a problem every host shares is
     reported once. Every host of ``hostvars`` is judged (``groups`` is taken for the
     rules' common signature)."""

@@ -1,5 +1,5 @@
 """Hardening switches need an explicit opt-in: each is refused unless
-``sparkctl_accepted_risks`` lists it, and every accepted one is said."""
+``preflight_accepted_risks`` lists it, and every accepted one is said."""
 
 from __future__ import annotations
 
@@ -148,12 +148,12 @@ def test_each_switch_is_refused_then_accepted(
 ) -> None:
     (problem,) = _check(hv)
     assert problem.startswith(f"host spark1: variable {var}: {what}: "), problem
-    assert f"refused unless sparkctl_accepted_risks lists {risk}" in problem
-    assert _check({**hv, "sparkctl_accepted_risks": [risk]}) == []
+    assert f"refused unless preflight_accepted_risks lists {risk}" in problem
+    assert _check({**hv, "preflight_accepted_risks": [risk]}) == []
     # another risk accepted is not this one
     other = next(r for r in risks.RISKS if r != risk)
-    assert len(_check({**hv, "sparkctl_accepted_risks": [other]})) == 1
-    (line,) = risks.accepted_risks({"spark1": {**hv, "sparkctl_accepted_risks": [risk]}})
+    assert len(_check({**hv, "preflight_accepted_risks": [other]})) == 1
+    (line,) = risks.accepted_risks({"spark1": {**hv, "preflight_accepted_risks": [risk]}})
     assert line.startswith(f"accepted risk {risk} (") and what in line, line
 
 
@@ -203,13 +203,13 @@ def test_a_group_vars_switch_is_reported_once() -> None:
 
 
 def test_an_unknown_risk_is_refused_with_the_near_miss() -> None:
-    (problem,) = risks.check_risks(GROUPS, {"spark1": {"sparkctl_accepted_risks": ["plain-http"]}})
-    assert problem.var == "sparkctl_accepted_risks" and "is not a risk" in problem.message
+    (problem,) = risks.check_risks(GROUPS, {"spark1": {"preflight_accepted_risks": ["plain-http"]}})
+    assert problem.var == "preflight_accepted_risks" and "is not a risk" in problem.message
     assert problem.hint == "did you mean plain_http?"
 
 
 def test_accepted_but_unused_is_said_too() -> None:
-    hostvars = {h: {"sparkctl_accepted_risks": ["loader_env"]} for h in ("spark1", "spark2")}
+    hostvars = {h: {"preflight_accepted_risks": ["loader_env"]} for h in ("spark1", "spark2")}
     assert risks.accepted_risks(hostvars) == [
         "accepted risk loader_env (an environment variable loads code into the server or "
         "NCCL) on all hosts: listed, not in use"
