@@ -444,9 +444,7 @@ def allowed_names_problems(host: str, hv: Mapping[str, Any]) -> list[Problem]:
                 Problem(
                     host,
                     name,
-                    f"is refused: it {why}"
-                    if not why.startswith(("is ", "an ", "belongs"))
-                    else why,
+                    f"is refused: it {why}",
                     hint=_CONNECTION_HINT,
                 )
             )

@@ -8,11 +8,18 @@ refused by name; facts and what Ansible sets itself are not inventory variables.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sparkctl.rules import connection
+from tests.unit.pathload import ansible_playbook
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SSH = "ansible_ssh_common_args"
 
@@ -168,3 +175,49 @@ def test_a_group_vars_setting_is_reported_once_for_all_hosts() -> None:
     hostvars = {h: {"ansible_ssh_host": "192.0.2.11"} for h in ("spark1", "spark2", "sw")}
     (problem,) = connection.check_connection(list(hostvars), hostvars)
     assert problem.host is None and problem.var == "ansible_ssh_host"
+
+
+# ------------------------------------------------- the preflight play, the same rule
+def _preflight(tmp_path: Path, extra: str) -> subprocess.CompletedProcess[str]:
+    """playbooks/preflight.yml on a copy of the corpus's valid inventory, ``extra`` added
+    to its group_vars; ssh replaced by a recorder first on PATH."""
+    inv = tmp_path / "inv"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "bad_inputs" / "_valid", inv)
+    (inv / "group_vars" / "tiny" / "extra.yml").write_text(extra)
+    (tmp_path / "bin").mkdir()
+    stub = tmp_path / "bin" / "ssh"
+    stub.write_text(f"#!/bin/sh\ntouch {tmp_path / 'ssh-was-run'}\nexit 255\n")
+    stub.chmod(0o755)
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "SPARKCTL_STATE_DIR": str(tmp_path / "state"),
+        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    proc = subprocess.run(
+        [str(ansible_playbook()), "-i", str(inv / "tiny.ini"), "playbooks/preflight.yml"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert not (tmp_path / "ssh-was-run").exists(), proc.stdout
+    return proc
+
+
+def test_the_preflight_play_passes_what_ansible_sets_and_refuses_an_alias(
+    tmp_path: Path,
+) -> None:
+    """In a play, hostvars carry Ansible's own ansible_* names (ansible_version,
+    ansible_check_mode, ansible_forks, ...): the allow-list leaves them alone, and still
+    stops an alias before any host is contacted."""
+    ok = _preflight(tmp_path / "ok", "ansible_timeout: 10\n")
+    assert ok.returncode == 0, ok.stdout[-3000:]
+    bad = _preflight(tmp_path / "bad", "ansible_ssh_host: 192.0.2.11\n")
+    assert bad.returncode == 2, bad.stdout[-3000:]
+    assert "variable ansible_ssh_host: is refused" in bad.stdout, bad.stdout[-3000:]
