@@ -384,6 +384,7 @@ _JUDGED_ELSEWHERE = frozenset(
         *SSH_ARGS_VARS,
     }
 )
+_JUDGED = frozenset({HOST_VAR, *CONNECTION_VARS, *REFUSED_VARS})
 _CONNECTION_HINT = (
     "sparkctl accepts ansible_host and "
     + ", ".join(sorted(CONNECTION_VARS))
@@ -416,11 +417,14 @@ def allowed_names_problems(host: str, hv: Mapping[str, Any]) -> list[Problem]:
     """The ``ansible_*`` variables of one host that sparkctl does not accept, or whose value
     is not of its shape (CONNECTION_VARS); the values of refused names are never shown."""
     problems: list[Problem] = []
-    facts = fact_names(hv)
+    # A fact's name is no inventory variable, but the names this rule judges are never
+    # facts: an inventory's own ``ansible_facts: {ssh_executable: ...}`` must not make
+    # ansible_ssh_executable one.
+    facts = fact_names(hv) - _JUDGED
     for name in sorted(hv):
         if (
             not name.startswith("ansible_")
-            or name in facts
+            or (name in facts and "control_path" not in name)
             or name in ANSIBLE_SET
             or name in _JUDGED_ELSEWHERE
         ):

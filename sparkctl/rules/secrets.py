@@ -298,7 +298,9 @@ def _host_secrets(host: str, hv: Mapping[str, Any]) -> list[Problem]:
                     hint=PRIVATE_FILES_HINT,
                 )
             )
-    facts = fact_names(hv) | {"ansible_facts", "ansible_local"}
+    # Facts are the nodes', not the inventory's; only ansible_* names are taken for facts
+    # (an inventory's own ansible_facts could name any variable).
+    facts = {n for n in fact_names(hv) if n.startswith("ansible_")} | {"ansible_local"}
     for var in sorted(hv):
         if is_secret_name(var) or var in facts or var in {p.var for p in problems}:
             continue  # a secret variable's own value is plaintext_secret's

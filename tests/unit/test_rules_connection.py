@@ -221,3 +221,15 @@ def test_the_preflight_play_passes_what_ansible_sets_and_refuses_an_alias(
     bad = _preflight(tmp_path / "bad", "ansible_ssh_host: 192.0.2.11\n")
     assert bad.returncode == 2, bad.stdout[-3000:]
     assert "variable ansible_ssh_host: is refused" in bad.stdout, bad.stdout[-3000:]
+
+
+def test_an_inventory_s_own_ansible_facts_does_not_hide_a_connection_variable() -> None:
+    hv = {
+        "ansible_facts": {"ssh_executable": 1, "control_path": 1, "ssh_host": 1, "distribution": 1},
+        "ansible_ssh_executable": "/tmp/evil",
+        "ansible_control_path": "/tmp/cp",
+        "ansible_ssh_host": "192.0.2.11",
+        "ansible_distribution": "Ubuntu",  # a real fact's name: not judged
+    }
+    found = {p.var for p in connection.check_connection(["spark1"], {"spark1": hv})}
+    assert found == {"ansible_ssh_executable", "ansible_control_path", "ansible_ssh_host"}

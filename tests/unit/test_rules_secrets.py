@@ -201,3 +201,9 @@ def test_a_value_from_the_command_line_is_not_an_inventory_file_s(
 def test_the_problem_never_shows_the_value() -> None:
     problem = secrets.secret_problem("spark1", "model_cache_hf_token")
     assert "not shown" in problem.message
+
+
+def test_an_inventory_s_own_ansible_facts_does_not_hide_a_token() -> None:
+    hv = {"ansible_facts": {"sglang_served_model_name": 1}, "sglang_served_model_name": SENTINEL}
+    (problem,) = _check(hv)
+    assert "variable sglang_served_model_name: has an access token" in problem
