@@ -384,7 +384,31 @@ _JUDGED_ELSEWHERE = frozenset(
         *SSH_ARGS_VARS,
     }
 )
-_JUDGED = frozenset({HOST_VAR, *CONNECTION_VARS, *REFUSED_VARS})
+# Every variable ansible-core's ssh connection, sudo and su become and sh shell plugins
+# read, and its connection-wide ones (ansible-doc -t connection ssh; -t become sudo, su;
+# -t shell sh; ansible.constants.MAGIC_VARIABLE_MAPPING): judged even when a fact of
+# the same name exists.
+PLUGIN_VARS = frozenset(
+    {
+        "ansible_async_dir",
+        "ansible_admin_users",
+        "ansible_common_remote_group",
+        "ansible_connection_user",
+        "ansible_docker_extra_args",
+        "ansible_module_compression",
+        "ansible_network_os",
+        "ansible_remote_tmp",
+        "ansible_sftp_batch_mode",
+        "ansible_shell_allow_world_readable_temp",
+        "ansible_shell_type",
+        "ansible_ssh_use_tty",
+        "ansible_ssh_verbosity",
+        "ansible_sudo_chdir",
+        "ansible_su_prompt_l10n",
+        "ansible_system_tmpdirs",
+    }
+)
+_JUDGED = frozenset({HOST_VAR, *CONNECTION_VARS, *REFUSED_VARS, *PLUGIN_VARS})
 _CONNECTION_HINT = (
     "sparkctl accepts ansible_host and "
     + ", ".join(sorted(CONNECTION_VARS))

@@ -225,11 +225,23 @@ def test_the_preflight_play_passes_what_ansible_sets_and_refuses_an_alias(
 
 def test_an_inventory_s_own_ansible_facts_does_not_hide_a_connection_variable() -> None:
     hv = {
-        "ansible_facts": {"ssh_executable": 1, "control_path": 1, "ssh_host": 1, "distribution": 1},
+        "ansible_facts": {
+            "ssh_executable": 1,
+            "control_path": 1,
+            "ssh_host": 1,
+            "remote_tmp": 1,
+            "distribution": 1,
+        },
         "ansible_ssh_executable": "/tmp/evil",
+        "ansible_remote_tmp": "/tmp",
         "ansible_control_path": "/tmp/cp",
         "ansible_ssh_host": "192.0.2.11",
         "ansible_distribution": "Ubuntu",  # a real fact's name: not judged
     }
     found = {p.var for p in connection.check_connection(["spark1"], {"spark1": hv})}
-    assert found == {"ansible_ssh_executable", "ansible_control_path", "ansible_ssh_host"}
+    assert found == {
+        "ansible_ssh_executable",
+        "ansible_control_path",
+        "ansible_ssh_host",
+        "ansible_remote_tmp",
+    }
