@@ -582,15 +582,29 @@ def inventory_group() -> None:
 
 @inventory_group.command("check")
 @_INVENTORY_ARG
-def inventory_check(inventory_path: Path) -> None:
-    """Apply every inventory rule; exit 2 naming file, host and variable on a problem."""
-    from sparkctl.inventory import validate  # noqa: PLC0415
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    help="VAR=VALUE or a YAML mapping, judged with the inventory as a run's -e would be.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the cluster, its hosts and the accepted risks as JSON on stdout.",
+)
+def inventory_check(inventory_path: Path, extra: tuple[str, ...], as_json: bool) -> None:
+    """Apply every inventory rule; exit 2 naming file, host and variable on a problem.
 
-    inv = validate(inventory_path)
-    console.progress(
-        f"{inventory_path}: cluster {inv.cluster}, {len(inv.nodes)} Sparks"
-        f"{', switch ' + inv.switch.name if inv.switch else ''}: OK"
-    )
+    Every risk the inventory accepts (preflight_accepted_risks) is printed, also
+    when it passes."""
+    from sparkctl import present  # noqa: PLC0415
+    from sparkctl.rules import accepted_risks  # noqa: PLC0415
+
+    inv = _checked(inventory_path, _extra_vars(extra))
+    present.inventory_checked(inv, accepted_risks(inv.hostvars), as_json=as_json)
 
 
 @cli.command("trust")

@@ -11,7 +11,9 @@ One module per concern:
   ``meta/argument_specs.yml`` and ``meta/constraints.yml``), and unknown names;
 - :mod:`.formats`: the value formats a constraint names;
 - :mod:`.connection`: how the controller reaches a host (passwords, host keys, ssh);
-- :mod:`.secrets`: secrets in plain text;
+- :mod:`.secrets`: one secret rule for every hiding place;
+- :mod:`.risks`: hardening switches, refused unless ``preflight_accepted_risks`` lists
+  them;
 - :mod:`.topology`: addresses, subnets, ranks and the switch;
 - :mod:`.tp`: the tensor-parallel groups;
 - :mod:`.relations`: rules between variables (:mod:`.firewall`: the firewall's address
@@ -44,8 +46,9 @@ from .common import (
 )
 from .connection import ssh_options
 from .relations import check_relations
+from .risks import accepted_risks, check_risks
 from .schema import check_types, load_specs
-from .secrets import plaintext_secret, secret_problem
+from .secrets import check_secrets, is_secret_name, plaintext_secret, secret_problem
 from .topology import check_topology
 from .tp import sglang_groups
 
@@ -56,8 +59,12 @@ __all__ = [
     "SWITCH_OSES",
     "TWINS",
     "Problem",
+    "accepted_risks",
     "check",
+    "check_risks",
+    "check_secrets",
     "check_types",
+    "is_secret_name",
     "load_specs",
     "load_yaml",
     "origin_of",
@@ -84,6 +91,7 @@ def check(
     they concern.
     """
     problems = check_topology(groups, hostvars)
+    problems += check_risks(groups, hostvars)
     reported = {(p.host, p.var) for p in problems}
     problems += [
         p
