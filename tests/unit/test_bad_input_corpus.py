@@ -43,6 +43,7 @@ VALID = [CORPUS / name for name in BASES]
 # One file per class: a class whose file disappears is a hole, not a pass.
 CLASSES = {
     "wrong-type",
+    "types-strict",
     "missing-required",
     "address",
     "subnet",
@@ -64,18 +65,20 @@ CLASSES = {
     "relation",
     "secret",
     "bomb",
+    "templates",
 }
 # The smallest size of the corpus and of the classes written for strict types and
 # templates: a file that lost its cases must not pass as a smaller corpus.
-AT_LEAST: dict[str, int] = {}
-AT_LEAST_IN_ALL = 200
+AT_LEAST = {"types-strict": 25, "templates": 15}
+AT_LEAST_IN_ALL = 150
 FILE_KEYS = {"base", "cases", "passes"}
 CASE_KEYS = {"name", "base", "why", "edits", "extra_vars", "expect"}
 PASS_KEYS = CASE_KEYS - {"expect"}
 EXPECT_KEYS = {"file", "host", "variable", "says", "suggest", "secret"}
 EDIT_KINDS = {"set", "delete", "text", "replace", "unreadable"}
-# The file a problem in an -e value names.
+# The "file" a problem in an -e value names: -e as a word of the message's line.
 EXTRA_VARS = "-e"
+NAMES_EXTRA_VARS = re.compile(r"(?<![\w/.-])-e(?![\w-])")
 # Placeholders in an edit: the marker a payload would create, and a long repeated text
 # (an oversized value without a 100 kB line in the case file).
 MARKER = "@MARKER@"
@@ -247,8 +250,12 @@ def assert_names_the_problem(output: str, dest: Path, expect: dict[str, Any]) ->
     """One line names the file, host and variable; the output says what is expected."""
     assert "Traceback" not in output, output
     assert "internal error" not in output, output
-    where = EXTRA_VARS if expect["file"] == EXTRA_VARS else str(dest / expect["file"])
-    lines = [ln for ln in output.splitlines() if where in ln]
+    if expect["file"] == EXTRA_VARS:  # "-e" as a word: a case's tmp path may hold "-e"
+        where = EXTRA_VARS
+        lines = [ln for ln in output.splitlines() if NAMES_EXTRA_VARS.search(ln)]
+    else:
+        where = str(dest / expect["file"])
+        lines = [ln for ln in output.splitlines() if where in ln]
     if expect.get("variable"):
         lines = [ln for ln in lines if f"variable {expect['variable']}:" in ln]
     if expect.get("host"):
@@ -390,6 +397,15 @@ def test_edits_do_what_the_readme_says(tmp_path: Path) -> None:
         apply_edit(dest, {"file": "tiny.ini", "replace": ["node_rank=1", "x"]}, marker)
     with pytest.raises(AssertionError, match="nothing to delete"):
         apply_edit(dest, {"file": cluster, "delete": ["switch_ports"]}, marker)
+
+
+def test_a_line_names_extra_vars_by_the_word_not_by_a_path_that_holds_it() -> None:
+    """A case's tmp dir (…/x-extra-vars/) holds "-e"; only the word -e names extra vars."""
+    dest = Path("/tmp/t/types-sysctl-value-newline-extra-vars")
+    expect = {"file": EXTRA_VARS, "variable": "v", "says": ["bad"]}
+    assert_names_the_problem("error: -e: variable v: bad", dest, expect)
+    with pytest.raises(AssertionError, match="no line names -e"):
+        assert_names_the_problem(f"error: {dest}/tiny.ini: variable v: bad", dest, expect)
 
 
 @pytest.mark.parametrize("valid", VALID, ids=[p.name for p in VALID])
@@ -539,7 +555,9 @@ def test_the_contact_runs_span_every_class_and_every_template() -> None:
     runs = [p.values for p in CONTACT_RUNS]
     assert {case.cls for case, command in runs if command == ("provision",)} == CLASSES
     assert not NO_CONTACT_NAMED - BY_NAME.keys(), sorted(NO_CONTACT_NAMED - BY_NAME.keys())
-    for case in [c for c in CASES if c.template]:
+    templates = [c for c in CASES if c.template]
+    assert len([c for c in templates if c.cls == "templates"]) >= AT_LEAST["templates"]
+    for case in templates:
         assert (case, ("provision",)) in runs, case.name
 
 
