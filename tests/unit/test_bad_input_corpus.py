@@ -562,7 +562,7 @@ def test_the_contact_runs_span_every_class_and_every_template() -> None:
 
 
 @pytest.mark.parametrize(("case", "command"), CONTACT_RUNS)
-def test_commands_stop_before_contacting_any_host_or_running_a_value(
+def test_commands_stop_before_contacting_any_host(
     *,
     tmp_path: Path,
     recorders: tuple[Path, Path],
