@@ -184,56 +184,64 @@ def _fill(value: Any, marker: Path) -> Any:
     return value
 
 
-def _mapping(path: Path) -> dict[str, Any]:
-    if not path.exists():
+def _mapping(files: dict[str, str], name: str) -> dict[str, Any]:
+    if name not in files:
         return {}
-    data = _load(path.read_text())
-    assert isinstance(data, dict), f"{path}: set/delete need a YAML mapping"
+    data = _load(files[name])
+    assert isinstance(data, dict), f"{name}: set/delete need a YAML mapping"
     return data
 
 
-def apply_edit(dest: Path, edit: dict[str, Any], marker: Path) -> None:
-    """Apply one edit (README.md) to the inventory copied to ``dest``."""
+def apply_edit(files: dict[str, str], edit: dict[str, Any], marker: Path) -> str | None:
+    """Apply one edit (README.md) to ``files`` (path in the inventory -> text), in
+    memory; the name of the file to make unreadable once written, for that edit."""
     edit = _fill(edit, marker)
-    path = dest / edit["file"]
-    path.parent.mkdir(parents=True, exist_ok=True)
+    name = edit["file"]
     if "set" in edit:
-        data = {**_mapping(path), **edit["set"]}
-        path.write_text(_dump(data))
+        files[name] = _dump({**_mapping(files, name), **edit["set"]})
     elif "delete" in edit:
-        data = _mapping(path)
+        data = _mapping(files, name)
         missing = [key for key in edit["delete"] if key not in data]
-        assert not missing, f"{edit['file']}: nothing to delete at {missing}"
-        kept = {k: v for k, v in data.items() if k not in edit["delete"]}
-        path.write_text(_dump(kept))
+        assert not missing, f"{name}: nothing to delete at {missing}"
+        files[name] = _dump({k: v for k, v in data.items() if k not in edit["delete"]})
     elif "text" in edit:
-        path.write_text(edit["text"])
+        files[name] = edit["text"]
     elif "replace" in edit:
         old, new = edit["replace"]
-        text = path.read_text()
-        assert text.count(old) == 1, f"{edit['file']}: {old!r} is not there exactly once"
-        path.write_text(text.replace(old, new))
+        text = files.get(name, "")
+        assert text.count(old) == 1, f"{name}: {old!r} is not there exactly once"
+        files[name] = text.replace(old, new)
     elif edit.get("unreadable"):
-        make_unreadable(path)
+        return str(name)
     else:  # the schema test names the bad edit; this keeps a bad one from passing
         raise AssertionError(f"unknown edit {edit}")
+    return None
 
 
 @functools.cache
-def _base_files(base: str) -> dict[str, bytes]:
-    """The files of a base inventory, read once (writing them is faster than copytree)."""
+def _base_files(base: str) -> dict[str, str]:
+    """The files of a base inventory, read once."""
     root = CORPUS / base
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    return {str(p.relative_to(root)): p.read_text() for p in root.rglob("*") if p.is_file()}
 
 
 def materialise(case: Case, tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of the case's base under tmp_path with its edits: (its directory, its INI)."""
+    """The case's base with its edits, written under tmp_path: (its directory, its INI).
+
+    The edits are applied in memory and each file written once, a directory made once:
+    on an overlay file system a mkdir or an open costs more than the YAML around it.
+    """
     dest = tmp_path / case.name
-    for rel, data in _base_files(case.base).items():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_bytes(data)
-    for edit in case.edits:
-        apply_edit(dest, edit, marker_of(tmp_path))
+    files = dict(_base_files(case.base))
+    unreadable = [apply_edit(files, edit, marker_of(tmp_path)) for edit in case.edits]
+    dest.mkdir(parents=True)
+    dirs = {Path(name).parents[i] for name in files for i in range(len(Path(name).parts) - 1)}
+    for rel in sorted(dirs, key=lambda d: len(d.parts)):  # parents first: one mkdir each
+        (dest / rel).mkdir()
+    for name, text in files.items():
+        (dest / name).write_text(text)
+    for name in filter(None, unreadable):
+        make_unreadable(dest / name)
     return dest, dest / "tiny.ini"
 
 
@@ -376,8 +384,7 @@ def test_the_counts_file_matches_the_cases() -> None:
 def test_edits_do_what_the_readme_says(tmp_path: Path) -> None:
     """set merges top-level keys, delete drops them, text writes the file, replace
     changes one occurrence, placeholders are filled; a replace that finds nothing fails."""
-    dest = tmp_path / "inv"
-    shutil.copytree(CORPUS / "_valid", dest)
+    files = dict(_base_files("_valid"))
     marker = marker_of(tmp_path)
     cluster = "group_vars/tiny/cluster.yml"
     edits: list[dict[str, Any]] = [
@@ -386,17 +393,40 @@ def test_edits_do_what_the_readme_says(tmp_path: Path) -> None:
         {"file": "host_vars/spark2.yml", "text": "a: '@MARKER@'\nb: @REPEAT(ab, 3)@\n"},
         {"file": "tiny.ini", "replace": ["node_rank=1", "node_rank=one"]},
     ]
-    for edit in edits:
-        apply_edit(dest, edit, marker)
-    data = yaml.safe_load((dest / cluster).read_text())
+    assert [apply_edit(files, edit, marker) for edit in edits] == [None] * 4
+    data = yaml.safe_load(files[cluster])
     assert data["roce_fabric_mtu"] == "9000" and data["fabric_a_netdev"] == "x"
     assert "switch_ports" not in data and data["hw_profile"] == "dgx_spark"
-    assert (dest / "host_vars/spark2.yml").read_text() == f"a: '{marker}'\nb: ababab\n"
-    assert "spark2 ansible_host=192.0.2.12 node_rank=one " in (dest / "tiny.ini").read_text()
+    assert files["host_vars/spark2.yml"] == f"a: '{marker}'\nb: ababab\n"
+    assert "spark2 ansible_host=192.0.2.12 node_rank=one " in files["tiny.ini"]
+    assert _base_files("_valid")["tiny.ini"] != files["tiny.ini"]  # the base is untouched
+    assert "node_rank=one" not in _base_files("_valid")["tiny.ini"]
     with pytest.raises(AssertionError, match="exactly once"):
-        apply_edit(dest, {"file": "tiny.ini", "replace": ["node_rank=1", "x"]}, marker)
+        apply_edit(files, {"file": "tiny.ini", "replace": ["node_rank=1", "x"]}, marker)
     with pytest.raises(AssertionError, match="nothing to delete"):
-        apply_edit(dest, {"file": cluster, "delete": ["switch_ports"]}, marker)
+        apply_edit(files, {"file": cluster, "delete": ["switch_ports"]}, marker)
+    assert apply_edit(files, {"file": "tiny.ini", "unreadable": True}, marker) == "tiny.ini"
+
+
+def test_a_case_is_written_with_its_edits(tmp_path: Path) -> None:
+    """materialise writes the base and the edits, and makes a file unreadable last."""
+    case = Case(
+        cls="unreadable",
+        name="x",
+        base="_valid",
+        why="",
+        edits=(
+            {"file": "host_vars/spark2.yml", "set": {"node_rank": 1}},
+            {"file": "host_vars/spark2.yml", "unreadable": True},
+        ),
+        extra_vars=(),
+        expect={},
+    )
+    dest, ini = materialise(case, tmp_path)
+    assert ini.read_text() == (CORPUS / "_valid" / "tiny.ini").read_text()
+    assert (dest / "group_vars/tiny/connection.yml").is_file()
+    with pytest.raises(OSError):
+        (dest / "host_vars/spark2.yml").open("rb").close()
 
 
 def test_a_line_names_extra_vars_by_the_word_not_by_a_path_that_holds_it() -> None:
