@@ -108,7 +108,7 @@ class Case:
         return bool(TEMPLATE.search(repr((self.edits, self.extra_vars))))
 
 
-# libyaml where PyYAML has it: materialising a case is most of its cost beside the command.
+# libyaml where PyYAML has it: the case files, and a set or delete edit reads and writes one.
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
