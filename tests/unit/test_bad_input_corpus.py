@@ -517,8 +517,9 @@ NO_CONTACT_NAMED = {
     "format-nccl-env-extra-key-newline",
 }
 # Classes whose values would reach ssh (its command line, its config) or a command line
-# on the controller: every case of them.
-NO_CONTACT_CLASSES = {"connection", "host-key", "password", "secret"}
+# on the controller: every case of them ("secrets" is the secret rule's file, beside the
+# older "secret" cases).
+NO_CONTACT_CLASSES = {"connection", "host-key", "password", "secret", "secrets"}
 COMMANDS = [("provision",), ("validate",), ("serve", "up")]
 # What a template case runs besides `inventory check`: the commands that would template
 # a value (render writes every file, provision hands the inventory to Ansible).
