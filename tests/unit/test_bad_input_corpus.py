@@ -536,7 +536,8 @@ def _takes_extra_vars(*command: str) -> bool:
 
 def _contact_runs() -> list[Any]:
     """(case, command) for the first case of every class, the named ones, every case of
-    the classes that reach ssh, and every template; -e cases only where -e exists."""
+    the classes that reach ssh, every template and every -e case (each command given
+    the -e values; a command without -e is left out for an -e case)."""
     first = {case.cls: case.name for case in reversed(CASES)}
     chosen = NO_CONTACT_NAMED | set(first.values())
     runs = []
@@ -546,6 +547,8 @@ def _contact_runs() -> list[Any]:
             commands += COMMANDS
         if case.template:
             commands += [c for c in TEMPLATE_COMMANDS if c not in commands]
+        if case.extra_vars and ("provision",) not in commands:  # -e reaches provision too
+            commands.append(("provision",))
         runs += [
             pytest.param(case, command, id=f"{case.name}-{'-'.join(command)}")
             for command in commands
@@ -594,7 +597,7 @@ def test_the_contact_runs_span_every_class_and_every_template() -> None:
     assert not NO_CONTACT_NAMED - BY_NAME.keys(), sorted(NO_CONTACT_NAMED - BY_NAME.keys())
     templates = [c for c in CASES if c.template]
     assert len([c for c in templates if c.cls == "templates"]) >= AT_LEAST["templates"]
-    for case in templates:
+    for case in templates + [c for c in CASES if c.extra_vars]:
         assert (case, ("provision",)) in runs, case.name
 
 
