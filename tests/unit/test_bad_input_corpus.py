@@ -380,6 +380,18 @@ def test_the_case_files_hold_known_keys_unique_names_and_every_class() -> None:
     print(f"all: {sum(counts.values())}")
 
 
+def test_the_type_cases_name_variables_the_roles_declare() -> None:
+    """A type case judges a declared variable: a misspelt one would be refused as
+    unknown, and the case would test the near-miss rule instead."""
+    declared: set[str] = set()
+    for spec in CORPUS.parents[2].glob("roles/*/meta/argument_specs.yml"):
+        for entry in (_read(spec).get("argument_specs") or {}).values():
+            declared |= set(entry.get("options") or {})
+    assert len(declared) > 100, len(declared)
+    named = {c.expect.get("variable") for c in CASES if c.cls == "types-strict"}
+    assert named and not named - declared, sorted(map(str, named - declared))
+
+
 def test_the_counts_file_matches_the_cases() -> None:
     """COUNTS.md says how many cases each class has; it is the case files' count
     (`python -m tests.unit.test_bad_input_corpus` rewrites it)."""
