@@ -9,7 +9,8 @@ show a traceback and never echo the case's secret. For a subset spanning every c
 and ``serve up`` must stop the same way, with ssh, scp, sftp and ssh-keyscan on PATH
 replaced by recorders that nothing may start. A case whose edits hold a template is run
 with ``render`` and ``provision`` too: its payload would create a marker file, which must
-never appear.
+never appear. A case's -e values go to every command that takes -e (``inventory check``
+among them), and an -e case goes through ``provision`` too.
 """
 
 from __future__ import annotations
