@@ -71,13 +71,17 @@ def test_the_roles_own_defaults_meet_their_constraints() -> None:
 
 def test_every_constraint_has_a_case_in_the_bad_input_corpus() -> None:
     covered: set[str] = set()
-    for expect in CORPUS.glob("*/expect.yml"):
-        variable = (yaml.safe_load(expect.read_text()) or {}).get("variable")
-        if variable:
-            covered.add(str(variable).split(".", 1)[0])
+    files = sorted(CORPUS.glob("cases/*.yml"))
+    assert files, f"no case files in {CORPUS / 'cases'}"
+    for path in files:
+        for case in (yaml.safe_load(path.read_text()) or {}).get("cases") or []:
+            variable = (case.get("expect") or {}).get("variable")
+            if variable:
+                covered.add(str(variable).split(".", 1)[0])
     missing = sorted(set(_constraints()) - covered)
     assert not missing, (
-        "constraints without a bad-input case (tests/fixtures/bad_inputs/): " + ", ".join(missing)
+        "constraints without a bad-input case (tests/fixtures/bad_inputs/cases/): "
+        + ", ".join(missing)
     )
 
 
