@@ -250,6 +250,14 @@ def _refuse_templates(path: Path, raw: Mapping[str, Mapping[str, Any]]) -> None:
                 )
             else:
                 problem = data.template_problem(value, is_trusted_as_template)
+                if problem is not None and rules.plaintext_secret(name, value):
+                    # A secret wrapped in a template is still a secret in plain text:
+                    # said too, so its hint (the vault, the environment) is given.
+                    secret = rules.secret_problem(None, name)
+                    where = origin_of(value) or _defined_in(path, name) or str(path)
+                    found.setdefault((name, f"{secret.message} ({secret.hint})"), (where, []))[
+                        1
+                    ].append(host)
             problem = problem or expanding.get(name)
             if problem is None:
                 continue
@@ -261,7 +269,8 @@ def _refuse_templates(path: Path, raw: Mapping[str, Mapping[str, Any]]) -> None:
     lines = []
     for (name, problem), (where, hosts) in found.items():
         who = f"host {hosts[0]}" if len(hosts) == 1 else "all hosts"
-        lines.append(f"{where}: {who}: variable {name}: {problem} ({data.HINT})")
+        hint = "" if problem.endswith(")") else f" ({data.HINT})"
+        lines.append(f"{where}: {who}: variable {name}: {problem}{hint}")
     raise _refused(path, lines)
 
 
@@ -845,11 +854,24 @@ def _build(
 
     ports: list[SwitchPort] = []
     raw_ports = _plain(hostvars[nodes[0].name].get("switch_ports", {})) if nodes else {}
+    where = (
+        (origins.get((nodes[0].name, "switch_ports")) or _defined_in(path, "switch_ports"))
+        if nodes
+        else None
+    )
     if not isinstance(raw_ports, dict):
-        raise bad_input(path, None, "switch_ports", "must be a mapping of port -> {node, twin}")
+        raise SparkctlError(
+            f"{where or path}: variable switch_ports: {raw_ports!r} is "
+            f"{rules.common.type_name(raw_ports)}, not a mapping of port -> {{node, twin}}",
+            ExitCode.BAD_INPUT,
+            hint="switch_ports: {swp1: {node: spark1, twin: a}, ...}",
+        )
     for port, spec in raw_ports.items():
         if not isinstance(spec, dict) or "node" not in spec:
-            raise bad_input(path, None, f"switch_ports.{port}", "needs at least `node:`")
+            raise SparkctlError(
+                f"{where or path}: variable switch_ports.{port}: needs at least `node:`",
+                ExitCode.BAD_INPUT,
+            )
         ports.append(
             SwitchPort(name=port, node=str(spec["node"]), twin=str(spec.get("twin", "both")))
         )

@@ -112,6 +112,8 @@ def constraint_schema(  # noqa: PLR0912 - one branch per keyword of constraints.
 ) -> dict[str, Any]:
     """The JSON Schema of a constraints.yml entry, for a value declared ``kind``."""
     schema: dict[str, Any] = {}
+    if kind == "raw" and constraint.get("type") in _TYPES:  # a nested value's own type
+        kind = str(constraint["type"])
     if kind in _TYPES:
         schema["type"] = _TYPES[kind]
     else:  # raw: the types the constraint speaks of, and no other

@@ -21,6 +21,7 @@ from .common import (
     ipv4_net,
     plain,
     same_everywhere,
+    type_name,
 )
 from .connection import check_connection, check_host_keys, check_passwords
 from .tp import check_tp
@@ -361,6 +362,17 @@ def _check_switch(
             problems.append(Problem(None, var, "needs `node:` (and `twin: a|b|both`)"))
             continue
         node, twin = spec.get("node"), spec.get("twin", "both")
+        if not isinstance(node, str) or not isinstance(twin, str):
+            which, value = ("node", node) if not isinstance(node, str) else ("twin", twin)
+            problems.append(
+                Problem(
+                    None,
+                    "switch_ports",
+                    f"{port}: {which} {value!r} is {type_name(value)}: one cable joins one "
+                    + ("port to one host" if which == "node" else "port to a, b or both"),
+                )
+            )
+            continue
         if node not in sparks:
             close = difflib.get_close_matches(str(node), sparks, n=1)
             problems.append(
@@ -391,8 +403,10 @@ def uncabled(sparks: list[str], hostvars: Mapping[str, Mapping[str, Any]]) -> li
     cabled = set()
     for spec in ports.values():
         if isinstance(spec, Mapping):
-            twin = spec.get("twin", "both")
-            cabled |= {(spec.get("node"), t) for t in (TWINS if twin == "both" else (twin,))}
+            node, twin = spec.get("node"), spec.get("twin", "both")
+            if not isinstance(node, str) or not isinstance(twin, str):
+                continue  # check_switch says so
+            cabled |= {(node, t) for t in (TWINS if twin == "both" else (twin,))}
     if not cabled:
         return []  # no ports at all: a fabric cabled without a managed switch
     problems = []
