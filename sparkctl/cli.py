@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -59,11 +59,12 @@ def _print_json(data: Any) -> None:
     present.emit(data)
 
 
-def _checked(inventory_path: Path) -> Inventory:
-    """The inventory loaded and checked, once per command (exit 2 before any host)."""
+def _checked(inventory_path: Path, extra: Mapping[str, Any] | None = None) -> Inventory:
+    """The inventory loaded and checked, once per command, with the command's ``-e``
+    values judged by the same rules (exit 2 before any host)."""
     from sparkctl import inventory  # noqa: PLC0415
 
-    return inventory.validate(inventory_path)
+    return inventory.validate(inventory_path, extra)
 
 
 class _Result(Protocol):
@@ -164,7 +165,8 @@ def provision(
     from sparkctl import present  # noqa: PLC0415
     from sparkctl.provision import provision as run  # noqa: PLC0415
 
-    inv = _checked(inventory_path)
+    extravars = _with_accept(extra, accept_digest)
+    inv = _checked(inventory_path, extravars)
     result = run(
         inv,
         limit=limit,
@@ -172,7 +174,7 @@ def provision(
         skip_tags=skip_tags,
         check=check,
         diff=diff,
-        extravars=_with_accept(extra, accept_digest),
+        extravars=extravars,
     )
     present.provision(result, as_json=as_json)
     _exit_for(result)
@@ -254,8 +256,9 @@ def model_sync(
     from sparkctl import present  # noqa: PLC0415
     from sparkctl.model_sync import sync  # noqa: PLC0415
 
-    inv = _checked(inventory_path)
-    result = sync(inv, full_verify=full_verify, extravars=_extra_vars(extra), limit=limit)
+    extravars = _extra_vars(extra)
+    inv = _checked(inventory_path, extravars)
+    result = sync(inv, full_verify=full_verify, extravars=extravars, limit=limit)
     present.provision(result, as_json=as_json)
     _exit_for(result)
 
@@ -302,14 +305,15 @@ def validate(
     from sparkctl import present  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
-    inv = _checked(inventory_path)
+    extravars = _extra_vars(extra)
+    inv = _checked(inventory_path, extravars)
     report, run_dir = run.validate(
         run.Options(
             inventory=inv,
             baseline=baseline,
             nccl=not no_nccl,
             collectives=collectives,
-            extra=_extra_vars(extra),
+            extra=extravars,
         )
     )
     present.validate(report, run_dir, as_json=as_json)
@@ -357,8 +361,9 @@ def serve_up(
     from sparkctl import present  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
 
-    inv = _checked(inventory_path)
-    result = up.up(inv, timeout=timeout, restart=restart, extravars=_extra_vars(extra))
+    extravars = _extra_vars(extra)
+    inv = _checked(inventory_path, extravars)
+    result = up.up(inv, timeout=timeout, restart=restart, extravars=extravars)
     present.serve_up(result)
     _exit_for(result)
 
@@ -379,8 +384,9 @@ def serve_verify(inventory_path: Path, as_json: bool, extra: tuple[str, ...]) ->
     from sparkctl import present  # noqa: PLC0415
     from sparkctl.serve import service  # noqa: PLC0415
 
-    inv = _checked(inventory_path)
-    result = service.verify_command(inv, extravars=_extra_vars(extra))
+    extravars = _extra_vars(extra)
+    inv = _checked(inventory_path, extravars)
+    result = service.verify_command(inv, extravars=extravars)
     present.verified(result, as_json=as_json)
     _exit_for(result)
 
@@ -434,7 +440,8 @@ def up_command(inventory_path: Path, extra: tuple[str, ...], accept_digest: str 
     from sparkctl import present  # noqa: PLC0415
     from sparkctl.whole_job import whole_job  # noqa: PLC0415
 
-    whole_job(_checked(inventory_path), _with_accept(extra, accept_digest), show=present.show)
+    extravars = _with_accept(extra, accept_digest)
+    whole_job(_checked(inventory_path, extravars), extravars, show=present.show)
 
 
 @cli.group("report")
@@ -575,15 +582,29 @@ def inventory_group() -> None:
 
 @inventory_group.command("check")
 @_INVENTORY_ARG
-def inventory_check(inventory_path: Path) -> None:
-    """Apply every inventory rule; exit 2 naming file, host and variable on a problem."""
-    from sparkctl.inventory import validate  # noqa: PLC0415
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    help="VAR=VALUE or a YAML mapping, judged with the inventory as a run's -e would be.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the cluster, its hosts and the accepted risks as JSON on stdout.",
+)
+def inventory_check(inventory_path: Path, extra: tuple[str, ...], as_json: bool) -> None:
+    """Apply every inventory rule; exit 2 naming file, host and variable on a problem.
 
-    inv = validate(inventory_path)
-    console.progress(
-        f"{inventory_path}: cluster {inv.cluster}, {len(inv.nodes)} Sparks"
-        f"{', switch ' + inv.switch.name if inv.switch else ''}: OK"
-    )
+    Every risk the inventory accepts (preflight_accepted_risks) is printed, also
+    when it passes."""
+    from sparkctl import present  # noqa: PLC0415
+    from sparkctl.rules import accepted_risks  # noqa: PLC0415
+
+    inv = _checked(inventory_path, _extra_vars(extra))
+    present.inventory_checked(inv, accepted_risks(inv.hostvars), as_json=as_json)
 
 
 @cli.command("trust")

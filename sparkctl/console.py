@@ -19,3 +19,11 @@ def progress(message: str) -> None:
         err.print(f"[dim]·[/dim] {escape(message)}", highlight=False)
     else:
         print(f"sparkctl: {message}", file=sys.stderr, flush=True)
+
+
+def warn(message: str) -> None:
+    """One line the operator should read (an accepted risk): yellow on a terminal."""
+    if err.is_terminal:
+        err.print(f"[yellow]![/yellow] {escape(message)}", highlight=False)
+    else:
+        print(f"sparkctl: warning: {message}", file=sys.stderr, flush=True)

@@ -10,12 +10,15 @@ host and the variable.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import ipaddress
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,7 +27,9 @@ import yaml
 
 from sparkctl import rules
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.paths import roles_dir
+from sparkctl.paths import CONTROLLER_VARS, controller_vars, roles_dir
+from sparkctl.rules import data
+from sparkctl.rules.topology import check_cluster_name
 
 log = logging.getLogger(__name__)
 
@@ -180,11 +185,14 @@ def _load_ansible_inventory(
         hostvars: dict[str, dict[str, Any]] = {}
         origins: Origins = {}
         plaintext: list[tuple[str, str]] = []
+        raw = {host.name: vm.get_vars(host=host) for host in inv.get_hosts()}
+        _refuse_templates(path, raw)  # before anything is templated: values are data
+        controller = controller_vars()
         for host in inv.get_hosts():
             hostvars[host.name] = _resolve_host(
                 path,
                 host.name,
-                vm.get_vars(host=host),
+                {**controller, **raw[host.name]},
                 loader=loader,
                 have_password=have_password,
                 origins=origins,
@@ -204,6 +212,66 @@ def _load_ansible_inventory(
     if plaintext:
         _refuse_plaintext(path, plaintext, origins)
     return cluster, groups, hostvars, origins, secrets
+
+
+# Variables of the play and of Ansible itself in VariableManager.get_vars: never the
+# inventory's, never judged or templated here.
+_PLAY_VARS = frozenset(
+    {
+        "groups",
+        "hostvars",
+        "vars",
+        "environment",
+        "omit",
+        "playbook_dir",
+        "ansible_playbook_python",
+        "inventory_dir",
+        "inventory_file",
+    }
+)
+
+
+def _refuse_templates(path: Path, raw: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse every value that is a template (rules/data.py), and a controller variable
+    the inventory sets, naming file, host and variable: before any value is templated,
+    so no lookup, filter or call in an inventory ever runs, not even here."""
+    from ansible.template import is_trusted_as_template  # noqa: PLC0415
+
+    found: dict[tuple[str, str], tuple[str, list[str]]] = {}
+    for host, variables in raw.items():
+        own = {k: v for k, v in variables.items() if k not in _PLAY_VARS}
+        expanding = data.expansion_problems(own, is_trusted_as_template)
+        for name, value in own.items():
+            if name in CONTROLLER_VARS:
+                problem: str | None = (
+                    "is set by sparkctl for every run (from the controller: "
+                    "SPARKCTL_STATE_DIR, PIP_CERT); refer to it as {{ " + name + " }}, "
+                    "do not set it"
+                )
+            else:
+                problem = data.template_problem(value, is_trusted_as_template)
+                if problem is not None and rules.plaintext_secret(name, value):
+                    # A secret wrapped in a template is still a secret in plain text:
+                    # said too, so its hint (the vault, the environment) is given.
+                    secret = rules.secret_problem(None, name)
+                    where = origin_of(value) or _defined_in(path, name) or str(path)
+                    found.setdefault((name, f"{secret.message} ({secret.hint})"), (where, []))[
+                        1
+                    ].append(host)
+            problem = problem or expanding.get(name)
+            if problem is None:
+                continue
+            where = origin_of(value) or _defined_in(path, name) or str(path)
+            entry = found.setdefault((name, problem), (where, []))
+            entry[1].append(host)
+    if not found:
+        return
+    lines = []
+    for (name, problem), (where, hosts) in found.items():
+        who = f"host {hosts[0]}" if len(hosts) == 1 else "all hosts"
+        hint = "" if problem.endswith(")") else f" ({data.HINT})"
+        lines.append(f"{where}: {who}: variable {name}: {problem}{hint}")
+    raise _refused(path, lines)
 
 
 def _refuse_plaintext(path: Path, found: list[tuple[str, str]], origins: Origins) -> None:
@@ -250,17 +318,7 @@ def _resolve_host(
     templar = Templar(loader=loader, variables=raw)
     resolved: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in {
-            "groups",
-            "hostvars",
-            "vars",
-            "environment",
-            "omit",
-            "playbook_dir",
-            "ansible_playbook_python",
-            "inventory_dir",
-            "inventory_file",
-        }:
+        if key in _PLAY_VARS or (key in CONTROLLER_VARS and origin_of(value) is None):
             continue
         where = origin_of(value)
         if where:
@@ -305,8 +363,10 @@ def _check_readable(path: Path) -> None:
         raise SparkctlError(
             f"{path}: cannot read inventory: {exc.strerror}", ExitCode.BAD_INPUT
         ) from exc
-    if path.suffix in (".yml", ".yaml") or len(data) > MAX_FILE_BYTES:
-        _check_bounded(path, data)
+    # Whatever its suffix: Ansible's yaml plugin reads a YAML inventory named lab.ini
+    # too, and its aliases multiply the same way. An INI file is no YAML document
+    # and passes in microseconds.
+    _check_bounded(path, data)
 
 
 def _check_vars_files(base: Path, names: Iterable[str]) -> None:
@@ -643,6 +703,9 @@ def _cluster_group(path: Path, groups: Mapping[str, list[str]]) -> str:
         if name not in {"all", "ungrouped", SPARKS_GROUP, SWITCHES_GROUP} and members <= set(hosts)
     ]
     if not candidates:
+        wrong = check_cluster_name(path.stem, str(path))
+        if wrong is not None:
+            raise _refused(path, [f"{path}: {wrong}" + (f" ({wrong.hint})" if wrong.hint else "")])
         return path.stem
     return sorted(candidates, key=lambda n: (len(groups[n]), n))[0]
 
@@ -675,6 +738,45 @@ def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(value)
     return int(value)
+
+
+# The whole check (load, template, rules) ends within this many seconds, whatever an
+# inventory holds: a pathological file is a refusal, never a hang. A real inventory
+# takes well under a second (docs/benchmarks.md).
+CHECK_DEADLINE_SECONDS = 60.0
+
+
+@contextlib.contextmanager
+def deadline(path: Path, seconds: float | None = None) -> Iterator[None]:
+    """Raise BAD_INPUT naming ``path`` if the block runs longer than ``seconds``.
+
+    A real-time timer and SIGALRM, in the main thread only (where every sparkctl
+    command runs its check; elsewhere, a test's worker thread, the block runs
+    unbounded). A timer already set by the caller is left alone."""
+    limit = CHECK_DEADLINE_SECONDS if seconds is None else seconds
+    usable = threading.current_thread() is threading.main_thread() and (
+        signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    )
+    if not usable:
+        yield
+        return
+
+    def expired(_signum: int, _frame: object) -> None:
+        raise SparkctlError(
+            f"{path}: checking the inventory took longer than {limit:g} s; refused "
+            "(no host was contacted)",
+            ExitCode.BAD_INPUT,
+            hint="an inventory is a page of settings: look for a file that is "
+            "generated, huge, or refers to itself",
+        )
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def load(path: Path) -> Inventory:
@@ -723,7 +825,9 @@ def _build(
     nodes.sort(key=lambda n: n.rank)
 
     switch: Switch | None = None
-    switches = groups.get(SWITCHES_GROUP, [])
+    # A Spark also listed under [switches] is one host with two roles: the rules name it
+    # (rules/topology.py), it is not a second switch.
+    switches = [h for h in groups.get(SWITCHES_GROUP, []) if h not in groups[SPARKS_GROUP]]
     if len(switches) > 1:
         raise bad_input(
             path,
@@ -750,11 +854,24 @@ def _build(
 
     ports: list[SwitchPort] = []
     raw_ports = _plain(hostvars[nodes[0].name].get("switch_ports", {})) if nodes else {}
+    where = (
+        (origins.get((nodes[0].name, "switch_ports")) or _defined_in(path, "switch_ports"))
+        if nodes
+        else None
+    )
     if not isinstance(raw_ports, dict):
-        raise bad_input(path, None, "switch_ports", "must be a mapping of port -> {node, twin}")
+        raise SparkctlError(
+            f"{where or path}: variable switch_ports: {raw_ports!r} is "
+            f"{rules.common.type_name(raw_ports)}, not a mapping of port -> {{node, twin}}",
+            ExitCode.BAD_INPUT,
+            hint="switch_ports: {swp1: {node: spark1, twin: a}, ...}",
+        )
     for port, spec in raw_ports.items():
         if not isinstance(spec, dict) or "node" not in spec:
-            raise bad_input(path, None, f"switch_ports.{port}", "needs at least `node:`")
+            raise SparkctlError(
+                f"{where or path}: variable switch_ports.{port}: needs at least `node:`",
+                ExitCode.BAD_INPUT,
+            )
         ports.append(
             SwitchPort(name=port, node=str(spec["node"]), twin=str(spec.get("twin", "both")))
         )
@@ -788,13 +905,47 @@ def _defined_in(path: Path, var: str) -> str | None:
     return None
 
 
-def validate(path: Path) -> Inventory:
+EXTRA_VARS = "-e"  # where a value given on the command line comes from
+
+
+def _refuse_extra(path: Path, extra: Mapping[str, Any]) -> None:
+    """``-e`` values are data too, and stricter: no template at all (a command line has
+    no variables of its own to refer to), and no controller variable."""
+    lines = []
+    for name, value in extra.items():
+        if name in CONTROLLER_VARS:
+            problem: str | None = "is set by sparkctl for every run; do not set it"
+        else:
+            problem = data.template_problem(value)
+            if problem is None and data.references(value):
+                problem = "is a template: values given with -e are data"
+        if problem is not None:
+            lines.append(f"{EXTRA_VARS}: all hosts: variable {name}: {problem} ({data.HINT})")
+    if lines:
+        raise _refused(path, lines)
+
+
+def validate(path: Path, extra: Mapping[str, Any] | None = None) -> Inventory:
     """Load the inventory and apply every rule; raise one BAD_INPUT error listing all problems.
 
-    Nothing is contacted: this runs on the controller before any playbook.
+    ``extra`` (a command's ``-e`` values, which override every inventory value in the
+    playbooks) is judged with the inventory, as the hosts would see it. Nothing is
+    contacted: this runs on the controller before any playbook.
     """
+    with deadline(Path(path)):
+        return _validate(Path(path), extra)
+
+
+def _validate(path: Path, extra: Mapping[str, Any] | None) -> Inventory:
     inv = load(path)
-    problems = rules.check(inv.groups, inv.hostvars, roles_dir())
+    hostvars: Mapping[str, Mapping[str, Any]] = inv.hostvars
+    origins = dict(inv.origins)
+    if extra:
+        _refuse_extra(path, extra)
+        plain_extra = {str(k): _plain(v) for k, v in extra.items()}
+        hostvars = {host: {**hv, **plain_extra} for host, hv in inv.hostvars.items()}
+        origins.update({(host, name): EXTRA_VARS for host in hostvars for name in plain_extra})
+    problems = rules.check(inv.groups, hostvars, roles_dir())
     if not problems:
         return inv
     lines = []
@@ -802,8 +953,8 @@ def validate(path: Path) -> Inventory:
         where: str | None = None
         if p.var:
             top = p.var.split(".", 1)[0]
-            hosts = [p.host] if p.host else list(inv.hostvars)
-            where = next((inv.origins[(h, top)] for h in hosts if (h, top) in inv.origins), None)
+            hosts = [p.host] if p.host else list(hostvars)
+            where = next((origins[(h, top)] for h in hosts if (h, top) in origins), None)
             where = where or _defined_in(path, p.var)
         line = f"{where or path}: {p}"
         if p.hint:

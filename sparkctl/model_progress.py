@@ -10,10 +10,21 @@ each other.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from sparkctl.units import human_bytes
+
+# The sender writes the file on the head, from what every node of the chain
+# said: a node (or the head) that lies must not reach the operator's terminal
+# with more than a figure. Names are host names, figures non-negative integers.
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+MAX_HOSTS = 256
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def transfer_progress(result: Mapping[str, Any] | None) -> dict[str, str]:
@@ -31,18 +42,25 @@ def transfer_progress(result: Mapping[str, Any] | None) -> dict[str, str]:
             continue
         if not isinstance(board, dict) or not isinstance(board.get("hosts"), dict):
             continue
-        total = int(board.get("total_bytes") or 0)
+        total = _count(board.get("total_bytes", 0))
+        if total is None:
+            continue
         lines = {}
-        for host, entry in board["hosts"].items():
+        for host, entry in list(board["hosts"].items())[:MAX_HOSTS]:
+            if not (isinstance(host, str) and _HOST.fullmatch(host) and isinstance(entry, dict)):
+                continue  # not a node's name, or not a reading: nothing of it is shown
+            sent, rate, files = (_count(entry.get(k, 0)) for k in ("bytes", "rate_bps", "files"))
+            if sent is None or rate is None or files is None:
+                continue
             text = (
-                f"{human_bytes(entry.get('bytes', 0), decimals=1)} of "
+                f"{human_bytes(sent, decimals=1)} of "
                 f"{human_bytes(total, decimals=1)}, "
-                f"{human_bytes(entry.get('rate_bps', 0), decimals=1)}/s"
+                f"{human_bytes(rate, decimals=1)}/s"
             )
-            if entry.get("files"):
-                text += f", {entry['files']} file(s) written"
-            if entry.get("done"):
+            if files:
+                text += f", {files} file(s) written"
+            if entry.get("done") is True:
                 text += ", done"
-            lines[str(host)] = text
+            lines[host] = text
         return lines
     return {}

@@ -42,13 +42,30 @@ def default_sim_inventory() -> Path:
 def state_dir() -> Path:
     """Per-user state: lab keys, results, the last good validation run.
 
-    ``SPARKCTL_STATE_DIR`` overrides it (the lab inventory reads the same
-    variable, so both always agree).
+    ``SPARKCTL_STATE_DIR`` overrides it (the inventory sees the same directory as
+    ``{{ sparkctl_state_dir }}``: :func:`controller_vars`).
     """
     env = os.environ.get("SPARKCTL_STATE_DIR")
     if env:
         return Path(env).expanduser()
     return Path.home() / ".local" / "state" / "sparkctl"
+
+
+# Variables sparkctl itself sets for every host, from the controller: an inventory may
+# refer to them ({{ sparkctl_state_dir }}) but not set them, and never reads the
+# controller's environment with a lookup (values are data: sparkctl/rules/data.py).
+# The runner passes the same values to every playbook as extra vars.
+CONTROLLER_VARS = ("sparkctl_state_dir", "sparkctl_pip_cert")
+
+
+def controller_vars() -> dict[str, str]:
+    """The controller's variables: the state directory, and the CA bundle the
+    controller's pip trusts (``PIP_CERT``, "" when unset; a lab's nodes install
+    through the controller's network, behind the same TLS-inspecting proxy)."""
+    return {
+        "sparkctl_state_dir": str(state_dir()),
+        "sparkctl_pip_cert": os.environ.get("PIP_CERT", ""),
+    }
 
 
 def facts_dir(cluster: str) -> Path:

@@ -23,7 +23,8 @@ from typing import Any
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import vault_environment
-from sparkctl.paths import data_dir, playbooks_dir, roles_dir
+from sparkctl.paths import controller_vars, data_dir, playbooks_dir, roles_dir
+from sparkctl.rules.secrets import TOKEN_SHAPE, URL_CREDENTIALS, is_secret_name
 
 log = logging.getLogger(__name__)
 
@@ -196,16 +197,31 @@ def redact_command_file(artifact_dir: Path) -> bool:
     return True
 
 
+def _holds_secret(name: str, value: Any) -> bool:
+    """``name: value`` is or carries a secret: a secret name (here or at any depth of a
+    mapping or list below it), or a token's shape or a URL's password in any string."""
+    if SECRET_ENV.search(str(name)) or is_secret_name(str(name)):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_secret(str(k), v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_secret("", v) for v in value)
+    return isinstance(value, str) and bool(
+        TOKEN_SHAPE.search(value) or URL_CREDENTIALS.search(value)
+    )
+
+
 def _split_secret_vars(
     extravars: Mapping[str, Any], private: Path
 ) -> tuple[dict[str, Any], Path | None]:
-    """Keep secret-named extra vars (``-e sglang_api_key=...``) off the command line.
+    """Keep secret extra vars (``-e sglang_api_key=...``) off the command line.
 
     ansible-runner puts extravars on ansible-playbook's argv (visible in ``ps``)
-    and into the ``command`` artifact. Secret-named ones go into a 0600 file
-    passed as ``-e @file`` instead, removed when the run ends; the rest stay
-    inline so the artifact still records what the run was given."""
-    secret = {k: v for k, v in extravars.items() if SECRET_ENV.search(str(k))}
+    and into the ``command`` artifact. Those that are or carry a secret (a secret name
+    at any depth, ``-e '{"sglang_env_extra": {"HF_TOKEN": ...}}'``, or a token's shape)
+    go into a 0600 file passed as ``-e @file`` instead, removed when the run ends; the
+    rest stay inline so the artifact still records what the run was given."""
+    secret = {k: v for k, v in extravars.items() if _holds_secret(str(k), v)}
     inline = {k: v for k, v in extravars.items() if k not in secret}
     if not secret:
         return inline, None
@@ -286,7 +302,9 @@ def run_playbook(
     private = results_dir / "runner"
     private.mkdir(parents=True, exist_ok=True)
     cmdline = []
-    inline, secret_file = _split_secret_vars(extravars or {}, private)
+    # The controller's own variables (paths.controller_vars) for every run, as the
+    # inventory check resolved them; the inventory may refer to them, never set them.
+    inline, secret_file = _split_secret_vars({**controller_vars(), **(extravars or {})}, private)
     if secret_file is not None:
         cmdline.append(f"-e @{shlex.quote(str(secret_file))}")
     if check:

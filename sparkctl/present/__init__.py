@@ -26,6 +26,7 @@ from sparkctl import console
 from sparkctl.present import summary
 
 if TYPE_CHECKING:
+    from sparkctl.inventory import Inventory
     from sparkctl.provision import Provisioned
     from sparkctl.report.model import Report
     from sparkctl.runner import RunResult
@@ -57,6 +58,30 @@ def show(result: object) -> None:
         verified(result)
     else:
         raise TypeError(f"no presentation for {type(result).__name__}")
+
+
+# --------------------------------------------------------------- inventory
+def inventory_checked(inv: Inventory, risks: Sequence[str], *, as_json: bool = False) -> None:
+    """``inventory check`` passed: the cluster, and every risk it accepts (on stderr with
+    the OK line, so a script reading stdout sees nothing but --json)."""
+    if as_json:
+        emit(
+            {
+                "inventory": str(inv.path),
+                "cluster": inv.cluster,
+                "sparks": [node.name for node in inv.nodes],
+                "switch": inv.switch.name if inv.switch else None,
+                "accepted_risks": list(risks),
+                "ok": True,
+            }
+        )
+        return
+    for line in risks:
+        console.warn(line)
+    console.progress(
+        f"{inv.path}: cluster {inv.cluster}, {len(inv.nodes)} Sparks"
+        f"{', switch ' + inv.switch.name if inv.switch else ''}: OK"
+    )
 
 
 # --------------------------------------------------------------- provision

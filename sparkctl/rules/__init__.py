@@ -11,10 +11,15 @@ One module per concern:
   ``meta/argument_specs.yml`` and ``meta/constraints.yml``), and unknown names;
 - :mod:`.formats`: the value formats a constraint names;
 - :mod:`.connection`: how the controller reaches a host (passwords, host keys, ssh);
-- :mod:`.secrets`: secrets in plain text;
+- :mod:`.secrets`: one secret rule for every hiding place;
+- :mod:`.risks`: hardening switches, refused unless ``preflight_accepted_risks`` lists
+  them;
 - :mod:`.topology`: addresses, subnets, ranks and the switch;
 - :mod:`.tp`: the tensor-parallel groups;
-- :mod:`.relations`: rules between variables;
+- :mod:`.relations`: rules between variables (:mod:`.firewall`: the firewall's address
+  lists and ports);
+- :mod:`.data`: values are data (no template runs) and :mod:`.jsonschema_core`, the
+  schema itself;
 - :mod:`.filter`: the rules as an Ansible filter.
 
 This package must stay importable by Ansible on its own: standard library, PyYAML and
@@ -41,8 +46,9 @@ from .common import (
 )
 from .connection import ssh_options
 from .relations import check_relations
+from .risks import accepted_risks, check_risks
 from .schema import check_types, load_specs
-from .secrets import plaintext_secret, secret_problem
+from .secrets import check_secrets, is_secret_name, plaintext_secret, secret_problem
 from .topology import check_topology
 from .tp import sglang_groups
 
@@ -53,8 +59,12 @@ __all__ = [
     "SWITCH_OSES",
     "TWINS",
     "Problem",
+    "accepted_risks",
     "check",
+    "check_risks",
+    "check_secrets",
     "check_types",
+    "is_secret_name",
     "load_specs",
     "load_yaml",
     "origin_of",
@@ -71,6 +81,8 @@ def check(
     hostvars: Mapping[str, Mapping[str, Any]],
     roles_dir: Path,
     user_vars: Mapping[str, Iterable[str]] | None = None,
+    *,
+    in_play: bool = False,
 ) -> list[Problem]:
     """All rules: topology first, then types of role variables.
 
@@ -79,10 +91,11 @@ def check(
     they concern.
     """
     problems = check_topology(groups, hostvars)
+    problems += check_risks(groups, hostvars)
     reported = {(p.host, p.var) for p in problems}
     problems += [
         p
-        for p in check_types(hostvars, load_specs(roles_dir), user_vars)
+        for p in check_types(hostvars, load_specs(roles_dir), user_vars, in_play=in_play)
         if (p.host, p.var) not in reported
     ]
     if not any(p.var is None and p.host is None for p in problems):  # a topology at all

@@ -23,8 +23,14 @@ TRUE_WORDS = frozenset({"true", "yes", "on", "1", "y", "t"})
 FALSE_WORDS = frozenset({"false", "no", "off", "0", "n", "f"})
 # The sglang role's TP group of a Spark without sglang_group (its default).
 DEFAULT_SGLANG_GROUP = "main"
-# A group name: one word (the sglang role's filter accepts the same).
-GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
+# A group name (a TP group's sglang_group, the cluster's inventory group): one word
+# of letters, digits, _ and -, because it becomes a directory on the controller
+# (the state dir's clusters/NAME) and the title of HTML reports. No dot, so no ``..``
+# and no name that differs from another by a dot only; the sglang role's filter
+# accepts the same.
+GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
+# What GROUP_NAME says, for messages.
+GROUP_NAME_WORDS = "letters, digits, _ and -, starting with a letter or digit, at most 63"
 
 # Connection values reach ssh's command line and validate's ssh_config as single words.
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from .common import HOST_NAME, KEY_FILE, USER_NAME, Problem, boolean, same_everywhere
-
-PASSWORD_VARS = (
-    "ansible_password",
-    "ansible_ssh_pass",
-    "ansible_ssh_password",
-    "ansible_become_password",
-    "ansible_become_pass",
-    "ansible_sudo_pass",
+from .common import (
+    HOST_NAME,
+    KEY_FILE,
+    USER_NAME,
+    Problem,
+    boolean,
+    ipv4,
+    is_int,
+    same_everywhere,
 )
+from .formats import FORMATS
+from .schema import fact_names
+from .secrets import PASSWORD_VARS, check_secrets
+
 # Connection variables that would turn host key checking off (a boolean false).
 HOST_KEY_CHECKING_VARS = (
     "ansible_host_key_checking",
@@ -207,8 +213,287 @@ def port_number(value: Any) -> int | None:
     return value if isinstance(value, int) and 1 <= value <= 65535 else None
 
 
+# ------------------------------------------------------ connection variables
+# The ``ansible_*`` variables an inventory may set for a cluster host, each with the
+# shape its value must have. Anything else of that prefix is refused (but what Ansible
+# sets itself and the facts, see ANSIBLE_SET and schema.fact_names): a connection,
+# become or shell variable decides which program runs, where and as whom, so an
+# unknown one is never trusted. The lists of names come from ansible-core's own plugin
+# documentation (``ansible-doc -t connection ssh``, ``-t become sudo``, ``-t shell sh``)
+# and its special variables (https://docs.ansible.com/ansible/latest/reference_appendices/
+# special_variables.html).
+AUTO_INTERPRETERS = ("auto", "auto_silent", "auto_legacy", "auto_legacy_silent")
+
+
+def _user_name(value: Any) -> bool:
+    return isinstance(value, str) and USER_NAME.fullmatch(value) is not None
+
+
+def _key_file(value: Any) -> bool:
+    return isinstance(value, str) and KEY_FILE.fullmatch(value) is not None
+
+
+def _boolean(value: Any) -> bool:
+    return boolean(value) is not None and isinstance(value, bool | str | int)
+
+
+def _interpreter(value: Any) -> bool:
+    return isinstance(value, str) and (
+        value in AUTO_INTERPRETERS or (FORMATS["abs_path"][0](value) and value != "/")
+    )
+
+
+def _seconds(value: Any) -> bool:
+    number = int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
+    return is_int(number) and 1 <= number <= 3600
+
+
+def _retries(value: Any) -> bool:
+    number = int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
+    return is_int(number) and 0 <= number <= 10
+
+
+# name -> (accepts the value, what it must be). ansible_host is the address rule's
+# (:func:`_address_problem` and topology's); the password, host key and ssh argument
+# variables are judged by check_passwords and check_host_keys.
+CONNECTION_VARS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "ansible_user": (
+        _user_name,
+        "a user name (letters, digits, '.', '_', '-', at most 32)",
+    ),
+    "ansible_port": (lambda v: port_number(v) is not None, "a TCP port (1-65535)"),
+    "ansible_ssh_private_key_file": (
+        _key_file,
+        "a key file path sparkctl passes to ssh (no whitespace, quotes or control characters)",
+    ),
+    "ansible_private_key_file": (
+        _key_file,
+        "a key file path sparkctl passes to ssh (no whitespace, quotes or control characters)",
+    ),
+    "ansible_connection": (
+        lambda v: v in ("ssh", "ansible.builtin.ssh"),
+        "ssh: sparkctl reaches every host over ssh (local would run the roles on the "
+        "controller itself, as root)",
+    ),
+    "ansible_become": (_boolean, "a boolean"),
+    "ansible_become_method": (
+        lambda v: v in ("sudo", "ansible.builtin.sudo"),
+        "sudo (without a stored password: sparkctl's roles escalate with sudo only)",
+    ),
+    "ansible_become_user": (_user_name, "a user name (letters, digits, '.', '_', '-')"),
+    "ansible_python_interpreter": (
+        _interpreter,
+        f"an absolute path without .. or one of {', '.join(AUTO_INTERPRETERS)}",
+    ),
+    "ansible_pipelining": (_boolean, "a boolean"),
+    "ansible_timeout": (_seconds, "a whole number of seconds, 1-3600"),
+    "ansible_ssh_retries": (_retries, "a whole number of retries, 0-10"),
+    "ansible_ssh_transfer_method": (
+        lambda v: v in ("smart", "sftp", "scp", "piped"),
+        "one of smart, sftp, scp, piped",
+    ),
+}
+HOST_VAR = "ansible_host"
+
+# Names Ansible sets itself (special variables, and facts it always promotes): never an
+# inventory's, never refused.
+ANSIBLE_SET = frozenset(
+    {
+        "ansible_check_mode",
+        "ansible_collection_name",
+        "ansible_collections",
+        "ansible_config_file",
+        "ansible_delegated_host",
+        "ansible_delegated_vars",
+        "ansible_dependent_role_names",
+        "ansible_diff_mode",
+        "ansible_facts",
+        "ansible_failed_result",
+        "ansible_failed_task",
+        "ansible_forks",
+        "ansible_index_var",
+        "ansible_inventory_sources",
+        "ansible_limit",
+        "ansible_local",
+        "ansible_loop",
+        "ansible_loop_var",
+        "ansible_parent_role_names",
+        "ansible_parent_role_paths",
+        "ansible_play_batch",
+        "ansible_play_hosts",
+        "ansible_play_hosts_all",
+        "ansible_play_name",
+        "ansible_play_role_names",
+        "ansible_playbook_python",
+        "ansible_role_name",
+        "ansible_role_names",
+        "ansible_run_tags",
+        "ansible_search_path",
+        "ansible_skip_tags",
+        "ansible_verbosity",
+        "ansible_version",
+    }
+)
+
+_ALIAS = (
+    "is an alias that ssh would take instead of {0} (another node's address, or a word "
+    "in ssh's option position); set {0}"
+)
+_PROGRAM = "names a program that sparkctl would run {0}"
+_CONTROL = (
+    "moves the ssh connections' control socket, through which anyone who can reach it "
+    "runs commands on the hosts; sparkctl and Ansible place it themselves"
+)
+_KEY_TEXT = "holds a private key's text (not shown); give its file in ansible_ssh_private_key_file"
+_SSHPASS_ONLY = "belongs to password authentication, which sparkctl does not use"
+# Refused ansible_* names, with why (any other unknown one: "not a connection variable
+# sparkctl accepts").
+REFUSED_VARS: dict[str, str] = {
+    "ansible_ssh_host": _ALIAS.format("ansible_host"),
+    "ansible_ssh_user": _ALIAS.format("ansible_user"),
+    "ansible_ssh_port": _ALIAS.format("ansible_port"),
+    "ansible_ssh_timeout": _ALIAS.format("ansible_timeout"),
+    "ansible_ssh_pipelining": _ALIAS.format("ansible_pipelining"),
+    "ansible_sudo_user": _ALIAS.format("ansible_become_user"),
+    "ansible_su_user": _ALIAS.format("ansible_become_user"),
+    "ansible_ssh_executable": _PROGRAM.format("on the controller instead of ssh"),
+    "ansible_scp_executable": _PROGRAM.format("on the controller instead of scp"),
+    "ansible_sftp_executable": _PROGRAM.format("on the controller instead of sftp"),
+    "ansible_become_exe": _PROGRAM.format("on every host instead of sudo, as root"),
+    "ansible_sudo_exe": _PROGRAM.format("on every host instead of sudo, as root"),
+    "ansible_su_exe": _PROGRAM.format("on every host instead of su, as root"),
+    "ansible_shell_executable": _PROGRAM.format("on every host for each task"),
+    "ansible_become_flags": "adds words to the sudo command line on every host, as root",
+    "ansible_sudo_flags": "adds words to the sudo command line on every host, as root",
+    "ansible_su_flags": "adds words to the su command line on every host, as root",
+    "ansible_control_path": _CONTROL,
+    "ansible_control_path_dir": _CONTROL,
+    "ansible_ssh_control_path": _CONTROL,
+    "ansible_ssh_control_path_dir": _CONTROL,
+    "ansible_ssh_pkcs11_provider": "loads a library into ssh on the controller",
+    "ansible_private_key": _KEY_TEXT,
+    "ansible_ssh_private_key": _KEY_TEXT,
+    "ansible_sshpass_prompt": _SSHPASS_ONLY,
+    "ansible_ssh_password_mechanism": _SSHPASS_ONLY,
+}
+_JUDGED_ELSEWHERE = frozenset(
+    {
+        *PASSWORD_VARS,
+        *HOST_KEY_CHECKING_VARS,
+        *HOST_KEY_AUTO_ADD_VARS,
+        *SSH_ARGS_VARS,
+    }
+)
+# Every variable ansible-core's ssh connection, sudo and su become and sh shell plugins
+# read, and its connection-wide ones (ansible-doc -t connection ssh; -t become sudo, su;
+# -t shell sh; ansible.constants.MAGIC_VARIABLE_MAPPING): judged even when a fact of
+# the same name exists.
+PLUGIN_VARS = frozenset(
+    {
+        "ansible_async_dir",
+        "ansible_admin_users",
+        "ansible_common_remote_group",
+        "ansible_connection_user",
+        "ansible_docker_extra_args",
+        "ansible_module_compression",
+        "ansible_network_os",
+        "ansible_remote_tmp",
+        "ansible_sftp_batch_mode",
+        "ansible_shell_allow_world_readable_temp",
+        "ansible_shell_type",
+        "ansible_ssh_use_tty",
+        "ansible_ssh_verbosity",
+        "ansible_sudo_chdir",
+        "ansible_su_prompt_l10n",
+        "ansible_system_tmpdirs",
+    }
+)
+_JUDGED = frozenset({HOST_VAR, *CONNECTION_VARS, *REFUSED_VARS, *PLUGIN_VARS})
+_CONNECTION_HINT = (
+    "sparkctl accepts ansible_host and "
+    + ", ".join(sorted(CONNECTION_VARS))
+    + "; see docs/provision.md, connection variables"
+)
+
+
+def _odd_character(text: str) -> str | None:
+    """The first character of ``text`` that is not printable ASCII or is a blank, named."""
+    for char in text:
+        if not (char.isascii() and char.isprintable()) or char.isspace():
+            name = unicodedata.name(char, "a control character")
+            return f"U+{ord(char):04X} ({name})"
+    return None
+
+
+def _address_problem(value: Any) -> str | None:
+    """ansible_host beyond topology's IPv4 rule: Python reads ``'192.0.2.12\xa0'`` as an
+    address (int() and strip() take Unicode blanks and digits), ssh does not. A value
+    that is no IPv4 address at all is topology's to report."""
+    if not isinstance(value, str) or ipv4(value) is None:
+        return None
+    odd = _odd_character(value)
+    if odd is None:
+        return None
+    return f"{value!r} has {odd} in it: an address is ASCII letters, digits and dots"
+
+
+def allowed_names_problems(host: str, hv: Mapping[str, Any]) -> list[Problem]:
+    """The ``ansible_*`` variables of one host that sparkctl does not accept, or whose value
+    is not of its shape (CONNECTION_VARS); the values of refused names are never shown."""
+    problems: list[Problem] = []
+    # A fact's name is no inventory variable, but the names this rule judges are never
+    # facts: an inventory's own ``ansible_facts: {ssh_executable: ...}`` must not make
+    # ansible_ssh_executable one.
+    facts = fact_names(hv) - _JUDGED
+    for name in sorted(hv):
+        if (
+            not name.startswith("ansible_")
+            or (name in facts and "control_path" not in name)
+            or name in ANSIBLE_SET
+            or name in _JUDGED_ELSEWHERE
+        ):
+            continue
+        value = hv[name]
+        if name == HOST_VAR:
+            wrong = _address_problem(value)
+            if wrong is not None:
+                problems.append(Problem(host, name, wrong))
+            continue
+        if name in CONNECTION_VARS:
+            ok, words = CONNECTION_VARS[name]
+            if value is not None and not ok(value):
+                problems.append(Problem(host, name, f"{value!r} is not {words}"))
+            continue
+        why = REFUSED_VARS.get(name)
+        if why is None and "control_path" in name:
+            why = _CONTROL
+        if why is not None:
+            problems.append(
+                Problem(
+                    host,
+                    name,
+                    f"is refused: it {why}",
+                    hint=_CONNECTION_HINT,
+                )
+            )
+            continue
+        close = difflib.get_close_matches(name, [HOST_VAR, *CONNECTION_VARS], n=1, cutoff=0.8)
+        problems.append(
+            Problem(
+                host,
+                name,
+                "is not a connection variable sparkctl accepts",
+                hint=f"did you mean {close[0]}?" if close else _CONNECTION_HINT,
+            )
+        )
+    return problems
+
+
 def check_connection(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
-    """Host names, users, ports and key files: one word each, of the shape ssh expects."""
+    """Host names, and every ``ansible_*`` variable of every host: one of the accepted
+    ones (CONNECTION_VARS), of the shape ssh expects; the ssh arguments' options that
+    sparkctl leaves to itself (:func:`ssh_args_problems`); secrets outside the secret
+    variables (:func:`.secrets.check_secrets`)."""
     problems: list[Problem] = []
     for host in hosts:
         hv = hostvars[host]
@@ -223,31 +508,8 @@ def check_connection(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]]
                     hint="name the host like spark1 and give its address in ansible_host",
                 )
             )
-        user = hv.get("ansible_user")
-        if user is not None and not (isinstance(user, str) and USER_NAME.fullmatch(user)):
-            problems.append(
-                Problem(
-                    host,
-                    "ansible_user",
-                    f"{user!r} is not a user name (letters, digits, '.', '_', '-', at most 32)",
-                )
-            )
-        if "ansible_port" in hv and port_number(hv["ansible_port"]) is None:
-            problems.append(
-                Problem(host, "ansible_port", f"{hv['ansible_port']!r} is not a TCP port (1-65535)")
-            )
-        for var in KEY_FILE_VARS:
-            key = hv.get(var)
-            if key is not None and not (isinstance(key, str) and KEY_FILE.fullmatch(key)):
-                problems.append(
-                    Problem(
-                        host,
-                        var,
-                        f"{key!r} is not a key file path sparkctl "
-                        "passes to ssh (no whitespace, quotes or control "
-                        "characters)",
-                    )
-                )
+        problems += allowed_names_problems(host, hv)
+        problems += ssh_args_problems(host, hv)
     everywhere: list[Problem] = []
     for problem in problems:  # a group_vars value is reported once, for all hosts
         if (
@@ -259,7 +521,53 @@ def check_connection(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]]
                 everywhere.append(replace(problem, host=None))
         else:
             everywhere.append(problem)
-    return everywhere
+    # Secrets in every other hiding place (env maps, argument lists, URLs): checked
+    # with the connection, before any rule that could show a value.
+    return everywhere + check_secrets(hosts, hostvars)
+
+
+def ssh_args_problems(host: str, hv: Mapping[str, Any]) -> list[Problem]:
+    """What an inventory's ssh arguments may not set although ssh_options parses it:
+
+    - ControlPath: the control socket is sparkctl's and Ansible's to place (validate's
+      ssh_config and Ansible's control_path_dir put it in a directory of the user only);
+    - more than one known_hosts file, in one UserKnownHostsFile or over several: ssh
+      checks a host against every file listed, so a second file lets its keys vouch for
+      the hosts; sparkctl records and checks host keys in exactly one.
+
+    Arguments ssh_options refuses are check_host_keys' to report.
+    """
+    problems: list[Problem] = []
+    files: list[str] = []
+    for var in SSH_ARGS_VARS:
+        value = hv.get(var)
+        if value is None:
+            continue
+        text = " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+        try:
+            options = ssh_options(text)
+        except ValueError:
+            continue
+        for key, option in options:
+            if key.lower() == "controlpath":
+                problems.append(
+                    Problem(host, var, f"'{key}={option}' {_CONTROL}", hint=_CONNECTION_HINT)
+                )
+            elif key.lower() == "userknownhostsfile":
+                files += option.split()
+                if len(files) > 1:
+                    problems.append(
+                        Problem(
+                            host,
+                            var,
+                            f"a second known_hosts file ({files[1]!r} after {files[0]!r}): "
+                            "ssh would accept a host key from either; sparkctl records and "
+                            "checks host keys in exactly one",
+                            hint="keep one UserKnownHostsFile with one file",
+                        )
+                    )
+                    files = files[:1]
+    return problems
 
 
 def check_host_keys(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]]) -> list[Problem]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import check
+from . import check, data
 from .common import SPARKS, SWITCHES, origin_of, plain
 from .schema import fact_names
 from .secrets import plaintext_secret, secret_problem
@@ -69,10 +69,41 @@ def _inventory_vars(hv: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
 _PLAINTEXT = "__sparkctl_plaintext_secrets"  # names found by _inventory_vars
 
 
+def _template_problems(hostvars: Any, hosts: list[str], ours: Path) -> list[str]:
+    """Values that are templates (data.py), judged on the raw values before any of
+    them is templated: reading ``hostvars[host][name]`` would run a lookup in it.
+    Values read from ``ours`` (the project's playbooks directory, whose
+    group_vars/all holds the controller's variables) are the project's own code."""
+    raw_get = getattr(hostvars, "raw_get", None)
+    if not callable(raw_get):
+        return []
+    try:
+        from ansible.template import is_trusted_as_template  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - ansible-core before 2.19
+        return []
+    messages: dict[tuple[str, str], str] = {}
+    for host in hosts:
+        for name, value in dict(raw_get(host)).items():
+            if name in _PLAY_VARS or name.startswith("ansible_facts"):
+                continue
+            where = origin_of(value)
+            if where is not None and Path(where.split(":", 1)[0]).is_relative_to(ours):
+                continue
+            problem = data.template_problem(value, is_trusted_as_template)
+            if problem is not None and (name, problem) not in messages:
+                messages[(name, problem)] = (
+                    f"{where}: " if where else ""
+                ) + f"host {host}: variable {name}: {problem} ({data.HINT})"
+    return list(messages.values())
+
+
 def _problems_filter(
     hostvars: Mapping[str, Any], groups: Mapping[str, list[str]], roles_dir: str
 ) -> list[str]:
     hosts = list(dict.fromkeys([*groups.get(SPARKS, []), *groups.get(SWITCHES, [])]))
+    templates = _template_problems(hostvars, hosts, Path(roles_dir).resolve().parent / "playbooks")
+    if templates:  # nothing more is read: every other rule would template the values
+        return templates
     plain_vars: dict[str, dict[str, Any]] = {}
     origins: dict[tuple[str, str], str] = {}
     for host in hosts:
@@ -85,7 +116,7 @@ def _problems_filter(
         for name in plain_vars[host].pop(_PLAINTEXT, [])
     ]
     messages = []
-    for p in [*secrets, *check(plain_groups, plain_vars, Path(roles_dir))]:
+    for p in [*secrets, *check(plain_groups, plain_vars, Path(roles_dir), in_play=True)]:
         top = (p.var or "").split(".", 1)[0]
         where = next(
             (origins[(h, top)] for h in ([p.host] if p.host else hosts) if (h, top) in origins),

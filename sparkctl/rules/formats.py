@@ -6,7 +6,22 @@ import ipaddress
 import re
 from collections.abc import Callable
 
-from .common import GROUP_NAME, HOST_NAME, USER_NAME, ipv4
+from .common import GROUP_NAME, GROUP_NAME_WORDS, HOST_NAME, USER_NAME, ipv4
+
+# Directories every local user may write to (sticky, mode 1777, on Debian and Ubuntu:
+# the Filesystem Hierarchy Standard's /tmp and /var/tmp, the shared-memory /dev/shm,
+# /run/lock and its /var/lock link; macOS's /private/tmp). Anyone can plant a file or a
+# link there before sparkctl writes, so a key or a secret never goes under them.
+WORLD_WRITABLE = (
+    "/tmp",  # noqa: S108 - a place refused, not used
+    "/var/tmp",  # noqa: S108 - a place refused, not used
+    "/dev/shm",  # noqa: S108 - a place refused, not used
+    "/dev/mqueue",
+    "/run/lock",
+    "/var/lock",
+    "/private/tmp",
+    "/private/var/tmp",
+)
 
 
 def _abs_path(value: str) -> bool:
@@ -22,6 +37,27 @@ def _abs_path(value: str) -> bool:
 def _controller_path(value: str) -> bool:
     """A path on the controller: absolute or from ``~``, same characters."""
     return _abs_path(value[1:] if value.startswith("~/") else value) if value != "~" else True
+
+
+def world_writable(value: str) -> str | None:
+    """The world-writable directory (WORLD_WRITABLE) ``value`` lies in, or None; compared
+    by whole components, so /tmpfoo is not /tmp."""
+    for top in WORLD_WRITABLE:
+        if value == top or value.startswith(f"{top}/"):
+            return top
+    return None
+
+
+def _private_path(value: str) -> bool:
+    """A controller path (:func:`_controller_path`) outside every world-writable
+    directory: where sparkctl keeps a key or a secret."""
+    return _controller_path(value) and world_writable(value) is None
+
+
+def _dir_name(value: str) -> bool:
+    """One directory name: letters, digits, _ . -, starting with a letter or digit (so
+    never ``.`` or ``..``), at most 63 characters; no ``/``."""
+    return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", value) is not None
 
 
 def _unit_path(value: str) -> bool:
@@ -104,6 +140,11 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
         "an absolute path without .. (letters, digits and _ . , + @ % = : / -)",
     ),
     "controller_path": (_controller_path, "an absolute path or one from ~, without .."),
+    "private_path": (
+        _private_path,
+        "an absolute path or one from ~, without .., outside the world-writable "
+        "/tmp, /var/tmp, /dev/shm and /run/lock",
+    ),
     "unit_path": (
         _unit_path,
         "an absolute path without .. (letters, digits and _ . + @ = / -; "
@@ -131,7 +172,11 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
     ),
     "group_name": (
         lambda v: GROUP_NAME.fullmatch(v) is not None,
-        "a name (letters, digits, . _ -, at most 63)",
+        f"a name ({GROUP_NAME_WORDS})",
+    ),
+    "dir_name": (
+        _dir_name,
+        "a name of one directory (letters, digits, . _ -, at most 63), not a path",
     ),
     "host_or_ipv4": (
         lambda v: HOST_NAME.fullmatch(v) is not None,

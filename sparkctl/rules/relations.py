@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import SPARKS, SWITCHES, Problem, is_int
+from .firewall import firewall_problems
 from .formats import FORMATS
 from .schema import load_defaults
 from .topology import uncabled
@@ -50,7 +51,11 @@ def _flag_problem(item: Any) -> str | None:
     return None
 
 
-def _relation_problems(host: str, v: Callable[[str], Any], switched: bool) -> list[Problem]:
+def _relation_problems(
+    host: str, v: Callable[[str], Any], is_set: Callable[[str], bool], switched: bool
+) -> list[Problem]:
+    """One Spark's relations; ``v`` reads a value (the inventory's over the roles'
+    literal defaults), ``is_set`` says whether the inventory itself sets a name."""
     problems: list[Problem] = []
     mtu, switch_mtu = v("roce_fabric_mtu"), v("switch_mtu_value")
     if switched and is_int(mtu) and is_int(switch_mtu) and mtu > switch_mtu:
@@ -82,17 +87,7 @@ def _relation_problems(host: str, v: Callable[[str], Any], switched: bool) -> li
                 f"{ib!r} is also roce_fabric_ibdev_a: each twin has its own RoCE device",
             )
         )
-    api, dist = v("sglang_port"), v("sglang_dist_port")
-    if is_int(api) and is_int(dist) and dist <= api <= dist + 15:
-        problems.append(
-            Problem(
-                host,
-                "sglang_port",
-                f"{api} lies in the ranks' port range "
-                f"{dist}-{dist + 15} (sglang_dist_port and the ports "
-                "torch.distributed and NCCL take after it)",
-            )
-        )
+    problems += firewall_problems(host, v, is_set)
     for var in ("sglang_extra_args",):
         for index, item in enumerate(v(var) or []):
             if (wrong := _flag_problem(item)) is not None:
@@ -137,6 +132,7 @@ def _relation_problems(host: str, v: Callable[[str], Any], switched: bool) -> li
             )
         )
     problems += _model_source_problems(host, v)
+    problems += _model_link_problems(host, v)
     return problems
 
 
@@ -160,18 +156,43 @@ def _model_source_problems(host: str, v: Callable[[str], Any]) -> list[Problem]:
     return problems
 
 
+def _model_link_problems(host: str, v: Callable[[str], Any]) -> list[Problem]:
+    """model_cache_link inside model_cache_dir: the role makes the link as root with
+    ``force``, so a link elsewhere (/etc/passwd) would replace any file of the node."""
+    link, root = v("model_cache_link"), v("model_cache_dir")
+    if not (isinstance(link, str) and isinstance(root, str)) or "{{" in link + root:
+        return []  # unset (the default follows model_cache_dir), or not a path: schema's
+    if not (FORMATS["unit_path"][0](link) and FORMATS["unit_path"][0](root)):
+        return []  # the format constraint says what is wrong with it
+    parts, top = _parts(link), _parts(root)
+    if len(parts) > len(top) and parts[: len(top)] == top:
+        return []
+    return [
+        Problem(
+            host,
+            "model_cache_link",
+            f"{link!r} is not inside model_cache_dir {root!r}: the model cache makes this "
+            "link as root and replaces whatever is there",
+            hint=f"set model_cache_link to a path under {root.rstrip('/')}/, such as "
+            f"{root.rstrip('/')}/current, or leave it unset",
+        )
+    ]
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in path.split("/") if p]
+
+
 def check_relations(
     groups: Mapping[str, list[str]], hostvars: Mapping[str, Mapping[str, Any]], roles_dir: Path
 ) -> list[Problem]:
     """Rules between variables, each host's values over the roles' defaults; a problem
     every Spark shares (group_vars) is reported once."""
     sparks = list(groups.get(SPARKS, []))
-    switches = list(groups.get(SWITCHES, []))
-    problems: list[Problem] = [
-        Problem(host, None, f"is in both [{SPARKS}] and [{SWITCHES}]; a host has one role")
-        for host in sparks
-        if host in switches
-    ]
+    # A host in both groups is named by the topology rules (check_names): here it is a
+    # Spark, and the switch is the one that is not.
+    switches = [h for h in groups.get(SWITCHES, []) if h not in sparks]
+    problems: list[Problem] = []
     defaults = load_defaults(roles_dir)
     per_host: dict[str, list[Problem]] = {}
     for host in sparks:
@@ -185,7 +206,7 @@ def check_relations(
                 return switch_vars[name]
             return hv.get(name, defaults.get(name))
 
-        per_host[host] = _relation_problems(host, value, bool(switches))
+        per_host[host] = _relation_problems(host, value, hv.__contains__, bool(switches))
     if switches and sparks:
         problems += uncabled(sparks, hostvars)
     seen: set[tuple[str | None, str]] = set()

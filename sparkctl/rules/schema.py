@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .common import Problem, in_choices, load_yaml, same_everywhere, type_name
-from .formats import FORMATS
+from . import jsonschema_core
+from .common import Problem, load_yaml, same_everywhere
 
 _ANSIBLE_PREFIXES = (
     "ansible_",
@@ -45,10 +45,11 @@ def load_specs(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
 # What a value may be beyond its type: each role's meta/constraints.yml names, per
 # variable of its argument_specs, a range (min, max, above: exclusive minimum), a
 # format of FORMATS, a max_length, and for a list or a mapping the constraint of its
-# items, keys and values; allow_empty lets the empty string (a role's "unset", as in
-# sglang_image_digest: "") pass whatever else is said. One declaration per role,
-# enforced by `inventory check` (before any contact) and by the preflight play (this
-# module, as a filter).
+# items, keys and values (each may name its own type: int, str, float, bool, list,
+# dict); nullable lets null (the default) pass, and allow_empty the
+# empty string (a role's "unset", as in sglang_image_digest: ""), whatever else is
+# said. One declaration per role, enforced by `inventory check` (before any contact)
+# and by the preflight play (this package, as a filter).
 CONSTRAINT = "sparkctl_constraint"
 _CONSTRAINT_KEYS = frozenset(
     {
@@ -61,6 +62,8 @@ _CONSTRAINT_KEYS = frozenset(
         "keys",
         "values",
         "allow_empty",
+        "nullable",
+        "type",
         "why",
         "secret",
     }
@@ -77,132 +80,8 @@ def load_constraints(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
     return out
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _scalar_problem(value: Any, constraint: Mapping[str, Any]) -> str | None:
-    if value == "" and constraint.get("allow_empty"):
-        return None
-    low, high, above = constraint.get("min"), constraint.get("max"), constraint.get("above")
-    if _number(value):
-        if above is not None and not value > above:
-            return f"{value!r} must be above {above}"
-        if (low is not None and value < low) or (high is not None and value > high):
-            span = f"{low if low is not None else '-inf'}..{high if high is not None else 'inf'}"
-            return f"{value!r} is outside {span}"
-    fmt = constraint.get("format")
-    if fmt is not None and isinstance(value, str | int) and not isinstance(value, bool):
-        ok, words = FORMATS[str(fmt)]
-        if not ok(str(value)):
-            return f"{value!r} is not {words}"
-    limit = constraint.get("max_length")
-    if (
-        limit is not None
-        and isinstance(value, str | list | tuple | Mapping)
-        and len(value) > int(limit)
-    ):
-        unit = "characters" if isinstance(value, str) else "items"
-        return f"{len(value)} {unit}: at most {limit}"
-    return None
-
-
-def constraint_problem(value: Any, constraint: Mapping[str, Any]) -> str | None:
-    """What ``value`` breaks of ``constraint`` (see FORMATS and load_constraints), or None.
-    Values of a type the constraint does not speak of (a raw "auto") pass. A ``secret``
-    constraint (a format, no more) says what the value should be, never what it is."""
-    if value is None:
-        return None
-    if constraint.get("secret"):
-        if value == "" and constraint.get("allow_empty"):
-            return None
-        ok, words = FORMATS[str(constraint["format"])]
-        return (
-            None
-            if isinstance(value, str) and ok(value)
-            else f"the value (not shown) is not {words}"
-        )
-    wrong = _scalar_problem(value, constraint)
-    items, keys, values = (constraint.get(k) for k in ("items", "keys", "values"))
-    if wrong is None and items and isinstance(value, list | tuple):
-        wrong = next(
-            (
-                f"item {i}: {w}"
-                for i, item in enumerate(value)
-                if (w := constraint_problem(item, items)) is not None
-            ),
-            None,
-        )
-    if wrong is None and isinstance(value, Mapping):
-        for key, item in value.items():
-            if keys and (w := constraint_problem(str(key), keys)) is not None:
-                return f"key {w}"
-            if values and (w := constraint_problem(item, values)) is not None:
-                return f"{key}: {w}"
-    return wrong
-
-
-def _type_ok(value: Any, kind: str) -> bool:
-    """Strict type check: no silent conversion of "yes" to True or "4" to 4.
-
-    Ansible's own argument spec validation converts: ``type: str`` accepts a list
-    (as its string form) and ``type: int`` accepts "4". These rules do not.
-    """
-    checks: dict[str, tuple[type, ...]] = {
-        "str": (str,),
-        "path": (str,),
-        "bool": (bool,),
-        "int": (int,),
-        "float": (int, float),
-        "list": (list, tuple),
-        "dict": (dict, Mapping),
-        "raw": (object,),
-    }
-    if kind in {"int", "float"} and isinstance(value, bool):
-        return False
-    return isinstance(value, checks.get(kind, (object,)))
-
-
-_KIND_WORDS = {
-    "str": "a string",
-    "path": "a path",
-    "bool": "a boolean (true/false, unquoted)",
-    "int": "an integer",
-    "float": "a number",
-    "list": "a list",
-    "dict": "a mapping",
-}
-_ELEMENT_WORDS = {
-    "str": "strings",
-    "path": "paths",
-    "bool": "booleans",
-    "int": "integers",
-    "float": "numbers",
-    "list": "lists",
-    "dict": "mappings",
-}
-
-
+constraint_problem = jsonschema_core.constraint_problem
 Specs = Mapping[str, tuple[str, dict[str, Any]]]
-
-
-def _spec_problem(name: str, value: Any, role: str, spec: Mapping[str, Any]) -> str | None:
-    """What is wrong with ``value`` for the option ``spec`` of ``role``, or None."""
-    kind = str(spec.get("type", "str"))
-    if not _type_ok(value, kind):
-        return f"{value!r} is {type_name(value)}, but {role} needs {_KIND_WORDS.get(kind, kind)}"
-    elements = spec.get("elements")
-    if kind == "list" and elements:
-        for index, item in enumerate(value):
-            if item is not None and not _type_ok(item, str(elements)):
-                return (
-                    f"item {index} ({item!r}) is {type_name(item)}, but {role} needs a list "
-                    f"of {_ELEMENT_WORDS.get(str(elements), str(elements))}"
-                )
-    choices = spec.get("choices")
-    if choices and kind != "list" and not in_choices(value, choices):
-        return f"{name} must be one of: {', '.join(map(str, choices))}, got: {value!r}"
-    return None
 
 
 def fact_names(hv: Mapping[str, Any]) -> set[str]:
@@ -217,12 +96,17 @@ def check_types(
     hostvars: Mapping[str, Mapping[str, Any]],
     specs: Specs,
     user_vars: Mapping[str, Iterable[str]] | None = None,
+    *,
+    in_play: bool = False,
 ) -> list[Problem]:
     """Types and choices of role variables; unknown names close to a known one.
 
     Types come from the roles' ``meta/argument_specs.yml`` (:func:`load_specs`), checked
-    strictly (:func:`_type_ok`). ``user_vars`` (host -> names set by the inventory) limits
-    the checks to what the user wrote; without it every variable is checked except facts.
+    strictly with their constraints (:mod:`.jsonschema_core`: a wrong type is a refusal
+    at any depth). ``user_vars`` (host -> names set by the inventory) limits the checks
+    to what the user wrote; without it every variable is checked except facts. Every
+    name no role declares is refused; ``in_play`` (the preflight filter) lets a role's
+    internal names (a leading ``_``: facts set earlier in the play) pass.
     """
     problems: list[Problem] = []
     seen: set[tuple[str | None, str]] = set()
@@ -242,36 +126,53 @@ def check_types(
                 continue
             if name in specs:
                 role, spec = specs[name]
-                wrong = (
-                    None
-                    if value is None
-                    else (_spec_problem(name, value, role, spec) or _value_problem(name, value))
-                )
+                constraint = spec.get(CONSTRAINT) or {}
+                wrong, of_type = None, False
+                if value is not None:
+                    wrong = _value_problem(name, value)
+                    if wrong is None:
+                        wrong, of_type = jsonschema_core.judge(name, value, role, spec, constraint)
                 hint = None
-                if wrong is None and value is not None and spec.get(CONSTRAINT):
-                    wrong = constraint_problem(value, spec[CONSTRAINT])
-                    hint = spec[CONSTRAINT].get("why") or (
+                if wrong is not None and constraint and not of_type:
+                    hint = constraint.get("why") or (
                         f"roles/{role}/meta/constraints.yml says what {name} may be"
                     )
                 if wrong:
                     seen.add(key)
                     problems.append(Problem(key[0], name, wrong, hint=hint))
                 continue
+            if name.startswith("_"):
+                if not in_play:  # a role's own facts and constants, never the inventory's
+                    seen.add(key)
+                    problems.append(
+                        Problem(
+                            key[0],
+                            name,
+                            "is a name internal to a role (a leading _), not a setting",
+                            hint="set the role's public variable instead (docs/inventory.md)",
+                        )
+                    )
+                continue
             close = sorted(
                 k for k in known if k.startswith(f"{name}_")
             ) or difflib.get_close_matches(name, known, n=1, cutoff=0.8)
-            if close or name.startswith(prefixes):
-                seen.add(key)
-                problems.append(
-                    Problem(
-                        key[0],
-                        name,
-                        "unknown variable",
-                        hint=f"did you mean {close[0]}?"
-                        if close
-                        else "see the role's meta/argument_specs.yml",
-                    )
+            seen.add(key)
+            problems.append(
+                Problem(
+                    key[0],
+                    name,
+                    "unknown variable",
+                    hint=f"did you mean {close[0]}?"
+                    if close
+                    else (
+                        "see roles/"
+                        + next(p for p in prefixes if name.startswith(p)).rstrip("_")
+                        + "/meta/argument_specs.yml"
+                        if name.startswith(prefixes)
+                        else "no role or sparkctl reads it: docs/inventory.md lists every variable"
+                    ),
                 )
+            )
     return problems
 
 

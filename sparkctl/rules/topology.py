@@ -9,6 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 from .common import (
+    GROUP_NAME,
+    GROUP_NAME_WORDS,
     SPARKS,
     SWITCH_OSES,
     SWITCHES,
@@ -19,6 +21,7 @@ from .common import (
     ipv4_net,
     plain,
     same_everywhere,
+    type_name,
 )
 from .connection import check_connection, check_host_keys, check_passwords
 from .tp import check_tp
@@ -39,7 +42,9 @@ def check_topology(
                 hint="list the Sparks under a [sparks] section",
             )
         ]
-    problems: list[Problem] = []
+    problems = check_names(groups)
+    # A host in both groups is named by check_names; it does not count as a second switch.
+    switches = [h for h in switches if h not in sparks]
     if len(switches) > 1:
         problems.append(
             Problem(
@@ -50,7 +55,7 @@ def check_topology(
             )
         )
     first = hostvars[sparks[0]]
-    hosts = list(dict.fromkeys(sparks + switches))  # a host in both groups is one host
+    hosts = sparks + switches
     problems += check_passwords(hosts, hostvars)
     problems += check_connection(hosts, hostvars)
     problems += check_host_keys(hosts, hostvars)
@@ -75,6 +80,83 @@ def check_topology(
     problems += check_tp(sparks, hostvars)
     problems += _check_api_sources(sparks, hostvars)
     return problems
+
+
+# Groups every inventory has (Ansible's) or sparkctl defines: never the cluster's name.
+_BUILTIN_GROUPS = frozenset({"all", "ungrouped", SPARKS, SWITCHES})
+
+
+def cluster_group(groups: Mapping[str, list[str]]) -> str | None:
+    """The inventory group that holds every Spark and the switch, whose name is the
+    cluster's (the smallest, then the first by name; sparkctl/inventory.py reads it the
+    same way), or None when there is none (then the inventory file's name is used)."""
+    members = set(groups.get(SPARKS, [])) | set(groups.get(SWITCHES, []))
+    candidates = [
+        name
+        for name, hosts in groups.items()
+        if name not in _BUILTIN_GROUPS and members <= set(hosts)
+    ]
+    return min(candidates, key=lambda n: (len(groups[n]), n)) if candidates else None
+
+
+def check_names(groups: Mapping[str, list[str]]) -> list[Problem]:
+    """Names before they become a path or markup, and hosts with one role each.
+
+    Every inventory group a cluster host is in may become the cluster's name
+    (``cluster_name``: the role's default is the host's first group other than [sparks]
+    and [switches]; sparkctl takes the smallest that holds every host): a directory
+    under the state dir (clusters/NAME: keys, secrets, facts) and the title of the HTML
+    reports. So each is one word of GROUP_NAME, never ``..`` or markup. A host listed in
+    both [sparks] and [switches] is named (it is one machine with two roles)."""
+    sparks = list(groups.get(SPARKS, []))
+    switches = list(groups.get(SWITCHES, []))
+    hosts = set(sparks) | set(switches)
+    problems = [
+        Problem(
+            host,
+            None,
+            f"is in both [{SPARKS}] and [{SWITCHES}]; a host has one role",
+            hint=f"list {host} under one of them: a Spark, or the fabric switch",
+        )
+        for host in sparks
+        if host in switches
+    ]
+    cluster = cluster_group(groups)
+    for name, members in groups.items():
+        if name in _BUILTIN_GROUPS or not hosts & set(members) or GROUP_NAME.match(name):
+            continue
+        role = "the cluster's name" if name == cluster else "a cluster name"
+        problems.append(
+            _name_problem(
+                name,
+                f"inventory group [{name}] would become {role}",
+                "rename the group, e.g. [lab:children]",
+            )
+        )
+    return problems
+
+
+def check_cluster_name(name: str, inventory_file: str) -> Problem | None:
+    """The inventory file's stem as the cluster's name (sparkctl/inventory.py takes it when
+    no group holds every Spark and the switch), or the problem with it."""
+    if GROUP_NAME.match(name):
+        return None
+    return _name_problem(
+        name,
+        f"the name of {inventory_file} would become the cluster's name (no group holds "
+        f"[{SPARKS}] and [{SWITCHES}])",
+        f"add a group of both, e.g. [lab:children] with {SPARKS} and {SWITCHES}",
+    )
+
+
+def _name_problem(name: str, what: str, hint: str) -> Problem:
+    return Problem(
+        None,
+        "cluster_name",
+        f"{what} (a directory under the state dir and the title of the reports), but "
+        f"{name!r} is not one word ({GROUP_NAME_WORDS})",
+        hint=hint,
+    )
 
 
 def _network(value: Any) -> bool:
@@ -280,6 +362,17 @@ def _check_switch(
             problems.append(Problem(None, var, "needs `node:` (and `twin: a|b|both`)"))
             continue
         node, twin = spec.get("node"), spec.get("twin", "both")
+        if not isinstance(node, str) or not isinstance(twin, str):
+            which, value = ("node", node) if not isinstance(node, str) else ("twin", twin)
+            problems.append(
+                Problem(
+                    None,
+                    "switch_ports",
+                    f"{port}: {which} {value!r} is {type_name(value)}: one cable joins one "
+                    + ("port to one host" if which == "node" else "port to a, b or both"),
+                )
+            )
+            continue
         if node not in sparks:
             close = difflib.get_close_matches(str(node), sparks, n=1)
             problems.append(
@@ -310,8 +403,10 @@ def uncabled(sparks: list[str], hostvars: Mapping[str, Mapping[str, Any]]) -> li
     cabled = set()
     for spec in ports.values():
         if isinstance(spec, Mapping):
-            twin = spec.get("twin", "both")
-            cabled |= {(spec.get("node"), t) for t in (TWINS if twin == "both" else (twin,))}
+            node, twin = spec.get("node"), spec.get("twin", "both")
+            if not isinstance(node, str) or not isinstance(twin, str):
+                continue  # check_switch says so
+            cabled |= {(node, t) for t in (TWINS if twin == "both" else (twin,))}
     if not cabled:
         return []  # no ports at all: a fabric cabled without a managed switch
     problems = []

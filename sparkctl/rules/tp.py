@@ -8,6 +8,7 @@ from typing import Any
 from .common import (
     DEFAULT_SGLANG_GROUP,
     GROUP_NAME,
+    GROUP_NAME_WORDS,
     SPARKS,
     Problem,
     is_int,
@@ -54,8 +55,7 @@ def _check_group_names(
         return Problem(
             host,
             "sglang_group",
-            f"{value!r} is not a simple word (letters, digits, "
-            "_ . -, starting with a letter or digit, at most 63 characters)",
+            f"{value!r} is not a simple word ({GROUP_NAME_WORDS} characters)",
             hint=hint,
         )
 
@@ -96,12 +96,53 @@ def check_tp(sparks: list[str], hostvars: Mapping[str, Mapping[str, Any]]) -> li
                 )
             )
     groups = sglang_groups(sparks, hostvars)
+    for name, members in groups.items():
+        problems += _check_dist_port(name, members, hostvars)
     if len(groups) == 1:
         cluster = _check_tp_cluster(sparks, spark_vars)
         if cluster is not None:
             return problems + cluster
     for name, members in groups.items():
         problems += _check_tp_group(name, members, hostvars)
+    return problems
+
+
+# The sglang role's default rendezvous port (roles/sglang/defaults/main.yml).
+DEFAULT_DIST_PORT = 50000
+
+
+def _check_dist_port(
+    name: str, members: list[str], hostvars: Mapping[str, Mapping[str, Any]]
+) -> list[Problem]:
+    """One rendezvous port per TP group: the head listens on its own sglang_dist_port and
+    every other member dials the head at its own (--dist-init-addr HEAD:PORT), so a
+    member with another port waits for a rendezvous that never answers.
+
+    The group's port is the one most members have; on a tie, the one of the members that
+    leave it unset (the role's default), else the head's. The others are named."""
+    ports = {h: hostvars[h].get("sglang_dist_port", DEFAULT_DIST_PORT) for h in members}
+    if not all(is_int(p) for p in ports.values()) or len(set(ports.values())) < 2:
+        return []  # one port, or a type the schema reports
+    unset = {ports[h] for h in members if "sglang_dist_port" not in hostvars[h]}
+    counts = {p: list(ports.values()).count(p) for p in ports.values()}
+    want = max(counts, key=lambda p: (counts[p], p in unset, p == ports[members[0]]))
+    group = f"SGLang group {name!r} ({', '.join(members)})"
+    problems = []
+    for host in members:
+        if ports[host] != want:
+            others = [h for h in members if ports[h] == want]
+            problems.append(
+                Problem(
+                    host,
+                    "sglang_dist_port",
+                    f"{ports[host]} differs from {want}, the port of {', '.join(others)} in "
+                    f"{group}: the head ({members[0]}) listens on its sglang_dist_port and "
+                    "every other member dials it at its own (--dist-init-addr), so they "
+                    "never meet",
+                    hint=f"set sglang_dist_port: {want} for every member of the group "
+                    "(a group_vars value), or leave it unset everywhere",
+                )
+            )
     return problems
 
 

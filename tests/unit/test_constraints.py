@@ -71,13 +71,17 @@ def test_the_roles_own_defaults_meet_their_constraints() -> None:
 
 def test_every_constraint_has_a_case_in_the_bad_input_corpus() -> None:
     covered: set[str] = set()
-    for expect in CORPUS.glob("*/expect.yml"):
-        variable = (yaml.safe_load(expect.read_text()) or {}).get("variable")
-        if variable:
-            covered.add(str(variable).split(".", 1)[0])
+    files = sorted(CORPUS.glob("cases/*.yml"))
+    assert files, f"no case files in {CORPUS / 'cases'}"
+    for path in files:
+        for case in (yaml.safe_load(path.read_text()) or {}).get("cases") or []:
+            variable = (case.get("expect") or {}).get("variable")
+            if variable:
+                covered.add(str(variable).split(".", 1)[0])
     missing = sorted(set(_constraints()) - covered)
     assert not missing, (
-        "constraints without a bad-input case (tests/fixtures/bad_inputs/): " + ", ".join(missing)
+        "constraints without a bad-input case (tests/fixtures/bad_inputs/cases/): "
+        + ", ".join(missing)
     )
 
 
@@ -171,8 +175,23 @@ def test_ranges_lengths_and_nested_constraints() -> None:
     assert problem(9300, {"min": 1280, "max": 9216}) == "9300 is outside 1280..9216"
     assert problem(0, {"above": 0, "max": 1}) == "0 must be above 0"
     assert problem(0.5, {"above": 0, "max": 1}) is None
-    assert problem("auto", {"min": 1}) is None  # a raw value of another type passes
-    assert problem(True, {"min": 2}) is None  # booleans are not numbers here
+    # A value of a type the constraint does not speak of is refused, never passed on
+    # unjudged (a range speaks of numbers; a boolean is not one).
+    assert problem("auto", {"min": 1}) == "'auto' is a string, but the role needs a number"
+    assert problem(True, {"min": 2}) == "True is a boolean, but the role needs a number"
+    assert problem(9000.0, {"format": "digits"}) is not None  # not an integer, not text
+    assert problem({"a": 1}, {"format": "word"}) is not None
+    assert problem(["x"], {"values": {"format": "word"}}) is not None  # a list, no mapping
+    assert (
+        problem({"NCCL_DEBUG": {"a": 1}}, {"values": {"format": "env_value"}})
+        == "NCCL_DEBUG: {'a': 1} is a mapping, but the role needs an integer or a string here"
+    )
+    assert problem({"A": None}, {"values": {"min": 0, "nullable": True}}) is None
+    assert problem({"A": None}, {"values": {"min": 0}}) is not None
+    assert problem({"HF_TOKEN": ["hf_secretvalue"]}, {"values": {"format": "env_value"}}) == (
+        "HF_TOKEN: the value (not shown) is not an environment value (no blanks, quotes, "
+        "backslash, $ or #)"
+    )
     assert problem("x" * 9, {"max_length": 8}) == "9 characters: at most 8"
     assert problem("", {"format": "digest", "allow_empty": True}) is None  # "" is unset
     assert problem("", {"format": "digest"}) == "'' is not an image digest (sha256:64 hex digits)"

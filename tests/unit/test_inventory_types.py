@@ -101,6 +101,8 @@ def test_unknown_variable_suggests_the_known_one() -> None:
     )
     assert [(p.var, p.hint) for p in found] == [
         ("fabric_mtu", "did you mean roce_fabric_mtu?"),
+        # A name close to none: refused all the same (every variable is declared).
+        ("my_own_var", "no role or sparkctl reads it: docs/inventory.md lists every variable"),
         ("sglang_tp", "did you mean sglang_tp_size?"),
     ]
 
@@ -276,9 +278,9 @@ def _unreachable_copy(tmp_path: Path) -> Path:
     stub.parent.mkdir()
     stub.write_text(SSH_STUB)
     stub.chmod(0o755)
-    (tmp_path / "group_vars" / "all.yml").write_text(
-        f"ansible_ssh_executable: {stub}\nansible_timeout: 2\n"
-    )
+    # The recorder is found first on PATH (_ansible_playbook): an inventory may not name
+    # the ssh program (ansible_ssh_executable is refused).
+    (tmp_path / "group_vars" / "all.yml").write_text("ansible_timeout: 2\n")
     return path
 
 
@@ -294,6 +296,8 @@ def _ansible_playbook(
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "SPARKCTL_STATE_DIR": str(tmp_path / "state"),
+        # _unreachable_copy's ssh recorder, before any real ssh
+        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     return subprocess.run(
         [str(exe), "-i", str(inventory_path), str(ROOT / "playbooks" / playbook)],

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -91,14 +90,23 @@ def test_the_preflight_play_refuses_it_without_echoing_it(
 def test_a_vaulted_or_environment_secret_passes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A vaulted secret passes; one from the controller's environment is the role's own
+    lookup (SPARKCTL_SGLANG_API_KEY), never the inventory's: a lookup in an inventory
+    value is a template, refused without running it or showing it."""
     path = _unreachable_copy(tmp_path)
-    (tmp_path / "group_vars" / "sim" / "zz_secret.yml").write_text(
-        _vaulted(tmp_path, "model_cache_hf_token", PLAIN)
-        + textwrap.dedent("""\
-            sglang_api_key: "{{ lookup('ansible.builtin.env', 'ZZ_TEST_KEY') }}"
-            """)
-    )
+    secret_file = tmp_path / "group_vars" / "sim" / "zz_secret.yml"
+    secret_file.write_text(_vaulted(tmp_path, "model_cache_hf_token", PLAIN))
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(tmp_path / "vault-pw"))
-    monkeypatch.setenv("ZZ_TEST_KEY", "a-key-from-the-environment-0123")
+    monkeypatch.setenv("SPARKCTL_SGLANG_API_KEY", "a-key-from-the-environment-0123")
     inv = inventory.validate(path)
     assert PLAIN in inv.secrets  # decrypted, and kept out of every message
+    assert "sglang_api_key" not in inv.hostvars["spark1"]  # the role reads the environment
+
+    secret_file.write_text(
+        "sglang_api_key: \"{{ lookup('ansible.builtin.env', 'SPARKCTL_SGLANG_API_KEY') }}\"\n"
+    )
+    with pytest.raises(SparkctlError) as refused:
+        inventory.validate(path)
+    assert refused.value.code == ExitCode.BAD_INPUT
+    assert "variable sglang_api_key: is a template" in refused.value.message
+    assert "a-key-from-the-environment-0123" not in refused.value.message

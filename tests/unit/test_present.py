@@ -114,8 +114,8 @@ def test_sparkctl_up_checks_the_inventory_once_and_hands_it_to_every_step(
     checked: list[Inventory] = []
     real_validate = inventory.validate
 
-    def counting_validate(path: Path) -> Inventory:
-        checked.append(real_validate(path))
+    def counting_validate(path: Path, extra: Mapping[str, Any] | None = None) -> Inventory:
+        checked.append(real_validate(path, extra))
         return checked[-1]
 
     monkeypatch.setattr(inventory, "validate", counting_validate)

@@ -302,3 +302,42 @@ def test_forks_follow_the_hosts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     config = RunnerConfig(private_data_dir=str(tmp_path / "p"), playbook="site.yml", forks=33)
     argv = config.generate_ansible_command()
     assert argv[argv.index("--forks") + 1] == "33"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("sglang_env_extra", {"HF_TOKEN": "nested-sentinel-5b2e"}),
+        ("deep", {"a": [{"b": {"sglang_api_key": "nested-sentinel-5b2e"}}]}),
+        ("sglang_extra_args", ["--served-model-name", "hf_nestedSentinel5b2e0123456789abcdefgh"]),
+        ("model_cache_hf_endpoint", "https://u:nested-sentinel-5b2e@hub.example/"),
+    ],
+)
+def test_nested_secret_extra_vars_go_to_the_private_file_not_argv(
+    tmp_path: Path, name: str, value: object
+) -> None:
+    """A secret under a secret-named key at any depth (or a token's shape) of an extra
+    var: the whole variable goes to the 0600 file, never onto ansible-playbook's argv as
+    ansible-runner's own RunnerConfig builds it; the rest stays inline."""
+    import stat  # noqa: PLC0415
+
+    from ansible_runner.config.runner import RunnerConfig  # noqa: PLC0415
+
+    from sparkctl.runner import _split_secret_vars  # noqa: PLC0415
+
+    secret = "nested-sentinel-5b2e" if "nested-sentinel" in json.dumps(value) else "Sentinel5b2e"
+    inline, path = _split_secret_vars({name: value, "sglang_port": 31000}, tmp_path)
+    assert inline == {"sglang_port": 31000}
+    assert path is not None
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert json.loads(path.read_text()) == {name: value}
+    config = RunnerConfig(
+        private_data_dir=str(tmp_path / "p"),
+        playbook="site.yml",
+        extravars=inline,
+        cmdline=f"-e @{path}",
+    )
+    argv = config.generate_ansible_command()
+    assert secret not in " ".join(argv), argv
+    assert "31000" in " ".join(argv)
+    assert f"@{path}" in " ".join(argv)

@@ -8,6 +8,7 @@ answered with the expected hostname. Never changes anything.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -30,7 +31,20 @@ author: sparkctl developers
 """
 
 
+# A peer's address comes from the inventory (ansible_host): the rules refuse what is
+# not a host name or an address, and this module again, before it becomes an ssh word.
+ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}")
+
+
 def check_peer(user: str, current: str, peer: dict[str, str]) -> dict[str, Any]:
+    address = str(peer.get("address", ""))
+    if not ADDRESS.fullmatch(address):
+        return {
+            "name": peer.get("name"),
+            "address": address,
+            "ok": False,
+            "reason": f"{address!r} is not a host name or an address; not contacted",
+        }
     ssh = [
         "ssh",
         "-o",
@@ -39,7 +53,8 @@ def check_peer(user: str, current: str, peer: dict[str, str]) -> dict[str, Any]:
         "StrictHostKeyChecking=yes",
         "-o",
         "ConnectTimeout=5",
-        peer["address"],
+        "--",
+        address,
         "hostname",
     ]
     cmd = ssh if user == current else ["runuser", "-u", user, "--", *ssh]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sparkctl-model-relay: manifest, check and pipelined fan-out of a model directory.
 
-Installed on every node by the model_cache role (standard library only). Four
+Installed on every node by the model_cache role (standard library only). Six
 subcommands, each printing one JSON object on stdout:
 
 ``manifest ROOT --out FILE --state FILE``
@@ -17,8 +17,10 @@ subcommands, each printing one JSON object on stdout:
     the relative paths this node needs, one per line, and reports the bytes
     needed and the bytes free under ROOT's file system.
 
-``send ROOT --files FILE --chain JSON [--progress FILE] [--streams K|auto] [--transport ssh|tcp]``
-    Streams the listed files to the first node of the chain, as K streams at
+``send ROOT --files FILE --chain JSON [--manifest FILE] [--progress FILE] [--streams K|auto]
+[--transport ssh|tcp]``
+    Streams the listed files (with --manifest: only files it lists, each a plain
+    relative path) to the first node of the chain, as K streams at
     once over disjoint pieces (a file bigger than a stream's share is split by
     byte range), stream i reaching each hop on its twin ``hosts[i % len]``.
     Files are read with sendfile(2): the kernel copies from the page cache.
@@ -40,6 +42,13 @@ subcommands, each printing one JSON object on stdout:
     The environment variable shows in ``/proc/PID/environ`` of the relay and
     in the command line of the shell that set it (``HF_TOKEN=... python3``,
     how Ansible's ``environment:`` works); stdin shows nowhere.
+
+``serve --cache-dir DIR --net CIDR [--net CIDR] --cipher NAME [--key FILE]``
+    The relay key's forced command (authorized_keys ``command=``): runs the
+    ``recv`` that ``SSH_ORIGINAL_COMMAND`` asks for only when it has the one
+    shape the sender writes, and only on a chain whose paths are this node's
+    cache files and whose addresses are in its fabric networks; it reaches the
+    next hop with its own ssh command and key, never with one the upstream sent.
 
 ``recv --chain JSON [--stream I --streams K] [--transport ssh|tcp]``
     Run by the previous hop (through ssh). Reads one stream and, WHILE reading
@@ -63,10 +72,13 @@ The stream: ``SPKR2\n``, then records of a 4-byte big-endian length, a JSON
 header of that length and, for a piece (``{"path", "offset", "length",
 "size"}``), its bytes; the last record is ``{"end": true, "pieces": N}``.
 
-The chain is a JSON list of hops ``{"host", "hosts", "root", "manifest",
+The chain is a JSON list of hops ``{"host", "hosts", "name", "root", "manifest",
 "state", "need", "job"}``; each ``recv`` handles the first and passes the rest on. ``via`` is
 the command that reaches a host (default ``ssh -T -o BatchMode=yes
--o Compression=no {host}``).
+-o Compression=no {host}``; the role's, and ``serve``'s own, is :func:`relay_via`).
+Node to node, a hop is reached with the relay key, whose authorized_keys line
+forces ``serve``: whatever the upstream sends is data to that node, never a path
+outside its cache or a command.
 """
 
 from __future__ import annotations
@@ -79,9 +91,11 @@ import fcntl
 import hashlib
 import hmac
 import io
+import ipaddress
 import json
 import mmap
 import os
+import re
 import select
 import shlex
 import shutil
@@ -106,6 +120,9 @@ RELAY = "sparkctl-model-relay"
 PARTIAL = ".sparkctl-partial"  # a file being received (never in a manifest, never walked)
 RANGES = ".sparkctl-ranges"  # the byte ranges of a partial file received so far
 HASH_THREADS = 8  # files hashed at once (hashlib releases the GIL for large updates)
+MAX_REL = 4096  # bytes of one relative path in a manifest (PATH_MAX)
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+JOB = re.compile(r"[a-z0-9]{1,64}")
 
 
 class RelayError(Exception):
@@ -225,21 +242,63 @@ def build_manifest(root: Path, state_path: Path, link_root: Path | None = None) 
     }
 
 
+def safe_rel(rel: object) -> str | None:
+    """Why ``rel`` cannot name a file inside a model directory, or None when it can.
+
+    A manifest is made on the head (or the controller) and copied to every node,
+    and a sender's file list comes from what the nodes reported: neither is taken
+    as a path until it is a plain relative path, written the one way PurePosixPath
+    writes it (no "", ".", "..", "//", leading or trailing "/"), of printable
+    characters (the need list is one path a line), and not one of the relay's own
+    working names."""
+    if not isinstance(rel, str) or not rel:
+        return "not a path"
+    pure = PurePosixPath(rel)
+    checks = (
+        (len(rel.encode()) > MAX_REL, f"longer than {MAX_REL} bytes"),
+        (not rel.isprintable(), "holds a control character"),
+        (pure.is_absolute(), "is absolute"),
+        (
+            ".." in pure.parts or str(pure) != rel,
+            "is not a plain relative path (.., ., // or a trailing /)",
+        ),
+        (
+            pure.name.endswith((PARTIAL, RANGES)),
+            "ends with a name the relay keeps for its partial files",
+        ),
+    )
+    return next((why for bad, why in checks if bad), None)
+
+
 def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    """rel path -> entry; refuses paths that would leave the model directory."""
+    """rel path -> entry; refuses anything but plain relative paths with a size and a
+    SHA-256 (see :func:`safe_rel`), each once."""
     try:
         data = json.loads(path.read_text())
         entries = data["files"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RelayError(f"{path}: not a sparkctl model manifest ({exc})") from None
+    if not isinstance(entries, list):
+        raise RelayError(f"{path}: not a sparkctl model manifest (files is not a list)")
     out: dict[str, dict[str, Any]] = {}
     for entry in entries:
-        rel = str(entry.get("path", ""))
-        pure = PurePosixPath(rel)
-        if not rel or pure.is_absolute() or ".." in pure.parts:
-            raise RelayError(f"{path}: unsafe path {rel!r} in the manifest")
-        if not isinstance(entry.get("size"), int) or len(str(entry.get("sha256", ""))) != 64:
+        if not isinstance(entry, dict):
+            raise RelayError(f"{path}: an entry is not a JSON object")
+        rel = entry.get("path")
+        why = safe_rel(rel)
+        if why is not None or not isinstance(rel, str):
+            raise RelayError(f"{path}: unsafe path {rel!r} in the manifest: {why}")
+        size, digest = entry.get("size"), entry.get("sha256")
+        if (
+            isinstance(size, bool)
+            or not isinstance(size, int)
+            or size < 0
+            or not isinstance(digest, str)
+            or not SHA256_HEX.fullmatch(digest)
+        ):
             raise RelayError(f"{path}: entry {rel!r} lacks a size or a SHA-256")
+        if rel in out:
+            raise RelayError(f"{path}: {rel!r} is listed twice")
         out[rel] = entry
     return out
 
@@ -494,7 +553,11 @@ class LineOut(Protocol):
 def _pass_up(stream: IO[bytes], out: LineOut, lock: threading.Lock, tail: list[str]) -> None:
     """Copy the downstream hop's stderr lines upstream (progress, and errors kept in tail)."""
     for raw in iter(stream.readline, b""):
-        line = raw.decode(errors="replace").rstrip("\n")
+        # What a downstream node says is shown upstream (the progress file, the
+        # controller's output): never a control character (a terminal escape).
+        line = "".join(
+            c if c.isprintable() else "?" for c in raw.decode(errors="replace").rstrip("\n")
+        )
         if not line.startswith(("progress ", "done ")):
             tail.append(line)
             del tail[:-20]
@@ -1123,6 +1186,15 @@ def _listen(
             conn.close()  # not the upstream hop: nothing read from it is used
 
 
+def _job(value: object) -> str:
+    """The transfer's name, which names the partial files, range notes and stream
+    counters: lowercase letters and digits only (never a path)."""
+    job = "" if value is None else value
+    if not isinstance(job, str) or (job and not JOB.fullmatch(job)):
+        raise RelayError(f"job {job!r}: 1-64 lowercase letters and digits")
+    return job
+
+
 def recv(
     chain: list[dict[str, Any]],
     stdin: IO[bytes],
@@ -1150,7 +1222,7 @@ def recv(
         if rest
         else None
     )
-    receiver = Receiver(root, manifest, need, progress, str(hop.get("job") or ""))
+    receiver = Receiver(root, manifest, need, progress, _job(hop.get("job")))
     inbound = Inbound(conn.fileno() if conn is not None else stdin.fileno(), downstream, progress)
     try:
         receiver.run(inbound)
@@ -1172,6 +1244,221 @@ def recv(
         "written": receiver.written,
         "bytes": progress.bytes,
     }
+
+
+# ------------------------------------------------ the forced command (serve)
+# The relay key's only use: its line in authorized_keys is
+#   restrict,from="<fabric subnets>",command="sparkctl-model-relay serve --cache-dir ..."
+# (sshd(8), AUTHORIZED_KEYS FILE FORMAT: with command= the client's command is
+# never run, only shown to the forced one in SSH_ORIGINAL_COMMAND). serve takes
+# from that string nothing but data: the recv arguments of the one shape
+# next_command writes, and a chain whose every path lies in this node's cache
+# and every address in its fabric networks. What it runs next (ssh, with this
+# node's relay key, to the next hop's fabric address) is its own, never the
+# upstream's "via" or "relay".
+HOP_KEYS = frozenset({"host", "hosts", "name", "root", "manifest", "state", "need", "job"})
+HOP_IGNORED = frozenset({"via", "relay"})  # sent by the sender, replaced here
+HOP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+CIPHER = re.compile(r"[a-z0-9][a-z0-9@.,-]{0,255}")  # a name or a list (ssh -c a,b)
+META = ".sparkctl"  # the cache's meta directory (manifests, states, need lists)
+MAX_HOPS = 64
+MAX_COMMAND = 1 << 20  # bytes of SSH_ORIGINAL_COMMAND read at most
+RELAY_KEY = "~/.ssh/id_sparkctl_relay"
+
+
+def relay_via(cipher: str, key: str = RELAY_KEY) -> str:
+    """How a node reaches the next hop: ssh with the relay key only (its
+    authorized_keys line forces ``serve`` there), no configuration file (nothing in
+    ~/.ssh/config can add a key, a proxy or a command), host keys checked against
+    the known hosts base wrote; ``{host}`` after ``--``, never in option position."""
+    if not CIPHER.fullmatch(cipher):
+        raise RelayError(f"--cipher {cipher!r} is not an ssh cipher name")
+    return (
+        "ssh -F /dev/null -T -o BatchMode=yes -o Compression=no -o StrictHostKeyChecking=yes "
+        f"-o IdentitiesOnly=yes -o IdentityAgent=none -i {shlex.quote(key)} -c {cipher} "
+        "-- {host}"
+    )
+
+
+def _no_link_on_the_way(base: Path, rel: PurePosixPath, what: str) -> None:
+    current = base
+    for part in rel.parts:
+        current = current / part
+        if current.is_symlink():
+            raise RelayError(f"{what} {current} is a link; the relay writes through none")
+
+
+def _in_cache(cache: Path, value: object, what: str) -> tuple[Path, PurePosixPath]:
+    """``value`` as an absolute path under ``cache`` (the cache itself excluded), with
+    no ``..`` and no link on the way below the cache; (path, its part below cache)."""
+    if not isinstance(value, str) or not value.startswith("/") or not value.isprintable():
+        raise RelayError(f"{what} {value!r} is not an absolute path")
+    pure = PurePosixPath(value)
+    if ".." in pure.parts:
+        raise RelayError(f"{what} {value!r} holds ..")
+    try:
+        rel = pure.relative_to(PurePosixPath(cache))
+    except ValueError:
+        raise RelayError(f"{what} {value!r} is outside the model cache {cache}") from None
+    if not rel.parts:
+        raise RelayError(f"{what} {value!r} is the model cache itself")
+    _no_link_on_the_way(cache, rel, what)
+    return cache / rel, rel
+
+
+def _address(value: object, nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network]) -> str:
+    try:
+        addr = ipaddress.ip_address(value if isinstance(value, str) else "")
+    except ValueError:
+        raise RelayError(f"hop address {value!r} is not an IP address") from None
+    if not any(addr in net for net in nets):
+        raise RelayError(
+            f"hop address {addr} is not in this cluster's fabric "
+            f"({', '.join(str(n) for n in nets)})"
+        )
+    return str(addr)
+
+
+def _own_paths(hop: dict[str, Any], cache: Path) -> dict[str, str]:
+    """This node's hop: the root a directory in the cache (not its meta directory);
+    manifest, state and need the meta files of one model name."""
+    root, root_rel = _in_cache(cache, hop.get("root"), "root")
+    if root_rel.parts[0] == META:
+        raise RelayError(f"root {root} is in the cache's meta directory")
+    paths = {"root": str(root)}
+    stems = set()
+    for key, suffix in (
+        ("manifest", ".manifest.json"),
+        ("state", ".state.json"),
+        ("need", ".need"),
+    ):
+        path, rel = _in_cache(cache, hop.get(key), key)
+        stem = rel.name[: -len(suffix)] if rel.name.endswith(suffix) else ""
+        if rel.parent != PurePosixPath(META) or not MODEL_NAME.fullmatch(stem):
+            raise RelayError(f"{key} {path} is not {cache / META}/<model>{suffix}")
+        stems.add(stem)
+        paths[key] = str(path)
+    if len(stems) != 1:
+        raise RelayError(f"manifest, state and need name different models: {sorted(stems)}")
+    return paths
+
+
+def _passed_paths(hop: dict[str, Any]) -> dict[str, str]:
+    """A later hop's paths, which that node confines to its own cache: here only
+    absolute, printable and without ``..`` (data passed on, never opened)."""
+    out = {}
+    for key in ("root", "manifest", "state", "need"):
+        value = hop.get(key)
+        if (
+            not isinstance(value, str)
+            or not value.startswith("/")
+            or not value.isprintable()
+            or ".." in PurePosixPath(value).parts
+        ):
+            raise RelayError(f"{key} {value!r} is not an absolute path or holds ..")
+        out[key] = value
+    return out
+
+
+def confine_chain(
+    chain: list[dict[str, Any]],
+    cache: Path,
+    nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network],
+    via: str,
+) -> list[dict[str, Any]]:
+    """The chain an upstream node sent, as data this node may act on, or a RelayError.
+
+    Every hop: only known keys; each address an IP in the fabric networks; the name
+    a host name; the job a job name. This node's hop (the first): the paths of
+    :func:`_own_paths`; the others are judged by their own nodes. The upstream's
+    ``via`` and ``relay`` are dropped for ``via`` (this node's own command) and the
+    relay's name."""
+    if not isinstance(chain, list) or not 1 <= len(chain) <= MAX_HOPS:
+        raise RelayError(f"the chain must be a list of 1-{MAX_HOPS} hops")
+    out: list[dict[str, Any]] = []
+    for i, hop in enumerate(chain):
+        if not isinstance(hop, dict):
+            raise RelayError("a hop is not a JSON object")
+        unknown = sorted(set(hop) - HOP_KEYS - HOP_IGNORED)
+        if unknown:
+            raise RelayError(f"a hop carries {unknown}, which the relay does not take")
+        hosts = hop.get("hosts", [hop.get("host")])
+        if not isinstance(hosts, list) or not 1 <= len(hosts) <= 2:
+            raise RelayError(f"hop hosts {hosts!r}: one or two addresses (the twins)")
+        name = hop.get("name", hop.get("host"))
+        if not isinstance(name, str) or not HOP_NAME.fullmatch(name):
+            raise RelayError(f"hop name {name!r} is not a host name")
+        out.append(
+            {
+                "host": _address(hop.get("host", hosts[0]), nets),
+                "hosts": [_address(h, nets) for h in hosts],
+                "name": name,
+                **(_own_paths(hop, cache) if i == 0 else _passed_paths(hop)),
+                "job": _job(hop.get("job")),
+                "via": via,
+                "relay": RELAY,
+            }
+        )
+    return out
+
+
+def _recv_words(words: list[str]) -> dict[str, str]:
+    """``--chain JSON [--stream I --streams K] [--transport T]``, each at most once,
+    nothing else (what next_command writes)."""
+    if len(words) % 2:
+        raise RelayError("the relay's arguments come in --option value pairs")
+    given: dict[str, str] = {}
+    for flag, value in zip(words[::2], words[1::2], strict=True):
+        if flag not in ("--chain", "--stream", "--streams", "--transport") or flag in given:
+            raise RelayError(f"{flag[:40]!r}: the relay key runs recv with its own options only")
+        given[flag] = value
+    if "--chain" not in given:
+        raise RelayError("no --chain")
+    for flag in ("--stream", "--streams"):
+        if flag in given and not (given[flag].isascii() and given[flag].isdigit()):
+            raise RelayError(f"{flag} {given[flag][:20]!r} is not a number")
+    if given.get("--transport", "ssh") not in TRANSPORTS:
+        raise RelayError(f"--transport {given['--transport'][:20]!r}: ssh or tcp")
+    return given
+
+
+def serve(
+    original: str | None,
+    stdin: IO[bytes],
+    err: IO[str],
+    *,
+    cache: Path,
+    nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network],
+    cipher: str,
+    key: str = RELAY_KEY,
+) -> dict[str, Any]:
+    """The forced command: one ``recv`` of the shape next_command writes, on a chain
+    confined to this node's cache and fabric (see above), or a refusal."""
+    via = relay_via(cipher, key)
+    if not original:
+        raise RelayError("this key runs the model relay only; no command was given")
+    if len(original) > MAX_COMMAND:
+        raise RelayError(f"a command longer than {MAX_COMMAND} bytes")
+    try:
+        words = shlex.split(original)
+    except ValueError as exc:
+        raise RelayError(f"the command is not shell words: {exc}") from None
+    if len(words) < 2 or PurePosixPath(words[0]).name != RELAY or words[1] != "recv":
+        raise RelayError(f"this key runs `{RELAY} recv` only, not {words[:2]!r}")
+    given = _recv_words(words[2:])
+    stream, streams = int(given.get("--stream", 0)), int(given.get("--streams", 1))
+    if not 0 <= stream < streams <= MAX_STREAMS:
+        raise RelayError(f"--stream {stream} of --streams {streams}")
+    chain = confine_chain(_chain(given["--chain"]), cache, nets, via)
+    return recv(
+        chain,
+        stdin,
+        err,
+        stream=stream,
+        streams=streams,
+        transport=given.get("--transport", "ssh"),
+    )
 
 
 class ProgressFile:
@@ -1258,24 +1545,35 @@ def send(
     *,
     streams: int = 1,
     transport: str = "ssh",
+    manifest: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Stream ``names`` along ``chain``; every outcome, failures too, ends in the progress file."""
-    total = sum((root / n).stat().st_size for n in names if (root / n).is_file())
-    board = ProgressFile(progress_path, [_hop_name(h) for h in chain], total, job)
-    board.write()
+    board = ProgressFile(progress_path, [_hop_name(h) for h in chain], 0, job)
     try:
-        return _send(root, names, chain, board, streams=streams, transport=transport)
+        sizes = _sizes(root, names, manifest) if chain and names else {}
+        board.total = sum(sizes.values())
+        board.write()
+        return _send(root, sizes, chain, board, streams=streams, transport=transport)
     except BaseException as exc:
         board.error = str(exc) or type(exc).__name__
         board.write(finished=True)
         raise
 
 
-def _sizes(root: Path, names: list[str]) -> dict[str, int]:
-    """Each file's size, refusing a missing one and a link out of the model root."""
+def _sizes(
+    root: Path, names: list[str], manifest: dict[str, dict[str, Any]] | None = None
+) -> dict[str, int]:
+    """Each file's size, refusing a name that is not a plain relative path (or, given
+    the manifest, one it does not list: the list is the union of what the nodes
+    reported lacking), a missing file and a link out of the model root."""
     base = (_hub_repo(root) or root).resolve()
     sizes: dict[str, int] = {}
     for name in names:
+        why = safe_rel(name)
+        if why is not None:
+            raise RelayError(f"{name!r}: not a file of the model ({why}); nothing was sent")
+        if manifest is not None and name not in manifest:
+            raise RelayError(f"{name!r} is not in the manifest; nothing was sent")
         path = root / name
         if not path.is_file():
             raise RelayError(f"{path} is missing on the sending node")
@@ -1313,17 +1611,17 @@ def _send_stream(root: Path, pieces: list[Piece], down: Downstream) -> int:
 
 def _send(
     root: Path,
-    names: list[str],
+    sizes: dict[str, int],
     chain: list[dict[str, Any]],
     board: ProgressFile,
     *,
     streams: int = 1,
     transport: str = "ssh",
 ) -> dict[str, Any]:
-    if not chain or not names:
+    if not chain or not sizes:
         board.write(finished=True)
         return {"sent_bytes": 0, **board.snapshot(finished=True)}
-    groups = plan(_sizes(root, names), streams)
+    groups = plan(sizes, streams)
     board.streams = len(groups)
     sink = _LineSink(board.line)
     lock = threading.Lock()
@@ -1589,6 +1887,23 @@ def _chain(text: str) -> list[dict[str, Any]]:
     return chain
 
 
+def _cache_dir(text: str) -> Path:
+    pure = PurePosixPath(text)
+    if not pure.is_absolute() or ".." in pure.parts or len(pure.parts) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: an absolute directory below /")
+    return Path(pure)
+
+
+def _net(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        net = ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if net.prefixlen == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} matches every address")
+    return net
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=RELAY, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -1623,11 +1938,19 @@ def _parser() -> argparse.ArgumentParser:
         help=f"parallel chains (1-{MAX_STREAMS}, or auto: half the cores, 2-8)",
     )
     p.add_argument("--transport", choices=TRANSPORTS, default="ssh")
+    p.add_argument(
+        "--manifest", type=Path, help="send only files this manifest lists (the holder's)"
+    )
     p = sub.add_parser("recv")
     p.add_argument("--chain", required=True)
     p.add_argument("--stream", type=int, default=0)
     p.add_argument("--streams", type=int, default=1)
     p.add_argument("--transport", choices=TRANSPORTS, default="ssh")
+    p = sub.add_parser("serve", help="the relay key's forced command (reads SSH_ORIGINAL_COMMAND)")
+    p.add_argument("--cache-dir", type=_cache_dir, required=True)
+    p.add_argument("--net", type=_net, action="append", required=True)
+    p.add_argument("--cipher", required=True)
+    p.add_argument("--key", default=RELAY_KEY)
     p = sub.add_parser("fetch-hf")
     p.add_argument("repo")
     p.add_argument("--revision", required=True)
@@ -1679,6 +2002,17 @@ def main(argv: Iterable[str] | None = None) -> int:
                 args.job,
                 streams=args.streams,
                 transport=args.transport,
+                manifest=read_manifest(args.manifest) if args.manifest else None,
+            )
+        elif args.command == "serve":
+            result = serve(
+                os.environ.get("SSH_ORIGINAL_COMMAND"),
+                sys.stdin.buffer,
+                sys.stderr,
+                cache=args.cache_dir,
+                nets=args.net,
+                cipher=args.cipher,
+                key=args.key,
             )
         else:
             if not 0 <= args.stream < args.streams <= MAX_STREAMS:

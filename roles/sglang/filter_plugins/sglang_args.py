@@ -89,9 +89,9 @@ def _int(value: Any, what: str) -> int:
         raise AnsibleFilterError(f"{what} must be an integer, got {value!r}") from None
 
 
-# A group name: one word of letters, digits, `_`, `.` and `-`, as it appears in
-# the plan, messages and `sparkctl serve`'s output.
-_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
+# A group name: one word of letters, digits, `_` and `-`, as it appears in the
+# plan, messages and `sparkctl serve`'s output (sparkctl/rules/common.py GROUP_NAME).
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
 
 
 def _rank_of(node: dict[str, Any]) -> int:
@@ -120,7 +120,7 @@ def _group(nodes: list[dict[str, Any]], node_rank: Any) -> dict[str, Any]:
     if name is not None and not _GROUP_NAME.match(str(name)):
         raise AnsibleFilterError(
             f"sglang_group of {me.get('name')} is {name!r}: one word of letters, digits, "
-            "_ . - (at most 63 characters)"
+            "_ - (at most 63 characters)"
         )
     members = sorted((n for n in nodes if n.get("group") == name), key=_rank_of)
     whole = len(members) == len(nodes)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from verify_helpers import (
     DEFAULTS,
     HEAD,
@@ -33,6 +34,11 @@ UPSTREAM = HOSTVARS[HEAD].get("base_chrony_upstream", DEFAULTS["base_chrony_upst
 KEY_DIR = Path(os.environ["SPARKCTL_STATE_DIR"]) / "clusters" / "molecule" / "ssh"
 KEY = "id_sparkctl_cluster"
 testinfra_hosts = [podman(name) for name in SPARKS]
+
+
+def role_yaml_of(role: str) -> Any:
+    """Another role's defaults (the fabric subnets are cluster_defaults')."""
+    return yaml.safe_load((Path(__file__).parents[4] / role / "defaults" / "main.yml").read_text())
 
 
 def block(text: str, marker: str) -> list[str]:
@@ -96,10 +102,21 @@ def test_cluster_private_key_is_the_controllers(host: Any) -> None:
     assert host.check_output("ssh-keygen -y -f /root/.ssh/%s", KEY).split()[:2] == public
 
 
-def test_cluster_key_is_authorised(host: Any) -> None:
+def test_cluster_key_is_authorised_from_the_cluster_only(host: Any) -> None:
+    """restrict (no forwarding, no pty) and from= the fabric subnets and the nodes'
+    own addresses: a copy of the key taken off a node is worth nothing elsewhere."""
     public = " ".join((KEY_DIR / f"{KEY}.pub").read_text().split()[:2])
-    authorised = host.file("/root/.ssh/authorized_keys").content_string
-    assert any(line.startswith(public) for line in authorised.splitlines())
+    lines = block(host.file("/root/.ssh/authorized_keys").content_string, "sparkctl cluster key")
+    assert len(lines) == 1
+    options, key = lines[0].split(" ", 1)
+    assert key.startswith(public)
+    assert options.startswith('restrict,from="')
+    sources = options.removeprefix('restrict,from="').removesuffix('"').split(",")
+    shared = role_yaml_of("cluster_defaults")
+    fabric = [HOSTVARS[HEAD].get(v, shared[v]) for v in ("fabric_a_subnet", "fabric_b_subnet")]
+    assert sources[:2] == fabric
+    assert set(MGMT.values()) <= set(sources)
+    assert "0.0.0.0/0" not in sources
 
 
 @pytest.mark.parametrize("peer", SPARKS)
