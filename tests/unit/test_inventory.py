@@ -421,7 +421,8 @@ def test_switch_ports_not_a_mapping(tmp_path: Path, ports: str) -> None:
     )
     write(tmp_path / "group_vars" / "c1" / "cluster.yml", f"switch_ports: {ports}\n")
     err = load_error(path)
-    assert str(path) in err.message
+    # The file that sets it, with its line: where the user fixes it.
+    assert f"{tmp_path / 'group_vars' / 'c1' / 'cluster.yml'}:1:" in err.message
     assert "variable switch_ports" in err.message
     assert "mapping" in err.message
 
