@@ -18,6 +18,7 @@ import paramiko
 import pytest
 
 from sparkctl.lab.lab import NETWORK as LAB_NETWORK
+from sparkctl.paths import controller_vars
 from tests.conftest import REPO, SIM_INVENTORY, LabSession, sparkctl
 from tests.labhost import SSH_DIR, HostSnapshot, ssh
 
@@ -45,11 +46,15 @@ def test_ansible_reaches_every_host_with_strict_host_keys(lab: LabSession) -> No
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
     }
+    # Ansible by hand, outside sparkctl's playbooks: the controller's variables the
+    # inventory refers to ({{ sparkctl_state_dir }}) are given as sparkctl gives them.
     proc = subprocess.run(
         [
             str(Path(sys.executable).parent / "ansible"),
             "-i",
             str(SIM_INVENTORY),
+            "-e",
+            json.dumps(controller_vars()),
             "all",
             "-m",
             "ansible.builtin.command",
