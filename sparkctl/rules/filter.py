@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from . import check, data
 from .common import SPARKS, SWITCHES, origin_of, plain
-from .schema import fact_names
+from .schema import fact_names, load_specs
 from .secrets import plaintext_secret, secret_problem
 
 # ------------------------------------------------------- as an Ansible filter
@@ -32,12 +32,21 @@ _PLAY_VARS = frozenset(
 )
 
 
-def _inventory_vars(hv: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+# Settings of connection plugins sparkctl never uses (ansible_connection is judged to be
+# ssh): inert in a play, where a container harness sets them on every host (molecule's
+# podman driver: ansible_podman_executable). `inventory check` refuses them all the same.
+_OTHER_CONNECTIONS = ("ansible_podman_", "ansible_docker_")
+
+
+def _inventory_vars(
+    hv: Mapping[str, Any], read: Callable[[str], bool], raw: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
     """One host's variables as the rules see them on the controller, and their origins.
 
     No facts, plain values. A value Ansible cannot template here (it may need facts
     this facts-free play does not have) is left out; the task that uses it will say
-    what is wrong.
+    what is wrong. A name nothing reads (``read``) is kept with the value None, never
+    templated: in a play it never renders, and its name alone is judged (a near miss).
     """
     names = [str(name) for name in hv]
     try:
@@ -51,7 +60,13 @@ def _inventory_vars(hv: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
     out: dict[str, Any] = {}
     origins: dict[str, str] = {}
     for name in names:
-        if name in _PLAY_VARS or name in facts:
+        if name in _PLAY_VARS or name in facts or name.startswith(_OTHER_CONNECTIONS):
+            continue
+        if not read(name):
+            out[name] = None
+            where = origin_of(raw.get(name))  # the raw value's tag: nothing rendered
+            if where:
+                origins[name] = where
             continue
         try:
             value = hv[name]
@@ -69,7 +84,9 @@ def _inventory_vars(hv: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, st
 _PLAINTEXT = "__sparkctl_plaintext_secrets"  # names found by _inventory_vars
 
 
-def _template_problems(hostvars: Any, hosts: list[str], ours: Path) -> list[str]:
+def _template_problems(
+    hostvars: Any, hosts: list[str], ours: Path, read: Callable[[str], bool]
+) -> list[str]:
     """Values that are templates (data.py), judged on the raw values before any of
     them is templated: reading ``hostvars[host][name]`` would run a lookup in it.
     Values read from ``ours`` (the project's playbooks directory, whose
@@ -84,7 +101,7 @@ def _template_problems(hostvars: Any, hosts: list[str], ours: Path) -> list[str]
     messages: dict[tuple[str, str], str] = {}
     for host in hosts:
         for name, value in dict(raw_get(host)).items():
-            if name in _PLAY_VARS or name.startswith("ansible_facts"):
+            if name in _PLAY_VARS or name.startswith("ansible_facts") or not read(name):
                 continue
             where = origin_of(value)
             if where is not None and Path(where.split(":", 1)[0]).is_relative_to(ours):
@@ -101,13 +118,28 @@ def _problems_filter(
     hostvars: Mapping[str, Any], groups: Mapping[str, list[str]], roles_dir: str
 ) -> list[str]:
     hosts = list(dict.fromkeys([*groups.get(SPARKS, []), *groups.get(SWITCHES, [])]))
-    templates = _template_problems(hostvars, hosts, Path(roles_dir).resolve().parent / "playbooks")
+    # In a play, only what a role or sparkctl reads can ever render: those names are
+    # judged (values and all); any other name is judged by its name alone (a near miss
+    # of a declared one). A harness's own variables (molecule's lookups) never render.
+    # `sparkctl inventory check` is stricter: every name of an inventory is judged.
+    known = set(load_specs(Path(roles_dir)))
+
+    def read(name: str) -> bool:
+        return name in known or (
+            name.startswith("ansible_") and not name.startswith(_OTHER_CONNECTIONS)
+        )
+
+    templates = _template_problems(
+        hostvars, hosts, Path(roles_dir).resolve().parent / "playbooks", read
+    )
     if templates:  # nothing more is read: every other rule would template the values
         return templates
     plain_vars: dict[str, dict[str, Any]] = {}
     origins: dict[tuple[str, str], str] = {}
     for host in hosts:
-        plain_vars[host], found = _inventory_vars(hostvars[host])
+        raw_get = getattr(hostvars, "raw_get", None)
+        raw = dict(raw_get(host)) if callable(raw_get) else {}
+        plain_vars[host], found = _inventory_vars(hostvars[host], read, raw)
         origins.update({(host, name): where for name, where in found.items()})
     plain_groups = {str(g): [str(h) for h in members] for g, members in groups.items()}
     secrets = [

@@ -106,7 +106,9 @@ def check_types(
     at any depth). ``user_vars`` (host -> names set by the inventory) limits the checks
     to what the user wrote; without it every variable is checked except facts. Every
     name no role declares is refused; ``in_play`` (the preflight filter) lets a role's
-    internal names (a leading ``_``: facts set earlier in the play) pass.
+    internal names (a leading ``_``: facts set earlier in the play) pass, and refuses
+    an unknown name only when it is a near miss of a declared one or carries a role's
+    prefix (a play holds other tools' variables: molecule's).
     """
     problems: list[Problem] = []
     seen: set[tuple[str | None, str]] = set()
@@ -156,6 +158,8 @@ def check_types(
             close = sorted(
                 k for k in known if k.startswith(f"{name}_")
             ) or difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+            if in_play and not close and not name.startswith(prefixes):
+                continue  # a play's other variables (a harness's): only near misses
             seen.add(key)
             problems.append(
                 Problem(

@@ -244,3 +244,29 @@ def test_the_preflight_play_refuses_a_template_without_running_it(
     assert proc.returncode != 0, proc.stdout
     assert "variable base_headless: is a template" in proc.stdout, proc.stdout[-3000:]
     assert not marker.exists()
+
+
+def test_in_a_play_a_name_nothing_reads_never_renders(
+    inv: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A play holds other tools' variables (molecule's lookups): the guard neither
+    renders nor refuses a name no role reads there; `inventory check`, sparkctl's own
+    gate, refuses it all the same."""
+    marker = inv.parent.parent / "ran"
+    _vars(inv, f'harness_setting: "{_payload(marker)}"\n')
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", str(inv), str(ROOT / "playbooks" / "preflight.yml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert not marker.exists()
+    code, output = check_cli(monkeypatch, capsys, inv)
+    assert code == ExitCode.BAD_INPUT, output
+    assert "variable harness_setting: is a template" in output, output
+    assert not marker.exists()
