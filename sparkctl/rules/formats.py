@@ -126,6 +126,12 @@ _IMAGE_NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
 _URL_REST = r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+=:@/-]*)?"  # host, port, path
 FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
     "word": (_regex(r"[A-Za-z0-9_.,:/=@+-]+"), "one word (letters, digits and _ . , : / = @ + -)"),
+    # `ssh -c` as the model relay takes it (roles/model_cache/files/sparkctl_model_relay.py
+    # CIPHER): a name, or a comma list, of OpenSSH's lower-case cipher names.
+    "ssh_ciphers": (
+        _regex(r"[a-z0-9][a-z0-9@.,-]{0,255}"),
+        "OpenSSH cipher names (ssh -Q cipher), one or a comma list, lower case",
+    ),
     "text": (
         _regex(r"[A-Za-z0-9_.,:/=@+ ()-]*"),
         "plain text (letters, digits, blanks and _ . , : / = @ + ( ) -)",

@@ -147,6 +147,11 @@ def test_every_constraint_has_a_case_in_the_bad_input_corpus() -> None:
             ["0", "70000", "60999-32768", "1-65536", "80,443", "80\n", ""],
         ),
         ("digits", ["580", "0"], ["580.0", "580-1", "", "5 8", "580\n"]),
+        (
+            "ssh_ciphers",
+            ["aes128-gcm@openssh.com", "chacha20-poly1305@openssh.com,aes256-ctr"],
+            ["AES128-CTR", "aes128_ctr", "-oProxyCommand=x", "aes:x", "", "aes128-ctr\n"],
+        ),
         ("dashed_version", ["13-0", "13", "12-8"], ["13.0", "13-", "-0", "", "13-0\n"]),
         (
             "release_tag",
