@@ -24,7 +24,8 @@ from typing import Any
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import vault_environment
 from sparkctl.paths import controller_vars, data_dir, playbooks_dir, roles_dir
-from sparkctl.rules.secrets import TOKEN_SHAPE, URL_CREDENTIALS, is_secret_name
+from sparkctl.rules.common import is_secret_name
+from sparkctl.rules.secrets import TOKEN_SHAPE, URL_CREDENTIALS
 
 log = logging.getLogger(__name__)
 

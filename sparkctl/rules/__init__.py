@@ -40,6 +40,7 @@ from .common import (
     SWITCHES,
     TWINS,
     Problem,
+    is_secret_name,
     load_yaml,
     origin_of,
     plain,
@@ -48,7 +49,7 @@ from .connection import ssh_options
 from .relations import check_relations
 from .risks import accepted_risks, check_risks
 from .schema import check_types, load_specs
-from .secrets import check_secrets, is_secret_name, plaintext_secret, secret_problem
+from .secrets import check_secrets, plaintext_secret, secret_problem
 from .topology import check_topology
 from .tp import sglang_groups
 

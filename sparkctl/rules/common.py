@@ -150,3 +150,34 @@ def ipv4_net(value: Any) -> ipaddress.IPv4Network | None:
         return ipaddress.IPv4Network(value.strip(), strict=True)
     except ValueError:
         return None
+
+
+# ------------------------------------------------------------------ names
+# A name is a secret's when its last word is one of these (HF_TOKEN, SGLANG_API_KEY,
+# AWS_SECRET_ACCESS_KEY, ansible_ssh_pass, --ssl-keyfile-password) or when any word is
+# one of the second set (CLIENT_SECRET_ID). Words are split at _ - and . and compared
+# without case. "tokens" (sglang_verify_max_tokens) and "keyfile" (a path) are not.
+_LAST_WORDS = frozenset(
+    {
+        "token",
+        "password",
+        "passwd",
+        "pass",
+        "passphrase",
+        "secret",
+        "key",
+        "apikey",
+        "credential",
+        "credentials",
+    }
+)
+_ANY_WORDS = frozenset(
+    {"secret", "password", "passwd", "passphrase", "apikey", "credential", "credentials"}
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """``name`` (a variable, an environment variable, a flag) names a secret: its value
+    is never shown in a message and never goes on a command line or in an env file."""
+    words = [w for w in re.split(r"[_.-]+", str(name).lower()) if w]
+    return bool(words) and (words[-1] in _LAST_WORDS or not _ANY_WORDS.isdisjoint(words))

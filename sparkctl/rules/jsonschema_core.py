@@ -28,7 +28,6 @@ Two deliberate departures from plain JSON Schema, both stricter:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -37,7 +36,7 @@ import jsonschema
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
 
-from .common import type_name
+from .common import is_secret_name, type_name
 from .formats import FORMATS
 
 # argument_specs type -> JSON Schema type
@@ -205,17 +204,6 @@ def _at(error: ValidationError) -> str:
     return at
 
 
-# Names whose value is a secret wherever they sit (a variable, or a key of an env map):
-# a message about them never shows the value.
-SECRET_NAME = re.compile(
-    r"(?i)(?:^|_)(?:token|password|passwd|pass|secret|key|apikey|private_key|credentials?)\Z"
-)
-
-
-def looks_secret(name: object) -> bool:
-    return isinstance(name, str) and SECRET_NAME.search(name) is not None
-
-
 def message(  # noqa: PLR0911 - one wording per JSON Schema keyword
     error: ValidationError,
     *,
@@ -234,7 +222,9 @@ def message(  # noqa: PLR0911 - one wording per JSON Schema keyword
     limit: Any = error.validator_value
     where: Any = error.schema
     at = _at(error)
-    if secret or any(looks_secret(step) for step in error.absolute_path):
+    if secret or any(
+        isinstance(step, str) and is_secret_name(step) for step in error.absolute_path
+    ):
         fmt = where.get("format") if isinstance(where, Mapping) else None
         words = FORMATS[fmt][1] if fmt in FORMATS else "what the variable takes"
         return f"{at}the value (not shown) is not {words}"
@@ -289,7 +279,7 @@ def judge(
         role=role,
         kind=kind,
         elements=str(elements) if elements else None,
-        secret=bool(constraint.get("secret")) or looks_secret(name),
+        secret=bool(constraint.get("secret")) or is_secret_name(name),
     ), of_type
 
 

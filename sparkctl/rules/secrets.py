@@ -1,6 +1,6 @@
 """Secrets: one rule for every place an inventory can hide one, and never shown.
 
-A secret is known by its name (:func:`is_secret_name`): a variable, an env map's key,
+A secret is known by its name (:func:`.common.is_secret_name`): a variable, an env map's key,
 a command-line flag or an ``--env NAME=`` of the container. Its value never appears in
 a message. A secret-named variable in plain text in an inventory file is refused
 whatever its type or Jinja wrapping (:func:`plaintext_secret`); a secret inside an env
@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from .common import Problem, origin_of, same_everywhere
+from .common import Problem, is_secret_name, origin_of, same_everywhere
 from .schema import fact_names
 
 # Every variable a connection, become or shell plugin of Ansible reads a password or
@@ -37,42 +37,6 @@ PASSWORD_VARS = (
     "ansible_ssh_private_key_passphrase",
 )
 
-# ------------------------------------------------------------------ names
-# A name is a secret's when its last word is one of these (HF_TOKEN, SGLANG_API_KEY,
-# AWS_SECRET_ACCESS_KEY, ansible_ssh_pass, --ssl-keyfile-password) or when any word is
-# one of the second set (CLIENT_SECRET_ID). Words are split at _ - and . and compared
-# without case. "tokens" (sglang_verify_max_tokens) and "keyfile" (a path) are not.
-_LAST_WORDS = frozenset(
-    {
-        "token",
-        "password",
-        "passwd",
-        "pass",
-        "passphrase",
-        "secret",
-        "key",
-        "apikey",
-        "credential",
-        "credentials",
-    }
-)
-_ANY_WORDS = frozenset(
-    {"secret", "password", "passwd", "passphrase", "apikey", "credential", "credentials"}
-)
-
-
-def is_secret_name(name: str) -> bool:
-    """``name`` (a variable, an environment variable, a flag) names a secret: its value
-    is never shown in a message and never goes on a command line or in an env file."""
-    words = [w for w in re.split(r"[_.-]+", str(name).lower()) if w]
-    return bool(words) and (words[-1] in _LAST_WORDS or not _ANY_WORDS.isdisjoint(words))
-
-
-# Kept for the few readers of the older name: the same rule, as a pattern object.
-SECRET_NAME = re.compile(
-    r"(?:^|_)(?:token|password|passwd|secret|api_key|apikey|"
-    r"private_key|credentials?)\Z"
-)
 VAULT_OR_ENV_HINT = (
     "vault-encrypt it (ansible-vault encrypt_string --name VARIABLE) or "
     "leave it out of the inventory and export it on the controller "

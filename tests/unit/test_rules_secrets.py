@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sparkctl.rules import connection, secrets
+from sparkctl.rules import common, connection, secrets
 
 SENTINEL = "hf_secretsSentinel0123456789abcdefghijkl"
 
@@ -31,7 +31,7 @@ SENTINEL = "hf_secretsSentinel0123456789abcdefghijkl"
     ],
 )
 def test_secret_names(name: str) -> None:
-    assert secrets.is_secret_name(name)
+    assert common.is_secret_name(name)
 
 
 @pytest.mark.parametrize(
@@ -49,7 +49,7 @@ def test_secret_names(name: str) -> None:
     ],
 )
 def test_not_secret_names(name: str) -> None:
-    assert not secrets.is_secret_name(name)
+    assert not common.is_secret_name(name)
 
 
 def _check(hv: dict[str, Any]) -> list[str]:
