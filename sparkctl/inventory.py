@@ -29,6 +29,7 @@ from sparkctl import rules
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.paths import CONTROLLER_VARS, controller_vars, roles_dir
 from sparkctl.rules import data
+from sparkctl.rules.common import PLAY_VARS
 from sparkctl.rules.topology import check_cluster_name
 
 log = logging.getLogger(__name__)
@@ -214,23 +215,6 @@ def _load_ansible_inventory(
     return cluster, groups, hostvars, origins, secrets
 
 
-# Variables of the play and of Ansible itself in VariableManager.get_vars: never the
-# inventory's, never judged or templated here.
-_PLAY_VARS = frozenset(
-    {
-        "groups",
-        "hostvars",
-        "vars",
-        "environment",
-        "omit",
-        "playbook_dir",
-        "ansible_playbook_python",
-        "inventory_dir",
-        "inventory_file",
-    }
-)
-
-
 def _refuse_templates(path: Path, raw: Mapping[str, Mapping[str, Any]]) -> None:
     """Refuse every value that is a template (rules/data.py), and a controller variable
     the inventory sets, naming file, host and variable: before any value is templated,
@@ -239,8 +223,8 @@ def _refuse_templates(path: Path, raw: Mapping[str, Mapping[str, Any]]) -> None:
 
     found: dict[tuple[str, str], tuple[str, list[str]]] = {}
     for host, variables in raw.items():
-        own = {k: v for k, v in variables.items() if k not in _PLAY_VARS}
-        expanding = data.expansion_problems(own, is_trusted_as_template)
+        own = {k: v for k, v in variables.items() if k not in PLAY_VARS}
+        wrong = data.value_problems(own, is_trusted_as_template)
         for name, value in own.items():
             if name in CONTROLLER_VARS:
                 problem: str | None = (
@@ -249,7 +233,7 @@ def _refuse_templates(path: Path, raw: Mapping[str, Mapping[str, Any]]) -> None:
                     "do not set it"
                 )
             else:
-                problem = data.template_problem(value, is_trusted_as_template)
+                problem = wrong.get(name)
                 if problem is not None and rules.plaintext_secret(name, value):
                     # A secret wrapped in a template is still a secret in plain text:
                     # said too, so its hint (the vault, the environment) is given.
@@ -258,7 +242,6 @@ def _refuse_templates(path: Path, raw: Mapping[str, Mapping[str, Any]]) -> None:
                     found.setdefault((name, f"{secret.message} ({secret.hint})"), (where, []))[
                         1
                     ].append(host)
-            problem = problem or expanding.get(name)
             if problem is None:
                 continue
             where = origin_of(value) or _defined_in(path, name) or str(path)
@@ -318,7 +301,7 @@ def _resolve_host(
     templar = Templar(loader=loader, variables=raw)
     resolved: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in _PLAY_VARS or (key in CONTROLLER_VARS and origin_of(value) is None):
+        if key in PLAY_VARS or (key in CONTROLLER_VARS and origin_of(value) is None):
             continue
         where = origin_of(value)
         if where:

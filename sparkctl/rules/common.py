@@ -181,3 +181,20 @@ def is_secret_name(name: str) -> bool:
     is never shown in a message and never goes on a command line or in an env file."""
     words = [w for w in re.split(r"[_.-]+", str(name).lower()) if w]
     return bool(words) and (words[-1] in _LAST_WORDS or not _ANY_WORDS.isdisjoint(words))
+
+
+# Variables of the play and of Ansible itself among a host's variables
+# (VariableManager.get_vars): never an inventory's, never judged or templated as one.
+PLAY_VARS = frozenset(
+    {
+        "groups",
+        "hostvars",
+        "vars",
+        "environment",
+        "omit",
+        "playbook_dir",
+        "ansible_playbook_python",
+        "inventory_dir",
+        "inventory_file",
+    }
+)

@@ -127,3 +127,39 @@ def expansion_problems(variables: Mapping[str, Any], trusted: Trusted = _always)
             busy.clear()
             wrong[name] = "refers to itself, through its references"
     return wrong
+
+
+def value_problems(
+    variables: Mapping[str, Any], trusted: Trusted = _always, only: set[str] | None = None
+) -> dict[str, str]:
+    """What is wrong with each raw value of ``variables`` (of ``only`` those, when given):
+    a template sparkctl refuses, else references that loop or would expand too far.
+    Sizes are counted over all ``variables``, whatever ``only`` names."""
+    found = {
+        name: problem
+        for name, problem in expansion_problems(variables, trusted).items()
+        if only is None or name in only
+    }
+    for name, value in variables.items():
+        if only is not None and name not in only:
+            continue
+        problem = template_problem(value, trusted)
+        if problem is not None:
+            found[name] = problem
+    return found
+
+
+def referenced(
+    variables: Mapping[str, Any], names: set[str], trusted: Trusted = _always
+) -> set[str]:
+    """``names`` and every variable of ``variables`` they refer to, at any depth: what
+    rendering ``names`` would render."""
+    seen: set[str] = set()
+    todo = [n for n in names if n in variables]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += [r for r in references(variables[name], trusted) if r in variables]
+    return seen | names

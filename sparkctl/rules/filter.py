@@ -7,29 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from . import check, data
-from .common import SPARKS, SWITCHES, origin_of, plain
+from .common import PLAY_VARS, SPARKS, SWITCHES, origin_of, plain
 from .schema import fact_names, load_specs
 from .secrets import plaintext_secret, secret_problem
 
 # ------------------------------------------------------- as an Ansible filter
 # Variables of the play, not of the inventory; never passed to the rules.
-_PLAY_VARS = frozenset(
-    {
-        "groups",
-        "group_names",
-        "hostvars",
-        "vars",
-        "environment",
-        "omit",
-        "playbook_dir",
-        "play_hosts",
-        "role_names",
-        "inventory_dir",
-        "inventory_file",
-        "ansible_playbook_python",
-        "ansible_config_file",
-    }
-)
+_PLAY_VARS = PLAY_VARS | {"group_names", "play_hosts", "role_names", "ansible_config_file"}
 
 
 # Settings of connection plugins sparkctl never uses (ansible_connection is judged to be
@@ -84,6 +68,12 @@ def _inventory_vars(
 _PLAINTEXT = "__sparkctl_plaintext_secrets"  # names found by _inventory_vars
 
 
+def _ours(value: Any, ours: Path) -> bool:
+    """``value`` was read from the project's own playbooks directory."""
+    where = origin_of(value)
+    return where is not None and Path(where.split(":", 1)[0]).is_relative_to(ours)
+
+
 def _template_problems(
     hostvars: Any, hosts: list[str], ours: Path, read: Callable[[str], bool]
 ) -> list[str]:
@@ -100,14 +90,21 @@ def _template_problems(
         return []
     messages: dict[tuple[str, str], str] = {}
     for host in hosts:
-        for name, value in dict(raw_get(host)).items():
-            if name in _PLAY_VARS or name.startswith("ansible_facts") or not read(name):
-                continue
-            where = origin_of(value)
-            if where is not None and Path(where.split(":", 1)[0]).is_relative_to(ours):
-                continue
-            problem = data.template_problem(value, is_trusted_as_template)
-            if problem is not None and (name, problem) not in messages:
+        variables = {
+            name: value
+            for name, value in dict(raw_get(host)).items()
+            if name not in _PLAY_VARS
+            and not name.startswith("ansible_facts")
+            and not _ours(value, ours)
+        }
+        # What the roles read, and what that refers to: rendering one renders the other.
+        judged = data.referenced(
+            variables, {n for n in variables if read(n)}, is_trusted_as_template
+        )
+        wrong = data.value_problems(variables, is_trusted_as_template, only=judged)
+        for name, problem in wrong.items():
+            if (name, problem) not in messages:
+                where = origin_of(variables[name])
                 messages[(name, problem)] = (
                     f"{where}: " if where else ""
                 ) + f"host {host}: variable {name}: {problem} ({data.HINT})"

@@ -8,7 +8,6 @@ refused by name; facts and what Ansible sets itself are not inventory variables.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 
 from sparkctl.rules import connection
-from tests.unit.pathload import ansible_playbook
+from tests.unit.test_inventory_types import _ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -188,24 +187,7 @@ def _preflight(tmp_path: Path, extra: str) -> subprocess.CompletedProcess[str]:
     stub = tmp_path / "bin" / "ssh"
     stub.write_text(f"#!/bin/sh\ntouch {tmp_path / 'ssh-was-run'}\nexit 255\n")
     stub.chmod(0o755)
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts"),
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "SPARKCTL_STATE_DIR": str(tmp_path / "state"),
-        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    proc = subprocess.run(
-        [str(ansible_playbook()), "-i", str(inv / "tiny.ini"), "playbooks/preflight.yml"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    proc = _ansible_playbook(tmp_path, inv / "tiny.ini", "preflight.yml")
     assert not (tmp_path / "ssh-was-run").exists(), proc.stdout
     return proc
 

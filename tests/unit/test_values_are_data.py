@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from sparkctl import inventory, paths
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.rules import data
 from tests.unit.cli_run import check_cli, run_cli
+from tests.unit.test_inventory_types import _ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 VALID = ROOT / "tests" / "fixtures" / "bad_inputs" / "_valid"
@@ -225,22 +225,19 @@ def test_the_whole_check_has_a_deadline(inv: Path, monkeypatch: pytest.MonkeyPat
     assert time.monotonic() - started < 4
 
 
+def _preflight_play(inv: Path) -> subprocess.CompletedProcess[str]:
+    """Plain ansible-playbook of playbooks/preflight.yml on ``inv``, as the other play
+    tests run it (test_inventory_types), in the fixture's tmp dir."""
+    return _ansible_playbook(inv.parent.parent, inv, "preflight.yml")
+
+
 def test_the_preflight_play_refuses_a_template_without_running_it(
     inv: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Plain ansible-playbook: the filter judges the raw values before reading any."""
     marker = inv.parent.parent / "ran"
     _vars(inv, f'base_headless: "{_payload(marker)}"\n')
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inv), str(ROOT / "playbooks" / "preflight.yml")],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=300,
-    )
+    proc = _preflight_play(inv)
     assert proc.returncode != 0, proc.stdout
     assert "variable base_headless: is a template" in proc.stdout, proc.stdout[-3000:]
     assert not marker.exists()
@@ -254,19 +251,23 @@ def test_in_a_play_a_name_nothing_reads_never_renders(
     gate, refuses it all the same."""
     marker = inv.parent.parent / "ran"
     _vars(inv, f'harness_setting: "{_payload(marker)}"\n')
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inv), str(ROOT / "playbooks" / "preflight.yml")],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=300,
-    )
+    proc = _preflight_play(inv)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert not marker.exists()
     code, output = check_cli(monkeypatch, capsys, inv)
     assert code == ExitCode.BAD_INPUT, output
     assert "variable harness_setting: is a template" in output, output
+    assert not marker.exists()
+
+
+def test_in_a_play_what_a_read_name_refers_to_is_judged_too(inv: Path) -> None:
+    """Rendering a variable a role reads renders what it refers to: a lookup behind a
+    pure reference is refused in the play as well, before anything renders."""
+    marker = inv.parent.parent / "ran"
+    _vars(
+        inv, f'harness_setting: "{_payload(marker)}"\nbase_headless: "{{{{ harness_setting }}}}"\n'
+    )
+    proc = _preflight_play(inv)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert "variable harness_setting: is a template" in proc.stdout, proc.stdout[-3000:]
     assert not marker.exists()
