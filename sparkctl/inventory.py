@@ -215,6 +215,15 @@ def _load_ansible_inventory(
     return cluster, groups, hostvars, origins, secrets
 
 
+def _controller_var(name: str) -> str:
+    """The refusal of a controller variable (paths.CONTROLLER_VARS) that an inventory or
+    -e sets."""
+    return (
+        "is set by sparkctl for every run (from the controller: SPARKCTL_STATE_DIR, "
+        "PIP_CERT); refer to it as {{ " + name + " }}, do not set it"
+    )
+
+
 def _refuse_templates(path: Path, raw: Mapping[str, Mapping[str, Any]]) -> None:
     """Refuse every value that is a template (rules/data.py), and a controller variable
     the inventory sets, naming file, host and variable: before any value is templated,
@@ -227,11 +236,7 @@ def _refuse_templates(path: Path, raw: Mapping[str, Mapping[str, Any]]) -> None:
         wrong = data.value_problems(own, is_trusted_as_template)
         for name, value in own.items():
             if name in CONTROLLER_VARS:
-                problem: str | None = (
-                    "is set by sparkctl for every run (from the controller: "
-                    "SPARKCTL_STATE_DIR, PIP_CERT); refer to it as {{ " + name + " }}, "
-                    "do not set it"
-                )
+                problem: str | None = _controller_var(name)
             else:
                 problem = wrong.get(name)
                 if problem is not None and rules.plaintext_secret(name, value):
@@ -897,7 +902,7 @@ def _refuse_extra(path: Path, extra: Mapping[str, Any]) -> None:
     lines = []
     for name, value in extra.items():
         if name in CONTROLLER_VARS:
-            problem: str | None = "is set by sparkctl for every run; do not set it"
+            problem: str | None = _controller_var(name)
         else:
             problem = data.template_problem(value)
             if problem is None and data.references(value):
