@@ -2,7 +2,7 @@
 
 Host key checking stays on everywhere. Each host's current keys are fetched
 with ``ssh-keyscan`` (all hosts at once) and compared with the known_hosts
-file that host's connection uses (the inventory's ``UserKnownHostsFile``, else
+file every ssh of sparkctl and Ansible is given (``sparkctl_known_hosts_file``, else
 ``~/.ssh/known_hosts``; see :func:`sparkctl.remote.sshconfig.known_hosts_file`).
 A host seen for the first time is recorded and its fingerprint shown, to be
 compared with the machine's console; a host whose key changed is never

@@ -2,7 +2,7 @@
 
 Ansible's connection variables (``ansible_host``, ``ansible_user``,
 ``ansible_port``, ``ansible_ssh_private_key_file``, ``-o`` options in
-``ansible_ssh_common_args``/``ansible_ssh_extra_args``) become one ``Host``
+``ansible_ssh_common_args``, ``sparkctl_known_hosts_file``) become one ``Host``
 entry per node, so validate connects exactly as provision does. Host key
 checking stays strict whatever the inventory says, and every entry shares one
 ControlMaster per host: one SSH connection per node for the whole run.
@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 import stat
 import tempfile
 from collections.abc import Mapping
@@ -23,10 +22,18 @@ from typing import Any
 from sparkctl import paths
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.rules import common, connection
+from sparkctl.rules.formats import FORMATS
 
 # Options sparkctl sets itself; an inventory cannot weaken them.
 _FORCED = {"stricthostkeychecking": "yes", "batchmode": "yes", "passwordauthentication": "no"}
-_OURS = {"controlmaster", "controlpath", "controlpersist", "identitiesonly", *_FORCED}
+_OURS = {
+    "controlmaster",
+    "controlpath",
+    "controlpersist",
+    "identitiesonly",
+    "userknownhostsfile",
+    *_FORCED,
+}
 
 
 # OpenSSH refuses a ControlPath whose length plus its 17-byte temporary suffix does not
@@ -73,36 +80,29 @@ def _options(args: str, source: str, host: str) -> list[tuple[str, str]]:
 
 
 def inventory_options(name: str, hostvars: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The ``-o`` options of a host's ``ansible_ssh_common_args`` then ``_extra_args``."""
-    return [
-        pair
-        for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args")
-        for pair in _options(str(hostvars.get(var) or ""), var, name)
-    ]
+    """The ``-o`` options of a host's ``ansible_ssh_common_args`` (its
+    ``ansible_ssh_extra_args`` is sparkctl's own: the known_hosts file below)."""
+    return _options(
+        str(hostvars.get("ansible_ssh_common_args") or ""), "ansible_ssh_common_args", name
+    )
 
 
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+DEFAULT_KNOWN_HOSTS = connection.DEFAULT_KNOWN_HOSTS
 
 
 def known_hosts_file(name: str, hostvars: Mapping[str, Any]) -> Path:
-    """The known_hosts file ssh records and checks ``name``'s host key in.
-
-    The first ``UserKnownHostsFile`` of the inventory's ssh options (ssh takes
-    the first value it reads, and writes to the first file of a list), else
-    ssh's default ``~/.ssh/known_hosts``.
-    """
-    value = next(
-        (v for k, v in inventory_options(name, hostvars) if k.lower() == "userknownhostsfile"),
-        DEFAULT_KNOWN_HOSTS,
-    )
-    first = (shlex.split(value) or [DEFAULT_KNOWN_HOSTS])[0]
-    if first.lower() == "none" or first == os.devnull:
+    """The known_hosts file ssh records and checks ``name``'s host key in: the
+    inventory's ``sparkctl_known_hosts_file``, else ssh's default
+    ``~/.ssh/known_hosts`` (the one file every ssh of sparkctl and Ansible is given)."""
+    value = connection.known_hosts(hostvars)
+    if not FORMATS["ssh_file"][0](value):
         raise SparkctlError(
-            f"host {name}: UserKnownHostsFile {first}: its host key would never be checked",
+            f"host {name}: variable {connection.KNOWN_HOSTS_VAR}: {value!r} is not "
+            f"{FORMATS['ssh_file'][1]}",
             ExitCode.BAD_INPUT,
-            hint=f"point UserKnownHostsFile at a file, or leave it out ({DEFAULT_KNOWN_HOSTS})",
+            hint="run `sparkctl inventory check INVENTORY`",
         )
-    return Path(first.replace("%d", str(Path.home()))).expanduser()
+    return Path(value).expanduser()
 
 
 def _word(host: str, var: str, value: Any, pattern: re.Pattern[str]) -> str:
@@ -130,6 +130,7 @@ def host_entry(name: str, hostvars: Mapping[str, Any]) -> list[str]:
             ("ControlMaster", "auto"),
             ("ControlPersist", "300"),
             ("ControlPath", f"{control_dir()}/%C"),
+            ("UserKnownHostsFile", str(known_hosts_file(name, hostvars))),
         )
     ]
     address = hostvars.get("ansible_host", name)

@@ -32,15 +32,33 @@ HOST_KEY_CHECKING_VARS = (
 )
 # ... that would accept and record unknown keys (paramiko, network_cli: a boolean true).
 HOST_KEY_AUTO_ADD_VARS = ("ansible_paramiko_host_key_auto_add", "ansible_host_key_auto_add")
-# ssh argument strings: their -o options reach ssh's command line (Ansible) and
-# validate's ssh_config.
+# ssh argument strings an inventory may set: their -o options reach ssh's command line
+# (Ansible) and validate's ssh_config.
 SSH_ARGS_VARS = (
     "ansible_ssh_common_args",
-    "ansible_ssh_extra_args",
     "ansible_ssh_args",
     "ansible_scp_extra_args",
     "ansible_sftp_extra_args",
 )
+# sparkctl's own ssh argument string: the known_hosts file of KNOWN_HOSTS_VAR, for every
+# ssh Ansible runs (playbooks/group_vars/all/connection.yml), and nothing else.
+OWN_SSH_ARGS_VAR = "ansible_ssh_extra_args"
+KNOWN_HOSTS_VAR = "sparkctl_known_hosts_file"
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"  # ssh's own default
+
+
+def known_hosts(hv: Mapping[str, Any]) -> str:
+    """The known_hosts file a host's ssh records and checks its key in: the inventory's
+    ``sparkctl_known_hosts_file``, else ssh's default."""
+    value = hv.get(KNOWN_HOSTS_VAR)
+    return str(value) if value else DEFAULT_KNOWN_HOSTS
+
+
+def own_ssh_args(hv: Mapping[str, Any]) -> str:
+    """What ``ansible_ssh_extra_args`` is for a host: sparkctl's, and only this."""
+    return f"-o UserKnownHostsFile={known_hosts(hv)}"
+
+
 TRUST_HINT = "run `sparkctl trust INVENTORY` to record the hosts' keys"
 
 
@@ -117,7 +135,6 @@ SSH_OPTIONS: dict[str, str] = {
     "stricthostkeychecking": r"(?i:yes)",
     "tcpkeepalive": _YES_NO,
     "user": r"[A-Za-z_][A-Za-z0-9_.-]{0,31}",
-    "userknownhostsfile": rf"{_WORD}(?: {_WORD})*",
 }
 # Why an option of note is refused (any other unknown one: "not an option sparkctl
 # passes on").
@@ -134,7 +151,10 @@ _REFUSED_SSH_OPTIONS = {
     "verifyhostkeydns": "lets DNS vouch for host keys",
     "updatehostkeys": "lets a host replace its own recorded keys",
     "stricthostkeychecking": "would accept host keys it does not know",
-    "userknownhostsfile": "would keep no known host key to check against",
+    "userknownhostsfile": (
+        "names a known_hosts file, which is sparkctl's to pass (one file, so that no "
+        "second one can vouch for a host); set sparkctl_known_hosts_file"
+    ),
 }
 
 
@@ -177,15 +197,7 @@ def ssh_options(text: str) -> list[tuple[str, str]]:
         key, value = parts[0], " ".join(parts[1].split()) if len(parts) > 1 else ""
         pattern = SSH_OPTIONS.get(key.lower())
         shown = " ".join(spec.split())
-        if (
-            pattern is not None
-            and value
-            and re.fullmatch(pattern, value)
-            and not (
-                key.lower() == "userknownhostsfile"
-                and value.split()[0].lower() in ("none", "/dev/null")
-            )
-        ):
+        if pattern is not None and value and re.fullmatch(pattern, value):
             out.append((key, value))
             continue
         why = _REFUSED_SSH_OPTIONS.get(key.lower())
@@ -382,6 +394,7 @@ _JUDGED_ELSEWHERE = frozenset(
         *HOST_KEY_CHECKING_VARS,
         *HOST_KEY_AUTO_ADD_VARS,
         *SSH_ARGS_VARS,
+        OWN_SSH_ARGS_VAR,
     }
 )
 # Every variable ansible-core's ssh connection, sudo and su become and sh shell plugins
@@ -527,18 +540,20 @@ def check_connection(hosts: list[str], hostvars: Mapping[str, Mapping[str, Any]]
 
 
 def ssh_args_problems(host: str, hv: Mapping[str, Any]) -> list[Problem]:
-    """What an inventory's ssh arguments may not set although ssh_options parses it:
+    """What an inventory's ssh arguments may not set although ssh_options parses it,
+    and sparkctl's own argument string:
 
     - ControlPath: the control socket is sparkctl's and Ansible's to place (validate's
       ssh_config and Ansible's control_path_dir put it in a directory of the user only);
-    - more than one known_hosts file, in one UserKnownHostsFile or over several: ssh
-      checks a host against every file listed, so a second file lets its keys vouch for
-      the hosts; sparkctl records and checks host keys in exactly one.
+    - ``ansible_ssh_extra_args`` is sparkctl's (:func:`own_ssh_args`): it names the one
+      known_hosts file, ``sparkctl_known_hosts_file``, for every ssh Ansible runs. ssh
+      checks a host against every file it is given, so a second file (in another
+      UserKnownHostsFile, which ssh_options refuses anywhere else) would let its keys
+      vouch for the hosts; sparkctl records and checks host keys in exactly one.
 
     Arguments ssh_options refuses are check_host_keys' to report.
     """
     problems: list[Problem] = []
-    files: list[str] = []
     for var in SSH_ARGS_VARS:
         value = hv.get(var)
         if value is None:
@@ -548,25 +563,23 @@ def ssh_args_problems(host: str, hv: Mapping[str, Any]) -> list[Problem]:
             options = ssh_options(text)
         except ValueError:
             continue
-        for key, option in options:
-            if key.lower() == "controlpath":
-                problems.append(
-                    Problem(host, var, f"'{key}={option}' {_CONTROL}", hint=_CONNECTION_HINT)
-                )
-            elif key.lower() == "userknownhostsfile":
-                files += option.split()
-                if len(files) > 1:
-                    problems.append(
-                        Problem(
-                            host,
-                            var,
-                            f"a second known_hosts file ({files[1]!r} after {files[0]!r}): "
-                            "ssh would accept a host key from either; sparkctl records and "
-                            "checks host keys in exactly one",
-                            hint="keep one UserKnownHostsFile with one file",
-                        )
-                    )
-                    files = files[:1]
+        problems += [
+            Problem(host, var, f"'{key}={option}' {_CONTROL}", hint=_CONNECTION_HINT)
+            for key, option in options
+            if key.lower() == "controlpath"
+        ]
+    own = hv.get(OWN_SSH_ARGS_VAR)
+    if own is not None and own != own_ssh_args(hv):
+        problems.append(
+            Problem(
+                host,
+                OWN_SSH_ARGS_VAR,
+                "is sparkctl's own: it passes ssh the known_hosts file of "
+                f"{KNOWN_HOSTS_VAR} ({own_ssh_args(hv)!r}) and nothing else",
+                hint="put ssh options in ansible_ssh_common_args, and the known_hosts "
+                f"file in {KNOWN_HOSTS_VAR}",
+            )
+        )
     return problems
 
 

@@ -48,6 +48,13 @@ def world_writable(value: str) -> str | None:
     return None
 
 
+def _ssh_file(value: str) -> bool:
+    """A controller path (:func:`_controller_path`) that ssh takes as the one file it
+    names: no ``%`` (ssh expands %h, %u, ... in a file option, which would make it a
+    file per host or user) and no ``,`` or ``=``; not ``~`` itself, a directory."""
+    return value != "~" and _controller_path(value) and not re.search(r"[%,=]", value)
+
+
 def _private_path(value: str) -> bool:
     """A controller path (:func:`_controller_path`) outside every world-writable
     directory: where sparkctl keeps a key or a secret."""
@@ -146,6 +153,11 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
         "an absolute path without .. (letters, digits and _ . , + @ % = : / -)",
     ),
     "controller_path": (_controller_path, "an absolute path or one from ~, without .."),
+    "ssh_file": (
+        _ssh_file,
+        "a file on the controller, absolute or from ~, without .. (letters, digits and "
+        "_ . + @ : / -; no %, which ssh would expand)",
+    ),
     "private_path": (
         _private_path,
         "an absolute path or one from ~, without .., outside the world-writable "

@@ -2,8 +2,9 @@
 sparkctl accepts, of the shape ssh expects, or it is refused before any contact.
 
 Aliases (``ansible_ssh_host``), programs (``ansible_ssh_executable``), another
-connection than ssh, control paths, a second known_hosts file and su passwords are
-refused by name; facts and what Ansible sets itself are not inventory variables.
+connection than ssh, control paths, any known_hosts file but sparkctl's one and su
+passwords are refused by name; facts and what Ansible sets itself are not inventory
+variables.
 """
 
 from __future__ import annotations
@@ -43,8 +44,12 @@ def test_what_the_project_s_inventories_set_passes() -> None:
         "ansible_ssh_retries": 3,
         "ansible_ssh_private_key_file": "/root/.local/state/sparkctl/lab/ssh/id_ed25519",
         # the lab's group_vars/sim/connection.yml, as Ansible templates it
-        SSH: "-o UserKnownHostsFile=/root/.local/state/sparkctl/lab/ssh/known_hosts "
-        "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
+        SSH: "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
+        "sparkctl_known_hosts_file": "/root/.local/state/sparkctl/lab/ssh/known_hosts",
+        # and sparkctl's own argument from it (playbooks/group_vars/all), in a play
+        "ansible_ssh_extra_args": (
+            "-o UserKnownHostsFile=/root/.local/state/sparkctl/lab/ssh/known_hosts"
+        ),
         # what Ansible sets itself, and facts
         "ansible_version": {"full": "2.19.4"},
         "ansible_check_mode": False,
@@ -144,30 +149,65 @@ def test_su_passwords_and_passphrases_are_passwords(name: str) -> None:
     assert connection.check_connection(["spark1"], hostvars) == []
 
 
+def test_a_control_path_is_sparkctl_s_to_place() -> None:
+    (problem,) = _problems({SSH: "-o ControlPath=/tmp/cm-%C"})
+    assert problem.startswith(
+        f"host spark1: variable {SSH}: 'ControlPath=/tmp/cm-%C' moves the ssh connections'"
+    ), problem
+
+
+@pytest.mark.parametrize("var", connection.SSH_ARGS_VARS)
 @pytest.mark.parametrize(
-    ("args", "says"),
+    "option",
     [
-        ("-o ControlPath=/tmp/cm-%C", "'ControlPath=/tmp/cm-%C' moves the ssh connections'"),
-        (
-            "-o 'UserKnownHostsFile /etc/sparkctl/kh /tmp/evil_kh'",
-            "a second known_hosts file ('/tmp/evil_kh' after '/etc/sparkctl/kh')",
-        ),
-        (
-            "-o UserKnownHostsFile=/etc/sparkctl/kh -o UserKnownHostsFile=/tmp/evil_kh",
-            "a second known_hosts file ('/tmp/evil_kh' after '/etc/sparkctl/kh')",
-        ),
+        "-o UserKnownHostsFile=/etc/sparkctl/kh",  # even one file: sparkctl names it
+        "-o 'UserKnownHostsFile /etc/sparkctl/kh /tmp/evil_kh'",
+        "-oUserKnownHostsFile=/dev/null",
+        "-o userknownhostsfile=none",
     ],
 )
-def test_ssh_arguments_sparkctl_keeps_to_itself(args: str, says: str) -> None:
-    (problem,) = _problems({SSH: args})
-    assert problem.startswith(f"host spark1: variable {SSH}: {says}"), problem
+def test_no_inventory_ssh_argument_names_a_known_hosts_file(var: str, option: str) -> None:
+    """ssh checks a host against every known_hosts file it is given: the one file is
+    sparkctl's to pass (sparkctl_known_hosts_file), never an inventory's argument."""
+    hostvars = {"spark1": {var: f"-o StrictHostKeyChecking=yes {option}"}, "spark2": {}}
+    (problem,) = connection.check_host_keys(list(hostvars), hostvars)
+    assert problem.host == "spark1" and problem.var == var
+    assert "names a known_hosts file, which is sparkctl's to pass" in problem.message
+    assert "set sparkctl_known_hosts_file" in problem.message
 
 
-def test_a_second_known_hosts_file_in_the_extra_args_is_refused_there() -> None:
+@pytest.mark.parametrize(
+    "value",
+    [
+        "-o UserKnownHostsFile=/tmp/planted",
+        "-o UserKnownHostsFile=/etc/sparkctl/kh -o UserKnownHostsFile=/tmp/planted",
+        "-o Compression=yes",  # harmless, but the variable is sparkctl's
+        ["-o", "UserKnownHostsFile=/etc/sparkctl/kh"],
+    ],
+)
+def test_the_extra_args_are_sparkctl_s_own(value: Any) -> None:
     (problem,) = _problems(
-        {SSH: "-o UserKnownHostsFile=/a/kh", "ansible_ssh_extra_args": "-oUserKnownHostsFile=/b"}
+        {"sparkctl_known_hosts_file": "/etc/sparkctl/kh", "ansible_ssh_extra_args": value}
     )
-    assert problem.startswith("host spark1: variable ansible_ssh_extra_args: a second"), problem
+    assert problem.startswith(
+        "host spark1: variable ansible_ssh_extra_args: is sparkctl's own: it passes ssh "
+        "the known_hosts file of sparkctl_known_hosts_file "
+        "('-o UserKnownHostsFile=/etc/sparkctl/kh') and nothing else"
+    ), problem
+    assert "/tmp/planted" not in problem
+
+
+def test_the_extra_args_sparkctl_derives_pass() -> None:
+    assert _problems({"ansible_ssh_extra_args": "-o UserKnownHostsFile=~/.ssh/known_hosts"}) == []
+    assert (
+        _problems(
+            {
+                "sparkctl_known_hosts_file": "/etc/sparkctl/kh",
+                "ansible_ssh_extra_args": "-o UserKnownHostsFile=/etc/sparkctl/kh",
+            }
+        )
+        == []
+    )
 
 
 def test_a_group_vars_setting_is_reported_once_for_all_hosts() -> None:
@@ -198,11 +238,44 @@ def test_the_preflight_play_passes_what_ansible_sets_and_refuses_an_alias(
     """In a play, hostvars carry Ansible's own ansible_* names (ansible_version,
     ansible_check_mode, ansible_forks, ...): the allow-list leaves them alone, and still
     stops an alias before any host is contacted."""
-    ok = _preflight(tmp_path / "ok", "ansible_timeout: 10\n")
+    ok = _preflight(
+        tmp_path / "ok", "ansible_timeout: 10\nsparkctl_known_hosts_file: /etc/sparkctl/kh\n"
+    )
+    # (and the playbooks' own ansible_ssh_extra_args, derived from it, passes)
     assert ok.returncode == 0, ok.stdout[-3000:]
-    bad = _preflight(tmp_path / "bad", "ansible_ssh_host: 192.0.2.11\n")
+    bad = _preflight(
+        tmp_path / "bad",
+        "ansible_ssh_host: 192.0.2.11\n"
+        "ansible_ssh_extra_args: -o UserKnownHostsFile=/tmp/planted_kh\n",
+    )
     assert bad.returncode == 2, bad.stdout[-3000:]
     assert "variable ansible_ssh_host: is refused" in bad.stdout, bad.stdout[-3000:]
+    assert "variable ansible_ssh_extra_args: is sparkctl's own" in bad.stdout, bad.stdout[-3000:]
+
+
+def test_ssh_is_given_the_one_known_hosts_file(tmp_path: Path) -> None:
+    """What ssh itself receives from a playbook run: sparkctl's one UserKnownHostsFile
+    (playbooks/group_vars/all/connection.yml from sparkctl_known_hosts_file), after
+    the inventory's own options. An ssh recorder first on PATH writes each argv."""
+    inv = tmp_path / "inv"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "bad_inputs" / "_valid", inv)
+    (inv / "group_vars" / "tiny" / "extra.yml").write_text(
+        "sparkctl_known_hosts_file: ~/.config/sparkctl/known_hosts\n"
+    )
+    (tmp_path / "bin").mkdir()
+    stub = tmp_path / "bin" / "ssh"
+    stub.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" "--" >> {tmp_path / "argv"}\nexit 255\n')
+    stub.chmod(0o755)
+    proc = _ansible_playbook(tmp_path, inv / "tiny.ini", "site.yml")
+    assert "UNREACHABLE" in proc.stdout, proc.stdout[-3000:]
+    runs = [
+        run.split("\n") for run in (tmp_path / "argv").read_text().split("\n--\n") if run.strip()
+    ]
+    assert runs, proc.stdout[-3000:]
+    for argv in runs:
+        files = [w for w in argv if w.lower().startswith("userknownhostsfile")]
+        assert files == ["UserKnownHostsFile=~/.config/sparkctl/known_hosts"], argv
+        assert "StrictHostKeyChecking=yes" in argv, argv
 
 
 def test_an_inventory_s_own_ansible_facts_does_not_hide_a_connection_variable() -> None:

@@ -370,7 +370,7 @@ def test_key_and_secret_paths_carry_the_private_format() -> None:
 # Names that hold a path by their role's own words: its argument spec says path, or the
 # name ends in one of these.
 _PATH_NAME = re.compile(r"_(dir|file|path|home|link|venv|mounts|keyfile|certfile|bundle)$")
-_PATH_FORMATS = {"abs_path", "unit_path", "controller_path", "private_path"}
+_PATH_FORMATS = {"abs_path", "unit_path", "controller_path", "private_path", "ssh_file"}
 
 
 def test_every_path_variable_of_every_role_has_a_path_format() -> None:

@@ -86,12 +86,8 @@ def test_good_connection_values_pass() -> None:
     [
         "-o StrictHostKeyChecking=yes -o PasswordAuthentication=no",
         "-C -o ControlMaster=auto -o ControlPersist=60s",  # Ansible's own default ssh_args
-        "-o UserKnownHostsFile=/root/.local/state/sparkctl/lab/ssh/known_hosts"
-        " -o IdentitiesOnly=yes",
+        "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
         "-o ProxyJump=admin@10.0.0.1:2222,jump2 -oServerAliveInterval=5",
-        # The parser reads a list of files (trust and validate take the first); the
-        # inventory rules allow one (test_rules_connection).
-        "-o 'UserKnownHostsFile /etc/sparkctl/known_hosts ~/.ssh/known_hosts'",
     ],
 )
 def test_the_options_an_operator_uses_pass(args: str) -> None:

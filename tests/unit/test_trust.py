@@ -153,38 +153,23 @@ def test_decide_compares_key_types_as_ssh_does(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------ which known_hosts file
-def test_known_hosts_file_follows_the_inventorys_ssh_options(
+def test_known_hosts_file_is_sparkctl_known_hosts_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     assert sshconfig.known_hosts_file("s", {}) == tmp_path / ".ssh" / "known_hosts"
     assert (
-        sshconfig.known_hosts_file(
-            "s",
-            {
-                "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes "
-                "-o UserKnownHostsFile=~/lab/kh"
-            },
-        )
+        sshconfig.known_hosts_file("s", {"sparkctl_known_hosts_file": "~/lab/kh"})
         == tmp_path / "lab" / "kh"
     )
-    # ssh takes the first value it reads (common args come before extra args), and
-    # records in the first file of a list.
+    # The inventory's ssh options never name one (rules.connection refuses it), and
+    # the extra args are sparkctl's, derived from the variable: neither is read.
     assert sshconfig.known_hosts_file(
-        "s",
-        {
-            "ansible_ssh_common_args": "-oUserKnownHostsFile='/a/kh /b/kh'",
-            "ansible_ssh_extra_args": "-o UserKnownHostsFile=/c/kh",
-        },
-    ) == Path("/a/kh")
-    assert sshconfig.known_hosts_file(
-        "s", {"ansible_ssh_extra_args": "-o userknownhostsfile=/c/kh"}
-    ) == Path("/c/kh")
-    for value in ("/dev/null", "none"):
+        "s", {"ansible_ssh_extra_args": "-o UserKnownHostsFile=/c/kh"}
+    ) == (tmp_path / ".ssh" / "known_hosts")
+    for value in ("/dev/null x", "none", "~/kh%d"):
         with pytest.raises(SparkctlError) as err:
-            sshconfig.known_hosts_file(
-                "s", {"ansible_ssh_common_args": f"-o UserKnownHostsFile={value}"}
-            )
+            sshconfig.known_hosts_file("s", {"sparkctl_known_hosts_file": value})
         assert err.value.code == ExitCode.BAD_INPUT
         assert "host s" in err.value.message
 

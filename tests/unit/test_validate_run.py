@@ -766,12 +766,25 @@ def test_ssh_args_options_are_kept_in_every_spelling(cm_dir: Path) -> None:
     opts = entry(
         {
             "ansible_ssh_common_args": "-o ProxyJump=admin@10.0.0.1 -oServerAliveInterval=5",
-            "ansible_ssh_extra_args": "-o 'UserKnownHostsFile /etc/sparkctl/known_hosts'",
+            "sparkctl_known_hosts_file": "/etc/sparkctl/known_hosts",
+            # sparkctl's own (playbooks/group_vars/all): the known_hosts file, once
+            "ansible_ssh_extra_args": "-o UserKnownHostsFile=/etc/sparkctl/known_hosts",
         }
     )
     assert opts["proxyjump"] == ["admin@10.0.0.1"]
     assert opts["serveraliveinterval"] == ["5", "10"]  # the inventory's first: ssh takes it
     assert opts["userknownhostsfile"] == ["/etc/sparkctl/known_hosts"]
+
+
+def test_the_known_hosts_file_is_sparkctl_s_one(cm_dir: Path, tmp_path: Path) -> None:
+    """ssh's default, or sparkctl_known_hosts_file; never a second one, never a value
+    that is not one file."""
+    assert entry({})["userknownhostsfile"] == [str(Path("~/.ssh/known_hosts").expanduser())]
+    for value in ("/dev/null x", "~/kh%h", "~", "/a/../kh"):
+        with pytest.raises(SparkctlError) as info:
+            sshconfig.host_entry("spark2", {"sparkctl_known_hosts_file": value})
+        assert info.value.code == ExitCode.BAD_INPUT
+        assert str(info.value).startswith("host spark2: variable sparkctl_known_hosts_file:")
 
 
 @pytest.mark.parametrize(
@@ -800,7 +813,7 @@ def test_ssh_args_options_are_kept_in_every_spelling(cm_dir: Path) -> None:
         (
             "-o UserKnownHostsFile=/dev/null",
             "UserKnownHostsFile=/dev/null",
-            "would keep no known host key to check against",
+            "names a known_hosts file, which is sparkctl's to pass",
         ),
         (
             "-o 'ProxyCommand=ssh -W %h:%p admin@10.0.0.1'",
@@ -814,7 +827,7 @@ def test_an_option_that_weakens_host_keys_or_runs_a_command_is_refused(
 ) -> None:
     """The ssh_config writer refuses what `inventory check` refuses (the same parser,
     rules.connection.ssh_options): nothing reaches the file."""
-    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+    for var in ("ansible_ssh_common_args",):
         with pytest.raises(SparkctlError) as info:
             sshconfig.host_entry("spark2", {var: args})
         assert info.value.code == ExitCode.BAD_INPUT
@@ -822,7 +835,7 @@ def test_an_option_that_weakens_host_keys_or_runs_a_command_is_refused(
 
 
 def test_the_inventory_cannot_move_what_sparkctl_forces(cm_dir: Path) -> None:
-    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+    for var in ("ansible_ssh_common_args",):
         opts = entry({var: "-o ControlMaster=no -o ControlPath=/tmp/x -o ControlPersist=no"})
         assert opts["stricthostkeychecking"] == ["yes"]
         assert opts["batchmode"] == ["yes"] and opts["passwordauthentication"] == ["no"]
@@ -834,9 +847,9 @@ def test_the_inventory_cannot_move_what_sparkctl_forces(cm_dir: Path) -> None:
     ("var", "args", "word"),
     [
         ("ansible_ssh_common_args", "-J admin@10.0.0.1", "-J"),
-        ("ansible_ssh_extra_args", "-o ProxyJump=x -v", "-v"),
+        ("ansible_ssh_common_args", "-o ProxyJump=x -v", "-v"),
         ("ansible_ssh_common_args", "-o", "-o"),
-        ("ansible_ssh_extra_args", "ProxyJump=x", "ProxyJump=x"),
+        ("ansible_ssh_common_args", "ProxyJump=x", "ProxyJump=x"),
     ],
 )
 def test_anything_but_o_options_is_bad_input_naming_host_and_variable(
@@ -865,8 +878,8 @@ def test_write_one_entry_per_host_private_and_read_by_ssh(cm_dir: Path, tmp_path
         n: {
             "ansible_host": f"10.77.0.1{n[-1]}",
             "ansible_user": "root",
-            "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes "
-            "-o UserKnownHostsFile=/etc/sparkctl/kh",
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes",
+            "sparkctl_known_hosts_file": "/etc/sparkctl/kh",
         }
         for n in NODES
     }
