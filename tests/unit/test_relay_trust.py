@@ -235,9 +235,13 @@ def test_the_roles_hop_command_is_the_relays_own() -> None:
         _role_vars()["_model_cache_ssh_via"],
         model_cache_ssh_cipher=CIPHER,
         _model_cache_key_name="id_sparkctl_relay",
+        _model_cache_ssh_bounds=_role_vars()["_model_cache_ssh_bounds"],
     )
     assert shlex.split(via) == shlex.split(relay.relay_via(CIPHER))
     assert via.split()[-2:] == ["--", "{host}"]
+    # and neither hangs on a hop that does not answer or a link that went quiet
+    for option in ("ConnectTimeout=10", "ServerAliveInterval=5", "ServerAliveCountMax=3"):
+        assert option in shlex.split(via), via
 
 
 def test_the_roles_forced_command_is_accepted_by_the_filter_and_the_relay() -> None:

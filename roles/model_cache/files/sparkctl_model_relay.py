@@ -1265,6 +1265,10 @@ META = ".sparkctl"  # the cache's meta directory (manifests, states, need lists)
 MAX_HOPS = 64
 MAX_COMMAND = 1 << 20  # bytes of SSH_ORIGINAL_COMMAND read at most
 RELAY_KEY = "~/.ssh/id_sparkctl_relay"
+# A hop that does not answer, or a link that carries nothing for 15 s, ends its ssh
+# (and so the chain) instead of hanging (ssh_config(5); the role's
+# _model_cache_ssh_bounds, held equal by a unit test).
+SSH_BOUNDS = "-o ConnectTimeout=10 -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
 
 
 def relay_via(cipher: str, key: str = RELAY_KEY) -> str:
@@ -1276,6 +1280,7 @@ def relay_via(cipher: str, key: str = RELAY_KEY) -> str:
         raise RelayError(f"--cipher {cipher!r} is not an ssh cipher name")
     return (
         "ssh -F /dev/null -T -o BatchMode=yes -o Compression=no -o StrictHostKeyChecking=yes "
+        f"{SSH_BOUNDS} "
         f"-o IdentitiesOnly=yes -o IdentityAgent=none -i {shlex.quote(key)} -c {cipher} "
         "-- {host}"
     )
