@@ -8,7 +8,8 @@ content, a streamed completion streams, and a request without the key is
 refused. Then a few timed streamed requests: time to first token, decode
 tokens per second (of the tokens the stream's usage counts) and end-to-end
 latency. Every rank's unit is checked too, so a stopped rank is named even
-when the head only says "unhealthy".
+when the head only says "unhealthy", and so is every rank's firewall as loaded
+now (sparkctl.serve.firewall: a flushed table fails naming the node).
 
 Results are checks in validate's report format (report.json, report.html in
 the run's directory). A wrong-shaped or non-JSON answer is a failed check
@@ -31,7 +32,7 @@ import httpx
 
 from sparkctl import __version__
 from sparkctl.report.model import Check, Report, Thresholds
-from sparkctl.serve import probe
+from sparkctl.serve import firewall, probe
 from sparkctl.serve.cluster import Cluster, Group
 
 PROMPT = "In one sentence, what does tensor parallelism split across the ranks?"
@@ -379,5 +380,9 @@ def verify(cluster: Cluster, started: str) -> Report:
                 f"{name}serving figures: "
                 + ", ".join(f"{k} {v:.3f}" for k, v in verifier.figures.items())
             )
+    # Every rank's firewall as loaded now: a flushed ruleset leaves its unit "active".
+    report.checks += [
+        replace(c, message=cluster.redact(c.message)) for c in firewall.checks(cluster)
+    ]
     report.duration_s = time.monotonic() - t0
     return report
