@@ -27,16 +27,17 @@ class Verified:
         return self.report.to_dict()
 
     def failure(self) -> SparkctlError | None:
-        """One line naming what failed (the ranks not running first), or None."""
+        """One line naming what failed (the ranks not running and the firewalls gone
+        first), or None."""
         if self.report.verdict == "passed":
             return None
         bad = self.report.failed_checks()
         ranks = [f"{c.host} ({c.subject})" for c in bad if c.check == "rank_running"]
-        what = (
-            f"rank not running: {', '.join(ranks)}"
-            if ranks
-            else "; ".join(f"{c.check}: {c.message}" for c in bad[:3])
-        )
+        # a rank's firewall gone is named whatever else failed: the API is open
+        named = ([f"rank not running: {', '.join(ranks)}"] if ranks else []) + [
+            f"firewall: {c.message}" for c in bad if c.check == "firewall"
+        ]
+        what = "; ".join(named or [f"{c.check}: {c.message}" for c in bad[:3]])
         return SparkctlError(
             f"serve verify failed: {what}",
             ExitCode.CHECKS_FAILED,

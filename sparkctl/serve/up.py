@@ -9,6 +9,12 @@ rank fails (its unit exits or a fatal signature appears), or at
 ``sglang_serve_timeout``; a failure names the rank, shows its last lines and
 the fix, and stops every rank again, so that the restart policy does not
 hammer a cluster that cannot start.
+
+A cluster whose ranks all run is never restarted or stopped because the
+controller does not get an answer: when a head's journal says it is ready (or
+every rank already runs before serve up starts anything) and /health still
+does not answer, serve up says the controller cannot reach the API, why it
+likely cannot (sparkctl.serve.probe.reach_hints), and exits 3 (unreachable).
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -33,9 +38,18 @@ from sparkctl import console, inventory, tool_output
 from sparkctl import sglang_logs as logs
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
-from sparkctl.serve.cluster import Cluster, open_cluster, tls_context
+from sparkctl.serve import probe
+from sparkctl.serve.cluster import Cluster, Group, open_cluster
 
 POLL_S = 3.0
+# Seconds the controller keeps asking /health after a head's journal said it is ready
+# (and every rank's unit runs) before it says it cannot reach the API, instead of
+# waiting out sglang_serve_timeout and blaming the ranks.
+READY_GRACE_S = 30.0
+UNREACHABLE = "unreachable"
+# SGLang's ready line (sglang 0.5.17 srt/entrypoints/http_server.py, after the warm-up
+# request; sglang_logs' Phase.READY marker, which tests/unit/test_serve_up.py holds it to).
+READY_LINE = "The server is fired up and ready to roll!"
 # Seconds a stopped unit's last journal lines get to arrive before it is explained.
 SETTLE_S = 2.0
 TAIL = 15
@@ -138,11 +152,8 @@ def _table(ranks: dict[str, Rank], started: float) -> Table:
     return table
 
 
-def _health(url: str, ca_file: str | None = None, timeout: float = 5.0) -> int | None:
-    try:
-        return httpx.get(f"{url}/health", timeout=timeout, verify=tls_context(ca_file)).status_code
-    except httpx.HTTPError:
-        return None
+def _health(url: str, ca_file: str | None = None) -> int | None:
+    return probe.health(url, ca_file).status
 
 
 @dataclass
@@ -169,6 +180,14 @@ class UpResult:
     def failure(self) -> SparkctlError | None:
         if self.ok:
             return None
+        if self.message == UNREACHABLE:
+            return SparkctlError(
+                f"serve up: every rank's unit is running, but this controller cannot reach "
+                f"{self.endpoints or 'the API'}; nothing was restarted or stopped "
+                f"(logs in {self.run_dir})",
+                ExitCode.UNREACHABLE,
+                hint=f"the reasons above; sparkctl serve status {self.inventory_path}",
+            )
         names = ", ".join(self.ranks[n].label for n in self.failed)
         return SparkctlError(
             f"serve up failed: {names} {self.message}; every rank was "
@@ -237,6 +256,9 @@ class Waiter:
         self.started = time.monotonic()
         self.next_poll = 0.0
         self.shown: dict[str, logs.Phase] = {}
+        self.states: dict[str, dict[str, str]] = {}
+        self.answers: dict[str, probe.Health] = {}
+        self.ready_since = 0.0  # when the heads' journals said ready and /health did not
 
     def drain(self) -> None:
         try:
@@ -255,6 +277,7 @@ class Waiter:
 
     def poll(self) -> UpResult | None:
         states = self.cluster.unit_states()
+        self.states = states
         for node, st in states.items():
             self.ranks[node].state = f"{st.get('ActiveState')}/{st.get('SubState')}"
         dead = [
@@ -270,11 +293,39 @@ class Waiter:
             while time.monotonic() < settle:
                 self.drain()
             return self.result(False, "a rank's unit stopped", dead)
-        if all(_health(g.base_url, g.tls_ca_file) == 200 for g in self.cluster.groups()):
+        answers = {g.head: probe.health(g.base_url, g.tls_ca_file) for g in self.cluster.groups()}
+        if all(h.ok for h in answers.values()):
             for r in self.ranks.values():
                 r.ready()
             return self.result(True, "ready", [])
+        self.answers = answers
+        if self.heads_said_ready():
+            self.ready_since = self.ready_since or time.monotonic()
+            if time.monotonic() - self.ready_since >= READY_GRACE_S:
+                return self.unreachable()
         return None
+
+    def heads_said_ready(self) -> bool:
+        """Every rank's unit running, and every head that does not answer said in its
+        journal that it is ready: the server serves, the controller does not reach it."""
+        running = all(
+            st.get("ActiveState") == "active" and st.get("SubState") == "running"
+            for st in self.states.values()
+        )
+        silent = [n for n, h in self.answers.items() if not h.ok]
+        return (
+            running
+            and bool(silent)
+            and all(self.ranks[n].phase >= logs.Phase.READY for n in silent)
+        )
+
+    def unreachable(self) -> UpResult:
+        groups = [g for g in self.cluster.groups() if not self.answers[g.head].ok]
+        lines = unreachable_explanation(
+            groups, self.answers, {g.head: logs.Phase.READY for g in groups}
+        )
+        result = self.result(False, UNREACHABLE, [g.head for g in groups])
+        return replace(result, explanation=lines)
 
     def step(self) -> UpResult | None:
         self.drain()
@@ -288,6 +339,8 @@ class Waiter:
             if done is not None:
                 return done
         if now - self.started > self.timeout:
+            if self.heads_said_ready():
+                return self.unreachable()
             return self.result(False, "timed out", self.laggards())
         return None
 
@@ -398,14 +451,81 @@ def _endpoints(cluster: Cluster) -> str:
     return ", ".join(f"{g.base_url}/v1" for g in cluster.groups())
 
 
-def already_serving(cluster: Cluster) -> bool:
-    """Every rank running and the head healthy: nothing to start."""
+def head_journal_phase(cluster: Cluster, heads: list[str]) -> dict[str, logs.Phase]:
+    """How far each head's running server got, by its journal since its unit started
+    (this invocation's lines only, _SYSTEMD_INVOCATION_ID, systemd.journal-fields(7)):
+    READY when it printed SGLang's ready line, else the furthest phase of its last lines."""
+    unit = shlex.quote(cluster.unit)
+    cmd = (
+        f"id=$(systemctl show -p InvocationID --value {unit}); "
+        '[ -n "$id" ] || exit 3; '
+        f'{{sudo}}journalctl _SYSTEMD_INVOCATION_ID="$id" -o cat --no-pager -n 400; '
+        f'{{sudo}}journalctl _SYSTEMD_INVOCATION_ID="$id" -o cat --no-pager '
+        f"| grep -m 1 -F {shlex.quote(READY_LINE)}; true"
+    )
+    out = {}
+    for node, (rc, text) in cluster.each(heads, cmd, 60).items():
+        out[node] = logs.furthest_phase(text.splitlines()) if rc == 0 else logs.Phase.STARTING
+    return out
+
+
+def unreachable_explanation(
+    groups: list[Group], answers: Mapping[str, probe.Health], phases: Mapping[str, logs.Phase]
+) -> list[str]:
+    """Why the controller does not reach the API of ``groups`` although their ranks run:
+    what /health answered, how far the head's journal got, and what on the controller's
+    side likely stands in the way (:func:`sparkctl.serve.probe.reach_hints`)."""
+    lines = []
+    for g in groups:
+        head = g.cluster.label(g.head)
+        phase = phases.get(g.head, logs.Phase.STARTING)
+        said = (
+            "its journal says the server is fired up and ready"
+            if phase >= logs.Phase.READY
+            else f"its journal shows phase {phase.value} since the unit started, not ready yet"
+        )
+        lines.append(f"{head}: every rank's unit is running and {said}; {answers[g.head]}")
+        if phase < logs.Phase.READY:
+            lines.append(
+                "  if it is still starting, run serve up again later (--restart starts it anew)"
+            )
+        hints = probe.reach_hints(g.base_url, g.sglang().api_allowed_cidrs)
+        lines += [f"  likely: {h}" for h in hints] or [
+            "  likely: a firewall or NAT between this controller and the head"
+        ]
+    return lines
+
+
+def serving_now(cluster: Cluster) -> UpResult | None:
+    """What already runs, before anything is started. None: not every rank's unit runs
+    (start them). "already serving": they run and every head answers /health. When they
+    all run but a head does not answer, nothing is (re)started: a start-up in progress
+    or a controller that cannot reach the API is no reason to stop a serving cluster;
+    the result says which, and why the controller may not reach it."""
     states = cluster.unit_states()
     running = all(
         st.get("ActiveState") == "active" and st.get("SubState") == "running"
         for st in states.values()
     )
-    return running and all(_health(g.base_url, g.tls_ca_file) == 200 for g in cluster.groups())
+    if not running:
+        return None
+    answers = {g.head: probe.health(g.base_url, g.tls_ca_file) for g in cluster.groups()}
+    if all(h.ok for h in answers.values()):
+        return UpResult(True, 0.0, {}, "already serving")
+    groups = [g for g in cluster.groups() if not answers[g.head].ok]
+    phases = head_journal_phase(cluster, [g.head for g in groups])
+    ranks = {g.head: Rank(g.head, cluster.rank(g.head), cluster.label(g.head)) for g in groups}
+    for node, rank in ranks.items():
+        rank.log.progress = phases[node]
+        rank.state = f"{states[node].get('ActiveState')}/{states[node].get('SubState')}"
+    return UpResult(
+        False,
+        0.0,
+        ranks,
+        UNREACHABLE,
+        list(ranks),
+        explanation=unreachable_explanation(groups, answers, phases),
+    )
 
 
 def up(
@@ -419,8 +539,8 @@ def up(
     with inventory_lock(inv, "serve up"):
         cluster = open_cluster(inv, "serve-up", extravars)
         limit = float(timeout or cluster.sglang().serve_timeout)
-        if not restart and already_serving(cluster):
-            return _about(UpResult(True, 0.0, {}, "already serving"), cluster)
+        if not restart and (now := serving_now(cluster)) is not None:
+            return _about(now, cluster)
         check_model_visible(cluster)
         console.progress(f"serve up: {_describe(cluster)}, waiting up to {limit:.0f} s")
         followers = Followers(cluster)
@@ -431,6 +551,8 @@ def up(
         finally:
             followers.stop()
         _save_logs(cluster, result)
+        if result.message == UNREACHABLE:
+            return _about(result, cluster)  # the ranks serve: nothing to stop
         if not result.ok:
             lines = explain(result, limit)
             stop_units(cluster)

@@ -8,7 +8,8 @@ content, a streamed completion streams, and a request without the key is
 refused. Then a few timed streamed requests: time to first token, decode
 tokens per second (of the tokens the stream's usage counts) and end-to-end
 latency. Every rank's unit is checked too, so a stopped rank is named even
-when the head only says "unhealthy".
+when the head only says "unhealthy", and so is every rank's firewall as loaded
+now (sparkctl.serve.firewall: a flushed table fails naming the node).
 
 Results are checks in validate's report format (report.json, report.html in
 the run's directory). A wrong-shaped or non-JSON answer is a failed check
@@ -21,10 +22,9 @@ returns its server args, ``api_key`` and ``admin_api_key`` among them (sglang
 from __future__ import annotations
 
 import json
-import ssl
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -32,16 +32,15 @@ import httpx
 
 from sparkctl import __version__
 from sparkctl.report.model import Check, Report, Thresholds
-from sparkctl.serve.cluster import Cluster, Group, tls_context
+from sparkctl.serve import firewall, probe
+from sparkctl.serve.cluster import Cluster, Group
 
 PROMPT = "In one sentence, what does tensor parallelism split across the ranks?"
-# Whole-request bounds: httpx's timeouts are per read, so an endpoint that keeps sending
-# (an endless stream, a slow trickle) would hold verify forever, and a huge answer would
-# be read into memory whole. Every request of verify, streams included, ends by its
-# deadline and reads at most ANSWER_LIMIT bytes.
+# Every request of verify, streams included, goes through serve's one client
+# (sparkctl.serve.probe.client: no proxy from the environment) and ends by its
+# deadline, reading at most probe.ANSWER_LIMIT bytes.
 GET_DEADLINE_S = 60.0
 COMPLETION_DEADLINE_S = 300.0
-ANSWER_LIMIT = 16 << 20
 ANSWER_ERRORS = (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError, AttributeError)
 
 
@@ -114,61 +113,6 @@ def _completion_tokens(usage: Any, chunks: int, max_tokens: int) -> int:
     return int(n)
 
 
-class _BoundedStream(httpx.SyncByteStream):
-    def __init__(
-        self, inner: httpx.SyncByteStream, url: str, deadline: float, seconds: float, limit: int
-    ) -> None:
-        self.inner, self.url, self.deadline = inner, url, deadline
-        self.seconds, self.limit = seconds, limit
-
-    def __iter__(self) -> Iterator[bytes]:
-        total = 0
-        for chunk in self.inner:
-            total += len(chunk)
-            if time.monotonic() > self.deadline:
-                raise httpx.ReadTimeout(f"{self.url}: no complete answer within {self.seconds:g} s")
-            if total > self.limit:
-                raise httpx.ReadError(f"{self.url}: the answer exceeds {self.limit} bytes")
-            yield chunk
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class BoundedTransport(httpx.BaseTransport):
-    """An httpx transport whose every response ends by a deadline from the request's
-    start and within a byte limit, however the server sends it."""
-
-    def __init__(self, inner: httpx.BaseTransport, seconds: float, limit: int) -> None:
-        self.inner, self.seconds, self.limit = inner, seconds, limit
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        deadline = time.monotonic() + self.seconds
-        resp = self.inner.handle_request(request)
-        if not isinstance(resp.stream, httpx.SyncByteStream):  # HTTPTransport's always is
-            raise TypeError(f"{request.url}: not a synchronous response stream")
-        return httpx.Response(
-            resp.status_code,
-            headers=resp.headers,
-            request=request,
-            extensions=resp.extensions,
-            stream=_BoundedStream(
-                resp.stream, str(request.url), deadline, self.seconds, self.limit
-            ),
-        )
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def bounded_client(
-    verify: ssl.SSLContext | bool, seconds: float, limit: int = ANSWER_LIMIT
-) -> httpx.Client:
-    """An httpx client for verify: per-read timeouts below the whole-request deadline."""
-    transport = BoundedTransport(httpx.HTTPTransport(verify=verify), seconds, limit)
-    return httpx.Client(transport=transport, timeout=min(seconds, 120.0))
-
-
 class Verifier:
     def __init__(self, cluster: Group, key: str | None) -> None:
         """``cluster``: one TP group (its head's endpoint, its members' units)."""
@@ -178,14 +122,13 @@ class Verifier:
         self.url = cluster.base_url
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         # https: the server's certificate checked against the inventory's CA file.
-        self.tls_verify: ssl.SSLContext | bool = tls_context(cluster.tls_ca_file)
-        self.http = bounded_client(self.tls_verify, GET_DEADLINE_S)
+        self.http = probe.client(cluster.tls_ca_file, GET_DEADLINE_S)
         self.client = openai.OpenAI(
             base_url=f"{self.url}/v1",
             api_key=key or "none",
             timeout=120.0,
             max_retries=0,
-            http_client=bounded_client(self.tls_verify, COMPLETION_DEADLINE_S),
+            http_client=probe.client(cluster.tls_ca_file, COMPLETION_DEADLINE_S),
         )
         s = cluster.sglang()
         self.tp, self.nnodes = s.tp_size, s.nnodes
@@ -437,5 +380,9 @@ def verify(cluster: Cluster, started: str) -> Report:
                 f"{name}serving figures: "
                 + ", ".join(f"{k} {v:.3f}" for k, v in verifier.figures.items())
             )
+    # Every rank's firewall as loaded now: a flushed ruleset leaves its unit "active".
+    report.checks += [
+        replace(c, message=cluster.redact(c.message)) for c in firewall.checks(cluster)
+    ]
     report.duration_s = time.monotonic() - t0
     return report

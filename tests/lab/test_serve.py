@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -144,6 +145,32 @@ def test_serve_up_leaves_a_healthy_service_alone(lab: LabSession, served: dict[s
     assert ssh(head, f"systemctl show -p MainPID --value {UNIT}").stdout.strip() == pid
 
 
+def test_serve_up_behind_a_dead_proxy_finds_the_cluster_serving(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """Every proxy variable of the controller at a closed port (credentials in the URL),
+    no NO_PROXY: serve's probe goes to the head directly (trust_env=False), so the
+    serving cluster is found serving and no rank is restarted (its MainPID stays)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://proxyuser:deadPROXYpass@127.0.0.1:{sock.getsockname()[1]}"
+    env = {k: v for k, v in SECRET_ENV.items() if k.lower() != "no_proxy"}
+    env |= dict.fromkeys(("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "ALL_PROXY"), dead)
+    pids = {
+        n.name: ssh(n.mgmt_ip, f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+        for n in lab.inventory.nodes
+    }
+    proc = sparkctl("serve", "up", str(SIM_INVENTORY), timeout=600, env=env)
+    OUTPUTS.extend((proc.stdout, proc.stderr))
+    assert proc.returncode == 0 and "already serving" in proc.stdout, proc.stderr[-3000:]
+    after = {
+        n.name: ssh(n.mgmt_ip, f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+        for n in lab.inventory.nodes
+    }
+    assert after == pids
+    assert "deadPROXYpass" not in proc.stdout + proc.stderr
+
+
 def test_secrets_never_reach_output_artifacts_reports_or_argv(
     lab: LabSession, served: dict[str, Any]
 ) -> None:
@@ -261,6 +288,38 @@ def test_the_firewall_stopped_takes_sglang_down_with_it(
     up = _run("serve", "up", str(SIM_INVENTORY))
     assert up.returncode == 0, up.stderr[-4000:]
     assert_unchanged(before, snapshot(), "serve up after the firewall came back")
+
+
+@pytest.mark.fault
+def test_a_flushed_firewall_on_the_head_fails_serve_verify_naming_it(
+    lab: LabSession, served: dict[str, Any], snapshot: Callable[[], dict[str, object]]
+) -> None:
+    """`nft flush ruleset` on the head (what nftables.service's start with Debian's
+    /etc/nftables.conf and its stop do): the firewall's oneshot unit still reads active
+    and SGLang keeps serving, unfiltered. serve verify reads the table on every rank and
+    fails naming the firewall and the node. Restarting the firewall unit loads the chain
+    again (and, through BindsTo=, restarts the head's rank): serve up --restart brings
+    the group back."""
+    head = lab.inventory.node("spark1").mgmt_ip
+    before = snapshot()
+    ssh(head, "nft flush ruleset")
+    try:
+        assert ssh(head, f"systemctl is-active {FW_UNIT}").stdout.strip() == "active"
+        assert ssh(head, f"systemctl is-active {UNIT}").stdout.strip() == "active"
+        rc, report, err = _verify()
+        assert rc == 1, err[-3000:]
+        assert "firewall: spark1: the SGLang firewall is gone" in err, err[-3000:]
+        failed = {(c["check"], c["host"]) for c in report["checks"] if c["outcome"] == "failed"}
+        assert ("firewall", "spark1") in failed
+        assert not {n for c, n in failed if c == "firewall"} - {"spark1"}
+    finally:
+        ssh(head, f"systemctl restart {FW_UNIT}")
+    # The head's rank was restarted alone (BindsTo=): the group starts anew.
+    up = _run("serve", "up", str(SIM_INVENTORY), "--restart")
+    assert up.returncode == 0, up.stderr[-4000:]
+    rc, _, err = _verify()
+    assert rc == 0, err[-3000:]
+    assert_unchanged(before, snapshot(), "serve up after the firewall was loaded again")
 
 
 def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:

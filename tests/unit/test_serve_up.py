@@ -45,6 +45,10 @@ class FakeCluster:
         return self.nodes[0]
 
     @property
+    def cluster(self) -> FakeCluster:
+        return self  # its own one TP group (groups() below)
+
+    @property
     def plan(self) -> Plan:
         return plans.plan(self.nodes)  # spark<i>'s fabric_a_ip is 192.168.100.1<i>
 
@@ -266,3 +270,26 @@ def test_a_model_outside_the_containers_mounts_is_refused_before_any_rank_starts
     # a venv unit runs on the host: nothing to check
     venv = "{ path=/opt/v/bin/python3 ; argv[]=/opt/v/bin/python3 /l.py -- ; ignore_errors=no }"
     up.check_model_visible(_MountCluster(targets={"spark1": "/x/y"}, execstart=venv))  # type: ignore[arg-type]
+
+
+def test_a_ready_head_the_controller_cannot_reach_is_not_blamed_or_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every unit runs and the head's journal said "fired up and ready", but /health does
+    not answer here (nothing listens on the discard port): after READY_GRACE_S the wait
+    ends as unreachable, long before sglang_serve_timeout, naming no rank as failed."""
+    monkeypatch.setattr(up, "READY_GRACE_S", 0.2)
+    monkeypatch.setenv("HTTP_PROXY", "http://u:pw@127.0.0.1:9")
+    cluster = FakeCluster()
+    followers = FakeFollowers()
+    followers.feed("spark1", _lines("clean_init_to_load_sglang_pr11716.log"))
+    followers.feed("spark1", _lines("clean_ready_sglang32255.log"))
+    result = up.wait_up(cluster, followers, timeout=600)  # type: ignore[arg-type]
+    assert not result.ok and result.message == up.UNREACHABLE, result.message
+    assert result.seconds < 600
+    assert result.ranks["spark1"].phase is logs.Phase.READY
+    err = result.failure()
+    assert err is not None and err.code == 3 and "nothing was restarted or stopped" in err.message
+    text = "\n".join(result.explanation)
+    assert "rank 0 (spark1): every rank's unit is running and its journal says" in text
+    assert "HTTP_PROXY is set" in text and "u:pw" not in text

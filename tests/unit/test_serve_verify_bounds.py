@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from sparkctl.serve import verify
+from sparkctl.serve import probe
 
 
 class Hostile(BaseHTTPRequestHandler):
@@ -75,7 +75,7 @@ def test_an_endless_stream_ends_at_the_deadline(server: str) -> None:
         base_url=f"{server}/v1",
         api_key="none",
         max_retries=0,
-        http_client=verify.bounded_client(False, 1.5),
+        http_client=probe.client(None, 1.5),
     )
     chunks = 0
     # Only the bounded transport says this: the stream ended at its deadline, not by itself.
@@ -105,9 +105,9 @@ def test_the_unbounded_client_would_have_kept_reading(server: str) -> None:
 
 def test_an_oversized_answer_is_cut_at_the_limit(server: str) -> None:
     with (
-        verify.bounded_client(False, 30.0, limit=1 << 20) as client,
+        probe.client(None, 30.0, limit=1 << 20) as client,
         pytest.raises(httpx.ReadError, match="exceeds 1048576 bytes"),
     ):
         client.get(f"{server}/server_info")
-    with verify.bounded_client(False, 30.0, limit=4 << 20) as client:
+    with probe.client(None, 30.0, limit=4 << 20) as client:
         assert len(client.get(f"{server}/server_info").json()) == (1 << 20) + 1

@@ -897,6 +897,7 @@ def _unit_context(
         "_sglang_group": args_f.sglang_tp_group(nodes, node_rank),
         "_sglang_several_groups": len({n.get("group") for n in nodes}) > 1,
         "_sglang_fw_unit": "sparkctl-sglang-firewall.service",
+        "_sglang_fw_chain": "sglang_input",
         "sglang_firewall_enabled": firewall,
         "_sglang_engine": {"path": "/usr/bin/docker", "service": "docker.service"},
         "_sglang_container_name": "sparkctl-sglang",
