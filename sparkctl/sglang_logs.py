@@ -890,10 +890,11 @@ _RULES: tuple[_Rule, ...] = (
         --mem-fraction-static. SGLang sizes the cache as total memory x fraction minus what
         is used, so its message says to *increase* the fraction (sglang #4330; gpustack
         #3831). On a Spark the 128 GB are shared with the OS and every other process.""",
-        """Raise `--mem-fraction-static` through `sglang_extra_args` (e.g. ["--mem-fraction-static",
-        "0.85"]), or shrink what the cache must hold (`--context-length`,
-        `--max-running-requests`), or serve a smaller / more quantised model; free unified
-        memory on the node (other processes, a crashed container that kept its memory).""",
+        """Raise `--mem-fraction-static` with `sglang_mem_fraction_static` (0.75 on a Spark by
+        default, e.g. 0.8), or shrink what the cache must hold (`--context-length`,
+        `--max-running-requests` in `sglang_extra_args`), or serve a smaller / more quantised
+        model; free unified memory on the node (other processes, a crashed container that
+        kept its memory).""",
         _p(
             r"Not enough memory\. Please try to increase --mem-fraction-static",
             S(
@@ -912,11 +913,12 @@ _RULES: tuple[_Rule, ...] = (
         graph failed: CUDA out of memory'), or a running batch outgrew the pool ('Prefill/
         Decode out of memory'). On a Spark the GPU shares its 128 GB with the OS and every
         other process on the node.""",
-        """Lower the static reservation: add `--mem-fraction-static` with a value below the
-        one in the log's server_args (e.g. 0.8) to `sglang_extra_args`; during CUDA graph
-        capture also lower `--cuda-graph-max-bs-decode` (e.g. 16) or, as a last resort, add
-        `--cuda-graph-backend-decode=disabled`; cap `--max-running-requests` /
-        `--context-length`. Stop other memory users on the node.""",
+        """Lower the static reservation: set `sglang_mem_fraction_static` (`--mem-fraction-static`)
+        below the one in the log's server_args (e.g. 0.7); during CUDA graph capture also add
+        `--cuda-graph-max-bs-decode` (e.g. 16) or, as a last resort,
+        `--cuda-graph-backend-decode=disabled` to `sglang_extra_args`; cap
+        `--max-running-requests` / `--context-length` there. Stop other memory users on the
+        node.""",
         _p(
             r"CUDA out of memory",
             S("torch:c10/cuda/CUDACachingAllocator.cpp"),
@@ -957,9 +959,11 @@ _RULES: tuple[_Rule, ...] = (
         which on a Spark's unified memory is usually the kernel's OOM killer taking the
         largest process when weights, KV cache and the OS do not fit (SGLang's own hint:
         `dmesg -T | grep -i oom`).""",
-        """Check `dmesg -T | grep -i oom` on the node. Lower `--mem-fraction-static` in
-        `sglang_extra_args`, cap `--context-length` / `--max-running-requests`, or serve a
-        smaller model; stop other memory users (leftover containers: `docker ps`).""",
+        """Check `dmesg -T | grep -i oom` on the node. Lower `--mem-fraction-static` with
+        `sglang_mem_fraction_static` (a 4-Spark deployment lost engines at 0.85 of memory and
+        runs 0.75: MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks #115), cap `--context-length` /
+        `--max-running-requests` in `sglang_extra_args`, or serve a smaller model; stop other
+        memory users (leftover containers: `docker ps`).""",
         _p(
             r"scheduler died during initialization",
             S(
@@ -978,14 +982,27 @@ _RULES: tuple[_Rule, ...] = (
         """One rank has noticeably less free memory than the others: something else holds
         memory on that node (sglang #1533). On a Spark a crashed or hard-stopped container
         can keep its unified memory after it exits, so the next start fails with this
-        (al-engr.com, 2x DGX Spark). The pinned release only warns unless
-        SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK is set.""",
+        (al-engr.com, 2x DGX Spark). The pinned release stops the rank with a RuntimeError
+        when a rank has less than 0.9 of the memory the local ranks report:
+        SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK is true by default, and only set false does
+        the release merely warn.""",
         """On the node with less free memory, stop leftover servers and containers
         (`systemctl status sparkctl-sglang.service`, `docker ps`) and other memory users;
-        reboot it if the memory does not come back; then `sparkctl serve up` again.""",
+        reboot it if the memory does not come back; then `sparkctl serve up` again. Only if
+        the difference is known and harmless, SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK set to
+        "false" in `sglang_env_extra` turns the stop into a warning.""",
         _p(
             r"The memory capacity is unbalanced",
             S("sglang:srt/distributed/bootstrap.py:264", '"The memory capacity is unbalanced. '),
+            S(
+                "sglang:srt/distributed/bootstrap.py:268",
+                "if envs.SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK.get():",
+                "raise RuntimeError(msg)",
+            ),
+            S(
+                "sglang:srt/environ.py:368",
+                "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK = EnvBool(True)",
+            ),
             ex="The memory capacity is unbalanced. Some GPUs may be occupied by other processes.",
         ),
     ),
