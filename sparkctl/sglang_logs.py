@@ -1365,11 +1365,38 @@ SIGNATURES: Mapping[str, Signature] = MappingProxyType(
 
 #: Every pattern with what it stands for: a phase's value, a signature id, ``failure``
 #: (ends start-up without a signature) or ``transport:ib`` / ``transport:socket``.
+# Which NCCL the rank's process loaded (the image's own, not the host build validate
+# measures). NCCL's banner at NCCL_DEBUG=INFO, once per process: src/init.cc's
+# showVersion prints VERSION_STRING, "NCCL version " MAJOR.MINOR.PATCH SUFFIX "+cuda"
+# CUDA_MAJOR.CUDA_MINOR; and torch's NCCL errors end with ", NCCL version X.Y.Z" (the
+# version of the library loaded at run time). Group 1 is the version as printed.
+NCCL_VERSION_PATTERNS: tuple[Pattern, ...] = (
+    _p(
+        r"NCCL INFO NCCL version (\d+\.\d+\.\d+\S*)",
+        S("nccl:src/init.cc:583@v2.28.3-1"),
+        S("nccl:src/init.cc:603@v2.28.9-1"),
+        ex=(
+            # tests/fixtures/sglang/hang_at_dist_init_sglang30609.log
+            "bm-220ab4v:175:175 [0] NCCL INFO NCCL version 2.28.9+cuda13.0",
+            "spark-1:4242:4242 [0] NCCL INFO NCCL version 2.28.3+cuda13.0",
+        ),
+    ),
+    _p(
+        r"\bNCCL error\b.*, NCCL version (\d+\.\d+\.\d+)\b",
+        S("torch:torch/csrc/distributed/c10d/NCCLUtils.cpp (getNcclVersion)"),
+        # tests/fixtures/sglang/nccl_no_route_hkproj1.log
+        ex="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:1333, unhandled system error (run with NCCL_DEBUG=INFO for "
+        "details), NCCL version 2.18.6",
+    ),
+)
+
 PATTERNS: tuple[tuple[str, Pattern], ...] = (
     *((phase.value, p) for phase, p in _PHASE_PATTERNS),
     *(("failure", p) for p in _GENERIC_FAILURES),
     *((rule.id, p) for rule in _RULES for p in rule.patterns),
     *((f"transport:{kind}", p) for kind, ps in TRANSPORT_PATTERNS.items() for p in ps),
+    *(("nccl_version", p) for p in NCCL_VERSION_PATTERNS),
 )
 
 #: Seconds without progress after which :func:`hang_signature` calls a phase a hang.
@@ -1433,6 +1460,15 @@ def _transport_of(line: str) -> str | None:
     return None
 
 
+def nccl_version(line: str) -> str | None:
+    """The NCCL version a log line says the process loaded ("2.28.3+cuda13.0"), or None."""
+    for pattern in NCCL_VERSION_PATTERNS:
+        m = pattern.compiled.search(line)
+        if m is not None:
+            return m.group(1)
+    return None
+
+
 def nccl_transport(lines: Iterable[str]) -> str | None:
     """The network NCCL uses, from its INFO lines: ``'socket'`` if any line shows the Socket
     transport (or no IB device), else ``'ib'`` if one shows IB, else None (NCCL_DEBUG below
@@ -1474,6 +1510,7 @@ class RankLog:
     milestones: list[Phase] = field(default_factory=list)
     signatures: list[Signature] = field(default_factory=list)
     transport: str | None = None  # as nccl_transport() over the lines fed so far
+    nccl: str | None = None  # the first NCCL version a line named (nccl_version())
 
     def feed(self, line: str) -> list[Signature]:
         """Take one line; return the signatures it adds (new ids only)."""
@@ -1481,6 +1518,8 @@ class RankLog:
         kind = _transport_of(line)
         if kind and self.transport != "socket":
             self.transport = kind
+        if self.nccl is None:
+            self.nccl = nccl_version(line)
         phase = phase_of(line)
         rule = _rule_for(line)
         if (
