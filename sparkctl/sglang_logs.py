@@ -1366,11 +1366,21 @@ SIGNATURES: Mapping[str, Signature] = MappingProxyType(
 #: Every pattern with what it stands for: a phase's value, a signature id, ``failure``
 #: (ends start-up without a signature) or ``transport:ib`` / ``transport:socket``.
 # Which NCCL the rank's process loaded (the image's own, not the host build validate
-# measures). NCCL's banner at NCCL_DEBUG=INFO, once per process: src/init.cc's
-# showVersion prints VERSION_STRING, "NCCL version " MAJOR.MINOR.PATCH SUFFIX "+cuda"
-# CUDA_MAJOR.CUDA_MINOR; and torch's NCCL errors end with ", NCCL version X.Y.Z" (the
-# version of the library loaded at run time). Group 1 is the version as printed.
+# measures). SGLang's own line on TP0 at start-up, at any NCCL_DEBUG (pynccl.py:
+# ncclGetRawVersion as x.y.z); NCCL's banner at NCCL_DEBUG=INFO, once per process:
+# src/init.cc's showVersion prints VERSION_STRING, "NCCL version " MAJOR.MINOR.PATCH
+# SUFFIX "+cuda" CUDA_MAJOR.CUDA_MINOR; and torch's NCCL errors end with ", NCCL
+# version X.Y.Z" (the library loaded at run time). Group 1 is the version as printed.
 NCCL_VERSION_PATTERNS: tuple[Pattern, ...] = (
+    _p(
+        r"\bsglang is using nccl==(\d+\.\d+\.\d+)",
+        S(
+            "sglang:srt/distributed/device_communicators/pynccl.py:84",
+            'logger.info("sglang is using nccl==%s", self.nccl.ncclGetVersion())',
+        ),
+        # tests/fixtures/sglang (see SOURCES.md)
+        ex="[2025-09-03 18:32:29 TP0] sglang is using nccl==2.27.3",
+    ),
     _p(
         r"NCCL INFO NCCL version (\d+\.\d+\.\d+\S*)",
         S("nccl:src/init.cc:583@v2.28.3-1"),
@@ -1510,7 +1520,7 @@ class RankLog:
     milestones: list[Phase] = field(default_factory=list)
     signatures: list[Signature] = field(default_factory=list)
     transport: str | None = None  # as nccl_transport() over the lines fed so far
-    nccl: str | None = None  # the first NCCL version a line named (nccl_version())
+    nccl: str | None = None  # the NCCL version the lines name (nccl_version())
 
     def feed(self, line: str) -> list[Signature]:
         """Take one line; return the signatures it adds (new ids only)."""
@@ -1518,8 +1528,10 @@ class RankLog:
         kind = _transport_of(line)
         if kind and self.transport != "socket":
             self.transport = kind
-        if self.nccl is None:
-            self.nccl = nccl_version(line)
+        version = nccl_version(line)
+        # The first version named; NCCL's banner adds its build ("+cuda13.0") to SGLang's.
+        if version and (self.nccl is None or version.startswith(f"{self.nccl}+")):
+            self.nccl = version
         phase = phase_of(line)
         rule = _rule_for(line)
         if (

@@ -47,6 +47,11 @@ def test_a_ranks_journal_says_which_nccl_its_process_loaded() -> None:
     torch_error = (FIXTURES / "sglang" / "nccl_no_route_hkproj1.log").read_text().splitlines()[0]
     assert logs.nccl_version(torch_error) == "2.18.6"
     assert logs.nccl_version("NCCL INFO Using network IB") is None
+    # SGLang's own line on TP0 says it at any NCCL_DEBUG (pynccl.py), without the build.
+    rank = logs.RankLog()
+    for line in (FIXTURES / "sglang" / "clean_gloo_nccl_sglang10053.log").read_text().splitlines():
+        rank.feed(line)
+    assert rank.nccl == "2.27.3"
 
 
 def test_release_reads_every_way_a_version_is_written() -> None:
