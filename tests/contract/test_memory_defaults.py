@@ -126,3 +126,23 @@ def test_the_tp_memory_imbalance_stops_the_rank_by_default(sglang_release: SGLan
     assert seen["default"] is True
     assert seen["unset"].startswith("RuntimeError: The memory capacity is unbalanced."), seen
     assert seen["false"] == "returned"  # false: the release only logs a warning
+
+
+# The release's lines roles/cluster_defaults/vars/main.yml cites for the profile's
+# gpu_memory_gib and sglang_mem_fraction_static: (file, line, text found there).
+CITED = (
+    ("srt/utils/common.py", 609, "def _cuda_mem_fallback(reason: str) -> int:"),
+    ("srt/utils/common.py", 661, r'if re.match(r"^\d+(\.\d+)?$", mem.strip())'),
+    ("srt/utils/common.py", 667, "return _cuda_mem_fallback("),
+    ("srt/server_args.py", 4779, "if gpu_mem is not None and gpu_mem > 60 * 1024:"),
+    ("srt/server_args.py", 4780, "reserved_mem = max(reserved_mem, 10 * 1024)"),
+    ("srt/server_args.py", 4785, "round((gpu_mem - reserved_mem) / gpu_mem, 3)"),
+)
+
+
+def test_the_profiles_citations_hold_in_the_release(sglang_release: SGLangRelease) -> None:
+    vars_text = (REPO / "roles" / "cluster_defaults" / "vars" / "main.yml").read_text()
+    for path, line, text in CITED:
+        lines = (sglang_release.package_dir / path).read_text().splitlines()
+        assert text in lines[line - 1], (path, line, lines[line - 1])
+        assert str(line) in vars_text, (path, line)
