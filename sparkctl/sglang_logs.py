@@ -890,10 +890,11 @@ _RULES: tuple[_Rule, ...] = (
         --mem-fraction-static. SGLang sizes the cache as total memory x fraction minus what
         is used, so its message says to *increase* the fraction (sglang #4330; gpustack
         #3831). On a Spark the 128 GB are shared with the OS and every other process.""",
-        """Raise `--mem-fraction-static` through `sglang_extra_args` (e.g. ["--mem-fraction-static",
-        "0.85"]), or shrink what the cache must hold (`--context-length`,
-        `--max-running-requests`), or serve a smaller / more quantised model; free unified
-        memory on the node (other processes, a crashed container that kept its memory).""",
+        """Raise `--mem-fraction-static` with `sglang_mem_fraction_static` (0.75 on a Spark by
+        default, e.g. 0.8), or shrink what the cache must hold (`--context-length`,
+        `--max-running-requests` in `sglang_extra_args`), or serve a smaller / more quantised
+        model; free unified memory on the node (other processes, a crashed container that
+        kept its memory).""",
         _p(
             r"Not enough memory\. Please try to increase --mem-fraction-static",
             S(
@@ -912,11 +913,12 @@ _RULES: tuple[_Rule, ...] = (
         graph failed: CUDA out of memory'), or a running batch outgrew the pool ('Prefill/
         Decode out of memory'). On a Spark the GPU shares its 128 GB with the OS and every
         other process on the node.""",
-        """Lower the static reservation: add `--mem-fraction-static` with a value below the
-        one in the log's server_args (e.g. 0.8) to `sglang_extra_args`; during CUDA graph
-        capture also lower `--cuda-graph-max-bs-decode` (e.g. 16) or, as a last resort, add
-        `--cuda-graph-backend-decode=disabled`; cap `--max-running-requests` /
-        `--context-length`. Stop other memory users on the node.""",
+        """Lower the static reservation: set `sglang_mem_fraction_static` (`--mem-fraction-static`)
+        below the one in the log's server_args (e.g. 0.7); during CUDA graph capture also add
+        `--cuda-graph-max-bs-decode` (e.g. 16) or, as a last resort,
+        `--cuda-graph-backend-decode=disabled` to `sglang_extra_args`; cap
+        `--max-running-requests` / `--context-length` there. Stop other memory users on the
+        node.""",
         _p(
             r"CUDA out of memory",
             S("torch:c10/cuda/CUDACachingAllocator.cpp"),
@@ -957,9 +959,11 @@ _RULES: tuple[_Rule, ...] = (
         which on a Spark's unified memory is usually the kernel's OOM killer taking the
         largest process when weights, KV cache and the OS do not fit (SGLang's own hint:
         `dmesg -T | grep -i oom`).""",
-        """Check `dmesg -T | grep -i oom` on the node. Lower `--mem-fraction-static` in
-        `sglang_extra_args`, cap `--context-length` / `--max-running-requests`, or serve a
-        smaller model; stop other memory users (leftover containers: `docker ps`).""",
+        """Check `dmesg -T | grep -i oom` on the node. Lower `--mem-fraction-static` with
+        `sglang_mem_fraction_static` (a 4-Spark deployment lost engines at 0.85 of memory and
+        runs 0.75: MiaAI-Lab/GLM-5.3-Flash-EXL3-2x-DGX-Sparks #115), cap `--context-length` /
+        `--max-running-requests` in `sglang_extra_args`, or serve a smaller model; stop other
+        memory users (leftover containers: `docker ps`).""",
         _p(
             r"scheduler died during initialization",
             S(
@@ -978,14 +982,27 @@ _RULES: tuple[_Rule, ...] = (
         """One rank has noticeably less free memory than the others: something else holds
         memory on that node (sglang #1533). On a Spark a crashed or hard-stopped container
         can keep its unified memory after it exits, so the next start fails with this
-        (al-engr.com, 2x DGX Spark). The pinned release only warns unless
-        SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK is set.""",
+        (al-engr.com, 2x DGX Spark). The pinned release stops the rank with a RuntimeError
+        when a rank has less than 0.9 of the memory the local ranks report:
+        SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK is true by default, and only set false does
+        the release merely warn.""",
         """On the node with less free memory, stop leftover servers and containers
         (`systemctl status sparkctl-sglang.service`, `docker ps`) and other memory users;
-        reboot it if the memory does not come back; then `sparkctl serve up` again.""",
+        reboot it if the memory does not come back; then `sparkctl serve up` again. Only if
+        the difference is known and harmless, SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK set to
+        "false" in `sglang_env_extra` turns the stop into a warning.""",
         _p(
             r"The memory capacity is unbalanced",
             S("sglang:srt/distributed/bootstrap.py:264", '"The memory capacity is unbalanced. '),
+            S(
+                "sglang:srt/distributed/bootstrap.py:268",
+                "if envs.SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK.get():",
+                "raise RuntimeError(msg)",
+            ),
+            S(
+                "sglang:srt/environ.py:368",
+                "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK = EnvBool(True)",
+            ),
             ex="The memory capacity is unbalanced. Some GPUs may be occupied by other processes.",
         ),
     ),
@@ -1348,11 +1365,48 @@ SIGNATURES: Mapping[str, Signature] = MappingProxyType(
 
 #: Every pattern with what it stands for: a phase's value, a signature id, ``failure``
 #: (ends start-up without a signature) or ``transport:ib`` / ``transport:socket``.
+# Which NCCL the rank's process loaded (the image's own, not the host build validate
+# measures). SGLang's own line on TP0 at start-up, at any NCCL_DEBUG (pynccl.py:
+# ncclGetRawVersion as x.y.z); NCCL's banner at NCCL_DEBUG=INFO, once per process:
+# src/init.cc's showVersion prints VERSION_STRING, "NCCL version " MAJOR.MINOR.PATCH
+# SUFFIX "+cuda" CUDA_MAJOR.CUDA_MINOR; and torch's NCCL errors end with ", NCCL
+# version X.Y.Z" (the library loaded at run time). Group 1 is the version as printed.
+NCCL_VERSION_PATTERNS: tuple[Pattern, ...] = (
+    _p(
+        r"\bsglang is using nccl==(\d+\.\d+\.\d+)",
+        S(
+            "sglang:srt/distributed/device_communicators/pynccl.py:84",
+            'logger.info("sglang is using nccl==%s", self.nccl.ncclGetVersion())',
+        ),
+        # tests/fixtures/sglang (see SOURCES.md)
+        ex="[2025-09-03 18:32:29 TP0] sglang is using nccl==2.27.3",
+    ),
+    _p(
+        r"NCCL INFO NCCL version (\d+\.\d+\.\d+\S*)",
+        S("nccl:src/init.cc:583@v2.28.3-1"),
+        S("nccl:src/init.cc:603@v2.28.9-1"),
+        ex=(
+            # tests/fixtures/sglang/hang_at_dist_init_sglang30609.log
+            "bm-220ab4v:175:175 [0] NCCL INFO NCCL version 2.28.9+cuda13.0",
+            "spark-1:4242:4242 [0] NCCL INFO NCCL version 2.28.3+cuda13.0",
+        ),
+    ),
+    _p(
+        r"\bNCCL error\b.*, NCCL version (\d+\.\d+\.\d+)\b",
+        S("torch:torch/csrc/distributed/c10d/NCCLUtils.cpp (getNcclVersion)"),
+        # tests/fixtures/sglang/nccl_no_route_hkproj1.log
+        ex="torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:1333, unhandled system error (run with NCCL_DEBUG=INFO for "
+        "details), NCCL version 2.18.6",
+    ),
+)
+
 PATTERNS: tuple[tuple[str, Pattern], ...] = (
     *((phase.value, p) for phase, p in _PHASE_PATTERNS),
     *(("failure", p) for p in _GENERIC_FAILURES),
     *((rule.id, p) for rule in _RULES for p in rule.patterns),
     *((f"transport:{kind}", p) for kind, ps in TRANSPORT_PATTERNS.items() for p in ps),
+    *(("nccl_version", p) for p in NCCL_VERSION_PATTERNS),
 )
 
 #: Seconds without progress after which :func:`hang_signature` calls a phase a hang.
@@ -1416,6 +1470,15 @@ def _transport_of(line: str) -> str | None:
     return None
 
 
+def nccl_version(line: str) -> str | None:
+    """The NCCL version a log line says the process loaded ("2.28.3+cuda13.0"), or None."""
+    for pattern in NCCL_VERSION_PATTERNS:
+        m = pattern.compiled.search(line)
+        if m is not None:
+            return m.group(1)
+    return None
+
+
 def nccl_transport(lines: Iterable[str]) -> str | None:
     """The network NCCL uses, from its INFO lines: ``'socket'`` if any line shows the Socket
     transport (or no IB device), else ``'ib'`` if one shows IB, else None (NCCL_DEBUG below
@@ -1457,6 +1520,7 @@ class RankLog:
     milestones: list[Phase] = field(default_factory=list)
     signatures: list[Signature] = field(default_factory=list)
     transport: str | None = None  # as nccl_transport() over the lines fed so far
+    nccl: str | None = None  # the NCCL version the lines name (nccl_version())
 
     def feed(self, line: str) -> list[Signature]:
         """Take one line; return the signatures it adds (new ids only)."""
@@ -1464,6 +1528,10 @@ class RankLog:
         kind = _transport_of(line)
         if kind and self.transport != "socket":
             self.transport = kind
+        version = nccl_version(line)
+        # The first version named; NCCL's banner adds its build ("+cuda13.0") to SGLang's.
+        if version and (self.nccl is None or version.startswith(f"{self.nccl}+")):
+            self.nccl = version
         phase = phase_of(line)
         rule = _rule_for(line)
         if (

@@ -163,6 +163,13 @@ def serve_up(result: UpResult) -> None:
     else:
         for line in result.explanation:
             console.err.print(line, markup=False, highlight=False)
+    for note in result.nccl:
+        console.out.print(
+            f"warning: {note.text}" if note.warning else note.text,
+            style="yellow" if note.warning else None,
+            markup=False,
+            highlight=False,
+        )
 
 
 def serve_down(result: Stopped) -> None:

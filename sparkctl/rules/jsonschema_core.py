@@ -119,7 +119,7 @@ def constraint_schema(  # noqa: PLR0912 - one branch per keyword of constraints.
         implied: list[str] = []
         if "format" in constraint:
             implied += ["string", "integer"]
-        if any(k in constraint for k in ("min", "max", "above")):
+        if any(k in constraint for k in ("min", "max", "above", "below")):
             implied += ["number"]
         if "items" in constraint:
             implied += ["array"]
@@ -135,6 +135,8 @@ def constraint_schema(  # noqa: PLR0912 - one branch per keyword of constraints.
         schema["maximum"] = constraint["max"]
     if "above" in constraint:
         schema["exclusiveMinimum"] = constraint["above"]
+    if "below" in constraint:
+        schema["exclusiveMaximum"] = constraint["below"]
     if "format" in constraint:
         schema["format"] = str(constraint["format"])
     if "max_length" in constraint:
@@ -190,7 +192,15 @@ def errors(value: Any, schema: Mapping[str, Any]) -> list[ValidationError]:
 
 # Which refusal to name first when a value breaks several: its type, then its choices,
 # then its range, then its format.
-_ORDER = {"type": 0, "enum": 1, "minimum": 2, "maximum": 2, "exclusiveMinimum": 2, "format": 3}
+_ORDER = {
+    "type": 0,
+    "enum": 1,
+    "minimum": 2,
+    "maximum": 2,
+    "exclusiveMinimum": 2,
+    "exclusiveMaximum": 2,
+    "format": 3,
+}
 
 
 def _at(error: ValidationError) -> str:
@@ -253,6 +263,8 @@ def message(  # noqa: PLR0911 - one wording per JSON Schema keyword
         return f"{at}{value!r} is outside {low}..{high}"
     if validator == "exclusiveMinimum":
         return f"{at}{value!r} must be above {limit}"
+    if validator == "exclusiveMaximum":
+        return f"{at}{value!r} must be below {limit}"
     if validator == "format":
         return f"{at}{value!r} is not {FORMATS[str(limit)][1]}"
     if validator in ("maxLength", "maxItems", "maxProperties"):

@@ -29,6 +29,7 @@ SGLANG_DERIVED_FLAGS = (
     "--model-path",
     "--served-model-name",
     "--dist-timeout",
+    "--mem-fraction-static",
     "--ssl-certfile",
     "--ssl-keyfile",
 )

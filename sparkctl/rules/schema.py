@@ -43,7 +43,7 @@ def load_specs(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
 
 # ------------------------------------------------------------------ constraints
 # What a value may be beyond its type: each role's meta/constraints.yml names, per
-# variable of its argument_specs, a range (min, max, above: exclusive minimum), a
+# variable of its argument_specs, a range (min, max, above / below: exclusive minimum / maximum), a
 # format of FORMATS, a max_length, and for a list or a mapping the constraint of its
 # items, keys and values (each may name its own type: int, str, float, bool, list,
 # dict); nullable lets null (the default) pass, and allow_empty the
@@ -56,6 +56,7 @@ _CONSTRAINT_KEYS = frozenset(
         "min",
         "max",
         "above",
+        "below",
         "format",
         "max_length",
         "items",

@@ -34,7 +34,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from sparkctl import console, inventory, tool_output
+from sparkctl import console, inventory, nccl_versions, tool_output
 from sparkctl import sglang_logs as logs
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
@@ -172,6 +172,8 @@ class UpResult:
     explanation: list[str] = field(default_factory=list)
     run_dir: Path | None = None
     inventory_path: Path | None = None
+    # The image's NCCL beside the host build validate measures (record_image_nccl).
+    nccl: list[nccl_versions.Note] = field(default_factory=list)
 
     @property
     def already_serving(self) -> bool:
@@ -551,6 +553,7 @@ def up(
         finally:
             followers.stop()
         _save_logs(cluster, result)
+        result = record_image_nccl(cluster, result)
         if result.message == UNREACHABLE:
             return _about(result, cluster)  # the ranks serve: nothing to stop
         if not result.ok:
@@ -614,6 +617,25 @@ def check_model_visible(cluster: Cluster) -> None:
             "model_cache_source=head -e model_cache_head_dir=DIR), or add the directory "
             "to sglang_model_mounts, then sparkctl provision",
         )
+
+
+def record_image_nccl(cluster: Cluster, result: UpResult) -> UpResult:
+    """The NCCL each rank's process loaded (the image's own, from NCCL's INFO banner in its
+    journal), kept with the cluster's serve state and set beside the host build validate
+    measures (the nccl role's record on the head, as validate reads it)."""
+    seen = {node: r.log.nccl for node, r in result.ranks.items() if r.log.nccl}
+    if not seen:
+        return result
+    head = cluster.nodes[0]
+    record = shlex.quote(cluster.plan.node(head).nccl.version_file)
+    rc, text = cluster.each([head], f"cat {record}", 30).get(head, (1, ""))
+    try:
+        host = tool_output.env_file(text).get("NCCL_VERSION") if rc == 0 else None
+    except tool_output.ToolOutputError:
+        host = None
+    saved = nccl_versions.save(cluster.inv.cluster, seen, cluster.run_dir)
+    host = None if host in (None, "", "none") else host
+    return replace(result, nccl=nccl_versions.compare(saved.versions, host))
 
 
 def _save_logs(cluster: Cluster, result: UpResult) -> None:

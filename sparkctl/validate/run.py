@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sparkctl import __version__, console, inventory, remote, tool_output
+from sparkctl import __version__, console, inventory, nccl_versions, remote, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import Inventory
 from sparkctl.lock import inventory_lock
@@ -487,6 +487,12 @@ def validate(opts: Options) -> tuple[Report, Path]:
             report.nccl = runs
             report.localisation += findings
             report.notes += notes
+            # The host NCCL nccl-tests ran, beside the image's from the last serve up.
+            host_nccl = nccl_versions.measured(r.report for r in runs if r.scope == "all")
+            report.notes += [
+                f"warning: {n.text}" if n.warning else n.text
+                for n in nccl_versions.validate_notes(inv.cluster, host_nccl)
+            ]
             rdma, rdma_notes = perftest(
                 plan,
                 nodes,

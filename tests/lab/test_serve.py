@@ -94,6 +94,21 @@ def test_up_provisions_validates_serves_and_verifies(served: dict[str, Any]) -> 
     assert sorted(c["subject"] for c in ranks) == ["rank 0", "rank 1", "rank 2", "rank 3"]
 
 
+def test_serve_up_records_the_images_nccl_beside_the_host_build(served: dict[str, Any]) -> None:
+    """The stand-in logs what the release logs ("sglang is using nccl==2.28.9" on TP0,
+    NCCL's "NCCL version 2.28.9+cuda13.0" banner at INFO): serve up keeps it with the
+    cluster's serve state and prints it; the lab's nccl record names no host build, and
+    validate's report (run before this serve up in `sparkctl up`) notes the pair too."""
+    record = json.loads((STATE / "results" / "sim" / "serve-nccl.json").read_text())
+    assert set(record["versions"].values()) == {"2.28.9+cuda13.0"}, record
+    assert "NCCL in the image: 2.28.9+cuda13.0; no host build recorded" in served["stdout"]
+    report = json.loads((STATE / "results" / "sim" / "last-good" / "report.json").read_text())
+    assert any(
+        n.startswith("NCCL of nccl-tests") or n.startswith("NCCL in the image")
+        for n in report["notes"]
+    ), report["notes"]
+
+
 @pytest.mark.fault
 def test_verify_names_a_stopped_rank_and_serve_up_brings_it_back(
     lab: LabSession, served: dict[str, Any], snapshot: Callable[[], dict[str, object]]

@@ -180,6 +180,8 @@ def test_ranges_lengths_and_nested_constraints() -> None:
     assert problem(9300, {"min": 1280, "max": 9216}) == "9300 is outside 1280..9216"
     assert problem(0, {"above": 0, "max": 1}) == "0 must be above 0"
     assert problem(0.5, {"above": 0, "max": 1}) is None
+    assert problem(1, {"above": 0, "below": 1}) == "1 must be below 1"
+    assert problem(0.75, {"above": 0, "below": 1}) is None
     # A value of a type the constraint does not speak of is refused, never passed on
     # unjudged (a range speaks of numbers; a boolean is not one).
     assert problem("auto", {"min": 1}) == "'auto' is a string, but the role needs a number"

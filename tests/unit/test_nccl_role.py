@@ -8,6 +8,7 @@ sources (quoted below with where they come from), on the lab's own
 # ruff: noqa: E501 -- captured command output is quoted as printed (long lines)
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jinja2
@@ -210,3 +211,18 @@ def test_verify_problems_reports_a_garbled_file_instead_of_raising() -> None:
     files["/etc/nccl.conf"] = {"exists": True, "content": "NCCL_DEBUG INFO\n"}
     [problem] = envf.nccl_verify_problems(reading, _nccl_want())
     assert problem.startswith("/etc/nccl.conf: line 1 is not KEY=VALUE")
+
+
+def test_subnet_aware_routing_is_said_to_need_nccl_2_30_7() -> None:
+    """NCCL_IB_SUBNET_AWARE_ROUTING is read only from NCCL v2.30.7-1 on (its NCCL_PARAM
+    first appears in src/transport/net_ib/connect.cc there): with an older pin the role
+    must not present it as doing anything, and says which release reads it."""
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    pinned = tuple(int(x) for x in re.findall(r"\d+", defaults["nccl_version"])[:3])
+    assert pinned < (2, 30, 7)  # the pin does not read it: the texts must say so
+    spec = (ROLE / "meta" / "argument_specs.yml").read_text()
+    assert "NCCL_IB_SUBNET_AWARE_ROUTING (read only by NCCL 2.30.7 and later)" in spec
+    assert "subnet-aware routing," not in spec
+    vars_text = (ROLE / "vars" / "main.yml").read_text()
+    note = vars_text[: vars_text.index('  NCCL_IB_SUBNET_AWARE_ROUTING: "1"')]
+    assert "v2.30.7-1" in note.rsplit("NCCL_IB_GID_INDEX", 1)[1]

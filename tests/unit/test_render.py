@@ -102,9 +102,13 @@ def test_nccl_files_name_both_twins_and_the_socket_interface(rendered: Rendered)
         a_netdev = rendered.inv.hostvars[node.name]["fabric_a_netdev"]
         conf = rendered.env(node.name, conf_file)
         env = rendered.env(node.name, env_file)
-        # Both twins of port 1 (rocep1s0f1 and roceP2p1s0f1), as the defaults list them.
+        # Both twins of port 1 (rocep1s0f1 and roceP2p1s0f1), as the defaults list them:
+        # the RoCE devices roce_fabric addresses, and no port-0 device it never does.
         assert conf["NCCL_IB_HCA"].split(",") == role_default("nccl", "nccl_ib_hca"), node
-        assert {"rocep1s0f1", "roceP2p1s0f1"} <= set(conf["NCCL_IB_HCA"].split(",")), node
+        assert conf["NCCL_IB_HCA"].split(",") == [
+            role_default("roce_fabric", "roce_fabric_ibdev_a"),
+            role_default("roce_fabric", "roce_fabric_ibdev_b"),
+        ], node
         assert conf["NCCL_SOCKET_IFNAME"] == a_netdev, node
         # nccl.conf is the NCCL_* part of the environment file, value for value.
         assert conf == {k: v for k, v in env.items() if k.startswith("NCCL_")}, node
@@ -164,6 +168,35 @@ def test_sglang_unit_and_environment_per_rank(rendered: Rendered) -> None:
         env = rendered.env(node.name, role_default("sglang", "sglang_env_file"))
         assert env["SGLANG_HOST_IP"] == node.fabric_ips["a"], node
         assert env["GLOO_SOCKET_IFNAME"] == rendered.inv.hostvars[node.name]["fabric_a_netdev"]
+
+
+def _profile(r: Rendered) -> dict[str, Any]:
+    """The inventory's hardware profile, from cluster_defaults' table."""
+    profiles = yaml.safe_load((ROLES / "cluster_defaults" / "vars" / "main.yml").read_text())
+    name = r.inv.hostvars[r.inv.nodes[0].name]["hw_profile"]
+    return dict(profiles["_cluster_defaults_hw_profiles"][name])
+
+
+def test_nccl_net_is_ib_exactly_where_the_profile_has_rdma(rendered: Rendered) -> None:
+    """NCCL_NET=IB (fail instead of a silent fallback to sockets) in the nccl role's files
+    and the server's own environment where cluster_hw.rdma; nowhere on the lab's sim."""
+    rdma = _profile(rendered)["rdma"]
+    for node in _nodes(rendered):
+        for path in (
+            role_default("nccl", "nccl_conf_file"),
+            role_default("nccl", "nccl_env_file"),
+            role_default("sglang", "sglang_env_file"),
+        ):
+            env = rendered.env(node.name, path)
+            assert env.get("NCCL_NET") == ("IB" if rdma else None), (node, path)
+
+
+def test_every_rank_gets_the_profiles_mem_fraction(rendered: Rendered) -> None:
+    fraction = _profile(rendered)["sglang_mem_fraction_static"]
+    for node in _nodes(rendered):
+        unit = rendered.read(node.name, "/etc/systemd/system/sparkctl-sglang.service")
+        (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+        assert f" --mem-fraction-static {fraction} " in exec_start + " ", exec_start
 
 
 def _tp_groups(r: Rendered) -> dict[str, list[Node]]:

@@ -142,17 +142,22 @@ FIX_NAMES: dict[str, tuple[str, ...]] = {
     "port_in_use": ("`sglang_port`", "`sglang_dist_port`"),
     "model_not_found": ("`sglang_model_path`", "sparkctl model sync"),
     "launch_args": ("`sglang_extra_args`", "`sglang_tp_size`", "sparkctl inventory check"),
-    "kv_cache_no_memory": ("--mem-fraction-static", "`sglang_extra_args`"),
+    "kv_cache_no_memory": ("--mem-fraction-static", "`sglang_mem_fraction_static`"),
     "cuda_oom": (
-        "--mem-fraction-static",
+        "`sglang_mem_fraction_static`",
         "`sglang_extra_args`",
         "--cuda-graph-max-bs-decode",
         "--cuda-graph-backend-decode=disabled",
     ),
-    "scheduler_killed": ("dmesg -T | grep -i oom", "--mem-fraction-static"),
+    "scheduler_killed": ("dmesg -T | grep -i oom", "`sglang_mem_fraction_static`"),
     "scheduler_exception": ("sparkctl serve logs", "sparkctl validate"),
     "nccl_socket_transport": ("`nccl_ib_hca`", "`nccl_ib_gid_index`", "sparkctl validate"),
-    "memory_unbalanced": ("sparkctl-sglang.service", "docker ps"),
+    "memory_unbalanced": (
+        "sparkctl-sglang.service",
+        "docker ps",
+        "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK",
+        "`sglang_env_extra`",
+    ),
     "unbalanced_loading": ("`sglang_model_path`", "sparkctl model sync"),
     "peer_lost": ("sparkctl validate",),
     "warmup_failed": ("NO_PROXY", "`sglang_env_extra`"),
@@ -426,6 +431,8 @@ def test_a_pattern_means_what_its_owner_says() -> None:
                 assert logs.phase_of(example) is Phase.FAILED, example
             elif owner.startswith("transport:"):
                 assert logs.nccl_transport([example]) == owner.split(":")[1], example
+            elif owner == "nccl_version":
+                assert logs.nccl_version(example) == example.split()[-1].split("==")[-1], example
             else:
                 assert owner in [s.id for s in logs.match([example])], (owner, example)
 
@@ -1058,3 +1065,14 @@ def test_the_container_and_rdma_failures_are_explained(line: str, sig_id: str) -
     (sig,) = logs.match([line])
     assert (sig.id, sig.fatal) == (sig_id, True)
     assert logs.phase_of(line) is Phase.FAILED
+
+
+def test_memory_unbalanced_says_the_release_stops_by_default() -> None:
+    """sglang 0.5.17 raises RuntimeError on the imbalance unless the switch is false
+    (srt/distributed/bootstrap.py _check_tp_memory_balance, srt/environ.py: EnvBool(True);
+    tests/contract/test_memory_defaults.py runs it)."""
+    sig = logs.SIGNATURES["memory_unbalanced"]
+    assert "only warns" not in sig.explanation
+    assert "RuntimeError" in sig.explanation
+    assert "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK is true by default" in sig.explanation
+    assert sig.fatal

@@ -22,6 +22,7 @@ import jinja2
 import pytest
 import yaml
 
+from sparkctl.rules import relations
 from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -1223,3 +1224,90 @@ def test_verify_problems_names_each_fault(path: list[str], value: Any, expected:
     problems = args_f.sglang_verify_problems(_spoil(path, value), _want())
     assert len(problems) == 1, problems
     assert expected in problems[0]
+
+
+# ------------------------------------------------------- --mem-fraction-static
+PROFILES = _yaml(REPO / "roles" / "cluster_defaults" / "vars" / "main.yml")[
+    "_cluster_defaults_hw_profiles"
+]
+
+
+def test_every_profile_gives_a_memory_and_a_mem_fraction_the_role_passes() -> None:
+    """The fraction is data of the hardware profile (0.75 on a Spark, NVIDIA's SGLang
+    playbook for Spark), read by the role's default and passed on every rank's argv."""
+    defaults = _yaml(ROLE / "defaults" / "main.yml")
+    assert defaults["sglang_mem_fraction_static"] == "{{ cluster_hw.sglang_mem_fraction_static }}"
+    assert PROFILES["dgx_spark"]["sglang_mem_fraction_static"] == 0.75
+    assert PROFILES["dgx_spark"]["gpu_memory_gib"] == 119.7
+    for name, profile in PROFILES.items():
+        assert 0 < profile["sglang_mem_fraction_static"] < 1, name
+        assert profile["gpu_memory_gib"] > 0, name
+    launch = _yaml(ROLE / "vars" / "main.yml")["_sglang_launch_args"]
+    assert "mem_fraction_static=sglang_mem_fraction_static" in launch
+
+
+def test_the_launch_command_carries_the_mem_fraction() -> None:
+    head = args_f.sglang_launch_args(SIM_NODES, 0, **LAUNCH, mem_fraction_static=0.75)
+    at = head.index("--mem-fraction-static")
+    assert head[at + 1] == "0.75"
+    assert head[at - 2 : at] == ["--dist-timeout", "3600"]
+    # Ansible may hand the templated default over as text.
+    worker = args_f.sglang_launch_args(SIM_NODES, 1, **LAUNCH, mem_fraction_static="0.8")
+    assert worker[worker.index("--mem-fraction-static") + 1] == "0.8"
+    for bad in (0, 1, 1.5, -0.1, "x", True):
+        with pytest.raises(args_f.AnsibleFilterError, match="sglang_mem_fraction_static"):
+            args_f.sglang_launch_args(SIM_NODES, 0, **LAUNCH, mem_fraction_static=bad)
+
+
+def test_the_inventory_may_not_set_the_fraction_through_extra_args() -> None:
+    assert "--mem-fraction-static" in relations.SGLANG_DERIVED_FLAGS
+    assert relations._flag_problem("--mem-fraction-static=0.9") is not None
+    assert relations._flag_problem("--mem-frac") is not None
+
+
+def _weights_argv(model: Path) -> list[str]:
+    """vars/main.yml's _sglang_weights_command for ``model`` (its one template)."""
+    raw = _yaml(ROLE / "vars" / "main.yml")["_sglang_weights_command"]
+    return [str(word).replace("{{ sglang_model_path }}", str(model)) for word in raw]
+
+
+def test_preflight_reads_the_weights_through_the_model_link(tmp_path: Path) -> None:
+    """The command the preflight runs (find -L ... -printf '%s\\n'), run here on a hub-like
+    layout: the model path is a link, each weight file a link to a blob; only
+    *.safetensors count."""
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    snap = tmp_path / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    for i, size in enumerate((3000, 5000)):
+        (blobs / f"b{i}").write_bytes(b"\0" * size)
+        (snap / f"model-0000{i + 1}-of-00002.safetensors").symlink_to(blobs / f"b{i}")
+    (snap / "config.json").write_text("{}")
+    (tmp_path / "current").symlink_to(snap)
+    argv = _weights_argv(tmp_path / "current")
+    assert argv[0] == "find"
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    assert sorted(int(x) for x in out.split()) == [3000, 5000]
+    missing = subprocess.run(
+        _weights_argv(tmp_path / "none"), capture_output=True, text=True, check=False
+    )
+    assert missing.returncode != 0  # the preflight then judges nothing
+
+
+def test_memory_check_refuses_weights_that_leave_no_kv_cache() -> None:
+    gib = 1 << 30
+    fits = f"{150 * gib}\n{150 * gib}\n"  # 300 GiB / tp 4 = 75 GiB + 2 <= 0.75 x 119.7
+    assert args_f.sglang_memory_problems(fits, 4, 0.75, 119.7, 2) == []
+    too_big = f"{180 * gib}\n{180 * gib}\n"  # 90 GiB per rank
+    assert args_f.sglang_memory_problems(too_big, "4", "0.75", 119.7, 2) == [
+        "weights 90.0 GiB per rank (360.0 GiB over tp 4) + minimum KV 2 GiB > 89.8 GiB "
+        "(0.75 of 119.7 GiB): serve a smaller or more quantized model, use more Sparks in "
+        "the group (sglang_tp_size), or raise sglang_mem_fraction_static if the node has "
+        "room (lower sglang_min_kv_cache_gib only to start with a smaller KV cache)"
+    ]
+    # The minimum KV cache counts: 88 GiB per rank fits 89.8 alone, not with 2 more.
+    edge = f"{352 * gib}\n"
+    assert args_f.sglang_memory_problems(edge, 4, 0.75, 119.7, 0) == []
+    assert args_f.sglang_memory_problems(edge, 4, 0.75, 119.7, 2) != []
+    # No model on the node yet: nothing to judge.
+    assert args_f.sglang_memory_problems("", 4, 0.75, 119.7, 2) == []

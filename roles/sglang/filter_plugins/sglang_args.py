@@ -5,7 +5,7 @@ The command line of every rank follows from the inventory alone (SGLang docs,
 
     python3 LAUNCHER [--secrets-file F] -- --model-path M --tp-size 4 --nnodes 4
         --node-rank R --dist-init-addr <fabric_a_ip of the group's head>:<port>
-        --host H --port P --enable-metrics --dist-timeout 3600
+        --host H --port P --enable-metrics --dist-timeout 3600 --mem-fraction-static 0.75
         [--served-model-name X] [--ssl-certfile C --ssl-keyfile K] [extra args]
 
 ``--tp-size`` is the flag's own name in the release's parser (sglang 0.5.17
@@ -179,6 +179,7 @@ def sglang_launch_args(
     enable_metrics: bool = True,
     dist_timeout: Any = 3600,
     served_model_name: str = "",
+    mem_fraction_static: Any = None,
     api_key: bool = False,
     ssl_certfile: str = "",
     ssl_keyfile: str = "",
@@ -228,6 +229,12 @@ def sglang_launch_args(
     if enable_metrics:
         args.append("--enable-metrics")
     args += ["--dist-timeout", str(_int(dist_timeout, "sglang_dist_timeout"))]
+    # The hardware profile's share of the node's memory (cluster_hw.sglang_mem_fraction_static).
+    args += (
+        []
+        if mem_fraction_static is None
+        else ["--mem-fraction-static", repr(_fraction(mem_fraction_static))]
+    )
     if served_model_name:
         args += ["--served-model-name", str(served_model_name)]
     if bool(ssl_certfile) != bool(ssl_keyfile):
@@ -258,6 +265,70 @@ def sglang_launch_args(
             "differently (blanks, quotes, backslash, $, %, #): one word per list item"
         )
     return args
+
+
+def _fraction(value: Any) -> float:
+    """sglang_mem_fraction_static as a float strictly between 0 and 1."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        fraction = float(value)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(
+            f"sglang_mem_fraction_static must be a number between 0 and 1, got {value!r}"
+        ) from None
+    if not 0 < fraction < 1:
+        raise AnsibleFilterError(
+            f"sglang_mem_fraction_static {fraction!r} is not between 0 and 1 (exclusive)"
+        )
+    return fraction
+
+
+GIB = 1 << 30
+
+
+def sglang_memory_problems(
+    weight_sizes: str,
+    tp_size: Any,
+    mem_fraction_static: Any,
+    gpu_memory_gib: Any,
+    min_kv_cache_gib: Any,
+) -> list[str]:
+    """Why the model cannot fit on a rank at ``mem_fraction_static``, or [].
+
+    ``weight_sizes`` is what ``find -L MODEL -maxdepth 1 -name '*.safetensors'
+    -printf '%s\\n'`` printed on the node: one file size in bytes a line (the
+    weights; config and tokenizer files are small and left out). Tensor
+    parallelism splits the weights over the ranks, so each rank holds about
+    total / tp_size (embeddings and norms are replicated, a small share). SGLang's
+    static pool is mem_fraction_static x the node's memory (server_args.py:
+    "(model weights + KV cache pool) / GPU memory capacity"); what is left after
+    the weights is the KV cache, and with none SGLang stops with "Not enough
+    memory" after loading. No weights found (no model yet): no judgement.
+    """
+    sizes = [int(line) for line in str(weight_sizes).split() if line.strip().isdigit()]
+    if not sizes:
+        return []
+    tp = _int(tp_size, "sglang_tp_size")
+    fraction = _fraction(mem_fraction_static)
+    try:
+        memory, min_kv = float(gpu_memory_gib), float(min_kv_cache_gib)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError(
+            f"cluster_hw.gpu_memory_gib ({gpu_memory_gib!r}) and sglang_min_kv_cache_gib "
+            f"({min_kv_cache_gib!r}) must be numbers"
+        ) from None
+    per_rank = sum(sizes) / GIB / max(tp, 1)
+    pool = fraction * memory
+    if per_rank + min_kv <= pool:
+        return []
+    return [
+        f"weights {per_rank:.1f} GiB per rank ({sum(sizes) / GIB:.1f} GiB over tp {tp}) + "
+        f"minimum KV {min_kv:g} GiB > {pool:.1f} GiB ({fraction:g} of {memory:g} GiB): "
+        "serve a smaller or more quantized model, use more Sparks in the group (sglang_tp_size), "
+        "or raise sglang_mem_fraction_static if the node has room (lower "
+        "sglang_min_kv_cache_gib only to start with a smaller KV cache)"
+    ]
 
 
 def sglang_exec_argv(
@@ -553,6 +624,7 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_launch_args": sglang_launch_args,
+            "sglang_memory_problems": sglang_memory_problems,
             "sglang_tp_group": sglang_tp_group,
             "sglang_exec_argv": sglang_exec_argv,
             "sglang_exec_line": sglang_exec_line,
