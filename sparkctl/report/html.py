@@ -439,15 +439,16 @@ def _fit_table(run: NcclRun, fit: Fit, th: Thresholds) -> str:
     """The model the gate judged, beside the rows: bandwidth, latency, residual, floor."""
     threshold, floor = th.threshold_for(run.collective), th.floor_for(run.collective)
     how = (
-        f"alpha-beta fit over {human_size(fit.sizes[0])} .. {human_size(fit.sizes[-1])}, "
-        "out-of-place and in-place"
+        f"alpha-beta fit over {human_size(fit.sizes[0])} .. {human_size(fit.sizes[-1])} "
+        f"({len(fit.sizes)} sizes), out-of-place and in-place"
+        + ("; above the line rate: noisy rows or a wrong line rate" if fit.above_line_rate else "")
         if fit.method == "fit"
         else "as measured (one size, or times that do not grow with size: no fit)"
     )
     return _table(
         [
             "model",
-            "fitted busbw (GB/s)",
+            "fitted busbw ± standard error (GB/s)",
             "of line rate",
             "algbw (GB/s)",
             "latency (us)",
@@ -459,10 +460,10 @@ def _fit_table(run: NcclRun, fit: Fit, th: Thresholds) -> str:
         [
             [
                 _e(how),
-                _e(gbs(fit.busbw)),
+                _e(gbs(fit.busbw) + (f" ± {fit.busbw_se:.3f}" if fit.method == "fit" else "")),
                 _e(pct(fit.busbw / th.line_rate_gbytes) if th.line_rate_gbytes else "n/a"),
                 _e(gbs(fit.algbw)),
-                _e(f"{fit.latency_us:.0f}"),
+                _e(f"{fit.latency_us:.0f}" + (" (held at 0)" if fit.latency_constrained else "")),
                 _e(pct(fit.residual)),
                 _e(f"{gbs(fit.largest_busbw)} at {human_size(fit.largest_size)}"),
                 _e(gbs(threshold) if threshold is not None else "not gated"),

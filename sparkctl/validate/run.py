@@ -344,7 +344,7 @@ def nccl_gate(
         # each pair is judged with the same fit: enough to tell a slow port from a good
         # one, and a quarter of the time at a quarter of the rate.
         size = max(min_bytes, max_bytes >> 2)
-        low = max(min_bytes, size >> max(0, th.judged_sizes - 1))
+        low = max(min_bytes, size >> max(0, nccl_judge.fitted_sizes(th.judged_sizes) - 1))
         console.progress(
             f"localising: pairwise {collective} {nccl_judge.human(low)} .. "
             f"{nccl_judge.human(size)} over {len(nodes)} nodes"

@@ -547,14 +547,15 @@ def test_html_shows_the_fit_beside_the_rows_and_plots_it(tmp_path: Path) -> None
     report = replace(make_report(nccl=[run]), thresholds=nccl_judge.role_thresholds(25.0))
     page = render_html(report)
     text = htmllib.unescape(re.sub(r"<[^>]+>", " ", page))
-    # The fit table: 16 GiB top, fitted over 8 and 16 GiB (figures: test_validate_nccl).
-    assert "alpha-beta fit over 8 GiB .. 16 GiB, out-of-place and in-place" in text
+    # The fit table: 16 GiB top, fitted over 4, 8 and 16 GiB (figures: test_validate_nccl).
+    assert "alpha-beta fit over 4 GiB .. 16 GiB (3 sizes), out-of-place and in-place" in text
     assert f" {run.fit.busbw:.3f}".rstrip("0") in text
+    assert f"± {run.fit.busbw_se:.3f}" in text and run.fit.busbw_se > 0
     assert f"{run.fit.latency_us:.0f}" in text
     assert "23.971 at 16 GiB" in text and "21.875" in text and "17.5" in text
     # The plot draws the model and its asymptote, and the collective's threshold.
-    assert "alpha-beta fit (4172 us latency)" in page
-    assert "fitted busbw 24.251 GB/s" in page and "threshold 21.875 GB/s" in page
+    assert "alpha-beta fit (3737 us latency)" in page
+    assert "fitted busbw 24.217 GB/s" in page and "threshold 21.875 GB/s" in page
     # report.json keeps the fit and reads it back.
     write(report, tmp_path)
     again = load(tmp_path)
