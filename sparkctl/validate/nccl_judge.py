@@ -461,14 +461,42 @@ def localise(
 
 
 # ------------------------------------------------------------------ a saved log
-def collective_of(rep: nccl_parse.NcclReport, source: str) -> str:
-    """The gate's name for the log's collective (``all_gather_perf`` -> all_gather)."""
+def data_failures(rep: nccl_parse.NcclReport) -> list[str]:
+    """What in the log itself fails it, whatever the bandwidth and whatever the collective:
+    results nccl-tests counted wrong (its ``#wrong`` column, printed ``%5g`` per half in
+    src/common.cu, or the older maximum-error column beyond its bound) and out-of-bounds
+    values (its summary line)."""
+    bad = []
+    if rep.wrong:
+        bad.append(f"{rep.wrong} wrong result(s) (#wrong)")
+    if rep.oob_values:
+        bad.append(f"{rep.oob_values} out-of-bounds value(s)")
+    return bad
+
+
+def collective_of(rep: nccl_parse.NcclReport, source: str, given: str | None = None) -> str:
+    """The gate's name for the log's collective (``all_gather_perf`` -> all_gather), or
+    ``given`` (``report nccl --collective``) for a log that does not print its own."""
     name = (rep.collective or "").removesuffix("_perf")
+    if given is not None:
+        if given not in PROGRAMS:
+            raise SparkctlError(
+                f"--collective {given}: the gate judges {', '.join(PROGRAMS)}", ExitCode.BAD_INPUT
+            )
+        if rep.collective and name != given:
+            raise SparkctlError(
+                f"{source}: the log is {rep.collective}, not --collective {given}",
+                ExitCode.BAD_INPUT,
+            )
+        return given
     if name not in PROGRAMS:
         raise SparkctlError(
             f"{source}: the gate judges {', '.join(PROGRAMS)}; this log is "
             f"{rep.collective or 'of no named collective'}",
             ExitCode.BAD_INPUT,
+            hint=None
+            if rep.collective
+            else "name it: --collective all_gather (or all_reduce, reduce_scatter)",
         )
     return name
 
@@ -503,11 +531,32 @@ def role_thresholds(line_rate: float) -> Thresholds:
     return thresholds_from(plan, line_rate)
 
 
-def gate_log(rep: nccl_parse.NcclReport, th: Thresholds, source: str) -> NcclRun:
+def gate_log(
+    rep: nccl_parse.NcclReport, th: Thresholds, source: str, collective: str | None = None
+) -> NcclRun:
     """A saved log judged exactly as ``validate`` judges a run it launched (the ranks
-    the log names, no pinned NCCL to compare with: that is the node's record)."""
-    collective = collective_of(rep, source)
-    nranks = ranks_of(rep, collective, source)
+    the log names, no pinned NCCL to compare with: that is the node's record).
+
+    Wrong data fails the log first: whether or not its collective can be named and its
+    ranks counted, a log with ``#wrong`` or out-of-bounds values is FAILED, not a log
+    the gate cannot read."""
+    try:
+        collective = collective_of(rep, source, collective)
+        nranks = ranks_of(rep, collective, source)
+    except SparkctlError:
+        failures = data_failures(rep)
+        if not failures:
+            raise
+        return NcclRun(
+            collective=collective or (rep.collective or "unnamed").removesuffix("_perf"),
+            scope="all",
+            hosts=rep.hosts,
+            outcome="failed",
+            message=f"{'; '.join(failures)}: the data did not arrive intact (bandwidth not "
+            "judged: the log names no collective the gate judges)",
+            log=Path(source).name,
+            report=rep.to_dict(),
+        )
     outcome, message, judged, model = judge(rep, collective, nranks, th)
     problem = consistency(rep, nranks, None)
     if problem:

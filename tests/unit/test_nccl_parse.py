@@ -894,3 +894,90 @@ def test_report_nccl_gate_refuses_a_collective_it_does_not_judge(
         "25",
     )
     assert code == ExitCode.BAD_INPUT and "the gate judges all_reduce, all_gather" in err
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "rtx3090-2node-wrong-exponent-oob-failed.log",
+        "dgx2-v100-all-gather-oob-failed.log",
+        "v100-pre-hash-all-gather-oob-failed.log",
+        "gh200-2.17.8-all-reduce-wrong-oob-failed.log",
+    ],
+)
+def test_report_nccl_gate_wrong_data_fails_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """Real logs with #wrong or out-of-bounds values, three of them printing no collective
+    name (older nccl-tests, or output cut before it): FAILED (exit 1) for the data, never
+    exit 2 for the name the gate could not read."""
+    log = str(FIXTURES / name)
+    code, out, err = report_gate(monkeypatch, capsys, log, "--gate", "--line-rate", "25")
+    assert code == ExitCode.CHECKS_FAILED, (out, err)
+    assert f"{log}: FAILED: " in err and "no named collective" not in err
+    assert "out-of-bounds value(s)" in err
+    code, out, _ = report_gate(monkeypatch, capsys, log, "--gate", "--line-rate", "25", "--json")
+    gate = json.loads(out)["gate"]
+    assert code == ExitCode.CHECKS_FAILED and gate["outcome"] == "failed"
+    assert "the data did not arrive intact" in gate["message"]
+
+
+def _unnamed(name: str) -> str:
+    """A real log without its '# Collective test ...' lines, as a log cut at its table."""
+    return "".join(
+        ln for ln in fixture(name).splitlines(keepends=True) if "Collective test" not in ln
+    )
+
+
+def test_report_nccl_gate_collective_names_a_log_that_does_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "all_gather.log"
+    log.write_text(_unnamed("gb10-2.19.6-all-gather.log"))
+    code, _, err = report_gate(monkeypatch, capsys, str(log), "--gate", "--line-rate", "25")
+    assert code == ExitCode.BAD_INPUT and "of no named collective" in err
+    assert "--collective all_gather" in err  # the hint
+    args = (str(log), "--gate", "--line-rate", "25", "--collective", "all_gather", "--json")
+    code, out, _ = report_gate(monkeypatch, capsys, *args)
+    named = json.loads(out)["gate"]
+    _, out, _ = report_gate(
+        monkeypatch,
+        capsys,
+        str(FIXTURES / "gb10-2.19.6-all-gather.log"),
+        "--gate",
+        "--line-rate",
+        "25",
+        "--json",
+    )
+    assert named == json.loads(out)["gate"]  # judged as the log that names itself
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # A log that names all_gather is not judged as another collective.
+        [
+            str(FIXTURES / "gb10-2.19.6-all-gather.log"),
+            "--gate",
+            "--line-rate",
+            "25",
+            "--collective",
+            "all_reduce",
+        ],
+        # --collective is the gate's.
+        [str(FIXTURES / "gb10-2.19.6-all-gather.log"), "--collective", "all_gather"],
+        [
+            str(FIXTURES / "gb10-2.19.6-all-gather.log"),
+            "--gate",
+            "--line-rate",
+            "25",
+            "--collective",
+            "broadcast",
+        ],
+    ],
+)
+def test_report_nccl_gate_collective_misused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    code, _, _ = report_gate(monkeypatch, capsys, *args)
+    assert code == ExitCode.BAD_INPUT
