@@ -481,6 +481,13 @@ def report_group() -> None:
     help="For --gate: the collective of a log that does not print its own "
     "('# Collective test starting: ...').",
 )
+@click.option(
+    "--no-rdma",
+    "no_rdma",
+    is_flag=True,
+    help="For --gate: the cluster has no RDMA (the lab), so NCCL's transport is not judged; "
+    "otherwise a log that does not show it (no NCCL INFO lines) is NOT JUDGED.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Every row and the summary as JSON.")
 def report_nccl(
     logfile: Path,
@@ -488,19 +495,23 @@ def report_nccl(
     line_rate: float | None,
     inventory_path: Path | None,
     collective: str | None,
+    no_rdma: bool,
     as_json: bool,
 ) -> None:
     """Parse a saved nccl-tests log (e.g. from a manual mpirun) into rows and the average.
 
     Exits 1 (FAILED) when the log has #wrong or out-of-bounds values (with or
     without --gate, before anything else), and with --gate when the bandwidth gate
-    fails; 2 when the log is not a complete run.
+    fails or cannot judge the run (NOT JUDGED: NCCL's transport not in the log where
+    RDMA is expected); 2 when the log is not a complete run.
     """
     from sparkctl import nccl_parse, present  # noqa: PLC0415
     from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
-    if (line_rate is not None or inventory_path is not None or collective) and not gate:
-        raise SparkctlError("--line-rate, -i and --collective are for --gate", ExitCode.BAD_INPUT)
+    if (line_rate is not None or inventory_path is not None or collective or no_rdma) and not gate:
+        raise SparkctlError(
+            "--line-rate, -i, --collective and --no-rdma are for --gate", ExitCode.BAD_INPUT
+        )
     if gate and (line_rate is None) == (inventory_path is None):
         raise SparkctlError(
             "--gate needs the line rate: --line-rate GBYTES_PER_S or -i INVENTORY (one of them)",
@@ -515,7 +526,7 @@ def report_nccl(
         ) from None
     bad = nccl_judge.data_failures(report)
     verdict = (
-        _gate_saved_log(report, str(logfile), line_rate, inventory_path, collective)
+        _gate_saved_log(report, str(logfile), line_rate, inventory_path, collective, no_rdma)
         if gate
         else None
     )
@@ -532,7 +543,7 @@ def report_nccl(
     else:
         present.nccl_log(report, verdict, bad)
     failed = ([f"{logfile}: FAILED: {'; '.join(bad)}"] if bad else []) + (
-        [f"{logfile}: gate FAILED: {verdict[0].message}"]
+        [f"{logfile}: gate {verdict[0].outcome.replace('_', ' ').upper()}: {verdict[0].message}"]
         if verdict is not None and verdict[0].outcome != "passed"
         else []
     )
@@ -552,22 +563,25 @@ def _gate_saved_log(
     line_rate: float | None,
     inventory_path: Path | None,
     collective: str | None,
+    no_rdma: bool,
 ) -> tuple[Any, Any]:
     """validate's judgement of a saved log: (NcclRun, Thresholds)."""
     from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
+    rdma = not no_rdma  # a Spark's NCCL runs over RoCE
     if line_rate is not None:
         th = nccl_judge.role_thresholds(line_rate)
     elif inventory_path is not None:
-        th = _inventory_thresholds(inventory_path)
+        th, planned = _inventory_thresholds(inventory_path)
+        rdma = rdma and planned
     else:
         raise SparkctlError("--gate needs --line-rate or -i", ExitCode.BAD_INPUT)
-    return nccl_judge.gate_log(report, th, source, collective), th
+    return nccl_judge.gate_log(report, th, source, collective, rdma_expected=rdma), th
 
 
-def _inventory_thresholds(inventory_path: Path) -> Any:
+def _inventory_thresholds(inventory_path: Path) -> tuple[Any, bool]:
     """The thresholds validate would use for this inventory (its plan, computed as
-    validate computes it, on the controller only)."""
+    validate computes it, on the controller only), and whether its NCCL runs over RDMA."""
     import tempfile  # noqa: PLC0415
 
     from sparkctl import inventory  # noqa: PLC0415
@@ -584,7 +598,7 @@ def _inventory_thresholds(inventory_path: Path) -> Any:
             "(the lab's shaped rate): give --line-rate instead",
             ExitCode.BAD_INPUT,
         )
-    return run.thresholds(plan, rate)
+    return run.thresholds(plan, rate), plan.node(plan.nodes[0]).nccl.rdma_expected
 
 
 @cli.group("inventory")

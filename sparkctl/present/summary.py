@@ -15,8 +15,9 @@ _MARK = {
     "skipped": "[dim]-[/dim]",
     "failed": "[red]FAIL[/red]",
     "error": "[red]ERROR[/red]",
+    "not_judged": "[yellow]NOT JUDGED[/yellow]",
 }
-_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+_RANK = {"passed": 0, "skipped": 1, "not_judged": 2, "failed": 3, "error": 4}
 
 
 def _cell(checks: list[Check]) -> str:

@@ -13,8 +13,10 @@ from typing import Any, Literal
 
 SCHEMA = 1
 
-Outcome = Literal["passed", "failed", "skipped", "error"]
-OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "skipped", "error")
+# "not_judged": the run completed but the gate cannot vouch for it (an NCCL run whose
+# transport its log does not show, where RDMA is expected); it does not pass.
+Outcome = Literal["passed", "failed", "skipped", "error", "not_judged"]
+OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "skipped", "error", "not_judged")
 
 
 @dataclass(frozen=True)

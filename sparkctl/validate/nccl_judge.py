@@ -29,7 +29,6 @@ from typing import Any
 from sparkctl import nccl_parse
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.report.model import Finding, Fit, Judged, NcclRun, Outcome, Thresholds
-from sparkctl.sglang_logs import nccl_transport  # NCCL's INFO lines: one parser
 from sparkctl.units import human_bytes
 
 PROGRAMS = {
@@ -329,19 +328,43 @@ def human(size: int) -> str:
     return human_bytes(size, exact=True)
 
 
-def transport_problem(output: str, rdma_expected: bool) -> str | None:
-    """Why a run's transport fails the gate: NCCL on sockets where RDMA is expected.
+SOCKETS = (
+    "NCCL used the Socket transport, not RDMA (its INFO lines: 'Using network "
+    "Socket' / 'via NET/Socket' / 'NET/IB : No device found.'): the RoCE devices "
+    "in NCCL_IB_HCA were not usable; check ibv_devinfo and the roce_device checks"
+)
+UNSEEN = (
+    "the log does not show which network NCCL used (no 'Using network IB' / 'via NET/IB' "
+    "INFO line), so a silent fallback to sockets cannot be ruled out: run with "
+    "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET (the nccl role's nccl_debug and "
+    "nccl_debug_subsys)"
+)
 
-    NCCL falls back to TCP silently (no usable RoCE device, no /dev/infiniband in a
-    container) and still completes, about 2.5x slower; its INFO lines (NCCL_DEBUG=INFO,
-    NCCL_DEBUG_SUBSYS INIT,NET, set by the nccl role) say which network it chose."""
-    if rdma_expected and nccl_transport(output.splitlines()) == "socket":
-        return (
-            "NCCL used the Socket transport, not RDMA (its INFO lines: 'Using network "
-            "Socket' / 'via NET/Socket' / 'NET/IB : No device found.'): the RoCE devices "
-            "in NCCL_IB_HCA were not usable; check ibv_devinfo and the roce_device checks"
-        )
-    return None
+
+def settle(
+    outcome: Outcome,
+    message: str,
+    transport: str | None,
+    rdma_expected: bool,
+    problem: str | None = None,
+) -> tuple[Outcome, str]:
+    """The run's verdict from the gate's (:func:`judge`) and what else its log says.
+
+    Where RDMA is expected: NCCL on sockets fails it (NCCL falls back to TCP silently,
+    no usable RoCE device or no /dev/infiniband in a container, and still completes,
+    about 2.5x slower); then ``problem`` (:func:`consistency`) fails it; then a log
+    that does not show the transport at all leaves a pass "not judged" (a passing
+    bandwidth is no proof of RDMA to the gate), and a failure failed, with the hint.
+    ``transport`` is :attr:`NcclReport.transport` (NCCL's INFO lines, NCCL_DEBUG=INFO)."""
+    if rdma_expected and transport == "socket":
+        return "failed", f"{SOCKETS} ({message})"
+    if problem:
+        return "failed", f"{problem} ({message})"
+    if rdma_expected and transport is None:
+        if outcome == "passed":
+            return "not_judged", f"not judged: {UNSEEN} (bandwidth: {message})"
+        return outcome, f"{message}; {UNSEEN}"
+    return outcome, message
 
 
 # A pair this far below the best pair is slow, whatever the threshold: the
@@ -532,10 +555,16 @@ def role_thresholds(line_rate: float) -> Thresholds:
 
 
 def gate_log(
-    rep: nccl_parse.NcclReport, th: Thresholds, source: str, collective: str | None = None
+    rep: nccl_parse.NcclReport,
+    th: Thresholds,
+    source: str,
+    collective: str | None = None,
+    *,
+    rdma_expected: bool = True,
 ) -> NcclRun:
     """A saved log judged exactly as ``validate`` judges a run it launched (the ranks
-    the log names, no pinned NCCL to compare with: that is the node's record).
+    the log names, no pinned NCCL to compare with: that is the node's record; the
+    transport judged as :func:`settle` does, where ``rdma_expected``, as on a Spark).
 
     Wrong data fails the log first: whether or not its collective can be named and its
     ranks counted, a log with ``#wrong`` or out-of-bounds values is FAILED, not a log
@@ -558,9 +587,9 @@ def gate_log(
             report=rep.to_dict(),
         )
     outcome, message, judged, model = judge(rep, collective, nranks, th)
-    problem = consistency(rep, nranks, None)
-    if problem:
-        outcome, message = "failed", f"{problem} ({message})"
+    outcome, message = settle(
+        outcome, message, rep.transport, rdma_expected, consistency(rep, nranks, None)
+    )
     return NcclRun(
         collective=collective,
         scope="all",

@@ -337,7 +337,8 @@ def nccl_gate(
         runs.append(result)
 
     findings: list[Finding] = []
-    failing = [r for r in runs if r.outcome != "passed"]
+    # A run not judged (its transport unseen) says nothing a pair would localise.
+    failing = [r for r in runs if r.outcome not in ("passed", "not_judged")]
     if failing and v.localise and len(nodes) > 2:
         collective = failing[0].collective
         # Up to a quarter of the largest size, over as many sizes as the gate fits, so
@@ -560,6 +561,12 @@ def failure_summary(report: Report) -> str:
     gate = [r.collective for r in report.nccl if r.scope == "all" and r.outcome == "failed"]
     if gate:
         parts.append(f"bandwidth gate failed: {', '.join(gate)}")
+    unjudged = [r.collective for r in report.nccl if r.scope == "all" and r.outcome == "not_judged"]
+    if unjudged:
+        parts.append(
+            f"bandwidth gate not judged: {', '.join(unjudged)} (NCCL's transport not in the "
+            "log: NCCL_DEBUG=INFO)"
+        )
     if report.baseline and report.baseline.outcome == "failed":
         parts.append(f"regression against {report.baseline.run_id}: {report.baseline.message}")
     return f"validation failed: {'; '.join(parts) or report.cluster}"

@@ -20,8 +20,9 @@ import pytest
 
 from sparkctl import nccl_parse, tool_output
 from sparkctl.errors import SparkctlError
-from sparkctl.report.model import Finding, Judged, NcclRun, Outcome, Thresholds
+from sparkctl.report.model import Finding, Judged, NcclRun, Outcome, Report, Thresholds
 from sparkctl.validate import nccl_judge, nccl_run
+from sparkctl.validate import run as run_module
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 # The lab stand-in's output, 4 ranks over 1000 Mbit/s links (SOURCES.md).
@@ -547,6 +548,37 @@ def test_sockets_where_rdma_is_expected_fail_the_gate(
     if outcome == "failed":
         assert result.message.startswith("NCCL used the Socket transport, not RDMA")
         assert "fitted busbw 0.100 +- 0.003 GB/s" in result.message
+
+
+def test_a_run_whose_transport_is_not_in_its_log_is_not_judged(tmp_path: Path) -> None:
+    """Where RDMA is expected, a log without NCCL's INFO lines (NCCL_DEBUG below INFO)
+    cannot tell 'via NET/IB' from a silent fallback to sockets: a passing bandwidth is
+    "not judged", which fails the report; a failing one stays failed, with the hint."""
+    result = nccl_run.run(
+        launch(), FakeRunner((0, LAB_LOG)), th(0.4), tmp_path / "x.log", rdma_expected=True
+    )
+    assert result.outcome == "not_judged", result.message
+    assert result.message.startswith("not judged: the log does not show which network NCCL")
+    assert "NCCL_DEBUG=INFO" in result.message and "(bandwidth: fitted busbw" in result.message
+    report = Report(
+        run_id="r",
+        cluster="c",
+        inventory="i",
+        started="s",
+        sparkctl_version="v",
+        hosts=NODES,
+        thresholds=th(0.4),
+        nccl=[result],
+    )
+    assert report.verdict == "failed"
+    assert "bandwidth gate not judged: all_reduce" in run_module.failure_summary(report)
+    slow = nccl_run.run(
+        launch(), FakeRunner((0, LAB_LOG)), th(0.9), tmp_path / "y.log", rdma_expected=True
+    )
+    assert slow.outcome == "failed" and slow.message.endswith("nccl_debug_subsys)")
+    # The lab (no RDMA expected): the bandwidth alone.
+    lab = nccl_run.run(launch(), FakeRunner((0, LAB_LOG)), th(0.4), tmp_path / "z.log")
+    assert lab.outcome == "passed"
 
 
 def test_run_a_complete_log_with_a_bad_exit_status_fails(tmp_path: Path) -> None:

@@ -530,12 +530,17 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 
 
 def real_run(name: str) -> NcclRun:
-    """A real GB10 log judged as validate judges it on a Spark (the role's thresholds)."""
+    """A real GB10 log judged as validate judges it on a Spark (the role's thresholds),
+    its bandwidth only: the public logs carry no NCCL INFO lines, so their transport is
+    not judged here (test_nccl_parse judges it)."""
     from sparkctl.nccl_parse import parse  # noqa: PLC0415
     from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
     return nccl_judge.gate_log(
-        parse((FIXTURES / name).read_text(), name), nccl_judge.role_thresholds(25.0), name
+        parse((FIXTURES / name).read_text(), name),
+        nccl_judge.role_thresholds(25.0),
+        name,
+        rdma_expected=False,
     )
 
 
