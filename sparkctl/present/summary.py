@@ -81,7 +81,8 @@ def _gate(report: Report) -> None:
             limit = th.threshold_for(r.collective)
             fitted = (
                 [
-                    f"{r.fit.busbw:.3f}" + ("" if r.fit.method == "fit" else " (as measured)"),
+                    f"{r.fit.busbw:.3f}"
+                    + (f" ± {r.fit.busbw_se:.3f}" if r.fit.method == "fit" else " (as measured)"),
                     f"{r.fit.latency_us:.0f}" if r.fit.method == "fit" else "",
                     "not gated" if limit is None else f"{limit:.3f}",
                 ]

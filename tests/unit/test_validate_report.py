@@ -584,3 +584,23 @@ def test_html_an_ungated_collective_says_so() -> None:
     # The judged rows are not held against all_gather's threshold either.
     assert run.judged and "&#8805; threshold (21.875" not in page
     assert page.count("<td>not gated</td>") == len(run.judged)
+
+
+def test_the_terminal_summary_shows_the_fits_uncertainty_and_a_run_not_judged(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkctl import console  # noqa: PLC0415
+    from sparkctl.present import summary  # noqa: PLC0415
+    from sparkctl.validate import nccl_judge  # noqa: PLC0415
+
+    monkeypatch.setattr(console.out, "width", 200)  # one table row per line
+
+    run = real_run("gb10-2.19.6-all-gather.log")
+    unseen = replace(run, outcome="not_judged", message="not judged: ... NCCL_DEBUG=INFO")
+    report = replace(make_report(nccl=[unseen]), thresholds=nccl_judge.role_thresholds(25.0))
+    summary.show(report)
+    out = capsys.readouterr().out
+    assert run.fit is not None and f"{run.fit.busbw:.3f} ± {run.fit.busbw_se:.3f}" in out
+    assert "NOT JUDGED" in out and report.verdict == "failed"
+    page = render_html(report)
+    assert 'class="o o-not_judged">not_judged<' in page
