@@ -32,7 +32,10 @@ Besides the table, the parse keeps what says which NCCL ran on which GPUs:
 the NCCL library version (``nccl-library=22809`` on the version line of
 2.17+, NCCL's own ``NCCL version 2.28.9+cuda13.0`` INFO line with
 ``NCCL_DEBUG=INFO``) and one :class:`Rank` per ``#  Rank  0 Group  0 Pid ...
-on HOST device  0 [BUS] NAME`` line (older layouts have no ``Group``).
+on HOST device  0 [BUS] NAME`` line (older layouts have no ``Group``), and the
+network NCCL's INFO lines show (``Using network IB`` / ``via NET/Socket``, read
+by :func:`sparkctl.sglang_logs.nccl_transport`), which the gate needs where RDMA
+is expected.
 """
 
 from __future__ import annotations

@@ -1,20 +1,25 @@
 """The NCCL bandwidth gate's judgement: one parsed nccl-tests run, pairs, a saved log.
 
-The alpha-beta model (time = latency + bytes / bandwidth) fitted over the
-largest sizes of the sweep, out-of-place and in-place together, gives the bus
-bandwidth the link tends to; that fitted busbw must reach the collective's
-fraction of the line rate, and the largest size actually measured must reach
-a floor below it (``floor_ratio`` of the threshold), so that a fit cannot pass
-what was never measured. Real GB10 logs (tests/fixtures/nccl): healthy pairs
-measure 19.7-19.9 GB/s at 1 GiB and 23.7 GB/s at 16 GiB, and their fit is
-22.3-24.2 GB/s whatever the top of the sweep; the degraded one is 2.8 GB/s
+The alpha-beta model (time = latency + bytes / bandwidth) fitted over at least
+three of the largest sizes of the sweep, out-of-place and in-place together,
+the latency held at 0 or above, gives the bus bandwidth the link tends to and
+its standard error; that fitted busbw must reach the collective's fraction of
+the line rate (a fit below it by less than two standard errors is not told
+apart from it), and the largest size actually measured must reach a floor
+below it (``floor_ratio`` of the threshold), so that a fit cannot pass what
+was never measured; a fit above the line rate is flagged. Real GB10 logs
+(tests/fixtures/nccl): healthy pairs measure 19.7-19.9 GB/s at 1 GiB and 23.7
+GB/s at 16 GiB, and their fit is 22.3-24.4 GB/s whatever the top of the sweep,
+a verdict no +-3 % timing change per size flips; the degraded one is 2.8 GB/s
 everywhere. Any ``#wrong`` or out-of-bounds value is a failure; so is a run
 whose NCCL is not the pinned build, or with fewer distinct hosts and GPUs than
-ranks launched. Pairwise runs, judged with the same fit, point at the node
-whose pairs fall below the others' (:func:`localise`).
+ranks launched, or on sockets where RDMA is expected; a run whose log does not
+show its transport is not judged (:func:`settle`). Pairwise runs, judged with
+the same fit, each get a verdict against the best pair and point at the node
+whose pairs are all slow (:func:`pair_verdicts`, :func:`localise`).
 
 Parsing is :mod:`sparkctl.nccl_parse`'s; launching is
-:mod:`sparkctl.validate.nccl`'s. Nothing here starts a process.
+:mod:`sparkctl.validate.nccl_run`'s. Nothing here starts a process.
 """
 
 from __future__ import annotations
