@@ -367,7 +367,7 @@ def settle(
         return "failed", f"{problem} ({message})"
     if rdma_expected and transport is None:
         if outcome == "passed":
-            return "not_judged", f"not judged: {UNSEEN} (bandwidth: {message})"
+            return "not_judged", f"{UNSEEN} (bandwidth: {message})"
         return outcome, f"{message}; {UNSEEN}"
     return outcome, message
 
