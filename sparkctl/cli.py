@@ -474,19 +474,44 @@ def report_group() -> None:
     help="For --gate: the line rate and thresholds this inventory's profile implies "
     "(validate's plan).",
 )
+@click.option(
+    "--collective",
+    type=click.Choice(["all_gather", "all_reduce", "reduce_scatter"]),
+    default=None,
+    help="For --gate: the collective of a log that does not print its own "
+    "('# Collective test starting: ...').",
+)
+@click.option(
+    "--no-rdma",
+    "no_rdma",
+    is_flag=True,
+    help="For --gate: the cluster has no RDMA (the lab), so NCCL's transport is not judged; "
+    "otherwise a log that does not show it (no NCCL INFO lines) is NOT JUDGED.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Every row and the summary as JSON.")
 def report_nccl(
-    logfile: Path, gate: bool, line_rate: float | None, inventory_path: Path | None, as_json: bool
+    logfile: Path,
+    gate: bool,
+    line_rate: float | None,
+    inventory_path: Path | None,
+    collective: str | None,
+    no_rdma: bool,
+    as_json: bool,
 ) -> None:
     """Parse a saved nccl-tests log (e.g. from a manual mpirun) into rows and the average.
 
-    Exits 1 (FAILED) when the log has #wrong or out-of-bounds values, and with
-    --gate when the bandwidth gate fails; 2 when the log is not a complete run.
+    Exits 1 (FAILED) when the log has #wrong or out-of-bounds values (with or
+    without --gate, before anything else), and with --gate when the bandwidth gate
+    fails or cannot judge the run (NOT JUDGED: NCCL's transport not in the log where
+    RDMA is expected); 2 when the log is not a complete run.
     """
     from sparkctl import nccl_parse, present  # noqa: PLC0415
+    from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
-    if (line_rate is not None or inventory_path is not None) and not gate:
-        raise SparkctlError("--line-rate and -i are for --gate", ExitCode.BAD_INPUT)
+    if (line_rate is not None or inventory_path is not None or collective or no_rdma) and not gate:
+        raise SparkctlError(
+            "--line-rate, -i, --collective and --no-rdma are for --gate", ExitCode.BAD_INPUT
+        )
     if gate and (line_rate is None) == (inventory_path is None):
         raise SparkctlError(
             "--gate needs the line rate: --line-rate GBYTES_PER_S or -i INVENTORY (one of them)",
@@ -499,8 +524,12 @@ def report_nccl(
         raise SparkctlError(
             f"{logfile}: cannot read: {exc.strerror or exc}", ExitCode.BAD_INPUT
         ) from None
-    verdict = _gate_saved_log(report, str(logfile), line_rate, inventory_path) if gate else None
-    bad = _log_failures(report)
+    bad = nccl_judge.data_failures(report)
+    verdict = (
+        _gate_saved_log(report, str(logfile), line_rate, inventory_path, collective, no_rdma)
+        if gate
+        else None
+    )
     if as_json:
         data = report.to_dict()
         if verdict is not None:
@@ -514,7 +543,7 @@ def report_nccl(
     else:
         present.nccl_log(report, verdict, bad)
     failed = ([f"{logfile}: FAILED: {'; '.join(bad)}"] if bad else []) + (
-        [f"{logfile}: gate FAILED: {verdict[0].message}"]
+        [f"{logfile}: gate {verdict[0].outcome.replace('_', ' ').upper()}: {verdict[0].message}"]
         if verdict is not None and verdict[0].outcome != "passed"
         else []
     )
@@ -528,34 +557,31 @@ def _asdict(value: Any) -> Any:
     return None if value is None else asdict(value)
 
 
-def _log_failures(report: Any) -> list[str]:
-    """What in the log itself fails it, whatever the bandwidth."""
-    bad = []
-    if report.wrong:
-        bad.append(f"{report.wrong} wrong result(s) (#wrong)")
-    if report.oob_values:
-        bad.append(f"{report.oob_values} out-of-bounds value(s)")
-    return bad
-
-
 def _gate_saved_log(
-    report: Any, source: str, line_rate: float | None, inventory_path: Path | None
+    report: Any,
+    source: str,
+    line_rate: float | None,
+    inventory_path: Path | None,
+    collective: str | None,
+    no_rdma: bool,
 ) -> tuple[Any, Any]:
     """validate's judgement of a saved log: (NcclRun, Thresholds)."""
     from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
+    rdma = not no_rdma  # a Spark's NCCL runs over RoCE
     if line_rate is not None:
         th = nccl_judge.role_thresholds(line_rate)
     elif inventory_path is not None:
-        th = _inventory_thresholds(inventory_path)
+        th, planned = _inventory_thresholds(inventory_path)
+        rdma = rdma and planned
     else:
         raise SparkctlError("--gate needs --line-rate or -i", ExitCode.BAD_INPUT)
-    return nccl_judge.gate_log(report, th, source), th
+    return nccl_judge.gate_log(report, th, source, collective, rdma_expected=rdma), th
 
 
-def _inventory_thresholds(inventory_path: Path) -> Any:
+def _inventory_thresholds(inventory_path: Path) -> tuple[Any, bool]:
     """The thresholds validate would use for this inventory (its plan, computed as
-    validate computes it, on the controller only)."""
+    validate computes it, on the controller only), and whether its NCCL runs over RDMA."""
     import tempfile  # noqa: PLC0415
 
     from sparkctl import inventory  # noqa: PLC0415
@@ -572,7 +598,7 @@ def _inventory_thresholds(inventory_path: Path) -> Any:
             "(the lab's shaped rate): give --line-rate instead",
             ExitCode.BAD_INPUT,
         )
-    return run.thresholds(plan, rate)
+    return run.thresholds(plan, rate), plan.node(plan.nodes[0]).nccl.rdma_expected
 
 
 @cli.group("inventory")

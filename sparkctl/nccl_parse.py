@@ -32,7 +32,10 @@ Besides the table, the parse keeps what says which NCCL ran on which GPUs:
 the NCCL library version (``nccl-library=22809`` on the version line of
 2.17+, NCCL's own ``NCCL version 2.28.9+cuda13.0`` INFO line with
 ``NCCL_DEBUG=INFO``) and one :class:`Rank` per ``#  Rank  0 Group  0 Pid ...
-on HOST device  0 [BUS] NAME`` line (older layouts have no ``Group``).
+on HOST device  0 [BUS] NAME`` line (older layouts have no ``Group``), and the
+network NCCL's INFO lines show (``Using network IB`` / ``via NET/Socket``, read
+by :func:`sparkctl.sglang_logs.nccl_transport`), which the gate needs where RDMA
+is expected.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.sglang_logs import nccl_transport  # NCCL's INFO lines: one reader
 
 _LEAD = ("size", "count", "type")
 _TIMES = ("time", "cputime")
@@ -145,6 +149,9 @@ class NcclReport:
     nccl_headers: str | None = None  # the NCCL nccl-tests was compiled against
     nccl_banner: list[str] = field(default_factory=list)  # versions NCCL's INFO lines name
     ranks: list[Rank] = field(default_factory=list)
+    # The network NCCL's INFO lines show (sparkctl.sglang_logs.nccl_transport): "ib",
+    # "socket", or None where the log has no such line (NCCL_DEBUG below INFO).
+    transport: str | None = None
 
     @property
     def nccl_versions(self) -> list[str]:
@@ -380,6 +387,7 @@ def parse(  # noqa: PLR0912, PLR0915
     banner: list[str] = []
     ranks: list[Rank] = []
     errors: list[str] = []
+    transports: set[str] = set()
     lines = text.splitlines() if isinstance(text, str) else text
     for number, raw in enumerate(lines, start=1):
         line = _PREFIX.sub("", raw, count=1).strip()
@@ -389,6 +397,8 @@ def parse(  # noqa: PLR0912, PLR0915
             errors.append(line[:500])
         if (found := _NCCL_BANNER.search(line)) and len(banner) < _KEEP:
             banner.append(found.group(1)[:500])
+        if "NCCL" in line and (kind := nccl_transport((line,))):
+            transports.add(kind)
         body = line.lstrip("#").strip()
         words = body.split()
         if tuple(words[:3]) == _LEAD:
@@ -503,6 +513,8 @@ def parse(  # noqa: PLR0912, PLR0915
         headers,
         list(dict.fromkeys(banner)),
         ranks,
+        # One socket communicator is enough to call the run sockets (nccl_transport's rule).
+        transport="socket" if "socket" in transports else "ib" if "ib" in transports else None,
     )
 
 

@@ -317,7 +317,7 @@ def nccl_log(report: Any, verdict: tuple[Any, Any] | None, failures: Sequence[st
         limit = "not gated" if threshold is None else f"threshold {threshold:.3f} GB/s"
         console.out.print(
             f"gate (line rate {th.line_rate_gbytes:g} GB/s, {limit}): "
-            f"{run.outcome.upper()}: {run.message}",
+            f"{run.outcome.replace('_', ' ').upper()}: {run.message}",
             markup=False,
             highlight=False,
         )

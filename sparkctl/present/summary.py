@@ -15,8 +15,9 @@ _MARK = {
     "skipped": "[dim]-[/dim]",
     "failed": "[red]FAIL[/red]",
     "error": "[red]ERROR[/red]",
+    "not_judged": "[yellow]NOT JUDGED[/yellow]",
 }
-_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+_RANK = {"passed": 0, "skipped": 1, "not_judged": 2, "failed": 3, "error": 4}
 
 
 def _cell(checks: list[Check]) -> str:
@@ -80,7 +81,8 @@ def _gate(report: Report) -> None:
             limit = th.threshold_for(r.collective)
             fitted = (
                 [
-                    f"{r.fit.busbw:.3f}" + ("" if r.fit.method == "fit" else " (as measured)"),
+                    f"{r.fit.busbw:.3f}"
+                    + (f" ± {r.fit.busbw_se:.3f}" if r.fit.method == "fit" else " (as measured)"),
                     f"{r.fit.latency_us:.0f}" if r.fit.method == "fit" else "",
                     "not gated" if limit is None else f"{limit:.3f}",
                 ]

@@ -17,8 +17,14 @@ from typing import Any
 from sparkctl.report.model import OUTCOMES, Check, Fit, NcclRun, Report, Thresholds
 from sparkctl.report.numbers import gbs, human_size, pct, tick
 
-_SEVERITY = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-_COLOURS = {"passed": "#1a7f37", "skipped": "#6e7781", "failed": "#cf222e", "error": "#8250df"}
+_SEVERITY = {"passed": 0, "skipped": 1, "not_judged": 2, "failed": 3, "error": 4}
+_COLOURS = {
+    "passed": "#1a7f37",
+    "skipped": "#6e7781",
+    "not_judged": "#9a6700",
+    "failed": "#cf222e",
+    "error": "#8250df",
+}
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:1.5em auto;
@@ -30,7 +36,7 @@ th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .verdict{display:inline-block;font-size:2em;font-weight:700;color:#fff;padding:.1em .6em;
 border-radius:.2em;letter-spacing:.05em}
 .o{font-weight:600;white-space:nowrap}.o-passed{color:#1a7f37}.o-skipped{color:#6e7781}
-.o-failed{color:#cf222e}.o-error{color:#8250df}
+.o-failed{color:#cf222e}.o-error{color:#8250df}.o-not_judged{color:#9a6700}
 td.cell-passed{background:#dafbe1}td.cell-skipped{background:#eaeef2}
 td.cell-failed{background:#ffebe9}td.cell-error{background:#fbefff}td.cell-none{color:#8c959f}
 .meta td:first-child{font-weight:600}.muted{color:#6e7781}code{font-size:.9em}
@@ -66,7 +72,7 @@ def _table(head: Iterable[str], rows: Iterable[Iterable[str]], numeric: Iterable
 
 
 def _worst(checks: Iterable[Check]) -> str:
-    return max((c.outcome for c in checks), key=lambda o: _SEVERITY.get(o, 3))
+    return max((c.outcome for c in checks), key=lambda o: _SEVERITY.get(o, 4))
 
 
 def _columns(report: Report) -> list[str]:
@@ -439,15 +445,16 @@ def _fit_table(run: NcclRun, fit: Fit, th: Thresholds) -> str:
     """The model the gate judged, beside the rows: bandwidth, latency, residual, floor."""
     threshold, floor = th.threshold_for(run.collective), th.floor_for(run.collective)
     how = (
-        f"alpha-beta fit over {human_size(fit.sizes[0])} .. {human_size(fit.sizes[-1])}, "
-        "out-of-place and in-place"
+        f"alpha-beta fit over {human_size(fit.sizes[0])} .. {human_size(fit.sizes[-1])} "
+        f"({len(fit.sizes)} sizes), out-of-place and in-place"
+        + ("; above the line rate: noisy rows or a wrong line rate" if fit.above_line_rate else "")
         if fit.method == "fit"
         else "as measured (one size, or times that do not grow with size: no fit)"
     )
     return _table(
         [
             "model",
-            "fitted busbw (GB/s)",
+            "fitted busbw ± standard error (GB/s)",
             "of line rate",
             "algbw (GB/s)",
             "latency (us)",
@@ -459,10 +466,10 @@ def _fit_table(run: NcclRun, fit: Fit, th: Thresholds) -> str:
         [
             [
                 _e(how),
-                _e(gbs(fit.busbw)),
+                _e(gbs(fit.busbw) + (f" ± {fit.busbw_se:.3f}" if fit.method == "fit" else "")),
                 _e(pct(fit.busbw / th.line_rate_gbytes) if th.line_rate_gbytes else "n/a"),
                 _e(gbs(fit.algbw)),
-                _e(f"{fit.latency_us:.0f}"),
+                _e(f"{fit.latency_us:.0f}" + (" (held at 0)" if fit.latency_constrained else "")),
                 _e(pct(fit.residual)),
                 _e(f"{gbs(fit.largest_busbw)} at {human_size(fit.largest_size)}"),
                 _e(gbs(threshold) if threshold is not None else "not gated"),
@@ -527,7 +534,7 @@ def render_html(report: Report) -> str:
     ]
     failures = report.failed_checks()
     skipped = [c for c in report.checks if c.outcome == "skipped"]
-    nccl_bad = [r for r in report.nccl if r.outcome in ("failed", "error")]
+    nccl_bad = [r for r in report.nccl if r.outcome in ("failed", "error", "not_judged")]
     parts = [
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',

@@ -90,6 +90,9 @@ _FIT = {
     "factor": _NUM,
     "largest_size": int,
     "largest_busbw": _NUM,
+    "busbw_se?": _NUM,
+    "latency_constrained?": bool,
+    "above_line_rate?": bool,
 }
 _SPEC: dict[str, Any] = {
     "schema": int,

@@ -13,8 +13,10 @@ from typing import Any, Literal
 
 SCHEMA = 1
 
-Outcome = Literal["passed", "failed", "skipped", "error"]
-OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "skipped", "error")
+# "not_judged": the run completed but the gate cannot vouch for it (an NCCL run whose
+# transport its log does not show, where RDMA is expected); it does not pass.
+Outcome = Literal["passed", "failed", "skipped", "error", "not_judged"]
+OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "skipped", "error", "not_judged")
 
 
 @dataclass(frozen=True)
@@ -127,11 +129,19 @@ class Fit:
     sizes: list[int]  # the sizes fitted (ascending, distinct)
     busbw: float  # GB/s
     algbw: float  # GB/s: bytes / (time - latency), before the busbw factor
-    latency_us: float  # the model's time at 0 bytes (can come out below 0 on noisy rows)
+    latency_us: float  # the model's time at 0 bytes, never below 0 (see latency_constrained)
     residual: float  # RMS of (measured - model) / measured over every fitted time
     factor: float  # the busbw factor used (2(n-1)/n for all_reduce, (n-1)/n otherwise)
     largest_size: int
     largest_busbw: float  # GB/s at the largest size, mean of the halves from size and time
+    # The standard error of ``busbw`` (GB/s) from the scatter of the times about the line;
+    # 0 where no line was fitted or the points sit on it.
+    busbw_se: float = 0.0
+    # The free fit's latency came out below 0 (noise, not physics): refitted through 0.
+    latency_constrained: bool = False
+    # ``busbw`` is above the line rate: no link carries more, so the rows are too noisy
+    # for the fit or the line rate is wrong.
+    above_line_rate: bool = False
 
     def model_busbw(self, size: int) -> float:
         """busbw the model predicts at ``size`` bytes (GB/s)."""

@@ -34,7 +34,7 @@ from sparkctl.validate.nccl_judge import (
     PROGRAMS,
     consistency,
     judge,
-    transport_problem,
+    settle,
 )
 
 __all__ = [
@@ -187,11 +187,13 @@ def run(
             outcome="failed", duration_s=time.monotonic() - start, message=message, **common
         )
     outcome, message, judged, model = judge(rep, launch.collective, len(launch.hosts), th)
-    problem = transport_problem(output, rdma_expected) or consistency(
-        rep, len(launch.hosts), pinned_nccl
+    outcome, message = settle(
+        outcome,
+        message,
+        rep.transport,
+        rdma_expected,
+        consistency(rep, len(launch.hosts), pinned_nccl),
     )
-    if problem:
-        outcome, message = "failed", f"{problem} ({message})"
     if rc != 0 and outcome == "passed":
         outcome, message = "failed", f"exit status {rc} after a complete log: {message}"
     return NcclRun(

@@ -282,6 +282,7 @@ def nccl_gate(
     th: Thresholds,
     run_dir: Path,
     collectives: Sequence[str],
+    checks: Sequence[Check] = (),
 ) -> tuple[list[NcclRun], list[Finding], list[str]]:
     nodes = [n.name for n in inv.nodes]
     head = nodes[0]
@@ -337,14 +338,15 @@ def nccl_gate(
         runs.append(result)
 
     findings: list[Finding] = []
-    failing = [r for r in runs if r.outcome != "passed"]
+    # A run not judged (its transport unseen) says nothing a pair would localise.
+    failing = [r for r in runs if r.outcome not in ("passed", "not_judged")]
     if failing and v.localise and len(nodes) > 2:
         collective = failing[0].collective
         # Up to a quarter of the largest size, over as many sizes as the gate fits, so
         # each pair is judged with the same fit: enough to tell a slow port from a good
         # one, and a quarter of the time at a quarter of the rate.
         size = max(min_bytes, max_bytes >> 2)
-        low = max(min_bytes, size >> max(0, th.judged_sizes - 1))
+        low = max(min_bytes, size >> max(0, nccl_judge.fitted_sizes(th.judged_sizes) - 1))
         console.progress(
             f"localising: pairwise {collective} {nccl_judge.human(low)} .. "
             f"{nccl_judge.human(size)} over {len(nodes)} nodes"
@@ -359,18 +361,68 @@ def nccl_gate(
             pinned_nccl=pinned,
         )
         runs += pairs
+        threshold = th.threshold_for(collective)
         findings = nccl_judge.localise(
-            pairs, nodes, lambda n: _port_of(inv, plan, n), th.threshold_for(collective)
+            pairs, nodes, lambda n: _port_of(inv, plan, n, checks, rdma=rdma), threshold
         )
+        notes += [v.line() for v in nccl_judge.pair_verdicts(pairs, threshold)]
     return runs, findings, notes
 
 
-def _port_of(inv: inventory.Inventory, plan: Plan, node: str) -> str | None:
-    """The socket twin's netdev and the switch port it is cabled to, when the inventory says."""
-    socket_if = plan.node(node).nccl.socket_ifname
-    twin = next((t.twin for t in plan.node(node).roce_fabric.twins if t.netdev == socket_if), "a")
-    ports = [p.name for p in inv.ports if p.node == node and p.twin in (twin, "both")]
-    return f"{socket_if} (switch port {', '.join(ports)})" if ports else socket_if
+def _port_of(
+    inv: inventory.Inventory,
+    plan: Plan,
+    node: str,
+    checks: Sequence[Check] = (),
+    *,
+    rdma: bool = True,
+) -> str:
+    """Where to look on a node localisation named: the twin its node checks blame (its
+    own checks on that twin's netdev, or peers' mesh pings to it on that twin), with
+    the switch port it is cabled to; both twins where the checks blame neither or both.
+    Over RDMA nccl-tests runs over both twins (NCCL_IB_HCA) and its pairs cannot tell
+    them apart: a twin behind a narrower PCIe link passes every link check. Without
+    RDMA (the lab) NCCL's sockets use the socket twin (NCCL_SOCKET_IFNAME) alone."""
+    fabric = plan.node(node).roce_fabric
+    if not rdma:
+        socket_if = plan.node(node).nccl.socket_ifname
+        used = next((t.twin for t in fabric.twins if t.netdev == socket_if), None)
+        fabric = replace(fabric, twins=tuple(t for t in fabric.twins if t.twin == used))
+
+    def place(twin: str) -> str:
+        netdev = fabric.twin(twin).netdev
+        ports = [p.name for p in inv.ports if p.node == node and p.twin in (twin, "both")]
+        return f"{netdev} (switch port {', '.join(ports)})" if ports else netdev
+
+    def twin_of(host: str, netdev: str) -> str | None:
+        twins = plan.hosts[host].roce_fabric.twins if host in plan.hosts else ()
+        return next((t.twin for t in twins if t.netdev == netdev), None)
+
+    blamed: dict[str, list[str]] = {}
+    for c in checks:
+        if c.ok or not c.subject:
+            continue
+        words = c.subject.split()
+        if c.host == node:
+            twin = twin_of(node, words[0])
+        elif c.check == "mesh" and words[-1] == node:
+            twin = twin_of(c.host, words[0])
+        else:
+            continue
+        if twin is not None:
+            blamed.setdefault(twin, []).append(c.check)
+    blamed = {t: names for t, names in blamed.items() if t in {x.twin for x in fabric.twins}}
+    if len(fabric.twins) == 1 and not blamed:
+        return place(fabric.twins[0].twin)
+    if len(blamed) == 1:
+        twin, names = next(iter(blamed.items()))
+        return f"{place(twin)}, twin {twin} (failed checks: {', '.join(dict.fromkeys(names))})"
+    return (
+        " or ".join(place(t.twin) for t in fabric.twins)
+        + ": the pairs run over both twins and the node checks blame "
+        + ("both" if blamed else "neither")
+        + "; ib_write_bw -d on each twin tells which"
+    )
 
 
 def perftest(
@@ -482,7 +534,14 @@ def validate(opts: Options) -> tuple[Report, Path]:
             ]
         else:
             runs, findings, notes = nccl_gate(
-                inv, plan, facts, runner, th=th, run_dir=run_dir, collectives=collectives
+                inv,
+                plan,
+                facts,
+                runner,
+                th=th,
+                run_dir=run_dir,
+                collectives=collectives,
+                checks=checks,
             )
             report.nccl = runs
             report.localisation += findings
@@ -566,6 +625,12 @@ def failure_summary(report: Report) -> str:
     gate = [r.collective for r in report.nccl if r.scope == "all" and r.outcome == "failed"]
     if gate:
         parts.append(f"bandwidth gate failed: {', '.join(gate)}")
+    unjudged = [r.collective for r in report.nccl if r.scope == "all" and r.outcome == "not_judged"]
+    if unjudged:
+        parts.append(
+            f"bandwidth gate not judged: {', '.join(unjudged)} (NCCL's transport not in the "
+            "log: NCCL_DEBUG=INFO)"
+        )
     if report.baseline and report.baseline.outcome == "failed":
         parts.append(f"regression against {report.baseline.run_id}: {report.baseline.message}")
     return f"validation failed: {'; '.join(parts) or report.cluster}"

@@ -243,6 +243,10 @@ def test_port_shaped_to_a_quarter_fails_the_gate_and_pairs_name_the_node(
     found = [f for f in report["localisation"] if f["host"] != "cluster"]
     assert [f["host"] for f in found] == ["spark2"]
     assert "swp3" in found[0]["subject"]
+    # Every pair's verdict is noted; spark2's three, at about a quarter, are slow.
+    verdicts = [n for n in report["notes"] if n.startswith("pair ")]
+    assert len(verdicts) == 6, report["notes"]
+    assert all(": SLOW (" in n for n in verdicts if "spark2" in n.split(":")[0]), verdicts
     assert "spark2" in err
     base = report["baseline"]
     assert base["outcome"] == "failed" and base["run_id"] == healthy["run_id"]

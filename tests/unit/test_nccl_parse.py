@@ -762,9 +762,22 @@ def report_gate(
     return run_main(monkeypatch, capsys, "report", "nccl", *args)
 
 
-def _cut(name: str, top: int) -> str:
+# NCCL's INFO lines over RDMA, real ones (tests/fixtures/sglang/SOURCES.md: NVIDIA/nccl
+# #707), as NCCL_DEBUG=INFO prints them into an nccl-tests log before its table.
+IB_INFO = (FIXTURES.parent / "sglang" / "nccl_ib_transport_nccl707.log").read_text()
+SOCKET_INFO = (FIXTURES.parent / "sglang" / "nccl_via_socket_nccl952.log").read_text()
+
+
+def _with_info(text: str, info: str) -> str:
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "out-of-place" in line)
+    return "".join(lines[:at]) + info + "".join(lines[at:])
+
+
+def _cut(name: str, top: int, info: str = IB_INFO) -> str:
     """The log as a sweep that stopped at ``top`` would have printed it: the rows above
-    gone, the average the rows left (nccl-tests' mean of every busbw printed)."""
+    gone, the average the rows left (nccl-tests' mean of every busbw printed); with
+    ``info`` (NCCL's INFO lines) where NCCL_DEBUG=INFO prints them."""
     text = fixture(name)
     keep = [
         ln
@@ -773,9 +786,10 @@ def _cut(name: str, top: int) -> str:
     ]
     rows = [r for r in parse(text).rows if r.size <= top]
     mean = sum(h.busbw for r in rows for h in (r.out_of_place, r.in_place)) / (2 * len(rows))
-    return re.sub(
+    cut = re.sub(
         r"# Avg bus bandwidth    : [\d.]+", f"# Avg bus bandwidth    : {mean:.6g}", "".join(keep)
     )
+    return _with_info(cut, info) if info else cut
 
 
 @pytest.mark.parametrize(
@@ -824,11 +838,14 @@ def test_report_nccl_gate_is_validate_code(
     _, out, _ = report_gate(
         monkeypatch, capsys, str(FIXTURES / name), "--gate", "--line-rate", "25", "--json"
     )
+    rep = parse(fixture(name))
     outcome, message, _, model = nccl_judge.judge(
-        parse(fixture(name)), "all_gather", 2, nccl_judge.role_thresholds(25.0)
+        rep, "all_gather", 2, nccl_judge.role_thresholds(25.0)
     )
     gate = json.loads(out)["gate"]
-    assert (gate["outcome"], gate["message"]) == (outcome, message)
+    assert (gate["outcome"], gate["message"]) == nccl_judge.settle(
+        outcome, message, rep.transport, True
+    )
     assert gate["fit"]["busbw"] == model.busbw
 
 
@@ -843,6 +860,7 @@ def test_report_nccl_gate_at_a_lower_line_rate_passes_the_degraded_log(
         "--gate",
         "--line-rate",
         "3",
+        "--no-rdma",  # its transport is not in the log: the bandwidth alone
     )
     assert code == 0 and "PASSED" in out
 
@@ -894,3 +912,154 @@ def test_report_nccl_gate_refuses_a_collective_it_does_not_judge(
         "25",
     )
     assert code == ExitCode.BAD_INPUT and "the gate judges all_reduce, all_gather" in err
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "rtx3090-2node-wrong-exponent-oob-failed.log",
+        "dgx2-v100-all-gather-oob-failed.log",
+        "v100-pre-hash-all-gather-oob-failed.log",
+        "gh200-2.17.8-all-reduce-wrong-oob-failed.log",
+    ],
+)
+def test_report_nccl_gate_wrong_data_fails_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """Real logs with #wrong or out-of-bounds values, three of them printing no collective
+    name (older nccl-tests, or output cut before it): FAILED (exit 1) for the data, never
+    exit 2 for the name the gate could not read."""
+    log = str(FIXTURES / name)
+    code, out, err = report_gate(monkeypatch, capsys, log, "--gate", "--line-rate", "25")
+    assert code == ExitCode.CHECKS_FAILED, (out, err)
+    assert f"{log}: FAILED: " in err and "no named collective" not in err
+    assert "out-of-bounds value(s)" in err
+    code, out, _ = report_gate(monkeypatch, capsys, log, "--gate", "--line-rate", "25", "--json")
+    gate = json.loads(out)["gate"]
+    assert code == ExitCode.CHECKS_FAILED and gate["outcome"] == "failed"
+    assert "the data did not arrive intact" in gate["message"]
+
+
+def _unnamed(name: str) -> str:
+    """A real log without its '# Collective test ...' lines, as a log cut at its table."""
+    return "".join(
+        ln for ln in fixture(name).splitlines(keepends=True) if "Collective test" not in ln
+    )
+
+
+def test_report_nccl_gate_collective_names_a_log_that_does_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "all_gather.log"
+    log.write_text(_unnamed("gb10-2.19.6-all-gather.log"))
+    code, _, err = report_gate(monkeypatch, capsys, str(log), "--gate", "--line-rate", "25")
+    assert code == ExitCode.BAD_INPUT and "of no named collective" in err
+    assert "--collective all_gather" in err  # the hint
+    args = (str(log), "--gate", "--line-rate", "25", "--collective", "all_gather", "--json")
+    code, out, _ = report_gate(monkeypatch, capsys, *args)
+    named = json.loads(out)["gate"]
+    _, out, _ = report_gate(
+        monkeypatch,
+        capsys,
+        str(FIXTURES / "gb10-2.19.6-all-gather.log"),
+        "--gate",
+        "--line-rate",
+        "25",
+        "--json",
+    )
+    assert named == json.loads(out)["gate"]  # judged as the log that names itself
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # A log that names all_gather is not judged as another collective.
+        [
+            str(FIXTURES / "gb10-2.19.6-all-gather.log"),
+            "--gate",
+            "--line-rate",
+            "25",
+            "--collective",
+            "all_reduce",
+        ],
+        # --collective is the gate's.
+        [str(FIXTURES / "gb10-2.19.6-all-gather.log"), "--collective", "all_gather"],
+        [
+            str(FIXTURES / "gb10-2.19.6-all-gather.log"),
+            "--gate",
+            "--line-rate",
+            "25",
+            "--collective",
+            "broadcast",
+        ],
+    ],
+)
+def test_report_nccl_gate_collective_misused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    code, _, _ = report_gate(monkeypatch, capsys, *args)
+    assert code == ExitCode.BAD_INPUT
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("gb10-2.19.6-all-gather.log", "NOT JUDGED"),
+        ("gb10-2.18.3-all-gather-mpirun-noise.log", "NOT JUDGED"),
+        # Failing bandwidth fails, whatever the transport; the hint is added.
+        ("gb10-2.18.3-all-gather-degraded-direct-cable.log", "FAILED"),
+    ],
+)
+def test_report_nccl_gate_a_log_without_its_transport_is_not_judged(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    name: str,
+    says: str,
+) -> None:
+    """The public GB10 logs print no NCCL INFO lines: 'via NET/IB' cannot be told from a
+    silent fallback to sockets, so a passing bandwidth is not a pass."""
+    log = str(FIXTURES / name)
+    got, out, err = report_gate(monkeypatch, capsys, log, "--gate", "--line-rate", "25")
+    assert got == ExitCode.CHECKS_FAILED, (out, err)
+    assert f"{log}: gate {says}: " in err
+    assert "NCCL_DEBUG=INFO" in err and "does not show which network NCCL used" in err
+    _, out, _ = report_gate(monkeypatch, capsys, log, "--gate", "--line-rate", "25", "--json")
+    assert json.loads(out)["gate"]["outcome"] == (
+        "not_judged" if says == "NOT JUDGED" else "failed"
+    )
+    # With the INFO lines over RDMA, the bandwidth decides; over sockets, it fails.
+    with_ib = tmp_path / "ib.log"
+    with_ib.write_text(_with_info(fixture(name), IB_INFO))
+    got, out, _ = report_gate(monkeypatch, capsys, str(with_ib), "--gate", "--line-rate", "25")
+    assert got == (0 if says == "NOT JUDGED" else 1) and "NCCL_DEBUG=INFO" not in out
+    on_sockets = tmp_path / "socket.log"
+    on_sockets.write_text(_with_info(fixture(name), SOCKET_INFO))
+    got, _, err = report_gate(monkeypatch, capsys, str(on_sockets), "--gate", "--line-rate", "25")
+    assert got == 1 and "NCCL used the Socket transport, not RDMA" in err
+    # Where the cluster has no RDMA (--no-rdma: the lab), the transport is not judged.
+    got, _, _ = report_gate(monkeypatch, capsys, log, "--gate", "--line-rate", "25", "--no-rdma")
+    assert got == (0 if says == "NOT JUDGED" else 1)
+
+
+def test_parse_reads_the_transport_from_nccls_info_lines() -> None:
+    text = fixture("gb10-2.19.6-all-gather.log")
+    assert parse(text).transport is None
+    assert parse(_with_info(text, IB_INFO)).transport == "ib"
+    assert parse(_with_info(text, SOCKET_INFO)).transport == "socket"
+    # One socket communicator among IB ones is enough: it is what makes the run slow.
+    assert parse(_with_info(text, IB_INFO + SOCKET_INFO)).transport == "socket"
+
+
+def test_report_nccl_gate_with_an_inventory_takes_its_line_rate_and_rdma(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-i: the thresholds and the RDMA expectation of the inventory's plan (lab.ini is the
+    real cluster's form: 25 GB/s, RDMA), as validate computes them."""
+    log = str(FIXTURES / "gb10-2.19.6-all-gather.log")
+    inv = str(Path(__file__).resolve().parents[2] / "inventory" / "lab.ini")
+    code, out, err = report_gate(monkeypatch, capsys, log, "--gate", "-i", inv)
+    assert code == ExitCode.CHECKS_FAILED, (out, err)
+    assert "gate (line rate 25 GB/s, threshold 21.875 GB/s): NOT JUDGED: the log does" in out
+    code, out, _ = report_gate(monkeypatch, capsys, log, "--gate", "-i", inv, "--no-rdma")
+    assert code == 0 and "PASSED" in out

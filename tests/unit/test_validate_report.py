@@ -530,12 +530,17 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 
 
 def real_run(name: str) -> NcclRun:
-    """A real GB10 log judged as validate judges it on a Spark (the role's thresholds)."""
+    """A real GB10 log judged as validate judges it on a Spark (the role's thresholds),
+    its bandwidth only: the public logs carry no NCCL INFO lines, so their transport is
+    not judged here (test_nccl_parse judges it)."""
     from sparkctl.nccl_parse import parse  # noqa: PLC0415
     from sparkctl.validate import nccl_judge  # noqa: PLC0415
 
     return nccl_judge.gate_log(
-        parse((FIXTURES / name).read_text(), name), nccl_judge.role_thresholds(25.0), name
+        parse((FIXTURES / name).read_text(), name),
+        nccl_judge.role_thresholds(25.0),
+        name,
+        rdma_expected=False,
     )
 
 
@@ -547,14 +552,15 @@ def test_html_shows_the_fit_beside_the_rows_and_plots_it(tmp_path: Path) -> None
     report = replace(make_report(nccl=[run]), thresholds=nccl_judge.role_thresholds(25.0))
     page = render_html(report)
     text = htmllib.unescape(re.sub(r"<[^>]+>", " ", page))
-    # The fit table: 16 GiB top, fitted over 8 and 16 GiB (figures: test_validate_nccl).
-    assert "alpha-beta fit over 8 GiB .. 16 GiB, out-of-place and in-place" in text
+    # The fit table: 16 GiB top, fitted over 4, 8 and 16 GiB (figures: test_validate_nccl).
+    assert "alpha-beta fit over 4 GiB .. 16 GiB (3 sizes), out-of-place and in-place" in text
     assert f" {run.fit.busbw:.3f}".rstrip("0") in text
+    assert f"± {run.fit.busbw_se:.3f}" in text and run.fit.busbw_se > 0
     assert f"{run.fit.latency_us:.0f}" in text
     assert "23.971 at 16 GiB" in text and "21.875" in text and "17.5" in text
     # The plot draws the model and its asymptote, and the collective's threshold.
-    assert "alpha-beta fit (4172 us latency)" in page
-    assert "fitted busbw 24.251 GB/s" in page and "threshold 21.875 GB/s" in page
+    assert "alpha-beta fit (3737 us latency)" in page
+    assert "fitted busbw 24.217 GB/s" in page and "threshold 21.875 GB/s" in page
     # report.json keeps the fit and reads it back.
     write(report, tmp_path)
     again = load(tmp_path)
@@ -578,3 +584,23 @@ def test_html_an_ungated_collective_says_so() -> None:
     # The judged rows are not held against all_gather's threshold either.
     assert run.judged and "&#8805; threshold (21.875" not in page
     assert page.count("<td>not gated</td>") == len(run.judged)
+
+
+def test_the_terminal_summary_shows_the_fits_uncertainty_and_a_run_not_judged(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkctl import console  # noqa: PLC0415
+    from sparkctl.present import summary  # noqa: PLC0415
+    from sparkctl.validate import nccl_judge  # noqa: PLC0415
+
+    monkeypatch.setattr(console.out, "width", 200)  # one table row per line
+
+    run = real_run("gb10-2.19.6-all-gather.log")
+    unseen = replace(run, outcome="not_judged", message="not judged: ... NCCL_DEBUG=INFO")
+    report = replace(make_report(nccl=[unseen]), thresholds=nccl_judge.role_thresholds(25.0))
+    summary.show(report)
+    out = capsys.readouterr().out
+    assert run.fit is not None and f"{run.fit.busbw:.3f} ± {run.fit.busbw_se:.3f}" in out
+    assert "NOT JUDGED" in out and report.verdict == "failed"
+    page = render_html(report)
+    assert 'class="o o-not_judged">not_judged<' in page

@@ -942,5 +942,37 @@ def test_plan_fixture_matches_the_real_plans_shape() -> None:
     assert json.loads(json.dumps(plan)) == plan
     assert head["nccl"]["socket_ifname"] == head["roce_fabric"]["twins"][0]["netdev"]
     typed = Plan.from_dict(plan)
-    assert run._port_of(inv_with(PORTS), typed, "spark3") == "enp1s0f1np1 (switch port swp3)"
-    assert run._port_of(inv_with([]), typed, "spark3") == "enp1s0f1np1"
+    assert run._port_of(inv_with(PORTS), typed, "spark3").startswith(
+        "enp1s0f1np1 (switch port swp3) or enP2p1s0f1np1 (switch port swp7)"
+    )
+    assert run._port_of(inv_with([]), typed, "spark3").startswith("enp1s0f1np1 or enP2p1s0f1np1")
+
+
+def test_port_of_names_the_twin_the_checks_blame() -> None:
+    """A node localisation named: the twin its checks (or its peers' mesh pings to it)
+    failed on, not always the socket twin a; both twins where nothing tells them apart
+    (the pairs run over both: a twin behind a narrower PCIe link passes every check)."""
+    typed = Plan.from_dict(make_plan())
+    # Nothing failed: both twins, and how to tell them apart.
+    both = run._port_of(inv_with(PORTS), typed, "spark3", mesh_checks())
+    assert both == (
+        "enp1s0f1np1 (switch port swp3) or enP2p1s0f1np1 (switch port swp7): the pairs run "
+        "over both twins and the node checks blame neither; ib_write_bw -d on each twin "
+        "tells which"
+    )
+    # Twin b's pings to and from spark3 fail: twin b, not the socket twin a.
+    on_b = run._port_of(inv_with(PORTS), typed, "spark3", mesh_checks("spark3", "b", "down"))
+    assert on_b == "enP2p1s0f1np1 (switch port swp7), twin b (failed checks: mesh)"
+    # spark3's own speed check on twin b.
+    slow_b = [Check("twin_speed", "spark3", "enP2p1s0f1np1", "failed", "100000 Mb/s")]
+    assert run._port_of(inv_with(PORTS), typed, "spark3", slow_b).startswith(
+        "enP2p1s0f1np1 (switch port swp7), twin b (failed checks: twin_speed)"
+    )
+    # Without RDMA (the lab) NCCL's sockets run over the socket twin alone.
+    assert (
+        run._port_of(inv_with(PORTS), typed, "spark3", mesh_checks(), rdma=False)
+        == "enp1s0f1np1 (switch port swp3)"
+    )
+    # Another node's failures say nothing about spark3.
+    other = [Check("twin_speed", "spark2", "enP2p1s0f1np1", "failed", "100000 Mb/s")]
+    assert "blame neither" in run._port_of(inv_with(PORTS), typed, "spark3", other)
