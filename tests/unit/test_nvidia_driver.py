@@ -489,13 +489,26 @@ def hold_matches(names: list[str], **extra: Any) -> list[str]:
     return list(matched)
 
 
-def test_the_hold_set_is_the_driver_and_the_kernel_with_its_modules() -> None:
+def test_the_hold_set_is_the_driver_branch_its_cuda_nccl_and_the_kernel_with_its_modules() -> None:
     patterns = hold_set()
-    assert (
-        patterns[: len(DEFAULTS["nvidia_driver_hold_packages"])]
-        == DEFAULTS["nvidia_driver_hold_packages"]
-    )
-    assert patterns[len(DEFAULTS["nvidia_driver_hold_packages"]) :] == [
+    assert patterns == [
+        "nvidia-driver-580",
+        "nvidia-driver-580-*",
+        "nvidia-dkms-580",
+        "nvidia-dkms-580-*",
+        "nvidia-kernel-common-580",
+        "nvidia-kernel-source-580",
+        "nvidia-kernel-source-580-*",
+        "nvidia-utils-580",
+        "nvidia-utils-580-*",
+        "nvidia-compute-utils-580",
+        "nvidia-compute-utils-580-*",
+        "nvidia-firmware-580-*",
+        "libnvidia-*-580",
+        "xserver-xorg-video-nvidia-580",
+        "cuda-drivers-580",
+        "cuda-*-13-0",
+        *DEFAULTS["nvidia_driver_hold_packages"],
         "linux-nvidia-hwe-24.04",
         "linux-image-nvidia-hwe-24.04",
         "linux-headers-nvidia-hwe-24.04",
@@ -503,6 +516,68 @@ def test_the_hold_set_is_the_driver_and_the_kernel_with_its_modules() -> None:
         "linux-modules-nvidia-fs-nvidia-hwe-24.04",
         "linux-modules-nvidia-580-open-*",
     ]
+    assert DEFAULTS["nvidia_driver_hold_packages"] == ["libnccl2", "libnccl-dev"]
+
+
+# Real DGX OS package names beside the driver (tests/fixtures/dpkg/SOURCES.md):
+# the NVIDIA Container Toolkit of a Spark on 580.142 / 6.17.0-1014, and
+# cuda-keyring with versioned CUDA packages and a held libnccl2.
+SPARK_TOOLKIT = TO.dpkg_list(fixture("dpkg", "dgx-spark-container-toolkit-dpkg-l.txt"))
+CUDA_12_6 = TO.dpkg_list(fixture("dpkg", "ubuntu-22.04-cuda-12.6-dpkg-l-grep-cuda.txt"))
+
+
+def test_the_container_toolkit_and_cuda_keyring_are_never_held() -> None:
+    # The old `libnvidia-*` and `cuda-*` held both, and with them the toolkit's
+    # security fixes (CVE-2025-23266) and the repository's key.
+    beside = sorted({*SPARK_TOOLKIT, *CUDA_12_6, *SPARK_MOVE_1014, *UBUNTU_580})
+    held = hold_matches(beside)
+    assert not [n for n in held if n.startswith(("libnvidia-container", "nvidia-container"))]
+    assert "cuda-keyring" not in held
+    assert {"libnvidia-container1", "libnvidia-container-tools", "cuda-keyring"} <= set(beside)
+    # ... while the driver branch, its modules and the kernel still are.
+    assert {
+        "nvidia-driver-580-open",
+        "nvidia-kernel-common-580",
+        "libnvidia-compute-580",
+        "linux-modules-nvidia-580-open-nvidia-hwe-24.04",
+        "linux-image-nvidia-hwe-24.04",
+        "libnccl2",
+    } <= set(held)
+
+
+def test_cuda_is_held_at_its_version_only() -> None:
+    names = sorted(CUDA_12_6)
+    held = hold_matches(names, nvidia_driver_cuda_package_version="12-6")
+    assert held == [
+        "cuda-compat-12-6",
+        "cuda-cudart-12-6",
+        "cuda-libraries-12-6",
+        "cuda-nvrtc-12-6",
+        "cuda-nvtx-12-6",
+        "cuda-opencl-12-6",
+        "libnccl2",
+    ]  # not cuda-keyring, nor the unversioned cuda-toolkit-*-config-common
+    assert "cuda-cudart-12-6" not in hold_matches(names)  # CUDA 13.0 holds 13-0 only
+
+
+def test_holds_the_old_patterns_placed_are_released_and_the_operators_stay() -> None:
+    # A node provisioned with the old list: the toolkit and cuda-keyring were held
+    # by it; libfoo is held by the operator; libnccl2 stays in the set.
+    old_list = "# comment\nlibnvidia-*\ncuda-*\nlibnccl2\n"
+    packages: dict[str, Any] = {
+        **{n: [{**v[0], "selection": "hold"}] for n, v in SPARK_TOOLKIT.items()},
+        "cuda-keyring": [{**CUDA_12_6["cuda-keyring"][0], "selection": "hold"}],
+        "libnccl2": [{**CUDA_12_6["libnccl2"][0]}],  # "hi" in the fixture
+        "libnvidia-compute-580": [{"name": "libnvidia-compute-580", "selection": "hold"}],
+        "libfoo": [{"name": "libfoo", "selection": "hold"}],
+    }
+    assert FILTERS.nvidia_hold_release(packages, old_list, hold_set()) == [
+        "cuda-keyring",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+    ]
+    assert FILTERS.nvidia_hold_release(packages, "", hold_set()) == []  # no list: none ours
+    assert FILTERS.nvidia_hold_list_patterns("a-*\n# x\n\nNot A Pattern\n") == ["a-*"]
 
 
 def test_the_hold_set_follows_branch_and_flavour() -> None:
@@ -555,6 +630,7 @@ def test_on_ubuntu_580_the_driver_and_its_modules_are_held_and_other_nvidia_tool
     # The generic-hwe flavour of plain Ubuntu, set as a site would.
     held = hold_matches(UBUNTU_580, nvidia_driver_kernel_flavour="generic-hwe-24.04")
     assert set(UBUNTU_580) - set(held) == {
+        "libnvidia-egl-wayland1",  # Wayland's EGL library: no branch in its name
         "nsight-compute-2025.4.0",
         "nvidia-prime",
         "nvidia-settings",
