@@ -1081,3 +1081,79 @@ def test_the_role_hands_the_modules_the_hold_set_and_the_profile() -> None:
     assert "cluster_hw.compute_capability" in verify
     assert "_nvidia_driver_hold_regexes" in verify
     assert " lab" not in verify.replace("the lab's", "")
+
+
+# ------------------------------------------------------ nvidia_held_updates
+HU = load_file("nvidia_held_updates", ROLE / "library" / "nvidia_held_updates.py")
+UPGRADABLE = fixture("apt", "noble-amd64-list-upgradable.txt")
+
+
+def test_held_updates_of_a_real_listing_security_first() -> None:
+    # A generic-flavour node holding its kernel metapackages and NCCL-free set; the
+    # listing is real (tests/fixtures/apt), so is apt's stderr warning.
+    warned = "\nWARNING: apt does not have a stable CLI interface. Use with caution in scripts.\n\n"
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        assert argv == ["apt", "list", "--upgradable"]
+        return 0, UPGRADABLE, warned
+
+    held = ["linux-generic", "linux-image-generic", "systemd", "libnccl2"]
+    updates = HU.held_updates(held, run, "spark1")
+    assert [(u["name"], u["security"]) for u in updates] == [
+        ("linux-generic", True),
+        ("linux-image-generic", True),
+        ("systemd", False),  # noble-updates only: after the security ones
+    ]
+    said = HU.warning(updates, "spark1")
+    assert said.startswith(
+        "spark1: 3 held package(s) have updates waiting, 2 from a security pocket (listed "
+        "first): linux-generic 6.8.0-106.106 -> 6.8.0-107.107 (noble-updates,noble-security), "
+    )
+    assert said.endswith(
+        "update the nodes one at a time (docs/operate.md, Rolling update of one node)."
+    )
+    assert HU.warning([], "spark1") is None
+
+
+def test_held_updates_when_apt_cannot_list() -> None:
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        return 100, "", "E: Could not open lock file\n"
+
+    with pytest.raises(
+        HU.HeldUpdatesError, match=r"^spark1: apt list --upgradable failed \(exit 100\)"
+    ):
+        HU.held_updates(["libnccl2"], run, "spark1")
+
+
+def test_the_role_releases_stale_holds_and_reports_waiting_updates() -> None:
+    configure = (ROLE / "tasks" / "configure.yml").read_text()
+    verify = (ROLE / "tasks" / "verify.yml").read_text()
+    # the release runs before the hold, from the hold list preflight read
+    assert configure.index("nvidia_hold_release(") < configure.index("selection: hold")
+    assert "__nvidia_driver_node.files[_nvidia_driver_hold_list].content" in configure
+    assert (
+        "nvidia_held_updates:" in verify and 'held: "{{ nvidia_driver_held_packages }}"' in verify
+    )
+    # a warning, not a failure: no assert reads its result
+    assert "__nvidia_driver_waiting" not in verify.split("register: __nvidia_driver_waiting", 1)[1]
+
+
+def test_held_updates_module_as_ansible_runs_it_against_this_machines_apt(tmp_path: Path) -> None:
+    if shutil.which("apt") is None:
+        pytest.skip("no apt here")
+    argfile = tmp_path / "args.json"
+    held = ["apt", "libc6", "base-files"]
+    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"held": held, "node_name": "here"}}))
+    proc = subprocess.run(
+        module_command(ROLE / "library" / "nvidia_held_updates.py", str(argfile)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    result = json.loads(proc.stdout)
+    assert result.get("failed") is not True, result
+    assert result["changed"] is False
+    assert all(u["name"] in held for u in result["updates"])
+    assert result["security"] == sum(1 for u in result["updates"] if u["security"])
+    assert bool(result.get("warnings")) == bool(result["updates"])
