@@ -208,7 +208,8 @@ def test_kernel_module_running_and_next_boot_have_the_drivers_module() -> None:
 
 
 def test_kernel_module_a_next_boot_kernel_without_its_module_fails() -> None:
-    # apt moved the kernel to 1029 and held its module package back (dgx-spark.md).
+    # apt moved the kernel and held its module package back, as public Spark operators'
+    # notes report (tests/fixtures/dpkg/SOURCES.md: the unmet-dependency report).
     with pytest.raises(
         AssertionError,
         match=r"^the next-boot kernel \(/boot/vmlinuz -> vmlinuz-6.17.0-1029-nvidia\) "
