@@ -33,6 +33,21 @@ class NvidiaDriverPlan:
     gpu: str
     min_driver: str
     min_cuda: str
+    # The driver branch ("580") and the package whose version every kernel's nvidia.ko
+    # must carry (nvidia-kernel-common-580).
+    branch: str
+    driver_package: str
+    # The hold set: shell-style patterns (a-z 0-9 . + - * ?), and the node's list of them.
+    hold: tuple[str, ...]
+    hold_list: str
+    # linux-image-<flavour> moves the kernel; <modules_prefix><kernel release> is its
+    # prebuilt nvidia module package.
+    kernel_flavour: str
+    modules_prefix: str
+    # nvcc's path, its minimum version and the CUDA release it must be ("13.0").
+    nvcc: str
+    min_nvcc: str
+    cuda_release: str
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,106 @@ def dpkg_query(text: str) -> dict[str, list[dict[str, str]]]:
     return out
 
 
+_DPKG_NAME = re.compile(r"^[a-z0-9][a-z0-9.+-]*(?::\S+)?\Z")
+
+
+def dpkg_list(text: str) -> dict[str, list[dict[str, str]]]:
+    """``dpkg -l`` (``ii  name[:arch]  version  arch  description`` lines) -> the same
+    shape as :func:`dpkg_query` (package_facts' plus ``selection``).
+
+    The first letter is the desired state (``h`` hold, ``i`` install, ``r``/``p`` remove
+    or purge), the second the current one; only installed packages (``i``) are kept.
+    The header (``Desired=...``, ``||/ Name ...``, ``+++-===``) and a ``grep``'s other
+    lines are skipped. The name loses its ``:arch`` (``libnvidia-container1:arm64``):
+    apt-mark and package_facts name packages without it.
+    """
+    out: dict[str, list[dict[str, str]]] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or len(fields[0]) < 2 or fields[0][1] != "i":
+            continue
+        if fields[0][0] not in "uihrp" or not _DPKG_NAME.match(fields[1]):
+            continue
+        name = fields[1].split(":")[0]
+        out.setdefault(name, []).append(
+            {
+                "name": name,
+                "version": fields[2],
+                "arch": fields[3],
+                "source": "apt",
+                "selection": "hold" if fields[0][0] == "h" else "install",
+            }
+        )
+    return out
+
+
+# "mysql-client/noble-updates,noble-security 8.0.40-0ubuntu0.24.04.1 all [upgradable from: ...]"
+_APT_UPGRADABLE = re.compile(
+    r"^(?P<name>[a-z0-9][a-z0-9.+-]*)/(?P<pockets>\S+) (?P<version>\S+) (?P<arch>\S+)"
+    r" \[upgradable from: (?P<installed>[^\]\s]+)\]\s*\Z"
+)
+
+
+def apt_upgradable(text: str) -> list[dict[str, Any]]:
+    """``apt list --upgradable`` -> one entry per package, security updates first:
+    {name, version (the candidate), installed, arch, pockets, security}.
+
+    A line is ``name/pocket[,pocket...] candidate arch [upgradable from: installed]``;
+    apt's ``Listing...`` line and its "does not have a stable CLI interface" warning
+    (on stderr, but often merged) are skipped. ``security`` is true when one of the
+    pockets the candidate comes from is a ``-security`` one (``noble-security``,
+    ESM's ``noble-apps-security``). Otherwise apt's order (by name) is kept.
+    """
+    rows: list[dict[str, Any]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("Listing", "WARNING:")):
+            continue
+        m = _APT_UPGRADABLE.match(line)
+        if m is None:
+            if "[upgradable from:" in line:
+                raise ToolOutputError(f"not an `apt list --upgradable` line: {_quote(line)}")
+            continue
+        pockets = m.group("pockets").split(",")
+        rows.append(
+            {
+                "name": m.group("name"),
+                "version": m.group("version"),
+                "installed": m.group("installed"),
+                "arch": m.group("arch"),
+                "pockets": pockets,
+                "security": any(p.endswith("-security") for p in pockets),
+            }
+        )
+    return sorted(rows, key=lambda r: not r["security"])
+
+
+# ------------------------------------------------------------------ PCIe links (sysfs)
+# drivers/pci/probe.c, pci_speed_string(): "2.5 GT/s PCIe" ... "64.0 GT/s PCIe" since
+# Linux 5.7; "2.5 GT/s" ... "32 GT/s" before; "Unknown" when the link is down.
+_PCIE_SPEED = re.compile(r"^(?P<gts>[0-9]+(?:\.[0-9]+)?) GT/s(?: PCIe)?\Z")
+
+
+def pcie_link_speed(text: str) -> float | None:
+    """A PCI device's ``current_link_speed`` / ``max_link_speed`` (sysfs) -> GT/s;
+    None for ``Unknown`` (no link trained)."""
+    value = text.strip()
+    if value in ("Unknown", "Unknown speed"):
+        return None
+    m = _PCIE_SPEED.match(value)
+    if m is None:
+        raise ToolOutputError(f"not a PCIe link speed: {_quote(value)}")
+    return float(m.group("gts"))
+
+
+def pcie_link_width(text: str) -> int:
+    """A PCI device's ``current_link_width`` / ``max_link_width`` (sysfs, lanes) -> int."""
+    value = text.strip()
+    if not value.isdigit():
+        raise ToolOutputError(f"not a PCIe link width: {_quote(value)}")
+    return int(value)
+
+
 # ------------------------------------------------------------------ RDMA devices
 # "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)"; -v puts PCI address, device, fw in
 # front and the port state after the port: "0000:01:00.1 rocep1s0f1 (MT4129 - NA)

@@ -8,6 +8,7 @@ test id and the report's host/subject.
 
 from __future__ import annotations
 
+import fnmatch
 import shlex
 from typing import Any
 
@@ -91,6 +92,180 @@ def test_cuda(host: Any, nplan: NodePlan, seen: Any) -> None:
     seen(f"CUDA {cuda} >= {want}")
 
 
+def test_compute_cap(host: Any, plan: Plan, seen: Any) -> None:
+    """Every GPU's compute capability is the profile's (cluster_hw.compute_capability: 12.1
+    on a GB10, the sm_121 the CUDA code is built for)."""
+    want = str(plan.cluster_hw.get("compute_capability") or "")
+    if not want:
+        pytest.skip(f"the {plan.hw_profile} profile names no cluster_hw.compute_capability")
+    out = _run(host, ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"])
+    assert out.rc == 0, f"nvidia-smi: rc {out.rc}: {(out.stdout + out.stderr).strip()[:200]}"
+    caps = [str(g["compute_cap"]) for g in tool_output.nvidia_smi_csv(out.stdout, ["compute_cap"])]
+    assert caps, "nvidia-smi listed no GPU"
+    wrong = [c for c in caps if c != want]
+    assert not wrong, (
+        f"compute capability {', '.join(caps)}, the {plan.hw_profile} profile expects {want} "
+        "(cluster_hw.compute_capability): another GPU than the profile's, or a driver too old "
+        "to know it (GB10: 12.1 from driver 580); check hw_profile, or update the driver"
+    )
+    seen(f"compute capability {caps[0]}")
+
+
+def test_nvcc(host: Any, plan: Plan, nplan: NodePlan, seen: Any) -> None:
+    """nvcc is there and is the CUDA release the driver's packages are held at."""
+    if not plan.cluster_hw.get("cuda_toolkit"):
+        pytest.skip(
+            f"no CUDA toolkit on the {plan.hw_profile} profile "
+            "(cluster_hw.cuda_toolkit is not true)"
+        )
+    want = nplan.nvidia_driver
+    out = _run(host, [want.nvcc, "--version"])
+    toolkit = f"cuda-toolkit-{want.cuda_release.replace('.', '-')}"
+    assert out.rc not in (126, 127), (
+        f"no nvcc at {want.nvcc} (nvidia_driver_nvcc): install {toolkit} (DGX OS puts it "
+        "under /usr/local/cuda, not on PATH)"
+    )
+    assert out.rc == 0, f"{want.nvcc} --version: rc {out.rc}: {out.stderr.strip()[:200]}"
+    have = tool_output.nvcc_version(out.stdout)
+    assert have["release"] == want.cuda_release, (
+        f"{want.nvcc} is CUDA {have['release']} (V{have['version']}), want CUDA "
+        f"{want.cuda_release} (nvidia_driver_cuda_package_version): install {toolkit}, or set "
+        "nvidia_driver_nvcc to its nvcc"
+    )
+    assert tool_output.at_least(have["version"], want.min_nvcc), (
+        f"{want.nvcc} is V{have['version']}, older than nvidia_driver_min_nvcc {want.min_nvcc}"
+    )
+    seen(f"{want.nvcc}: CUDA {have['release']}, V{have['version']}")
+
+
+_DPKG_QUERY = [
+    "dpkg-query",
+    "-W",
+    "-f",
+    "${Package}\t${Version}\t${Architecture}\t${db:Status-Abbrev}\n",
+]
+
+
+def _packages(host: Any) -> dict[str, list[dict[str, str]]]:
+    """The node's installed packages with their dpkg selection (hold or install)."""
+    out = _run(host, _DPKG_QUERY)
+    assert out.rc == 0, f"dpkg-query: rc {out.rc}: {out.stderr.strip()[:200]}"
+    return tool_output.dpkg_query(out.stdout)
+
+
+def _boot_kernel(host: Any) -> tuple[str | None, str]:
+    """The kernel the node boots next, kept simple: what /boot/vmlinuz points at (the
+    default kernel linux-base keeps there, linux-update-symlinks(8); GRUB's default entry
+    boots the same one unless GRUB_DEFAULT was changed), else the newest /boot/vmlinuz-*.
+    provision's verify (roles/nvidia_driver, nvidia_kernel_modules) reads GRUB itself."""
+    link = host.run("readlink /boot/vmlinuz")
+    target = link.stdout.strip().rsplit("/", 1)[-1]
+    if link.rc == 0 and target.startswith("vmlinuz-"):
+        return target.removeprefix("vmlinuz-"), f"/boot/vmlinuz -> {target}"
+    listing = host.run("ls -1 /boot")
+    kernels = [
+        n.removeprefix("vmlinuz-")
+        for n in listing.stdout.split()
+        if n.startswith("vmlinuz-") and not n.endswith((".old", ".efi.signed"))
+    ]
+    if not kernels:
+        return None, "no /boot/vmlinuz and no /boot/vmlinuz-*"
+    newest = max(kernels, key=tool_output.version_tuple)
+    return newest, f"the newest of /boot/vmlinuz-* ({len(kernels)})"
+
+
+def test_kernel_module(host: Any, plan: Plan, nplan: NodePlan, seen: Any) -> None:
+    """The running kernel and the one booted next both have an nvidia module of the
+    installed driver's version (linux-modules-nvidia-580-open-<kernel> on DGX OS)."""
+    if not plan.cluster_hw.get("own_kernel"):
+        pytest.skip(
+            f"the {plan.hw_profile} profile boots no kernel of its own (cluster_hw.own_kernel "
+            "is not true)"
+        )
+    want = nplan.nvidia_driver
+    installed = _packages(host).get(want.driver_package)
+    assert installed, f"{want.driver_package} is not installed: no driver says which nvidia module"
+    driver = tool_output.debian_upstream_version(installed[0]["version"]) or "?"
+    running = tool_output.uname_release(_run(host, ["uname", "-r"]).stdout)
+    boot, how = _boot_kernel(host)
+    assert boot is not None, f"cannot tell which kernel boots next: {how}"
+    seen_parts = []
+    for role, kernel in (("running kernel", running), (f"next-boot kernel ({how})", boot)):
+        if role != "running kernel" and kernel == running:
+            continue
+        out = _run(host, ["modinfo", "-k", kernel, "nvidia"])
+        module = tool_output.modinfo(out.stdout) if out.rc == 0 else {}
+        package = f"{want.modules_prefix}{kernel}"
+        assert module.get("filename"), (
+            f"the {role} {kernel} has no nvidia module "
+            f"({' '.join((out.stderr or out.stdout).split())[:120] or f'rc {out.rc}'}): "
+            f"it boots without a GPU. Install {package} (the one built for driver {driver}); if "
+            "apt wants another driver for it, move kernel and driver together "
+            "(docs/operate.md, rolling update)"
+        )
+        assert module.get("version") == driver, (
+            f"the {role} {kernel} has nvidia {module.get('version', '?')}, driver {driver} is "
+            f"installed ({want.driver_package}): install {package} of driver {driver}, or move "
+            "kernel and driver together (docs/operate.md, rolling update)"
+        )
+        seen_parts.append(f"{kernel} nvidia {driver}")
+    seen("; ".join(seen_parts) + (" (running and next boot)" if boot == running else ""))
+
+
+def test_holds(host: Any, plan: Plan, nplan: NodePlan, seen: Any) -> None:
+    """What is held is the driver set, all of it, the running kernel's packages with it, and
+    nothing else. Held packages with updates waiting are reported (security first), not
+    failed: they wait for a rolling update."""
+    want = nplan.nvidia_driver
+    packages = _packages(host)
+    # The patterns are package names with * and ? only (roles/nvidia_driver's
+    # nvidia_hold_pattern_problems refuses anything else), where fnmatch's glob is the
+    # role's own translation (nvidia_hold_regex): tests/unit/test_validate_holds.py.
+    in_set = {n for n in packages if any(fnmatch.fnmatchcase(n, p) for p in want.hold)}
+    held = {n for n, v in packages.items() if any(e["selection"] == "hold" for e in v)}
+    outside = sorted(held - in_set)
+    assert not outside, (
+        f"held outside the driver set: {', '.join(outside)}; they get no updates (the NVIDIA "
+        f"Container Toolkit and cuda-keyring must): `sudo apt-mark unhold {' '.join(outside)}` "
+        f"(the set: {want.hold_list})"
+    )
+    loose = sorted(in_set - held)
+    assert not loose, (
+        f"not on hold: {', '.join(loose)}; an upgrade can move them apart from the driver: "
+        "run `sparkctl provision` (--tags nvidia_driver_configure)"
+    )
+    if plan.cluster_hw.get("own_kernel"):
+        running = tool_output.uname_release(_run(host, ["uname", "-r"]).stdout)
+        modules = f"{want.modules_prefix}{running}"
+        meta = f"linux-image-{want.kernel_flavour}"
+        missing = [p for p in (modules, meta) if p not in packages]
+        assert not missing, (
+            f"the running kernel {running}'s {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed, so no hold keeps kernel "
+            "and driver together; install it, then run `sparkctl provision`"
+        )
+    said = f"{len(held)} held, the driver set and nothing else"
+    if not held:
+        said = "no package of the driver set installed, nothing held"
+    out = _run(host, ["env", "LC_ALL=C", "apt", "list", "--upgradable"])
+    if out.rc != 0:
+        seen(f"{said}; apt list --upgradable: rc {out.rc} (updates not read)")
+        return
+    waiting = [u for u in tool_output.apt_upgradable(out.stdout) if u["name"] in held]
+    if waiting:
+        shown = ", ".join(
+            f"{u['name']} {u['installed']} -> {u['version']} ({','.join(u['pockets'])})"
+            for u in waiting[:6]
+        )
+        more = f" and {len(waiting) - 6} more" if len(waiting) > 6 else ""
+        security = sum(1 for u in waiting if u["security"])
+        said += (
+            f"; WARNING: {len(waiting)} held with updates waiting ({security} from a security "
+            f"pocket, listed first): {shown}{more}; update node by node (docs/operate.md)"
+        )
+    seen(said)
+
+
 # ------------------------------------------------------------------ fabric twins
 def test_twin_up(host: Any, nplan: NodePlan, twin: str, facts: dict[str, Any], seen: Any) -> None:
     netdev = _twin(nplan, twin).netdev
@@ -143,6 +318,36 @@ def test_twin_speed(host: Any, nplan: NodePlan, twin: str, seen: Any) -> None:
         f"{netdev} speed {have if have > 0 else 'unknown'} Mb/s, want {want} Mb/s{hint}"
     )
     seen(f"{netdev} {have} Mb/s")
+
+
+def test_twin_pcie(host: Any, nplan: NodePlan, twin: str, seen: Any) -> None:
+    """The twin's PCIe link trained at its maximum speed and width. The netdev's own speed
+    reads 200000 Mb/s whatever the PCIe link is, so a controller trained at x2 instead of x4
+    halves that twin's bandwidth unseen by twin_speed."""
+    netdev = _twin(nplan, twin).netdev
+    base = f"/sys/class/net/{shlex.quote(netdev)}"
+    where = host.run(f"readlink -f {base}").stdout.strip()
+    if "/devices/virtual/" in where:
+        pytest.skip(f"{netdev} is a virtual netdev ({where}): no PCIe link to train")
+    names = ("current_link_speed", "max_link_speed", "current_link_width", "max_link_width")
+    out = host.run("cat " + " ".join(f"{base}/device/{n}" for n in names))
+    lines = out.stdout.splitlines()
+    assert out.rc == 0 and len(lines) == len(names), (
+        f"{netdev}: cannot read its PCIe link from sysfs "
+        f"({out.stderr.strip()[:160] or 'no output'})"
+    )
+    speed, max_speed = (tool_output.pcie_link_speed(t) for t in lines[:2])
+    width, max_width = (tool_output.pcie_link_width(t) for t in lines[2:])
+    assert speed is not None, f"{netdev}: its PCIe link is not trained (speed Unknown)"
+    have = f"{speed:g} GT/s x{width}"
+    top = f"{max_speed:g} GT/s x{max_width}" if max_speed is not None else f"? x{max_width}"
+    assert (max_speed is None or speed >= max_speed) and width >= max_width, (
+        f"{netdev} PCIe link {have}, below its {top}: this twin gets "
+        f"{speed * width / ((max_speed or speed) * max_width):.0%} of its PCIe bandwidth while "
+        "ethtool still reads full speed; update the UEFI/BIOS and firmware "
+        "(`sudo fwupdmgr refresh && sudo fwupdmgr upgrade`, then reboot) and check again"
+    )
+    seen(f"{netdev} PCIe {have} (its maximum)")
 
 
 def test_roce_device(host: Any, nplan: NodePlan, twin: str, seen: Any) -> None:

@@ -141,6 +141,27 @@ def test_validate_passes_on_a_provisioned_lab(healthy: dict[str, Any]) -> None:
             assert report["thresholds"]["min_busbw_gbytes"] <= j["busbw"] < rate * 1.05
 
 
+def test_the_driver_checks_on_the_lab(healthy: dict[str, Any]) -> None:
+    """The lab's nvidia-smi stand-in answers compute_cap as a GB10; nothing of the hold set is
+    held outside it; the checks the sim profile has no hardware for are skipped with why."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for c in healthy["checks"]:
+        by.setdefault(c["check"], []).append(c)
+    for name in ("compute_cap", "holds"):
+        assert len(by[name]) == 4 and all(c["outcome"] == "passed" for c in by[name]), by[name]
+    assert all(c["message"] == "compute capability 12.1" for c in by["compute_cap"])
+    # 4 nodes x 2 twins, each a veth: no PCIe link
+    assert len(by["twin_pcie"]) == 8
+    assert all(
+        c["outcome"] == "skipped" and "is a virtual netdev" in c["message"] for c in by["twin_pcie"]
+    )
+    for name, why in (
+        ("kernel_module", "cluster_hw.own_kernel is not true"),
+        ("nvcc", "cluster_hw.cuda_toolkit is not true"),
+    ):
+        assert all(c["outcome"] == "skipped" and why in c["message"] for c in by[name]), name
+
+
 def test_report_files_and_last_good(healthy: dict[str, Any]) -> None:
     run_dir = STATE / "results" / "sim" / healthy["run_id"]
     assert json.loads((run_dir / "report.json").read_text())["run_id"] == healthy["run_id"]

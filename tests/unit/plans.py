@@ -19,6 +19,33 @@ from sparkctl.serve.cluster import Cluster
 NODES = ["spark1", "spark2", "spark3", "spark4"]
 TWIN_NETDEV = {"a": "enp1s0f1np1", "b": "enP2p1s0f1np1"}
 TWIN_IBDEV = {"a": "rocep1s0f1", "b": "roceP2p1s0f1"}
+# nvidia_driver's hold set at its defaults (roles/nvidia_driver/vars/main.yml), written out.
+NVIDIA_HOLD = (
+    "nvidia-driver-580",
+    "nvidia-driver-580-*",
+    "nvidia-dkms-580",
+    "nvidia-dkms-580-*",
+    "nvidia-kernel-common-580",
+    "nvidia-kernel-source-580",
+    "nvidia-kernel-source-580-*",
+    "nvidia-utils-580",
+    "nvidia-utils-580-*",
+    "nvidia-compute-utils-580",
+    "nvidia-compute-utils-580-*",
+    "nvidia-firmware-580-*",
+    "libnvidia-*-580",
+    "xserver-xorg-video-nvidia-580",
+    "cuda-drivers-580",
+    "cuda-*-13-0",
+    "libnccl2",
+    "libnccl-dev",
+    "linux-nvidia-hwe-24.04",
+    "linux-image-nvidia-hwe-24.04",
+    "linux-headers-nvidia-hwe-24.04",
+    "linux-tools-nvidia-hwe-24.04",
+    "linux-modules-nvidia-fs-nvidia-hwe-24.04",
+    "linux-modules-nvidia-580-open-*",
+)
 TWIN_SUBNET = {"a": "192.168.100", "b": "192.168.101"}
 GID_PLACEHOLDER = "<detected-on-the-node-at-provision>"
 NCCL_ENV = {
@@ -83,7 +110,20 @@ def node_dict(
             "version_file": "/etc/sparkctl/nccl-version",
         },
         "node_rank": rank,
-        "nvidia_driver": {"gpu": "GB10", "min_cuda": "13.0", "min_driver": "580.0"},
+        "nvidia_driver": {
+            "gpu": "GB10",
+            "min_cuda": "13.0",
+            "min_driver": "580.0",
+            "branch": "580",
+            "driver_package": "nvidia-kernel-common-580",
+            "hold": list(NVIDIA_HOLD),
+            "hold_list": "/etc/sparkctl/nvidia-hold.list",
+            "kernel_flavour": "nvidia-hwe-24.04",
+            "modules_prefix": "linux-modules-nvidia-580-open-",
+            "nvcc": "/usr/local/cuda/bin/nvcc",
+            "min_nvcc": "13.0",
+            "cuda_release": "13.0",
+        },
         "roce_fabric": {
             "mtu": 9000,
             "record_file": "/etc/sparkctl/roce-fabric.env",

@@ -489,13 +489,26 @@ def hold_matches(names: list[str], **extra: Any) -> list[str]:
     return list(matched)
 
 
-def test_the_hold_set_is_the_driver_and_the_kernel_with_its_modules() -> None:
+def test_the_hold_set_is_the_driver_branch_its_cuda_nccl_and_the_kernel_with_its_modules() -> None:
     patterns = hold_set()
-    assert (
-        patterns[: len(DEFAULTS["nvidia_driver_hold_packages"])]
-        == DEFAULTS["nvidia_driver_hold_packages"]
-    )
-    assert patterns[len(DEFAULTS["nvidia_driver_hold_packages"]) :] == [
+    assert patterns == [
+        "nvidia-driver-580",
+        "nvidia-driver-580-*",
+        "nvidia-dkms-580",
+        "nvidia-dkms-580-*",
+        "nvidia-kernel-common-580",
+        "nvidia-kernel-source-580",
+        "nvidia-kernel-source-580-*",
+        "nvidia-utils-580",
+        "nvidia-utils-580-*",
+        "nvidia-compute-utils-580",
+        "nvidia-compute-utils-580-*",
+        "nvidia-firmware-580-*",
+        "libnvidia-*-580",
+        "xserver-xorg-video-nvidia-580",
+        "cuda-drivers-580",
+        "cuda-*-13-0",
+        *DEFAULTS["nvidia_driver_hold_packages"],
         "linux-nvidia-hwe-24.04",
         "linux-image-nvidia-hwe-24.04",
         "linux-headers-nvidia-hwe-24.04",
@@ -503,6 +516,68 @@ def test_the_hold_set_is_the_driver_and_the_kernel_with_its_modules() -> None:
         "linux-modules-nvidia-fs-nvidia-hwe-24.04",
         "linux-modules-nvidia-580-open-*",
     ]
+    assert DEFAULTS["nvidia_driver_hold_packages"] == ["libnccl2", "libnccl-dev"]
+
+
+# Real DGX OS package names beside the driver (tests/fixtures/dpkg/SOURCES.md):
+# the NVIDIA Container Toolkit of a Spark on 580.142 / 6.17.0-1014, and
+# cuda-keyring with versioned CUDA packages and a held libnccl2.
+SPARK_TOOLKIT = TO.dpkg_list(fixture("dpkg", "dgx-spark-container-toolkit-dpkg-l.txt"))
+CUDA_12_6 = TO.dpkg_list(fixture("dpkg", "ubuntu-22.04-cuda-12.6-dpkg-l-grep-cuda.txt"))
+
+
+def test_the_container_toolkit_and_cuda_keyring_are_never_held() -> None:
+    # The old `libnvidia-*` and `cuda-*` held both, and with them the toolkit's
+    # security fixes (CVE-2025-23266) and the repository's key.
+    beside = sorted({*SPARK_TOOLKIT, *CUDA_12_6, *SPARK_MOVE_1014, *UBUNTU_580})
+    held = hold_matches(beside)
+    assert not [n for n in held if n.startswith(("libnvidia-container", "nvidia-container"))]
+    assert "cuda-keyring" not in held
+    assert {"libnvidia-container1", "libnvidia-container-tools", "cuda-keyring"} <= set(beside)
+    # ... while the driver branch, its modules and the kernel still are.
+    assert {
+        "nvidia-driver-580-open",
+        "nvidia-kernel-common-580",
+        "libnvidia-compute-580",
+        "linux-modules-nvidia-580-open-nvidia-hwe-24.04",
+        "linux-image-nvidia-hwe-24.04",
+        "libnccl2",
+    } <= set(held)
+
+
+def test_cuda_is_held_at_its_version_only() -> None:
+    names = sorted(CUDA_12_6)
+    held = hold_matches(names, nvidia_driver_cuda_package_version="12-6")
+    assert held == [
+        "cuda-compat-12-6",
+        "cuda-cudart-12-6",
+        "cuda-libraries-12-6",
+        "cuda-nvrtc-12-6",
+        "cuda-nvtx-12-6",
+        "cuda-opencl-12-6",
+        "libnccl2",
+    ]  # not cuda-keyring, nor the unversioned cuda-toolkit-*-config-common
+    assert "cuda-cudart-12-6" not in hold_matches(names)  # CUDA 13.0 holds 13-0 only
+
+
+def test_holds_the_old_patterns_placed_are_released_and_the_operators_stay() -> None:
+    # A node provisioned with the old list: the toolkit and cuda-keyring were held
+    # by it; libfoo is held by the operator; libnccl2 stays in the set.
+    old_list = "# comment\nlibnvidia-*\ncuda-*\nlibnccl2\n"
+    packages: dict[str, Any] = {
+        **{n: [{**v[0], "selection": "hold"}] for n, v in SPARK_TOOLKIT.items()},
+        "cuda-keyring": [{**CUDA_12_6["cuda-keyring"][0], "selection": "hold"}],
+        "libnccl2": [{**CUDA_12_6["libnccl2"][0]}],  # "hi" in the fixture
+        "libnvidia-compute-580": [{"name": "libnvidia-compute-580", "selection": "hold"}],
+        "libfoo": [{"name": "libfoo", "selection": "hold"}],
+    }
+    assert FILTERS.nvidia_hold_release(packages, old_list, hold_set()) == [
+        "cuda-keyring",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+    ]
+    assert FILTERS.nvidia_hold_release(packages, "", hold_set()) == []  # no list: none ours
+    assert FILTERS.nvidia_hold_list_patterns("a-*\n# x\n\nNot A Pattern\n") == ["a-*"]
 
 
 def test_the_hold_set_follows_branch_and_flavour() -> None:
@@ -555,6 +630,7 @@ def test_on_ubuntu_580_the_driver_and_its_modules_are_held_and_other_nvidia_tool
     # The generic-hwe flavour of plain Ubuntu, set as a site would.
     held = hold_matches(UBUNTU_580, nvidia_driver_kernel_flavour="generic-hwe-24.04")
     assert set(UBUNTU_580) - set(held) == {
+        "libnvidia-egl-wayland1",  # Wayland's EGL library: no branch in its name
         "nsight-compute-2025.4.0",
         "nvidia-prime",
         "nvidia-settings",
@@ -1005,3 +1081,79 @@ def test_the_role_hands_the_modules_the_hold_set_and_the_profile() -> None:
     assert "cluster_hw.compute_capability" in verify
     assert "_nvidia_driver_hold_regexes" in verify
     assert " lab" not in verify.replace("the lab's", "")
+
+
+# ------------------------------------------------------ nvidia_held_updates
+HU = load_file("nvidia_held_updates", ROLE / "library" / "nvidia_held_updates.py")
+UPGRADABLE = fixture("apt", "noble-amd64-list-upgradable.txt")
+
+
+def test_held_updates_of_a_real_listing_security_first() -> None:
+    # A generic-flavour node holding its kernel metapackages and NCCL-free set; the
+    # listing is real (tests/fixtures/apt), so is apt's stderr warning.
+    warned = "\nWARNING: apt does not have a stable CLI interface. Use with caution in scripts.\n\n"
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        assert argv == ["apt", "list", "--upgradable"]
+        return 0, UPGRADABLE, warned
+
+    held = ["linux-generic", "linux-image-generic", "systemd", "libnccl2"]
+    updates = HU.held_updates(held, run, "spark1")
+    assert [(u["name"], u["security"]) for u in updates] == [
+        ("linux-generic", True),
+        ("linux-image-generic", True),
+        ("systemd", False),  # noble-updates only: after the security ones
+    ]
+    said = HU.warning(updates, "spark1")
+    assert said.startswith(
+        "spark1: 3 held package(s) have updates waiting, 2 from a security pocket (listed "
+        "first): linux-generic 6.8.0-106.106 -> 6.8.0-107.107 (noble-updates,noble-security), "
+    )
+    assert said.endswith(
+        "update the nodes one at a time (docs/operate.md, Rolling update of one node)."
+    )
+    assert HU.warning([], "spark1") is None
+
+
+def test_held_updates_when_apt_cannot_list() -> None:
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        return 100, "", "E: Could not open lock file\n"
+
+    with pytest.raises(
+        HU.HeldUpdatesError, match=r"^spark1: apt list --upgradable failed \(exit 100\)"
+    ):
+        HU.held_updates(["libnccl2"], run, "spark1")
+
+
+def test_the_role_releases_stale_holds_and_reports_waiting_updates() -> None:
+    configure = (ROLE / "tasks" / "configure.yml").read_text()
+    verify = (ROLE / "tasks" / "verify.yml").read_text()
+    # the release runs before the hold, from the hold list preflight read
+    assert configure.index("nvidia_hold_release(") < configure.index("selection: hold")
+    assert "__nvidia_driver_node.files[_nvidia_driver_hold_list].content" in configure
+    assert (
+        "nvidia_held_updates:" in verify and 'held: "{{ nvidia_driver_held_packages }}"' in verify
+    )
+    # a warning, not a failure: no assert reads its result
+    assert "__nvidia_driver_waiting" not in verify.split("register: __nvidia_driver_waiting", 1)[1]
+
+
+def test_held_updates_module_as_ansible_runs_it_against_this_machines_apt(tmp_path: Path) -> None:
+    if shutil.which("apt") is None:
+        pytest.skip("no apt here")
+    argfile = tmp_path / "args.json"
+    held = ["apt", "libc6", "base-files"]
+    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"held": held, "node_name": "here"}}))
+    proc = subprocess.run(
+        module_command(ROLE / "library" / "nvidia_held_updates.py", str(argfile)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    result = json.loads(proc.stdout)
+    assert result.get("failed") is not True, result
+    assert result["changed"] is False
+    assert all(u["name"] in held for u in result["updates"])
+    assert result["security"] == sum(1 for u in result["updates"] if u["security"])
+    assert bool(result.get("warnings")) == bool(result["updates"])

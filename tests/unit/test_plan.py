@@ -208,3 +208,21 @@ def test_reading_does_not_change_the_json() -> None:
     before = copy.deepcopy(data)
     Plan.from_dict(data)
     assert data == before
+
+
+def test_the_nvidia_driver_plan_carries_the_branch_hold_set_and_nvcc(
+    real_plans: dict[str, dict[str, Any]],
+) -> None:
+    for name in INVENTORIES:
+        driver = Plan.from_dict(real_plans[name]).node("spark1").nvidia_driver
+        assert driver.hold == plans.NVIDIA_HOLD, name  # the role's set, as the fixtures know it
+        assert (driver.branch, driver.driver_package) == ("580", "nvidia-kernel-common-580")
+        assert driver.modules_prefix == "linux-modules-nvidia-580-open-"
+        assert driver.kernel_flavour == "nvidia-hwe-24.04"
+        assert (driver.nvcc, driver.min_nvcc, driver.cuda_release) == (
+            "/usr/local/cuda/bin/nvcc",
+            "13.0",
+            "13.0",
+        )
+        assert driver.hold_list == "/etc/sparkctl/nvidia-hold.list"
+        assert not [p for p in driver.hold if "container" in p or p == "cuda-*"]

@@ -370,7 +370,25 @@ def _nvidia_hold_set(r: Rendered) -> list[str]:
         return r.inv.cluster_var(name, role_default("nvidia_driver", name))
 
     flavour, branch = var("nvidia_driver_kernel_flavour"), var("nvidia_driver_branch")
+    driver = [
+        f"{name}-{branch}{tail}"
+        for name, tails in (
+            ("nvidia-driver", ("", "-*")),
+            ("nvidia-dkms", ("", "-*")),
+            ("nvidia-kernel-common", ("",)),
+            ("nvidia-kernel-source", ("", "-*")),
+            ("nvidia-utils", ("", "-*")),
+            ("nvidia-compute-utils", ("", "-*")),
+            ("nvidia-firmware", ("-*",)),
+            ("libnvidia-*", ("",)),
+            ("xserver-xorg-video-nvidia", ("",)),
+            ("cuda-drivers", ("",)),
+        )
+        for tail in tails
+    ]
     return [
+        *driver,
+        f"cuda-*-{var('nvidia_driver_cuda_package_version')}",
         *var("nvidia_driver_hold_packages"),
         *(
             f"linux-{part}{flavour}"
@@ -405,3 +423,6 @@ def test_nvidia_hold_set_and_unattended_upgrades_blacklist_are_rendered(rendered
         ):
             assert any(re.match(e, name) for e in entries), (node, name)
         assert not any(re.match(e, "libnccl2-dbg") for e in entries), node
+        # The container toolkit and the repository key keep their updates.
+        for name in ("libnvidia-container1", "libnvidia-container-tools", "cuda-keyring"):
+            assert not any(re.match(e, name) for e in entries), (node, name)

@@ -639,6 +639,9 @@ def test_every_fixture_is_listed_in_its_sources() -> None:
         "ib_write_bw",
         "ip",
         "systemctl",
+        "apt",
+        "dpkg",
+        "sysfs-pcie",
     ):
         sources = (FIXTURES / tool / "SOURCES.md").read_text()
         files = [p.name for p in (FIXTURES / tool).iterdir() if p.name != "SOURCES.md"]
@@ -824,3 +827,81 @@ def test_systemctl_show_real_execstart() -> None:
         "",
     )
     assert parse.execstart_argv(rhel) == ["/usr/bin/python3", "-c", "import", "socket"]
+
+
+# ------------------------------------------------------------------ dpkg -l, apt list, sysfs PCIe
+def test_dpkg_list_reads_a_sparks_container_toolkit_and_a_held_line() -> None:
+    spark = parse.dpkg_list(fixture("dpkg", "dgx-spark-container-toolkit-dpkg-l.txt"))
+    assert sorted(spark) == [
+        "libnvidia-container-tools",
+        "libnvidia-container1",  # "libnvidia-container1:arm64": the name without its arch
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+    ]
+    assert spark["libnvidia-container1"][0]["version"] == "1.19.0-1"
+    assert spark["libnvidia-container1"][0]["arch"] == "arm64"
+    cuda = parse.dpkg_list(fixture("dpkg", "ubuntu-22.04-cuda-12.6-dpkg-l-grep-cuda.txt"))
+    held = sorted(n for n, v in cuda.items() if v[0]["selection"] == "hold")
+    assert held == ["libnccl2"]  # the one "hi" line
+    assert cuda["cuda-keyring"][0] == {
+        "name": "cuda-keyring",
+        "version": "1.1-1",
+        "arch": "all",
+        "source": "apt",
+        "selection": "install",
+    }
+
+
+def test_dpkg_list_skips_its_header_and_removed_packages() -> None:
+    text = (
+        "Desired=Unknown/Install/Remove/Purge/Hold\n"
+        "| Status=Not/Inst/Conf-files/Unpacked/halF-conf/Half-inst/trig-aWait/Trig-pend\n"
+        "||/ Name           Version      Architecture Description\n"
+        "+++-==============-============-============-=================================\n"
+        + fixture("dpkg", "ubuntu-24.04-580.95.05-dpkg-l.txt")
+        + "rc  nvidia-driver-570-server  570.86.15-0ubuntu1  arm64  removed, config files remain\n"
+    )
+    names = parse.dpkg_list(text)
+    assert "nvidia-driver-580-open" in names
+    assert "nvidia-driver-570-server" not in names  # rc: not installed
+    assert not [n for n in names if n.startswith(("|", "+", "Desired"))]
+
+
+def test_apt_upgradable_security_pocket_first() -> None:
+    rows = parse.apt_upgradable(fixture("apt", "noble-amd64-list-upgradable.txt"))
+    assert len(rows) == 56  # every package line, the "Listing... Done" header skipped
+    security = [r["name"] for r in rows if r["security"]]
+    assert [r["name"] for r in rows[: len(security)]] == security  # security first
+    assert "openssl" in security and "linux-image-generic" in security
+    assert "docker-ce" not in security and "systemd" not in security
+    image = next(r for r in rows if r["name"] == "linux-image-generic")
+    assert image == {
+        "name": "linux-image-generic",
+        "version": "6.8.0-107.107",
+        "installed": "6.8.0-106.106",
+        "arch": "amd64",
+        "pockets": ["noble-updates", "noble-security"],
+        "security": True,
+    }
+    docker = next(r for r in rows if r["name"] == "docker-ce")
+    assert (docker["version"], docker["pockets"]) == ("5:29.4.0-1~ubuntu.24.04~noble", ["noble"])
+
+
+def test_apt_upgradable_of_nothing_and_of_a_broken_line() -> None:
+    assert parse.apt_upgradable("Listing... Done\n") == []
+    warned = "\nWARNING: apt does not have a stable CLI interface. Use with caution in scripts.\n\n"
+    assert parse.apt_upgradable(warned + "Listing... Done\n") == []
+    with pytest.raises(parse.ToolOutputError, match="not an `apt list --upgradable` line"):
+        parse.apt_upgradable("openssl/noble-security [upgradable from: 3.0.13-0ubuntu3.7]\n")
+
+
+def test_pcie_link_attributes_as_the_kernel_prints_them() -> None:
+    assert parse.pcie_link_speed(fixture("sysfs-pcie", "gb10-cx7-current_link_speed")) == 32.0
+    assert parse.pcie_link_speed("8 GT/s\n") == 8.0  # before Linux 5.7: no " PCIe"
+    assert parse.pcie_link_speed(fixture("sysfs-pcie", "link-down-current_link_speed")) is None
+    assert parse.pcie_link_width(fixture("sysfs-pcie", "gb10-cx7-current_link_width")) == 4
+    assert parse.pcie_link_width(fixture("sysfs-pcie", "gen5-x2-current_link_width")) == 2
+    with pytest.raises(parse.ToolOutputError, match="not a PCIe link speed"):
+        parse.pcie_link_speed("200000\n")  # the netdev's own speed file, read by mistake
+    with pytest.raises(parse.ToolOutputError, match="not a PCIe link width"):
+        parse.pcie_link_width("x4")

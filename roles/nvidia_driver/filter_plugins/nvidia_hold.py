@@ -54,10 +54,42 @@ def nvidia_hold_select(names: Iterable[str], patterns: Iterable[str]) -> list[st
     return sorted(n for n in names if any(r.match(n) for r in regexes))
 
 
+def nvidia_hold_list_patterns(text: str) -> list[str]:
+    """The patterns of a hold list file (one a line, ``#`` comments and blank lines skipped);
+    lines that are not package patterns are left out (a list written by hand)."""
+    lines = (line.strip() for line in str(text or "").splitlines())
+    return [p for p in lines if p and not p.startswith("#") and _PATTERN.match(p)]
+
+
+def nvidia_hold_release(
+    packages: dict[str, Any], old_list: str, patterns: Iterable[str]
+) -> list[str]:
+    """Installed packages on dpkg hold that the hold list sparkctl wrote before
+    (``old_list``, the file's text) covered and the hold set (``patterns``) no longer
+    does: the holds sparkctl put there itself and now releases (the NVIDIA Container
+    Toolkit's ``libnvidia-container1`` under an old ``libnvidia-*``, ``cuda-keyring``
+    under ``cuda-*``). A hold no sparkctl list covered is the operator's, and stays.
+
+    ``packages``: package_facts' shape with ``selection`` (sparkctl_probe).
+    """
+    old = [re.compile(nvidia_hold_regex(p)) for p in nvidia_hold_list_patterns(old_list)]
+    new = [re.compile(nvidia_hold_regex(p)) for p in patterns]
+    held = [
+        name
+        for name, versions in packages.items()
+        if any(isinstance(v, dict) and v.get("selection") == "hold" for v in versions or [])
+    ]
+    return sorted(
+        n for n in held if any(r.match(n) for r in old) and not any(r.match(n) for r in new)
+    )
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "nvidia_hold_pattern_problems": nvidia_hold_pattern_problems,
             "nvidia_hold_regex": nvidia_hold_regex,
             "nvidia_hold_select": nvidia_hold_select,
+            "nvidia_hold_list_patterns": nvidia_hold_list_patterns,
+            "nvidia_hold_release": nvidia_hold_release,
         }

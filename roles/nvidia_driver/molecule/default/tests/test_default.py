@@ -27,26 +27,46 @@ HOLD_LIST = VARS["_nvidia_driver_hold_list"]
 FILTERS = role_module("filter_plugins/nvidia_hold.py")
 
 FLAVOUR = DEFAULTS["nvidia_driver_kernel_flavour"]
+BRANCH = DEFAULTS["nvidia_driver_branch"]
 # The hold set as the role's defaults make it (vars/main.yml), written out.
 HOLD_SET: list[str] = [
+    *(
+        f"{name}-{BRANCH}{tail}"
+        for name, tails in (
+            ("nvidia-driver", ("", "-*")),
+            ("nvidia-dkms", ("", "-*")),
+            ("nvidia-kernel-common", ("",)),
+            ("nvidia-kernel-source", ("", "-*")),
+            ("nvidia-utils", ("", "-*")),
+            ("nvidia-compute-utils", ("", "-*")),
+            ("nvidia-firmware", ("-*",)),
+            ("libnvidia-*", ("",)),
+            ("xserver-xorg-video-nvidia", ("",)),
+            ("cuda-drivers", ("",)),
+        )
+        for tail in tails
+    ),
+    f"cuda-*-{DEFAULTS['nvidia_driver_cuda_package_version']}",
     *DEFAULTS["nvidia_driver_hold_packages"],
     *(
         f"linux-{part}{FLAVOUR}"
         for part in ("", "image-", "headers-", "tools-", "modules-nvidia-fs-")
     ),
-    f"linux-modules-nvidia-{DEFAULTS['nvidia_driver_branch']}-open-*",
+    f"linux-modules-nvidia-{BRANCH}-open-*",
 ]
 BLACKLIST: list[str] = [FILTERS.nvidia_hold_regex(p) for p in HOLD_SET]
 # The stand-ins of prepare.yml and the dpkg selection each must end with.
 SELECTIONS = {
     "libnccl2": "hold",  # pattern libnccl2
-    "nvidia-utils-580": "hold",  # pattern nvidia-utils-*
-    "cuda-toolkit-13-0": "hold",  # pattern cuda-*
+    "nvidia-utils-580": "hold",  # pattern nvidia-utils-580
+    "cuda-toolkit-13-0": "hold",  # pattern cuda-*-13-0
     "linux-image-nvidia-hwe-24.04": "hold",  # the kernel metapackage
     "linux-modules-nvidia-580-open-6.17.0-1014-nvidia": "hold",  # a kernel's NVIDIA modules
     "linux-image-6.17.0-1014-nvidia": "install",  # one kernel's image: a fixed version anyway
     "nvidia-settings": "install",  # matches no pattern
     "libnccl2-extra": "install",  # libnccl2 is anchored: not a prefix
+    "libnvidia-container1": "install",  # the container toolkit: not the driver branch
+    "cuda-keyring": "install",  # the repository's key: not a CUDA version
 }
 
 
