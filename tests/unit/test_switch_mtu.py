@@ -1171,7 +1171,8 @@ if args[:2] == ["show", "interface"] and args[3:] == ["link", "--operational", "
     link = state["applied"]["interface"][args[2]]["link"]
     print(json.dumps({{"mtu": link["mtu"], "duplex": "full", "speed": link.get("speed", "100G")}}))
 elif args == ["config", "show", "-o", "json"]:
-    print(json.dumps([{{"header": {{"model": "fake"}}}}, {{"set": state["applied"]}}]))
+    header = state.get("header", {{"model": "fake"}})
+    print(json.dumps([{{"header": header}}, {{"set": state["applied"]}}]))
 elif args == ["config", "detach"]:
     state["pending"] = {{}}
 elif args[:2] == ["config", "patch"] and len(args) == 3 and args[2].startswith("/"):
@@ -1195,7 +1196,15 @@ done()
 """
 
 
-def nvue_switch(tmp_path: Path, mtu: dict[str, int], fail: list[list[str]] | None = None) -> Path:
+def nvue_switch(
+    tmp_path: Path,
+    mtu: dict[str, int],
+    fail: list[list[str]] | None = None,
+    header: dict[str, Any] | None = None,
+    fabric: dict[str, Any] | None = None,
+) -> Path:
+    """A fake NVUE switch whose ports hold ``mtu``; ``header`` is what its
+    `nv config show` prints first (a release's), ``fabric`` its switch_ports."""
     (tmp_path / "bin").mkdir(exist_ok=True)
     nv = tmp_path / "bin" / "nv"
     nv.write_text(FAKE_NV.format(python=sys.executable))
@@ -1204,10 +1213,17 @@ def nvue_switch(tmp_path: Path, mtu: dict[str, int], fail: list[list[str]] | Non
     applied = {"interface": {port: {"link": {"mtu": m}, "type": "swp"} for port, m in mtu.items()}}
     state.write_text(
         json.dumps(
-            {"applied": applied, "pending": {}, "patched": [], "log": [], "fail": fail or []}
+            {
+                "applied": applied,
+                "pending": {},
+                "patched": [],
+                "log": [],
+                "fail": fail or [],
+                **({"header": header} if header else {}),
+            }
         )
     )
-    return switch_inventory(tmp_path, "nvue", ["swp1", "swp2", "swp10"])
+    return switch_inventory(tmp_path, "nvue", ["swp1", "swp2", "swp10"], fabric)
 
 
 def switch_inventory(
@@ -1400,8 +1416,9 @@ FAKE_SONIC = """\
 # `config vlan member add` refuses what sonic-utilities' config/vlan.py
 # add_vlan_member refuses; `config interface ip remove` drops the port's INTERFACE
 # row with its last address (config/main.py, ip remove); `config interface
-# breakout` stops at dependencies without -f, exit 0 (config/main.py,
-# breakout_Ports: "Dependencies Exist. No further action will be taken").
+# breakout` without -f stops at a port's dependencies, here its rows and ACL
+# bindings, and exits 1 (config/main.py, breakout_Ports: "Dependencies Exist. No
+# further action will be taken").
 import json, os, sys
 path = os.environ["FAKE_SONIC_STATE"]
 state = json.load(open(path))
@@ -1443,9 +1460,10 @@ elif args[:3] == ["portchannel", "member", "del"]:
     del db["PORTCHANNEL_MEMBER"][args[3] + "|" + args[4]]
 elif args[:2] == ["interface", "breakout"] and args[4:] == ["-y"]:
     parent, mode = args[2], args[3]
-    if any(rows(t, parent) for t in ("VLAN_MEMBER", "INTERFACE", "PORTCHANNEL_MEMBER")):
+    if any(rows(t, parent) for t in ("VLAN_MEMBER", "INTERFACE", "PORTCHANNEL_MEMBER")) or [
+            a for a in db.get("ACL_TABLE", {{}}).values() if parent in a.get("ports", [])]:
         print("Dependencies Exist. No further action will be taken")
-        done()
+        done(1)
     count, speed = int(mode.split("x")[0]), mode.split("x")[1].split("[")[0]
     lanes = db["PORT"].pop(parent)["lanes"].split(",")
     step, base = len(lanes) // count, int(parent[len("Ethernet"):])
@@ -1577,6 +1595,179 @@ def test_sonic_driver_check_mode_only_reads(tmp_path: Path) -> None:
     proc = run_role(tmp_path, "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert all(cmd[0] == "sonic-cfggen" for cmd in json.loads(state.read_text())["log"])
+
+
+# ------------------------- a 5.15 NVUE switch, a breakout, SONiC's stock presets
+def test_nvue_driver_on_5_15_writes_disabled_splits_the_parent_and_is_idempotent(
+    tmp_path: Path,
+) -> None:
+    """The release comes from the header of the real 5.15.0 `nv config show`; the
+    second run finds nothing to change (it compared `disabled` with `off` before)."""
+    fabric = {
+        "swp1s0": {"node": "spark1", "twin": "both", "breakout": "2x"},
+        "swp1s1": {"node": "spark2", "twin": "both", "breakout": "2x"},
+        "swp2": {"node": "spark3", "twin": "both"},
+    }
+    state = nvue_switch(tmp_path, {"swp2": 1500}, header=NVUE_5_15[0]["header"], fabric=fabric)
+    first = run_role(tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    data = json.loads(state.read_text())
+    (patched,) = data["patched"]
+    tree = patched[0]["set"]["interface"]
+    assert tree["swp1"] == {"link": {"breakout": {"2x": {}}}}
+    for port in ("swp1s0", "swp1s1", "swp2"):
+        assert tree[port]["link"]["auto-negotiate"] == "disabled"
+    calls = len(data["log"])
+    second = run_role(tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert recap(second)["changed"] == 0
+    assert [a[:2] for a in nv_log(state)[calls:] if a[:2] != ["show", "interface"]] == [
+        ["config", "show"],  # configure: nothing lacking
+        ["config", "show"],  # verify
+    ]
+
+
+def test_sonic_preflight_refuses_the_l2_preset_and_changes_nothing(tmp_path: Path) -> None:
+    """SONiC's l2 preset (every port untagged in Vlan1000): config vlan member add
+    would refuse Ethernet0 and Ethernet8 half-way; preflight names them first."""
+    db = json.loads(json.dumps(SONIC_L2))
+    state = sonic_switch(tmp_path, {p: db["PORT"][p] for p in ("Ethernet0", "Ethernet8")}, db)
+    proc = run_role(tmp_path)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "SONiC would refuse Ethernet0, Ethernet8 as members of VLAN 100" in out
+    assert "`config vlan member del 1000 Ethernet8` removes it" in out
+    assert "switch_mtu_sonic_clear_conflicts: true" in out
+    data = json.loads(state.read_text())
+    assert data["log"] == SONIC_READS  # read once, nothing changed
+    assert data["db"] == db and data["saved"] is None
+
+
+def test_sonic_clears_a_t0_config_db_on_request_and_is_idempotent(tmp_path: Path) -> None:
+    """sonic-utilities' T0 CONFIG_DB, with switch_mtu_sonic_clear_conflicts: the
+    address, the PortChannel membership, Vlan1000 and the bare router interface go
+    first; every port then joins VLAN 100 (the fake refuses as sonic-utilities does)."""
+    db = json.loads(json.dumps(SONIC_T0))
+    ports = ("Ethernet0", "Ethernet4", "Ethernet32", "Ethernet40")
+    state = sonic_switch(tmp_path, {p: db["PORT"][p] for p in ports}, db)
+    clear = ("-e", '{"switch_mtu_sonic_clear_conflicts": true}')
+    first = run_role(tmp_path, *clear)
+    assert first.returncode == 0, first.stdout + first.stderr
+    data = json.loads(state.read_text())
+    changes = [c[1:] for c in data["log"] if c[0] != "sonic-cfggen"]
+    assert changes[:6] == [
+        ["vlan", "add", "100"],
+        ["interface", "ip", "remove", "Ethernet0", "14.14.0.1/24"],
+        ["vlan", "member", "del", "1000", "Ethernet4"],
+        ["portchannel", "member", "del", "PortChannel1001", "Ethernet32"],
+        ["CONFIG_DB", "DEL", "INTERFACE|Ethernet40"],
+        ["interface", "mtu", "Ethernet0", "9216"],
+    ]
+    assert changes[-1] == ["save", "-y"]
+    for port in ports:
+        assert data["db"]["VLAN_MEMBER"][f"Vlan100|{port}"] == {"tagging_mode": "untagged"}
+        assert not [k for k in data["db"]["INTERFACE"] if k.split("|")[0] == port]
+    calls = len(data["log"])
+    second = run_role(tmp_path, *clear)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert json.loads(state.read_text())["log"][calls:] == SONIC_READS * 3
+
+
+def test_sonic_splits_an_sn4700_port_into_two_200g_ports(tmp_path: Path) -> None:
+    """The SN4700's t1 preset: Ethernet0 (400G, an address) becomes Ethernet0 and
+    Ethernet4 at 200G in VLAN 100; verify reads BREAKOUT_CFG's mode back."""
+    db = json.loads(json.dumps(SONIC_T1))
+    fabric = {
+        "Ethernet0": {"node": "spark1", "twin": "both", "breakout": SN4700_2X200G},
+        "Ethernet4": {"node": "spark2", "twin": "both", "breakout": SN4700_2X200G},
+    }
+    state = sonic_switch(tmp_path, {"Ethernet0": db["PORT"]["Ethernet0"]}, db, fabric)
+    proc = run_role(tmp_path, "-e", '{"switch_mtu_sonic_clear_conflicts": true}')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(state.read_text())
+    assert ["config", "interface", "breakout", "Ethernet0", SN4700_2X200G, "-y"] in data["log"]
+    assert data["db"]["BREAKOUT_CFG"]["Ethernet0"] == {"brkout_mode": SN4700_2X200G}
+    for port in ("Ethernet0", "Ethernet4"):
+        assert data["db"]["PORT"][port]["speed"] == "200000"
+        assert data["db"]["VLAN_MEMBER"][f"Vlan100|{port}"] == {"tagging_mode": "untagged"}
+    assert data["saved"] == data["db"]
+
+
+def test_sonic_breakout_stopped_by_a_dependency_fails_and_saves_nothing(tmp_path: Path) -> None:
+    """`config interface breakout` without -f stops at a dependency the role does not
+    remove (here an ACL binding) and fails (sonic-utilities breakout_Ports); the
+    role fails with it and saves nothing."""
+    db = json.loads(json.dumps(SONIC_L2))
+    db["VLAN_MEMBER"] = {}
+    db["ACL_TABLE"] = {"DATAACL": {"ports": ["Ethernet0"], "type": "L3", "stage": "ingress"}}
+    fabric = {"Ethernet4": {"node": "spark1", "twin": "both", "breakout": SN4700_2X200G}}
+    state = sonic_switch(tmp_path, {"Ethernet0": db["PORT"]["Ethernet0"]}, db, fabric)
+    proc = run_role(tmp_path)
+    assert proc.returncode != 0
+    assert "Dependencies Exist" in proc.stdout + proc.stderr
+    data = json.loads(state.read_text())
+    assert data["db"]["BREAKOUT_CFG"]["Ethernet0"]["brkout_mode"].startswith("1x400G")
+    assert data["saved"] is None
+
+
+def render_switch(tmp_path: Path) -> Path:
+    """`sparkctl render`'s switch play for the fake switch: the role's render tasks."""
+    (tmp_path / "render.yml").write_text(
+        textwrap.dedent("""\
+        - name: Render switch files
+          hosts: switches
+          gather_facts: false
+          tasks:
+            - name: Render switch_mtu
+              ansible.builtin.include_role:
+                name: switch_mtu
+                tasks_from: render.yml
+        """)
+    )
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            str(tmp_path / "inventory.ini"),
+            str(tmp_path / "render.yml"),
+            "-e",
+            json.dumps({"sparkctl_render_dir": str(out)}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=ansible_env(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out / "fake-switch"
+
+
+def test_render_writes_the_breakout_for_nvue_and_sonic(tmp_path: Path) -> None:
+    nvue_dir, sonic_dir = tmp_path / "nvue", tmp_path / "sonic"
+    nvue_dir.mkdir()
+    sonic_dir.mkdir()
+    switch_inventory(
+        nvue_dir,
+        "nvue",
+        [],
+        {
+            "swp1s0": {"node": "spark1", "breakout": "2x"},
+            "swp1s1": {"node": "spark2", "breakout": "2x"},
+        },
+    )
+    (op,) = yaml.safe_load((render_switch(nvue_dir) / "etc/sparkctl/nvue-fabric.yaml").read_text())
+    assert op["set"]["interface"]["swp1"] == {"link": {"breakout": {"2x": {}}}}
+    assert op["set"]["interface"]["swp1s1"]["link"]["auto-negotiate"] == "off"
+    switch_inventory(
+        sonic_dir, "sonic", [], {"Ethernet4": {"node": "spark1", "breakout": SN4700_2X200G}}
+    )
+    lines = (render_switch(sonic_dir) / "sonic-commands.txt").read_text().splitlines()
+    assert (
+        f"config interface breakout '<BREAKOUT_CFG parent of Ethernet4>' '{SN4700_2X200G}' -y"
+        in lines
+    )
 
 
 # -------------------------------------------------- preflight, for real
