@@ -133,6 +133,14 @@ _IMAGE_NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
 _URL_REST = r"[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+=:@/-]*)?"  # host, port, path
 FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
     "word": (_regex(r"[A-Za-z0-9_.,:/=@+-]+"), "one word (letters, digits and _ . , : / = @ + -)"),
+    # A switch port's breakout mode (switch_ports.<port>.breakout): NVUE's own word
+    # (`nv set interface swp1 link breakout 2x`: 1x 2x 4x 8x) or a SONiC platform.json
+    # breakout mode as `config interface breakout` takes it (2x200G, 2x200G[100G,50G]).
+    # Which of the two the switch takes, the switch_mtu role's preflight judges.
+    "breakout": (
+        _regex(r"[1-8]x(?:[1-9][0-9]{0,3}G(?:\[[0-9]{1,4}G(?:,[0-9]{1,4}G)*\])?)?"),
+        "a breakout mode: 2x (NVUE) or 2x200G, 2x200G[100G,50G] (SONiC)",
+    ),
     # `ssh -c` as the model relay takes it (roles/model_cache/files/sparkctl_model_relay.py
     # CIPHER): a name, or a comma list, of OpenSSH's lower-case cipher names.
     "ssh_ciphers": (

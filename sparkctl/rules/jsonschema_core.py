@@ -3,7 +3,8 @@ jsonschema.
 
 Each role declares a variable's type once (``meta/argument_specs.yml``: ``type``,
 ``elements``, ``choices``) and what its value may be (``meta/constraints.yml``: range,
-format, length, and the same again for list items, mapping keys and mapping values).
+format, length, and the same again for list items, mapping keys, mapping values and a
+mapping's named fields).
 :func:`variable_schema` turns the two into a JSON Schema (draft 2020-12) and
 ``jsonschema`` judges the value with it, recursively, type first: a value of another
 type is a refusal, never a pass, at any depth (a mapping where an environment value
@@ -123,7 +124,7 @@ def constraint_schema(  # noqa: PLR0912 - one branch per keyword of constraints.
             implied += ["number"]
         if "items" in constraint:
             implied += ["array"]
-        if "keys" in constraint or "values" in constraint:
+        if "keys" in constraint or "values" in constraint or "fields" in constraint:
             implied += ["object"]
         if "max_length" in constraint and not implied:
             implied += ["string", "array", "object"]
@@ -148,6 +149,10 @@ def constraint_schema(  # noqa: PLR0912 - one branch per keyword of constraints.
         schema["propertyNames"] = constraint_schema(constraint["keys"], "str")
     if constraint.get("values"):
         schema["additionalProperties"] = constraint_schema(constraint["values"])
+    if constraint.get("fields"):  # a mapping's named keys, each its own constraint
+        schema["properties"] = {
+            str(key): constraint_schema(inner) for key, inner in constraint["fields"].items()
+        }
     if constraint.get("allow_empty"):  # "" is the role's "unset", whatever else is said
         schema = {"if": {"const": ""}, "then": True, "else": schema}
     if constraint.get("nullable"):  # null is "the default" (a mapping's value, say)

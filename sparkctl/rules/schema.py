@@ -45,9 +45,9 @@ def load_specs(roles_dir: Path) -> dict[str, tuple[str, dict[str, Any]]]:
 # What a value may be beyond its type: each role's meta/constraints.yml names, per
 # variable of its argument_specs, a range (min, max, above / below: exclusive minimum / maximum), a
 # format of FORMATS, a max_length, and for a list or a mapping the constraint of its
-# items, keys and values (each may name its own type: int, str, float, bool, list,
-# dict); nullable lets null (the default) pass, and allow_empty the
-# empty string (a role's "unset", as in sglang_image_digest: ""), whatever else is
+# items, keys and values, and a mapping's named fields (each may name its own type:
+# int, str, float, bool, list, dict); nullable lets null (the default) pass, and
+# allow_empty the empty string (a role's "unset", as in sglang_image_digest: ""), whatever else is
 # said. One declaration per role, enforced by `inventory check` (before any contact)
 # and by the preflight play (this package, as a filter).
 CONSTRAINT = "sparkctl_constraint"
@@ -62,6 +62,7 @@ _CONSTRAINT_KEYS = frozenset(
         "items",
         "keys",
         "values",
+        "fields",
         "allow_empty",
         "nullable",
         "type",

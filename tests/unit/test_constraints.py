@@ -36,6 +36,8 @@ def _check_shape(name: str, constraint: dict[str, Any]) -> None:
     for part in ("items", "keys", "values"):
         if part in constraint:
             _check_shape(f"{name}.{part}", constraint[part])
+    for field, inner in (constraint.get("fields") or {}).items():
+        _check_shape(f"{name}.{field}", inner)
 
 
 def test_every_constraint_is_well_formed_and_names_a_declared_variable() -> None:
@@ -166,6 +168,11 @@ def test_every_constraint_has_a_case_in_the_bad_input_corpus() -> None:
         ("auto_or_int", ["auto", "3", "0"], ["Auto", "-1", "3\n", "$(id)", ""]),
         ("auto_bool", ["auto", "true", "False", "yes", "no"], ["required", "1", "auto\n", ""]),
         ("power_of_two", ["1", "1048576", "4294967296"], ["0", "1000000", "-4", "1e6", "", "4\n"]),
+        (
+            "breakout",
+            ["2x", "4x", "2x200G", "2x200G[100G,50G,40G,25G,10G,1G]", "4x100G[50G,25G,10G,1G]"],
+            ["2", "x2", "2x200", "2x200G[", "2x200G]", "2x 200G", "2x;id", "9x", "", "2x\n"],
+        ),
     ],
 )
 def test_formats(fmt: str, good: list[str], bad: list[str]) -> None:
@@ -200,6 +207,13 @@ def test_ranges_lengths_and_nested_constraints() -> None:
         "backslash, $ or #)"
     )
     assert problem("x" * 9, {"max_length": 8}) == "9 characters: at most 8"
+    # fields: a mapping's named keys, each judged by its own constraint, others free.
+    port = {"fields": {"breakout": {"type": "str", "format": "breakout"}}}
+    assert problem({"node": "spark1", "breakout": "2x"}, port) is None
+    assert problem({"node": "spark1"}, port) is None
+    assert problem({"breakout": "2x; reboot"}, port) is not None
+    assert problem({"breakout": 2}, port) is not None
+    assert problem("spark1", port) is not None  # a mapping, by its fields
     assert problem("", {"format": "digest", "allow_empty": True}) is None  # "" is unset
     assert problem("", {"format": "digest"}) == "'' is not an image digest (sha256:64 hex digits)"
     assert problem("sha256:x", {"format": "digest", "allow_empty": True}) is not None

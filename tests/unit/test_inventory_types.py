@@ -68,6 +68,17 @@ def test_types_are_read_from_the_argument_specs() -> None:
             "item 1 (['x']) is a list, but base needs a list of strings",
         ),
         ("switch_ports", ["swp1"], "is a list, but cluster_defaults needs a mapping"),
+        # A breakout is one word of a switch OS's breakout modes, nothing a shell could run.
+        (
+            "switch_ports",
+            {"swp1s0": {"node": "spark1", "breakout": "2x; reboot"}},
+            "swp1s0: breakout: '2x; reboot' is not a breakout mode",
+        ),
+        (
+            "switch_ports",
+            {"swp1s0": {"node": "spark1", "breakout": 2}},
+            "is an integer, but cluster_defaults needs a string",
+        ),
         ("hw_profile", "dgx_sparc", "hw_profile must be one of: dgx_spark, sim, got: 'dgx_sparc'"),
         ("hw_profile", ["sim"], "['sim'] is a list, but cluster_defaults needs a string"),
     ],
@@ -88,6 +99,11 @@ def test_wrong_type_or_choice_is_named(var: str, value: Any, text: str) -> None:
         ("base_packages", ["vim"]),
         ("hw_profile", "sim"),
         ("switch_ports", {"swp1": {"node": "spark1"}}),
+        ("switch_ports", {"swp1s0": {"node": "spark1", "twin": "a", "breakout": "2x"}}),
+        (
+            "switch_ports",
+            {"Ethernet4": {"node": "spark1", "breakout": "2x200G[100G,50G,40G,25G,10G,1G]"}},
+        ),
         ("nccl_socket_ifname", None),
     ],
 )

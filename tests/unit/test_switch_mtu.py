@@ -501,9 +501,13 @@ def test_sonic_commands_only_what_differs() -> None:
         ["config", "switchport", "mode", "access", "Ethernet8"],
         ["config", "vlan", "member", "add", "-u", "100", "Ethernet8"],
     ]
-    # Another VLAN id: a new VLAN and new memberships, the old ones left alone.
-    assert flt.sonic_commands(["Ethernet0"], {**FABRIC, "vlan": 200}, SONIC_DONE) == [
+    # Another VLAN id: SONiC refuses a second untagged membership ("is already untagged
+    # member!"), so the old one is refused, or removed first when the role may.
+    with pytest.raises(FilterError, match="untagged member of Vlan100"):
+        flt.sonic_commands(["Ethernet0"], {**FABRIC, "vlan": 200}, SONIC_DONE)
+    assert flt.sonic_commands(["Ethernet0"], {**FABRIC, "vlan": 200}, SONIC_DONE, True) == [
         ["config", "vlan", "add", "200"],
+        ["config", "vlan", "member", "del", "100", "Ethernet0"],
         ["config", "vlan", "member", "add", "-u", "200", "Ethernet0"],
     ]
 
@@ -520,6 +524,10 @@ def test_sonic_tables_from_a_registered_loop() -> None:
         "PORT": SONIC_DONE["PORT"],
         "VLAN": {},
         "VLAN_MEMBER": {},
+        # Tables the loop did not read are empty.
+        "INTERFACE": {},
+        "PORTCHANNEL_MEMBER": {},
+        "BREAKOUT_CFG": {},
     }
     with pytest.raises(FilterError, match="did not print JSON"):
         flt.sonic_tables([{"item": "PORT", "stdout": "Usage: sonic-cfggen"}])
@@ -565,6 +573,261 @@ def test_filter_module_exports_every_filter() -> None:
     for name in names:
         assert name.startswith("switch_mtu_")
         assert name in tasks_text, f"{name} is not used by the role"
+
+
+# ------------------------------------------- real switch outputs (tests/fixtures)
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def fixture_json(*parts: str) -> Any:
+    return json.loads((FIXTURES.joinpath(*parts)).read_text())
+
+
+NVUE_5_7 = fixture_json("nvue", "config-show-5.7.0.json")
+NVUE_5_15 = fixture_json("nvue", "config-show-5.15.0.json")
+
+
+def test_nvue_release_from_the_header_of_real_config_show() -> None:
+    assert flt.nvue_release(NVUE_5_7) == "5.7.0"
+    assert flt.nvue_release(json.dumps(NVUE_5_15)) == "5.15.0"
+    assert flt.nvue_release({"stdout": json.dumps(NVUE_5_15), "rc": 0}) == "5.15.0"
+    assert flt.nvue_release([NVUE_5_15[1]]) is None  # no header: unknown
+    assert flt.nvue_release("") is None
+
+
+def test_nvue_document_writes_the_auto_negotiation_word_of_the_release() -> None:
+    """Cumulus Linux 5.15 renamed link auto-negotiate on|off to enabled|disabled."""
+
+    def word(release: Any, autoneg: bool = False) -> Any:
+        fabric = {**FABRIC, "autoneg": autoneg}
+        doc = flt.nvue_document(["swp1"], fabric, release)
+        return doc["interface"]["swp1"]["link"]["auto-negotiate"]
+
+    assert word(flt.nvue_release(NVUE_5_7)) == "off"
+    assert word(flt.nvue_release(NVUE_5_15)) == "disabled"
+    assert word(flt.nvue_release(NVUE_5_15), autoneg=True) == "enabled"
+    assert word("5.14.0") == "off"
+    assert word("5.16.1") == "disabled"
+    assert word(None) == "off"  # unknown (render): the words before 5.15
+    with pytest.raises(FilterError, match="not a Cumulus Linux release"):
+        word("latest")
+
+
+def _applied(base: list[dict[str, Any]], document: dict[str, Any]) -> list[dict[str, Any]]:
+    """A real `nv config show -o json` after `nv config patch` of ``document``."""
+    tree = json.loads(json.dumps(base[1]["set"]))
+    flt._merge(tree, document)  # the fake nv merges the same way
+    return [base[0], {"set": tree}]
+
+
+def test_nvue_differences_take_on_and_enabled_off_and_disabled_as_one() -> None:
+    """A 5.15 switch holding what an older release's words asked (or the other way
+    round, after an upgrade) lacks nothing; a real difference is still named."""
+    ports = ["swp1", "swp2"]
+    new = flt.nvue_document(ports, FABRIC, flt.nvue_release(NVUE_5_15))
+    old = flt.nvue_document(ports, FABRIC, flt.nvue_release(NVUE_5_7))
+    assert flt.nvue_differences(old, _applied(NVUE_5_15, new)) == []
+    assert flt.nvue_differences(new, _applied(NVUE_5_7, old)) == []
+    on = flt.nvue_document(ports, {**FABRIC, "autoneg": True}, "5.15.0")
+    assert flt.nvue_differences(old, _applied(NVUE_5_15, on)) == [
+        "interface.swp1.link.auto-negotiate: enabled, wanted off",
+        "interface.swp2.link.auto-negotiate: enabled, wanted off",
+    ]
+
+
+# SONiC's stock configurations refuse the fabric's VLAN membership.
+SONIC_T1 = fixture_json("sonic", "msn4700-preset-t1.json")
+SONIC_L2 = fixture_json("sonic", "msn4700-preset-l2.json")
+SONIC_L3 = fixture_json("sonic", "msn4700-preset-l3.json")
+SONIC_T0 = fixture_json("sonic", "sonic-utilities-mock-t0.json")
+
+
+@pytest.mark.parametrize(
+    ("tables", "expected"),
+    [
+        (
+            SONIC_T1,
+            [
+                "Ethernet0 has the address 10.0.0.0/31 (CONFIG_DB INTERFACE "
+                "Ethernet0|10.0.0.0/31); `config interface ip remove Ethernet0 10.0.0.0/31` "
+                "removes it",
+                "Ethernet8 has the address 10.0.0.2/31 (CONFIG_DB INTERFACE "
+                "Ethernet8|10.0.0.2/31); `config interface ip remove Ethernet8 10.0.0.2/31` "
+                "removes it",
+            ],
+        ),
+        (
+            SONIC_L2,
+            [
+                "Ethernet0 is an untagged member of Vlan1000 (CONFIG_DB VLAN_MEMBER "
+                "Vlan1000|Ethernet0); `config vlan member del 1000 Ethernet0` removes it",
+                "Ethernet8 is an untagged member of Vlan1000 (CONFIG_DB VLAN_MEMBER "
+                "Vlan1000|Ethernet8); `config vlan member del 1000 Ethernet8` removes it",
+            ],
+        ),
+        (
+            SONIC_L3,
+            [
+                "Ethernet0 is a router interface (CONFIG_DB INTERFACE Ethernet0); "
+                "`sonic-db-cli CONFIG_DB DEL INTERFACE|Ethernet0` removes it",
+                "Ethernet8 is a router interface (CONFIG_DB INTERFACE Ethernet8); "
+                "`sonic-db-cli CONFIG_DB DEL INTERFACE|Ethernet8` removes it",
+            ],
+        ),
+    ],
+    ids=["t1", "l2", "l3"],
+)
+def test_sonic_conflicts_of_the_stock_presets(tables: Any, expected: list[str]) -> None:
+    conflicts = flt.sonic_conflicts(["Ethernet8", "Ethernet0"], tables, 100)
+    assert flt.sonic_conflict_messages(conflicts) == expected
+
+
+def test_sonic_conflicts_of_a_t0_config_db() -> None:
+    """sonic-utilities' own T0 CONFIG_DB: an address, Vlan1000, a PortChannel, a bare
+    router interface; a port tagged in another VLAN or free is no conflict."""
+    ports = ["Ethernet0", "Ethernet4", "Ethernet24", "Ethernet32", "Ethernet40", "Ethernet48"]
+    conflicts = flt.sonic_conflicts(ports, SONIC_T0, 100)
+    assert [(c["port"], c["table"], c["key"], c["clear"]) for c in conflicts] == [
+        (
+            "Ethernet0",
+            "INTERFACE",
+            "Ethernet0|14.14.0.1/24",
+            ["config", "interface", "ip", "remove", "Ethernet0", "14.14.0.1/24"],
+        ),
+        (
+            "Ethernet4",
+            "VLAN_MEMBER",
+            "Vlan1000|Ethernet4",
+            ["config", "vlan", "member", "del", "1000", "Ethernet4"],
+        ),
+        (
+            "Ethernet24",
+            "VLAN_MEMBER",
+            "Vlan2000|Ethernet24",
+            ["config", "vlan", "member", "del", "2000", "Ethernet24"],
+        ),
+        (
+            "Ethernet32",
+            "PORTCHANNEL_MEMBER",
+            "PortChannel1001|Ethernet32",
+            ["config", "portchannel", "member", "del", "PortChannel1001", "Ethernet32"],
+        ),
+        (
+            "Ethernet40",
+            "INTERFACE",
+            "Ethernet40",
+            ["sonic-db-cli", "CONFIG_DB", "DEL", "INTERFACE|Ethernet40"],
+        ),
+    ]
+    # Untagged in the fabric's own VLAN is what the role wants, no conflict.
+    assert flt.sonic_conflicts(["Ethernet4"], SONIC_T0, 1000) == []
+
+
+def test_sonic_commands_refuse_a_t1_port_or_clear_it_first() -> None:
+    with pytest.raises(FilterError, match=r"ip remove Ethernet0 10\.0\.0\.0/31"):
+        flt.sonic_commands(["Ethernet0"], FABRIC, SONIC_T1)
+    cmds = flt.sonic_commands(["Ethernet0"], FABRIC, SONIC_T1, True)
+    assert cmds == [
+        ["config", "vlan", "add", "100"],
+        ["config", "interface", "ip", "remove", "Ethernet0", "10.0.0.0/31"],
+        ["config", "interface", "mtu", "Ethernet0", "9216"],
+        ["config", "interface", "speed", "Ethernet0", "200000"],
+        ["config", "interface", "autoneg", "Ethernet0", "disabled"],
+        ["config", "vlan", "member", "add", "-u", "100", "Ethernet0"],
+    ]
+
+
+# ---------------------------------------------------------------- breakout
+SN4700_2X200G = "2x200G[100G,50G,40G,25G,10G,1G]"  # its platform.json mode
+
+
+@pytest.mark.parametrize(
+    ("os_name", "ports", "problem"),
+    [
+        ("nvue", {"swp1s0": {"node": "s1", "breakout": "2x"}}, None),
+        ("nvue", {"swp1s0": {"node": "s1", "breakout": "2x200G"}}, "not an NVUE breakout"),
+        ("nvue", {"swp1": {"node": "s1", "breakout": "2x"}}, "sub-port named swpNsM"),
+        ("nvue", {"swp1s2": {"node": "s1", "breakout": "2x"}}, "swp1s0..swp1s1, not swp1s2"),
+        (
+            "nvue",
+            {"swp1": {"node": "s1"}, "swp1s0": {"node": "s2", "breakout": "2x"}},
+            "lists swp1 and its sub-port swp1s0",
+        ),
+        (
+            "nvue",
+            {
+                "swp1s0": {"node": "s1", "breakout": "2x"},
+                "swp1s1": {"node": "s2", "breakout": "4x"},
+            },
+            "ask for different breakouts",
+        ),
+        ("sonic", {"Ethernet4": {"node": "s1", "breakout": SN4700_2X200G}}, None),
+        ("sonic", {"Ethernet4": {"node": "s1", "breakout": "2x"}}, "not a SONiC breakout"),
+        ("sonic", {"Ethernet4": {"node": "s1", "breakout": "4x100G"}}, "switch_mtu_speed is 200G"),
+        ("linux", {"swp1s0": {"node": "s1", "breakout": "2x"}}, "linux driver cannot"),
+    ],
+)
+def test_breakout_problems(os_name: str, ports: dict[str, Any], problem: str | None) -> None:
+    found = flt.breakout_problems(ports, os_name, "200G")
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and problem in found[0], found
+
+
+def test_nvue_document_splits_the_parent_of_breakout_sub_ports() -> None:
+    """`nv set interface swp1 link breakout 2x` makes swp1s0 and swp1s1 (NVIDIA's
+    Switch Port Attributes, Breakout Ports); the parent carries only the breakout."""
+    ports = {
+        "swp1s0": {"node": "spark1", "breakout": "2x"},
+        "swp1s1": {"node": "spark2", "breakout": "2x"},
+        "swp2": {"node": "spark3"},
+    }
+    names = flt.port_names(ports, "nvue")
+    doc = flt.nvue_document(names, FABRIC, "5.15.0", flt.breakouts(ports, "nvue"))
+    assert doc["interface"]["swp1"] == {"link": {"breakout": {"2x": {}}}}
+    assert sorted(doc["interface"]) == ["swp1", "swp1s0", "swp1s1", "swp2"]
+    assert doc["interface"]["swp1s0"]["link"]["speed"] == "200G"
+    # A switch that has not split swp1 yet lacks it; one that has, nothing.
+    applied = _applied(NVUE_5_15, flt.nvue_document(names, FABRIC, "5.15.0"))
+    assert flt.nvue_differences(doc, applied) == ["interface.swp1: missing"]
+    assert flt.nvue_differences(doc, _applied(NVUE_5_15, doc)) == []
+
+
+def test_sonic_commands_split_the_parent_of_breakout_sub_ports() -> None:
+    """On a real SN4700 t1 CONFIG_DB: Ethernet0 (8 lanes, 400G) into Ethernet0 and
+    Ethernet4 at 200G. Its address goes first (a breakout refuses dependencies), the
+    breakout names BREAKOUT_CFG's parent and the platform's mode, and the sub-ports,
+    new ports, get every setting."""
+    modes = {"Ethernet0": SN4700_2X200G, "Ethernet4": SN4700_2X200G}
+    cmds = flt.sonic_commands(["Ethernet0", "Ethernet4"], FABRIC, SONIC_T1, True, modes)
+    assert cmds[:3] == [
+        ["config", "vlan", "add", "100"],
+        ["config", "interface", "ip", "remove", "Ethernet0", "10.0.0.0/31"],
+        ["config", "interface", "breakout", "Ethernet0", SN4700_2X200G, "-y"],
+    ]
+    for port in ("Ethernet0", "Ethernet4"):
+        assert ["config", "interface", "mtu", port, "9216"] in cmds
+        assert ["config", "vlan", "member", "add", "-u", "100", port] in cmds
+    # Ethernet4 alone: its parent is still Ethernet0, the BREAKOUT_CFG port below it.
+    only = flt.sonic_commands(["Ethernet4"], FABRIC, SONIC_T1, True, {"Ethernet4": SN4700_2X200G})
+    assert ["config", "interface", "breakout", "Ethernet0", SN4700_2X200G, "-y"] in only
+    # Split already: no breakout.
+    done = json.loads(json.dumps(SONIC_L2))
+    done["BREAKOUT_CFG"]["Ethernet0"] = {"brkout_mode": SN4700_2X200G}
+    done["VLAN_MEMBER"] = {}
+    again = flt.sonic_commands(["Ethernet0"], FABRIC, done, False, {"Ethernet0": SN4700_2X200G})
+    assert not [c for c in again if c[:3] == ["config", "interface", "breakout"]]
+    # Without CONFIG_DB (render) the parent is the switch's to say.
+    rendered = flt.sonic_commands(["Ethernet4"], FABRIC, None, False, {"Ethernet4": "2x200G"})
+    assert rendered[1] == [
+        "config",
+        "interface",
+        "breakout",
+        "<BREAKOUT_CFG parent of Ethernet4>",
+        "2x200G",
+        "-y",
+    ]
 
 
 # ---------------------------------------------------- switch_port_mtu logic
@@ -908,7 +1171,8 @@ if args[:2] == ["show", "interface"] and args[3:] == ["link", "--operational", "
     link = state["applied"]["interface"][args[2]]["link"]
     print(json.dumps({{"mtu": link["mtu"], "duplex": "full", "speed": link.get("speed", "100G")}}))
 elif args == ["config", "show", "-o", "json"]:
-    print(json.dumps([{{"header": {{"model": "fake"}}}}, {{"set": state["applied"]}}]))
+    header = state.get("header", {{"model": "fake"}})
+    print(json.dumps([{{"header": header}}, {{"set": state["applied"]}}]))
 elif args == ["config", "detach"]:
     state["pending"] = {{}}
 elif args[:2] == ["config", "patch"] and len(args) == 3 and args[2].startswith("/"):
@@ -932,7 +1196,15 @@ done()
 """
 
 
-def nvue_switch(tmp_path: Path, mtu: dict[str, int], fail: list[list[str]] | None = None) -> Path:
+def nvue_switch(
+    tmp_path: Path,
+    mtu: dict[str, int],
+    fail: list[list[str]] | None = None,
+    header: dict[str, Any] | None = None,
+    fabric: dict[str, Any] | None = None,
+) -> Path:
+    """A fake NVUE switch whose ports hold ``mtu``; ``header`` is what its
+    `nv config show` prints first (a release's), ``fabric`` its switch_ports."""
     (tmp_path / "bin").mkdir(exist_ok=True)
     nv = tmp_path / "bin" / "nv"
     nv.write_text(FAKE_NV.format(python=sys.executable))
@@ -941,13 +1213,22 @@ def nvue_switch(tmp_path: Path, mtu: dict[str, int], fail: list[list[str]] | Non
     applied = {"interface": {port: {"link": {"mtu": m}, "type": "swp"} for port, m in mtu.items()}}
     state.write_text(
         json.dumps(
-            {"applied": applied, "pending": {}, "patched": [], "log": [], "fail": fail or []}
+            {
+                "applied": applied,
+                "pending": {},
+                "patched": [],
+                "log": [],
+                "fail": fail or [],
+                **({"header": header} if header else {}),
+            }
         )
     )
-    return switch_inventory(tmp_path, "nvue", ["swp1", "swp2", "swp10"])
+    return switch_inventory(tmp_path, "nvue", ["swp1", "swp2", "swp10"], fabric)
 
 
-def switch_inventory(tmp_path: Path, os_name: str, ports: list[str]) -> Path:
+def switch_inventory(
+    tmp_path: Path, os_name: str, ports: list[str], fabric: dict[str, Any] | None = None
+) -> Path:
     inventory = tmp_path / "inventory.ini"
     inventory.write_text(
         textwrap.dedent(f"""\
@@ -963,9 +1244,8 @@ def switch_inventory(tmp_path: Path, os_name: str, ports: list[str]) -> Path:
     (tmp_path / "group_vars" / "lab.yml").write_text(
         yaml.safe_dump(
             {
-                "switch_ports": {
-                    port: {"node": f"spark{i}", "twin": "both"} for i, port in enumerate(ports, 1)
-                }
+                "switch_ports": fabric
+                or {port: {"node": f"spark{i}", "twin": "both"} for i, port in enumerate(ports, 1)}
             }
         )
     )
@@ -1131,8 +1411,14 @@ def test_nvue_driver_check_mode_only_reads(tmp_path: Path) -> None:
 # -------------------------- the sonic driver against a fake sonic-cfggen/config
 FAKE_SONIC = """\
 #!{python}
-# Stand-ins for SONiC's `sonic-cfggen` and `config` (one program, by its name):
-# CONFIG_DB's tables and the saved config_db.json in $FAKE_SONIC_STATE.
+# Stand-ins for SONiC's `sonic-cfggen`, `config` and `sonic-db-cli` (one program, by
+# its name): CONFIG_DB's tables and the saved config_db.json in $FAKE_SONIC_STATE.
+# `config vlan member add` refuses what sonic-utilities' config/vlan.py
+# add_vlan_member refuses; `config interface ip remove` drops the port's INTERFACE
+# row with its last address (config/main.py, ip remove); `config interface
+# breakout` without -f stops at a port's dependencies, here its rows and ACL
+# bindings, and exits 1 (config/main.py, breakout_Ports: "Dependencies Exist. No
+# further action will be taken").
 import json, os, sys
 path = os.environ["FAKE_SONIC_STATE"]
 state = json.load(open(path))
@@ -1145,11 +1431,18 @@ def done(code=0):
 def fail(msg):
     print("Error: " + msg, file=sys.stderr)
     done(1)
+def rows(table, port):
+    return [k for k in db.get(table, {{}})
+            if k == port or k.split("|")[-1] == port or k.startswith(port + "|")]
 if tool == "sonic-cfggen":
     assert args[:3] == ["-d", "--var-json", args[2]] and len(args) == 3, args
     table = db.get(args[2], {{}})
     if table:
         print(json.dumps(table, indent=4))
+elif tool == "sonic-db-cli":
+    assert args[:2] == ["CONFIG_DB", "DEL"] and len(args) == 3, args
+    table, _, key = args[2].partition("|")
+    db.get(table, {{}}).pop(key, None)
 elif args[:2] == ["vlan", "add"]:
     db.setdefault("VLAN", {{}})["Vlan" + args[2]] = {{"vlanid": args[2]}}
 elif args[:2] == ["interface", "mtu"] or args[:2] == ["interface", "speed"]:
@@ -1158,12 +1451,42 @@ elif args[:2] == ["interface", "mtu"] or args[:2] == ["interface", "speed"]:
     db["PORT"][args[2]][args[1]] = args[3]
 elif args[:2] == ["interface", "autoneg"]:
     db["PORT"][args[2]]["autoneg"] = {{"enabled": "on", "disabled": "off"}}[args[3]]
+elif args[:3] == ["interface", "ip", "remove"]:
+    port, address = args[3], args[4]
+    del db["INTERFACE"][port + "|" + address]
+    if not [k for k in db["INTERFACE"] if k.startswith(port + "|")]:
+        db["INTERFACE"].pop(port, None)
+elif args[:3] == ["portchannel", "member", "del"]:
+    del db["PORTCHANNEL_MEMBER"][args[3] + "|" + args[4]]
+elif args[:2] == ["interface", "breakout"] and args[4:] == ["-y"]:
+    parent, mode = args[2], args[3]
+    if any(rows(t, parent) for t in ("VLAN_MEMBER", "INTERFACE", "PORTCHANNEL_MEMBER")) or [
+            a for a in db.get("ACL_TABLE", {{}}).values() if parent in a.get("ports", [])]:
+        print("Dependencies Exist. No further action will be taken")
+        done(1)
+    count, speed = int(mode.split("x")[0]), mode.split("x")[1].split("[")[0]
+    lanes = db["PORT"].pop(parent)["lanes"].split(",")
+    step, base = len(lanes) // count, int(parent[len("Ethernet"):])
+    for i in range(count):
+        db["PORT"]["Ethernet" + str(base + i * step)] = {{
+            "lanes": ",".join(lanes[i * step:(i + 1) * step]),
+            "speed": str(int(speed[:-1]) * 1000), "mtu": "9100", "admin_status": "up"}}
+    db["BREAKOUT_CFG"][parent] = {{"brkout_mode": mode}}
 elif args[:3] == ["switchport", "mode", "access"]:
+    if rows("INTERFACE", args[3]):
+        fail("Remove IP from {{}} to change mode!".format(args[3]))
     db["PORT"][args[3]]["mode"] = "access"
 elif args[:3] == ["vlan", "member", "add"] and args[3] == "-u":
     vid, port = args[4], args[5]
     if "Vlan" + vid not in db.get("VLAN", {{}}):
         fail("Vlan{{}} does not exist".format(vid))
+    if port in db.get("INTERFACE", {{}}):
+        fail(port + " is a router interface!")
+    if rows("PORTCHANNEL_MEMBER", port):
+        fail(port + " is part of portchannel!")
+    if [k for k, v in db.get("VLAN_MEMBER", {{}}).items()
+            if k.split("|")[1] == port and v.get("tagging_mode") == "untagged"]:
+        fail(port + " is already untagged member!")
     if db["PORT"][port].get("mode") == "routed":
         fail(port + " is in routed mode!")
     key = "Vlan{{}}|{{}}".format(vid, port)
@@ -1178,14 +1501,27 @@ done()
 """
 
 
-def sonic_switch(tmp_path: Path, ports: dict[str, dict[str, str]]) -> Path:
+SONIC_READS = [
+    ["sonic-cfggen", "-d", "--var-json", t]
+    for t in ("PORT", "VLAN", "VLAN_MEMBER", "INTERFACE", "PORTCHANNEL_MEMBER", "BREAKOUT_CFG")
+]
+
+
+def sonic_switch(
+    tmp_path: Path,
+    ports: dict[str, dict[str, str]],
+    db: dict[str, Any] | None = None,
+    fabric: dict[str, dict[str, str]] | None = None,
+) -> Path:
+    """A fake SONiC switch whose CONFIG_DB is ``db`` (default: only ``ports`` as PORT);
+    the fabric ports (switch_ports) are ``fabric`` or the names of ``ports``."""
     (tmp_path / "bin").mkdir(exist_ok=True)
-    for tool in ("sonic-cfggen", "config"):
+    for tool in ("sonic-cfggen", "config", "sonic-db-cli"):
         exe = tmp_path / "bin" / tool
         exe.write_text(FAKE_SONIC.format(python=sys.executable))
         exe.chmod(0o755)
-    state = switch_inventory(tmp_path, "sonic", list(ports))
-    state.write_text(json.dumps({"db": {"PORT": ports}, "log": [], "saved": None}))
+    state = switch_inventory(tmp_path, "sonic", list(ports), fabric)
+    state.write_text(json.dumps({"db": db or {"PORT": ports}, "log": [], "saved": None}))
     return state
 
 
@@ -1211,10 +1547,10 @@ def test_sonic_driver_sets_what_differs_saves_once_and_is_idempotent(tmp_path: P
     )
     first = run_role(tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
-    reads = [["sonic-cfggen", "-d", "--var-json", t] for t in ("PORT", "VLAN", "VLAN_MEMBER")]
     data = json.loads(state.read_text())
     assert data["log"] == [
-        *reads,
+        *SONIC_READS,  # preflight: nothing refuses the ports
+        *SONIC_READS,
         ["config", "vlan", "add", "100"],
         ["config", "interface", "mtu", "Ethernet0", "9216"],
         ["config", "interface", "speed", "Ethernet0", "200000"],
@@ -1222,7 +1558,7 @@ def test_sonic_driver_sets_what_differs_saves_once_and_is_idempotent(tmp_path: P
         ["config", "vlan", "member", "add", "-u", "100", "Ethernet0"],
         ["config", "switchport", "mode", "access", "Ethernet8"],
         ["config", "vlan", "member", "add", "-u", "100", "Ethernet8"],
-        *reads,  # verify
+        *SONIC_READS,  # verify
         ["config", "save", "-y"],  # the handler, after verify passed
     ]
     assert data["saved"] == data["db"]
@@ -1243,7 +1579,7 @@ def test_sonic_driver_sets_what_differs_saves_once_and_is_idempotent(tmp_path: P
     second = run_role(tmp_path)
     assert second.returncode == 0, second.stdout + second.stderr
     assert recap(second)["changed"] == 0
-    assert json.loads(state.read_text())["log"][calls:] == [*reads, *reads]  # no save
+    assert json.loads(state.read_text())["log"][calls:] == [*SONIC_READS] * 3  # no save
 
 
 def test_sonic_driver_refused_command_fails_and_saves_nothing(tmp_path: Path) -> None:
@@ -1259,6 +1595,179 @@ def test_sonic_driver_check_mode_only_reads(tmp_path: Path) -> None:
     proc = run_role(tmp_path, "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert all(cmd[0] == "sonic-cfggen" for cmd in json.loads(state.read_text())["log"])
+
+
+# ------------------------- a 5.15 NVUE switch, a breakout, SONiC's stock presets
+def test_nvue_driver_on_5_15_writes_disabled_splits_the_parent_and_is_idempotent(
+    tmp_path: Path,
+) -> None:
+    """The release comes from the header of the real 5.15.0 `nv config show`; the
+    second run finds nothing to change (it compared `disabled` with `off` before)."""
+    fabric = {
+        "swp1s0": {"node": "spark1", "twin": "both", "breakout": "2x"},
+        "swp1s1": {"node": "spark2", "twin": "both", "breakout": "2x"},
+        "swp2": {"node": "spark3", "twin": "both"},
+    }
+    state = nvue_switch(tmp_path, {"swp2": 1500}, header=NVUE_5_15[0]["header"], fabric=fabric)
+    first = run_role(tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    data = json.loads(state.read_text())
+    (patched,) = data["patched"]
+    tree = patched[0]["set"]["interface"]
+    assert tree["swp1"] == {"link": {"breakout": {"2x": {}}}}
+    for port in ("swp1s0", "swp1s1", "swp2"):
+        assert tree[port]["link"]["auto-negotiate"] == "disabled"
+    calls = len(data["log"])
+    second = run_role(tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert recap(second)["changed"] == 0
+    assert [a[:2] for a in nv_log(state)[calls:] if a[:2] != ["show", "interface"]] == [
+        ["config", "show"],  # configure: nothing lacking
+        ["config", "show"],  # verify
+    ]
+
+
+def test_sonic_preflight_refuses_the_l2_preset_and_changes_nothing(tmp_path: Path) -> None:
+    """SONiC's l2 preset (every port untagged in Vlan1000): config vlan member add
+    would refuse Ethernet0 and Ethernet8 half-way; preflight names them first."""
+    db = json.loads(json.dumps(SONIC_L2))
+    state = sonic_switch(tmp_path, {p: db["PORT"][p] for p in ("Ethernet0", "Ethernet8")}, db)
+    proc = run_role(tmp_path)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "SONiC would refuse Ethernet0, Ethernet8 as members of VLAN 100" in out
+    assert "`config vlan member del 1000 Ethernet8` removes it" in out
+    assert "switch_mtu_sonic_clear_conflicts: true" in out
+    data = json.loads(state.read_text())
+    assert data["log"] == SONIC_READS  # read once, nothing changed
+    assert data["db"] == db and data["saved"] is None
+
+
+def test_sonic_clears_a_t0_config_db_on_request_and_is_idempotent(tmp_path: Path) -> None:
+    """sonic-utilities' T0 CONFIG_DB, with switch_mtu_sonic_clear_conflicts: the
+    address, the PortChannel membership, Vlan1000 and the bare router interface go
+    first; every port then joins VLAN 100 (the fake refuses as sonic-utilities does)."""
+    db = json.loads(json.dumps(SONIC_T0))
+    ports = ("Ethernet0", "Ethernet4", "Ethernet32", "Ethernet40")
+    state = sonic_switch(tmp_path, {p: db["PORT"][p] for p in ports}, db)
+    clear = ("-e", '{"switch_mtu_sonic_clear_conflicts": true}')
+    first = run_role(tmp_path, *clear)
+    assert first.returncode == 0, first.stdout + first.stderr
+    data = json.loads(state.read_text())
+    changes = [c[1:] for c in data["log"] if c[0] != "sonic-cfggen"]
+    assert changes[:6] == [
+        ["vlan", "add", "100"],
+        ["interface", "ip", "remove", "Ethernet0", "14.14.0.1/24"],
+        ["vlan", "member", "del", "1000", "Ethernet4"],
+        ["portchannel", "member", "del", "PortChannel1001", "Ethernet32"],
+        ["CONFIG_DB", "DEL", "INTERFACE|Ethernet40"],
+        ["interface", "mtu", "Ethernet0", "9216"],
+    ]
+    assert changes[-1] == ["save", "-y"]
+    for port in ports:
+        assert data["db"]["VLAN_MEMBER"][f"Vlan100|{port}"] == {"tagging_mode": "untagged"}
+        assert not [k for k in data["db"]["INTERFACE"] if k.split("|")[0] == port]
+    calls = len(data["log"])
+    second = run_role(tmp_path, *clear)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert json.loads(state.read_text())["log"][calls:] == SONIC_READS * 3
+
+
+def test_sonic_splits_an_sn4700_port_into_two_200g_ports(tmp_path: Path) -> None:
+    """The SN4700's t1 preset: Ethernet0 (400G, an address) becomes Ethernet0 and
+    Ethernet4 at 200G in VLAN 100; verify reads BREAKOUT_CFG's mode back."""
+    db = json.loads(json.dumps(SONIC_T1))
+    fabric = {
+        "Ethernet0": {"node": "spark1", "twin": "both", "breakout": SN4700_2X200G},
+        "Ethernet4": {"node": "spark2", "twin": "both", "breakout": SN4700_2X200G},
+    }
+    state = sonic_switch(tmp_path, {"Ethernet0": db["PORT"]["Ethernet0"]}, db, fabric)
+    proc = run_role(tmp_path, "-e", '{"switch_mtu_sonic_clear_conflicts": true}')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(state.read_text())
+    assert ["config", "interface", "breakout", "Ethernet0", SN4700_2X200G, "-y"] in data["log"]
+    assert data["db"]["BREAKOUT_CFG"]["Ethernet0"] == {"brkout_mode": SN4700_2X200G}
+    for port in ("Ethernet0", "Ethernet4"):
+        assert data["db"]["PORT"][port]["speed"] == "200000"
+        assert data["db"]["VLAN_MEMBER"][f"Vlan100|{port}"] == {"tagging_mode": "untagged"}
+    assert data["saved"] == data["db"]
+
+
+def test_sonic_breakout_stopped_by_a_dependency_fails_and_saves_nothing(tmp_path: Path) -> None:
+    """`config interface breakout` without -f stops at a dependency the role does not
+    remove (here an ACL binding) and fails (sonic-utilities breakout_Ports); the
+    role fails with it and saves nothing."""
+    db = json.loads(json.dumps(SONIC_L2))
+    db["VLAN_MEMBER"] = {}
+    db["ACL_TABLE"] = {"DATAACL": {"ports": ["Ethernet0"], "type": "L3", "stage": "ingress"}}
+    fabric = {"Ethernet4": {"node": "spark1", "twin": "both", "breakout": SN4700_2X200G}}
+    state = sonic_switch(tmp_path, {"Ethernet0": db["PORT"]["Ethernet0"]}, db, fabric)
+    proc = run_role(tmp_path)
+    assert proc.returncode != 0
+    assert "Dependencies Exist" in proc.stdout + proc.stderr
+    data = json.loads(state.read_text())
+    assert data["db"]["BREAKOUT_CFG"]["Ethernet0"]["brkout_mode"].startswith("1x400G")
+    assert data["saved"] is None
+
+
+def render_switch(tmp_path: Path) -> Path:
+    """`sparkctl render`'s switch play for the fake switch: the role's render tasks."""
+    (tmp_path / "render.yml").write_text(
+        textwrap.dedent("""\
+        - name: Render switch files
+          hosts: switches
+          gather_facts: false
+          tasks:
+            - name: Render switch_mtu
+              ansible.builtin.include_role:
+                name: switch_mtu
+                tasks_from: render.yml
+        """)
+    )
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            str(tmp_path / "inventory.ini"),
+            str(tmp_path / "render.yml"),
+            "-e",
+            json.dumps({"sparkctl_render_dir": str(out)}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=ansible_env(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out / "fake-switch"
+
+
+def test_render_writes_the_breakout_for_nvue_and_sonic(tmp_path: Path) -> None:
+    nvue_dir, sonic_dir = tmp_path / "nvue", tmp_path / "sonic"
+    nvue_dir.mkdir()
+    sonic_dir.mkdir()
+    switch_inventory(
+        nvue_dir,
+        "nvue",
+        [],
+        {
+            "swp1s0": {"node": "spark1", "breakout": "2x"},
+            "swp1s1": {"node": "spark2", "breakout": "2x"},
+        },
+    )
+    (op,) = yaml.safe_load((render_switch(nvue_dir) / "etc/sparkctl/nvue-fabric.yaml").read_text())
+    assert op["set"]["interface"]["swp1"] == {"link": {"breakout": {"2x": {}}}}
+    assert op["set"]["interface"]["swp1s1"]["link"]["auto-negotiate"] == "off"
+    switch_inventory(
+        sonic_dir, "sonic", [], {"Ethernet4": {"node": "spark1", "breakout": SN4700_2X200G}}
+    )
+    lines = (render_switch(sonic_dir) / "sonic-commands.txt").read_text().splitlines()
+    assert (
+        f"config interface breakout '<BREAKOUT_CFG parent of Ethernet4>' '{SN4700_2X200G}' -y"
+        in lines
+    )
 
 
 # -------------------------------------------------- preflight, for real
