@@ -907,6 +907,7 @@ def test_a_stalled_stream_stops_at_the_first_hop_holding_the_least() -> None:
     chain = [{"host": f"a{n[-1]}", "hosts": [f"a{n[-1]}", f"b{n[-1]}"], "name": n} for n in names]
     board = relay.ProgressFile(None, names, 0)
     board.streams = 3
+    board.sender = "spark1"
     for line in [
         # stream 0: the link spark2 -> spark3 broke; spark4 holds what spark3 passed on
         "progress spark2 5000 0 0",
@@ -926,7 +927,7 @@ def test_a_stalled_stream_stops_at_the_first_hop_holding_the_least() -> None:
         (s["host"], s["address"], s["twin"], s["from"]) for s in board.where_stalled(chain)
     ] == [
         ("spark3", "a3", "fabric_a_ip", "spark2"),
-        ("spark2", "b2", "fabric_b_ip", "the sender"),
+        ("spark2", "b2", "fabric_b_ip", "spark1"),
     ]
 
 

@@ -1558,6 +1558,7 @@ class ProgressFile:
         self.total = total
         self.error: str | None = None
         self.stalled: list[dict[str, Any]] = []
+        self.sender = "the sender"  # the holder's name, when it was given
         self.advanced = self.started  # when some hop's byte count last grew
         self.lock = threading.Lock()
 
@@ -1599,7 +1600,7 @@ class ProgressFile:
                     "host": names[i],
                     "address": hop_host(hop, stream),
                     "twin": twin,
-                    "from": names[i - 1] if i else "the sender",
+                    "from": names[i - 1] if i else self.sender,
                     "stream": stream,
                     "bytes": counts[i],
                 }
@@ -1733,9 +1734,11 @@ def send(
     transport: str = "ssh",
     manifest: dict[str, dict[str, Any]] | None = None,
     limits: Limits | None = None,
+    sender: str = "",
 ) -> dict[str, Any]:
     """Stream ``names`` along ``chain``; every outcome, failures too, ends in the progress file."""
     board = ProgressFile(progress_path, [_hop_name(h) for h in chain], 0, job)
+    board.sender = sender or board.sender
     try:
         sizes = _sizes(root, names, manifest) if chain and names else {}
         board.total = sum(sizes.values())
@@ -2238,6 +2241,7 @@ def _parser() -> argparse.ArgumentParser:
         "--deadline", type=_seconds, default=0, help="seconds the transfer may take (0: no limit)"
     )
     p.add_argument("--lease", type=Path, help="a file the progress reader touches (watch)")
+    p.add_argument("--sender", default="", help="this node's name, in what is said of a stall")
     p.add_argument(
         "--lease-timeout",
         type=_seconds,
@@ -2339,6 +2343,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                     lease=args.lease,
                     lease_timeout=args.lease_timeout,
                 ),
+                sender=args.sender,
             )
         elif args.command == "serve":
             guard()
