@@ -931,15 +931,21 @@ def test_a_stalled_stream_stops_at_the_first_hop_holding_the_least() -> None:
     ]
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "its upstream went away"])
+@pytest.mark.parametrize(
+    "how", ["SIGTERM", "SIGHUP", "its upstream went away", "its upstream went silent"]
+)
 def test_a_hop_ends_its_next_hop_when_stopped_or_left_by_its_upstream(
     tmp_path: Path, source: Source, how: str
 ) -> None:
     """A relay ends its next hop (on a node: the ssh session to it) whatever ends it:
-    a signal, or its parent gone (sshd, once the upstream's ssh connection closed).
-    Its stdin stays open here: the end of the stream is not what stops it."""
+    a signal, its parent gone (sshd, once the upstream's ssh connection closed), or
+    nothing from upstream for its idle bound (a pulled cable, of which its sshd
+    hears nothing). Its stdin stays open here: the end of the stream is not what
+    stops it."""
     _, _, manifest = source
     hops = _hanging_chain(tmp_path, manifest)
+    if how.endswith("silent"):
+        hops[0]["idle"] = 2  # what the sender sets from its stall bound
     cmd = shlex.join([sys.executable, str(SCRIPT), "recv", "--chain", json.dumps(hops)])
     log = tmp_path / "spark2.err"
     with log.open("wb") as err:
@@ -954,12 +960,16 @@ def test_a_hop_ends_its_next_hop_when_stopped_or_left_by_its_upstream(
         (child,) = [p for p in _running(str(tmp_path)) if _ppid(p) == parent.pid]
         if how.startswith("SIG"):
             os.kill(child, getattr(signal, how))
-        else:
+        elif how.endswith("away"):
             os.kill(parent.pid, signal.SIGKILL)
         assert _left_after(str(tmp_path)) == []
-        assert ("stopped by signal " + how if how.startswith("SIG") else "upstream went away") in (
-            log.read_text()
-        )
+        says = {
+            "SIGTERM": "stopped by signal SIGTERM",
+            "SIGHUP": "stopped by signal SIGHUP",
+            "its upstream went away": "the upstream went away",
+            "its upstream went silent": "nothing came from upstream for 2 s",
+        }[how]
+        assert says in log.read_text()
     finally:
         with contextlib.suppress(OSError):
             parent.kill()

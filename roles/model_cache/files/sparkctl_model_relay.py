@@ -402,6 +402,7 @@ PIPE_SIZE = 1 << 20  # asked of every pipe the chain reads or tees (F_SETPIPE_SZ
 MAX_STREAMS = 32
 TOKEN_HEX = 64  # the one-time token of an unencrypted (tcp) connection, hex characters
 ACCEPT_TIMEOUT = 60.0
+MAX_IDLE = 7 * 86400
 TRANSPORTS = ("ssh", "tcp")
 
 Piece = tuple[str, int, int, int]  # path, offset, length, size of the whole file
@@ -1264,6 +1265,37 @@ def _listen(
             conn.close()  # not the upstream hop: nothing read from it is used
 
 
+def _idle(value: object) -> int:
+    """Seconds a hop waits for its upstream to send anything (0: for ever)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_IDLE:
+        raise RelayError(f"idle {value!r}: whole seconds, 0-{MAX_IDLE}")
+    return value
+
+
+def _watch_upstream(fd: int, progress: Progress, idle: float) -> None:
+    """End this hop when its upstream sent nothing for ``idle`` seconds: nothing to
+    read on ``fd`` and the count unchanged (when the hop is the one held up, by its
+    next hop, its input fills instead). The sender stops a chain that stands still
+    and ends its ssh sessions; a hop beyond a pulled cable never hears of it (its
+    sshd keeps the dead connection for hours), so it ends itself, its next hop with
+    it. The sender gives it more time than its own stall bound, so that the sender,
+    which can name the hop, speaks first."""
+    quiet_since, last = time.monotonic(), progress.bytes
+    while True:
+        time.sleep(min(1.0, idle / 4))
+        if select.select([fd], [], [], 0)[0] or progress.bytes != last:
+            quiet_since, last = time.monotonic(), progress.bytes
+        elif time.monotonic() - quiet_since > idle:
+            with contextlib.suppress(OSError, ValueError):
+                print(
+                    f"{RELAY}: nothing came from upstream for {idle:.0f} s; stopping",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            _stop_children()
+            os._exit(1)
+
+
 def _job(value: object) -> str:
     """The transfer's name, which names the partial files, range notes and stream
     counters: lowercase letters and digits only (never a path)."""
@@ -1303,6 +1335,11 @@ def recv(
     receiver = Receiver(root, manifest, need, progress, _job(hop.get("job")))
     inbound = Inbound(conn.fileno() if conn is not None else stdin.fileno(), downstream, progress)
     threading.Thread(target=progress.ticking, daemon=True).start()
+    idle = _idle(hop.get("idle", 0))
+    if idle:
+        threading.Thread(
+            target=_watch_upstream, args=(inbound.fd, progress, idle), daemon=True
+        ).start()
     try:
         receiver.run(inbound)
     except BaseException:
@@ -1335,7 +1372,7 @@ def recv(
 # and every address in its fabric networks. What it runs next (ssh, with this
 # node's relay key, to the next hop's fabric address) is its own, never the
 # upstream's "via" or "relay".
-HOP_KEYS = frozenset({"host", "hosts", "name", "root", "manifest", "state", "need", "job"})
+HOP_KEYS = frozenset({"host", "hosts", "name", "root", "manifest", "state", "need", "job", "idle"})
 HOP_IGNORED = frozenset({"via", "relay"})  # sent by the sender, replaced here
 HOP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -1480,6 +1517,7 @@ def confine_chain(
                 "name": name,
                 **(_own_paths(hop, cache) if i == 0 else _passed_paths(hop)),
                 "job": _job(hop.get("job")),
+                "idle": _idle(hop.get("idle", 0)),
                 "via": via,
                 "relay": RELAY,
             }
@@ -1739,6 +1777,10 @@ def send(
     """Stream ``names`` along ``chain``; every outcome, failures too, ends in the progress file."""
     board = ProgressFile(progress_path, [_hop_name(h) for h in chain], 0, job)
     board.sender = sender or board.sender
+    limits = limits or Limits()
+    if limits.stall:  # each hop ends itself when its upstream went silent (_watch_upstream)
+        idle = min(MAX_IDLE, int(limits.stall * 2 + 30))
+        chain = [{**hop, "idle": idle} for hop in chain]
     try:
         sizes = _sizes(root, names, manifest) if chain and names else {}
         board.total = sum(sizes.values())
@@ -1750,7 +1792,7 @@ def send(
             board,
             streams=streams,
             transport=transport,
-            limits=limits or Limits(),
+            limits=limits,
         )
     except BaseException as exc:
         board.error = str(exc) or type(exc).__name__
