@@ -1,10 +1,11 @@
 """A model transfer's progress, as the model_cache role's progress file tells it.
 
 The role's "Transfer progress" task reads the sender's progress file once per
-retry; :class:`sparkctl.provision.Progress` shows each reading it gets as a
-runner event, one line per node. Its own module so that provisioning (which
-shows it) and ``sparkctl model sync`` (which runs provisioning) do not import
-each other.
+retry (``sparkctl-model-relay watch``, which also renews the transfer's lease);
+:class:`sparkctl.provision.Progress` shows each reading it gets as a runner
+event, one line per node, the hop where a stalled transfer stopped marked.
+Its own module so that provisioning (which shows it) and ``sparkctl model
+sync`` (which runs provisioning) do not import each other.
 """
 
 from __future__ import annotations
@@ -27,24 +28,33 @@ def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def _board(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The progress file in one reading: the ``board`` of the relay's ``watch`` output
+    (the task's stdout), or None."""
+    try:
+        reading = json.loads(str((result or {}).get("stdout") or ""))
+    except ValueError:
+        return None
+    board = reading.get("board") if isinstance(reading, dict) else None
+    return board if isinstance(board, dict) and isinstance(board.get("hosts"), dict) else None
+
+
 def transfer_progress(result: Mapping[str, Any] | None) -> dict[str, str]:
     """host -> "bytes of total, rate" from one reading of the progress file (empty if none).
 
-    ``result`` is a sparkctl_probe result whose ``files`` has the progress file's
-    text, as the role's "Transfer progress" task registers it.
+    ``result`` is the role's "Transfer progress" task result, whose stdout is the
+    relay's ``watch`` output: ``{"board": <the progress file>, "job": ...}``.
     """
-    if not result:
-        return {}
-    for info in (result.get("files") or {}).values():
-        try:
-            board = json.loads(info.get("content") or "")
-        except (ValueError, TypeError, AttributeError):
-            continue
-        if not isinstance(board, dict) or not isinstance(board.get("hosts"), dict):
-            continue
+    board = _board(result)
+    if board is not None:
         total = _count(board.get("total_bytes", 0))
         if total is None:
-            continue
+            return {}
+        stalled = {
+            s.get("host")
+            for s in board.get("stalled") or []
+            if isinstance(s, dict) and isinstance(s.get("host"), str)
+        }
         lines = {}
         for host, entry in list(board["hosts"].items())[:MAX_HOSTS]:
             if not (isinstance(host, str) and _HOST.fullmatch(host) and isinstance(entry, dict)):
@@ -61,6 +71,8 @@ def transfer_progress(result: Mapping[str, Any] | None) -> dict[str, str]:
                 text += f", {files} file(s) written"
             if entry.get("done") is True:
                 text += ", done"
+            if host in stalled:
+                text += ", stalled here"
             lines[host] = text
         return lines
     return {}

@@ -5,6 +5,17 @@ model along a chain of nodes over the fabric. The role's progress task reads
 the sender's progress file once per retry; each retry reaches the controller
 as a runner event, and :func:`sparkctl.model_progress.transfer_progress` turns
 its result into one line per node for the terminal.
+
+An interrupted sync (Ctrl-C) stops the chain on every node without anything
+here: the runner cancels by killing ansible-playbook's process group, so no
+task of the play runs afterwards, and the sender on the head runs detached
+under Ansible's async wrapper, beyond the reach of that kill. Each progress
+reading renews a lease the sender checks; when readings stop (Ctrl-C, a killed
+controller, a lost connection to the head alike) the sender ends its ssh
+sessions, each hop then loses its upstream and ends its own next hop, within
+the role's _model_cache_lease_timeout (a minute by default). A cleanup run
+started from here on interrupt was the other way, and it would need the very
+controller and connection whose loss it must cover.
 """
 
 from __future__ import annotations

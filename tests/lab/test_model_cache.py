@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,10 +34,13 @@ SOURCE = ["-e", "model_cache_source=head", "-e", f"model_cache_head_dir={MODEL_D
 
 
 def _sync(
-    *args: str, inventory: Path = SIM_INVENTORY, env: dict[str, str] | None = None
+    *args: str,
+    inventory: Path = SIM_INVENTORY,
+    env: dict[str, str] | None = None,
+    timeout: float = 1800,
 ) -> tuple[int, dict[str, object], str]:
     proc = sparkctl(
-        "model", "sync", str(inventory), "--json", *SOURCE, *args, timeout=1800, env=env
+        "model", "sync", str(inventory), "--json", *SOURCE, *args, timeout=timeout, env=env
     )
     try:
         result = dict(json.loads(proc.stdout))
@@ -391,3 +395,216 @@ def test_the_hugging_face_token_never_reaches_a_command_line_output_or_artifacts
     for path in (state / "facts").rglob("*"):
         if path.is_file():
             assert token not in path.read_text(errors="replace"), path
+
+
+# ------------------------------------------------ failing fast, and saying where
+# A sync that cannot finish fails within its bounds, names the hop, and leaves no
+# part of the chain running on any node. One fault per test, several assertions.
+TWINS = {"a": "enp1s0f1np1", "b": "enP2p1s0f1np1"}
+# inventory/group_vars/sim/cluster.yml: the switch port of each node's twin
+PORT = {("spark2", "a"): "swp3", ("spark3", "a"): "swp5"}
+# The chain's processes: a relay that sends or receives, an ssh with the relay key
+# (the brackets keep pgrep's own shell out of its answer).
+CHAIN_PROCESSES = "pgrep -af '[s]parkctl-model-relay (send|recv|serve)|[i]d_sparkctl_relay'"
+BOARD = f"{CACHE}/.sparkctl/progress.json"
+SPARKCTL_SYNC = [sys.executable, "-m", "sparkctl", "model", "sync", str(SIM_INVENTORY), "--json"]
+
+
+def _chain_left(lab: LabSession, bound: float = 180) -> dict[str, str]:
+    """node -> its chain processes still running once they had ``bound`` seconds to
+    end (empty as soon as there are none on any node)."""
+    end = time.monotonic() + bound
+    while True:
+        left = {
+            n.name: out
+            for n in lab.inventory.nodes
+            if (out := ssh(n.mgmt_ip, CHAIN_PROCESSES, check=False).stdout.strip())
+        }
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(2)
+
+
+def _board(lab: LabSession) -> dict[str, object]:
+    head = lab.inventory.node("spark1").mgmt_ip
+    text = ssh(head, f"cat {BOARD} 2>/dev/null || echo '{{}}'", check=False).stdout
+    try:
+        return dict(json.loads(text))
+    except ValueError:
+        return {}
+
+
+def _drop_copies(lab: LabSession, *names: str) -> None:
+    for name in names:
+        ssh(lab.inventory.node(name).mgmt_ip, f"rm -rf {COPY}")
+
+
+def _sync_running(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], Callable[[], str]]:
+    """`model sync` in its own session (as a terminal runs it), output in files."""
+    out, err = tmp_path / "sync.out", tmp_path / "sync.err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [*SPARKCTL_SYNC, *SOURCE, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    return proc, lambda: out.read_text(errors="replace") + err.read_text(errors="replace")
+
+
+def _wait_moving(lab: LabSession, proc: subprocess.Popen[bytes], node: str) -> None:
+    """Until the board of a new job shows ``node`` receiving and the job unfinished."""
+    before = _board(lab).get("job")
+    end = time.monotonic() + 600
+    while time.monotonic() < end and proc.poll() is None:
+        board = _board(lab)
+        hosts = board.get("hosts") or {}
+        assert isinstance(hosts, dict)
+        if (
+            board.get("job") != before
+            and not board.get("finished")
+            and int((hosts.get(node) or {}).get("bytes", 0)) > 0
+        ):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the transfer never reached {node} (sync rc {proc.poll()})")
+
+
+def _wait_address(ip: str, netdev: str, address: str, bound: float = 120) -> None:
+    end = time.monotonic() + bound
+    while address not in ssh(ip, f"ip -4 -o addr show dev {netdev}", check=False).stdout:
+        if time.monotonic() > end:
+            raise AssertionError(f"{netdev} on {ip} did not get {address} back")
+        time.sleep(1)
+
+
+@pytest.fixture
+def slow_port(lab: LabSession) -> Iterator[Callable[..., None]]:
+    """Change switch ports (slower, or the cable pulled); undone afterwards, the
+    addresses awaited."""
+    changed: list[tuple[str, str]] = []
+
+    def change(node: str, twin: str, *args: str) -> None:
+        sparkctl("lab", "port", PORT[(node, twin)], *args, check=True)
+        changed.append((node, twin))
+
+    yield change
+    rate = str(lab.inventory.cluster_var("lab_link_rate_mbit", 1000))
+    for node, twin in changed:
+        sparkctl("lab", "port", PORT[(node, twin)], "--up", "--rate", rate, check=True)
+        n = lab.inventory.node(node)
+        _wait_address(n.mgmt_ip, TWINS[twin], n.fabric_ips[twin])
+
+
+def test_a_hop_without_fabric_addresses_is_named_before_anything_is_sent(
+    lab: LabSession, first_sync: dict[str, object]
+) -> None:
+    """The rehearsal lab's case: up, but spark3 without its fabric addresses (as before
+    roce_fabric ran). The fabric check stops the run, naming hop, addresses and
+    twins, and the node that tried them; no byte is sent; with the addresses back,
+    the same sync completes."""
+    spark3 = lab.inventory.node("spark3")
+    _drop_copies(lab, "spark3")
+    before = _board(lab).get("job")
+    ssh(spark3.mgmt_ip, f"ip addr flush dev {TWINS['a']} && ip addr flush dev {TWINS['b']}")
+    try:
+        # No timed assertion: each address is given 3 s, all at once; the run's own
+        # timeout only guards against the hang this replaces.
+        rc, _, output = _sync(timeout=600)
+    finally:
+        ssh(spark3.mgmt_ip, f"networkctl reconfigure {TWINS['a']} {TWINS['b']}", check=False)
+        for twin, netdev in TWINS.items():
+            _wait_address(spark3.mgmt_ip, netdev, spark3.fabric_ips[twin])
+    assert rc != 0, output[-3000:]
+    for twin in ("a", "b"):
+        assert (
+            f"spark3: fabric_{twin}_ip {spark3.fabric_ips[twin]} does not answer from spark1"
+        ) in output, output[-3000:]
+    assert "nothing was sent" in output and "roce_fabric" in output
+    assert _board(lab).get("job") == before  # no sender ran
+    assert ssh(spark3.mgmt_ip, f"ls -A {COPY} 2>/dev/null | wc -l").stdout.strip() == "0"
+    rc, _, output = _sync()
+    assert rc == 0, output[-3000:]
+    head = lab.inventory.node("spark1").mgmt_ip
+    assert _sums(spark3.mgmt_ip, COPY) == _sums(head, MODEL_DIR)
+
+
+def test_a_cable_pulled_mid_transfer_fails_naming_the_hop_and_ends_the_chain(
+    lab: LabSession, first_sync: dict[str, object], slow_port: Callable[..., None], tmp_path: Path
+) -> None:
+    """spark3's twin a is slowed so that the transfer is still moving when its cable is
+    pulled. The sync fails within the stall bound (10 s here; ssh's own keepalive
+    ends the dead connection after 15 s), naming spark3 and the address on that
+    twin; nothing of the chain is left on any node, even with the cable still out,
+    and once it is back the next sync sends what is missing."""
+    spark3 = lab.inventory.node("spark3")
+    _drop_copies(lab, "spark3", "spark4")
+    slow_port("spark3", "a", "--rate", "16")  # 2 MB/s: the 48 MiB on twin a take ~25 s
+    proc, output = _sync_running(tmp_path, "-e", "model_cache_stall_timeout=10")
+    try:
+        _wait_moving(lab, proc, "spark3")
+        slow_port("spark3", "a", "--down")
+        rc = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    said = output()
+    assert rc != 0, said[-3000:]
+    assert "spark3" in said and spark3.fabric_ips["a"] in said, said[-3000:]
+    board = _board(lab)
+    assert board.get("finished") is True and "spark3" in str(board.get("error")), board
+    stalled = board.get("stalled") or []
+    assert isinstance(stalled, list)
+    if stalled:  # the sender's stall bound came first (ssh's keepalive otherwise)
+        assert {(s["host"], s["twin"], s["address"], s["from"]) for s in stalled} == {
+            ("spark3", "fabric_a_ip", spark3.fabric_ips["a"], "spark1")
+        }
+    # The cable still out: beyond it, spark3's sshd keeps the dead connection (no
+    # keepalive of its own), but its relay ends itself once nothing came for its idle
+    # bound (2 x 10 s + 30 s, from the sender), and its next hop with it.
+    assert _chain_left(lab) == {}
+    slow_port(
+        "spark3", "a", "--up", "--rate", str(lab.inventory.cluster_var("lab_link_rate_mbit", 1000))
+    )
+    _wait_address(spark3.mgmt_ip, TWINS["a"], spark3.fabric_ips["a"])
+    rc, _, again = _sync()
+    assert rc == 0, again[-3000:]
+    head = lab.inventory.node("spark1").mgmt_ip
+    for name in ("spark3", "spark4"):
+        assert _sums(lab.inventory.node(name).mgmt_ip, COPY) == _sums(head, MODEL_DIR), name
+
+
+def test_ctrl_c_leaves_no_relay_or_ssh_of_the_chain_on_any_node(
+    lab: LabSession, first_sync: dict[str, object], slow_port: Callable[..., None], tmp_path: Path
+) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) while the model moves: the
+    runner kills ansible-playbook, the sender on the head stops once nobody reads its
+    progress (its lease), and every hop ends its next one. Nothing of the chain is
+    left on any node, and the board says why the sender stopped."""
+    _drop_copies(lab, "spark2", "spark3", "spark4")
+    # twin a's streams move at 0.5 MB/s: their 48 MiB take longer than the lease (60 s),
+    # so that what stops the sender is the lease, not the end of the transfer
+    slow_port("spark2", "a", "--rate", "4")
+    proc, output = _sync_running(tmp_path)
+    try:
+        _wait_moving(lab, proc, "spark4")
+        assert _chain_left(lab, bound=0)  # the chain runs now, on every node of it
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert rc != 0, output()[-3000:]
+    # the lease (a minute by default) and each hop's end of its next one
+    assert _chain_left(lab, bound=240) == {}
+    board = _board(lab)
+    assert board.get("finished") is True
+    assert "nobody read this transfer's progress" in str(board.get("error")), board
+    # partial files stay until the next sync's comparison clears them
+    rc, _, again = _sync()
+    assert rc == 0, again[-3000:]
+    for node in lab.inventory.nodes[1:]:
+        assert not ssh(node.mgmt_ip, f"find {CACHE} -name '*.sparkctl-partial'").stdout.strip()

@@ -8,7 +8,8 @@ from sparkctl.model_progress import transfer_progress
 
 
 def _reading(board: object) -> dict[str, object]:
-    return {"files": {"/run/sparkctl-model/progress.json": {"content": json.dumps(board)}}}
+    """What the role's progress task registers: the relay's ``watch`` output."""
+    return {"stdout": json.dumps({"board": board, "job": {}}), "rc": 0}
 
 
 def test_one_line_per_node_with_bytes_total_and_rate() -> None:
@@ -27,7 +28,8 @@ def test_one_line_per_node_with_bytes_total_and_rate() -> None:
 
 def test_nothing_to_show_without_a_readable_board() -> None:
     assert transfer_progress(None) == {}
-    assert transfer_progress({"files": {"p": {"content": "not json"}}}) == {}
+    assert transfer_progress({"stdout": "not json"}) == {}
+    assert transfer_progress({"stdout": json.dumps({"board": {}, "job": {}})}) == {}
     assert transfer_progress(_reading({"hosts": []})) == {}
 
 
@@ -49,3 +51,20 @@ def test_a_lying_board_shows_nothing_but_figures_of_named_nodes() -> None:
         "spark2": "512 B of 1.0 KiB, 512 B/s, 1 file(s) written"
     }
     assert transfer_progress(_reading({**board, "total_bytes": "1e99"})) == {}
+
+
+def test_the_hop_where_a_stalled_transfer_stopped_is_marked() -> None:
+    board = {
+        "total_bytes": 4096,
+        "finished": True,
+        "error": "the transfer stood still for 60 s",
+        "stalled": [{"host": "spark3", "address": "192.168.101.13", "stream": 1}],
+        "hosts": {
+            "spark2": {"bytes": 2048, "rate_bps": 0},
+            "spark3": {"bytes": 1024, "rate_bps": 0},
+        },
+    }
+    assert transfer_progress(_reading(board)) == {
+        "spark2": "2.0 KiB of 4.0 KiB, 0 B/s",
+        "spark3": "1.0 KiB of 4.0 KiB, 0 B/s, stalled here",
+    }

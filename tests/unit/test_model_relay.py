@@ -8,16 +8,19 @@ needs. Nothing is mocked but the transport.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import itertools
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -819,3 +822,211 @@ def test_the_forwarded_stream_is_the_stream_byte_for_byte(tmp_path: Path) -> Non
     assert sum(calls) == len(payload) and calls[-1] == 0
     for fd in (src_r, out_r):
         os.close(fd)
+
+
+# ------------------------------------------- a chain that stands still, and its end
+def _running(text: str) -> list[int]:
+    """Live processes (not zombies) whose command line holds ``text``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if text.encode() in cmdline and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+def _left_after(text: str, bound: float = 30.0) -> list[int]:
+    """The processes of ``text`` still running once they had ``bound`` seconds to end
+    (an empty list as soon as none is left)."""
+    end = time.monotonic() + bound
+    while (left := _running(text)) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
+def _hanging_chain(tmp_path: Path, manifest: Path) -> list[dict[str, Any]]:
+    """spark2, a real relay, forwarding to spark3, which never reads (a relay stuck,
+    a link that takes nothing): spark2 blocks once the pipe to it is full, then the
+    sender. Both "nodes" carry tmp_path in their command lines."""
+    hops = [_hop(tmp_path, f"spark{i}", manifest) for i in (2, 3)]
+    for hop in hops:
+        _need(hop, manifest)
+    marker = tmp_path / "spark3-reads-nothing"
+    marker.write_text("")
+    hops[1]["via"] = f"sh -c {shlex.quote(f'exec tail -f /dev/null {marker}')}"
+    hops[1]["hosts"] = ["192.0.2.13", "198.51.100.13"]
+    return hops
+
+
+@pytest.mark.parametrize(
+    ("limit", "says"),
+    [
+        (
+            ["--stall-timeout", "2"],
+            "stood still for 2 s (no node's byte count grew); it stops at "
+            "spark3 192.0.2.13 (fabric_a_ip, stream 0) from spark2",
+        ),
+        (["--deadline", "2"], "did not finish within its deadline of 2 s"),
+        (["--lease-timeout", "2"], "nobody read this transfer's progress for 2 s"),
+    ],
+)
+def test_a_chain_that_stands_still_is_stopped_on_every_hop_and_named(
+    tmp_path: Path, source: Source, limit: list[str], says: str
+) -> None:
+    root, _, manifest = source
+    hops = _hanging_chain(tmp_path, manifest)
+    files = tmp_path / "files"
+    files.write_text("\n".join(SIZES) + "\n")
+    progress = tmp_path / "progress.json"
+    argv = [sys.executable, str(SCRIPT), "send", str(root), "--files", str(files)]
+    argv += ["--chain", json.dumps(hops), "--progress", str(progress), "--job", "s1"]
+    if limit[0] == "--lease-timeout":
+        argv += ["--lease", str(tmp_path / "progress.json.lease")]
+    # Without the limit the sender would wait for ever: bounded here, a failure then.
+    proc = subprocess.run([*argv, *limit], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert says in proc.stderr
+    board = json.loads(progress.read_text())
+    assert board["job"] == "s1" and board["finished"] and says in board["error"]
+    if limit[0] == "--stall-timeout":
+        assert [(s["host"], s["from"], s["twin"]) for s in board["stalled"]] == [
+            ("spark3", "spark2", "fabric_a_ip")
+        ]
+        assert board["hosts"]["spark2"]["bytes"] > board["hosts"]["spark3"]["bytes"] == 0
+    assert _left_after(str(tmp_path)) == []  # spark2's relay and the stuck spark3 too
+
+
+def test_a_stalled_stream_stops_at_the_first_hop_holding_the_least() -> None:
+    names = ["spark2", "spark3", "spark4"]
+    chain = [{"host": f"a{n[-1]}", "hosts": [f"a{n[-1]}", f"b{n[-1]}"], "name": n} for n in names]
+    board = relay.ProgressFile(None, names, 0)
+    board.streams = 3
+    board.sender = "spark1"
+    for line in [
+        # stream 0: the link spark2 -> spark3 broke; spark4 holds what spark3 passed on
+        "progress spark2 5000 0 0",
+        "progress spark3 3000 0 0",
+        "progress spark4 3000 0 0",
+        # stream 1: nothing reaches spark2 any more (the sender's link, or spark2 itself)
+        "progress spark2 4000 0 1",
+        "progress spark3 4000 0 1",
+        "progress spark4 4000 0 1",
+        # stream 2: finished on every hop
+        "done spark2 9000 1 2",
+        "done spark3 9000 1 2",
+        "done spark4 9000 1 2",
+    ]:
+        board.line(line)
+    assert [
+        (s["host"], s["address"], s["twin"], s["from"]) for s in board.where_stalled(chain)
+    ] == [
+        ("spark3", "a3", "fabric_a_ip", "spark2"),
+        ("spark2", "b2", "fabric_b_ip", "spark1"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "how", ["SIGTERM", "SIGHUP", "its upstream went away", "its upstream went silent"]
+)
+def test_a_hop_ends_its_next_hop_when_stopped_or_left_by_its_upstream(
+    tmp_path: Path, source: Source, how: str
+) -> None:
+    """A relay ends its next hop (on a node: the ssh session to it) whatever ends it:
+    a signal, its parent gone (sshd, once the upstream's ssh connection closed), or
+    nothing from upstream for its idle bound (a pulled cable, of which its sshd
+    hears nothing). Its stdin stays open here: the end of the stream is not what
+    stops it."""
+    _, _, manifest = source
+    hops = _hanging_chain(tmp_path, manifest)
+    if how.endswith("silent"):
+        hops[0]["idle"] = 2  # what the sender sets from its stall bound
+    cmd = shlex.join([sys.executable, str(SCRIPT), "recv", "--chain", json.dumps(hops)])
+    log = tmp_path / "spark2.err"
+    with log.open("wb") as err:
+        parent = subprocess.Popen(  # a shell that stays, as sshd does, the relay its child
+            ["sh", "-c", f"{cmd}; exit $?"], stdin=subprocess.PIPE, stderr=err
+        )
+    try:
+        end = time.monotonic() + 30
+        stuck = f"/dev/null\0{tmp_path / 'spark3-reads-nothing'}\0"  # tail's own argv
+        while not _running(stuck) and time.monotonic() < end:  # spark2 started its next hop
+            time.sleep(0.05)
+        (child,) = [p for p in _running(str(tmp_path)) if _ppid(p) == parent.pid]
+        if how.startswith("SIG"):
+            os.kill(child, getattr(signal, how))
+        elif how.endswith("away"):
+            os.kill(parent.pid, signal.SIGKILL)
+        assert _left_after(str(tmp_path)) == []
+        says = {
+            "SIGTERM": "stopped by signal SIGTERM",
+            "SIGHUP": "stopped by signal SIGHUP",
+            "its upstream went away": "the upstream went away",
+            "its upstream went silent": "nothing came from upstream for 2 s",
+        }[how]
+        assert says in log.read_text()
+    finally:
+        with contextlib.suppress(OSError):
+            parent.kill()
+        parent.wait()
+        assert parent.stdin is not None
+        parent.stdin.close()
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+# ------------------------------------------------------- reach and watch (the role's)
+def test_reach_names_the_hop_address_and_twin_that_do_not_answer() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        out = relay.reach(
+            "spark3",
+            "spark2",
+            [("fabric_a_ip", "127.0.0.1"), ("fabric_b_ip", "127.0.0.2"), ("other", "192.0.2.1")],
+            port=port,
+            timeout=1,
+        )
+    assert out["answers"]["127.0.0.1"] is None
+    assert len(out["problems"]) == 2
+    assert out["problems"][0] == (
+        f"spark3: fabric_b_ip 127.0.0.2 does not answer from spark2 "
+        f"(TCP port {port}: refused: nothing listens on port {port})"
+    )
+    # TEST-NET-1 (RFC 5737): no host answers; dropped (timeout) or unroutable here
+    assert out["problems"][1].startswith(
+        f"spark3: other 192.0.2.1 does not answer from spark2 (TCP port {port}: "
+    )
+
+
+def test_reach_through_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = str(server.getsockname()[1])
+        argv = ["reach", "spark2", "--from", "spark1", "--port", port, "--timeout", "1"]
+        assert relay.main([*argv, "--address", "fabric_a_ip=127.0.0.1"]) == 0
+    assert json.loads(capsys.readouterr().out)["problems"] == []
+
+
+def test_watch_renews_the_lease_and_reads_board_and_job(tmp_path: Path) -> None:
+    progress, lease, job = (
+        tmp_path / "progress.json",
+        tmp_path / "progress.json.lease",
+        tmp_path / "j",
+    )
+    progress.write_text(json.dumps({"job": "s1", "hosts": {}}))
+    job.write_text(json.dumps({"finished": 0}))
+    lease.write_text("s1\n")
+    os.utime(lease, (1_000_000, 1_000_000))
+    out = relay.watch(progress, lease, job)
+    assert out == {"board": {"job": "s1", "hosts": {}}, "job": {"finished": 0}}
+    assert lease.stat().st_mtime > 1_000_000
+    assert relay.watch(tmp_path / "none.json", None, None) == {"board": {}, "job": {}}

@@ -387,6 +387,8 @@ def _hostile_hops(cluster: Cluster) -> list[tuple[str, dict[str, Any], str]]:
         ("three twins", {"hosts": ["192.0.2.11"] * 3}, "one or two addresses"),
         ("name newline", {"name": "spark2\nprogress x 1 1 0"}, "not a host name"),
         ("job path", {"job": "../../x"}, "lowercase letters and digits"),
+        ("idle word", {"idle": "60; touch x"}, "whole seconds"),
+        ("idle negative", {"idle": -1}, "whole seconds"),
         ("port", {"port": 22}, "does not take"),
         ("unknown", {"exec": "touch"}, "does not take"),
     ]
@@ -567,3 +569,21 @@ def test_the_hop_command_takes_a_cipher_name_or_list_only(cipher: str, ok: bool)
     else:
         with pytest.raises(relay.RelayError, match="is not an ssh cipher name"):
             relay.relay_via(cipher)
+
+
+def test_the_idle_bound_the_sender_sets_reaches_every_hop_through_the_forced_command(
+    cluster: Cluster,
+) -> None:
+    """A hop beyond a pulled cable ends itself after the idle bound the sender gave
+    (twice its stall bound and 30 s): the forced command keeps it, as a number."""
+    chain = [cluster.hop(0, idle=150), cluster.hop(1, idle=150)]
+    confined = relay.confine_chain(
+        chain, cluster.nodes[0] / "cache", [relay._net(n) for n in NETS], relay.relay_via(CIPHER)
+    )
+    assert [hop["idle"] for hop in confined] == [150, 150]
+    assert (
+        relay.confine_chain(
+            [cluster.hop(0)], cluster.nodes[0] / "cache", [relay._net(n) for n in NETS], "ssh"
+        )[0]["idle"]
+        == 0
+    )

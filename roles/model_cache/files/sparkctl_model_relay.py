@@ -99,6 +99,7 @@ import re
 import select
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import struct
@@ -401,6 +402,7 @@ PIPE_SIZE = 1 << 20  # asked of every pipe the chain reads or tees (F_SETPIPE_SZ
 MAX_STREAMS = 32
 TOKEN_HEX = 64  # the one-time token of an unencrypted (tcp) connection, hex characters
 ACCEPT_TIMEOUT = 60.0
+MAX_IDLE = 7 * 86400
 TRANSPORTS = ("ssh", "tcp")
 
 Piece = tuple[str, int, int, int]  # path, offset, length, size of the whole file
@@ -525,6 +527,7 @@ class Progress:
         self.bytes = 0
         self.files = 0
         self._last = 0.0
+        self._said: int | None = -1  # bytes of the last line printed; None after the final
         self.lock = threading.Lock()
 
     def add(self, n: int) -> None:
@@ -534,11 +537,24 @@ class Progress:
             self._last = now
             self.emit()
 
-    def emit(self, final: bool = False) -> None:
+    def emit(self, final: bool = False, *, changed_only: bool = False) -> None:
         word = "done" if final else "progress"
         with self.lock:
-            self.out.write(f"{word} {self.host} {self.bytes} {self.files} {self.stream}\n")
+            count = self.bytes
+            if self._said is None or (changed_only and count == self._said):
+                return  # after the final line nothing more is said
+            self.out.write(f"{word} {self.host} {count} {self.files} {self.stream}\n")
             self.out.flush()
+            self._said = None if final else count
+
+    def ticking(self) -> None:
+        """Say the count whenever it changed and no line said it (a daemon thread): a
+        hop that stops receiving has its last count on the board, not one up to
+        PROGRESS_EVERY old, so the sender can tell where a stalled stream stopped."""
+        while self._said is not None:
+            time.sleep(PROGRESS_EVERY)
+            with contextlib.suppress(OSError, ValueError):
+                self.emit(changed_only=True)
 
 
 class LineOut(Protocol):
@@ -582,6 +598,58 @@ def _read_line(fd: int, limit: int, deadline: float) -> bytes:
     return line
 
 
+# Every next hop's process this relay started: ended when the relay is (a signal,
+# or its parent gone: see guard()).
+CHILDREN: list[Downstream] = []
+STOP_GRACE = 2.0  # seconds a next hop's process has after SIGTERM before SIGKILL
+ORPHAN_EVERY = 1.0  # seconds between checks that the relay's parent is still there
+
+
+class Stopped(RelayError):
+    """The relay was told to stop (SIGTERM, SIGHUP) or lost its parent."""
+
+
+def _stop_children() -> None:
+    for child in list(CHILDREN):
+        child.kill(STOP_GRACE)
+
+
+def guard() -> None:
+    """End this relay's next hops with it, whatever ends it.
+
+    The sender runs under Ansible's async wrapper, a hop under sshd (the upstream's
+    ssh session), in a chain of processes on several nodes. When one of them goes
+    the ones below it must go too, or they hold ssh sessions, pipes and partial
+    files until their own links time out (or for ever, when a next hop stopped
+    reading):
+
+    * SIGTERM or SIGHUP (async_wrapper's and an operator's kill, a hang-up) raises
+      :class:`Stopped` in the main thread, whose failure path ends the next hops
+      (send: every stream's; recv: its own);
+    * a parent that went away (sshd when the upstream's ssh connection closed; the
+      sender's wrapper): the process is re-parented, which a thread notices within
+      ORPHAN_EVERY seconds, ends the next hops and exits at once, since the main
+      thread may be blocked writing to a next hop that no longer reads.
+    """
+
+    def stop(signum: int, _frame: object) -> None:
+        raise Stopped(f"stopped by signal {signal.Signals(signum).name}")
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+    parent = os.getppid()
+
+    def orphan_watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_EVERY)
+        with contextlib.suppress(OSError, ValueError):
+            print(f"{RELAY}: the upstream went away; stopping", file=sys.stderr, flush=True)
+        _stop_children()
+        os._exit(1)
+
+    threading.Thread(target=orphan_watch, daemon=True).start()
+
+
 class Downstream:
     """The next hop's process: what is written to ``fd`` goes down the chain.
 
@@ -614,6 +682,7 @@ class Downstream:
             stdout=subprocess.PIPE if tcp else subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+        CHILDREN.append(self)
         self.stdin = _piped(self.proc.stdin)
         self.reader = threading.Thread(
             target=_pass_up, daemon=True, args=(_piped(self.proc.stderr), out, lock, self.tail)
@@ -682,7 +751,17 @@ class Downstream:
         except (BrokenPipeError, ConnectionError):
             raise self.stopped() from None
 
-    def kill(self) -> None:
+    def kill(self, grace: float = 0.0) -> None:
+        """End the next hop's process (its ssh): SIGTERM first, so that a relay reached
+        without ssh ends its own next hop too, SIGKILL after ``grace`` seconds; a tcp
+        connection is shut, which wakes a sendfile(2) blocked on it."""
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=grace)
         with contextlib.suppress(OSError):
             self.proc.kill()
 
@@ -1186,6 +1265,37 @@ def _listen(
             conn.close()  # not the upstream hop: nothing read from it is used
 
 
+def _idle(value: object) -> int:
+    """Seconds a hop waits for its upstream to send anything (0: for ever)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_IDLE:
+        raise RelayError(f"idle {value!r}: whole seconds, 0-{MAX_IDLE}")
+    return value
+
+
+def _watch_upstream(fd: int, progress: Progress, idle: float) -> None:
+    """End this hop when its upstream sent nothing for ``idle`` seconds: nothing to
+    read on ``fd`` and the count unchanged (when the hop is the one held up, by its
+    next hop, its input fills instead). The sender stops a chain that stands still
+    and ends its ssh sessions; a hop beyond a pulled cable never hears of it (its
+    sshd keeps the dead connection for hours), so it ends itself, its next hop with
+    it. The sender gives it more time than its own stall bound, so that the sender,
+    which can name the hop, speaks first."""
+    quiet_since, last = time.monotonic(), progress.bytes
+    while True:
+        time.sleep(min(1.0, idle / 4))
+        if select.select([fd], [], [], 0)[0] or progress.bytes != last:
+            quiet_since, last = time.monotonic(), progress.bytes
+        elif time.monotonic() - quiet_since > idle:
+            with contextlib.suppress(OSError, ValueError):
+                print(
+                    f"{RELAY}: nothing came from upstream for {idle:.0f} s; stopping",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            _stop_children()
+            os._exit(1)
+
+
 def _job(value: object) -> str:
     """The transfer's name, which names the partial files, range notes and stream
     counters: lowercase letters and digits only (never a path)."""
@@ -1224,11 +1334,17 @@ def recv(
     )
     receiver = Receiver(root, manifest, need, progress, _job(hop.get("job")))
     inbound = Inbound(conn.fileno() if conn is not None else stdin.fileno(), downstream, progress)
+    threading.Thread(target=progress.ticking, daemon=True).start()
+    idle = _idle(hop.get("idle", 0))
+    if idle:
+        threading.Thread(
+            target=_watch_upstream, args=(inbound.fd, progress, idle), daemon=True
+        ).start()
     try:
         receiver.run(inbound)
     except BaseException:
         if downstream is not None:
-            downstream.kill()
+            downstream.kill(STOP_GRACE)
         raise
     finally:
         inbound.close()
@@ -1256,7 +1372,7 @@ def recv(
 # and every address in its fabric networks. What it runs next (ssh, with this
 # node's relay key, to the next hop's fabric address) is its own, never the
 # upstream's "via" or "relay".
-HOP_KEYS = frozenset({"host", "hosts", "name", "root", "manifest", "state", "need", "job"})
+HOP_KEYS = frozenset({"host", "hosts", "name", "root", "manifest", "state", "need", "job", "idle"})
 HOP_IGNORED = frozenset({"via", "relay"})  # sent by the sender, replaced here
 HOP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -1401,6 +1517,7 @@ def confine_chain(
                 "name": name,
                 **(_own_paths(hop, cache) if i == 0 else _passed_paths(hop)),
                 "job": _job(hop.get("job")),
+                "idle": _idle(hop.get("idle", 0)),
                 "via": via,
                 "relay": RELAY,
             }
@@ -1478,6 +1595,9 @@ class ProgressFile:
         self.seen: dict[str, dict[int, tuple[int, int, bool]]] = {h: {} for h in hosts}
         self.total = total
         self.error: str | None = None
+        self.stalled: list[dict[str, Any]] = []
+        self.sender = "the sender"  # the holder's name, when it was given
+        self.advanced = self.started  # when some hop's byte count last grew
         self.lock = threading.Lock()
 
     def line(self, text: str) -> None:
@@ -1489,8 +1609,41 @@ class ProgressFile:
             and all(p.isdigit() for p in parts[2:])
         ):
             stream = int(parts[4]) if len(parts) == 5 else 0
+            before = self.seen[parts[1]].get(stream, (0, 0, False))[0]
             self.seen[parts[1]][stream] = (int(parts[2]), int(parts[3]), parts[0] == "done")
+            if int(parts[2]) > before:
+                self.advanced = time.monotonic()
             self.write()
+
+    def where_stalled(self, chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Where each unfinished stream stopped. A hop counts what it passed on, so
+        along a stream the counts never grow downstream; once nothing moves, the
+        hops past the break hold exactly what the first of them received, and every
+        hop before it more (what sits in the buffers the break filled). The stream
+        stops at the first hop holding the least: the link into it, or the hop
+        itself (a relay that stopped reading)."""
+        names = [_hop_name(h) for h in chain]
+        out: list[dict[str, Any]] = []
+        for stream in range(self.streams):
+            seen = [self.seen[n].get(stream, (0, 0, False)) for n in names]
+            if seen and seen[-1][2]:
+                continue  # the stream's last hop is done
+            counts = [count for count, _, _ in seen]
+            i = counts.index(min(counts))
+            hop = chain[i]
+            hosts = hop.get("hosts") or [hop["host"]]
+            twin = ("fabric_a_ip", "fabric_b_ip")[stream % 2] if len(hosts) == 2 else ""
+            out.append(
+                {
+                    "host": names[i],
+                    "address": hop_host(hop, stream),
+                    "twin": twin,
+                    "from": names[i - 1] if i else self.sender,
+                    "stream": stream,
+                    "bytes": counts[i],
+                }
+            )
+        return out
 
     def snapshot(self, finished: bool = False) -> dict[str, Any]:
         elapsed = max(time.monotonic() - self.started, 1e-6)
@@ -1510,6 +1663,7 @@ class ProgressFile:
             "streams": self.streams,
             "finished": finished,
             "error": self.error,
+            "stalled": self.stalled,
             "hosts": hosts,
         }
 
@@ -1541,6 +1695,72 @@ class _LineSink:
         pass
 
 
+WATCH_EVERY = 0.5  # seconds between the sender's checks of its limits
+
+
+class Limits:
+    """When the sender gives up, each off at 0.
+
+    ``stall``: seconds no hop's byte count may stand still (a link that carries
+    nothing, a hop that stopped reading: ssh's keepalive ends a dead connection,
+    not a live one that is not read, nor a tcp stream). ``deadline``: seconds the
+    whole transfer may take. ``lease``: a file the controller's progress reader
+    touches at every reading (``watch``); older than ``lease_timeout`` seconds, the
+    run that started the transfer is gone (interrupted, killed, cut off), and
+    nobody would ever read the result: the chain is stopped on every node.
+    """
+
+    def __init__(
+        self,
+        *,
+        stall: float = 0,
+        deadline: float = 0,
+        lease: Path | None = None,
+        lease_timeout: float = 0,
+    ) -> None:
+        self.stall, self.deadline = stall, deadline
+        self.lease, self.lease_timeout = lease, lease_timeout
+
+    def renew(self, job: str) -> None:
+        """The lease starts with the transfer (the first reading comes later)."""
+        if self.lease is not None and self.lease_timeout:
+            self.lease.parent.mkdir(parents=True, exist_ok=True)
+            self.lease.write_text(job + "\n")
+
+    def broken(self, board: ProgressFile, chain: list[dict[str, Any]]) -> RelayError | None:
+        """Why the transfer must stop now, or None."""
+        now = time.monotonic()
+        if self.deadline and now - board.started > self.deadline:
+            return RelayError(
+                f"the transfer did not finish within its deadline of {self.deadline:.0f} s "
+                f"({board.total} bytes to move); model_cache_transfer_timeout sets another"
+            )
+        if self.stall and now - board.advanced > self.stall:
+            board.stalled = board.where_stalled(chain)
+            where = "; ".join(
+                f"{s['host']} {s['address']} ("
+                + (f"{s['twin']}, " if s["twin"] else "")
+                + f"stream {s['stream']}) from {s['from']}"
+                for s in board.stalled
+            )
+            return RelayError(
+                f"the transfer stood still for {self.stall:.0f} s (no node's byte count grew); "
+                f"it stops at {where or 'the first hop'}: check that link (`sparkctl validate` "
+                "names a pulled cable or a port down) and that node"
+            )
+        if self.lease is not None and self.lease_timeout:
+            try:
+                age = time.time() - self.lease.stat().st_mtime
+            except OSError:
+                age = now - board.started
+            if age > self.lease_timeout:
+                return RelayError(
+                    f"nobody read this transfer's progress for {self.lease_timeout:.0f} s "
+                    "(the run that started it ended: interrupted?); the chain was stopped"
+                )
+        return None
+
+
 def send(
     root: Path,
     names: list[str],
@@ -1551,14 +1771,29 @@ def send(
     streams: int = 1,
     transport: str = "ssh",
     manifest: dict[str, dict[str, Any]] | None = None,
+    limits: Limits | None = None,
+    sender: str = "",
 ) -> dict[str, Any]:
     """Stream ``names`` along ``chain``; every outcome, failures too, ends in the progress file."""
     board = ProgressFile(progress_path, [_hop_name(h) for h in chain], 0, job)
+    board.sender = sender or board.sender
+    limits = limits or Limits()
+    if limits.stall:  # each hop ends itself when its upstream went silent (_watch_upstream)
+        idle = min(MAX_IDLE, int(limits.stall * 2 + 30))
+        chain = [{**hop, "idle": idle} for hop in chain]
     try:
         sizes = _sizes(root, names, manifest) if chain and names else {}
         board.total = sum(sizes.values())
         board.write()
-        return _send(root, sizes, chain, board, streams=streams, transport=transport)
+        return _send(
+            root,
+            sizes,
+            chain,
+            board,
+            streams=streams,
+            transport=transport,
+            limits=limits,
+        )
     except BaseException as exc:
         board.error = str(exc) or type(exc).__name__
         board.write(finished=True)
@@ -1622,6 +1857,7 @@ def _send(
     *,
     streams: int = 1,
     transport: str = "ssh",
+    limits: Limits,
 ) -> dict[str, Any]:
     if not chain or not sizes:
         board.write(finished=True)
@@ -1641,7 +1877,7 @@ def _send(
         except BaseException as exc:  # the first failure stops every stream
             errors.append(exc)
             for down in downs:
-                down.kill()
+                down.kill(STOP_GRACE)
 
     try:
         for i in range(len(groups)):
@@ -1659,15 +1895,89 @@ def _send(
         for down in downs:
             down.kill()
         raise
+    limits.renew(board.job)
+    board.started = board.advanced = time.monotonic()
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(groups))]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    reason: list[RelayError] = []
+    try:
+        while alive := [t for t in threads if t.is_alive()]:
+            alive[0].join(WATCH_EVERY)
+            if not reason and (broken := limits.broken(board, chain)) is not None:
+                reason.append(broken)  # what the operator is told, not a stream's EPIPE
+                for down in downs:
+                    down.kill(STOP_GRACE)
+    except BaseException:  # a signal (Stopped), KeyboardInterrupt: every stream ends
+        for down in downs:
+            down.kill(STOP_GRACE)
+        raise
+    if reason:
+        raise reason[0]
     if errors:
         raise errors[0]
     board.write(finished=True)
     return {"sent_bytes": sum(sent), **board.snapshot(finished=True)}
+
+
+def watch(progress: Path, lease: Path | None, job_file: Path | None) -> dict[str, Any]:
+    """One reading of a transfer for the controller: the progress file and the async
+    job's results file as they are (empty when missing or unreadable), and the
+    lease renewed (see :class:`Limits`)."""
+    if lease is not None:
+        lease.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            lease.touch()
+        if not lease.exists():
+            lease.write_text("\n")
+
+    def read(path: Path | None) -> Any:
+        try:
+            return json.loads(path.read_text()) if path is not None else {}
+        except (OSError, ValueError):
+            return {}
+
+    return {"board": read(progress), "job": read(job_file)}
+
+
+def reach(
+    name: str,
+    upstream: str,
+    addresses: list[tuple[str, str]],
+    *,
+    port: int = 22,
+    timeout: float = 3.0,
+) -> dict[str, Any]:
+    """Whether every ``(label, address)`` of the hop ``name`` answers from here (the
+    node that will connect to it, ``upstream``): a TCP connection to ``port``, all
+    at once, each given ``timeout`` seconds. The chain would stand still at an
+    address that does not answer (a fabric not provisioned, a cable out): this is
+    said before anything is sent, naming the hop, the address and its twin."""
+    answers: dict[str, str | None] = {}
+
+    def one(address: str) -> None:
+        try:
+            with socket.create_connection((address, port), timeout=timeout):
+                answers[address] = None
+        except TimeoutError:
+            answers[address] = f"no answer within {timeout:g} s"
+        except ConnectionRefusedError:
+            answers[address] = f"refused: nothing listens on port {port}"
+        except OSError as exc:
+            answers[address] = exc.strerror or type(exc).__name__
+
+    threads = [threading.Thread(target=one, args=(a,)) for _, a in addresses]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    problems = [
+        f"{name}: {label} {address} does not answer from {upstream} "
+        f"(TCP port {port}: {answers[address]})"
+        for label, address in addresses
+        if answers.get(address) is not None
+    ]
+    return {"hop": name, "from": upstream, "answers": answers, "problems": problems}
 
 
 def snapshot_dir(cache_dir: Path, repo: str, revision: str) -> Path:
@@ -1892,6 +2202,23 @@ def _chain(text: str) -> list[dict[str, Any]]:
     return chain
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds, 0-604800")
+    return value
+
+
+def _labelled(text: str) -> tuple[str, str]:
+    label, sep, address = text.partition("=")
+    if not sep or not label or not address:
+        raise argparse.ArgumentTypeError(f"{text!r}: LABEL=ADDRESS")
+    return label, address
+
+
 def _cache_dir(text: str) -> Path:
     pure = PurePosixPath(text)
     if not pure.is_absolute() or ".." in pure.parts or len(pure.parts) < 2:
@@ -1946,6 +2273,44 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--manifest", type=Path, help="send only files this manifest lists (the holder's)"
     )
+    p.add_argument(
+        "--stall-timeout",
+        type=_seconds,
+        default=0,
+        help="give up when no hop's byte count grew for this many seconds (0: never)",
+    )
+    p.add_argument(
+        "--deadline", type=_seconds, default=0, help="seconds the transfer may take (0: no limit)"
+    )
+    p.add_argument("--lease", type=Path, help="a file the progress reader touches (watch)")
+    p.add_argument("--sender", default="", help="this node's name, in what is said of a stall")
+    p.add_argument(
+        "--lease-timeout",
+        type=_seconds,
+        default=0,
+        help="stop when the lease is older than this many seconds (0: never)",
+    )
+    _watch_parsers(sub)
+    _rest_parsers(sub)
+    return parser
+
+
+def _watch_parsers(sub: Any) -> None:
+    p = sub.add_parser("watch", help="one reading of a transfer, renewing its lease")
+    p.add_argument("--progress", type=Path, required=True)
+    p.add_argument("--lease", type=Path)
+    p.add_argument("--job-file", type=Path, help="the async job's results file")
+    p = sub.add_parser("reach", help="whether a hop's addresses answer from here")
+    p.add_argument("name")
+    p.add_argument("--from", dest="upstream", required=True)
+    p.add_argument(
+        "--address", type=_labelled, action="append", required=True, help="LABEL=ADDRESS"
+    )
+    p.add_argument("--port", type=int, default=22)
+    p.add_argument("--timeout", type=_seconds, default=3.0)
+
+
+def _rest_parsers(sub: Any) -> None:
     p = sub.add_parser("recv")
     p.add_argument("--chain", required=True)
     p.add_argument("--stream", type=int, default=0)
@@ -1967,7 +2332,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="read the token from the first line of stdin (empty: anonymous) instead of HF_TOKEN",
     )
-    return parser
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -1998,7 +2362,14 @@ def main(argv: Iterable[str] | None = None) -> int:
             result = fetch_hf(
                 args.repo, args.revision, args.cache_dir, args.manifest, args.state, token=token
             )
+        elif args.command == "watch":
+            result = watch(args.progress, args.lease, args.job_file)
+        elif args.command == "reach":
+            result = reach(
+                args.name, args.upstream, args.address, port=args.port, timeout=args.timeout
+            )
         elif args.command == "send":
+            guard()
             result = send(
                 args.root,
                 _names(args.files),
@@ -2008,8 +2379,16 @@ def main(argv: Iterable[str] | None = None) -> int:
                 streams=args.streams,
                 transport=args.transport,
                 manifest=read_manifest(args.manifest) if args.manifest else None,
+                limits=Limits(
+                    stall=args.stall_timeout,
+                    deadline=args.deadline,
+                    lease=args.lease,
+                    lease_timeout=args.lease_timeout,
+                ),
+                sender=args.sender,
             )
         elif args.command == "serve":
+            guard()
             result = serve(
                 os.environ.get("SSH_ORIGINAL_COMMAND"),
                 sys.stdin.buffer,
@@ -2025,6 +2404,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                     f"--stream {args.stream} of --streams {args.streams}: "
                     f"0 <= stream < streams <= {MAX_STREAMS}"
                 )
+            guard()
             result = recv(
                 _chain(args.chain),
                 sys.stdin.buffer,
