@@ -47,6 +47,7 @@ the kernel decides as :meth:`~EgressPlan.verdict` does.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import socket
 from collections.abc import Iterable, Sequence
@@ -56,6 +57,8 @@ from urllib.parse import urlsplit
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.proc import require_tool, run
+
+log = logging.getLogger(__name__)
 
 TABLE = "sparkctl_lab"  # in the inet family: one table for IPv4 and IPv6
 FAMILY = "inet"
@@ -226,15 +229,18 @@ def url_target(url: str) -> tuple[str, int]:
 
 
 def resolve(host: str, port: int) -> list[Endpoint]:
-    """Every IPv4 address ``host`` has here (the nodes resolve through this host)."""
+    """Every IPv4 address ``host`` has here (the nodes resolve through this host).
+
+    A name that does not resolve gives nothing, with a warning: the mirror is then
+    unreachable for the nodes too, and an offline lab with a cached image still
+    comes up (sealed all the same)."""
     try:
         infos = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise SparkctlError(
-            f"the lab's package mirror {host} does not resolve on this machine: {exc}",
-            ExitCode.ENVIRONMENT,
-            hint="check this machine's DNS, or name a mirror: sparkctl lab up --mirror URL",
-        ) from exc
+    except (socket.gaierror, UnicodeError) as exc:
+        log.warning(
+            "the lab's package mirror %s does not resolve here (%s): not allowed", host, exc
+        )
+        return []
     return sorted({Endpoint(ipaddress.IPv4Address(info[4][0]), port) for info in infos})
 
 

@@ -5,7 +5,9 @@ The lab is described by an inventory (``inventory/sim.ini``): the same file
 image, starts one systemd container per host on a podman bridge with the
 inventory's management addresses, cables every twin to its switch port,
 shapes the ports, makes each node look like a Spark to the tools the roles use
-and records SSH trust. ``down`` removes what ``up`` created and nothing else.
+and records SSH trust. An nft table on the host (:mod:`sparkctl.lab.egress`)
+keeps the nodes' traffic out of the controller's own network. ``down`` removes
+what ``up`` created and nothing else.
 """
 
 from __future__ import annotations

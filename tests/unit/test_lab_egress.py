@@ -182,6 +182,12 @@ def test_mirror_endpoints_resolve_here() -> None:
     assert egress.mirror_endpoints(["http://192.168.1.5:3142/debian"]) == (SITE_CACHE,)
 
 
+def test_a_mirror_that_does_not_resolve_is_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    # .invalid never resolves (RFC 2606 2): an offline lab still comes up, sealed
+    assert egress.mirror_endpoints(["http://mirror.invalid/debian"]) == ()
+    assert "mirror.invalid does not resolve" in caplog.text
+
+
 # ------------------------------------------------ the rules on a real kernel
 _SERVE = r"""
 import json, selectors, socket, sys
@@ -342,3 +348,16 @@ def test_remove_takes_the_guard_away(routed_lab: tuple[str, str, str]) -> None:
     assert out.split() == ["True", "True", "False", "False"]
     assert "sparkctl_lab" not in _sh("nft", "list", "tables", ns=host)
     assert _probe(lab)[0] == "connected"
+
+
+# ---------------------------------------------------------------- lab status
+@pytest.mark.parametrize(("guard", "warned"), [(True, False), (False, True)])
+def test_lab_status_says_when_the_guard_is_missing(
+    guard: bool, warned: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sparkctl import cli  # noqa: PLC0415 -- the click layer, only here
+
+    cli._show_status({"up": True, "rate_mbit": 1000, "egress_guard": guard, "hosts": []})
+    out = capsys.readouterr().out
+    assert "ports shaped to 1000 Mbit/s" in out
+    assert ("NO egress guard" in out) is warned
