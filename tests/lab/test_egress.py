@@ -6,8 +6,9 @@ or a netplan that did not apply) sent its SSH to a fabric address out through th
 management default route and podman's NAT into the controller's own network. The
 probes here leave through the management interface on purpose (``SO_BINDTODEVICE``
 to ``enP7s7``): that is the path such a node's fabric traffic takes, whatever state
-the shared lab is in, so the test needs no fabric address flushed and restores
-nothing.
+the shared lab is in; and from the lab switch, which never has a fabric address, they
+leave that way with no option at all. So the test needs no fabric address flushed and
+restores nothing.
 """
 
 from __future__ import annotations
@@ -123,6 +124,23 @@ def test_a_node_reaches_nothing_outside_the_lab(lab: LabSession) -> None:
     refused = errno.errorcode[errno.EHOSTUNREACH]
     # refused at once by the host ("No route to host"), neither connected nor left to hang
     assert results == [refused] * len(probes), list(zip(probes, results, strict=True))
+
+
+def test_a_host_without_fabric_addresses_sends_fabric_traffic_nowhere(lab: LabSession) -> None:
+    """The lab switch never has a fabric address (it bridges the fabric, provisioned or
+    not): from it, fabric traffic takes the management default route as an unprovisioned
+    node's does, with no socket option."""
+    assert lab.inventory.switch is not None
+    switch = lab.inventory.switch.mgmt_ip
+    peer = lab.inventory.node("spark2")
+    for twin in ("a", "b"):
+        route = json.loads(ssh(switch, f"ip -j route get {peer.fabric_ips[twin]}").stdout)[0]
+        assert route["dev"] == MGMT_IF, route  # the precondition: out the management side
+    probes: list[tuple[str, int, str | None]] = [
+        (peer.fabric_ips["a"], 22, None),
+        (peer.fabric_ips["b"], 22, None),
+    ]
+    assert _probe(switch, probes) == [errno.errorcode[errno.EHOSTUNREACH]] * 2
 
 
 def test_the_lab_itself_and_the_package_mirror_stay_reachable(lab: LabSession) -> None:
