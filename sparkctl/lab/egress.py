@@ -194,13 +194,15 @@ def _remove_script() -> str:
 
 
 # ------------------------------------------------------------------ inputs
-def apt_uris(sources_list: str) -> list[str]:
-    """The URIs of the ``deb``/``deb-src`` lines of a one-line-style sources.list."""
-    uris = []
-    for line in sources_list.splitlines():
-        m = re.match(r"\s*deb(?:-src)?\s+(?:\[[^]]*\]\s+)?(\S+)\s", line)
-        if m and m.group(1) not in uris:
-            uris.append(m.group(1))
+def apt_uris(sources: str) -> list[str]:
+    """The URIs apt fetches from, in order: ``deb``/``deb-src`` lines of the one-line
+    format and ``URIs:`` fields of deb822 stanzas (sources.list(5))."""
+    uris: list[str] = []
+    for line in sources.splitlines():
+        one_line = re.match(r"\s*deb(?:-src)?\s+(?:\[[^]]*\]\s+)?(\S+)\s", line)
+        deb822 = re.match(r"URIs:\s*(.*)$", line)
+        found = [one_line.group(1)] if one_line else deb822.group(1).split() if deb822 else []
+        uris += [u for u in found if u not in uris]
     return uris
 
 

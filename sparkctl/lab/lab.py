@@ -143,18 +143,13 @@ class LabSpec:
 
 
 def _fabric_networks(inv: inv_mod.Inventory) -> tuple[str, ...]:
-    """fabric_a_subnet, fabric_b_subnet and every node's fabric address, as networks."""
-    nets: list[ipaddress.IPv4Network] = []
-    for twin in ("a", "b"):
-        raw = inv.cluster_var(f"fabric_{twin}_subnet")
-        if raw is None:
-            continue
-        try:
-            nets.append(ipaddress.IPv4Network(str(raw), strict=False))
-        except ValueError as exc:
-            raise inv_mod.bad_input(
-                inv.path, None, f"fabric_{twin}_subnet", f"{raw!r} is not an IPv4 network"
-            ) from exc
+    """fabric_a_subnet, fabric_b_subnet (validated as IPv4 networks, roles/cluster_defaults
+    /meta/constraints.yml) and every node's fabric address, as disjoint networks."""
+    nets = [
+        ipaddress.IPv4Network(str(raw))
+        for raw in (inv.cluster_var(f"fabric_{twin}_subnet") for twin in ("a", "b"))
+        if raw is not None
+    ]
     for node in inv.nodes:
         nets += [ipaddress.IPv4Network(ip) for ip in node.fabric_ips.values()]
     return tuple(str(n) for n in ipaddress.collapse_addresses(nets))
@@ -346,7 +341,8 @@ class Lab:
                         "sh",
                         "-c",
                         "cat /etc/resolv.conf; echo @@sparkctl@@; "
-                        "cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null; "
+                        "cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list "
+                        "/etc/apt/sources.list.d/*.sources 2>/dev/null; "
                         "true",
                     ],
                 ).stdout

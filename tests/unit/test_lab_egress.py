@@ -154,6 +154,27 @@ def test_apt_uris_of_the_sources_list_the_image_writes() -> None:
     ) == ["https://y.example:8443/d"]
 
 
+def test_apt_uris_of_deb822_sources() -> None:
+    # the form of Debian 12's /etc/apt/sources.list.d/debian.sources (sources.list(5))
+    text = (
+        "Types: deb\n"
+        "URIs: http://mirror.example/debian\n"
+        "Suites: bookworm bookworm-updates\n"
+        "Components: main\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+        "\n"
+        "Types: deb\n"
+        "URIs: http://mirror.example/debian-security https://mirror2.example/ds\n"
+        "Suites: bookworm-security\n"
+        "Components: main\n"
+    )
+    assert egress.apt_uris(text) == [
+        "http://mirror.example/debian",
+        "http://mirror.example/debian-security",
+        "https://mirror2.example/ds",
+    ]
+
+
 def test_resolvers_of_a_podman_resolv_conf() -> None:
     assert egress.resolvers(PODMAN_RESOLV_CONF) == [A("10.77.0.1"), A("10.255.255.53")]
     assert egress.resolvers("nameserver fd00::1\nnameserver 9.9.9.9\n") == [A("9.9.9.9")]
@@ -361,3 +382,31 @@ def test_lab_status_says_when_the_guard_is_missing(
     out = capsys.readouterr().out
     assert "ports shaped to 1000 Mbit/s" in out
     assert ("NO egress guard" in out) is warned
+
+
+def _sim_copy(tmp_path: Path, edits: dict[str, tuple[str, str]]) -> Path:
+    inv_dir = tmp_path / "inventory"
+    inv_dir.mkdir()
+    shutil.copy(ROOT / "inventory" / "sim.ini", inv_dir / "sim.ini")
+    shutil.copytree(ROOT / "inventory" / "group_vars" / "sim", inv_dir / "group_vars" / "sim")
+    for name, (old, new) in edits.items():
+        path = inv_dir / name
+        text = path.read_text()
+        assert text.count(old) >= 1, old
+        path.write_text(text.replace(old, new))
+    return inv_dir / "sim.ini"
+
+
+def test_a_public_fabric_subnet_is_closed(tmp_path: Path) -> None:
+    inv = _sim_copy(
+        tmp_path,
+        {
+            "group_vars/sim/cluster.yml": (
+                "fabric_b_subnet: 192.168.101.0/24",
+                "fabric_b_subnet: 198.51.100.0/24",
+            ),
+            "sim.ini": ("fabric_b_ip=192.168.101.", "fabric_b_ip=198.51.100."),
+        },
+    )
+    nets = [N(n) for n in LabSpec.from_inventory(inv).fabric_networks]
+    assert nets == [N("192.168.100.0/24"), N("198.51.100.0/24")]
