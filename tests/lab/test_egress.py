@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import json
+import os
 import subprocess
 
 import pytest
@@ -87,7 +88,7 @@ def _lab_bridge() -> str:
         capture_output=True,
         text=True,
         check=True,
-        env={"CONTAINERS_CONF": str(CONTAINERS_CONF), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)},
     )
     return str(json.loads(proc.stdout)[0]["network_interface"])
 
