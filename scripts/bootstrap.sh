@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(podman runc netavark aardvark-dns debootstrap iproute2 iptables openssh-client util-linux tar)
+packages=(podman runc netavark aardvark-dns debootstrap iproute2 iptables nftables openssh-client util-linux tar)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -847,7 +847,9 @@ def lab_model(
 def _show_status(status: dict[str, Any]) -> None:
     table = Table(
         title=f"lab ({'up' if status['up'] else 'not up'}, "
-        f"ports shaped to {status['rate_mbit']} Mbit/s)"
+        f"ports shaped to {status['rate_mbit']} Mbit/s"
+        + ("" if status.get("egress_guard", True) else "; NO egress guard: run sparkctl lab up")
+        + ")"
     )
     for col in ("host", "state", "management", "links"):
         table.add_column(col)

@@ -52,7 +52,7 @@ def sparkctl(
 def lab_unavailable() -> str | None:
     if os.geteuid() != 0:
         return "the lab needs root"
-    for tool in ("podman", "runc", "debootstrap", "ip", "tc", "nsenter"):
+    for tool in ("podman", "runc", "debootstrap", "ip", "tc", "nsenter", "nft"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed"
     return None

@@ -69,6 +69,10 @@ class HostSnapshot:
                 if line.startswith("#"):
                     continue
                 rules.append(re.sub(r"\[\d+:\d+\]", "", line))
+        if shutil.which("nft"):
+            # sparkctl's own nft tables (the lab's egress guard); the iptables-nft
+            # tables podman's netavark creates stay after every network is gone.
+            rules += [t for t in _out(["nft", "list", "tables"]).splitlines() if "sparkctl" in t]
         return cls(links, containers, networks, tuple(rules))
 
 

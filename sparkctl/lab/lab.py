@@ -5,7 +5,9 @@ The lab is described by an inventory (``inventory/sim.ini``): the same file
 image, starts one systemd container per host on a podman bridge with the
 inventory's management addresses, cables every twin to its switch port,
 shapes the ports, makes each node look like a Spark to the tools the roles use
-and records SSH trust. ``down`` removes what ``up`` created and nothing else.
+and records SSH trust. An nft table on the host (:mod:`sparkctl.lab.egress`)
+keeps the nodes' traffic out of the controller's own network. ``down`` removes
+what ``up`` created and nothing else.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from sparkctl import inventory as inv_mod
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.lab import fabric, sshtrust, standins
+from sparkctl.lab import egress, fabric, sshtrust, standins
 from sparkctl.lab.hardware import LabHardware
 from sparkctl.lab.image import ensure_image
 from sparkctl.lab.podman import Podman
@@ -59,6 +61,9 @@ class LabSpec:
     rate_mbit: int
     hardware: LabHardware
     cluster: str = "lab"
+    # The inventory's fabric subnets (and addresses): they exist only on the lab
+    # switch's bridges, so nothing addressed to them may leave through the host.
+    fabric_networks: tuple[str, ...] = ()
 
     @property
     def sparks(self) -> tuple[LabHost, ...]:
@@ -133,7 +138,21 @@ class LabSpec:
             rate_mbit=rate,
             hardware=hw,
             cluster=inv.cluster,
+            fabric_networks=_fabric_networks(inv),
         )
+
+
+def _fabric_networks(inv: inv_mod.Inventory) -> tuple[str, ...]:
+    """fabric_a_subnet, fabric_b_subnet (validated as IPv4 networks, roles/cluster_defaults
+    /meta/constraints.yml) and every node's fabric address, as disjoint networks."""
+    nets = [
+        ipaddress.IPv4Network(str(raw))
+        for raw in (inv.cluster_var(f"fabric_{twin}_subnet") for twin in ("a", "b"))
+        if raw is not None
+    ]
+    for node in inv.nodes:
+        nets += [ipaddress.IPv4Network(ip) for ip in node.fabric_ips.values()]
+    return tuple(str(n) for n in ipaddress.collapse_addresses(nets))
 
 
 def _cables(inv: inv_mod.Inventory) -> list[fabric.Cable]:
@@ -198,6 +217,7 @@ def check_environment() -> None:
         ("nsenter", "util-linux"),
         ("ssh-keygen", "openssh-client"),
         ("ssh", "openssh-client"),
+        ("nft", "nftables"),
     ):
         require_tool(tool, package=pkg)
 
@@ -223,7 +243,10 @@ class Lab:
         existing = self.containers()
         if existing:
             if self.is_up() and self.podman.network_exists(NETWORK):
-                self.progress("the lab is already up; leaving it as it is")
+                # A lab brought up before the guard existed, or one whose guard was
+                # removed by hand, is sealed again; the nodes are not touched.
+                self.guard()
+                self.progress("the lab is already up; leaving it as it is (egress guard in place)")
                 return False
             raise SparkctlError(
                 f"a partial lab exists ({', '.join(sorted(existing))}); not touching it",
@@ -266,6 +289,9 @@ class Lab:
                 gateway,
                 NETWORK,
             )
+        # Sealed before any node starts: only lab-internal traffic (and HTTP(S) to
+        # public addresses) until the nodes' mirror and resolvers are known.
+        egress.apply(self.egress_plan(nodes=False))
         for host in self.spec.hosts:
             self.progress(f"starting {host.name} ({host.mgmt_ip})")
             self.podman(
@@ -295,8 +321,47 @@ class Lab:
             )
         with ThreadPoolExecutor(max_workers=len(self.spec.hosts)) as pool:
             list(pool.map(self._wait_booted, [h.name for h in self.spec.hosts]))
+        self.guard()
         for host in self.spec.hosts:
             self._writable_net_sysctls(host.name)
+
+    # ---------------------------------------------------------------- egress
+    def egress_plan(self, *, nodes: bool = True) -> egress.EgressPlan:
+        """The lab's egress guard (sparkctl/lab/egress.py): its bridge, management and
+        fabric networks, and - read from the running nodes when ``nodes`` - the package
+        mirror their apt uses and the resolvers they ask."""
+        urls: list[str] = []
+        resolvers: list[ipaddress.IPv4Address] = []
+        if nodes:
+            for host in self.spec.hosts:
+                # One exec per node; every file the node's apt reads its sources from.
+                text = self.podman.exec(
+                    host.name,
+                    [
+                        "sh",
+                        "-c",
+                        "cat /etc/resolv.conf; echo @@sparkctl@@; "
+                        "cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list "
+                        "/etc/apt/sources.list.d/*.sources 2>/dev/null; "
+                        "true",
+                    ],
+                ).stdout
+                resolv, _, sources = text.partition("@@sparkctl@@")
+                urls += [u for u in egress.apt_uris(sources) if u not in urls]
+                resolvers += [r for r in egress.resolvers(resolv) if r not in resolvers]
+        return egress.EgressPlan(
+            bridge=self.podman.network_interface(NETWORK),
+            lab_network=ipaddress.IPv4Network(self.spec.mgmt_subnet),
+            fabric_networks=tuple(ipaddress.IPv4Network(n) for n in self.spec.fabric_networks),
+            resolvers=tuple(resolvers),
+            mirrors=egress.mirror_endpoints(urls),
+        )
+
+    def guard(self) -> egress.EgressPlan:
+        """Install (or renew) the egress guard for the running lab; returns its plan."""
+        plan = self.egress_plan()
+        egress.apply(plan)
+        return plan
 
     def _writable_net_sysctls(self, name: str) -> None:
         """Make /proc/sys/net (and only it) writable in the container.
@@ -385,6 +450,8 @@ class Lab:
         if self.podman.network_exists(NETWORK):
             self.podman("network", "rm", "-f", NETWORK)
             removed.append(f"network {NETWORK}")
+        if egress.remove():
+            removed.append(f"egress guard (nft table {egress.FAMILY} {egress.TABLE})")
         for stale in (self.dir / "lab.json", self.dir / "ssh" / "known_hosts"):
             if stale.exists():
                 stale.unlink()
@@ -433,6 +500,7 @@ class Lab:
         return {
             "up": up,
             "network": NETWORK if self.podman.network_exists(NETWORK) else None,
+            "egress_guard": egress.installed(),
             "rate_mbit": self.spec.rate_mbit,
             "inventory": str(self.spec.inventory),
             "hosts": hosts,

@@ -49,6 +49,14 @@ class Podman:
     def network_exists(self, name: str) -> bool:
         return self("network", "exists", name, check=False).returncode == 0
 
+    def network_interface(self, name: str) -> str:
+        """The host-side bridge of podman network ``name`` (``network_interface``)."""
+        data = json.loads(self("network", "inspect", name).stdout or "[]")
+        bridge = data[0].get("network_interface") if isinstance(data, list) and data else None
+        if not isinstance(bridge, str) or not bridge:
+            raise SparkctlError(f"podman network {name} names no bridge interface", ExitCode.LAB)
+        return bridge
+
     def containers(self, label: str) -> list[dict[str, Any]]:
         out = self("ps", "-a", "--filter", f"label={label}", "--format", "json").stdout
         data = json.loads(out or "[]")

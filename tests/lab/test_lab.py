@@ -319,8 +319,10 @@ def test_lab_down_leaves_nothing_behind(lab: LabSession) -> None:
     ours = {node.name for node in lab.inventory.nodes} | ({switch.name} if switch else set())
     pre_down = HostSnapshot.take()
     assert ours <= pre_down.containers, pre_down.containers
+    assert "table inet sparkctl_lab" in pre_down.firewall  # the egress guard
     down = sparkctl("lab", "down", check=True)
     assert "container spark1" in down.stderr
+    assert "egress guard" in down.stderr
     after = HostSnapshot.take()
     # nothing of the lab is left
     assert after.containers - lab.before.containers == set()
