@@ -200,7 +200,7 @@ def apt_uris(sources: str) -> list[str]:
     uris: list[str] = []
     for line in sources.splitlines():
         one_line = re.match(r"\s*deb(?:-src)?\s+(?:\[[^]]*\]\s+)?(\S+)\s", line)
-        deb822 = re.match(r"URIs:\s*(.*)$", line)
+        deb822 = re.match(r"URIs:\s*(.*)", line)
         found = [one_line.group(1)] if one_line else deb822.group(1).split() if deb822 else []
         uris += [u for u in found if u not in uris]
     return uris

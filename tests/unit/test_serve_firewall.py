@@ -13,6 +13,8 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +65,9 @@ needs_nft = pytest.mark.skipif(
 def _in_netns(tmp_path: Path, after_load: str, command: str) -> tuple[int, str]:
     """``command`` in a fresh network namespace where the role's file was loaded and then
     ``after_load`` ran: (exit code, stdout then stderr), as the ssh runner returns it."""
-    rules = tmp_path / "sglang-firewall.nft"
+    # One file per call: the cluster runs its hosts' commands in parallel threads, and
+    # a file another thread is rewriting would be read half-written.
+    rules = tmp_path / f"sglang-firewall-{threading.get_ident()}-{time.monotonic_ns()}.nft"
     rules.write_text(_nft_file())
     script = f"{NFT} -f {shlex.quote(str(rules))} || exit 99\n{after_load}\n{command}\n"
     proc = subprocess.run(

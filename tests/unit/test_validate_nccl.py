@@ -947,7 +947,7 @@ def test_the_spark_thresholds_are_the_role_defaults() -> None:
     assert SPARK.fraction_for("all_gather") == 0.875
     assert SPARK.threshold_for("all_gather") == pytest.approx(21.875)
     assert SPARK.floor_for("all_gather") == pytest.approx(17.5)
-    assert SPARK.fraction_for("all_reduce") is None and SPARK.judged_sizes == 2
+    assert SPARK.fraction_for("all_reduce") is None and SPARK.judged_sizes == 3
 
 
 @pytest.mark.parametrize(
