@@ -133,7 +133,7 @@ def test_validate_passes_on_a_provisioned_lab(healthy: dict[str, Any]) -> None:
     rate = report["thresholds"]["line_rate_gbytes"]
     assert rate == pytest.approx(1000 / 8 / 1000)  # the lab's shaped 1000 Mbit/s
     for run in runs.values():
-        assert run["outcome"] == "passed" and len(run["judged"]) == 2
+        assert run["outcome"] == "passed" and len(run["judged"]) == 3  # validate_judged_sizes
         rows = run["report"]["rows"]
         assert rows and rows[-1]["size"] == 16 << 20 and run["report"]["wrong"] == 0
         # Measured, not canned: below the shaped line rate, above the threshold.

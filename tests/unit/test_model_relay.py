@@ -924,10 +924,12 @@ def test_a_stalled_stream_stops_at_the_first_hop_holding_the_least() -> None:
     ]:
         board.line(line)
     assert [
-        (s["host"], s["address"], s["twin"], s["from"]) for s in board.where_stalled(chain)
+        (s["host"], s["address"], s["twin"], s["from"], s["from_address"])
+        for s in board.where_stalled(chain)
     ] == [
-        ("spark3", "a3", "fabric_a_ip", "spark2"),
-        ("spark2", "b2", "fabric_b_ip", "spark1"),
+        # both ends of the link: a cable pulled at spark2's twin a breaks it too
+        ("spark3", "a3", "fabric_a_ip", "spark2", "a2"),
+        ("spark2", "b2", "fabric_b_ip", "spark1", ""),  # the sender's own end: no hop
     ]
 
 

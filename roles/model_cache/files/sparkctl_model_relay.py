@@ -1621,7 +1621,10 @@ class ProgressFile:
         hops past the break hold exactly what the first of them received, and every
         hop before it more (what sits in the buffers the break filled). The stream
         stops at the first hop holding the least: the link into it, or the hop
-        itself (a relay that stopped reading)."""
+        itself (a relay that stopped reading). Both ends of that link are named: a
+        link runs through a port of each (a cable pulled at the upstream node's twin
+        breaks the link into it and the one out of it, and the counts show the
+        second)."""
         names = [_hop_name(h) for h in chain]
         out: list[dict[str, Any]] = []
         for stream in range(self.streams):
@@ -1639,6 +1642,8 @@ class ProgressFile:
                     "address": hop_host(hop, stream),
                     "twin": twin,
                     "from": names[i - 1] if i else self.sender,
+                    # the upstream end's own address on this stream (none for the sender)
+                    "from_address": hop_host(chain[i - 1], stream) if i else "",
                     "stream": stream,
                     "bytes": counts[i],
                 }
@@ -1741,6 +1746,7 @@ class Limits:
                 f"{s['host']} {s['address']} ("
                 + (f"{s['twin']}, " if s["twin"] else "")
                 + f"stream {s['stream']}) from {s['from']}"
+                + (f" {s['from_address']}" if s.get("from_address") else "")
                 for s in board.stalled
             )
             return RelayError(

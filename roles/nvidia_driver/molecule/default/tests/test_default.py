@@ -104,8 +104,10 @@ def test_hold_list_names_the_hold_set(host: Any) -> None:
     assert lines == HOLD_SET
 
 
+# (cuda-keyring is one of prepare's DGX OS stand-ins, there to be left unheld; the
+# CUDA repository it would bring is test_no_cuda_repository_added's.)
 @pytest.mark.parametrize(
-    "package", ["cuda-keyring", f"nvidia-driver-{DEFAULTS['nvidia_driver_branch']}-open"]
+    "package", ["cuda-drivers", f"nvidia-driver-{DEFAULTS['nvidia_driver_branch']}-open"]
 )
 def test_dgx_os_driver_is_kept_nothing_installed(host: Any, package: str) -> None:
     assert host.file("/etc/dgx-release").exists
