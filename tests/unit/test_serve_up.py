@@ -12,7 +12,7 @@ import json
 import queue
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.plan import Plan, SglangPlan
 from sparkctl.serve import up
 from tests.unit import plans
+from tests.unit.test_serve_probe import _Health as Health
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
 # shutdown() waits for serve_forever to look at its flag, every poll_interval (0.5 s by
@@ -107,16 +108,7 @@ def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_ready_when_the_head_answers_health() -> None:
-    class Ok(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200 if self.path == "/health" else 404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
     threading.Thread(target=server.serve_forever, kwargs=QUICK_SHUTDOWN, daemon=True).start()
     try:
         cluster = FakeCluster(base_url=f"http://127.0.0.1:{server.server_address[1]}")

@@ -26,6 +26,7 @@ from sparkctl.checks import test_node as checks
 from sparkctl.plan import NodePlan, Plan
 from tests.unit import plans
 from tests.unit.pathload import load_file
+from tests.unit.test_tool_output_readers import Result
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -37,13 +38,6 @@ HOLD_FILTERS = load_file(
 
 def fixture(tool: str, name: str) -> str:
     return (FIXTURES / tool / name).read_text()
-
-
-@dataclass
-class Result:
-    rc: int
-    stdout: str
-    stderr: str = ""
 
 
 @dataclass
