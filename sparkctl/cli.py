@@ -287,6 +287,12 @@ def model_sync(
     multiple=True,
     help="VAR=VALUE or a YAML mapping, as given to provision (e.g. the model source).",
 )
+@click.option(
+    "--stop-serving",
+    is_flag=True,
+    help="Stop a running TP service for the run and start it again after (a loaded model "
+    "leaves too little memory for a calibrated sweep: the gate says not judged).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout.")
 def validate(
     inventory_path: Path,
@@ -294,29 +300,40 @@ def validate(
     no_nccl: bool,
     collectives: tuple[str, ...],
     extra: tuple[str, ...],
+    stop_serving: bool,
     as_json: bool,
 ) -> None:
     """Check every node and the fabric, gate NCCL bandwidth, write a report.
 
     Exit 0 when everything passes, 1 when a check, the bandwidth gate or the
     baseline comparison fails (the report says which node, interface and
-    collective), 2 for bad input, 3 when a node cannot be reached.
+    collective), 2 for bad input, 3 when a node cannot be reached, 8 when
+    nothing failed but the gate could not judge (too little memory free for a
+    calibrated sweep, as next to a loaded model: --stop-serving).
     """
     from sparkctl import present  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
     extravars = _extra_vars(extra)
     inv = _checked(inventory_path, extravars)
-    report, run_dir = run.validate(
-        run.Options(
-            inventory=inv,
-            baseline=baseline,
-            nccl=not no_nccl,
-            collectives=collectives,
-            extra=extravars,
-        )
-    )
-    present.validate(report, run_dir, as_json=as_json)
+    options: dict[str, Any] = {
+        "baseline": baseline,
+        "nccl": not no_nccl,
+        "collectives": collectives,
+    }
+    if stop_serving:
+        from sparkctl import whole_job  # noqa: PLC0415
+
+        around = whole_job.validate_stopping_service(inv, extravars, **options)
+        report, run_dir = around.report, around.run_dir
+        present.validate(report, run_dir, as_json=as_json)
+        if around.served is not None:
+            present.serve_up(around.served, to_stderr=as_json)
+            if (error := around.served.failure()) is not None:
+                raise error
+    else:
+        report, run_dir = run.validate(run.Options(inventory=inv, extra=extravars, **options))
+        present.validate(report, run_dir, as_json=as_json)
     if report.verdict != "passed":
         raise SparkctlError(
             run.failure_summary(report) + f" (report: {run_dir / 'report.html'})",
@@ -548,7 +565,10 @@ def report_nccl(
         else []
     )
     if failed:
-        raise SparkctlError("; ".join(failed), ExitCode.CHECKS_FAILED)
+        unjudged = not bad and verdict is not None and verdict[0].outcome == "not_judged"
+        raise SparkctlError(
+            "; ".join(failed), ExitCode.NOT_JUDGED if unjudged else ExitCode.CHECKS_FAILED
+        )
 
 
 def _asdict(value: Any) -> Any:

@@ -22,6 +22,9 @@ class ExitCode(IntEnum):
     LOCKED = 6  # another sparkctl run holds the lock for this inventory
     # a host offers a different SSH host key than the one recorded for it (sparkctl trust)
     HOST_KEY_CHANGED = 7
+    # the command ran and found nothing wrong, but could not judge what it was asked to
+    # (validate's bandwidth gate: a sweep below its calibrated size, NCCL's transport unseen)
+    NOT_JUDGED = 8
     INTERNAL = 70  # a bug in sparkctl (EX_SOFTWARE): please report it
     INTERRUPTED = 130  # Ctrl-C
 

@@ -165,6 +165,7 @@ class ValidatePlan:
     nccl_min_bytes: int
     nccl_max_bytes: int
     nccl_mem_fraction: float
+    nccl_calibrated_bytes: int
     nccl_iters: int
     nccl_warmup_iters: int
     nccl_timeout: int

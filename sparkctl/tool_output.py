@@ -814,6 +814,121 @@ def chronyc_tracking(text: str) -> dict[str, Any]:
         raise ToolOutputError(f"not chronyc tracking output ({exc}): {_quote(text)}") from None
 
 
+# ------------------------------------------------------------------ cgroup memory
+# cgroup v1's "no limit": PAGE_COUNTER_MAX in pages, printed in bytes (9223372036854771712
+# with 4 KiB pages); anything this large is no limit.
+_CGROUP_V1_UNLIMITED = 1 << 62
+_CGROUP_FILES = {
+    2: ("memory.max", "memory.current", "memory.stat"),
+    1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat"),
+}
+
+
+def _mount_field(text: str) -> str:
+    """A mountinfo path field: blanks and backslashes come octal-escaped (proc(5))."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def memory_cgroup_dirs(proc_cgroup: str, mountinfo: str) -> dict[str, Any] | None:
+    """Where a process's memory cgroup is, as this mount namespace sees it.
+
+    ``/proc/PID/cgroup`` and ``/proc/self/mountinfo`` (proc(5), cgroups(7)) ->
+    ``{"version": 1 or 2, "dirs": [the cgroup's directory, its parent, ... the
+    mount point]}``; None where no memory controller is mounted. cgroup v1 where a
+    v1 hierarchy carries the memory controller (a hybrid host: a controller is in one
+    hierarchy only), else v2. The cgroup's path is taken relative to the mount's
+    root, as OpenJDK's container support does (src/hotspot/os/linux/
+    cgroupSubsystem_linux.cpp): inside a container whose /proc shows the host's path
+    and whose mount's root is that path, the directory is the mount point itself."""
+    mounts: list[tuple[str, str, str, set[str]]] = []  # (fstype, root, mountpoint, superopts)
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if "-" not in fields[6:]:
+            continue
+        sep = fields.index("-", 6)
+        if len(fields) < sep + 4 or len(fields) < 5:
+            continue
+        fstype, superopts = fields[sep + 1], set(fields[sep + 3].split(","))
+        if fstype in ("cgroup", "cgroup2"):
+            mounts.append((fstype, _mount_field(fields[3]), _mount_field(fields[4]), superopts))
+    paths: dict[str, str] = {}  # "memory" (v1) or "" (v2) -> the process's cgroup path
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and not parts[1]:
+            paths[""] = parts[2]
+        elif "memory" in parts[1].split(","):
+            paths["memory"] = parts[2]
+    v1 = next((m for m in mounts if m[0] == "cgroup" and "memory" in m[3]), None)
+    v2 = next((m for m in mounts if m[0] == "cgroup2"), None)
+    if v1 is not None and "memory" in paths:
+        version, (_, root, point, _), path = 1, v1, paths["memory"]
+    elif v1 is None and v2 is not None and "" in paths:
+        version, (_, root, point, _), path = 2, v2, paths[""]
+    else:
+        return None
+    root = root.rstrip("/")
+    rel = path[len(root) :] if path == root or path.startswith(root + "/") else ""
+    point = point.rstrip("/") or "/"
+    parts = [p for p in rel.split("/") if p]
+    dirs = ["/".join([point.rstrip("/"), *parts[:n]]) or "/" for n in range(len(parts), -1, -1)]
+    return {"version": version, "dirs": dirs}
+
+
+def memory_cgroup_files(place: dict[str, Any]) -> list[str]:
+    """The files :func:`memory_cgroup` reads for :func:`memory_cgroup_dirs`' ``place``."""
+    names = _CGROUP_FILES[int(place["version"])]
+    return [f"{d.rstrip('/')}/{n}" for d in place["dirs"] for n in names]
+
+
+def memory_cgroup(place: dict[str, Any], grep_output: str) -> dict[str, Any]:
+    """``grep -H -s . FILES`` of :func:`memory_cgroup_files` -> the cgroup's memory.
+
+    ``{"usage": bytes charged to the process's own cgroup (None: unreadable),
+    "headroom": what the tightest limit from it up to the mount leaves (None: no
+    limit), "limit": that limit, "bound": its directory}``. The headroom counts
+    inactive file pages as free, the kernel reclaiming them before it fails an
+    allocation: the working set is usage less inactive_file, as the kubelet's
+    memory.available does (kubernetes.io/docs/concepts/scheduling-eviction/
+    node-pressure-eviction; cAdvisor's working set)."""
+    files = memory_cgroup_files(place)
+    values: dict[str, list[str]] = {}
+    for line in grep_output.splitlines():
+        for f in files:
+            if line.startswith(f + ":"):
+                values.setdefault(f, []).append(line[len(f) + 1 :])
+                break
+    limit_name, usage_name, _ = _CGROUP_FILES[int(place["version"])]
+    v1 = int(place["version"]) == 1
+
+    def number(path: str) -> int | None:
+        got = values.get(path, [])
+        return int(got[0]) if got and got[0].strip().isdigit() else None
+
+    def inactive_file(directory: str) -> int:
+        stat = {
+            w[0]: w[1]
+            for w in (v.split() for v in values.get(f"{directory}/memory.stat", []))
+            if len(w) == 2
+        }
+        # v1's hierarchical total_ counts the cgroup's descendants too, as usage does.
+        word = stat.get("total_inactive_file" if v1 else "inactive_file", "0")
+        return int(word) if word.isdigit() else 0
+
+    dirs = [d.rstrip("/") for d in place["dirs"]]
+    usage = number(f"{dirs[0]}/{usage_name}") if dirs else None
+    best: dict[str, Any] = {"usage": usage, "headroom": None, "limit": None, "bound": None}
+    for d in dirs:
+        limit, used = number(f"{d}/{limit_name}"), number(f"{d}/{usage_name}")
+        if limit is None or limit >= _CGROUP_V1_UNLIMITED or used is None:
+            continue  # v2 writes "max"; v1 a page counter's maximum
+        room = max(0, limit - used + inactive_file(d))
+        if best["headroom"] is None or room < best["headroom"]:
+            best.update(headroom=room, limit=limit, bound=d or "/")
+    return best
+
+
 def meminfo(text: str) -> dict[str, int]:
     """``/proc/meminfo`` -> {key: bytes}."""
     out = {}

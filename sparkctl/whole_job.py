@@ -102,3 +102,50 @@ def _done(result: object, show: Callable[[object], None], error: SparkctlError |
     show(result)
     if error is not None:
         raise error
+
+
+@dataclass(frozen=True)
+class AroundService:
+    """``validate --stop-serving``: the report, and what happened to the service around it
+    (``stopped``: the nodes whose rank ran and was stopped; ``served``: the start after
+    the sweep, None when nothing had been stopped)."""
+
+    report: Report
+    run_dir: Path
+    stopped: tuple[str, ...]
+    served: UpResult | None
+
+
+def validate_stopping_service(
+    inv: inventory.Inventory, extravars: Mapping[str, Any] | None = None, **options: Any
+) -> AroundService:
+    """Stop a running TP service, validate, start it again (even when validate fails).
+
+    A loaded model takes most of a GB10's unified memory, and nccl-tests' sweep is sized
+    from what is left: next to a model the gate cannot reach the sizes it is calibrated
+    at, and says "not judged". Every rank stops together and starts together, as a
+    multi-node TP group must (one restarted rank cannot rejoin a running group). A
+    service that was not running is left stopped. ``options`` go to validate's Options."""
+    from sparkctl.serve import up  # noqa: PLC0415
+    from sparkctl.validate import run  # noqa: PLC0415
+
+    with inventory_lock(inv, "validate --stop-serving"):
+        ranks = up.status(inv)["ranks"]
+        running = tuple(
+            r["node"] for r in ranks if r.get("ActiveState") in ("active", "activating")
+        )
+        if running:
+            console.progress(f"validate --stop-serving: stopping the service on {len(ranks)} nodes")
+            up.down(inv)
+        else:
+            console.progress("validate --stop-serving: the service is not running; nothing to stop")
+        try:
+            report, run_dir = run.validate(
+                run.Options(inventory=inv, extra=dict(extravars or {}), **options)
+            )
+        finally:
+            served = None
+            if running:
+                console.progress("validate --stop-serving: starting the service again")
+                served = up.up(inv, extravars=extravars)
+    return AroundService(report, run_dir, running, served)

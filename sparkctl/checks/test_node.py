@@ -537,31 +537,72 @@ def test_sglang_unit(host: Any, nplan: NodePlan, facts: dict[str, Any], seen: An
     seen(f"{unit} loaded, {props.get('ActiveState', '?')}")
 
 
+def _memory_cgroup(host: Any, pid: str) -> dict[str, Any] | None:
+    """The memory cgroup of process ``pid`` (``self``: this check's own ssh session, where
+    nccl-tests' ranks also start) as :func:`tool_output.memory_cgroup` reads it; None
+    where no memory controller is mounted."""
+    place = tool_output.memory_cgroup_dirs(
+        host.file(f"/proc/{pid}/cgroup").content_string,
+        host.file("/proc/self/mountinfo").content_string,
+    )
+    if place is None:
+        return None
+    files = tool_output.memory_cgroup_files(place)
+    out = host.run("grep -H -s . " + " ".join(shlex.quote(f) for f in files))
+    return tool_output.memory_cgroup(place, out.stdout)
+
+
+def _server_pid(host: Any, nplan: NodePlan) -> str | None:
+    """The running server's process: the container's (its cgroup is the engine's, not the
+    unit's: the unit's MainPID is the docker client) or the venv unit's main process."""
+    s = nplan.sglang
+    if s.install_method == "container":
+        with as_root(host):
+            out = host.run(
+                shlex.join([s.engine, "inspect", "--format", "{{.State.Pid}}", s.container_name])
+            )
+    else:
+        out = host.run(f"systemctl show -p MainPID --value {shlex.quote(s.unit)}")
+    pid = out.stdout.strip() if out.rc == 0 else ""
+    return pid if pid.isdigit() and pid != "0" else None
+
+
 def test_memory(
     host: Any, nplan: NodePlan, settings: ValidatePlan, facts: dict[str, Any], seen: Any
 ) -> None:
-    """Room for this node's share of the weights plus headroom (SGLang's own use counts as room)."""
+    """Room for this node's share of the weights plus headroom (SGLang's own use counts as room).
+
+    What is available is MemAvailable, or less where a cgroup limit of this session
+    leaves less (a node that is a container); it is also what sizes nccl-tests' sweep
+    (``mem_available``). The server's use is read from its own memory cgroup: with the
+    docker engine the container's (docker's cgroup), not the unit's, which holds only
+    the docker client (systemd.resource-control(5) accounts a unit's own cgroup)."""
     mem = tool_output.meminfo(host.file("/proc/meminfo").content_string)
-    facts["mem_available"] = mem["MemAvailable"]
-    available = mem["MemAvailable"]
-    props = tool_output.systemctl_show(
-        host.run(
-            f"systemctl show -p ActiveState,MemoryCurrent {shlex.quote(nplan.sglang.unit)}"
-        ).stdout
-    )
-    if props.get("ActiveState") == "active" and props.get("MemoryCurrent", "").isdigit():
-        available += int(props["MemoryCurrent"])
+    available, where = mem["MemAvailable"], "MemAvailable"
+    own = _memory_cgroup(host, "self")
+    if own is not None and own["headroom"] is not None and own["headroom"] < available:
+        available = int(own["headroom"])
+        where = f"cgroup {own['bound']}: limit {own['limit'] / GiB:.1f} GiB less its use"
+    facts["mem_available"] = available
+    facts["mem_available_from"] = where
+    room, server = available, ""
+    pid = _server_pid(host, nplan)  # None: no server runs (a container that ran has Pid 0)
+    if pid is not None:
+        cg = _memory_cgroup(host, pid)
+        if cg is not None and cg["usage"] is not None:
+            room += int(cg["usage"])
+            server = f" + {cg['usage'] / GiB:.1f} GiB the running server's cgroup holds"
     share = 0
     if nplan.model_cache.source != "none":
         model = _model_check(host, nplan, facts)
         share = int(model["total_bytes"]) // max(1, nplan.sglang.nnodes)
     need = share + settings.mem_headroom_mb * MiB
-    assert available >= need, (
-        f"{available / GiB:.1f} GiB available, need {need / GiB:.1f} GiB "
+    assert room >= need, (
+        f"{available / GiB:.1f} GiB available ({where}){server}, need {need / GiB:.1f} GiB "
         f"({share / GiB:.1f} GiB of weights + "
         f"{settings.mem_headroom_mb} MiB headroom)"
     )
-    seen(f"{available / GiB:.1f} GiB available >= {need / GiB:.1f} GiB")
+    seen(f"{available / GiB:.1f} GiB available ({where}){server} >= {need / GiB:.1f} GiB")
 
 
 def test_disk(

@@ -39,6 +39,14 @@ LABEL = "io.sparkctl.lab"
 NETWORK = "sparkctl-lab"
 MGMT_IF = "enP7s7"  # the Spark's onboard management NIC (dgx-spark.md, "The network")
 HW_FILE = "/etc/sparkctl-lab/hardware.json"
+# A Spark's memory is its own; a lab node's would be the controller's, which every
+# node and the controller share (/proc/meminfo shows the host's). A memory limit on
+# each Spark's container gives it memory of its own: its cgroup shows the limit, which
+# validate's memory reading honours (sparkctl.tool_output.memory_cgroup), so a lab node
+# can be nearly full - a model loaded - without the controller being. 3 GiB holds a
+# serving rank, nccl-tests' ranks and the lab's validate_mem_headroom_mb (2 GiB) with
+# room; nodes take only what they use (a few hundred MiB).
+NODE_MEMORY = "3g"
 Progress = Callable[[str], None]
 
 
@@ -306,6 +314,7 @@ class Lab:
                 "--label",
                 f"{LABEL}.role={host.role}",
                 "--systemd=always",
+                *(["--memory", NODE_MEMORY] if host.role == "spark" else []),
                 "--cap-add",
                 "NET_ADMIN",
                 "--cap-add",

@@ -147,15 +147,18 @@ def verified(result: Verified, *, as_json: bool = False) -> None:
     console.progress(f"report: {result.run_dir / 'report.html'}")
 
 
-def serve_up(result: UpResult) -> None:
+def serve_up(result: UpResult, *, to_stderr: bool = False) -> None:
+    """``to_stderr``: after a report printed as JSON on stdout (validate --json
+    --stop-serving), so stdout stays one JSON document."""
+    out = console.err if to_stderr else console.out
     if result.already_serving:
-        console.out.print(
+        out.print(
             f"already serving {result.model_name} at {result.endpoints}: "
             "every rank running, /health 200 (--restart starts it again)",
             highlight=False,
         )
     elif result.ok:
-        console.out.print(
+        out.print(
             f"[green]serving[/green] {result.model_name}: {result.description} at "
             f"{result.endpoints} ({result.seconds:.0f} s)",
             highlight=False,
@@ -164,7 +167,7 @@ def serve_up(result: UpResult) -> None:
         for line in result.explanation:
             console.err.print(line, markup=False, highlight=False)
     for note in result.nccl:
-        console.out.print(
+        out.print(
             f"warning: {note.text}" if note.warning else note.text,
             style="yellow" if note.warning else None,
             markup=False,

@@ -127,13 +127,14 @@ def _tail(report: Report) -> None:
         )
     for note in report.notes:
         out.print(f"[dim]note: {escape(note)}[/dim]", highlight=False)
-    colour = "green" if report.verdict == "passed" else "red"
+    colour = {"passed": "green", "not_judged": "yellow"}.get(report.verdict, "red")
     failed = len(report.failed_checks())
     gate = [r for r in report.nccl if r.scope == "all"]
     passing = sum(1 for r in gate if r.outcome == "passed")
     collectives = f", {passing}/{len(gate)} collectives pass" if gate else ""
     out.print(
-        f"[bold {colour}]{report.verdict.upper()}[/bold {colour}] {report.cluster}: "
+        f"[bold {colour}]{report.verdict.replace('_', ' ').upper()}[/bold {colour}] "
+        f"{report.cluster}: "
         f"{len(report.checks) - failed}/{len(report.checks)} checks ok{collectives} "
         f"({report.duration_s:.0f} s)",
         highlight=False,

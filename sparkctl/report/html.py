@@ -541,7 +541,7 @@ def render_html(report: Report) -> str:
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>sparkctl validate: {_e(report.cluster)}</h1>",
         f'<p><span class="verdict" style="background:{_COLOURS[verdict]}">'
-        f"{_e(verdict.upper())}</span></p>",
+        f"{_e(verdict.replace('_', ' ').upper())}</span></p>",
         '<table class="meta"><tbody>',
         *(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in meta),
         "</tbody></table>",

@@ -62,6 +62,10 @@ class Thresholds:
     # The largest size measured must reach this fraction of the threshold (0: no floor,
     # as reports written before the fitted gate had).
     floor_ratio: float = 0.0
+    # The smallest sweep top at which the gate is calibrated on real runs of the
+    # hardware (validate_nccl_calibrated_bytes); a run that tops below it is not judged
+    # on bandwidth. 0 in reports written before it was.
+    calibrated_bytes: int = 0
 
     @property
     def min_busbw_gbytes(self) -> float:
@@ -96,6 +100,7 @@ class Thresholds:
                 for k, v in (data.get("fractions") or {}).items()
             },
             floor_ratio=float(data.get("floor_ratio", 0.0)),
+            calibrated_bytes=int(data.get("calibrated_bytes", 0)),
         )
 
 
@@ -263,13 +268,18 @@ class Report:
     schema: int = SCHEMA
 
     @property
-    def verdict(self) -> Literal["passed", "failed"]:
-        ok = (
-            all(c.ok for c in self.checks)
-            and all(r.outcome in ("passed", "skipped") for r in self.nccl if r.scope == "all")
-            and (self.baseline is None or self.baseline.outcome != "failed")
-        )
-        return "passed" if ok else "failed"
+    def verdict(self) -> Literal["passed", "failed", "not_judged"]:
+        """failed: a check, an all-node run or the baseline failed; not_judged: nothing
+        failed, but an all-node run could not be judged (its transport unseen, or a sweep
+        below the calibrated size); passed otherwise."""
+        gate = [r.outcome for r in self.nccl if r.scope == "all"]
+        if (
+            not all(c.ok for c in self.checks)
+            or any(o not in ("passed", "skipped", "not_judged") for o in gate)
+            or (self.baseline is not None and self.baseline.outcome == "failed")
+        ):
+            return "failed"
+        return "not_judged" if "not_judged" in gate else "passed"
 
     def failed_checks(self) -> list[Check]:
         return [c for c in self.checks if not c.ok]

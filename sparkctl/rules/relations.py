@@ -121,6 +121,24 @@ def _relation_problems(
                 host, "validate_nccl_min_bytes", f"{low} is above validate_nccl_max_bytes {high}"
             )
         )
+    calibrated = v("validate_nccl_calibrated_bytes")
+    if is_int(calibrated) and is_int(high) and calibrated > high:
+        given = (
+            "validate_nccl_calibrated_bytes"
+            if is_set("validate_nccl_calibrated_bytes")
+            else "validate_nccl_max_bytes"
+        )
+        problems.append(
+            Problem(
+                host,
+                given,
+                f"validate_nccl_max_bytes {high} is below validate_nccl_calibrated_bytes "
+                f"{calibrated}, the smallest sweep top the bandwidth gate is calibrated at: "
+                "no sweep could reach it, and every run would be not judged",
+                hint="raise validate_nccl_max_bytes; lower validate_nccl_calibrated_bytes "
+                "only with real runs of this hardware behind it",
+            )
+        )
     confirm, rollback = v("roce_fabric_confirm_seconds"), v("roce_fabric_rollback_seconds")
     if is_int(confirm) and is_int(rollback) and confirm >= rollback:
         problems.append(

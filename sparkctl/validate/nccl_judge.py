@@ -70,6 +70,7 @@ def thresholds_from(v: Mapping[str, Any], line_rate: float) -> Thresholds:
         baseline_tolerance=float(v["baseline_tolerance"]),
         fractions=fractions,
         floor_ratio=float(v.get("busbw_floor_ratio", 0.0)),
+        calibrated_bytes=int(v.get("nccl_calibrated_bytes", 0)),
     )
 
 
@@ -102,6 +103,11 @@ MIN_FIT_SIZES = 3
 # Two standard errors keep every real healthy GB10 log passing with any +-3 % timing
 # change per size, and the degraded one failing (tests/unit/test_validate_nccl.py).
 UNCERTAINTY_SE = 2.0
+
+
+# The first words of a run's message when its sweep topped below the calibrated size
+# (validate names the node with the least memory after them).
+NOT_CALIBRATED = "not judged on bandwidth"
 
 
 def fitted_sizes(judged_sizes: int) -> int:
@@ -231,7 +237,7 @@ def consistency(rep: nccl_parse.NcclReport, nranks: int, pinned_nccl: str | None
     return None
 
 
-def judge(
+def judge(  # noqa: PLR0911 -- one return per verdict, in the order they are decided
     rep: nccl_parse.NcclReport, collective: str, nranks: int, th: Thresholds
 ) -> tuple[Outcome, str, list[Judged], Fit]:
     """The gate on one parsed run: wrong results, then the fitted busbw against the
@@ -262,6 +268,17 @@ def judge(
         return "failed", f"{rep.oob_values} out-of-bounds value(s)", judged, model
     rate = th.line_rate_gbytes
     fitted = describe_fit(model, rate)
+    if th.threshold_for(collective) is not None and model.largest_size < th.calibrated_bytes:
+        # Below the tops real runs hold the verdict to, busbw says more about the
+        # size than about the link: real healthy GB10 pairs measure 19 GB/s at 512 MiB.
+        return (
+            "not_judged",
+            f"{NOT_CALIBRATED}: the sweep's top, {human(model.largest_size)}, is below "
+            f"{human(th.calibrated_bytes)}, the smallest top at which this gate is "
+            f"calibrated on real runs (validate_nccl_calibrated_bytes); {fitted}",
+            judged,
+            model,
+        )
     threshold, floor = th.threshold_for(collective), th.floor_for(collective)
     if threshold is None:
         return (

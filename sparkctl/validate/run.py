@@ -288,8 +288,10 @@ def nccl_gate(
     head = nodes[0]
     hp = plan.node(head)
     v, n_plan = hp.validate, hp.nccl
-    mem = [int(facts[n]["mem_available"]) for n in nodes if "mem_available" in facts.get(n, {})]
+    free = {n: int(facts[n]["mem_available"]) for n in nodes if "mem_available" in facts.get(n, {})}
+    mem = list(free.values())
     max_bytes = nccl_run.sweep_max(mem, v.nccl_mem_fraction, v.nccl_max_bytes, v.nccl_min_bytes)
+    least = min(free, key=lambda n: free[n]) if free else None
     min_bytes = min(v.nccl_min_bytes, max_bytes)
     as_root = hp.base.cluster_user == "root"
     record = _nccl_record(runner, head, n_plan.version_file)
@@ -334,6 +336,8 @@ def nccl_gate(
             rdma_expected=rdma,
             pinned_nccl=pinned,
         )
+        if result.outcome == "not_judged" and result.message.startswith(nccl_judge.NOT_CALIBRATED):
+            result = replace(result, message=_not_calibrated(result.message, least, facts))
         console.progress(f"nccl-tests {collective}: {result.outcome}: {result.message}")
         runs.append(result)
 
@@ -367,6 +371,21 @@ def nccl_gate(
         )
         notes += [v.line() for v in nccl_judge.pair_verdicts(pairs, threshold)]
     return runs, findings, notes
+
+
+def _not_calibrated(message: str, least: str | None, facts: dict[str, dict[str, Any]]) -> str:
+    """A run whose sweep topped below the calibrated size: which node's memory held it
+    there, and what lets the gate judge."""
+    if least is None:
+        return message
+    free = int(facts[least]["mem_available"]) / 2**30
+    where = facts[least].get("mem_available_from", "MemAvailable")
+    head, sep, rest = message.partition(": ")
+    return (
+        f"{head}: {free:.1f} GiB free on {least} ({where}), the least of any node; stop the "
+        f"server (sparkctl validate --stop-serving) or free memory, then validate again{sep}"
+        f"{rest}"
+    )
 
 
 def _port_of(
@@ -625,19 +644,28 @@ def failure_summary(report: Report) -> str:
     gate = [r.collective for r in report.nccl if r.scope == "all" and r.outcome == "failed"]
     if gate:
         parts.append(f"bandwidth gate failed: {', '.join(gate)}")
-    unjudged = [r.collective for r in report.nccl if r.scope == "all" and r.outcome == "not_judged"]
+    unjudged = [r for r in report.nccl if r.scope == "all" and r.outcome == "not_judged"]
     if unjudged:
         parts.append(
-            f"bandwidth gate not judged: {', '.join(unjudged)} (NCCL's transport not in the "
-            "log: NCCL_DEBUG=INFO)"
+            f"bandwidth gate not judged: {', '.join(r.collective for r in unjudged)} ("
+            + (
+                unjudged[0].message.split("; ")[0]
+                if unjudged[0].message.startswith(nccl_judge.NOT_CALIBRATED)
+                else "NCCL's transport not in the log: NCCL_DEBUG=INFO"
+            )
+            + ")"
         )
     if report.baseline and report.baseline.outcome == "failed":
         parts.append(f"regression against {report.baseline.run_id}: {report.baseline.message}")
-    return f"validation failed: {'; '.join(parts) or report.cluster}"
+    word = "not judged" if report.verdict == "not_judged" else "failed"
+    return f"validation {word}: {'; '.join(parts) or report.cluster}"
 
 
 def exit_code(report: Report) -> ExitCode:
-    """3 when a node did not answer, else 1."""
+    """3 when a node did not answer, 8 when nothing failed but the gate could not judge,
+    else 1."""
     if any(c.check in ("reachable", "suite") and not c.ok for c in report.checks):
         return ExitCode.UNREACHABLE
+    if report.verdict == "not_judged":
+        return ExitCode.NOT_JUDGED
     return ExitCode.CHECKS_FAILED

@@ -181,6 +181,7 @@ def node_dict(
             "nccl_iters": 20,
             "nccl_max_bytes": 4294967296,
             "nccl_mem_fraction": 0.5,
+            "nccl_calibrated_bytes": 1073741824,
             "nccl_min_bytes": 1048576,
             "nccl_timeout": 600,
             "nccl_warmup_iters": 5,

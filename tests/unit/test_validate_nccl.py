@@ -19,7 +19,7 @@ from typing import cast
 import pytest
 
 from sparkctl import nccl_parse, tool_output
-from sparkctl.errors import SparkctlError
+from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.report.model import Finding, Judged, NcclRun, Outcome, Report, Thresholds
 from sparkctl.validate import nccl_judge, nccl_run
 from sparkctl.validate import run as run_module
@@ -570,8 +570,12 @@ def test_a_run_whose_transport_is_not_in_its_log_is_not_judged(tmp_path: Path) -
         thresholds=th(0.4),
         nccl=[result],
     )
-    assert report.verdict == "failed"
-    assert "bandwidth gate not judged: all_reduce" in run_module.failure_summary(report)
+    # Nothing failed, nothing is vouched for: not judged, exit 8 (not 0, not 1).
+    assert report.verdict == "not_judged"
+    assert run_module.exit_code(report) == ExitCode.NOT_JUDGED
+    assert run_module.failure_summary(report).startswith(
+        "validation not judged: bandwidth gate not judged: all_reduce (NCCL's transport"
+    )
     slow = nccl_run.run(
         launch(), FakeRunner((0, LAB_LOG)), th(0.9), tmp_path / "y.log", rdma_expected=True
     )
@@ -1285,3 +1289,46 @@ def test_localise_healthy_pairs_alone_name_nobody(tmp_path: Path) -> None:
     verdicts = nccl_judge.pair_verdicts(pairs, SPARK.threshold_for("all_gather"))
     assert not any(v.slow for v in verdicts), [v.line() for v in verdicts]
     assert nccl_judge.localise(pairs, NODES, where, 21.875)[0].host == "cluster"
+
+
+# ---------------------------------------------------------------- below the calibrated top
+def test_the_role_calibrates_the_gate_at_the_smallest_top_real_logs_hold_it_at() -> None:
+    # 1 GiB: the smallest top at which the real healthy logs pass and the degraded one
+    # fails (the two tests above); the lab's own inventory calibrates at its top.
+    assert SPARK.calibrated_bytes == GiB
+    assert nccl_judge.fit(real(HEALTHY_2196, GiB), "all_gather", 2, 3).sizes[-1] == GiB
+
+
+def test_a_sweep_that_tops_below_the_calibrated_size_is_not_judged() -> None:
+    """A model loaded leaves a few GiB: the sweep tops at 512 MiB, where a healthy GB10
+    pair measures about 19 GB/s, below the 21.875 threshold. No real run holds a verdict
+    there (the real logs start at 512 MiB or 1 GiB), so there is none."""
+    rep = real(HEALTHY_2196, 512 * 1024**2)
+    outcome, message, judged, model = nccl_judge.judge(rep, "all_gather", 2, SPARK)
+    assert outcome == "not_judged"
+    assert message.startswith(
+        "not judged on bandwidth: the sweep's top, 512 MiB, is below 1 GiB, the smallest "
+        "top at which this gate is calibrated on real runs (validate_nccl_calibrated_bytes)"
+    )
+    # What was measured is still reported.
+    assert judged and judged[-1].size == 512 * 1024**2 and model.largest_size == 512 * 1024**2
+    # Without the calibration the healthy log would fail the hardware.
+    uncalibrated = replace(SPARK, calibrated_bytes=0)
+    assert nccl_judge.judge(rep, "all_gather", 2, uncalibrated)[0] == "failed"
+
+
+def test_wrong_results_below_the_calibrated_size_still_fail() -> None:
+    rep = real(HEALTHY_2196, 512 * 1024**2)
+    row = rep.rows[-1]
+    broken = replace(
+        rep, rows=[*rep.rows[:-1], replace(row, in_place=replace(row.in_place, wrong=3))]
+    )
+    outcome, message, _, _ = nccl_judge.judge(broken, "all_gather", 2, SPARK)
+    assert outcome == "failed" and "wrong result(s)" in message
+
+
+def test_a_collective_not_gated_on_bandwidth_is_measured_whatever_its_top() -> None:
+    outcome, message, _, _ = nccl_judge.judge(
+        real(HEALTHY_2196, 512 * 1024**2), "all_reduce", 2, SPARK
+    )
+    assert outcome == "passed" and "not gated on bandwidth here" in message

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal, cast
@@ -402,6 +403,17 @@ def test_verdict_rules() -> None:
     assert report(nccl=[all_run("all_reduce", "error")]).verdict == "failed"
     assert report(baseline=baseline("failed")).verdict == "failed"
     assert report(baseline=baseline("passed")).verdict == "passed"
+    # Not judged: nothing failed, and one all-node run cannot be vouched for. Anything
+    # that failed still makes it failed.
+    unjudged = all_run("all_gather", "not_judged")
+    assert report(nccl=[all_run("all_reduce", "passed"), unjudged]).verdict == "not_judged"
+    assert report(checks=[failed], nccl=[unjudged]).verdict == "failed"
+    assert report(nccl=[all_run("all_reduce", "failed"), unjudged]).verdict == "failed"
+    assert report(nccl=[unjudged], baseline=baseline("failed")).verdict == "failed"
+    assert (
+        report(nccl=[all_run("all_reduce", "not_judged", "pair", ["spark1", "spark3"])]).verdict
+        == "passed"
+    )
 
 
 def test_failure_summary_where_to_look_first() -> None:
@@ -436,6 +448,23 @@ def test_failure_summary_of_a_finding_without_subject_and_of_nothing() -> None:
         == "validation failed: look at spark2"
     )
     assert run.failure_summary(report()) == "validation failed: sim"
+
+
+def test_exit_code_and_summary_of_a_run_not_judged() -> None:
+    message = (
+        "not judged on bandwidth: 3.2 GiB free on spark3 (MemAvailable), the least of any "
+        "node; stop the server (sparkctl validate --stop-serving) or free memory, then "
+        "validate again: the sweep's top, 512 MiB, is below 1 GiB, ..."
+    )
+    rep = report(nccl=[all_run("all_gather", "not_judged")])
+    rep.nccl[0] = replace(rep.nccl[0], message=message)
+    assert run.exit_code(rep) == ExitCode.NOT_JUDGED and int(ExitCode.NOT_JUDGED) == 8
+    assert run.failure_summary(rep) == (
+        "validation not judged: bandwidth gate not judged: all_gather (not judged on "
+        "bandwidth: 3.2 GiB free on spark3 (MemAvailable), the least of any node)"
+    )
+    unreachable = Check("reachable", "spark4", None, "failed", "no answer")
+    assert run.exit_code(report(checks=[unreachable], nccl=rep.nccl)) == ExitCode.UNREACHABLE
 
 
 def test_exit_code() -> None:
@@ -522,7 +551,11 @@ def test_a_baseline_path_that_does_not_exist_is_bad_input(state: Path, tmp_path:
 
 def test_thresholds_from_the_plan() -> None:
     assert run.thresholds(typed_plan(), 0.125) == Thresholds(
-        line_rate_gbytes=0.125, min_fraction=0.875, judged_sizes=2, baseline_tolerance=0.1
+        line_rate_gbytes=0.125,
+        min_fraction=0.875,
+        judged_sizes=2,
+        baseline_tolerance=0.1,
+        calibrated_bytes=1073741824,
     )
 
 
