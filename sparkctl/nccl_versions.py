@@ -45,7 +45,8 @@ KNOWN_BAD: Mapping[str, KnownBad] = MappingProxyType(
             "2.30.4",
             "hangs in its NVLS code path on DGX Spark clusters (GB10, no NVLink), silently, "
             "e.g. while loading MoE expert weights at TP=8; 2.30.3 works",
-            'NCCL_NVLS_ENABLE: "0" in nccl_env_extra, or an image with another NCCL',
+            'an image with another NCCL (2.30.3 works); NCCL_NVLS_ENABLE: "0" in '
+            "nccl_env_extra was reported to help, then by its reporter not to be a sure fix",
             "https://github.com/NVIDIA/nccl/issues/2167",
         ),
     }
