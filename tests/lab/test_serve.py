@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import yaml
 
+from sparkctl.paths import roles_dir
 from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
 from tests.labhost import STATE, ssh
 
@@ -32,6 +34,10 @@ FW_UNIT = "sparkctl-sglang-firewall.service"
 ENV_FILE = "/etc/sparkctl/sglang.env"
 SECRETS = "/etc/sparkctl/sglang-secrets.env"
 DROP_IN = f"/etc/systemd/system/{UNIT}.d/zz-sparkctl-test.conf"
+VERSION_FILE = "/etc/sparkctl/sglang-version"
+SERVED_TAG = yaml.safe_load((roles_dir() / "sglang" / "vars" / "main.yml").read_text())[
+    "_sglang_served_tag"
+]
 
 
 SOURCE = ["-e", "model_cache_source=head", "-e", f"model_cache_head_dir={MODEL_DIR}"]
@@ -421,3 +427,15 @@ def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:
     data = json.loads(status.stdout)
     assert data["health"] is None
     assert {r["ActiveState"] for r in data["ranks"]} <= {"inactive", "failed"}
+    # A routine prune while the service is down: no container uses the image (the
+    # unit's container is --rm, the prune takes any stopped one), and the image the
+    # unit runs stays, under the sglang role's local tag (install_served_tag.yml).
+    spark2 = lab.inventory.node("spark2").mgmt_ip
+    image = ssh(spark2, f"sed -n 's/^SGLANG_IMAGE=//p' {VERSION_FILE}").stdout.strip()
+    assert "@sha256:" in image, image
+    served_id = ssh(spark2, f"docker image inspect --format '{{{{.Id}}}}' {SERVED_TAG}").stdout
+    ssh(spark2, "docker container prune -f && docker image prune -f")
+    assert ssh(spark2, "docker ps -aq --filter name=sparkctl-sglang").stdout.strip() == ""
+    kept = ssh(spark2, f"docker image inspect --format '{{{{.Id}}}}' {image}", check=False)
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout.strip() == served_id.strip(), (kept.stdout, served_id)

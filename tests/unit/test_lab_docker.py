@@ -758,3 +758,123 @@ def test_images_and_ps_list_in_table_json_and_template_form(node: Node) -> None:
         assert bad.returncode != 0 and "stand-in" in bad.stderr
     finally:
         node.docker("rm", "--force", "lister")
+
+
+# ---------------------------------------------------------------- tag and prune
+# What the sglang role does on a node: pull IMAGE@digest, tag the image under a local
+# name (roles/sglang/tasks/install_served_tag.yml), and what a routine prune then does.
+SERVED_TAG = yaml.safe_load((roles_dir() / "sglang/vars/main.yml").read_text())[
+    "_sglang_served_tag"
+]
+
+
+def _pinned(node: Node) -> tuple[str, str]:
+    """IMAGE@digest pulled as the role pulls a pinned image; (that reference, image id)."""
+    digest = registry.read_index(node.registry)[registry.ImageRef.parse(IMAGE).key]
+    pinned = f"{IMAGE}@{digest}"
+    pulled = node.docker("pull", pinned)
+    assert pulled.returncode == 0, pulled.stderr
+    image_id = node.docker("image", "inspect", "--format", "{{.Id}}", pinned).stdout.strip()
+    assert image_id.startswith("sha256:"), image_id
+    return pinned, image_id
+
+
+def _prune(node: Node, *args: str) -> str:
+    done = node.docker("image", "prune", "-f", *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@needs_root
+def test_a_pull_by_tag_and_digest_leaves_the_image_untagged_and_prune_deletes_it(
+    tmp_path: Path,
+) -> None:
+    """docker sends the digest alone when a reference has both (moby client/image_pull.go,
+    getAPITagFromNamedRef): the image gets no tag, `docker images` shows <none>, and
+    `docker image prune` (dangling only) deletes it when no container uses it."""
+    fresh = make_node(tmp_path)
+    pinned, image_id = _pinned(fresh)
+    repo = IMAGE.rsplit(":", 1)[0]
+    digest = pinned.rsplit("@", 1)[1]
+    info = fresh.inspect(pinned)
+    assert info["RepoTags"] == [] and info["RepoDigests"] == [f"{repo}@{digest}"]
+    listed = fresh.docker("images", "--format", "{{.Repository}} {{.Tag}}").stdout
+    assert listed.splitlines() == [f"{repo} <none>"]
+    diff_id = info["RootFS"]["Layers"][0]
+    size = DOCKER.human_size(info["Size"], 4)
+    assert _prune(fresh) == (
+        f"Deleted Images:\nuntagged: {repo}@{digest}\ndeleted: {image_id}\n"
+        f"deleted: {diff_id}\n\nTotal reclaimed space: {size}\n"
+    )
+    assert fresh.docker("image", "inspect", pinned).returncode == 1
+
+
+@needs_root
+def test_the_served_tag_keeps_a_pulled_by_digest_image_from_prune_but_not_from_prune_a(
+    tmp_path: Path,
+) -> None:
+    fresh = make_node(tmp_path)
+    pinned, image_id = _pinned(fresh)
+    tagged = fresh.docker("tag", image_id, SERVED_TAG)
+    assert (tagged.returncode, tagged.stdout, tagged.stderr) == (0, "", "")
+    assert fresh.inspect(pinned)["RepoTags"] == [SERVED_TAG]
+    name, _, tag = SERVED_TAG.rpartition(":")
+    repo = IMAGE.rsplit(":", 1)[0]
+    listed = fresh.docker("images", "--format", "{{.Repository}} {{.Tag}} {{.ID}}").stdout
+    assert listed.splitlines() == [
+        f"{name} {tag} {image_id[7:19]}",
+        f"{repo} <none> {image_id[7:19]}",
+    ]
+    assert _prune(fresh) == "Total reclaimed space: 0B\n"
+    again = fresh.docker("image", "inspect", "--format", "{{.Id}}", pinned)
+    assert (again.returncode, again.stdout.strip()) == (0, image_id)
+    # -a removes every image no container uses, the served one too: both references go.
+    digest = pinned.rsplit("@", 1)[1]
+    out = _prune(fresh, "-a")
+    assert out.startswith(
+        f"Deleted Images:\nuntagged: {repo}@{digest}\nuntagged: {SERVED_TAG}\ndeleted: {image_id}\n"
+    ), out
+    assert fresh.docker("image", "inspect", SERVED_TAG).returncode == 1
+
+
+@needs_root
+def test_prune_keeps_an_image_a_stopped_container_uses_until_container_prune(
+    tmp_path: Path,
+) -> None:
+    fresh = make_node(tmp_path)
+    pinned, image_id = _pinned(fresh)
+    ran = fresh.docker("run", "--name", "left", "--pull", "never", pinned, "true")
+    assert ran.returncode == 0, ran.stderr
+    cid = fresh.inspect("left")["Id"]
+    assert _prune(fresh) == "Total reclaimed space: 0B\n"
+    assert _prune(fresh, "-a") == "Total reclaimed space: 0B\n"
+    assert fresh.inspect(pinned)["Id"] == image_id
+    pruned = fresh.docker("container", "prune", "-f")
+    assert pruned.returncode == 0, pruned.stderr
+    assert pruned.stdout == f"Deleted Containers:\n{cid}\n\nTotal reclaimed space: 0B\n"
+    assert f"deleted: {image_id}" in _prune(fresh).splitlines()
+
+
+@needs_root
+def test_tag_moves_a_tag_and_refuses_as_docker_does(tmp_path: Path) -> None:
+    fresh = make_node(tmp_path)
+    assert fresh.docker("pull", IMAGE).returncode == 0
+    first = fresh.inspect(IMAGE)["Id"]
+    old = registry.read_index(fresh.registry)[registry.ImageRef.parse(IMAGE).key]
+    registry.move_tag(fresh.registry, IMAGE, "moved")
+    assert fresh.docker("pull", IMAGE).returncode == 0
+    second = fresh.inspect(IMAGE)["Id"]
+    assert first != second
+    assert fresh.docker("tag", first, SERVED_TAG).returncode == 0
+    assert fresh.docker("image", "tag", f"{IMAGE}", SERVED_TAG).returncode == 0
+    assert fresh.inspect(SERVED_TAG)["Id"] == second
+    assert fresh.inspect(f"{IMAGE}@{old}")["RepoTags"] == []
+    missing = fresh.docker("tag", "no/such:image", SERVED_TAG)
+    assert missing.returncode == 1
+    assert missing.stderr == "Error response from daemon: No such image: no/such:image\n"
+    digest = fresh.docker("tag", second, f"{SERVED_TAG}@{old}")
+    assert digest.stderr == "refusing to create a tag with a digest reference\n"
+    assert fresh.docker("tag", second).returncode == 1
+    unconfirmed = fresh.docker("image", "prune")
+    assert unconfirmed.returncode == 1 and "stand-in" in unconfirmed.stderr
+    assert fresh.inspect(SERVED_TAG)["Id"] == second

@@ -1311,3 +1311,167 @@ def test_memory_check_refuses_weights_that_leave_no_kv_cache() -> None:
     assert args_f.sglang_memory_problems(edge, 4, 0.75, 119.7, 2) != []
     # No model on the node yet: nothing to judge.
     assert args_f.sglang_memory_problems("", 4, 0.75, 119.7, 2) == []
+
+
+# ------------------------------------------- the served image's local tag (install, verify)
+SERVED_TAG = _yaml(ROLE / "vars" / "main.yml")["_sglang_served_tag"]
+
+
+def test_the_served_tag_is_local_and_never_a_public_registrys() -> None:
+    """distribution/reference normalize.go (splitDockerDomain): a first component
+    `localhost` is always a registry domain, never a Docker Hub namespace."""
+    domain, _, rest = SERVED_TAG.partition("/")
+    assert domain == "localhost" and rest.count(":") == 1, SERVED_TAG
+    container = [
+        t for t in _yaml(ROLE / "tasks" / "install_container.yml") if "import_tasks" in str(t)
+    ]
+    assert [t["ansible.builtin.import_tasks"] for t in container] == ["install_served_tag.yml"]
+    (task,) = [t for t in _yaml(ROLE / "tasks" / "verify.yml") if "Unit, command" in t["name"]]
+    assert "'served_tag': _sglang_served_tag if _sglang_method == 'container'" in str(task["vars"])
+    commands = _yaml(ROLE / "vars" / "main.yml")["_sglang_verify_commands"]
+    assert "'served': [_sglang_engine.path, 'image', 'inspect'" in commands
+
+
+def _node_with_pinned_image(tmp_path: Path) -> tuple[Any, Path, str, str]:
+    """A docker data root of the lab's stand-in holding IMAGE@digest, pulled as a pinned
+    image is; (the stand-in node, an engine path for the role, the reference, its id)."""
+    from sparkctl.lab import registry  # noqa: PLC0415
+    from tests.unit import test_lab_docker as lab_docker  # noqa: PLC0415
+
+    if os.geteuid() != 0:
+        pytest.skip("the docker stand-in's pull needs root (it keeps the layer's owners)")
+    node = lab_docker.make_node(tmp_path / "node")
+    digest = registry.read_index(node.registry)[registry.ImageRef.parse(lab_docker.IMAGE).key]
+    pinned = f"{lab_docker.IMAGE}@{digest}"
+    assert node.docker("pull", pinned).returncode == 0
+    image_id = node.docker("image", "inspect", "--format", "{{.Id}}", pinned).stdout.strip()
+    engine = tmp_path / "docker"
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in node.env.items())
+    engine.write_text(
+        f"#!/bin/sh\n{exports}exec {shlex.quote(sys.executable)} "
+        f'{shlex.quote(str(lab_docker.DOCKER_PY))} "$@"\n'
+    )
+    engine.chmod(0o755)
+    return node, engine, pinned, image_id
+
+
+def _play_served_tag(tmp_path: Path, engine: Path, image_ref: str, *, check: bool = False) -> int:
+    """Runs roles/sglang/tasks/install_served_tag.yml with ansible-playbook on this host;
+    returns how many tasks changed."""
+    from tests.unit.pathload import ansible_playbook  # noqa: PLC0415
+
+    play = tmp_path / "play.yml"
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "The served image's local tag",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "vars": {
+                        "_sglang_engine": {"path": str(engine)},
+                        "_sglang_image_ref": image_ref,
+                        "_sglang_served_tag": SERVED_TAG,
+                    },
+                    "tasks": [
+                        {
+                            "name": "The role's tasks",
+                            "ansible.builtin.include_tasks": str(
+                                ROLE / "tasks" / "install_served_tag.yml"
+                            ),
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    # The project's ansible.cfg enables profile_tasks, which would print into the JSON.
+    config = tmp_path / "ansible.cfg"
+    config.write_text("[defaults]\nstdout_callback = ansible.builtin.json\n")
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(config),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
+    }
+    proc = subprocess.run(
+        [str(ansible_playbook()), "-i", "localhost,", "-c", "local", str(play)]
+        + (["--check"] if check else []),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    stats = json.loads(proc.stdout)["stats"]["localhost"]
+    assert stats["failures"] == 0, proc.stdout[-4000:]
+    return int(stats["changed"])
+
+
+def _tag_reading(node: Any, image_ref: str) -> dict[str, Any]:
+    """verify's two reads (vars/main.yml _sglang_verify_commands: image, served), as the
+    stand-in answers them, in sparkctl_probe's shape."""
+    commands = {}
+    for name, ref in (("image", image_ref), ("served", SERVED_TAG)):
+        done = node.docker("image", "inspect", "--format", "{{.Id}}", ref)
+        commands[name] = {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+    return commands
+
+
+def _tag_problems(node: Any, image_ref: str) -> list[str]:
+    reading = _reading()
+    reading["commands"].update(_tag_reading(node, image_ref))
+    want = {**_want(), "served_tag": SERVED_TAG, "image_ref": image_ref}
+    return list(args_f.sglang_verify_problems(reading, want))
+
+
+def test_install_tags_the_served_image_once_and_verify_checks_the_tag(tmp_path: Path) -> None:
+    from sparkctl.lab import registry  # noqa: PLC0415
+    from tests.unit import test_lab_docker as lab_docker  # noqa: PLC0415
+
+    node, engine, pinned, image_id = _node_with_pinned_image(tmp_path)
+    problems = _tag_problems(node, pinned)
+    assert len(problems) == 1 and f"{SERVED_TAG} is missing (" in problems[0], problems
+    assert f"the unit runs {pinned}, which is {image_id}" in problems[0]
+    # Check mode changes nothing, and passes where nothing was pulled yet.
+    assert _play_served_tag(tmp_path, engine, pinned, check=True) == 0
+    absent = pinned.rsplit("@", 1)[0] + "@sha256:" + "0" * 64
+    assert _play_served_tag(tmp_path, engine, absent, check=True) == 0
+    assert node.docker("image", "inspect", SERVED_TAG).returncode == 1
+    assert _play_served_tag(tmp_path, engine, pinned) == 1
+    assert node.inspect(pinned)["RepoTags"] == [SERVED_TAG]
+    assert _tag_problems(node, pinned) == []
+    assert _play_served_tag(tmp_path, engine, pinned) == 0
+    # The tag on another image (what an older provision leaves): named, then moved back.
+    registry.move_tag(node.registry, lab_docker.IMAGE, "moved")
+    assert node.docker("pull", lab_docker.IMAGE).returncode == 0
+    other = node.inspect(lab_docker.IMAGE)["Id"]
+    assert node.docker("tag", other, SERVED_TAG).returncode == 0
+    (problem,) = _tag_problems(node, pinned)
+    assert f"{SERVED_TAG} is {other}, but the unit runs {pinned}, which is {image_id}" in problem
+    assert _play_served_tag(tmp_path, engine, pinned) == 1
+    assert _tag_problems(node, pinned) == []
+    # What the tag is for: a routine prune keeps the served image.
+    assert node.docker("image", "prune", "-f").returncode == 0
+    assert node.docker("image", "inspect", pinned).returncode == 0
+
+
+def test_verify_without_the_served_image_names_it_missing() -> None:
+    reading = _reading()
+    gone = {
+        "rc": 1,
+        "stdout": "",
+        "stderr": f"Error response from daemon: No such image: {IMAGE}\n",
+    }
+    reading["commands"].update({"image": gone, "served": gone})
+    problems = args_f.sglang_verify_problems(
+        reading, {**_want(), "served_tag": SERVED_TAG, "image_ref": IMAGE}
+    )
+    assert problems == [
+        f"{SERVED_TAG} is missing (Error response from daemon: No such image: {IMAGE}), but the "
+        f"unit runs {IMAGE}, which is missing (Error response from daemon: No such image: "
+        f"{IMAGE}): without the tag on that image `docker image prune` deletes it while the "
+        "service is down (sparkctl provision tags it)"
+    ]

@@ -514,14 +514,41 @@ def _file_problems(files: dict[str, Any], path: str, mode: str, group: str = "ro
     return []
 
 
+def _image_id(result: dict[str, Any]) -> str:
+    """The id `docker image inspect --format {{.Id}}` printed, else what it said."""
+    if result.get("rc") == 0 and str(result.get("stdout", "")).strip():
+        return str(result["stdout"]).strip()
+    last = (str(result.get("stderr", "")).strip().splitlines() or ["no answer"])[-1]
+    return f"missing ({last})"
+
+
+def _served_tag_problems(cmds: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """The local tag (container method, ``served_tag``) must name the image the unit
+    runs (``image_ref``): else `docker image prune` deletes that image while no
+    container uses it (tasks/install_served_tag.yml)."""
+    tag = str(want.get("served_tag") or "")
+    if not tag:
+        return []
+    image = _image_id(cmds.get("image", {}))
+    served = _image_id(cmds.get("served", {}))
+    if image == served and not image.startswith("missing"):
+        return []
+    return [
+        f"{tag} is {served}, but the unit runs {want['image_ref']}, which is {image}: "
+        "without the tag on that image `docker image prune` deletes it while the service "
+        "is down (sparkctl provision tags it)"
+    ]
+
+
 def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[str]:
     """Everything verify finds wrong in one sparkctl_probe reading (verify.yml), as messages.
 
     ``read`` is the probe's result (files, commands show/execstart/help); ``want``
     holds what the inventory implies: unit, unit_path, env_files, restart_sec,
     start_limit_burst, start_limit_interval, argv, node_rank, env_file, env,
-    version_file, version, secrets_file, secrets_group, installed, launcher, method. An empty
-    list means the node is as the inventory says.
+    version_file, version, secrets_file, secrets_group, installed, launcher, method, and
+    for the container method served_tag and image_ref (commands image/served: the ids
+    of both). An empty list means the node is as the inventory says.
     """
     files: dict[str, Any] = read.get("files", {})
     cmds: dict[str, Any] = read.get("commands", {})
@@ -604,6 +631,8 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
         for path in want["installed"]
         if not (files.get(path) or {}).get("exists")
     ]
+
+    problems += _served_tag_problems(cmds, want)
 
     helped = cmds.get("help", {})
     flags = ("--dist-init-addr", "--node-rank", "--nnodes", "--enable-metrics")

@@ -17,7 +17,15 @@ Run 'docker run --help' for more information``); flag errors ``cli/cobra.go``
 ``FlagErrorFunc`` (status 125); env files ``pkg/kvfile/kvfile.go``; pull
 policy ``cli/command/container/create.go`` (``Unable to find image '%s'
 locally``, ``invalid pull option``); ``docker pull`` output ``cli/command/
-image/pull.go`` and moby ``distribution/pull_v2.go``; rm/stop/inspect
+image/pull.go`` and moby ``distribution/pull_v2.go`` (a reference with a tag and
+a digest is pulled by the digest alone, moby ``client/image_pull.go``
+``getAPITagFromNamedRef``: the image gets no tag); ``docker tag`` ``cli/command/
+image/tag.go``, moby ``client/image_tag.go`` and ``daemon/images/image_tag.go``;
+``docker image prune`` and ``docker container prune`` ``cli/command/{image,
+container}/prune.go`` (output), moby ``daemon/images/image_prune.go``,
+``daemon/images/image_delete.go`` (which image goes, conflicts) and
+``daemon/prune.go``; ``docker images`` rows ``cli/command/formatter/image.go``;
+rm/stop/inspect
 ``cli/command/container/{rm,stop}.go``, ``cli/command/inspect/
 inspector.go``, ``cli/command/system/inspect.go``. Daemon texts (moby):
 ``No such container: %s``, ``No such image: %s``, ``Conflict. The container
@@ -95,6 +103,10 @@ Not faithful, and why:
   (the lab has no bridge or NAT); one image store, no layers shared between
   images; no TTY (``-t``), no ``-i``, no ``exec``/``attach``/``build``/
   ``push``; every such flag or command is refused naming this stand-in;
+- ``image prune``/``container prune`` without ``-f`` (docker asks on the
+  terminal) and with ``--filter`` are refused naming this stand-in; container
+  prune reports 0B reclaimed (no writable-layer sizes here); the image store is
+  the graphdriver one (docker 28's default), not the containerd image store;
 - ``--format`` templates are the Go-template forms sparkctl uses
   (``.Field.Path``, ``json``, ``index``, ``join``, ``lower``, ``upper``,
   ``len``); anything else is refused naming this stand-in.
@@ -264,14 +276,16 @@ def human_duration(seconds: float) -> str:  # noqa: PLR0911 -- one return per un
     return f"{int(seconds / 3600) // 24 // 365} years"
 
 
-def human_size(size: float) -> str:
-    """docker/go-units ``HumanSizeWithPrecision(size, 3)`` (decimal units)."""
+def human_size(size: float, precision: int = 3) -> str:
+    """docker/go-units ``HumanSizeWithPrecision(size, precision)`` (decimal units): 3 in
+    docker/cli's listings (formatter/image.go), 4 in ``HumanSize`` (size.go), which the
+    prune commands print."""
     units = ["B", "kB", "MB", "GB", "TB", "PB"]
     i = 0
     while size >= 1000 and i < len(units) - 1:
         size /= 1000
         i += 1
-    return f"{size:.3g}{units[i]}"
+    return f"{size:.{precision}g}{units[i]}"
 
 
 # ------------------------------------------------------------------ paths
@@ -3129,6 +3143,32 @@ IMAGE_HEADERS = {
 }
 
 
+def _image_rows(info: dict[str, Any], *, need_digest: bool) -> list[tuple[str, str, str]]:
+    """(repository, tag, digest) rows of one image in `docker images` (docker/cli
+    cli/command/formatter/image.go: ``isDangling``, ``imageFormatTaggedAndDigest``): a row
+    per tag (per tag and digest of its repository when digests are shown), then a
+    ``<none>`` tag row for each repository that has only digest references."""
+    if not info["RepoTags"] and not info["RepoDigests"]:
+        return [("<none>", "<none>", "<none>")]
+    tags: dict[str, list[str]] = {}
+    for ref in info["RepoTags"]:
+        repo, _, tag = ref.rpartition(":")
+        tags.setdefault(repo, []).append(tag)
+    digests: dict[str, list[str]] = {}
+    for ref in info["RepoDigests"]:
+        repo, _, digest = ref.partition("@")
+        digests.setdefault(repo, []).append(digest)
+    rows = []
+    for repo, names in tags.items():
+        shown = digests.pop(repo, []) if need_digest else []
+        digests.pop(repo, None)
+        for tag in names:
+            rows += [(repo, tag, d) for d in shown] or [(repo, tag, "<none>")]
+    for repo, only in digests.items():
+        rows += [(repo, "<none>", d) for d in only] if need_digest else [(repo, "<none>", "<none>")]
+    return rows
+
+
 def cmd_images(args: Sequence[str]) -> int:
     usage = "docker images [OPTIONS] [REPOSITORY[:TAG]]"
     flags = [
@@ -3144,22 +3184,18 @@ def cmd_images(args: Sequence[str]) -> int:
     p, extra = parse_flags(args, flags, command="docker images", usage=usage)
     store = Store()
     rows = []
+    need_digest = p["digests"] or ".Digest" in (p["format"] or "")
     for image_id in store.image_ids():
         info = store.image_inspect(image_id)
-        tags = info["RepoTags"] or ["<none>:<none>"]
-        digests = {d.split("@")[0]: d.split("@")[1] for d in info["RepoDigests"]}
-        for tag_ref in tags:
-            repo, _, tag = tag_ref.rpartition(":")
-            if not repo and digests:
-                repo = next(iter(digests))
-            if extra and not (repo == extra[0] or tag_ref == extra[0]):
+        for repo, tag, digest in _image_rows(info, need_digest=need_digest):
+            if extra and not (repo == extra[0] or f"{repo}:{tag}" == extra[0]):
                 continue
             created = parse_time(info["Created"])
             rows.append(
                 {
-                    "Repository": repo or "<none>",
-                    "Tag": tag or "<none>",
-                    "Digest": digests.get(repo, "<none>"),
+                    "Repository": repo,
+                    "Tag": tag,
+                    "Digest": digest,
                     "ID": image_id if p["no-trunc"] else image_id[7:19],
                     "CreatedSince": f"{human_duration(time.time() - created)} ago",
                     "CreatedAt": time.strftime("%Y-%m-%d %H:%M:%S +0000 UTC", time.gmtime(created)),
@@ -3205,6 +3241,279 @@ def cmd_pull(args: Sequence[str]) -> int:
         print(ref.normalized)
     else:
         pull(Store(), text)
+    return 0
+
+
+# ------------------------------------------------------------------ tag and prune
+
+
+def _familiar_name(ref: str) -> str:
+    """The repository of a stored reference (``name:tag`` or ``name@digest``)."""
+    return Ref.parse(ref).repository
+
+
+def _references(store: Store, image_id: str) -> list[str]:
+    """The references to an image, sorted by their normalized String() as moby's
+    reference store returns them (reference/store.go, ``References``, ``lexicalRefs``)."""
+    refs = [r for r, i in store.repositories().items() if i == image_id]
+    return sorted(refs, key=lambda r: Ref.parse(r).normalized)
+
+
+def _containers_using(store: Store, image_id: str) -> list[dict[str, Any]]:
+    return [r for r in store.all_containers() if r["inspect"]["Image"] == image_id]
+
+
+def _is_single_reference(refs: Sequence[str]) -> bool:
+    """moby daemon/images/image_delete.go ``isSingleReference``: every reference of one
+    repository and at most one tag."""
+    if len(refs) <= 1:
+        return len(refs) == 1
+    single = None
+    canonical: set[str] = set()
+    for ref in refs:
+        if "@" in ref:
+            canonical.add(_familiar_name(ref))
+        elif single is None:
+            single = ref
+        else:
+            return False
+    name = _familiar_name(single or refs[0])
+    return len(canonical) == 1 and name in canonical
+
+
+class _Conflict(Exception):
+    """An image delete conflict (moby ``imageDeleteConflict``; prune skips the image)."""
+
+    def __init__(self, message: str, *, used: bool = False) -> None:
+        super().__init__(message)
+        self.used = used
+
+
+def _delete_conflict(
+    store: Store, image_id: str, *, references: bool, stopped: bool
+) -> _Conflict | None:
+    """moby image_delete.go ``checkImageDeleteConflict``: a running container (hard),
+    then, as asked, references and stopped containers (soft). No child images: the
+    stand-in's images have no parents."""
+    short = image_id.removeprefix("sha256:")[:12]
+    users = _containers_using(store, image_id)
+    running = [r for r in users if r["inspect"]["State"]["Running"]]
+    if running:
+        cid = running[0]["inspect"]["Id"][:12]
+        return _Conflict(
+            f"conflict: unable to delete {short} (cannot be forced) - image is being used "
+            f"by running container {cid}",
+            used=True,
+        )
+    if references and _references(store, image_id):
+        return _Conflict(
+            f"conflict: unable to delete {short} (must be forced) - image is referenced in "
+            "multiple repositories"
+        )
+    if stopped and users:
+        cid = users[0]["inspect"]["Id"][:12]
+        return _Conflict(
+            f"conflict: unable to delete {short} (must be forced) - image is being used by "
+            f"stopped container {cid}",
+            used=True,
+        )
+    return None
+
+
+def _untag(store: Store, ref: str) -> None:
+    repos = store.repositories()
+    repos.pop(ref, None)
+    store._save_repositories(repos)
+
+
+def image_delete(store: Store, name: str, image_id: str) -> tuple[list[str], int]:
+    """moby daemon/images/image_delete.go ``ImageDelete(name, force=false, prune=true)``
+    for a reference or an image id; returns docker's "untagged: "/"deleted: " lines and
+    the layer bytes freed. Raises _Conflict where dockerd refuses."""
+    records: list[str] = []
+    refs = _references(store, image_id)
+    removed_repository_ref = False
+    if not image_id.removeprefix("sha256:").startswith(name.removeprefix("sha256:")):
+        ref = Ref.parse(name)
+        key = ref.canonical if ref.digest else ref.tagged
+        users = _containers_using(store, image_id)
+        if _is_single_reference(refs) and users:
+            raise _Conflict(
+                f'conflict: unable to remove repository reference "{name}" (must force) - '
+                f"container {users[0]['inspect']['Id'][:12]} is using its referenced image "
+                f"{image_id.removeprefix('sha256:')[:12]}"
+            )
+        _untag(store, key)
+        records.append(f"untagged: {key}")
+        refs = _references(store, image_id)
+        # A tag removed and only digest references of its repository left: those go too.
+        if not ref.digest and not any(
+            "@" not in r and _familiar_name(r) == ref.repository for r in refs
+        ):
+            for r in [r for r in refs if "@" in r and _familiar_name(r) == ref.repository]:
+                _untag(store, r)
+                records.append(f"untagged: {r}")
+            refs = _references(store, image_id)
+        if refs:
+            return records, 0
+        removed_repository_ref = True
+    elif _is_single_reference(refs):
+        conflict = _delete_conflict(store, image_id, references=False, stopped=True)
+        if conflict is not None:
+            raise conflict
+        for r in refs:
+            _untag(store, r)
+            records.append(f"untagged: {r}")
+    # imageDeleteHelper: quiet after a removed reference, unless the image is dangling
+    # and unused.
+    conflict = _delete_conflict(store, image_id, references=True, stopped=True)
+    if conflict is not None:
+        if removed_repository_ref and (_references(store, image_id) or conflict.used):
+            return records, 0
+        raise conflict
+    for r in _references(store, image_id):
+        _untag(store, r)
+        records.append(f"untagged: {r}")
+    config = store.image_config(image_id)
+    layer = store.image_dir(image_id) / "layer.size"
+    freed = int(layer.read_text()) if layer.exists() else 0
+    shutil.rmtree(store.image_dir(image_id), ignore_errors=True)
+    records.append(f"deleted: {image_id}")
+    # The removed layers by chain id; an image of one layer: its diff id.
+    records += [f"deleted: {d}" for d in config.get("rootfs", {}).get("diff_ids", [])[:1]]
+    return records, freed
+
+
+def _refuse_prompt(command: str, force: bool) -> None:
+    if not force:
+        raise DockerError(
+            f"{STANDIN}: {command} without --force asks for confirmation on the terminal; "
+            "that prompt is not implemented: give -f"
+        )
+
+
+def _no_arguments(command: str, usage: str, extra: Sequence[str]) -> None:
+    if extra:
+        raise DockerError(
+            f"docker: '{command}' accepts no arguments\n\nUsage:  {usage}\n\n"
+            f"Run '{command} --help' for more information"
+        )
+
+
+def _prune_flags(*, images: bool) -> list[Flag]:
+    return [
+        Flag("force", "f"),
+        *([Flag("all", "a")] if images else []),
+        Flag("filter", "", "list"),
+        Flag("help"),
+    ]
+
+
+def cmd_image_prune(args: Sequence[str]) -> int:
+    """``docker image prune [-a] -f``: docker/cli cli/command/image/prune.go (the output),
+    moby daemon/images/image_prune.go (which images): without -a only images without a
+    tag (a digest reference alone is no tag); with -a every image; each through
+    ImageDelete, which keeps an image a container uses, running or stopped."""
+    command, usage = "docker image prune", "docker image prune [OPTIONS]"
+    p, extra = parse_flags(args, _prune_flags(images=True), command=command, usage=usage)
+    _no_arguments(command, usage, extra)
+    if p["filter"]:
+        raise DockerError(f"{STANDIN}: {command} --filter is not implemented")
+    _refuse_prompt(command, p["force"])
+    store = Store()
+    records: list[str] = []
+    freed = 0
+    with store.lock():
+        for image_id in store.image_ids():
+            refs = _references(store, image_id)
+            names = refs if refs else [image_id.removeprefix("sha256:")]
+            if refs and not p["all"] and any("@" not in r for r in refs):
+                continue
+            for name in names:
+                if store.resolve_image(name) != image_id:
+                    continue  # gone with an earlier reference: "No such image", skipped
+                try:
+                    done, size = image_delete(store, name, image_id)
+                except _Conflict:
+                    continue  # image_prune.go imageDeleteFailed: skipped, not reported
+                records += done
+                freed += size
+    if records:
+        print("Deleted Images:\n" + "".join(r + "\n" for r in records))
+    print(f"Total reclaimed space: {human_size(freed, 4)}", flush=True)
+    return 0
+
+
+def cmd_container_prune(args: Sequence[str]) -> int:
+    """``docker container prune -f``: docker/cli cli/command/container/prune.go (the
+    output), moby daemon/prune.go ``ContainersPrune`` (every container not running). The
+    stand-in counts no writable-layer size: it reports 0B reclaimed."""
+    command, usage = "docker container prune", "docker container prune [OPTIONS]"
+    p, extra = parse_flags(args, _prune_flags(images=False), command=command, usage=usage)
+    _no_arguments(command, usage, extra)
+    if p["filter"]:
+        raise DockerError(f"{STANDIN}: {command} --filter is not implemented")
+    _refuse_prompt(command, p["force"])
+    store = Store()
+    deleted = []
+    with store.lock():
+        for record in store.all_containers():
+            if not record["inspect"]["State"]["Running"]:
+                store.remove(record["inspect"]["Id"])
+                deleted.append(record["inspect"]["Id"])
+    if deleted:
+        print("Deleted Containers:\n" + "".join(c + "\n" for c in deleted))
+    print(f"Total reclaimed space: {human_size(0, 4)}", flush=True)
+    return 0
+
+
+def cmd_tag(args: Sequence[str]) -> int:
+    """``docker tag SOURCE TARGET``: docker/cli cli/command/image/tag.go, moby
+    client/image_tag.go (the checks and texts), daemon/images/image_tag.go (``AddTag``
+    with force: a tag that names another image moves). Prints nothing."""
+    usage = "docker tag SOURCE_IMAGE[:TAG] TARGET_IMAGE[:TAG]"
+    _, names = parse_flags(
+        args, [Flag("help")], command="docker tag", usage=usage, interspersed=False
+    )
+    if len(names) != 2:
+        raise DockerError(
+            f"docker: 'docker tag' requires 2 arguments\n\nUsage:  {usage}\n\n"
+            "See 'docker tag --help' for more information"
+        )
+    source, target = names
+    if not re.fullmatch(r"(?:sha256:)?[0-9a-f]{64}", source):
+        try:
+            Ref.parse(source)
+        except DockerError as exc:
+            raise DockerError(
+                f'Error parsing reference: "{source}" is not a valid repository/tag: {exc.message}'
+            ) from None
+    if re.fullmatch(r"[0-9a-f]{64}", target):
+        raise DockerError(
+            f'Error parsing reference: "{target}" is not a valid repository/tag: invalid '
+            f"repository name ({target}), cannot specify 64-byte hexadecimal strings"
+        )
+    try:
+        ref = Ref.parse(target)
+    except DockerError as exc:
+        raise DockerError(
+            f'Error parsing reference: "{target}" is not a valid repository/tag: {exc.message}'
+        ) from None
+    if ref.digest:
+        raise DockerError("refusing to create a tag with a digest reference")
+    if ref.repository == "sha256":
+        raise DockerError(
+            daemon("refusing to create an ambiguous tag using digest algorithm as name")
+        )
+    store = Store()
+    with store.lock():
+        image_id = store.resolve_image(source)
+        if image_id is None:
+            raise DockerError(daemon(f"No such image: {source}"))
+        repos = store.repositories()
+        repos[ref.tagged] = image_id
+        store._save_repositories(repos)
+        _write_json(store.image_dir(image_id) / "meta.json", {"LastTagTime": now_rfc3339()})
     return 0
 
 
@@ -3269,6 +3578,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "inspect": cmd_inspect,
     "images": cmd_images,
     "pull": cmd_pull,
+    "tag": cmd_tag,
     "version": cmd_version,
 }
 GROUPS: dict[str, dict[str, Callable[[Sequence[str]], int]]] = {
@@ -3282,12 +3592,15 @@ GROUPS: dict[str, dict[str, Callable[[Sequence[str]], int]]] = {
         "remove": cmd_rm,
         "logs": cmd_logs,
         "inspect": lambda a: cmd_inspect(a, "container"),
+        "prune": cmd_container_prune,
     },
     "image": {
         "inspect": lambda a: cmd_inspect(a, "image"),
         "pull": cmd_pull,
         "ls": cmd_images,
         "list": cmd_images,
+        "tag": cmd_tag,
+        "prune": cmd_image_prune,
     },
 }
 NEEDS_DAEMON = {
@@ -3299,6 +3612,7 @@ NEEDS_DAEMON = {
     "inspect",
     "images",
     "pull",
+    "tag",
     "container",
     "image",
 }
@@ -3319,7 +3633,7 @@ def main(argv: Sequence[str]) -> int:
         if flag in {"-h", "--help"}:
             print(
                 f"Usage:  docker [OPTIONS] COMMAND\n\n{STANDIN}: run, ps, stop, rm, logs, "
-                "inspect, images, pull, version, container ..., image ..."
+                "inspect, images, pull, tag, version, container ..., image ..."
             )
             return 0
         if flag in {"-D", "--debug"}:

@@ -32,6 +32,7 @@ from verify_helpers import (
     podman,
     read_env,
     role_module,
+    role_yaml,
 )
 
 ARGS_FILTERS = role_module("filter_plugins/sglang_args.py")
@@ -139,6 +140,19 @@ def test_the_unit_runs_the_image_this_node_pulled_by_its_digest(host: Any) -> No
     assert argv[argv.index("python3") - 1] == record
     pulled = host.check_output("docker image inspect --format '{{json .RepoDigests}}' %s", name)
     assert f"{name.rsplit(':', 1)[0]}@{digest}" in pulled
+
+
+def test_a_routine_image_prune_keeps_the_image_the_unit_runs(host: Any) -> None:
+    """The image pulled by its digest has no tag of its own: the role's local tag
+    (tasks/install_served_tag.yml) keeps `docker image prune` from deleting it."""
+    image = read_env(host, VERSION_FILE)["SGLANG_IMAGE"]
+    tag = role_yaml("vars")["_sglang_served_tag"]
+    ids = [
+        host.check_output("docker image inspect --format '{{.Id}}' %s", ref) for ref in (image, tag)
+    ]
+    assert ids[0] == ids[1] and ids[0].startswith("sha256:"), ids
+    host.check_output("docker image prune -f")
+    assert host.check_output("docker image inspect --format '{{.Id}}' %s", image) == ids[0]
 
 
 def test_the_server_in_the_image_loads(host: Any) -> None:
