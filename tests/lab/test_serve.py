@@ -410,7 +410,9 @@ def test_validate_next_to_a_loaded_model_is_not_judged_and_stop_serving_judges_i
     report = json.loads(proc.stdout)
     assert report["verdict"] == "passed" and report["nccl"][0]["outcome"] == "passed"
     units = [c for c in report["checks"] if c["check"] == "sglang_unit"]
-    assert len(units) == 4 and all(c["message"].endswith(", inactive") for c in units), units
+    # stopped: the head inactive, a worker whose head went away "failed" (as serve down)
+    stopped = (", inactive", ", failed")
+    assert len(units) == 4 and all(c["message"].endswith(stopped) for c in units), units
     assert "validate --stop-serving: stopping the service on 4 nodes" in proc.stderr
     assert "validate --stop-serving: starting the service again" in proc.stderr
     rc, _, err = _verify()
