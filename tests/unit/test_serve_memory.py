@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from sparkctl.serve import memory, up
 from sparkctl.serve.cluster import Cluster
 from tests.unit import plans
 from tests.unit.pathload import load_file
+from tests.unit.test_lab_docker import DOCKER_PY, IMAGE, NO_NAMESPACES, make_node
 
 GiB = 1 << 30
 
@@ -271,3 +273,42 @@ def test_serve_up_keeps_each_idle_nodes_memory_and_a_running_nodes_earlier_one(
     memory.record("sim", {"spark1": memory.Memory(1, 2, "MemAvailable")}, ["spark2"], Path("/z"))
     assert memory.load("sim")["spark2"] == kept
     assert memory.load("sim")["spark1"]["available"] == 1
+
+
+# ---------------------------------------------------------------- the container
+@pytest.mark.skipif(NO_NAMESPACES is not None, reason=NO_NAMESPACES or "")
+def test_a_leftover_container_is_named_by_docker_ps_and_stopped_and_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The container method's leftover: the lab's docker stand-in (which prints what
+    docker prints) runs a container under the unit's name, as a unit stopped without
+    its ExecStop= would leave it; serve up refuses, serve down stops and removes it."""
+    monkeypatch.setattr(memory, "TERM_GRACE_S", 1)
+    node = make_node(tmp_path / "node")
+    assert node.docker("pull", IMAGE).returncode == 0
+    engine = tmp_path / "docker"
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in node.env.items())
+    engine.write_text(f'#!/bin/sh\nexec env {env} {sys.executable} {DOCKER_PY} "$@"\n')
+    engine.chmod(0o755)
+    cluster = one_spark(tmp_path, "container")
+    cluster = plans.cluster(
+        cluster.inv,
+        {"install_method": "container", "engine": str(engine)},
+        local,
+        cluster.run_dir,
+    )
+    name = cluster.sglang().container_name
+    started = node.docker(
+        "run", "-d", "--name", name, IMAGE, "python3", "-c", "import time\ntime.sleep(600)"
+    )
+    assert started.returncode == 0, started.stderr
+    try:
+        with pytest.raises(SparkctlError, match=rf"spark1: container {name} \(running\)"):
+            memory.before_start(cluster, [])
+        freed = memory.free(cluster)
+        [left] = [x for x in freed.leftovers if x.pid == 0]
+        assert (left.command, left.ended) == (f"{name} (running)", "stopped and removed")
+        assert node.docker("ps", "-aq").stdout.strip() == ""
+        memory.before_start(cluster, [])  # nothing left: serve up may start
+    finally:
+        node.docker("rm", "--force", name)
