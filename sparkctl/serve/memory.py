@@ -18,9 +18,9 @@ so "the memory came back" is read from the kernel, per node:
   already runs (``--restart``) keeps the reading it had before that start.
 - **serve down**, after the units stopped, looks for what of the service is
   left (:func:`survey`): the container by its name (``docker ps -a``), and any
-  process whose command line is the service's: the unit's launcher
-  (roles/sglang/vars/main.yml ``_sglang_launcher_path``), SGLang's module
-  ``sglang.launch_server`` (what the launcher runs, ``MODULE`` in
+  process whose command line is the service's: Python running the unit's launcher
+  (roles/sglang/vars/main.yml ``_sglang_launcher_path``) or ``-m
+  sglang.launch_server`` (what the launcher runs, ``MODULE`` in
   roles/sglang/files/sglang_launcher.py), or SGLang's own process titles
   ``sglang::scheduler...``/``sglang::detokenizer`` (setproctitle in sglang's
   ``srt/managers/scheduler.py`` and ``detokenizer_manager.py``: the processes that
@@ -157,9 +157,14 @@ def fd_pids(text: str) -> set[int]:
 
 
 def is_service(command: str) -> bool:
-    """A command line the service runs (module docstring)."""
+    """A command line the service runs (module docstring): Python running the launcher
+    (the rank, its server child, the container method's docker client) or SGLang's
+    module, or one of SGLang's process titles. A file named on another command line
+    (an editor, ``less``) is not the service."""
     words = command.split()
-    return LAUNCHER in words or MODULE in words or command.startswith(TITLE)
+    after = dict(zip(words[1:], words, strict=False))  # word -> the word before it
+    launcher = LAUNCHER in after and Path(after[LAUNCHER]).name.startswith("python")
+    return launcher or after.get(MODULE) == "-m" or command.startswith(TITLE)
 
 
 def _survey_command(cluster: Cluster) -> str:

@@ -125,7 +125,9 @@ def test_the_service_is_known_by_the_command_lines_the_role_gives_it() -> None:
     ]
     others = [
         "journalctl -u sparkctl-sglang.service -o cat -f -n 0 --no-pager",
-        "vim /usr/local/lib/sparkctl/sglang-launcher.py.bak",
+        "vim /usr/local/lib/sparkctl/sglang-launcher.py",
+        "less /usr/local/lib/sparkctl/sglang-launcher.py",
+        "python3 -c import sglang.launch_server",
         "grep sglang",
         "python3 -m sglang.bench_serving --backend sglang",
     ]
