@@ -314,3 +314,54 @@ def test_a_leftover_container_is_named_by_docker_ps_and_stopped_and_removed(
         memory.before_start(cluster, [])  # nothing left: serve up may start
     finally:
         node.docker("rm", "--force", name)
+
+
+# ---------------------------------------------------------------- the command
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[object, str, str]:
+    from sparkctl import cli  # noqa: PLC0415
+
+    code: object = 0
+    old = sys.argv
+    sys.argv = ["sparkctl", *argv]
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_serve_down_shows_the_leftover_and_the_memory_and_exits_1_when_not_back(
+    tmp_path: Path,
+    procs: list[subprocess.Popen[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`sparkctl serve down` on the repository's sim inventory, its nodes' commands run
+    on this machine: the leftover is named with how it ended, each node's memory is said
+    against serve up's reading, and a node not back is the error (exit 1), numbers and all."""
+    monkeypatch.delenv("SPARKCTL_DEBUG", raising=False)
+    sim = Path(__file__).resolve().parents[2] / "inventory" / "sim.ini"
+    cluster = one_spark(tmp_path)
+    monkeypatch.setattr(up, "open_cluster", lambda inv, command, extravars=None: cluster)
+    monkeypatch.setattr(up, "stop_units", lambda c: {})
+    monkeypatch.setattr(
+        Cluster, "unit_states", lambda self, nodes=None: {"spark1": {"ActiveState": "inactive"}}
+    )
+    procs.append(_leftover("python3 -m sglang.launch_server --model-path /m"))
+    now = _reading(cluster)
+    _record_before(cluster, now.available + memory.tolerance(now.total) + 40 * GiB)
+    code, out, err = _cli(["serve", "down", str(sim)], capsys)
+    assert code == 1, err
+    assert f"left over: spark1: pid {procs[0].pid} python3 -m sglang.launch_server" in out
+    assert "stopped (SIGTERM)" in out
+    assert "spark1: memory NOT back: " in out
+    assert "error: serve down: spark1: memory NOT back: " in err
+    _record_before(cluster, _reading(cluster).available)
+    code, out, err = _cli(["serve", "down", str(sim), "--json"], capsys)
+    assert code in (0, None), err
+    data = json.loads(out)
+    assert data["ok"] is True and data["leftovers"] == []
+    assert [(m["node"], m["back"]) for m in data["memory"]] == [("spark1", True)]
