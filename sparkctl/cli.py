@@ -410,12 +410,20 @@ def serve_verify(inventory_path: Path, as_json: bool, extra: tuple[str, ...]) ->
 
 @serve_group.command("down")
 @_INVENTORY_ARG
-def serve_down(inventory_path: Path) -> None:
-    """Stop every rank (the head first)."""
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def serve_down(inventory_path: Path, as_json: bool) -> None:
+    """Stop every rank (the head first), and prove the stop.
+
+    Whatever of the service is left (its container, a process of SGLang's) is
+    named and stopped; every node's memory must then be back within a tolerance
+    of what serve up read before it started (exit 1 naming the node otherwise).
+    """
     from sparkctl import present  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
 
-    present.serve_down(up.down(_checked(inventory_path)))
+    result = up.down(_checked(inventory_path))
+    present.serve_down(result, as_json=as_json)
+    _exit_for(result)
 
 
 @serve_group.command("status")

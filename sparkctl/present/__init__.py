@@ -175,8 +175,24 @@ def serve_up(result: UpResult, *, to_stderr: bool = False) -> None:
         )
 
 
-def serve_down(result: Stopped) -> None:
-    console.out.print(f"stopped {result.unit} on {', '.join(result.nodes)}")
+def serve_down(result: Stopped, *, as_json: bool = False) -> None:
+    """The units stopped; each leftover named with how it ended; each node's memory
+    against serve up's reading (a node not back is also the error, on stderr)."""
+    if as_json:
+        emit(result)
+        return
+    console.out.print(f"stopped {result.unit} on {', '.join(result.nodes)}", highlight=False)
+    for x in result.leftovers:
+        console.out.print(f"left over: {x.name}: {x.ended}", markup=False, highlight=False)
+    for b in result.memory:
+        console.out.print(b.text(), style=None if b.ok else "red", markup=False, highlight=False)
+    if result.not_back:
+        for g in result.gpu:
+            console.out.print(
+                f"also holds the GPU (not the service's, left alone): {g.name}",
+                markup=False,
+                highlight=False,
+            )
 
 
 def serve_status(data: dict[str, Any], *, as_json: bool = False) -> None:

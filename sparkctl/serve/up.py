@@ -38,8 +38,9 @@ from sparkctl import console, inventory, nccl_versions, tool_output
 from sparkctl import sglang_logs as logs
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
-from sparkctl.serve import probe
+from sparkctl.serve import memory, probe
 from sparkctl.serve.cluster import Cluster, Group, open_cluster
+from sparkctl.serve.memory import Back, Leftover
 
 POLL_S = 3.0
 # Seconds the controller keeps asking /health after a head's journal said it is ready
@@ -201,11 +202,47 @@ class UpResult:
 
 @dataclass(frozen=True)
 class Stopped:
-    """serve down: the unit stopped on every node, and each node's state after."""
+    """serve down: the unit stopped on every node, each node's state after, its memory
+    against serve up's reading, and what of the service was left and stopped
+    (sparkctl.serve.memory)."""
 
     unit: str
     nodes: list[str]
     states: dict[str, str]
+    memory: list[Back] = field(default_factory=list)
+    leftovers: list[Leftover] = field(default_factory=list)
+    gpu: list[Leftover] = field(default_factory=list)  # other holders, left alone
+
+    @property
+    def not_back(self) -> list[Back]:
+        return [b for b in self.memory if not b.ok]
+
+    def failure(self) -> SparkctlError | None:
+        """Exit 1 naming each node whose memory is not back (with the numbers) and each
+        leftover that would not stop."""
+        stuck = [x for x in self.leftovers if not x.gone]
+        if not self.not_back and not stuck:
+            return None
+        what = [b.text() for b in self.not_back] + [f"{x.name} {x.ended}" for x in stuck]
+        others = "; ".join(g.name for g in self.gpu)
+        return SparkctlError(
+            "serve down: " + "; ".join(what),
+            ExitCode.CHECKS_FAILED,
+            hint=f"other processes holding the GPU: {others}"
+            if others
+            else "what holds the memory: ps -eo pid,rss,args --sort -rss on the node",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "unit": self.unit,
+            "nodes": list(self.nodes),
+            "states": dict(self.states),
+            "memory": [b.to_dict() for b in self.memory],
+            "leftovers": [x.to_dict() for x in self.leftovers],
+            "gpu_holders": [g.to_dict() for g in self.gpu],
+            "ok": self.failure() is None,
+        }
 
 
 @dataclass(frozen=True)
@@ -543,6 +580,9 @@ def up(
         limit = float(timeout or cluster.sglang().serve_timeout)
         if not restart and (now := serving_now(cluster)) is not None:
             return _about(now, cluster)
+        # Before any rank starts: no leftover of an earlier run holds a node's memory,
+        # and each idle node's memory is kept for serve down to compare with.
+        memory.before_start(cluster, running_nodes(cluster))
         check_model_visible(cluster)
         console.progress(f"serve up: {_describe(cluster)}, waiting up to {limit:.0f} s")
         followers = Followers(cluster)
@@ -643,23 +683,40 @@ def _save_logs(cluster: Cluster, result: UpResult) -> None:
         (cluster.run_dir / f"rank{r.rank}-{node}.log").write_text("\n".join(r.lines) + "\n")
 
 
+def running_nodes(cluster: Cluster) -> list[str]:
+    """The nodes whose unit runs (or starts or stops): their processes are the unit's."""
+    return [
+        n
+        for n, st in cluster.unit_states().items()
+        if st.get("ActiveState") in ("active", "activating", "deactivating", "reloading")
+    ]
+
+
 def down(inv: inventory.Inventory) -> Stopped:
+    """Stop every rank, then prove the stop: nothing of the service left on any node
+    (leftovers named and stopped) and every node's memory back (sparkctl.serve.memory)."""
     with inventory_lock(inv, "serve down"):
         cluster = open_cluster(inv, "serve-down")
         stop_units(cluster)
         states = cluster.unit_states()
-    still = {
-        n: st["ActiveState"]
-        for n, st in states.items()
-        if st["ActiveState"] not in ("inactive", "failed")
-    }
-    if still:
-        raise SparkctlError(
-            "still running after stop: " + ", ".join(f"{n} ({s})" for n, s in still.items()),
-            ExitCode.CHECKS_FAILED,
-        )
+        still = {
+            n: st["ActiveState"]
+            for n, st in states.items()
+            if st["ActiveState"] not in ("inactive", "failed")
+        }
+        if still:
+            raise SparkctlError(
+                "still running after stop: " + ", ".join(f"{n} ({s})" for n, s in still.items()),
+                ExitCode.CHECKS_FAILED,
+            )
+        freed = memory.free(cluster)
     return Stopped(
-        cluster.unit, list(cluster.nodes), {n: st["ActiveState"] for n, st in states.items()}
+        cluster.unit,
+        list(cluster.nodes),
+        {n: st["ActiveState"] for n, st in states.items()},
+        freed.memory,
+        freed.leftovers,
+        freed.gpu,
     )
 
 

@@ -420,8 +420,16 @@ def test_validate_next_to_a_loaded_model_is_not_judged_and_stop_serving_judges_i
 
 
 def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:
-    proc = sparkctl("serve", "down", str(SIM_INVENTORY))
+    proc = sparkctl("serve", "down", str(SIM_INVENTORY), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # The stop proved: nothing of the service left, and every node's memory back within
+    # the tolerance of what serve up read before it started (a lab node's reading is its
+    # cgroup's headroom where that is less than the host's MemAvailable its /proc shows).
+    down = json.loads(proc.stdout)
+    assert down["ok"] is True and down["leftovers"] == [], down
+    assert sorted(m["node"] for m in down["memory"]) == [n.name for n in lab.inventory.nodes]
+    for m in down["memory"]:
+        assert m["back"] is True and m["available_before"] is not None, m
     for node in lab.inventory.nodes:
         state = ssh(node.mgmt_ip, f"systemctl is-active {UNIT}", check=False).stdout.strip()
         assert state in ("inactive", "failed"), (node.name, state)
@@ -441,3 +449,43 @@ def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:
     kept = ssh(spark2, f"docker image inspect --format '{{{{.Id}}}}' {image}", check=False)
     assert kept.returncode == 0, kept.stderr
     assert kept.stdout.strip() == served_id.strip(), (kept.stdout, served_id)
+
+
+def test_a_leftover_is_refused_by_serve_up_and_named_and_stopped_by_serve_down(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """A process with SGLang's command line left on spark3 after the stop (as a rank that
+    outlived its unit would be): serve up refuses to start, naming it, before any rank
+    starts; serve down names it and stops it, and every node's memory is back. Runs on the
+    stopped service test_down_stops_every_rank leaves (no serve cycle of its own)."""
+    spark3 = lab.inventory.node("spark3").mgmt_ip
+    argv0 = "python3 -m sglang.launch_server --model-path /srv/sparkctl-leftover"
+    pid = ssh(
+        spark3,
+        f"nohup bash -c 'exec -a \"{argv0}\" sleep 3600' </dev/null >/dev/null 2>&1 & echo $!",
+    ).stdout.strip()
+    assert pid.isdigit(), pid
+    try:
+        assert argv0 in ssh(spark3, f"ps -ww -o args= -p {pid}").stdout
+        refused = _run("serve", "up", str(SIM_INVENTORY), timeout=300)
+        assert refused.returncode == 1, refused.stderr[-3000:]
+        assert f"spark3: pid {pid} {argv0}" in refused.stderr, refused.stderr[-3000:]
+        assert "no rank was started" in refused.stderr
+        assert "sparkctl serve down" in refused.stderr
+        for node in lab.inventory.nodes:
+            state = ssh(node.mgmt_ip, f"systemctl is-active {UNIT}", check=False).stdout.strip()
+            assert state in ("inactive", "failed"), (node.name, state)
+        proc = _run("serve", "down", str(SIM_INVENTORY), "--json", timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        down = json.loads(proc.stdout)
+        [left] = down["leftovers"]
+        assert (left["node"], left["pid"], left["ended"]) == (
+            "spark3",
+            int(pid),
+            "stopped (SIGTERM)",
+        ), left
+        assert left["command"].startswith(argv0)
+        assert ssh(spark3, f"ps -o pid= -p {pid}", check=False).stdout.strip() == ""
+        assert all(m["back"] for m in down["memory"]), down["memory"]
+    finally:
+        ssh(spark3, f"kill -9 {pid} 2>/dev/null; true", check=False)
