@@ -136,7 +136,13 @@ def validate_stopping_service(
         )
         if running:
             console.progress(f"validate --stop-serving: stopping the service on {len(ranks)} nodes")
-            up.down(inv)
+            stopped = up.down(inv)
+            if (error := stopped.failure()) is not None:
+                # A leftover that would not stop, or memory not back: the sweep would
+                # be sized from memory the service still holds. Start it again first.
+                console.progress("validate --stop-serving: starting the service again")
+                up.up(inv, extravars=extravars)
+                raise error
         else:
             console.progress("validate --stop-serving: the service is not running; nothing to stop")
         try:
