@@ -15,17 +15,25 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkctl.serve import watch
+from sparkctl.inventory import Inventory, Node
+from sparkctl.serve import up, watch
+from sparkctl.serve.cluster import Cluster
 from sparkctl.serve.watch import (
     Config,
     Decision,
@@ -39,7 +47,11 @@ from sparkctl.serve.watch import (
     Watch,
     parse_metrics,
 )
+from tests.unit import plans
 from tests.unit.cli_run import run_cli
+
+if TYPE_CHECKING:
+    from sparkctl.serve.cluster import Group
 
 NODES = ("spark1", "spark2", "spark3", "spark4")
 # SGLang's scheduler labels (metrics_collector.py:1082-1088).
@@ -403,3 +415,151 @@ def test_cli_help_lists_watch(
     assert code == 0 and "watch" in out
     code, out = run_cli(monkeypatch, capsys, "serve", "watch", "--help")
     assert code == 0 and "--once" in out and "--interval" in out
+
+
+# ------------------------------------------------------------------ the runner
+def _two_groups(tmp_path: Path, calls: list[tuple[str, str]]) -> Cluster:
+    """Four Sparks in groups a (spark1, spark2) and b (spark3, spark4); every command a
+    node is sent is recorded, in order."""
+    nodes = list(NODES)
+    inv = Inventory(
+        path=tmp_path / "x.ini",
+        cluster="sim",
+        switch=None,
+        ports=(),
+        nodes=tuple(Node(n, i, f"10.77.0.{11 + i}", {}) for i, n in enumerate(nodes)),
+        hostvars={n: {} for n in nodes},
+    )
+    members = {"a": ["spark1", "spark2"], "b": ["spark3", "spark4"]}
+    base = plans.plan_dict(["spark1", "spark2"])["hosts"]["spark1"]["sglang"]
+
+    def group(node: str, part: dict[str, Any]) -> None:
+        i = nodes.index(node)
+        name = "ab"[i // 2]
+        part["sglang"] = {
+            **base,
+            "unit": "sparkctl-sglang.service",
+            "group": name,
+            "group_members": members[name],
+            "group_head": members[name][0],
+            "group_rank": i % 2,
+        }
+
+    lock = threading.Lock()
+
+    def runner(host: str, cmd: str, timeout: int) -> tuple[int, str]:
+        with lock:
+            calls.append((host, cmd))
+        return 0, ""
+
+    return Cluster(
+        inv=inv,
+        plan=plans.plan(nodes, edit=group),
+        run_dir=tmp_path,
+        ssh_config=tmp_path / "ssh_config",
+        runner=runner,
+    )
+
+
+def test_a_group_restarts_alone_in_serve_ups_order(tmp_path: Path) -> None:
+    """serve up's own stop_units/start_units on the cluster narrowed to group b: its head
+    stops first and starts last, and group a is not touched."""
+    calls: list[tuple[str, str]] = []
+    c = _two_groups(tmp_path, calls)
+    b = c.groups()[1]
+    view = watch._one_group(c, b)
+    assert view.nodes == ["spark3", "spark4"]
+    assert (view.heads, view.workers) == (["spark3"], ["spark4"])
+    up.stop_units(view)
+    up.start_units(view)
+    assert {host for host, _ in calls} == {"spark3", "spark4"}
+    order = [(host, "stop" if "systemctl stop" in cmd else "start") for host, cmd in calls]
+    assert order == [
+        ("spark3", "stop"),
+        ("spark4", "stop"),
+        ("spark4", "start"),
+        ("spark3", "start"),
+    ]
+    assert c.nodes == list(NODES)  # the cluster itself is unchanged
+
+
+class _Api(BaseHTTPRequestHandler):
+    """A head: /metrics open, /v1/completions behind the key; ``hang`` holds the answer."""
+
+    exposition = ""
+    hang = threading.Event()
+    seen_auth: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        body = self.exposition.encode() if self.path == "/metrics" else b""
+        self.send_response(200 if self.path == "/metrics" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.seen_auth.append(self.headers.get("Authorization", ""))
+        if self.hang.is_set():
+            time.sleep(2.0)
+        if self.headers.get("Authorization") != f"Bearer {KEY}":
+            status, body = 401, b'{"error": "Unauthorized"}'
+        else:
+            status, body = 200, json.dumps({"choices": [{"text": "!"}]}).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+KEY = "watchKEY-0123456789abcdef"
+
+
+@dataclass
+class _Head:
+    base_url: str
+    tls_ca_file: str | None = None
+    model_name: str = "toy"
+
+
+@pytest.fixture
+def api(sglang_exposition: str) -> Iterator[_Head]:
+    _Api.exposition = sglang_exposition
+    _Api.hang.clear()
+    _Api.seen_auth.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    server.daemon_threads = True
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    ).start()
+    try:
+        yield _Head(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_probe_and_metrics_against_a_head(api: _Head) -> None:
+    head = cast("Group", api)
+    metrics, error = watch.read_metrics(head)
+    assert error == "" and metrics is not None and metrics.decode_tokens == 1200.0
+    assert watch.generation_probe(head, KEY, 5.0).ok
+    refused = watch.generation_probe(head, None, 5.0)
+    assert refused.kind is ProbeKind.HTTP and "401" in refused.reason
+    assert KEY not in refused.reason
+    _Api.hang.set()
+    slow = watch.generation_probe(head, KEY, 0.5)
+    assert slow.kind is ProbeKind.TIMEOUT and KEY not in slow.reason
+
+
+def test_a_closed_port_is_a_connect_failure() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    head = cast("Group", _Head(f"http://127.0.0.1:{port}"))
+    assert watch.generation_probe(head, KEY, 2.0).kind is ProbeKind.CONNECT
+    metrics, error = watch.read_metrics(head)
+    assert metrics is None and "ConnectError" in error
