@@ -528,14 +528,16 @@ class Watch:
             ev = replace(ev, seen=(gone, *ev.seen))
         return self._restart(r, ev, failed=True)
 
-    def not_restarted(self, why: str) -> None:
-        """The runner could not restart the group (the lock held, a unit refused): the
-        restart is not counted, and the next round decides again (backoff still applies)."""
+    def not_restarted(self, *, attempted: bool) -> None:
+        """The runner could not restart the group: the next round judges again at once
+        (backoff still applies). ``attempted`` False (another sparkctl run holds the
+        lock): nothing was touched and the restart is not counted; True (a unit refused
+        to stop or start): it counts toward the breaker, so a group that cannot be
+        restarted still ends in ``gave_up``."""
         st = self.state
-        if st.restarts:
+        if st.restarts and not attempted:
             st.restarts.pop()
         st.grace_until = None
-        _ = why
 
     def _recent(self, now: float) -> int:
         return sum(1 for t in self.state.restarts if now - t < self.config.window_s)
@@ -752,6 +754,26 @@ def stop_group(cluster: Cluster, group: Group) -> None:
         up.stop_units(_one_group(cluster, group))
 
 
+def _open(inv: inventory.Inventory, extravars: Mapping[str, Any] | None) -> Cluster:
+    """serve.cluster.open_cluster's Cluster, in one run directory kept for every call
+    (``results/<cluster>/serve-watch``): a watchdog called every 15 s by a timer would
+    otherwise leave a directory per round."""
+    from sparkctl import remote  # noqa: PLC0415
+    from sparkctl.serve.cluster import Cluster  # noqa: PLC0415
+
+    run_dir = events_path(inv.cluster).with_name("serve-watch")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    session = remote.connect(inv, run_dir, extravars)
+    return Cluster(
+        inv=inv,
+        plan=session.plan,
+        run_dir=run_dir,
+        ssh_config=session.ssh_config,
+        extravars=dict(extravars or {}),
+        runner=session.runner,
+    )
+
+
 def _load_states(path: Path) -> dict[str, State]:
     try:
         data = json.loads(path.read_text())
@@ -811,13 +833,12 @@ def watch(
     """Rounds over every group until gave_up (or one round with ``once``); every event
     appended to the events file and handed to ``show``. ``once`` keeps the engine's
     state in the state dir between calls, so repeated calls see frozen progress."""
-    from sparkctl.serve.cluster import open_cluster  # noqa: PLC0415
 
     try:
         base = Config(interval_s=interval_s)  # refused before any host is contacted
     except ValueError as exc:
         raise SparkctlError(f"serve watch: {exc}", ExitCode.BAD_INPUT) from None
-    cluster = open_cluster(inv, "serve-watch", extravars)
+    cluster = _open(inv, extravars)
     # the grace after a restart: the service's own start-up budget
     timeout = float(cluster.sglang().serve_timeout)
     cfg = replace(base, grace_s=timeout)
@@ -842,28 +863,42 @@ def watch(
             w = watches[g.name]
             ev = w.decide(gather(g, key, w))
             record(ev)
-            if ev.action == "restart_group":
-                try:
-                    up_result = restart_group(cluster, g, timeout)
-                except SparkctlError as exc:
-                    w.not_restarted(exc.message)
-                    record(replace(ev, action="none", reason=f"restart not done: {exc.message}"))
-                    continue
-                if not up_result.ok:
-                    record(
-                        replace(
-                            ev,
-                            decision=Decision.SUSPECT,
-                            action="wait",
-                            at=time.monotonic(),
-                            reason=f"the restarted group did not come up: {up_result.message}",
-                        )
-                    )
-            elif ev.action == "stop_group":
-                stop_group(cluster, g)
+            after = act(cluster, g, w, ev, timeout)
+            if after is not None:
+                record(after)
         if once:
             _save_states(state_file, watches)
             return result
         if any(w.state.gave_up for w in watches.values()):
             return result
         time.sleep(max(0.0, cfg.interval_s - (time.monotonic() - started)))
+
+
+def act(cluster: Cluster, group: Group, w: Watch, ev: Event, timeout: float) -> Event | None:
+    """Do what ``ev`` says (restart the group, stop it); an event when it did not work."""
+    if ev.action not in ("restart_group", "stop_group"):
+        return None
+    try:
+        if ev.action == "stop_group":
+            stop_group(cluster, group)
+            return None
+        done = restart_group(cluster, group, timeout)
+    except SparkctlError as exc:
+        if ev.action == "restart_group":
+            w.not_restarted(attempted=exc.code is not ExitCode.LOCKED)
+        return replace(
+            ev,
+            decision=Decision.SUSPECT if ev.action == "restart_group" else ev.decision,
+            action="none",
+            at=time.monotonic(),
+            reason=f"{ev.action} failed: {cluster.redact(exc.message)}",
+        )
+    if done.ok:
+        return None
+    return replace(
+        ev,
+        decision=Decision.SUSPECT,
+        action="wait",
+        at=time.monotonic(),
+        reason=f"the restarted group did not come up: {done.message}",
+    )

@@ -330,6 +330,22 @@ def test_restart_storm_backs_off_then_gives_up_and_stays_given_up() -> None:
     assert sim.round(load(0.0)).decision is Decision.HEALTHY
 
 
+def test_a_restart_that_could_not_be_done_counts_unless_it_was_never_tried() -> None:
+    """The lock held by another run: nothing was touched, the restart does not count.
+    A unit that refuses to start: it counts, so the breaker still opens."""
+    cfg = Config(max_restarts=2, backoff_s=0.0, grace_s=300.0)
+    dead = units(spark2="failed/failed")
+    locked, refused = Sim(cfg), Sim(cfg)
+    for sim, attempted in ((locked, False), (refused, True)):
+        for _ in range(8):
+            ev = sim.round(load(0.0), unit_states=dead)
+            if ev.action == "restart_group":
+                sim.watch.not_restarted(attempted=attempted)
+    assert Decision.GAVE_UP not in decisions(locked.events)
+    assert decisions(locked.events).count(Decision.RESTART_GROUP) == 8
+    assert decisions(refused.events)[:3] == [Decision.RESTART_GROUP] * 2 + [Decision.GAVE_UP]
+
+
 def test_backoff_is_capped() -> None:
     cfg = Config(max_restarts=10, backoff_s=30.0, backoff_cap_s=90.0, grace_s=15.0)
     sim = Sim(cfg)
