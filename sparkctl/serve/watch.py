@@ -27,15 +27,17 @@ sources:
   (``metrics_collector.py:1708-1725``, called from
   ``managers/tokenizer_manager.py:2882``), so on its own it would call a long
   generation frozen: then the frozen rule needs the probe to fail as well.
-- **No false alarm during a long prefill.** While the prefill counter moves
-  (``realtime_tokens_total{mode=~"prefill_compute|prefill_cache"}``, bumped per
-  prefill chunk, ``metrics_reporter.py:611-617``; else
-  ``sglang:prompt_tokens_total``) the group is computing: the frozen rule does
-  not fire, and a probe that times out counts as suspect, not as a hang, until
-  that has lasted ``prefill_patience_s`` (sglang #22511: /health answers 503
-  during a long chunked prefill).
+- **No false alarm during a long prefill or under load.** While the prefill
+  counter moves (``realtime_tokens_total{mode=~"prefill_compute|prefill_cache"}``,
+  bumped per prefill chunk, ``metrics_reporter.py:611-617``; else
+  ``sglang:prompt_tokens_total``) the frozen rule does not fire. A probe that
+  times out (or gets a 5xx) while prefill or decode advances counts as suspect,
+  not as a hang, until that has lasted ``busy_patience_s``: /health answers 503
+  during a long chunked prefill (sglang #22511), and a one-token request waits
+  behind a deep queue.
 - **Hang, failing probe.** The bounded one-token generation through the API
-  fails ``probe_failures`` probes in a row. A probe that cannot *connect* while
+  fails ``probe_failures`` probes in a row. A 4xx (the key, the model name) is
+  this side's mistake: suspect, never a restart. A probe that cannot *connect* while
   every rank's unit runs is the controller not reaching the API (serve up's
   rule, sparkctl.serve.up): reported as unreachable, never a restart.
 - **Dead rank.** A rank's unit is not active/running, or its NRestarts grew
@@ -173,7 +175,8 @@ class ProbeKind(StrEnum):
     OK = "ok"
     TIMEOUT = "timeout"  # no complete answer by the deadline
     CONNECT = "connect"  # no connection (refused, no route, TLS)
-    HTTP = "http"  # an answer, not 200
+    HTTP = "http"  # an answer, not 200: a server error, 408 or 429
+    REFUSED = "refused"  # 4xx: the key or the request is refused (a restart fixes nothing)
     ANSWER = "answer"  # 200, but not a completion
 
 
@@ -288,7 +291,7 @@ class Config:
     probe_timeout_s: float = 15.0
     frozen_after_s: float = 45.0
     probe_failures: int = 2
-    prefill_patience_s: float = 300.0
+    busy_patience_s: float = 300.0
     grace_s: float = 900.0
     backoff_s: float = 30.0
     backoff_cap_s: float = 600.0
@@ -317,8 +320,8 @@ class Config:
             problems.append("probe_failures and max_restarts are at least 1")
         if self.backoff_s < 0 or self.backoff_cap_s < self.backoff_s:
             problems.append("backoff_s must be >= 0 and backoff_cap_s >= backoff_s")
-        if self.window_s <= 0 or self.grace_s <= 0 or self.prefill_patience_s < 0:
-            problems.append("window_s and grace_s must be positive, prefill_patience_s >= 0")
+        if self.window_s <= 0 or self.grace_s <= 0 or self.busy_patience_s < 0:
+            problems.append("window_s and grace_s must be positive, busy_patience_s >= 0")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -394,8 +397,8 @@ class Watch:
             st.next_probe_at = r.at + self.config.probe_interval_s
         f = _Findings()
         self._units(r, f)
-        prefill_moved = self._progress(r, f)
-        self._probe(r, f, prefill_moved)
+        moved = self._progress(r, f)
+        self._probe(r, f, moved)
         down = [name for name, up in r.fabric if not up]
         if down:
             f.seen.append(f"fabric twin(s) down: {_label(down)} (a restart does not fix a link)")
@@ -423,7 +426,8 @@ class Watch:
         f.hang += f.dead
 
     def _progress(self, r: Reading, f: _Findings) -> bool:
-        """The frozen-progress rule; whether prefill advanced since the last reading."""
+        """The frozen-progress rule; whether decode or prefill advanced since the last
+        reading."""
         st, m = self.state, r.metrics
         if m is None:
             if r.metrics_error:
@@ -446,22 +450,26 @@ class Watch:
                 f.hang.append(f"generation frozen: {what}")
             else:
                 f.seen.append(what)
-        return prefill_moved
+        return decode_moved or prefill_moved
 
-    def _probe(self, r: Reading, f: _Findings, prefill_moved: bool) -> None:
+    def _probe(self, r: Reading, f: _Findings, moved: bool) -> None:
         st, p = self.state, r.probe
         if p is None:
             return
         if p.ok:
             st.probe_streak, st.excused_since = 0, None
             return
-        if prefill_moved and p.kind in (ProbeKind.TIMEOUT, ProbeKind.HTTP):
+        if p.kind is ProbeKind.REFUSED:
+            # a wrong key or model name on this side: no restart fixes it
+            f.seen.append(f"the API refused the probe: {p.reason}")
+            return
+        if moved and p.kind in (ProbeKind.TIMEOUT, ProbeKind.HTTP):
             st.excused_since = st.excused_since if st.excused_since is not None else r.at
         else:
             st.excused_since = None
         waited = r.at - st.excused_since if st.excused_since is not None else None
-        if waited is not None and waited < self.config.prefill_patience_s:
-            f.seen.append(f"probe {p.kind.value} during a long prefill: {p.reason}")
+        if waited is not None and waited < self.config.busy_patience_s:
+            f.seen.append(f"probe {p.kind.value} while the engine progresses: {p.reason}")
         elif p.kind is ProbeKind.CONNECT and not f.dead and not f.unreachable:
             f.unreachable = True
             f.seen.append(
@@ -659,7 +667,9 @@ def generation_probe(group: Group, key: str | None, seconds: float) -> Probe:
         return _probe_error(exc, seconds, round(time.monotonic() - start, 3))
     took = round(time.monotonic() - start, 3)
     if status != 200:
-        return Probe(ProbeKind.HTTP, took, f"HTTP {status}: {text[:120]!r}")
+        refused = 400 <= status < 500 and status not in (408, 429)
+        kind = ProbeKind.REFUSED if refused else ProbeKind.HTTP
+        return Probe(kind, took, f"HTTP {status}: {text[:120]!r}")
     try:
         data = json.loads(text)
     except ValueError:

@@ -284,11 +284,28 @@ def test_long_prefill_is_no_hang() -> None:
     for i in range(16):  # four minutes
         ev = sim.round(load(100.0, 1000.0 + 8192 * (i + 1), running=1), probe=TIMEOUT)
         assert ev.decision in (Decision.HEALTHY, Decision.SUSPECT), ev
-    assert any("during a long prefill" in s for e in sim.events for s in e.seen)
+    assert any("while the engine progresses" in s for e in sim.events for s in e.seen)
+
+
+def test_a_slow_probe_under_heavy_load_is_no_hang() -> None:
+    """A deep queue: a one-token request waits past its deadline while decode advances."""
+    sim = Sim()
+    for i in range(16):
+        ev = sim.round(load(1000.0 * i, 500.0, running=64, queued=200), probe=TIMEOUT)
+        assert ev.decision is not Decision.RESTART_GROUP, ev
+
+
+def test_a_refused_probe_is_this_sides_mistake_not_a_hang() -> None:
+    sim = Sim()
+    refused = Probe(ProbeKind.REFUSED, 0.01, 'HTTP 401: \'{"error": "Unauthorized"}\'')
+    for _ in range(10):
+        ev = sim.round(load(0.0), probe=refused)
+        assert ev.decision is not Decision.RESTART_GROUP
+    assert any("refused" in s for s in sim.events[0].seen)
 
 
 def test_a_probe_failing_past_the_prefill_patience_is_a_hang() -> None:
-    sim = Sim(Config(prefill_patience_s=60.0))
+    sim = Sim(Config(busy_patience_s=60.0))
     sim.round(load(100.0, 1000.0, running=1))
     for i in range(12):
         ev = sim.round(load(100.0, 1000.0 + 10 * (i + 1), running=1), probe=TIMEOUT)
@@ -564,7 +581,7 @@ def test_probe_and_metrics_against_a_head(api: _Head) -> None:
     assert error == "" and metrics is not None and metrics.decode_tokens == 1200.0
     assert watch.generation_probe(head, KEY, 5.0).ok
     refused = watch.generation_probe(head, None, 5.0)
-    assert refused.kind is ProbeKind.HTTP and "401" in refused.reason
+    assert refused.kind is ProbeKind.REFUSED and "401" in refused.reason
     assert KEY not in refused.reason
     _Api.hang.set()
     slow = watch.generation_probe(head, KEY, 0.5)
