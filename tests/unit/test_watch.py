@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import queue
 import socket
 import subprocess
 import sys
@@ -31,6 +32,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkctl.errors import ExitCode
 from sparkctl.inventory import Inventory, Node
 from sparkctl.serve import up, watch
 from sparkctl.serve.cluster import Cluster
@@ -525,7 +527,7 @@ class _Api(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         body = self.exposition.encode() if self.path == "/metrics" else b""
-        self.send_response(200 if self.path == "/metrics" else 404)
+        self.send_response(200 if self.path in ("/metrics", "/health") else 404)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -596,3 +598,119 @@ def test_a_closed_port_is_a_connect_failure() -> None:
     assert watch.generation_probe(head, KEY, 2.0).kind is ProbeKind.CONNECT
     metrics, error = watch.read_metrics(head)
     assert metrics is None and "ConnectError" in error
+
+
+# ------------------------------------------------------- `sparkctl serve watch` as typed
+SIM = Path(__file__).resolve().parents[2] / "inventory" / "sim.ini"
+
+
+class Ranks:
+    """The ranks' side of SSH: unit states (``failed`` names a failed rank until the group
+    is restarted), every command that changes a unit kept in order."""
+
+    def __init__(self, failed: str = "") -> None:
+        self.failed = failed
+        self.changes: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, host: str, command: str, timeout: int) -> tuple[int, str]:
+        with self.lock:
+            if "systemctl restart" in command or "systemctl stop" in command:
+                self.changes.append(f"{host}: {'stop' if 'stop' in command else 'start'}")
+                self.failed = ""
+                return 0, ""
+            if command.startswith("systemctl show -p ActiveState,SubState"):
+                state = (
+                    "failed\nSubState=failed" if host == self.failed else "active\nSubState=running"
+                )
+                return 0, f"ActiveState={state}\nResult=success\nNRestarts=0\n"
+        return 1, f"not answered here: {command}"
+
+
+class NoFollowers:
+    """serve up's journal followers without SSH: no lines (the head's /health decides)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.lines: queue.Queue[tuple[str, str]] = queue.Queue()
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def _serve_watch(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    head: _Head,
+    ranks: Ranks,
+) -> tuple[int, list[Event], str]:
+    port = int(head.base_url.rsplit(":", 1)[1])
+
+    def cluster(inv: Inventory, extravars: Any = None) -> Cluster:
+        local = replace(inv, nodes=tuple(replace(n, mgmt_ip="127.0.0.1") for n in inv.nodes))
+        run_dir = tmp_path / "run"
+        run_dir.mkdir(exist_ok=True)
+        sglang = {"port": port, "served_model_name": "toy", "serve_timeout": 30}
+        return plans.cluster(local, sglang, ranks, run_dir)
+
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SPARKCTL_SGLANG_API_KEY", KEY)
+    monkeypatch.delenv("SPARKCTL_DEBUG", raising=False)
+    monkeypatch.setattr(watch, "_open", cluster)
+    monkeypatch.setattr(up, "Followers", NoFollowers)
+    monkeypatch.setattr(up, "POLL_S", 0.05)
+    code, out = run_cli(monkeypatch, capsys, "serve", "watch", str(SIM), "--once", "--json")
+    events = [Event.from_json(ln) for ln in out.splitlines() if ln.startswith("{")]
+    return code, events, out
+
+
+def test_serve_watch_once_healthy(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    api: _Head,
+) -> None:
+    ranks = Ranks()
+    code, events, out = _serve_watch(monkeypatch, capsys, tmp_path, api, ranks)
+    assert code == 0, out
+    assert [e.decision for e in events] == [Decision.HEALTHY]
+    assert ranks.changes == []
+    saved = tmp_path / "state" / "results" / "sim" / "watch-events.jsonl"
+    assert [Event.from_json(ln) for ln in saved.read_text().splitlines()] == events
+    assert (saved.parent / "watch-state.json").is_file()
+    assert _Api.seen_auth == [f"Bearer {KEY}"]  # one probe, with the key in its header
+    assert KEY not in saved.read_text() and KEY not in out
+
+
+def test_serve_watch_once_restarts_a_group_with_a_dead_rank(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    api: _Head,
+) -> None:
+    ranks = Ranks(failed="spark3")
+    code, events, out = _serve_watch(monkeypatch, capsys, tmp_path, api, ranks)
+    assert code == 1, out
+    assert [e.decision for e in events] == [Decision.RESTART_GROUP], out
+    assert "rank 2 (spark3): unit failed/failed" in events[0].seen
+    # serve up's order: the head stops first, the workers start first, every rank
+    stops = [c for c in ranks.changes if c.endswith("stop")]
+    starts = [c for c in ranks.changes if c.endswith("start")]
+    assert ranks.changes == stops + starts and len(stops) == len(starts) == 4
+    assert stops[0] == "spark1: stop" and starts[-1] == "spark1: start"
+    # the next call: the group answers, and the event says how long it was down
+    code, events, out = _serve_watch(monkeypatch, capsys, tmp_path, api, ranks)
+    assert code == 0, out
+    assert (events[0].action, events[0].decision) == ("recovered", Decision.HEALTHY)
+    assert events[0].downtime_s is not None and events[0].downtime_s > 0
+
+
+def test_serve_watch_refuses_an_interval_too_long_to_see_a_hang(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run_cli(monkeypatch, capsys, "serve", "watch", str(SIM), "--interval", "90")
+    assert code == ExitCode.BAD_INPUT, out
+    assert "frozen" in out
