@@ -437,6 +437,52 @@ def serve_status(inventory_path: Path, as_json: bool) -> None:
     present.serve_status(up.status(_checked(inventory_path)), as_json=as_json)
 
 
+@serve_group.command("watch")
+@_INVENTORY_ARG
+@click.option(
+    "--once", is_flag=True, help="One round: exit 0 healthy, 1 acted or wrong, 3 unreachable."
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=1),
+    default=15.0,
+    show_default=True,
+    help="Seconds between rounds (the generation probe goes at most every 30 s).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON line.")
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    help="The -e given to provision (repeatable; the API key belongs in Ansible Vault or "
+    "SPARKCTL_SGLANG_API_KEY, not on a command line).",
+)
+def serve_watch(
+    inventory_path: Path, once: bool, interval: float, as_json: bool, extra: tuple[str, ...]
+) -> None:
+    """Restart a hung or dead TP group, all of its ranks together; give up after repeats.
+
+    Each round reads every rank's unit, the head's /metrics and (at most every
+    30 s) a one-token generation; events go to the state dir's watch-events.jsonl.
+    """
+    from functools import partial  # noqa: PLC0415
+
+    from sparkctl import present  # noqa: PLC0415
+    from sparkctl.serve import watch  # noqa: PLC0415
+
+    extravars = _extra_vars(extra)
+    inv = _checked(inventory_path, extravars)
+    result = watch.watch(
+        inv,
+        once=once,
+        interval_s=interval,
+        extravars=extravars,
+        show=partial(present.watch_event, as_json=as_json),
+    )
+    _exit_for(result)
+
+
 @serve_group.command("logs")
 @_INVENTORY_ARG
 @click.argument("node", required=False)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sparkctl import console
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from sparkctl.runner import RunResult
     from sparkctl.serve.service import Verified
     from sparkctl.serve.up import JournalLines, Stopped, UpResult
+    from sparkctl.serve.watch import Event
     from sparkctl.trust import Result, TrustRun
 
 
@@ -218,6 +220,32 @@ def serve_status(data: dict[str, Any], *, as_json: bool = False) -> None:
             f"{name}{g['endpoint']}: /health {health if health is not None else 'no answer'}",
             highlight=False,
         )
+
+
+_WATCH_STYLE = {
+    "healthy": "green",
+    "suspect": "yellow",
+    "restart_group": "bold red",
+    "gave_up": "bold red",
+}
+
+
+def watch_event(event: Event, *, as_json: bool = False) -> None:
+    """serve watch: one line per event (its JSON line with --json), what was seen below it."""
+    if as_json:
+        click.echo(event.to_json())
+        return
+    style = _WATCH_STYLE.get(event.decision.value, "")
+    head = f"{event.wall or f'{event.at:.0f}'} group {event.group}: "
+    what = event.action if event.action not in ("none", "") else event.decision.value
+    down = f" (down {event.downtime_s:.0f} s)" if event.downtime_s is not None else ""
+    console.out.print(
+        f"{escape(head)}[{style}]{escape(what)}[/{style}]{escape(down)}"
+        + (f": {escape(event.reason)}" if event.reason else ""),
+        highlight=False,
+    )
+    for line in event.seen:
+        console.out.print(f"  {line}", markup=False, highlight=False)
 
 
 def journal(chunks: Iterable[JournalLines]) -> None:
