@@ -76,7 +76,12 @@ METRICS: tuple[Spec, ...] = (
         "validate",
         "When the last validate run finished (Unix time)",
     ),
-    _g("sparkctl_validate_duration_seconds", "cluster", "validate", "How long it ran"),
+    _g(
+        "sparkctl_validate_duration_seconds",
+        "cluster",
+        "validate",
+        "How long the last validate run took",
+    ),
     _g(
         "sparkctl_validate_checks_failed",
         "cluster node",
@@ -135,7 +140,12 @@ METRICS: tuple[Spec, ...] = (
         "serve verify",
         "When the last serve verify finished (Unix time)",
     ),
-    _g("sparkctl_serve_verify_duration_seconds", "cluster", "serve verify", "How long it ran"),
+    _g(
+        "sparkctl_serve_verify_duration_seconds",
+        "cluster",
+        "serve verify",
+        "How long the last serve verify took",
+    ),
     _g(
         "sparkctl_serve_verify_checks_failed",
         "cluster node",

@@ -390,7 +390,9 @@ def test_a_failed_verify_writes_no_figures_and_names_the_group_of_each_note(
 
 
 # ---------------------------------------------------------------- the documentation
-_ROW = re.compile(r"^\|\s*`(sparkctl_[a-z0-9_]+)`\s*\|\s*(\w+)\s*\|\s*([^|]*)\|\s*([^|]*)\|")
+_ROW = re.compile(
+    r"^\|\s*`(sparkctl_[a-z0-9_]+)`\s*\|\s*(\w+)\s*\|\s*([^|]*)\|\s*([^|]*)\|\s*([^|]*)\|"
+)
 
 
 def test_the_doc_table_lists_exactly_the_metrics_the_code_declares() -> None:
@@ -399,11 +401,13 @@ def test_the_doc_table_lists_exactly_the_metrics_the_code_declares() -> None:
         m = _ROW.match(line)
         if m:
             labels = tuple(re.findall(r"`(\w+)`", m[3]))
-            rows[m[1]] = (m[2], labels, m[4].strip())
-    declared = {s.name: (s.kind, s.labels, s.writer.replace(" ", "")) for s in metrics.METRICS}
+            rows[m[1]] = (m[2], labels, m[4].strip(), m[5].strip())
+    declared = {
+        s.name: (s.kind, s.labels, s.writer.replace(" ", ""), s.help) for s in metrics.METRICS
+    }
     documented = {
-        name: (kind, labels, re.sub(r"[`\s]|sparkctl", "", writer))
-        for name, (kind, labels, writer) in rows.items()
+        name: (kind, labels, re.sub(r"[`\s]|sparkctl", "", writer), what)
+        for name, (kind, labels, writer, what) in rows.items()
     }
     assert documented == declared
 
