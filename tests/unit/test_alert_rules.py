@@ -3,7 +3,9 @@
 not-firing case, a `for`, a severity and annotations naming what to run; the tests bite
 (a rule without its long-generation guard fails them); and every query of the Grafana
 dashboard parses as PromQL (each wrapped in a recording rule for promtool, which has no
-expression check of its own in 2.42) and the dashboard shows every signal a rule uses.
+expression check of its own in 2.42), returns series when promtool's rule engine evaluates
+it over what sparkctl writes and what its sources name, and the dashboard shows every
+signal a rule uses.
 
 promtool missing: the test fails under CI and is skipped on a workstation."""
 
@@ -145,3 +147,122 @@ def test_the_dashboard_shows_every_signal_a_rule_uses() -> None:
     used = {m for rule in rules() for m in _METRIC.findall(rule["expr"])}
     # MemTotal only scales MemAvailable in the rule; the panel shows MemAvailable in bytes
     assert used - shown - {"node_memory_MemTotal_bytes"} == set()
+
+
+def _series(text: str, extra: dict[str, str]) -> list[dict[str, str]]:
+    """promtool input series of an exposition, each sample held for the whole test."""
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    out = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in {**s.labels, **extra}.items())
+            out.append({"series": f"{s.name}{{{labels}}}", "values": f"{s.value!r}x40"})
+    return out
+
+
+def test_every_dashboard_query_returns_series_from_what_sparkctl_writes(
+    promtool: str, tmp_path: Path
+) -> None:
+    """Each panel's query, evaluated by promtool's rule engine over sparkctl's own
+    textfile output (a real validate report's, the fabric of a real plan, status and
+    watchdog figures) scraped from the controller, and node_exporter's and SGLang's
+    series as their sources name them, returns series: the joins on cluster, node and
+    device meet. The lab's Prometheus is where real exporters answer."""
+    from sparkctl import metrics  # noqa: PLC0415
+    from tests.unit import plans  # noqa: PLC0415
+    from tests.unit.test_metrics import MEM, validate_report  # noqa: PLC0415
+
+    report, _ = validate_report()
+    plan = plans.plan(list(MEM))
+    f = metrics.Figures()
+    c = {"cluster": "dgx"}
+    f.set("sparkctl_status_timestamp_seconds", 1.8e9, **c)
+    f.set("sparkctl_watchdog_timestamp_seconds", 1.8e9, **c)
+    f.set("sparkctl_status_probe_success", 1, **c, group="g1")
+    f.set("sparkctl_status_probe_duration_seconds", 0.4, **c, group="g1")
+    f.set("sparkctl_watchdog_restarts_total", 2, **c, group="g1")
+    f.set("sparkctl_watchdog_gave_up", 0, **c, group="g1")
+    f.set("sparkctl_serve_verify_ttft_seconds", 0.2, **c, group="g1")
+    f.set("sparkctl_serve_verify_e2e_latency_seconds", 2.0, **c, group="g1")
+    f.set("sparkctl_serve_verify_decode_tokens_per_second", 40.0, **c, group="g1")
+    for node in MEM:
+        f.set("sparkctl_status_rank_up", 1, **c, group="g1", node=node)
+        f.set("sparkctl_status_gpu_thermal_slowdown", 0, **c, node=node)
+    controller = {"instance": "ctl:9100", "job": "node"}
+    series = []
+    for registry in (
+        metrics.validate_metrics(report, MEM),
+        metrics.fabric_metrics("dgx", plan),
+        f.registry(),
+    ):
+        path = metrics.write(registry, tmp_path, "out")
+        series += _series(path.read_text(), controller)
+    textfiles = "/var/lib/prometheus/node-exporter"
+    series += [
+        {
+            "series": f'node_textfile_mtime_seconds{{file="{textfiles}/sparkctl-{n}-dgx.prom",'
+            'instance="ctl:9100",job="node"}',
+            "values": "0+15x40",
+        }
+        for n in ("validate", "fabric", "status", "watch")
+    ]
+    series.append(
+        {"series": 'node_textfile_scrape_error{instance="ctl:9100",job="node"}', "values": "0x40"}
+    )
+    for i, node in enumerate(MEM):
+        own = f'cluster="dgx",node="{node}",instance="10.0.0.1{i + 1}:9100",job="node"'
+        series += [
+            {"series": f"node_memory_MemAvailable_bytes{{{own}}}", "values": f"{MEM[node]}x40"},
+            {"series": f"node_memory_MemTotal_bytes{{{own}}}", "values": f"{128 << 30}x40"},
+        ]
+        for twin in plan.node(node).roce_fabric.twins:
+            dev = f'{own},device="{twin.netdev}"'
+            series += [
+                {"series": f"node_network_up{{{dev}}}", "values": "1x40"},
+                {"series": f"node_network_mtu_bytes{{{dev}}}", "values": "9000x40"},
+                {"series": f"node_network_carrier_changes_total{{{dev}}}", "values": "2x40"},
+            ]
+    head = 'cluster="dgx",group="g1",instance="10.0.0.11:30000",job="sglang",model_name="toy"'
+    series += [
+        {"series": f'sglang:num_running_reqs{{{head},tp_rank="0"}}', "values": "2x40"},
+        {"series": f'sglang:num_queue_reqs{{{head},tp_rank="0"}}', "values": "1x40"},
+        {
+            "series": f'sglang:generation_tokens_total{{{head},is_streaming="true"}}',
+            "values": "0+100x40",
+        },
+        {
+            "series": f'sglang:realtime_tokens_total{{{head},tp_rank="0",mode="decode"}}',
+            "values": "0+120x40",
+        },
+    ]
+    alerts = []
+    for i, query in enumerate(exprs()):
+        expr = query.replace('"$cluster"', '".*"')
+        for var, value in GRAFANA_VARIABLES.items():
+            expr = expr.replace(var, value)
+        alerts.append({"alert": f"DashboardQuery{i}", "expr": f"count({expr}) > 0"})
+    (tmp_path / "queries.yml").write_text(
+        yaml.safe_dump({"groups": [{"name": "dashboard", "rules": alerts}]})
+    )
+    test = {
+        "rule_files": ["queries.yml"],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": series,
+                "alert_rule_test": [
+                    {
+                        "eval_time": "5m",
+                        "alertname": a["alert"],
+                        "exp_alerts": [{"exp_labels": {}, "exp_annotations": {}}],
+                    }
+                    for a in alerts
+                ],
+            }
+        ],
+    }
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test, width=1000))
+    proc = run([promtool, "test", "rules", "test.yml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
