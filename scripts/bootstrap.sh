@@ -8,7 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(podman runc netavark aardvark-dns debootstrap iproute2 iptables nftables openssh-client util-linux tar)
+# prometheus: for promtool, which the alert rules' tests run (tests/unit/test_alert_rules.py).
+# On a host whose init runs services, Debian's package starts a Prometheus server (port 9090)
+# and recommends prometheus-node-exporter (9100): `systemctl disable --now prometheus` if
+# this machine should not run one.
+packages=(podman runc netavark aardvark-dns debootstrap iproute2 iptables nftables openssh-client util-linux tar prometheus)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

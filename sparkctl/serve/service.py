@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkctl import inventory
+from sparkctl import inventory, metrics
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.report.model import Report
@@ -58,4 +58,6 @@ def verify_command(
         cluster = open_cluster(inv, "serve-verify", extravars)
         report = verify(cluster, stamp)
     report_io.write(report, cluster.run_dir)
+    # Prometheus textfile metrics where SPARKCTL_TEXTFILE_DIR is set (docs/monitoring.md)
+    metrics.publish_serve_verify(report, {g.name: g.members for g in cluster.groups()})
     return Verified(report, cluster.run_dir, inv.path)

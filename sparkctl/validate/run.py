@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sparkctl import __version__, console, inventory, nccl_versions, remote, tool_output
+from sparkctl import __version__, console, inventory, metrics, nccl_versions, remote, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import Inventory
 from sparkctl.lock import inventory_lock
@@ -596,6 +596,8 @@ def validate(opts: Options) -> tuple[Report, Path]:
             tmp.unlink(missing_ok=True)
             tmp.symlink_to(run_dir.name)
             tmp.replace(link)
+    # Prometheus textfile metrics where SPARKCTL_TEXTFILE_DIR is set (docs/monitoring.md)
+    metrics.publish_validate(report, plan, facts)
     return report, run_dir
 
 
