@@ -103,7 +103,7 @@ _SPEC: dict[str, Any] = {
     "sparkctl_version": str,
     "hosts": [str],
     "duration_s?": _NUM,
-    "verdict?": ("passed", "failed"),
+    "verdict?": ("passed", "failed", "not_judged"),
     "notes?": [str],
     "thresholds": {
         "line_rate_gbytes": _NUM,
@@ -113,6 +113,7 @@ _SPEC: dict[str, Any] = {
         "min_busbw_gbytes?": _NUM,
         "fractions?": {"*": None},
         "floor_ratio?": _NUM,
+        "calibrated_bytes?": int,
     },
     "checks": [
         {

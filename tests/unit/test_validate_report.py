@@ -601,6 +601,6 @@ def test_the_terminal_summary_shows_the_fits_uncertainty_and_a_run_not_judged(
     summary.show(report)
     out = capsys.readouterr().out
     assert run.fit is not None and f"{run.fit.busbw:.3f} ± {run.fit.busbw_se:.3f}" in out
-    assert "NOT JUDGED" in out and report.verdict == "failed"
+    assert "NOT JUDGED" in out and report.verdict == "not_judged"
     page = render_html(report)
     assert 'class="o o-not_judged">not_judged<' in page
