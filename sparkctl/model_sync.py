@@ -13,7 +13,7 @@ under Ansible's async wrapper, beyond the reach of that kill. Each progress
 reading renews a lease the sender checks; when readings stop (Ctrl-C, a killed
 controller, a lost connection to the head alike) the sender ends its ssh
 sessions, each hop then loses its upstream and ends its own next hop, within
-the role's _model_cache_lease_timeout (a minute by default). A cleanup run
+the role's model_cache_lease_timeout (a minute by default). A cleanup run
 started from here on interrupt was the other way, and it would need the very
 controller and connection whose loss it must cover.
 """

@@ -34,6 +34,9 @@ SGLANG_DERIVED_FLAGS = (
     "--ssl-keyfile",
 )
 SGLANG_SECRET_FLAGS = ("--api-key", "--admin-api-key")
+# The model transfer's lease spans at least this many progress readings (each also
+# waits for an Ansible task's round trip): one late reading never stops a live run.
+LEASE_READINGS = 3
 
 
 def _flag_problem(item: Any) -> str | None:
@@ -148,6 +151,19 @@ def _relation_problems(
                 f"{confirm} s is not "
                 f"below roce_fabric_rollback_seconds {rollback} s: the node "
                 "would roll back before sparkctl confirms the change",
+            )
+        )
+    lease, interval = v("model_cache_lease_timeout"), v("model_cache_progress_interval")
+    if is_int(lease) and is_int(interval) and lease < LEASE_READINGS * interval:
+        problems.append(
+            Problem(
+                host,
+                "model_cache_lease_timeout",
+                f"{lease} s is below {LEASE_READINGS} progress readings "
+                f"(model_cache_progress_interval {interval} s): the sender would stop "
+                "a transfer whose run is only slow to read it",
+                hint=f"set model_cache_lease_timeout to {LEASE_READINGS * interval} or more, "
+                "or read progress more often",
             )
         )
     problems += _model_source_problems(host, v)

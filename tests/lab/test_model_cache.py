@@ -408,6 +408,10 @@ PORT = {("spark2", "a"): "swp3", ("spark3", "a"): "swp5"}
 CHAIN_PROCESSES = "pgrep -af '[s]parkctl-model-relay (send|recv|serve)|[i]d_sparkctl_relay'"
 BOARD = f"{CACHE}/.sparkctl/progress.json"
 SPARKCTL_SYNC = [sys.executable, "-m", "sparkctl", "model", "sync", str(SIM_INVENTORY), "--json"]
+# The Ctrl-C test's lease (model_cache_lease_timeout) and the rate of the port that
+# keeps its transfer going beyond it.
+LEASE_S = 15
+LEASE_RATE_MBIT = 8
 
 
 def _chain_left(lab: LabSession, bound: float = 180) -> dict[str, str]:
@@ -588,10 +592,13 @@ def test_ctrl_c_leaves_no_relay_or_ssh_of_the_chain_on_any_node(
     progress (its lease), and every hop ends its next one. Nothing of the chain is
     left on any node, and the board says why the sender stopped."""
     _drop_copies(lab, "spark2", "spark3", "spark4")
-    # twin a's streams move at 0.5 MB/s: their 48 MiB take longer than the lease (60 s),
-    # so that what stops the sender is the lease, not the end of the transfer
-    slow_port("spark2", "a", "--rate", "4")
-    proc, output = _sync_running(tmp_path)
+    # A 15 s lease (the role's least is 10 s and 3 progress readings, 6 s here) and
+    # twin a's streams at 1 MB/s: their 48 MiB take 50 s, while the sender stops at
+    # most 15 s after the last reading before the Ctrl-C, which comes once spark4
+    # receives (seconds after the start): what stops the sender is the lease, not the
+    # end of the transfer, with twice the time to spare.
+    slow_port("spark2", "a", "--rate", str(LEASE_RATE_MBIT))
+    proc, output = _sync_running(tmp_path, "-e", f"model_cache_lease_timeout={LEASE_S}")
     try:
         _wait_moving(lab, proc, "spark4")
         assert _chain_left(lab, bound=0)  # the chain runs now, on every node of it
@@ -602,12 +609,16 @@ def test_ctrl_c_leaves_no_relay_or_ssh_of_the_chain_on_any_node(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert rc != 0, output()[-3000:]
-    # the lease (a minute by default) and each hop's end of its next one
-    assert _chain_left(lab, bound=240) == {}
+    # The lease, then each hop's end of its next one: at once when the hop before it
+    # ends, or else the hop's own idle bound (2 x model_cache_stall_timeout + 30 s,
+    # 150 s by default), and 30 s to spare.
+    assert _chain_left(lab, bound=LEASE_S + 150 + 30) == {}
     board = _board(lab)
     assert board.get("finished") is True
     assert "nobody read this transfer's progress" in str(board.get("error")), board
-    # partial files stay until the next sync's comparison clears them
+    # partial files stay until the next sync's comparison clears them; the port at
+    # the lab's rate again, the next sync need not crawl through it
+    slow_port("spark2", "a", "--rate", str(lab.inventory.cluster_var("lab_link_rate_mbit", 1000)))
     rc, _, again = _sync()
     assert rc == 0, again[-3000:]
     for node in lab.inventory.nodes[1:]:

@@ -11,6 +11,7 @@ with its SOURCES.md).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -433,8 +434,17 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def render(*cases: tuple[str, dict[str, Any]]) -> list[Any]:
-    """Each (expression, extra variables) templated with the role's defaults and vars."""
+    """Each (expression, extra variables) templated with the role's defaults and vars.
+    The same cases are templated once and the text kept (a child process with
+    Ansible's imports is a second of CPU): several tests read the default hold set,
+    each from its own copy."""
     payload = json.dumps([[expr, {**DEFAULTS, **VARS, **extra}] for expr, extra in cases])
+    result: list[Any] = json.loads(_rendered(payload))
+    return result
+
+
+@functools.cache
+def _rendered(payload: str) -> str:
     proc = subprocess.run(
         [sys.executable, "-c", _RENDER, str(ROLE / "filter_plugins")],
         input=payload,
@@ -444,8 +454,7 @@ def render(*cases: tuple[str, dict[str, Any]]) -> list[Any]:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    result: list[Any] = json.loads(proc.stdout)
-    return result
+    return proc.stdout
 
 
 def fixture(tool: str, name: str) -> str:

@@ -337,6 +337,29 @@ def test_model_cache_link_stays_inside_the_cache(root: str, link: str, inside: b
         assert "is not inside model_cache_dir" in problems[0][2]
 
 
+@pytest.mark.parametrize(
+    ("lease", "interval", "refused"),
+    [
+        (None, None, False),  # the defaults: 60 s, readings every 2 s
+        (15, None, False),
+        (60, 20, False),
+        (30, 10, False),
+        (29, 10, True),
+        (60, 30, True),
+        (None, 21, True),  # the default lease against slow readings
+    ],
+)
+def test_the_model_lease_spans_three_progress_readings(
+    lease: int | None, interval: int | None, refused: bool
+) -> None:
+    given = {"model_cache_lease_timeout": lease, "model_cache_progress_interval": interval}
+    problems = _relations({k: x for k, x in given.items() if x is not None})
+    assert bool(problems) is refused, problems
+    if refused:
+        assert problems[0][:2] == (None, "model_cache_lease_timeout")
+        assert "progress readings (model_cache_progress_interval" in problems[0][2]
+
+
 def test_the_link_follows_the_cache_when_unset() -> None:
     # The role's default is "{{ model_cache_dir }}/current": always inside.
     assert _relations({"model_cache_dir": "/srv/models"}) == []
