@@ -13,7 +13,7 @@ import os
 import ssl
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +40,19 @@ class Cluster:
     runner: remote.Runner
     extravars: Mapping[str, Any] = field(default_factory=dict, repr=False)
     _secret_values: list[str] | None = field(default=None, repr=False)
+    # One TP group's nodes (:meth:`narrowed`); empty: every node.
+    only: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def nodes(self) -> list[str]:
-        """Every node, in node_rank order."""
-        return [n.name for n in self.inv.nodes]
+        """Every node (or the narrowed group's), in node_rank order."""
+        every = [n.name for n in self.inv.nodes]
+        return [n for n in every if n in self.only] if self.only else every
+
+    def narrowed(self, group: Group) -> Cluster:
+        """The cluster as serve up's functions see it, narrowed to ``group``'s nodes: its
+        heads, workers, groups and unit states follow from :attr:`nodes`."""
+        return replace(self, only=tuple(group.members))
 
     def groups(self) -> list[Group]:
         """The TP groups (sglang_group), each with its members in rank order, head first.

@@ -723,28 +723,13 @@ def gather(group: Group, key: str | None, w: Watch) -> Reading:
     return Reading(group.name, at, units, p, metrics, group.cluster.redact(error), wall=wall)
 
 
-def _one_group(cluster: Cluster, group: Group) -> Cluster:
-    """The cluster as serve up's functions see it, narrowed to ``group``'s nodes: its
-    heads/workers/groups/unit_states follow from ``nodes``."""
-    from sparkctl.serve.cluster import Cluster  # noqa: PLC0415
-
-    members = list(group.members)
-
-    class OneGroup(Cluster):
-        @property
-        def nodes(self) -> list[str]:
-            return list(members)
-
-    return OneGroup(**{f.name: getattr(cluster, f.name) for f in fields(cluster)})
-
-
 def restart_group(cluster: Cluster, group: Group, timeout: float) -> UpResult:
     """Every rank of ``group`` stopped (heads first) and started (workers first), then
     waited for as serve up waits: serve up's own functions, under the inventory lock."""
     from sparkctl.lock import inventory_lock  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
 
-    view = _one_group(cluster, group)
+    view = cluster.narrowed(group)
     with inventory_lock(cluster.inv, "serve watch"):
         up.stop_units(view)
         followers = up.Followers(view)
@@ -761,7 +746,7 @@ def stop_group(cluster: Cluster, group: Group) -> None:
     from sparkctl.serve import up  # noqa: PLC0415
 
     with inventory_lock(cluster.inv, "serve watch"):
-        up.stop_units(_one_group(cluster, group))
+        up.stop_units(cluster.narrowed(group))
 
 
 def _open(inv: inventory.Inventory, extravars: Mapping[str, Any] | None) -> Cluster:

@@ -502,7 +502,7 @@ def test_a_group_restarts_alone_in_serve_ups_order(tmp_path: Path) -> None:
     calls: list[tuple[str, str]] = []
     c = _two_groups(tmp_path, calls)
     b = c.groups()[1]
-    view = watch._one_group(c, b)
+    view = c.narrowed(b)
     assert view.nodes == ["spark3", "spark4"]
     assert (view.heads, view.workers) == (["spark3"], ["spark4"])
     up.stop_units(view)
