@@ -367,7 +367,7 @@ def fabric_metrics(cluster: str, plan: Plan) -> CollectorRegistry:
 
 # serve verify's note (sparkctl/serve/verify.py, verify()): "[group G: ]serving figures:
 # ttft_s 0.123, e2e_s 1.234, decode_tokens_per_s 45.678"
-_FIGURES_NOTE = re.compile(r"^(?:group (?P<group>\S+): )?serving figures: (?P<figures>.+)$")
+_FIGURES_NOTE = re.compile(r"(?:group (?P<group>\S+): )?serving figures: (?P<figures>.+)")
 _FIGURE_METRIC = {
     "ttft_s": "sparkctl_serve_verify_ttft_seconds",
     "e2e_s": "sparkctl_serve_verify_e2e_latency_seconds",
@@ -381,7 +381,7 @@ def serving_figures(report: Report, only_group: str = "") -> dict[str, dict[str,
     a number is left out, never guessed."""
     out: dict[str, dict[str, float]] = {}
     for note in report.notes:
-        m = _FIGURES_NOTE.match(note)
+        m = _FIGURES_NOTE.fullmatch(note)
         if not m:
             continue
         figures = out.setdefault(m["group"] or only_group, {})
