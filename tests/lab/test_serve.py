@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.quiet_host]
 MODEL_DIR = "/srv/sparkctl-model/served"
 CACHE = "/var/lib/sparkctl/models"
 UNIT = "sparkctl-sglang.service"
+CONTAINER = "sparkctl-sglang"  # the sglang role's _sglang_container_name
 FW_UNIT = "sparkctl-sglang-firewall.service"
 ENV_FILE = "/etc/sparkctl/sglang.env"
 SECRETS = "/etc/sparkctl/sglang-secrets.env"
@@ -424,8 +425,10 @@ def test_validate_next_to_a_loaded_model_is_not_judged_and_stop_serving_judges_i
 def test_the_watchdog_restarts_a_group_with_a_frozen_rank(
     lab: LabSession, served: dict[str, Any]
 ) -> None:
-    """Every process of rank 2's unit frozen with SIGSTOP (a hang, not a crash: its unit
-    still reads active/running). `serve watch --once`, called every 15 s as a timer
+    """Every process of rank 2's container frozen with SIGSTOP (a hang, not a crash: its
+    unit still reads active/running). The container's, not the unit's: with docker the
+    unit holds only the docker client (a first version froze the unit and the server
+    went on answering, as it would on a Spark). `serve watch --once`, called every 15 s as a timer
     would, restarts the whole group; `serve verify` passes after; the next round says
     the group answers again and how long it was down. Each stand-in rank takes part in
     every forward's all-reduce (sparkctl/lab/standins/sglang/engine.py), so the frozen
@@ -433,7 +436,14 @@ def test_the_watchdog_restarts_a_group_with_a_frozen_rank(
     spark3 = lab.inventory.node("spark3").mgmt_ip
     results = STATE / "results" / "sim"
     (results / "watch-state.json").unlink(missing_ok=True)
-    ssh(spark3, f"systemctl kill --signal=SIGSTOP {UNIT}")
+    pid = ssh(spark3, f"docker inspect --format '{{{{.State.Pid}}}}' {CONTAINER}").stdout.strip()
+    assert pid.isdigit() and pid != "0", pid
+    tree = " ".join(
+        ssh(
+            spark3, f"p() {{ echo $1; for c in $(pgrep -P $1); do p $c; done; }}; p {pid}"
+        ).stdout.split()
+    )
+    ssh(spark3, f"kill -STOP {tree}")
     frozen_at = time.monotonic()
     acted: list[dict[str, Any]] = []
     try:
@@ -447,7 +457,7 @@ def test_the_watchdog_restarts_a_group_with_a_frozen_rank(
             assert proc.returncode in (0, 1), proc.stderr[-3000:]
             time.sleep(15)
     finally:
-        ssh(spark3, f"systemctl kill --signal=SIGCONT {UNIT}", check=False)
+        ssh(spark3, f"kill -CONT {tree} 2>/dev/null; true", check=False)
     assert [e["decision"] for e in acted] == ["restart_group"], acted
     assert proc.returncode == 1, proc.stderr[-3000:]
     print(f"frozen rank detected after {acted[0]['at'] - frozen_at:.0f} s")
