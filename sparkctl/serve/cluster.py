@@ -259,10 +259,15 @@ def open_cluster(
     inv: inventory.Inventory,
     command: str,
     extravars: Mapping[str, Any] | None = None,
+    run_dir: Path | None = None,
 ) -> Cluster:
-    """The validated inventory's plan loaded and ssh_config written, in a fresh run directory."""
-    run_dir = results_dir(inv.cluster, command)
-    run_dir.mkdir(parents=True)
+    """The validated inventory's plan loaded and ssh_config written, in a fresh run directory
+    (or in ``run_dir``, kept from call to call)."""
+    if run_dir is None:
+        run_dir = results_dir(inv.cluster, command)
+        run_dir.mkdir(parents=True)
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
     session = remote.connect(inv, run_dir, extravars)
     return Cluster(
         inv=inv,

@@ -753,20 +753,10 @@ def _open(inv: inventory.Inventory, extravars: Mapping[str, Any] | None) -> Clus
     """serve.cluster.open_cluster's Cluster, in one run directory kept for every call
     (``results/<cluster>/serve-watch``): a watchdog called every 15 s by a timer would
     otherwise leave a directory per round."""
-    from sparkctl import remote  # noqa: PLC0415
-    from sparkctl.serve.cluster import Cluster  # noqa: PLC0415
+    from sparkctl.serve.cluster import open_cluster  # noqa: PLC0415
 
     run_dir = events_path(inv.cluster).with_name("serve-watch")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    session = remote.connect(inv, run_dir, extravars)
-    return Cluster(
-        inv=inv,
-        plan=session.plan,
-        run_dir=run_dir,
-        ssh_config=session.ssh_config,
-        extravars=dict(extravars or {}),
-        runner=session.runner,
-    )
+    return open_cluster(inv, "serve-watch", extravars, run_dir=run_dir)
 
 
 def _load_states(path: Path) -> dict[str, State]:
