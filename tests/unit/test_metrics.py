@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -30,11 +29,10 @@ from sparkctl.report.model import Check, NcclRun, Report
 from sparkctl.validate import nccl_judge
 from tests.unit import plans
 from tests.unit.test_serve_verify import (
-    SIM,
     Answer,
     api_key,
     fake_sglang,
-    serve_cluster,
+    run_verify_command,
 )
 from tests.unit.test_validate_report import HOSTS, make_report, real_run
 
@@ -303,29 +301,14 @@ def test_serve_verify_writes_its_figures_where_the_directory_is_set(
 ) -> None:
     """`sparkctl serve verify INVENTORY` as typed against the fake SGLang: the file holds
     the verdict, every rank, and the figures verify measured (the note in its report)."""
-    from sparkctl import cli  # noqa: PLC0415
-    from sparkctl.serve import service  # noqa: PLC0415
-
     textfiles = tmp_path / "textfile"
     textfiles.mkdir()
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv(metrics.TEXTFILE_ENV, str(textfiles))
     run_dir = tmp_path / "run"
-    code: int | str | None = 0
     # the four nodes of inventory/sim.ini
     four = {"server_info": Answer(body={"tp_size": 4, "nnodes": 4, "version": "0.5.17"})}
-    with fake_sglang(four) as port:
-        monkeypatch.setattr(
-            service,
-            "open_cluster",
-            lambda inv, command, extravars=None: serve_cluster(inv, port, run_dir),
-        )
-        monkeypatch.setattr(sys, "argv", ["sparkctl", "serve", "verify", str(SIM)])
-        try:
-            cli.main()
-        except SystemExit as exc:
-            code = exc.code
-    out, err = capsys.readouterr()
+    code, out, err = run_verify_command(monkeypatch, capsys, four, run_dir)
     assert code in (0, None), (out, err)
     report = json.loads((run_dir / "report.json").read_text())
     assert report["verdict"] == "passed"

@@ -668,25 +668,17 @@ def test_a_server_that_never_answers_times_out_every_check(
     _no_figures(report)
 
 
-def test_the_serve_verify_command_fails_in_one_line_and_keeps_the_report(
-    tmp_path: Path,
-    api_key: str,
+def run_verify_command(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:
-    """`sparkctl serve verify INVENTORY` as typed: the real inventory check, lock, verify,
-    report and exit code; only the Cluster's SSH and its endpoint are the fake's."""
+    answers: dict[str, Answer],
+    run_dir: Path,
+) -> tuple[int | str | None, str, str]:
+    """`sparkctl serve verify inventory/sim.ini` through the CLI against the fake SGLang
+    answering ``answers``, the report in ``run_dir``: (exit code, stdout, stderr)."""
     from sparkctl import cli  # noqa: PLC0415
     from sparkctl.serve import service  # noqa: PLC0415
 
-    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.delenv("SPARKCTL_DEBUG", raising=False)
-    run_dir = tmp_path / "run"
-    answers = {
-        "server_info": Answer(body={"tp_size": 4, "nnodes": 4}),
-        "chat": Answer(body={**CHAT, "choices": []}),
-        "no_key": Answer(body=CHAT),
-    }
     code: int | str | None = 0
     with fake_sglang(answers) as port:
         monkeypatch.setattr(
@@ -700,6 +692,27 @@ def test_the_serve_verify_command_fails_in_one_line_and_keeps_the_report(
         except SystemExit as exc:
             code = exc.code
     out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_serve_verify_command_fails_in_one_line_and_keeps_the_report(
+    tmp_path: Path,
+    api_key: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`sparkctl serve verify INVENTORY` as typed: the real inventory check, lock, verify,
+    report and exit code; only the Cluster's SSH and its endpoint are the fake's."""
+
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("SPARKCTL_DEBUG", raising=False)
+    run_dir = tmp_path / "run"
+    answers = {
+        "server_info": Answer(body={"tp_size": 4, "nnodes": 4}),
+        "chat": Answer(body={**CHAT, "choices": []}),
+        "no_key": Answer(body=CHAT),
+    }
+    code, out, err = run_verify_command(monkeypatch, capsys, answers, run_dir)
     assert code == 1, (out, err)
     failure = [line for line in err.splitlines() if "serve verify failed" in line]
     assert len(failure) == 1, err
