@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -426,15 +427,64 @@ def serve_down(inventory_path: Path, as_json: bool) -> None:
     _exit_for(result)
 
 
+def _status(inventory_path: Path, as_json: bool, watch: float | None) -> None:
+    from sparkctl import present  # noqa: PLC0415
+    from sparkctl import status as status_mod  # noqa: PLC0415
+
+    inv = _checked(inventory_path)
+    if watch is None:
+        st = status_mod.look(inv)
+        present.status(st, as_json=as_json)
+        _exit_for(st)
+        return
+    while True:  # until Ctrl-C (exit 130)
+        st = status_mod.look(inv)
+        present.status(st, as_json=as_json, clear=not as_json)
+        time.sleep(max(0.0, watch - st.took_s))
+
+
+_STATUS_OPTIONS = [
+    click.option("--json", "as_json", is_flag=True, help="Print the look as JSON."),
+    click.option(
+        "--watch",
+        "watch",
+        type=click.FloatRange(min=2.0),
+        default=None,
+        is_flag=False,
+        flag_value=5.0,
+        metavar="[SECONDS]",
+        help="Look again every SECONDS (5 when given alone) until Ctrl-C.",
+    ),
+]
+
+
+def _status_options(f: Any) -> Any:
+    for option in reversed(_STATUS_OPTIONS):
+        f = option(f)
+    return f
+
+
+@cli.command("status")
+@_INVENTORY_ARG
+@_status_options
+def status_command(inventory_path: Path, as_json: bool, watch: float | None) -> None:
+    """One truthful look at the whole cluster: nodes, twins, ranks, endpoint, drift.
+
+    Each node (reachable, GPU, MemAvailable), each fabric twin (up, MTU, speed,
+    errors since the last look), each rank's unit, each group's endpoint (a
+    bounded one-token generation, requests running and queued, whether
+    generation progresses), the last validate and drift since last-good.
+    Exit 0 healthy, 1 degraded (a hang included), 3 a node unreachable.
+    """
+    _status(inventory_path, as_json, watch)
+
+
 @serve_group.command("status")
 @_INVENTORY_ARG
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def serve_status(inventory_path: Path, as_json: bool) -> None:
-    """Each rank's unit state and the head's /health."""
-    from sparkctl import present  # noqa: PLC0415
-    from sparkctl.serve import up  # noqa: PLC0415
-
-    present.serve_status(up.status(_checked(inventory_path)), as_json=as_json)
+@_status_options
+def serve_status(inventory_path: Path, as_json: bool, watch: float | None) -> None:
+    """The same as `sparkctl status` (kept for scripts that call it here)."""
+    _status(inventory_path, as_json, watch)
 
 
 @serve_group.command("watch")

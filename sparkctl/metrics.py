@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -425,6 +426,32 @@ def serve_verify_metrics(
     return f.registry()
 
 
+def status_metrics(
+    cluster: str,
+    *,
+    reachable: Mapping[str, bool],
+    ranks: Sequence[tuple[str, str, bool]],
+    probes: Sequence[tuple[str, bool, float]],
+    thermal: Mapping[str, bool],
+    at: float | None = None,
+) -> CollectorRegistry:
+    """One sparkctl status look: each node reachable, each rank's unit up (group, node,
+    up), each group's probe (group, ok, seconds), each node's thermal slowdown (only
+    where nvidia-smi said)."""
+    f = Figures()
+    f.set("sparkctl_status_timestamp_seconds", time.time() if at is None else at, cluster=cluster)
+    for node, ok in reachable.items():
+        f.set("sparkctl_status_node_reachable", float(ok), cluster=cluster, node=node)
+    for group, node, up in ranks:
+        f.set("sparkctl_status_rank_up", float(up), cluster=cluster, group=group, node=node)
+    for group, ok, seconds in probes:
+        f.set("sparkctl_status_probe_success", float(ok), cluster=cluster, group=group)
+        f.set("sparkctl_status_probe_duration_seconds", seconds, cluster=cluster, group=group)
+    for node, slow in thermal.items():
+        f.set("sparkctl_status_gpu_thermal_slowdown", float(slow), cluster=cluster, node=node)
+    return f.registry()
+
+
 # ------------------------------------------------------------------ writing
 def textfile_dir() -> Path | None:
     """``SPARKCTL_TEXTFILE_DIR``, or None when it is unset or empty (write nothing)."""
@@ -484,3 +511,20 @@ def publish_serve_verify(report: Report, groups: Mapping[str, Sequence[str]]) ->
     return publish(
         [(file_name("serve-verify", report.cluster), serve_verify_metrics(report, groups))]
     )
+
+
+def publish_status(
+    cluster: str,
+    *,
+    reachable: Mapping[str, bool],
+    ranks: Sequence[tuple[str, str, bool]],
+    probes: Sequence[tuple[str, bool, float]],
+    thermal: Mapping[str, bool],
+) -> list[Path]:
+    """status's figures, when a directory is set."""
+    if textfile_dir() is None:
+        return []
+    registry = status_metrics(
+        cluster, reachable=reachable, ranks=ranks, probes=probes, thermal=thermal
+    )
+    return publish([(file_name("status", cluster), registry)])

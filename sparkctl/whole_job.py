@@ -127,15 +127,18 @@ def validate_stopping_service(
     multi-node TP group must (one restarted rank cannot rejoin a running group). A
     service that was not running is left stopped. ``options`` go to validate's Options."""
     from sparkctl.serve import up  # noqa: PLC0415
+    from sparkctl.serve.cluster import open_cluster  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
     with inventory_lock(inv, "validate --stop-serving"):
-        ranks = up.status(inv)["ranks"]
+        states = open_cluster(inv, "serve-status").unit_states()
         running = tuple(
-            r["node"] for r in ranks if r.get("ActiveState") in ("active", "activating")
+            n for n, st in states.items() if st.get("ActiveState") in ("active", "activating")
         )
         if running:
-            console.progress(f"validate --stop-serving: stopping the service on {len(ranks)} nodes")
+            console.progress(
+                f"validate --stop-serving: stopping the service on {len(states)} nodes"
+            )
             stopped = up.down(inv)
             if (error := stopped.failure()) is not None:
                 # A leftover that would not stop, or memory not back: the sweep would

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from sparkctl.serve.service import Verified
     from sparkctl.serve.up import JournalLines, Stopped, UpResult
     from sparkctl.serve.watch import Event
+    from sparkctl.status import Status as StatusLook
     from sparkctl.trust import Result, TrustRun
 
 
@@ -197,29 +198,141 @@ def serve_down(result: Stopped, *, as_json: bool = False) -> None:
             )
 
 
-def serve_status(data: dict[str, Any], *, as_json: bool = False) -> None:
+_VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold red", "unreachable": "bold red"}
+
+
+def _num(value: float | None, fmt: str, unit: str = "") -> str:
+    return "-" if value is None else f"{value:{fmt}}{unit}"
+
+
+def status(st: StatusLook, *, as_json: bool = False, clear: bool = False) -> None:
+    """sparkctl status: nodes, twins, service, endpoint, validate, drift, the verdict."""
     if as_json:
-        emit(data)
+        emit(st)
         return
-    table = Table(box=None)
-    for col in ("rank", "node", "state", "since", "restarts"):
-        table.add_column(col)
-    for r in data["ranks"]:
-        table.add_row(
-            str(r["rank"]),
-            r["node"],
-            f"{r['ActiveState']}/{r['SubState']}",
-            r.get("ActiveEnterTimestamp", ""),
-            r.get("NRestarts", ""),
+    out = console.out
+    if clear:
+        out.clear()
+    nodes = Table(box=box.SIMPLE, title=f"{st.cluster} at {st.at}", title_justify="left")
+    for col in ("node", "kernel", "GPU", "temp", "power", "SM clock", "util", "memory available"):
+        nodes.add_column(col, justify="right" if col in ("temp", "power", "util") else "left")
+    twins = Table(box=box.SIMPLE)
+    for col in ("node", "twin", "state", "MTU", "speed", "since the last look"):
+        twins.add_column(col)
+    for n in st.nodes:
+        if not n["reachable"]:
+            nodes.add_row(n["node"], "[red]unreachable[/]", escape(n["error"][:60]))
+            continue
+        gpu = n.get("gpu")
+        mem = n.get("mem_available")
+        total = n.get("mem_total") or 0
+        memory = (
+            f"{mem / 2**30:.1f} of {total / 2**30:.1f} GiB"
+            + (
+                f" ({escape(n['mem_source'])})"
+                if n.get("mem_source", "MemAvailable") != "MemAvailable"
+                else ""
+            )
+            if mem is not None
+            else "-"
         )
-    console.out.print(table)
-    for g in data["groups"]:
-        health = g["health"]
-        name = f"group {g['group']}: " if len(data["groups"]) > 1 else ""
-        console.out.print(
-            f"{name}{g['endpoint']}: /health {health if health is not None else 'no answer'}",
+        nodes.add_row(
+            n["node"],
+            n["kernel"],
+            escape(gpu["name"]) if gpu else f"[red]{escape(n['gpu_error'][:40])}[/]",
+            _num(gpu and gpu["temperature_c"], ".0f", " C"),
+            _num(gpu and gpu["power_w"], ".1f", " W"),
+            _num(gpu and gpu["sm_clock_mhz"], ".0f", " MHz"),
+            _num(gpu and gpu["utilization_pct"], ".0f", " %"),
+            memory,
+        )
+        for link in n["links"]:
+            grew = link.get("since_last_look")
+            news = (
+                "first look"
+                if grew is None
+                else ", ".join(f"{k} +{v}" for k, v in sorted(grew.items())) or "no errors"
+            )
+            state = link["operstate"]
+            twins.add_row(
+                n["node"],
+                f"{link['twin']} {link['netdev']}",
+                state if state == "up" else f"[red]{state}[/]",
+                _num(link["mtu"], "d"),
+                _num(link["speed_mbps"], "d", " Mb/s"),
+                news,
+            )
+    out.print(nodes)
+    out.print(twins)
+    _status_service(st)
+    _status_tail(st)
+
+
+def _status_service(st: StatusLook) -> None:
+    out = console.out
+    ranks = Table(box=box.SIMPLE)
+    for col in ("group", "rank", "node", "unit", "since", "restarts"):
+        ranks.add_column(col)
+    for g in st.groups:
+        for r in g.ranks:
+            state = r["state"]
+            ranks.add_row(
+                g.group,
+                str(r["rank"]),
+                r["node"],
+                state if state == "active/running" else f"[red]{state}[/]",
+                r["since"],
+                "-"
+                if r["restarts"] is None
+                else str(r["restarts"])
+                + (f" (+{r['restarts_since_last_look']})" if r["restarts_since_last_look"] else ""),
+            )
+    out.print(ranks)
+    for g in st.groups:
+        probe = (
+            f"[green]answered[/] in {g.probe_s:.2f} s"
+            if g.probe_ok
+            else f"[red]failed[/] after {g.probe_s:.1f} s: {escape(g.probe_reason)}"
+        )
+        load = (
+            f"{g.running:g} running, {g.queued:g} queued"
+            if g.running is not None and g.queued is not None
+            else "load unknown"
+        )
+        style = {"frozen": "bold red", "moving": "green"}.get(g.progress, "")
+        progress = f"[{style}]{g.progress}[/]" if style else g.progress
+        out.print(f"{g.endpoint}: one-token generation {probe}; {load}; generation {progress}")
+
+
+def _status_tail(st: StatusLook) -> None:
+    out = console.out
+    v = st.validate
+    if v is not None:
+        figures = "; ".join(
+            f"{b['collective']} {b['busbw_gbytes']:.2f} GB/s"
+            + (f" ({b['change']:+.0%} vs last-good)" if "change" in b else "")
+            for b in v["busbw"]
+        )
+        age = v["age_s"]
+        when = (
+            f"{age // 86400} d"
+            if age >= 86400
+            else f"{age // 3600} h"
+            if age >= 3600
+            else f"{age // 60} min"
+        )
+        out.print(
+            f"last validate {v['run_id']}: {v['verdict']}, {when} ago"
+            + (f"; {figures}" if figures else ""),
             highlight=False,
         )
+    for d in st.drift:
+        out.print(f"[yellow]drift since last-good:[/] {escape(d)}")
+    for note in st.notes:
+        out.print(f"note: {escape(note)}", style="dim")
+    for p in st.problems:
+        out.print(f"[red]-[/] {escape(p)}")
+    out.print(f"[{_VERDICT_STYLE[st.verdict]}]{st.verdict}[/] ({st.took_s:.1f} s)", highlight=False)
 
 
 _WATCH_STYLE = {

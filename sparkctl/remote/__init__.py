@@ -30,7 +30,15 @@ __all__ = [
     "node_names",
     "ssh_runner",
     "sshconfig",
+    "sudo_prefix",
 ]
+
+
+def sudo_prefix(inv: inventory.Inventory, node: str) -> str:
+    """Root on the node: "" for a root connection, else ``sudo -n `` (the connection user
+    may be an admin with sudo, Ansible's become)."""
+    user = str(inv.hostvars[node].get("ansible_user") or "root")
+    return "" if user == "root" else "sudo -n "
 
 
 def node_names(inv: inventory.Inventory) -> list[str]:

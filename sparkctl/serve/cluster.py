@@ -110,8 +110,7 @@ class Cluster:
 
     def sudo(self, node: str) -> str:
         """Root on the node: the connection user may be an admin with sudo (become)."""
-        user = str(self.inv.hostvars[node].get("ansible_user") or "root")
-        return "" if user == "root" else "sudo -n "
+        return remote.sudo_prefix(self.inv, node)
 
     def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
         return self.runner(node, command, timeout)

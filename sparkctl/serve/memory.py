@@ -187,11 +187,12 @@ def _survey_command(cluster: Cluster) -> str:
     return f"; echo {_MARK}; ".join(parts) + "; true"
 
 
-def _cgroup_memory(cluster: Cluster, sections: Mapping[str, list[str]]) -> dict[str, Any]:
-    """Each node's memory cgroup as validate reads it (one ``grep`` a node, in parallel)."""
+def cgroup_memory(cluster: Cluster, texts: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+    """Each node's memory cgroup as validate reads it, from its ``/proc/self/cgroup`` and
+    ``/proc/self/mountinfo`` (``texts``: node -> both): one ``grep`` a node, in parallel."""
     places = {}
-    for node, sec in sections.items():
-        place = tool_output.memory_cgroup_dirs(sec[1], sec[2])
+    for node, (proc_cgroup, mountinfo) in texts.items():
+        place = tool_output.memory_cgroup_dirs(proc_cgroup, mountinfo)
         if place is not None:
             places[node] = place
 
@@ -205,13 +206,19 @@ def _cgroup_memory(cluster: Cluster, sections: Mapping[str, list[str]]) -> dict[
         return {n: f.result() for n, f in futures.items()}
 
 
-def memory_of(meminfo_text: str, cgroup: Mapping[str, Any] | None) -> Memory:
-    """MemAvailable of a node, or the headroom of its session's cgroup where that is less."""
-    mem = tool_output.meminfo(meminfo_text)
-    reading = Memory(mem["MemAvailable"], mem.get("MemTotal", 0), "MemAvailable")
+def prefer_cgroup(reading: Memory, cgroup: Mapping[str, Any] | None) -> Memory:
+    """``reading``, or the cgroup's headroom where its limit leaves less."""
     if cgroup and cgroup.get("headroom") is not None and cgroup["headroom"] < reading.available:
         return Memory(int(cgroup["headroom"]), int(cgroup["limit"]), f"cgroup {cgroup['bound']}")
     return reading
+
+
+def memory_of(meminfo_text: str, cgroup: Mapping[str, Any] | None) -> Memory:
+    """MemAvailable of a node, or the headroom of its session's cgroup where that is less."""
+    mem = tool_output.meminfo(meminfo_text)
+    return prefer_cgroup(
+        Memory(mem["MemAvailable"], mem.get("MemTotal", 0), "MemAvailable"), cgroup
+    )
 
 
 def survey(cluster: Cluster, nodes: Sequence[str] | None = None) -> dict[str, Survey]:
@@ -224,7 +231,9 @@ def survey(cluster: Cluster, nodes: Sequence[str] | None = None) -> dict[str, Su
     raw = cluster.each(nodes, _survey_command(cluster), 60)
     sections = {n: text.split(_MARK + "\n") for n, (_, text) in raw.items()}
     bad = {n for n, sec in sections.items() if len(sec) != 6}
-    cgroups = _cgroup_memory(cluster, {n: sec for n, sec in sections.items() if n not in bad})
+    cgroups = cgroup_memory(
+        cluster, {n: (sec[1], sec[2]) for n, sec in sections.items() if n not in bad}
+    )
     out = {}
     for node in nodes:
         rc, text = raw[node]

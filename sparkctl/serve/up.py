@@ -153,10 +153,6 @@ def _table(ranks: dict[str, Rank], started: float) -> Table:
     return table
 
 
-def _health(url: str, ca_file: str | None = None) -> int | None:
-    return probe.health(url, ca_file).status
-
-
 @dataclass
 class UpResult:
     """A start-up as it ended; what the CLI shows, and the error it exits with."""
@@ -718,29 +714,6 @@ def down(inv: inventory.Inventory) -> Stopped:
         freed.leftovers,
         freed.gpu,
     )
-
-
-def status(inv: inventory.Inventory) -> dict[str, Any]:
-    cluster = open_cluster(inv, "serve-status")
-    states = cluster.unit_states()
-    groups = [
-        {
-            "group": g.name,
-            "head": g.head,
-            "endpoint": f"{g.base_url}/v1",
-            "health": _health(g.base_url, g.tls_ca_file),
-        }
-        for g in cluster.groups()
-    ]
-    return {
-        "endpoint": groups[0]["endpoint"],
-        "health": groups[0]["health"],
-        "groups": groups,
-        "ranks": [
-            {"rank": cluster.rank(n), "group": cluster.group_of(n).name, "node": n, **states[n]}
-            for n in cluster.nodes
-        ],
-    }
 
 
 def journal(

@@ -25,7 +25,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sparkctl import __version__, console, inventory, metrics, nccl_versions, remote, tool_output
+from sparkctl import (
+    __version__,
+    console,
+    inventory,
+    metrics,
+    nccl_versions,
+    node_state,
+    remote,
+    tool_output,
+)
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import Inventory
 from sparkctl.lock import inventory_lock
@@ -478,6 +487,16 @@ def perftest(
 
 
 # ------------------------------------------------------------------ the run
+def _keep_fingerprint(inv: Inventory, plan: Plan, runner: Runner, run_dir: Path) -> None:
+    """What every node is built from, beside the passing run (sparkctl status names what
+    drifted from it since)."""
+    nodes = remote.node_names(inv)
+    sudo = {n: remote.sudo_prefix(inv, n) for n in nodes}
+    readings = node_state.read(plan, nodes, runner, sudo)
+    image = nccl_versions.load(inv.cluster)
+    node_state.save_fingerprint(run_dir, readings, image.versions if image else {})
+
+
 def last_good_link(cluster: str) -> Path:
     return state_dir() / "results" / cluster / "last-good"
 
@@ -591,6 +610,7 @@ def validate(opts: Options) -> tuple[Report, Path]:
         report.duration_s = time.monotonic() - started
         report_io.write(report, run_dir)
         if report.verdict == "passed":
+            _keep_fingerprint(inv, plan, runner, run_dir)
             link = last_good_link(inv.cluster)
             tmp = link.with_name(".last-good.tmp")
             tmp.unlink(missing_ok=True)

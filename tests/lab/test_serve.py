@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -30,6 +31,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.quiet_host]
 MODEL_DIR = "/srv/sparkctl-model/served"
 CACHE = "/var/lib/sparkctl/models"
 UNIT = "sparkctl-sglang.service"
+CONTAINER = "sparkctl-sglang"  # the sglang role's _sglang_container_name
 FW_UNIT = "sparkctl-sglang-firewall.service"
 ENV_FILE = "/etc/sparkctl/sglang.env"
 SECRETS = "/etc/sparkctl/sglang-secrets.env"
@@ -115,6 +117,51 @@ def test_serve_up_records_the_images_nccl_beside_the_host_build(served: dict[str
     ), report["notes"]
 
 
+def _status(*extra: str) -> tuple[int, dict[str, Any]]:
+    proc = _run("status", str(SIM_INVENTORY), "--json", *extra, timeout=300)
+    try:
+        return proc.returncode, dict(json.loads(proc.stdout))
+    except ValueError:
+        raise AssertionError(proc.stdout[-2000:] + proc.stderr[-3000:]) from None
+
+
+@pytest.mark.fault
+def test_status_sees_the_whole_cluster_then_a_pulled_cable(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """One look at the serving lab: every node, twin, rank and the endpoint healthy, the
+    last validate (up's) and no drift since it; then twin b's cable on spark2 pulled at
+    the switch (a real carrier loss on the node's netdev): exit 1 naming it, and the
+    next looks name the carrier changes since the last look until the counters settle."""
+    rc, st = _status()
+    assert rc == 0, st["problems"]
+    assert st["verdict"] == "healthy" and st["problems"] == [], st
+    nodes = {n["node"]: n for n in st["nodes"]}
+    assert sorted(nodes) == sorted(n.name for n in lab.inventory.nodes)
+    for n in nodes.values():
+        assert n["reachable"] and n["gpu"]["name"] == "NVIDIA GB10", n
+        assert 0 < n["mem_available"] <= n["mem_total"], n
+        assert [(lk["twin"], lk["operstate"]) for lk in n["links"]] == [("a", "up"), ("b", "up")]
+    (group,) = st["groups"]
+    assert group["probe_ok"] and group["progress"] in ("idle", "moving"), group
+    assert [r["state"] for r in group["ranks"]] == ["active/running"] * 4
+    assert st["validate"]["verdict"] == "passed" and st["drift"] == [], st
+    human = _run("status", str(SIM_INVENTORY), timeout=300)
+    assert human.returncode == 0 and "healthy" in human.stdout, human.stdout[-2000:]
+    sparkctl("lab", "port", "spark2:b", "--down", check=True)
+    try:
+        rc, down = _status()
+    finally:
+        sparkctl("lab", "port", "spark2:b", "--up", check=True)
+    assert rc == 1, down["problems"]
+    assert any(p.startswith("spark2 twin b ") for p in down["problems"]), down["problems"]
+    assert group["probe_ok"], "twin b carries no serving traffic in the lab"
+    looks = [_status() for _ in range(3)]
+    flaps = [p for _, look in looks for p in look["problems"] if "carrier_changes +" in p]
+    assert flaps and flaps[0].startswith("spark2 twin b"), [look["problems"] for _, look in looks]
+    assert looks[-1][0] == 0, looks[-1][1]["problems"]
+
+
 @pytest.mark.fault
 def test_verify_names_a_stopped_rank_and_serve_up_brings_it_back(
     lab: LabSession, served: dict[str, Any], snapshot: Callable[[], dict[str, object]]
@@ -128,11 +175,91 @@ def test_verify_names_a_stopped_rank_and_serve_up_brings_it_back(
     assert "spark3 (rank 2)" in err
     failed = {(c["check"], c["host"]) for c in report["checks"] if c["outcome"] == "failed"}
     assert ("rank_running", "spark3") in failed
+    # status says the same in one look, with the unit's state and the probe's failure
+    rc, st = _status()
+    assert rc == 1 and st["verdict"] == "degraded", st["problems"]
+    assert any(p.startswith("rank 2 (spark3): unit ") for p in st["problems"]), st["problems"]
     up = _run("serve", "up", str(SIM_INVENTORY))
     assert up.returncode == 0, up.stderr[-4000:]
     rc, _, err = _verify()
     assert rc == 0, err[-3000:]
     assert_unchanged(before, snapshot(), "serve up after the fault")
+
+
+def _freeze_container(node_ip: str) -> str:
+    """SIGSTOP every process of the node's SGLang container (a hang, not a crash: the unit
+    still reads active/running). The container's, not the unit's: with docker the unit
+    holds only the docker client. Returns the PIDs, for SIGCONT."""
+    pid = ssh(node_ip, f"docker inspect --format '{{{{.State.Pid}}}}' {CONTAINER}").stdout.strip()
+    assert pid.isdigit() and pid != "0", pid
+    tree = " ".join(
+        ssh(
+            node_ip, f"p() {{ echo $1; for c in $(pgrep -P $1); do p $c; done; }}; p {pid}"
+        ).stdout.split()
+    )
+    ssh(node_ip, f"kill -STOP {tree}")
+    return tree
+
+
+@pytest.mark.fault
+def test_a_frozen_rank_fails_status_and_the_watchdog_restarts_the_whole_group(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """One fault, every reader of it: rank 2's container frozen with SIGSTOP. Each
+    stand-in rank takes part in every forward's all-reduce
+    (sparkctl/lab/standins/sglang/engine.py), so the frozen rank stalls the head's
+    generation as a wedged collective does, while all four units read active/running.
+
+    - `sparkctl status` exits 1 within one call: the generation probe fails and
+      generation is frozen with a request in;
+    - `serve watch --once`, called every 15 s as a timer would, restarts the whole group
+      (detection time printed: the goal is within 60 s);
+    - afterwards serve verify passes, status is healthy again, and the watchdog's next
+      round says the group answers again and how long it was down."""
+    spark3 = lab.inventory.node("spark3").mgmt_ip
+    results = STATE / "results" / "sim"
+    (results / "watch-state.json").unlink(missing_ok=True)
+    tree = _freeze_container(spark3)
+    frozen_at = time.monotonic()
+    acted: list[dict[str, Any]] = []
+    try:
+        rc, st = _status()
+        status_s = time.monotonic() - frozen_at
+        assert rc == 1 and st["verdict"] == "degraded", st["problems"]
+        (group,) = st["groups"]
+        assert not group["probe_ok"] and group["progress"] == "frozen", group
+        assert [r["state"] for r in group["ranks"]] == ["active/running"] * 4
+        assert any("generation probe failed" in p for p in st["problems"]), st["problems"]
+        for _ in range(16):  # at most 16 rounds; the rules decide within about 4
+            proc = _run("serve", "watch", str(SIM_INVENTORY), "--once", "--json", timeout=2400)
+            events = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            assert events, proc.stdout[-2000:] + proc.stderr[-3000:]
+            acted = [e for e in events if e["decision"] in ("restart_group", "gave_up")]
+            if acted:
+                break
+            assert proc.returncode in (0, 1), proc.stderr[-3000:]
+            time.sleep(15)
+    finally:
+        ssh(spark3, f"kill -CONT {tree} 2>/dev/null; true", check=False)
+    assert [e["decision"] for e in acted] == ["restart_group"], acted
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    detected = acted[0]["at"] - frozen_at
+    back = time.monotonic() - frozen_at
+    print(
+        f"status degraded after {status_s:.0f} s; frozen rank detected by the watchdog "
+        f"after {detected:.0f} s; group restarted and answering {back:.0f} s after the freeze"
+    )
+    rc, _, err = _verify()
+    assert rc == 0, err[-3000:]
+    rc, st = _status()
+    assert rc == 0, st["problems"]
+    after = _run("serve", "watch", str(SIM_INVENTORY), "--once", "--json", timeout=600)
+    assert after.returncode == 0, after.stdout[-2000:] + after.stderr[-3000:]
+    last = json.loads(after.stdout.splitlines()[-1])
+    assert (last["decision"], last["action"]) == ("healthy", "recovered"), last
+    assert last["downtime_s"] > 0
+    recorded = (results / "watch-events.jsonl").read_text()
+    assert '"restart_group"' in recorded and API_KEY not in recorded
 
 
 def test_a_rank_on_the_wrong_interface_is_explained(
@@ -433,10 +560,12 @@ def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:
     for node in lab.inventory.nodes:
         state = ssh(node.mgmt_ip, f"systemctl is-active {UNIT}", check=False).stdout.strip()
         assert state in ("inactive", "failed"), (node.name, state)
-    status = sparkctl("serve", "status", str(SIM_INVENTORY), "--json", check=True)
-    data = json.loads(status.stdout)
-    assert data["health"] is None
-    assert {r["ActiveState"] for r in data["ranks"]} <= {"inactive", "failed"}
+    # `serve status` is `sparkctl status`: degraded (exit 1), nothing answers, every unit down
+    status = sparkctl("serve", "status", str(SIM_INVENTORY), "--json")
+    assert status.returncode == 1, status.stderr[-2000:]
+    (group,) = json.loads(status.stdout)["groups"]
+    assert not group["probe_ok"], group
+    assert {r["state"].split("/")[0] for r in group["ranks"]} <= {"inactive", "failed"}, group
     # A routine prune while the service is down: no container uses the image (the
     # unit's container is --rm, the prune takes any stopped one), and the image the
     # unit runs stays, under the sglang role's local tag (install_served_tag.yml).

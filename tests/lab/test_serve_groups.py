@@ -75,11 +75,14 @@ def test_both_groups_serve_and_verify(two_groups: None) -> None:
         ("spark3", "rank 0"),
         ("spark4", "rank 1"),
     }
-    status = json.loads(sparkctl("serve", "status", str(TWO), "--json", check=True).stdout)
-    assert [(g["group"], g["head"], g["health"]) for g in status["groups"]] == [
-        ("a", "spark1", 200),
-        ("b", "spark3", 200),
-    ]
+    # Each group's endpoint answers a one-token generation (the last validate's verdict,
+    # which other modules' faults may have left failed, is not this test's concern).
+    status = json.loads(sparkctl("status", str(TWO), "--json").stdout)
+    assert [(g["group"], g["head"], g["probe_ok"]) for g in status["groups"]] == [
+        ("a", "spark1", True),
+        ("b", "spark3", True),
+    ], status["problems"]
+    assert not [p for p in status["problems"] if "rank" in p or "group" in p], status["problems"]
 
 
 def test_a_stopped_rank_is_named_with_its_group(lab: LabSession, two_groups: None) -> None:
