@@ -452,6 +452,18 @@ def status_metrics(
     return f.registry()
 
 
+def watch_metrics(
+    cluster: str, groups: Mapping[str, tuple[int, bool]], at: float | None = None
+) -> CollectorRegistry:
+    """One serve watch round: per group, the restarts it made ever and whether it gave up."""
+    f = Figures()
+    f.set("sparkctl_watchdog_timestamp_seconds", time.time() if at is None else at, cluster=cluster)
+    for group, (restarts, gave_up) in groups.items():
+        f.set("sparkctl_watchdog_restarts_total", restarts, cluster=cluster, group=group)
+        f.set("sparkctl_watchdog_gave_up", float(gave_up), cluster=cluster, group=group)
+    return f.registry()
+
+
 # ------------------------------------------------------------------ writing
 def textfile_dir() -> Path | None:
     """``SPARKCTL_TEXTFILE_DIR``, or None when it is unset or empty (write nothing)."""
@@ -528,3 +540,10 @@ def publish_status(
         cluster, reachable=reachable, ranks=ranks, probes=probes, thermal=thermal
     )
     return publish([(file_name("status", cluster), registry)])
+
+
+def publish_watch(cluster: str, groups: Mapping[str, tuple[int, bool]]) -> list[Path]:
+    """serve watch's figures, when a directory is set."""
+    if textfile_dir() is None:
+        return []
+    return publish([(file_name("watch", cluster), watch_metrics(cluster, groups))])

@@ -343,6 +343,7 @@ class State:
     next_restart_at: float = 0.0
     grace_until: float | None = None
     gave_up: str = ""
+    restarts_total: int = 0  # every restart decided, ever (sparkctl_watchdog_restarts_total)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -577,6 +578,7 @@ class Watch:
                 f"{st.next_restart_at - r.at:.0f} s",
             )
         st.restarts = [t for t in st.restarts if r.at - t < cfg.window_s] + [r.at]
+        st.restarts_total += 1
         st.next_restart_at = r.at + min(
             cfg.backoff_s * 2 ** (len(st.restarts) - 1), cfg.backoff_cap_s
         )
@@ -851,12 +853,23 @@ def watch(
             after = act(cluster, g, w, ev, timeout)
             if after is not None:
                 record(after)
+        _publish(inv.cluster, watches)
         if once:
             _save_states(state_file, watches)
             return result
         if any(w.state.gave_up for w in watches.values()):
             return result
         time.sleep(max(0.0, cfg.interval_s - (time.monotonic() - started)))
+
+
+def _publish(cluster: str, watches: Mapping[str, Watch]) -> None:
+    """The round's figures for node_exporter's textfile collector, when a directory is set
+    (sparkctl.metrics: SPARKCTL_TEXTFILE_DIR)."""
+    from sparkctl import metrics  # noqa: PLC0415
+
+    metrics.publish_watch(
+        cluster, {g: (w.state.restarts_total, bool(w.state.gave_up)) for g, w in watches.items()}
+    )
 
 
 def act(cluster: Cluster, group: Group, w: Watch, ev: Event, timeout: float) -> Event | None:

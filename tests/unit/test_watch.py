@@ -344,6 +344,7 @@ def test_restart_storm_backs_off_then_gives_up_and_stays_given_up() -> None:
     assert gave_up and [e.action for e in gave_up].count("stop_group") == 1
     assert sim.events[-1].decision is Decision.GAVE_UP
     assert "3 restart(s)" in gave_up[0].reason
+    assert sim.watch.state.restarts_total == 3  # sparkctl_watchdog_restarts_total
     # an operator fixes it: the next healthy reading closes the breaker
     sim.t += 15.0
     assert sim.round(load(0.0)).decision is Decision.HEALTHY
@@ -692,9 +693,16 @@ def test_serve_watch_once_restarts_a_group_with_a_dead_rank(
     api: _Head,
 ) -> None:
     ranks = Ranks(failed="spark3")
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir()
+    monkeypatch.setenv("SPARKCTL_TEXTFILE_DIR", str(textfiles))
     code, events, out = _serve_watch(monkeypatch, capsys, tmp_path, api, ranks)
     assert code == 1, out
     assert [e.decision for e in events] == [Decision.RESTART_GROUP], out
+    # the round's figures for node_exporter's textfile collector
+    prom = (textfiles / "sparkctl-watch-sim.prom").read_text()
+    assert 'sparkctl_watchdog_restarts_total{cluster="sim",group="main"} 1.0' in prom, prom
+    assert 'sparkctl_watchdog_gave_up{cluster="sim",group="main"} 0.0' in prom, prom
     assert "rank 2 (spark3): unit failed/failed" in events[0].seen
     # serve up's order: the head stops first, the workers start first, every rank
     stops = [c for c in ranks.changes if c.endswith("stop")]
