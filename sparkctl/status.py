@@ -44,7 +44,7 @@ from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.paths import state_dir
 from sparkctl.serve import memory
 from sparkctl.serve.cluster import Cluster, Group, open_cluster
-from sparkctl.serve.watch import Metrics, generation_probe, read_metrics
+from sparkctl.serve.watch import Metrics, ProbeKind, generation_probe, read_metrics
 
 PROBE_TIMEOUT_S = 15.0
 # With requests running, the counters are read at least this far apart: a decode step
@@ -196,18 +196,31 @@ def _moved(a: Metrics | None, b: Metrics | None) -> bool | None:
 
 
 def judge_progress(
-    first: Metrics | None, second: Metrics | None, *, busy: bool, probe_ok: bool
+    first: Metrics | None,
+    second: Metrics | None,
+    *,
+    busy: bool,
+    probe_ok: bool,
+    probe_timed_out: bool = False,
 ) -> str:
     """idle, moving, frozen or unknown, from /metrics read before and after the probe
-    (``busy``: requests ran or waited at the first read)."""
+    (``busy``: requests ran or waited at the first read).
+
+    Frozen: requests were in and not one token was made - the load the gauges show, or
+    the probe's own request when it got no answer in its time. The probe counts on its
+    own because SGLang 0.5.17 updates its running/queued gauges only after a prefill
+    batch, every 40th decode step or when idle (scheduler_components/metrics_reporter.py
+    ``log_stats`` callers): a group that hangs at the probe's prefill never reports it
+    running."""
     moved = _moved(first, second)
-    if first is None or second is None or moved is None:
-        return "idle" if probe_ok and first is not None and not busy else "unknown"
+    if first is None or second is None:
+        return "unknown"
     if moved:
         return "moving"
-    if second.busy and (busy or not probe_ok):
-        # Requests in (the probe's own, when it got no answer) and not one token made.
+    if (busy and second.busy) or probe_timed_out:
         return "frozen"
+    if moved is None and not probe_ok:
+        return "unknown"
     return "idle"
 
 
@@ -220,7 +233,9 @@ def _endpoint(cluster: Cluster, group: Group, key: str | None) -> GroupStatus:
     if busy and wait > 0:
         time.sleep(wait)
     second, error2 = read_metrics(group) if first is not None else (None, error)
-    progress = judge_progress(first, second, busy=busy, probe_ok=p.ok)
+    progress = judge_progress(
+        first, second, busy=busy, probe_ok=p.ok, probe_timed_out=p.kind is ProbeKind.TIMEOUT
+    )
     return GroupStatus(
         group=group.name,
         head=group.head,

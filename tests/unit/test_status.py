@@ -200,22 +200,34 @@ def _m(decode: float | None, running: float, queued: float = 0.0) -> Metrics:
     return Metrics(decode, 0.0, running, queued, per_step=True)
 
 
+def _none() -> Metrics:
+    """/metrics before any request: SGLang creates a labelled counter at its first use."""
+    return Metrics(None, None, None, None, per_step=False)
+
+
 @pytest.mark.parametrize(
-    ("first", "second", "busy", "probe_ok", "want"),
+    ("first", "second", "busy", "probe", "want"),
     [
-        (_m(10, 0), _m(11, 0), False, True, "moving"),  # the probe's own token
-        (_m(10, 3), _m(90, 3), True, True, "moving"),
-        (_m(10, 0), _m(10, 0), False, True, "idle"),
-        (_m(10, 3), _m(10, 3), True, True, "frozen"),  # requests in, no token in the window
-        (_m(10, 0), _m(10, 1), False, False, "frozen"),  # the probe hangs in the server
-        (_m(None, 0), _m(None, 0), False, True, "idle"),  # no counter yet, and it answers
-        (None, None, False, False, "unknown"),
+        (_m(10, 0), _m(11, 0), False, "ok", "moving"),  # the probe's own token
+        (_m(10, 3), _m(90, 3), True, "ok", "moving"),
+        (_m(10, 0), _m(10, 0), False, "ok", "idle"),
+        (_m(10, 3), _m(10, 3), True, "ok", "frozen"),  # requests in, no token in the window
+        # the probe got no answer in its time, and the gauges (updated only after a
+        # prefill batch or every 40th decode step) never showed it running
+        (_m(10, 0), _m(10, 0), False, "timeout", "frozen"),
+        (_m(10, 0), _m(10, 0), False, "http", "idle"),  # a quick 503: nothing was in
+        (_m(None, 0), _m(None, 0), False, "ok", "idle"),  # no counter yet, and it answers
+        (_none(), _none(), False, "http", "unknown"),  # no counter, and no answer
+        (None, None, False, "connect", "unknown"),
     ],
 )
 def test_progress_is_judged_from_two_reads_around_the_probe(
-    first: Metrics | None, second: Metrics | None, busy: bool, probe_ok: bool, want: str
+    first: Metrics | None, second: Metrics | None, busy: bool, probe: str, want: str
 ) -> None:
-    assert status.judge_progress(first, second, busy=busy, probe_ok=probe_ok) == want
+    got = status.judge_progress(
+        first, second, busy=busy, probe_ok=probe == "ok", probe_timed_out=probe == "timeout"
+    )
+    assert got == want
 
 
 # ------------------------------------------------------------------ metrics
