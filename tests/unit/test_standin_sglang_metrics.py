@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkctl.lab.standins.sglang import engine as standin_engine
 from sparkctl.lab.standins.sglang import launch_server as ls
 from sparkctl.lab.standins.sglang.engine import Engine, Model, Sampling
 from sparkctl.lab.standins.sglang.rendezvous import Node
@@ -226,6 +227,24 @@ def test_gauges_wait_for_the_decode_log_interval(group: Group) -> None:
         assert g.value("sglang:num_running_reqs") == (1 if steps >= 40 else 0), steps
         g.worker.send_signal(signal.SIGCONT)
         long.past(41)
+    long.gen.close()
+
+
+def test_health_while_busy_runs_no_request_and_fails_with_a_rank_stopped(
+    group: Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/health on a busy scheduler answers after its next batch instead of running a request
+    of its own (scheduler.py:1843-1849): no prefill counted; with a rank stopped no batch
+    ends and /health fails (its window shortened from SGLANG_HEALTH_CHECK_TIMEOUT's 20 s)."""
+    g = group
+    long = Stream(g, PROMPT, 100_000)
+    long.take(3)
+    prefill = g.value("sglang:realtime_tokens_total", mode="prefill_compute")
+    assert g.engine.health()
+    assert g.value("sglang:realtime_tokens_total", mode="prefill_compute") == prefill
+    monkeypatch.setattr(standin_engine, "HEALTH_CHECK_TIMEOUT", 1)
+    _stop(g)
+    assert not g.engine.health()
     long.gen.close()
 
 

@@ -4,10 +4,14 @@ The lab's Sparks have no GPU, so the model is a toy whose every token needs
 every rank: per layer TP0 sends a hidden-state-sized vector to every rank
 and combines their partial results (two all-reduces per layer, as
 Megatron-style TP does), so a dead rank or a broken link fails generation
-and ``/health``. Concurrent requests share forward passes (continuous
-batching up to ``--max-running-requests``): figures of a toy model, not of
-SGLang. What the rank logs on the way (weights, KV cache, capture) is the
-release's, in the release's order (release.py).
+and ``/health``, and a stopped one (SIGSTOP) stops every step of the group.
+Concurrent requests share forward passes (continuous batching up to
+``--max-running-requests``; a prefill batch of the new requests first, else a
+decode step of the running ones, the release's order): figures of a toy
+model, not of SGLang. What the rank logs on the way (weights, KV cache,
+capture) is the release's, in the release's order (release.py); the
+progress metrics move at the release's points of a request's life (see "the
+engine" below).
 """
 
 from __future__ import annotations
@@ -490,6 +494,7 @@ class Engine:
                     for s in [*self.running, *self.waiting, *new]:
                         s.out.put(err)
                     self.running, self.waiting = [], deque()
+                    self.cv.notify_all()
 
     def _step(self, batch: list[Seq], widths: list[int]) -> None:
         """One forward pass of ``batch`` over every rank (each all-reduce needs each rank's
@@ -506,6 +511,7 @@ class Engine:
             offset += hb * w
         with self.cv:
             self.stats.forward_steps += 1
+            self.cv.notify_all()  # a health check waiting for the next batch
 
     def _prefill(self, new: list[Seq], running_before: int) -> None:
         """A prefill batch (a slice of each prompt's hidden states; the first output token),
@@ -676,16 +682,32 @@ class Engine:
         if self.status == "Starting" or self.broken:
             return False
         tic = time.time()
-        s = Seq(
-            state=b"HEALTH_CHECK_%d" % time.time_ns(), prompt_len=1, cap=1, stops=[], counted=False
-        )
-        try:
-            self.submit(s)
-            item = s.out.get(timeout=HEALTH_CHECK_TIMEOUT)
-        except (EngineError, queue.Empty):
-            item = None
-        finally:
-            s.done = True
+        with self.cv:
+            busy = bool(self.running or self.waiting)
+            steps = self.stats.forward_steps
+            if busy:
+                # A busy scheduler does not run the health request: its answer goes out
+                # after the next batch (scheduler.py:1843-1849, :3844, :3874-3883).
+                stepped = self.cv.wait_for(
+                    lambda: self.stats.forward_steps > steps or self.broken is not None,
+                    timeout=HEALTH_CHECK_TIMEOUT,
+                )
+                item: Any = ("", None) if stepped and not self.broken else None
+        if not busy:
+            s = Seq(
+                state=b"HEALTH_CHECK_%d" % time.time_ns(),
+                prompt_len=1,
+                cap=1,
+                stops=[],
+                counted=False,
+            )
+            try:
+                self.submit(s)
+                item = s.out.get(timeout=HEALTH_CHECK_TIMEOUT)
+            except (EngineError, queue.Empty):
+                item = None
+            finally:
+                s.done = True
         if not isinstance(item, tuple):
             r.log(
                 r.HEALTH_FAILED,
