@@ -20,6 +20,7 @@ import concurrent.futures
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -863,11 +864,11 @@ def test_four_ranks_meet_and_serve_sglangs_endpoints(tmp_path: Path, model_dir: 
         text = raw.decode()
         assert status == 200 and headers["content-type"].startswith("text/plain")
         assert "# TYPE sglang:generation_tokens_total counter" in text
-        values = {
-            line.split("{")[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("sglang:") and 'model_name="toy"}' in line
-        }
+        values: dict[str, float] = {}  # each name summed over its series (is_streaming)
+        for line in text.splitlines():
+            if line.startswith("sglang:") and 'model_name="toy"' in line:
+                name = line.split("{")[0]
+                values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
         assert values["sglang:generation_tokens_total"] >= 12 * 3 + 16
         assert values["sglang:prompt_tokens_total"] > 0
         assert values["sglang:num_running_reqs"] == 0
@@ -890,8 +891,11 @@ def test_concurrent_requests_share_forward_passes(tmp_path: Path, model_dir: Pat
 
 @needs_loopback
 def test_stream_is_sent_while_generating(tmp_path: Path, model_dir: Path) -> None:
-    """Chunks leave as tokens are made (not at the end), and a client that leaves frees its slot."""
-    with cluster(tmp_path, model_dir, 2) as c:
+    """Chunks leave as tokens are made (not at the end), and a client that leaves frees its slot.
+    The running gauge is the scheduler's report, every decode_log_interval-th decode step
+    (sglang 0.5.17 srt/managers/scheduler_components/metrics_reporter.py:728): 1 here."""
+    running = re.compile(r'^sglang:num_running_reqs\{model_name="toy",[^}]*\} ([0-9.]+)$', re.M)
+    with cluster(tmp_path, model_dir, 2, extra=["--decode-log-interval", "1"]) as c:
         _up(c)
         conn = http.client.HTTPConnection("127.0.0.1", c.port, timeout=30)
         conn.request(
@@ -909,19 +913,16 @@ def test_stream_is_sent_while_generating(tmp_path: Path, model_dir: Path) -> Non
         )
         resp = conn.getresponse()
         events: list[dict[str, Any]] = []
-        while len(events) < 3:
+        while len(events) < 4:  # role, the prefill's token, decode steps 1 (reported) and 2
             line = resp.fp.readline().decode()
             if line.startswith("data: "):
                 events.append(json.loads(line[len("data: ") :]))
         assert events[1]["choices"][0]["delta"]["content"]
         metrics = c.request("GET", "/metrics", key=None)[2].decode()
-        assert 'sglang:num_running_reqs{model_name="toy"} 1.0' in metrics
+        assert running.findall(metrics) == ["1.0"], metrics
         conn.close()
         deadline = time.monotonic() + 15
-        while (
-            'sglang:num_running_reqs{model_name="toy"} 0.0'
-            not in c.request("GET", "/metrics", key=None)[2].decode()
-        ):
+        while running.findall(c.request("GET", "/metrics", key=None)[2].decode()) != ["0.0"]:
             assert time.monotonic() < deadline, "the abandoned stream kept its slot"
             time.sleep(0.1)
 

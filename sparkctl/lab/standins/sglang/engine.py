@@ -4,10 +4,14 @@ The lab's Sparks have no GPU, so the model is a toy whose every token needs
 every rank: per layer TP0 sends a hidden-state-sized vector to every rank
 and combines their partial results (two all-reduces per layer, as
 Megatron-style TP does), so a dead rank or a broken link fails generation
-and ``/health``. Concurrent requests share forward passes (continuous
-batching up to ``--max-running-requests``): figures of a toy model, not of
-SGLang. What the rank logs on the way (weights, KV cache, capture) is the
-release's, in the release's order (release.py).
+and ``/health``, and a stopped one (SIGSTOP) stops every step of the group.
+Concurrent requests share forward passes (continuous batching up to
+``--max-running-requests``; a prefill batch of the new requests first, else a
+decode step of the running ones, the release's order): figures of a toy
+model, not of SGLang. What the rank logs on the way (weights, KV cache,
+capture) is the release's, in the release's order (release.py); the
+progress metrics move at the release's points of a request's life (see "the
+engine" below).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,17 +290,71 @@ def _capture(node: Node, model: Model, sizes: list[int], prefill: bool, backend:
 
 
 # ---------------------------------------------------------------- the engine
+# What /metrics shows moves where sglang 0.5.17 moves it (paths under sglang/srt/):
+# - the tokenizer side (observability/metrics_collector.py:1448 TokenizerMetricsCollector,
+#   labels model_name and engine_type, tokenizer_manager.py:681-684): prompt_tokens_total,
+#   generation_tokens_total and num_requests_total (+ is_streaming) and the e2e latency
+#   grow once, when a request FINISHES (observe_one_finished_request,
+#   metrics_collector.py:1708-1725, called from tokenizer_manager.py:2882); the time to
+#   first token at its first output (tokenizer_manager.py:2849). Requests with
+#   log_metrics=False (/health's, http_server.py:679) are not counted
+#   (tokenizer_manager.py:2470).
+# - the scheduler side (metrics_collector.py:238 SchedulerMetricsCollector, labels
+#   model_name, engine_type, tp_rank, pp_rank, moe_ep_rank, metrics_collector.py:1082-1088):
+#   realtime_tokens_total{mode} grows after EVERY forward step: prefill_compute by the
+#   batch's input tokens after a prefill (scheduler_components/metrics_reporter.py:615-619,
+#   called from batch_result_processor.py:368), decode by the batch size after a decode
+#   step (metrics_reporter.py:704-709, batch_result_processor.py:906-913); a series exists
+#   from its first increment (metrics_collector.py:1240-1243). The gauges (num_running_reqs,
+#   num_queue_reqs, gen_throughput, token_usage, cache_hit_rate) are written only by
+#   log_stats (metrics_collector.py:1286): after each prefill, running = the running batch
+#   WITHOUT the new requests (PrefillStats.from_adder(adder, running_batch.reqs),
+#   scheduler.py:3320-3322; metrics_reporter.py:652-656); every decode_log_interval-th
+#   decode step (metrics_reporter.py:728, :867-872); and when idle, at once if the running
+#   gauge is stale, else every 30 s (metrics_reporter.py:1104-1160, scheduler.py:3953).
+# health checks run through the scheduler as any request: they count on its side only.
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+# the default buckets of metrics_collector.py:1591-1611 and :1613-1637
+E2E_BUCKETS = (*TTFT_BUCKETS, 600, 1200, 1800, 2400)
+REALTIME_MODES = ("prefill_compute", "prefill_cache", "decode")  # metrics_collector.py:1234-1237
+IDLE_LOG_S = 30.0  # metrics_reporter.py:1123
+
+
 @dataclass
-class Stats:
-    """Counters behind /metrics and the batch log lines."""
+class Finished:
+    """observe_one_finished_request's counters for one value of is_streaming."""
 
     prompt_tokens: int = 0
     generation_tokens: int = 0
     requests: int = 0
-    ttft: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Gauges:
+    """SchedulerStats as log_stats last wrote it (metrics_collector.py:1286-1293)."""
+
+    running: int = 0
+    queued: int = 0
+    gen_throughput: float = 0.0
+    token_usage: float = 0.0
+    cache_hit_rate: float = 0.0
+
+
+@dataclass
+class Stats:
+    """Counters behind /metrics and the batch log lines."""
+
+    # tokenizer side, by is_streaming ("false"/"true"): a series from its first request
+    finished: dict[str, Finished] = field(default_factory=dict)
+    # scheduler side
+    realtime: dict[str, int] = field(default_factory=dict)
+    gauges: Gauges | None = None  # None: log_stats has not run yet
+    last_log: float = field(default_factory=time.monotonic)
     recent: deque[tuple[float, int]] = field(default_factory=deque)
     forward_steps: int = 0
+    decode_steps: int = 0
     last_receive: float = field(default_factory=time.time)
 
     def throughput(self, window: float = 10.0) -> float:
@@ -306,6 +364,9 @@ class Stats:
         if not self.recent:
             return 0.0
         return sum(n for _, n in self.recent) / max(now - self.recent[0][0], 1.0)
+
+    def of(self, stream: bool) -> Finished:
+        return self.finished.setdefault("true" if stream else "false", Finished())
 
 
 @dataclass
@@ -327,6 +388,7 @@ class Seq:
     stops: list[str]
     ignore_eos: bool = False
     counted: bool = True  # health checks are not request metrics (log_metrics=False)
+    stream: bool = False  # the is_streaming label (tokenizer_manager.py:2891)
     out: queue.Queue[Any] = field(default_factory=queue.Queue)
     text: str = ""
     produced: int = 0
@@ -402,55 +464,125 @@ class Engine:
 
     # -- the scheduler -------------------------------------------------------------
     def _loop(self) -> None:
+        """The release's event loop (scheduler.py:1694-1708): a prefill batch of the waiting
+        requests when there are any (get_next_batch_to_run), else one decode step of the
+        running batch, else idle housekeeping (on_idle, scheduler.py:3925)."""
         while True:
             with self.cv:
+                self.running = [s for s in self.running if not s.done]
                 while not self.waiting and not self.running:
-                    self.cv.wait()
-                while self.waiting and len(self.running) < self.max_running:
-                    self.running.append(self.waiting.popleft())
-                batch = [s for s in self.running if not s.done]
-                queued = len(self.waiting)
+                    self._idle_metrics()
+                    self.cv.wait(timeout=IDLE_LOG_S)
+                    self.running = [s for s in self.running if not s.done]
+                room = self.max_running - len(self.running)
+                new: list[Seq] = []
+                while self.waiting and len(new) < room:
+                    s = self.waiting.popleft()
+                    if not s.done:  # a client that left before its prefill
+                        new.append(s)
+                before = len(self.running)
+                batch = new or list(self.running)
             if not batch:
-                with self.cv:
-                    self.running = []
                 continue
-            new = [s for s in batch if not s.prefilled]
-            started = time.monotonic()
-            # A prefill moves a slice of the prompt's hidden states, a decode one token's.
-            widths = [1 if s.prefilled else min(max(1, s.prompt_len), 32) for s in batch]
-            hb = self.model.hidden_bytes
-            x = b"".join(
-                hashlib.shake_256(s.state).digest(hb * w)
-                for s, w in zip(batch, widths, strict=True)
-            )
             try:
-                out = self.forward(x)
+                if new:
+                    self._prefill(new, before)
+                else:
+                    self._decode(batch)
             except EngineError as err:
                 with self.cv:
-                    for s in [*self.running, *self.waiting]:
+                    for s in [*self.running, *self.waiting, *new]:
                         s.out.put(err)
                     self.running, self.waiting = [], deque()
-                continue
-            self.stats.last_receive = time.time()
-            if new and any(s.counted for s in new):
-                tokens = sum(s.prompt_len for s in new)
-                r.log(
-                    r.PREFILL_BATCH,
-                    self.node.prefix,
-                    new=len(new),
-                    tokens=tokens,
-                    usage=self._usage(),
-                    running=len(batch) - len(new),
-                    queued=queued,
-                    throughput=tokens / max(time.monotonic() - started, 1e-6),
-                )
-            offset = 0
-            for s, w in zip(batch, widths, strict=True):
-                self._advance(s, out[offset : offset + 64])
-                offset += hb * w
-            with self.cv:
-                self.running = [s for s in self.running if not s.done]
-            self._decode_log(len(batch), queued)
+                    self.cv.notify_all()
+
+    def _step(self, batch: list[Seq], widths: list[int]) -> None:
+        """One forward pass of ``batch`` over every rank (each all-reduce needs each rank's
+        reply: a stopped rank stops the step), then one token for each sequence."""
+        hb = self.model.hidden_bytes
+        x = b"".join(
+            hashlib.shake_256(s.state).digest(hb * w) for s, w in zip(batch, widths, strict=True)
+        )
+        out = self.forward(x)
+        self.stats.last_receive = time.time()
+        offset = 0
+        for s, w in zip(batch, widths, strict=True):
+            self._advance(s, out[offset : offset + 64])
+            offset += hb * w
+        with self.cv:
+            self.stats.forward_steps += 1
+            self.cv.notify_all()  # a health check waiting for the next batch
+
+    def _prefill(self, new: list[Seq], running_before: int) -> None:
+        """A prefill batch (a slice of each prompt's hidden states; the first output token),
+        then report_prefill_stats (metrics_reporter.py:530) after its result is processed
+        (batch_result_processor.py:368)."""
+        started = time.monotonic()
+        self._step(new, [min(max(1, s.prompt_len), 32) for s in new])
+        tokens = sum(s.prompt_len for s in new)
+        with self.cv:
+            self.stats.realtime["prefill_compute"] = (
+                self.stats.realtime.get("prefill_compute", 0) + tokens
+            )
+            queued = len(self.waiting)
+            self.running.extend(s for s in new if not s.done)
+            self._log_stats(running_before, queued)
+        if any(s.counted for s in new):
+            r.log(
+                r.PREFILL_BATCH,
+                self.node.prefix,
+                new=len(new),
+                tokens=tokens,
+                usage=self._usage(),
+                running=running_before,
+                queued=queued,
+                throughput=tokens / max(time.monotonic() - started, 1e-6),
+            )
+
+    def _decode(self, batch: list[Seq]) -> None:
+        """A decode step of the running batch, then report_decode_stats
+        (metrics_reporter.py:695): realtime decode tokens every step, the log line and the
+        gauges every decode_log_interval-th step (batch_result_processor.py:906-913)."""
+        self._step(batch, [1] * len(batch))
+        interval = int(self.node.args["decode_log_interval"])
+        with self.cv:
+            self.stats.realtime["decode"] = self.stats.realtime.get("decode", 0) + len(batch)
+            self.stats.decode_steps = (self.stats.decode_steps + 1) % (1 << 30)
+            if interval <= 0 or self.stats.decode_steps % interval:
+                return
+            queued = len(self.waiting)
+            tokens = sum(s.prompt_len + s.produced for s in self.running)
+            self._log_stats(len(batch), queued)
+        r.log(
+            r.DECODE_BATCH,
+            self.node.prefix,
+            running=len(batch),
+            tokens=tokens,
+            usage=tokens / max(1, self.max_total_tokens),
+            throughput=self.stats.throughput(),
+            queued=queued,
+        )
+
+    def _log_stats(self, running: int, queued: int, throughput: float | None = None) -> None:
+        """SchedulerMetricsCollector.log_stats (metrics_collector.py:1286): the gauges. Called
+        with ``self.cv`` held."""
+        used = sum(s.prompt_len + s.produced for s in self.running)
+        self.stats.gauges = Gauges(
+            running=running,
+            queued=queued,
+            gen_throughput=self.stats.throughput() if throughput is None else throughput,
+            token_usage=used / max(1, self.max_total_tokens),
+        )
+        self.stats.last_log = time.monotonic()
+
+    def _idle_metrics(self) -> None:
+        """_maybe_log_idle_metrics (metrics_reporter.py:1104): with nothing to run, the gauges
+        are written at once when the running gauge is stale, else every 30 s. Called with
+        ``self.cv`` held."""
+        g = self.stats.gauges
+        stale = g is not None and g.running != len(self.running)
+        if stale or time.monotonic() > self.stats.last_log + IDLE_LOG_S:
+            self._log_stats(len(self.running), len(self.waiting), throughput=0.0)
 
     def _usage(self) -> float:
         with self.cv:
@@ -459,16 +591,17 @@ class Engine:
 
     def _advance(self, s: Seq, head: bytes) -> None:
         """One token of ``s`` from its slice of the last all-reduce."""
+        if s.done:  # its client left during the step: the token goes nowhere
+            return
         draw = hashlib.blake2b(s.state + head, digest_size=16).digest()
         s.state = draw + s.state[:16]
         s.prefilled = True
         s.produced += 1
         if s.counted:
             with self.cv:
-                self.stats.generation_tokens += 1
                 self.stats.recent.append((time.monotonic(), 1))
-                if s.produced == 1:
-                    self.stats.ttft.append(time.monotonic() - s.began)
+                if s.produced == 1:  # the first output (tokenizer_manager.py:2843-2853)
+                    self.stats.of(s.stream).ttft.append(time.monotonic() - s.began)
         eos = int.from_bytes(draw[:4], "big") % EOS_PERIOD == 0
         if eos and s.produced > 1 and not s.ignore_eos:
             self._finish(s, {"type": "stop", "matched": self.model.eos_token_id})
@@ -488,36 +621,24 @@ class Engine:
             self._finish(s, {"type": "length", "length": s.produced})
 
     def _finish(self, s: Seq, reason: dict[str, Any]) -> None:
+        """The request's last output: the tokenizer counts it (observe_one_finished_request,
+        metrics_collector.py:1708; tokenizer_manager.py:2882) before its answer goes out
+        (tokenizer_manager.py:2460-2470). A request that is abandoned never counts here."""
         s.done = True
-        s.out.put(("", reason))
         if s.counted:
             with self.cv:
-                self.stats.e2e.append(time.monotonic() - s.began)
-
-    def _decode_log(self, running: int, queued: int) -> None:
-        with self.cv:
-            self.stats.forward_steps += 1
-            steps = self.stats.forward_steps
-            tokens = sum(s.prompt_len + s.produced for s in self.running)
-        interval = int(self.node.args["decode_log_interval"])
-        if interval > 0 and steps % interval == 0:
-            r.log(
-                r.DECODE_BATCH,
-                self.node.prefix,
-                running=running,
-                tokens=tokens,
-                usage=tokens / max(1, self.max_total_tokens),
-                throughput=self.stats.throughput(),
-                queued=queued,
-            )
+                done = self.stats.of(s.stream)
+                done.prompt_tokens += s.prompt_len
+                done.generation_tokens += s.produced  # completion_tokens: EOS included
+                done.requests += 1
+                done.e2e.append(time.monotonic() - s.began)
+        s.out.put(("", reason))
 
     def submit(self, s: Seq) -> None:
+        """The request reaches the scheduler's waiting queue; no metric moves on arrival."""
         with self.cv:
             if self.broken:
                 raise EngineError(f"{r.NCCL_ERROR(error=r.NCCL_REMOTE_ERROR)} ({self.broken})")
-            if s.counted:
-                self.stats.requests += 1
-                self.stats.prompt_tokens += s.prompt_len
             self.waiting.append(s)
             self.cv.notify()
 
@@ -528,8 +649,8 @@ class Engine:
 
     # -- requests ------------------------------------------------------------------
     def generate(
-        self, prompt: str, sampling: Sampling, index: int = 0
-    ) -> Iterator[tuple[str, dict[str, Any] | None]]:
+        self, prompt: str, sampling: Sampling, index: int = 0, stream: bool = False
+    ) -> Generator[tuple[str, dict[str, Any] | None], None, None]:
         """Yield (text piece, None) per token, then ("", finish_reason)."""
         prompt_len = len(tokenize(prompt))
         limit = self.model.context_len - prompt_len
@@ -540,6 +661,7 @@ class Engine:
             cap=min(max_new, limit) if max_new else limit,
             stops=sampling.stops,
             ignore_eos=sampling.ignore_eos,
+            stream=stream,
         )
         self.submit(s)
         try:
@@ -560,16 +682,32 @@ class Engine:
         if self.status == "Starting" or self.broken:
             return False
         tic = time.time()
-        s = Seq(
-            state=b"HEALTH_CHECK_%d" % time.time_ns(), prompt_len=1, cap=1, stops=[], counted=False
-        )
-        try:
-            self.submit(s)
-            item = s.out.get(timeout=HEALTH_CHECK_TIMEOUT)
-        except (EngineError, queue.Empty):
-            item = None
-        finally:
-            s.done = True
+        with self.cv:
+            busy = bool(self.running or self.waiting)
+            steps = self.stats.forward_steps
+            if busy:
+                # A busy scheduler does not run the health request: its answer goes out
+                # after the next batch (scheduler.py:1843-1849, :3844, :3874-3883).
+                stepped = self.cv.wait_for(
+                    lambda: self.stats.forward_steps > steps or self.broken is not None,
+                    timeout=HEALTH_CHECK_TIMEOUT,
+                )
+                item: Any = ("", None) if stepped and not self.broken else None
+        if not busy:
+            s = Seq(
+                state=b"HEALTH_CHECK_%d" % time.time_ns(),
+                prompt_len=1,
+                cap=1,
+                stops=[],
+                counted=False,
+            )
+            try:
+                self.submit(s)
+                item = s.out.get(timeout=HEALTH_CHECK_TIMEOUT)
+            except (EngineError, queue.Empty):
+                item = None
+            finally:
+                s.done = True
         if not isinstance(item, tuple):
             r.log(
                 r.HEALTH_FAILED,

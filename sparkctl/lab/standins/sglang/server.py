@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import math
 import os
 import signal
 import ssl
@@ -31,7 +32,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from . import release as r
-from .engine import Engine, EngineError, Model, Sampling, tokenize
+from .engine import (
+    E2E_BUCKETS,
+    REALTIME_MODES,
+    TTFT_BUCKETS,
+    Engine,
+    EngineError,
+    Model,
+    Sampling,
+    tokenize,
+)
 from .rendezvous import Node, os_errno
 from .version import __version__
 
@@ -211,64 +221,118 @@ class App:
             }
         ]
 
+    def metric_labels(self) -> tuple[dict[str, str], dict[str, str]]:
+        """The tokenizer's and TP0 scheduler's labels (tokenizer_manager.py:681-684,
+        metrics_collector.py:1082-1088; engine_type: DisaggregationMode.to_engine_type,
+        disaggregation/utils.py:106-111). The priority, dp_rank and extra labels of the
+        release are absent with its defaults, which the stand-in does not change."""
+        mode = str(self.args.get("disaggregation_mode") or "null")
+        engine_type = mode if mode in ("prefill", "decode") else "unified"
+        tokenizer = {"model_name": str(self.name), "engine_type": engine_type}
+        scheduler = {**tokenizer, "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+        return tokenizer, scheduler
+
     def metrics(self) -> str:
+        """/metrics as prometheus_client's multiprocess collector writes the release's
+        (srt/utils/common.py:2372-2378): a series only once it was set or incremented,
+        counters without ``_created``. Names, HELP texts, types and label names are the
+        release's (observability/metrics_collector.py); when each moves: engine.py."""
         s = self.engine.stats
-        escaped = self.name.replace("\\", "\\\\").replace('"', '\\"')
-        label = f'{{model_name="{escaped}"}}'
-        lines = []
+        tokenizer, scheduler = self.metric_labels()
+        lines: list[str] = []
 
-        def metric(name: str, kind: str, helptext: str, value: float) -> None:
-            lines.extend(
-                [
-                    f"# HELP sglang:{name} {helptext}",
-                    f"# TYPE sglang:{name} {kind}",
-                    f"sglang:{name}{label} {float(value)}",
-                ]
-            )
+        def fmt(labels: dict[str, str]) -> str:
+            def esc(v: str) -> str:
+                return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
-        def histogram(name: str, helptext: str, values: list[float]) -> None:
-            lines.extend([f"# HELP sglang:{name} {helptext}", f"# TYPE sglang:{name} histogram"])
-            inner = label[1:-1]
-            for le in (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0):
-                lines.append(
-                    f'sglang:{name}_bucket{{{inner},le="{le}"}} '
-                    f"{float(sum(v <= le for v in values))}"
-                )
-            lines.append(f'sglang:{name}_bucket{{{inner},le="+Inf"}} {float(len(values))}')
-            lines.append(f"sglang:{name}_sum{label} {sum(values)}")
-            lines.append(f"sglang:{name}_count{label} {float(len(values))}")
+            return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in labels.items()) + "}"
 
-        running, queued = self.engine.load
+        def family(name: str, kind: str, helptext: str) -> None:
+            lines.extend([f"# HELP {name} {helptext}", f"# TYPE {name} {kind}"])
+
+        def sample(name: str, labels: dict[str, str], value: float) -> None:
+            lines.append(f"{name}{fmt(labels)} {_go_float(value)}")
+
+        def histogram(
+            name: str, helptext: str, series: dict[str, list[float]], buckets: tuple[float, ...]
+        ) -> None:
+            if not series:
+                return
+            family(name, "histogram", helptext)
+            for streaming, values in series.items():
+                labels = {**tokenizer, "is_streaming": streaming}
+                for le in (*buckets, math.inf):
+                    n = sum(v <= le for v in values)
+                    sample(f"{name}_bucket", {**labels, "le": _go_float(le)}, n)
+                sample(f"{name}_count", labels, len(values))
+                sample(f"{name}_sum", labels, sum(values))
+
         with self.engine.cv:
-            metric(
-                "prompt_tokens_total",
-                "counter",
-                "Number of prefill tokens processed.",
-                s.prompt_tokens,
+            done = dict(sorted(s.finished.items()))
+            counters = (
+                (
+                    "sglang:prompt_tokens_total",
+                    "Number of prefill tokens processed.",
+                    "prompt_tokens",
+                ),
+                (
+                    "sglang:generation_tokens_total",
+                    "Number of generation tokens processed.",
+                    "generation_tokens",
+                ),
+                ("sglang:num_requests_total", "Number of requests processed.", "requests"),
             )
-            metric(
-                "generation_tokens_total",
-                "counter",
-                "Number of generation tokens processed.",
-                s.generation_tokens,
-            )
-            metric("num_requests_total", "counter", "Number of requests processed.", s.requests)
-            metric("num_running_reqs", "gauge", "The number of running requests", running)
-            metric("num_queue_reqs", "gauge", "The number of requests in the waiting queue", queued)
-            metric("gen_throughput", "gauge", "The generate throughput (token/s)", s.throughput())
-            metric("token_usage", "gauge", "The token usage", 0.0)
-            metric("cache_hit_rate", "gauge", "The prefix cache hit rate", 0.0)
+            ended = {k: f for k, f in done.items() if f.requests}  # ttft may come first
+            for name, helptext, attr in counters:
+                if ended:
+                    family(name, "counter", helptext)
+                for streaming, f in ended.items():
+                    sample(name, {**tokenizer, "is_streaming": streaming}, getattr(f, attr))
             histogram(
-                "time_to_first_token_seconds",
+                "sglang:time_to_first_token_seconds",
                 "Histogram of time to first token in seconds.",
-                list(s.ttft),
+                {k: list(f.ttft) for k, f in done.items() if f.ttft},
+                TTFT_BUCKETS,
             )
             histogram(
-                "e2e_request_latency_seconds",
+                "sglang:e2e_request_latency_seconds",
                 "Histogram of End-to-end request latency in seconds",
-                list(s.e2e),
+                {k: list(f.e2e) for k, f in done.items() if f.e2e},
+                E2E_BUCKETS,
             )
-        return "\n".join(lines) + "\n"
+            realtime = {m: s.realtime[m] for m in REALTIME_MODES if s.realtime.get(m)}
+            if realtime:
+                family(
+                    "sglang:realtime_tokens_total",
+                    "counter",
+                    "Total number of tokens processed (updated on each log interval). "
+                    "mode: prefill_compute, prefill_cache, decode.",
+                )
+                for m, n in realtime.items():
+                    sample("sglang:realtime_tokens_total", {**scheduler, "mode": m}, n)
+            g = s.gauges
+            if g is not None:
+                for name, helptext, value in (
+                    ("num_running_reqs", "The number of running requests.", g.running),
+                    ("num_queue_reqs", "The number of requests in the waiting queue.", g.queued),
+                    ("gen_throughput", "The generation throughput (token/s).", g.gen_throughput),
+                    ("cache_hit_rate", "The prefix cache hit rate.", g.cache_hit_rate),
+                    ("token_usage", "The token usage.", g.token_usage),
+                ):
+                    family(f"sglang:{name}", "gauge", helptext)
+                    sample(f"sglang:{name}", scheduler, value)
+        return "\n".join(lines) + "\n" if lines else ""
+
+
+def _go_float(value: float) -> str:
+    """prometheus_client's floatToGoString: ``1.0``, ``+Inf``."""
+    if value == math.inf:
+        return "+Inf"
+    if value == -math.inf:
+        return "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    return repr(float(value))
 
 
 @dataclass
@@ -594,7 +658,7 @@ class Handler(BaseHTTPRequestHandler):
         started = False
         try:
             for index, prompt in jobs:
-                gen = self.app.engine.generate(prompt, sampling, index)
+                gen = self.app.engine.generate(prompt, sampling, index, stream=True)
                 first = next(gen)  # the prefill runs before any byte is sent
                 if not started:
                     self._start_stream()
