@@ -205,6 +205,8 @@ def judge(rounds: Sequence[Round]) -> Verdict:
                 )
             )
     problems += _throttling(rounds, notes)
+    if not rounds:  # interrupted before a round finished: nothing says it is stable
+        problems.append(Problem("errors", None, "soak", "no round finished"))
     order = {"errors": 0, "drop": 1, "throttling": 2, "variance": 3}
     problems.sort(key=lambda p: (p.round if p.round is not None else 1 << 30, order[p.kind]))
     return Verdict(

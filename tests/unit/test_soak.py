@@ -151,6 +151,11 @@ def test_one_round_is_judged_without_a_variation() -> None:
     assert verdict.stable and verdict.cv == {"all_reduce": None}
 
 
+def test_no_round_is_not_stable() -> None:
+    verdict = soak.judge([])
+    assert not verdict.stable and verdict.reason() == "unstable: no round finished"
+
+
 def test_a_drop_in_round_3_is_named_with_its_figure() -> None:
     rounds = [_round(k, v) for k, v in enumerate((20.0, 20.1, 15.0, 20.0, 19.9), start=1)]
     verdict = soak.judge(rounds)
