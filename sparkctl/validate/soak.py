@@ -120,90 +120,87 @@ def common_size(rounds: Sequence[Round], collective: str) -> int | None:
     return max(common) if common else None
 
 
+def _round_problems(x: Round) -> list[Problem]:
+    """One round's failed checks, #wrong, failure lines and a sweep the gate failed."""
+    k = x.index
+    problems = [
+        Problem(
+            "errors",
+            k,
+            c.host,
+            f"round {k}: {c.host} {c.check}{' ' + c.subject if c.subject else ''} "
+            f"{c.outcome}: {c.message}",
+        )
+        for c in x.failed_checks
+    ]
+    for r in x.nccl:
+        name = r.collective
+        if r.wrong:
+            problems.append(Problem("errors", k, name, f"round {k}: {name} #wrong {r.wrong}"))
+        problems += [Problem("errors", k, name, f"round {k}: {name}: {e}") for e in r.errors[:3]]
+        if r.outcome == "failed":
+            problems.append(
+                Problem("drop", k, name, f"round {k}: {name} below the gate: {r.message}")
+            )
+        elif r.outcome == "error" and not r.errors:
+            problems.append(Problem("errors", k, name, f"round {k}: {name}: {r.message}"))
+    return problems
+
+
+def _spread(
+    rounds: Sequence[Round], name: str, size: int | None
+) -> tuple[float | None, float | None, list[Problem]]:
+    """``name``'s median and coefficient of variation at ``size`` across rounds, and
+    the rounds that dropped under the median or the variation too wide."""
+    figures = [
+        (x.index, run.busbw[size])
+        for x in rounds
+        if size is not None and (run := x.run(name)) and size in run.busbw
+    ]
+    if size is None or not figures:
+        return None, None, []
+    values = [v for _, v in figures]
+    med = statistics.median(values)
+    mean = statistics.fmean(values)
+    cv = statistics.pstdev(values) / mean if len(values) > 1 and mean > 0 else None
+    problems = [
+        Problem(
+            "drop",
+            k,
+            name,
+            f"round {k}: {name} busbw {gbs(v)} GB/s at {human_size(size)}, "
+            f"{(1 - v / med) * 100:.0f}% under the soak's median {gbs(med)} GB/s "
+            f"(tolerance {DROP_TOLERANCE:.0%})",
+        )
+        for k, v in figures
+        if v < med * (1 - DROP_TOLERANCE)
+    ]
+    if cv is not None and cv > CV_MAX:
+        low_k, low_v = min(figures, key=lambda f: f[1])
+        problems.append(
+            Problem(
+                "variance",
+                None,
+                name,
+                f"{name} busbw at {human_size(size)} varies {cv:.1%} across "
+                f"{len(values)} rounds (coefficient of variation, at most {CV_MAX:.0%}); "
+                f"lowest round {low_k}: {gbs(low_v)} GB/s",
+            )
+        )
+    return med, cv, problems
+
+
 def judge(rounds: Sequence[Round]) -> Verdict:
     """The soak's verdict from its recorded rounds alone."""
-    problems: list[Problem] = []
+    problems = [p for x in rounds for p in _round_problems(x)]
     notes: list[str] = []
-    collectives = list(dict.fromkeys(r.collective for x in rounds for r in x.nccl))
     cv: dict[str, float | None] = {}
     median: dict[str, float | None] = {}
     size_of: dict[str, int | None] = {}
-    for x in rounds:
-        k = x.index
-        for c in x.failed_checks:
-            subject = f" {c.subject}" if c.subject else ""
-            problems.append(
-                Problem(
-                    "errors",
-                    k,
-                    c.host,
-                    f"round {k}: {c.host} {c.check}{subject} {c.outcome}: {c.message}",
-                )
-            )
-        for r in x.nccl:
-            if r.wrong:
-                problems.append(
-                    Problem(
-                        "errors", k, r.collective, f"round {k}: {r.collective} #wrong {r.wrong}"
-                    )
-                )
-            for line in r.errors[:3]:
-                problems.append(
-                    Problem("errors", k, r.collective, f"round {k}: {r.collective}: {line}")
-                )
-            if r.outcome == "failed":
-                problems.append(
-                    Problem(
-                        "drop",
-                        k,
-                        r.collective,
-                        f"round {k}: {r.collective} below the gate: {r.message}",
-                    )
-                )
-            elif r.outcome == "error" and not r.errors:
-                problems.append(
-                    Problem("errors", k, r.collective, f"round {k}: {r.collective}: {r.message}")
-                )
-    for name in collectives:
-        size = common_size(rounds, name)
-        size_of[name] = size
-        figures = [
-            (x.index, run.busbw[size])
-            for x in rounds
-            if size is not None and (run := x.run(name)) and size in run.busbw
-        ]
-        values = [v for _, v in figures]
-        median[name] = statistics.median(values) if values else None
-        mean = statistics.fmean(values) if values else 0.0
-        cv[name] = statistics.pstdev(values) / mean if len(values) > 1 and mean > 0 else None
-        med = median[name]
-        if med is None or size is None:
-            continue
-        for k, v in figures:
-            if v < med * (1 - DROP_TOLERANCE):
-                problems.append(
-                    Problem(
-                        "drop",
-                        k,
-                        name,
-                        f"round {k}: {name} busbw {gbs(v)} GB/s at {human_size(size)}, "
-                        f"{(1 - v / med) * 100:.0f}% under the soak's median {gbs(med)} GB/s "
-                        f"(tolerance {DROP_TOLERANCE:.0%})",
-                    )
-                )
-        spread = cv[name]
-        if spread is not None and spread > CV_MAX:
-            low_k, low_v = min(figures, key=lambda f: f[1])
-            problems.append(
-                Problem(
-                    "variance",
-                    None,
-                    name,
-                    f"{name} busbw at {human_size(size)} varies {spread:.1%} across "
-                    f"{len(values)} rounds (coefficient of variation, at most {CV_MAX:.0%}); "
-                    f"lowest round {low_k}: {gbs(low_v)} GB/s",
-                )
-            )
+    for name in dict.fromkeys(r.collective for x in rounds for r in x.nccl):
+        size_of[name] = size = common_size(rounds, name)
+        median[name], cv[name], spread = _spread(rounds, name, size)
+        problems += spread
     problems += _throttling(rounds, notes)
     if not rounds:  # interrupted before a round finished: nothing says it is stable
         problems.append(Problem("errors", None, "soak", "no round finished"))
@@ -214,11 +211,7 @@ def judge(rounds: Sequence[Round]) -> Verdict:
         cv=cv,
         median=median,
         size=size_of,
-        tolerances={
-            "drop": DROP_TOLERANCE,
-            "cv_max": CV_MAX,
-            "clock": CLOCK_TOLERANCE,
-        },
+        tolerances={"drop": DROP_TOLERANCE, "cv_max": CV_MAX, "clock": CLOCK_TOLERANCE},
         notes=notes,
     )
 
@@ -354,6 +347,17 @@ def _round_figures(report: Report) -> tuple[list[RoundNccl], int]:
             )
         )
     return out, len(report.checks)
+
+
+def rounds_expected(done: int, elapsed: float, duration: float) -> int:
+    """How many rounds the soak will have run, after ``done`` rounds in ``elapsed``
+    seconds: ``done`` once DURATION has passed (a soak shorter than a round runs one),
+    else at least one more, as many as the rounds so far took on average fit in the
+    time left."""
+    left = duration - elapsed
+    if left <= 0:
+        return done
+    return done + max(1, round(left / (elapsed / done))) if elapsed > 0 else done + 1
 
 
 def progress_line(x: Round, expected: int, readings: Sequence[NodeReading]) -> str:
@@ -503,10 +507,9 @@ def soak(opts: SoakOptions, *, clock: Callable[[], float] = time.monotonic) -> t
                 x = _one_round(s, session, collectives)
                 s.rounds.append(x)
                 elapsed = clock() - s.start
-                left = opts.duration_s - elapsed
-                expected = x.index + (max(1, round(left / (elapsed / x.index))) if left > 0 else 0)
+                expected = rounds_expected(x.index, elapsed, opts.duration_s)
                 console.progress(progress_line(x, expected, x.nodes))
-                if elapsed >= opts.duration_s:
+                if expected == x.index:
                     break
         except KeyboardInterrupt:
             s.notes.append(

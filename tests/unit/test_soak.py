@@ -56,6 +56,22 @@ def test_duration_refused_with_exit_2_and_a_hint(text: str) -> None:
     assert caught.value.hint is not None and "--soak 30m" in caught.value.hint
 
 
+@pytest.mark.parametrize(
+    ("done", "elapsed", "duration", "expected"),
+    [
+        (1, 40.0, 1.0, 1),  # shorter than one round: exactly one
+        (1, 40.0, 40.0, 1),  # the duration has passed at the round's end
+        (1, 40.0, 41.0, 2),  # a second left: one more round, never zero
+        (2, 120.0, 600.0, 10),  # 60 s a round, 480 s left: 8 more
+        (3, 1900.0, 1800.0, 3),
+    ],
+)
+def test_rounds_expected_and_when_the_soak_stops(
+    done: int, elapsed: float, duration: float, expected: int
+) -> None:
+    assert soak.rounds_expected(done, elapsed, duration) == expected
+
+
 def test_the_cli_refuses_a_bad_duration_before_reading_the_inventory(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
