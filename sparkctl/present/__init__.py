@@ -175,13 +175,12 @@ def soak(result: Soak, run_dir: Path, *, as_json: bool = False) -> None:
             table.add_row(*(escape(c) for c in cells))
         console.out.print(table)
         v = result.verdict
-        console.out.print(
-            v.reason(limit=len(v.problems) or 1)
-            + (f" over {len(result.rounds)} rounds" if v.stable else ""),
-            style="green" if v.stable else "red",
-            markup=False,
-            highlight=False,
-        )
+        lines = [f"{v.outcome} over {len(result.rounds)} rounds"]
+        lines += [f"  {p.kind}: {p.message}" for p in v.problems]
+        lines += [f"  note: {n}" for n in v.notes]
+        for i, line in enumerate(lines):
+            style = ("green" if v.stable else "red") if i == 0 else None
+            console.out.print(line, style=style, markup=False, highlight=False)
     console.progress(f"report: {run_dir / 'soak.html'} (and soak.json; not last-good)")
 
 

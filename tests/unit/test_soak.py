@@ -389,3 +389,38 @@ def test_progress_names_the_round_its_busbw_and_the_hottest_node() -> None:
     assert line == (
         "round 2/5, 120 s elapsed, all_reduce 20 GB/s at 16 MiB (passed), hottest spark3 71 C"
     )
+
+
+@pytest.mark.parametrize(("busbw", "code"), [((20.0, 20.1), 0), ((20.0, 12.0), 1)])
+def test_the_cli_exits_0_stable_1_unstable_and_prints_soak_json(
+    busbw: tuple[float, float],
+    code: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The command is thin: the soak itself (which needs the nodes) is faked, what the
+    command does with its result is not."""
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
+    asked: list[soak.SoakOptions] = []
+
+    def fake_soak(opts: soak.SoakOptions) -> tuple[Soak, Path]:
+        asked.append(opts)
+        rounds = [_round(k, v) for k, v in enumerate(busbw, start=1)]
+        return _soak(rounds), tmp_path / "run"
+
+    monkeypatch.setattr(soak, "soak", fake_soak)
+    inventory = Path(__file__).resolve().parents[2] / "inventory" / "sim.ini"
+    got, out = run_cli(
+        monkeypatch, capsys, "validate", str(inventory), "--soak", "2m", "-c", "all_reduce"
+    )
+    assert got == code, out
+    (opts,) = asked
+    assert (opts.duration_s, list(opts.collectives), opts.nccl) == (120.0, ["all_reduce"], True)
+    if code:
+        assert "soak unstable: round 2: all_reduce busbw 12 GB/s" in out
+        assert str(tmp_path / "run" / "soak.html") in out
+    got, out = run_cli(monkeypatch, capsys, "validate", str(inventory), "--soak", "2m", "--json")
+    data, end = json.JSONDecoder().raw_decode(out)  # stdout, then what stderr said
+    assert got == code and data["verdict"]["outcome"] == ("unstable" if code else "stable")
+    assert "report: " in out[end:] and len(data["rounds"]) == 2
