@@ -294,7 +294,17 @@ def model_sync(
     help="Stop a running TP service for the run and start it again after (a loaded model "
     "leaves too little memory for a calibrated sweep: the gate says not judged).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print report.json on stdout.")
+@click.option(
+    "--soak",
+    metavar="DURATION",
+    help="Burn-in: repeat the node checks and the NCCL sweep for DURATION (90s, 30m, 2h; "
+    "at least one round), reading every node's GPU temperature, power and clock after "
+    "each; exit 0 when busbw held steady with no error or throttling, 1 when not "
+    "(soak.html names the round, node and figure). A soak never becomes last-good.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print report.json (with --soak, soak.json) on stdout."
+)
 def validate(
     inventory_path: Path,
     baseline: str | None,
@@ -302,6 +312,7 @@ def validate(
     collectives: tuple[str, ...],
     extra: tuple[str, ...],
     stop_serving: bool,
+    soak: str | None,
     as_json: bool,
 ) -> None:
     """Check every node and the fabric, gate NCCL bandwidth, write a report.
@@ -311,10 +322,20 @@ def validate(
     collective), 2 for bad input, 3 when a node cannot be reached, 8 when
     nothing failed but the gate could not judge (too little memory free for a
     calibrated sweep, as next to a loaded model: --stop-serving).
+
+    With --soak DURATION (burn-in): rounds of the same checks and sweep for
+    DURATION, soak.json and soak.html in the run's directory; exit 0 when stable,
+    1 when a round dropped, erred or throttled, or busbw varied; 2 for a
+    duration that is not Ns, Nm or Nh. A soak run never updates last-good.
     """
     from sparkctl import present  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
+    if soak is not None:
+        if baseline or stop_serving:
+            raise SparkctlError("--soak takes no --baseline or --stop-serving", ExitCode.BAD_INPUT)
+        _validate_soak(inventory_path, soak, no_nccl, collectives, extra, as_json=as_json)
+        return
     extravars = _extra_vars(extra)
     inv = _checked(inventory_path, extravars)
     options: dict[str, Any] = {
@@ -340,6 +361,37 @@ def validate(
             run.failure_summary(report) + f" (report: {run_dir / 'report.html'})",
             run.exit_code(report),
         )
+
+
+def _validate_soak(
+    inventory_path: Path,
+    duration: str,
+    no_nccl: bool,
+    collectives: tuple[str, ...],
+    extra: tuple[str, ...],
+    *,
+    as_json: bool,
+) -> None:
+    """validate --soak: the duration refused before anything else (exit 2)."""
+    from sparkctl import present  # noqa: PLC0415
+    from sparkctl.validate import soak as soaking  # noqa: PLC0415
+
+    seconds = soaking.parse_duration(duration)
+    extravars = _extra_vars(extra)
+    inv = _checked(inventory_path, extravars)
+    result, run_dir = soaking.soak(
+        soaking.SoakOptions(
+            inventory=inv,
+            duration_s=seconds,
+            nccl=not no_nccl,
+            collectives=collectives,
+            extra=extravars,
+        )
+    )
+    present.soak(result, run_dir, as_json=as_json)
+    error = soaking.failure(result, run_dir)
+    if error is not None:
+        raise error
 
 
 @cli.group("serve")

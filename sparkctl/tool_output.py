@@ -184,6 +184,17 @@ def nvidia_smi_csv(text: str, fields: list[str] | None = None) -> list[dict[str,
     return out
 
 
+# nvidia-smi refuses a field its driver does not know with 'Field "x" is not a valid
+# field to query.' and exit 2 (nvidia-smi(1), RETURN VALUE 2: invalid argument).
+_SMI_REFUSED = re.compile(r'Field "([^"]+)" is not a valid field to query')
+
+
+def nvidia_smi_refused_field(text: str) -> str | None:
+    """The field a ``--query-gpu`` was refused for, or None when it was not refused so."""
+    m = _SMI_REFUSED.search(text)
+    return m.group(1) if m else None
+
+
 # ------------------------------------------------------------------ kernel, modules, nvcc
 def uname_release(text: str) -> str:
     """``uname -r`` output -> the release; an error when it is not one word."""

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sparkctl.inventory import Inventory
     from sparkctl.provision import Provisioned
     from sparkctl.report.model import Report
+    from sparkctl.report.soak import Soak
     from sparkctl.runner import RunResult
     from sparkctl.serve.service import Verified
     from sparkctl.serve.up import JournalLines, Stopped, UpResult
@@ -139,6 +140,49 @@ def validate(report: Report, run_dir: Path, *, as_json: bool = False) -> None:
     else:
         summary.show(report)
     console.progress(f"report: {run_dir / 'report.html'} (and report.json)")
+
+
+def soak(result: Soak, run_dir: Path, *, as_json: bool = False) -> None:
+    """validate --soak: soak.json with --json; else one line per round, the verdict."""
+    if as_json:
+        emit(result)
+    else:
+        collectives = list(result.verdict.size)
+        table = Table(
+            title=f"soak: {len(result.rounds)} rounds in {result.duration_s:.0f} s",
+            box=box.HEAVY_HEAD if console.out.is_terminal else None,
+            title_justify="center" if console.out.is_terminal else "left",
+        )
+        for col in ("round", "ended (s)", *(f"{c} GB/s" for c in collectives)):
+            table.add_column(col, justify="right")
+        for col in ("#wrong", "failed checks", "hottest"):
+            table.add_column(col, justify="right" if col == "#wrong" else "left")
+        for x in result.rounds:
+            cells = [str(x.index), f"{x.ended_s:.0f}"]
+            for name in collectives:
+                run, size = x.run(name), result.verdict.size[name]
+                cells.append(
+                    f"{run.busbw[size]:.3f} {run.outcome}"
+                    if run and size is not None and size in run.busbw
+                    else "-"
+                )
+            temps = [(r.temperature_c, r.node) for r in x.nodes if r.temperature_c is not None]
+            hottest = max(temps) if temps else None
+            cells += [
+                str(sum(r.wrong for r in x.nccl)),
+                ", ".join(f"{c.host} {c.check}" for c in x.failed_checks[:4]) or "-",
+                f"{hottest[1]} {hottest[0]:.0f} C" if hottest else "-",
+            ]
+            table.add_row(*(escape(c) for c in cells))
+        console.out.print(table)
+        v = result.verdict
+        lines = [f"{v.outcome} over {len(result.rounds)} rounds"]
+        lines += [f"  {p.kind}: {p.message}" for p in v.problems]
+        lines += [f"  note: {n}" for n in v.notes]
+        for i, line in enumerate(lines):
+            style = ("green" if v.stable else "red") if i == 0 else None
+            console.out.print(line, style=style, markup=False, highlight=False)
+    console.progress(f"report: {run_dir / 'soak.html'} (and soak.json; not last-good)")
 
 
 # --------------------------------------------------------------- serve

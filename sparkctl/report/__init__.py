@@ -6,6 +6,8 @@
 - :mod:`~sparkctl.report.baseline`: comparison with the last good run;
 - :mod:`~sparkctl.report.html`: ``report.html`` with its plots;
 - :mod:`~sparkctl.report.numbers`: sizes and bandwidths as people read them.
+- :mod:`~sparkctl.report.soak` and :mod:`~sparkctl.report.soak_html`: a burn-in
+  (``validate --soak``): ``soak.json`` and ``soak.html``.
 
 :func:`write`, :func:`load`, :func:`compare` and :func:`render_html` are
 re-exported here, so ``report.write(...)`` reads as before.

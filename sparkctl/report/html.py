@@ -152,13 +152,9 @@ def _svg_inline(svg: str, prefix: str) -> str:
 
 def _plot(collective: str, runs: list[NcclRun], th: Thresholds, index: int) -> str:
     """busbw against size for ``collective``: all-node runs bold, pairs faint; inline SVG."""
-    import matplotlib  # noqa: PLC0415 -- only when a report is drawn: keeps CLI start-up fast
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure  # noqa: PLC0415
     from matplotlib.ticker import NullLocator  # noqa: PLC0415
 
-    fig = Figure(figsize=(8, 3.8), layout="constrained")
+    fig = new_figure()
     try:
         ax = fig.add_subplot()
         sizes: set[int] = set()
@@ -212,16 +208,34 @@ def _plot(collective: str, runs: list[NcclRun], th: Thresholds, index: int) -> s
         ax.set_title(collective)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
-        buf = io.StringIO()
-        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"sparkctl{index}"}):
-            fig.savefig(
-                buf,
-                format="svg",
-                metadata={"Creator": None, "Date": None, "Format": None, "Type": None},
-            )
+        return figure_svg(fig, f"p{index}-", f"sparkctl{index}")
     finally:
         fig.clear()
-    return _svg_inline(buf.getvalue(), f"p{index}-")
+
+
+def new_figure() -> Any:
+    """A matplotlib figure of the report's size, drawn without a display."""
+    import matplotlib  # noqa: PLC0415 -- only when a report is drawn: keeps CLI start-up fast
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    return Figure(figsize=(8, 3.8), layout="constrained")
+
+
+def figure_svg(fig: Any, prefix: str, salt: str) -> str:
+    """``fig`` as inline SVG for a page of several plots (ids prefixed with ``prefix``),
+    the same bytes for the same figure (no date; ``salt`` fixes matplotlib's ids)."""
+    import matplotlib  # noqa: PLC0415
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
+        fig.savefig(
+            buf,
+            format="svg",
+            metadata={"Creator": None, "Date": None, "Format": None, "Type": None},
+        )
+    return _svg_inline(buf.getvalue(), prefix)
 
 
 def _draw_fit(ax: Any, run: NcclRun, sizes: list[int]) -> float:

@@ -497,6 +497,51 @@ def _keep_fingerprint(inv: Inventory, plan: Plan, runner: Runner, run_dir: Path)
     node_state.save_fingerprint(run_dir, readings, image.versions if image else {})
 
 
+def node_round(
+    inv: inventory.Inventory,
+    plan: Plan,
+    ssh_cfg: Path,
+    nodes: Sequence[str],
+    *,
+    plan_file: Path,
+    out_dir: Path,
+) -> tuple[list[Check], dict[str, dict[str, Any]], set[str], list[Finding]]:
+    """The node checks and the cluster checks once, their results into ``out_dir``: the
+    checks, what the nodes saw, the nodes that did not answer, what the mesh localises."""
+    console.progress(f"node checks on {len(nodes)} nodes, in parallel")
+    checks, facts, down = run_node_checks(plan_file, ssh_cfg, nodes, out_dir)
+    checks += cluster_checks(plan, facts, down)
+    # A node that did not answer comes first: nothing else about it is known.
+    mesh = [
+        Finding(c.host, f"({c.message.removeprefix(c.host + ' ')})", c.message)
+        for c in checks
+        if c.check in _BLOCKING and c.host in down and not c.ok
+    ]
+    mesh += mesh_findings(inv, plan, checks)
+    return checks, facts, down, mesh
+
+
+def nodes_without_socket_twin(plan: Plan, checks: Sequence[Check]) -> list[str]:
+    """The nodes whose failed checks say nccl-tests cannot run over them: unreachable, or
+    their socket twin (NCCL_SOCKET_IFNAME) down or cut off."""
+    return sorted(
+        {
+            c.host
+            for c in checks
+            if not c.ok
+            and (
+                c.check in _BLOCKING
+                or (
+                    c.check in ("twin_up", "mesh")
+                    and c.subject
+                    and c.subject.split()[0]
+                    == (plan.hosts[c.host].nccl.socket_ifname if c.host in plan.hosts else None)
+                )
+            )
+        }
+    )
+
+
 def last_good_link(cluster: str) -> Path:
     return state_dir() / "results" / cluster / "last-good"
 
@@ -512,16 +557,9 @@ def validate(opts: Options) -> tuple[Report, Path]:
     with inventory_lock(inv, "validate"):
         session = remote.connect(inv, run_dir, opts.extra)
         plan, ssh_cfg, runner = session.plan, session.ssh_config, session.runner
-        console.progress(f"node checks on {len(nodes)} nodes, in parallel")
-        checks, facts, down = run_node_checks(run_dir / "plan.json", ssh_cfg, nodes, run_dir)
-        checks += cluster_checks(plan, facts, down)
-        # A node that did not answer comes first: nothing else about it is known.
-        mesh = [
-            Finding(c.host, f"({c.message.removeprefix(c.host + ' ')})", c.message)
-            for c in checks
-            if c.check in _BLOCKING and c.host in down and not c.ok
-        ]
-        mesh += mesh_findings(inv, plan, checks)
+        checks, facts, down, mesh = node_round(
+            inv, plan, ssh_cfg, nodes, plan_file=run_dir / "plan.json", out_dir=run_dir
+        )
         rate = line_rate(plan, nodes[0], runner) if nodes[0] not in down else 0.0
         th = thresholds(plan, rate)
         report = Report(
@@ -536,22 +574,7 @@ def validate(opts: Options) -> tuple[Report, Path]:
             localisation=mesh,
         )
         collectives = list(opts.collectives) or list(plan.node(nodes[0]).validate.collectives)
-        socket_twin_down = sorted(
-            {
-                c.host
-                for c in checks
-                if not c.ok
-                and (
-                    c.check in _BLOCKING
-                    or (
-                        c.check in ("twin_up", "mesh")
-                        and c.subject
-                        and c.subject.split()[0]
-                        == (plan.hosts[c.host].nccl.socket_ifname if c.host in plan.hosts else None)
-                    )
-                )
-            }
-        )
+        socket_twin_down = nodes_without_socket_twin(plan, checks)
         if not opts.nccl:
             report.notes.append("nccl-tests: skipped (--no-nccl)")
         elif socket_twin_down:

@@ -279,3 +279,43 @@ def test_after_the_faults_the_lab_validates_again(healthy: dict[str, Any]) -> No
     rc, report, err = _validate("--no-nccl")
     assert rc == 0, err[-2000:] + json.dumps(_failed(report), indent=1)
     assert Path(STATE / "results" / "sim" / "last-good").resolve().name == report["run_id"]
+
+
+def test_a_short_soak_runs_one_round_and_records_its_figures(healthy: dict[str, Any]) -> None:
+    """validate --soak 1s: a soak shorter than a round runs exactly one; soak.json (also
+    --json's output) and soak.html hold its busbw and each node's GPU readings; the
+    stand-in reports temperature and power, not clocks; last-good stays where it was."""
+    last_good = STATE / "results" / "sim" / "last-good"
+    before = last_good.resolve()
+    proc = sparkctl(
+        "validate", str(SIM_INVENTORY), "--json", "--soak", "1s", "-c", "all_reduce", timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["kind"] == "soak" and data["requested_s"] == 1
+    assert data["verdict"]["outcome"] == "stable", data["verdict"]
+    (only,) = data["rounds"]
+    assert only["index"] == 1 and only["failed_checks"] == [] and only["checks"] > 0
+    (run,) = only["nccl"]
+    assert run["collective"] == "all_reduce" and run["outcome"] == "passed" and run["wrong"] == 0
+    busbw = {int(size): value for size, value in run["busbw"].items()}
+    rate = data["thresholds"]["line_rate_gbytes"]
+    assert max(busbw) == 16 << 20 and 0 < busbw[16 << 20] < rate * 1.05  # measured
+    assert data["verdict"]["size"] == {"all_reduce": 16 << 20}
+    readings = {r["node"]: r for r in only["nodes"]}
+    assert set(readings) == {"spark1", "spark2", "spark3", "spark4"}
+    for r in readings.values():
+        assert r["temperature_c"] is not None and r["power_w"] is not None, r
+        assert r["clock_sm_mhz"] is None
+        assert r["note"] == "not reported: clocks.sm, clocks_event_reasons.active"
+    run_dir = STATE / "results" / "sim" / data["run_id"]
+    assert json.loads((run_dir / "soak.json").read_text()) == data
+    page = (run_dir / "soak.html").read_text()
+    for figure in ("busbw", "temperature", "power"):
+        assert f'<figure id="soak-{figure}">' in page, figure
+    assert "SM clock: not reported by nvidia-smi." in page and "<script" not in page
+    round_report = json.loads((run_dir / "round-001" / "report.json").read_text())
+    assert round_report["verdict"] == "passed"
+    assert (run_dir / "round-001" / "nccl-all_reduce.log").is_file()
+    assert "round 1/1" in proc.stderr
+    assert last_good.resolve() == before
