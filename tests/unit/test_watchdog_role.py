@@ -56,7 +56,7 @@ def _context(root: bool = True, **override: Any) -> dict[str, Any]:
         "_sglang_watchdog_cluster": "lab",
         "_sglang_watchdog_unit": "sparkctl-watch-lab.service",
         "_sglang_watchdog_system": root,
-        "ansible_facts": {"user_id": user},
+        "_sglang_watchdog_user": user,
         "sparkctl_state_dir": "/root/.local/state/sparkctl" if root else "/home/ops/state",
         "sglang_watchdog_textfile_dir": "",
         "_sglang_watchdog_vault_env": {},
