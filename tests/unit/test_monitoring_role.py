@@ -191,7 +191,7 @@ def test_the_sglang_fallbacks_are_the_sglang_roles_defaults() -> None:
     assert VARS["_monitoring_sglang_default_group"] == SGLANG_DEFAULTS["sglang_group"]
     assert VARS["_monitoring_sglang_default_group"] == SGLANG_VARS["_sglang_default_group"]
     port = SGLANG_DEFAULTS["sglang_port"]
-    assert VARS["_monitoring_sglang_port"] == f"{{{{ sglang_port | default({port}) }}}}"
+    assert f"'sglang_port': hostvars[h].sglang_port | default({port})" in VARS["_monitoring_nodes"]
     metrics = str(SGLANG_DEFAULTS["sglang_enable_metrics"]).lower()
     assert VARS["_monitoring_sglang_metrics"] == (
         f"{{{{ sglang_enable_metrics | default({metrics}) }}}}"
@@ -200,8 +200,8 @@ def test_the_sglang_fallbacks_are_the_sglang_roles_defaults() -> None:
 
 # ------------------------------------------------------------ the filter itself
 NODES = [
-    {"name": "spark2", "address": "10.0.0.12", "node_rank": 1, "group": "g"},
-    {"name": "spark1", "address": "10.0.0.11", "node_rank": 0, "group": "g"},
+    {"name": "spark2", "address": "10.0.0.12", "node_rank": 1, "group": "g", "sglang_port": 1},
+    {"name": "spark1", "address": "10.0.0.11", "node_rank": 0, "group": "g", "sglang_port": 30000},
 ]
 
 
