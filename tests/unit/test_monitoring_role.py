@@ -201,7 +201,7 @@ def test_the_sglang_fallbacks_are_the_sglang_roles_defaults() -> None:
 # ------------------------------------------------------------ the filter itself
 NODES = [
     {"name": "spark2", "address": "10.0.0.12", "node_rank": 1, "group": "g", "sglang_port": 1},
-    {"name": "spark1", "address": "10.0.0.11", "node_rank": 0, "group": "g", "sglang_port": 30000},
+    {"name": "spark1", "address": "10.0.0.11", "node_rank": 0, "group": "g", "sglang_port": 31000},
 ]
 
 
@@ -231,14 +231,14 @@ def test_the_scrape_timeout_never_exceeds_the_interval(
     _check_config(promtool, config, rules, tmp_path)
 
 
-def test_the_head_is_the_lowest_rank_and_more_exporters_carry_no_node() -> None:
+def test_the_head_is_the_lowest_rank_on_its_own_port_and_more_exporters_carry_no_node() -> None:
     data = _build(
         servers=[{"name": "mon", "address": "10.0.0.9"}],
         textfile_exporters=["controller:9100"],
     )
     node, sglang = data["scrape_configs"]
     assert sglang["static_configs"] == [
-        {"targets": ["10.0.0.11:30000"], "labels": {"cluster": "c", "group": "g"}}
+        {"targets": ["10.0.0.11:31000"], "labels": {"cluster": "c", "group": "g"}}
     ]
     assert node["static_configs"][-1] == {
         "targets": ["10.0.0.9:9100", "controller:9100"],

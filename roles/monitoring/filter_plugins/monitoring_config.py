@@ -115,14 +115,14 @@ def monitoring_prometheus_config(
     scrape_interval: str,
     evaluation_interval: str,
     rule_files: Sequence[str],
-    sglang_port: Any = 30000,
     sglang_metrics: bool = True,
     servers: Sequence[Mapping[str, Any]] = (),
     textfile_exporters: Sequence[str] = (),
 ) -> dict[str, Any]:
     """prometheus.yml's data. ``nodes``: the Sparks, each ``{name, address, node_rank,
-    group}``; ``servers``: the monitoring hosts (``{name, address}``), whose own
-    exporters are scraped too; ``textfile_exporters``: more exporters (host:port)."""
+    group, sglang_port}`` (a group's target is its head's address and API port);
+    ``servers``: the monitoring hosts (``{name, address}``), whose own exporters are
+    scraped too; ``textfile_exporters``: more exporters (host:port)."""
     cluster = _word(cluster, "cluster_name")
     exporter_port = _port(node_exporter_port, "monitoring_node_exporter_port")
     interval_ms = duration_ms(scrape_interval, "monitoring_scrape_interval")
@@ -153,13 +153,18 @@ def monitoring_prometheus_config(
         {"job_name": "node", "honor_labels": True, "static_configs": node_targets}
     ]
     if sglang_metrics and nodes:
-        api_port = _port(sglang_port, "sglang_port")
         jobs.append(
             {
                 "job_name": "sglang",
                 "static_configs": [
                     {
-                        "targets": [_target(h["address"], api_port, f"{h['name']}: ansible_host")],
+                        "targets": [
+                            _target(
+                                h["address"],
+                                _port(h.get("sglang_port", 30000), f"{h['name']}: sglang_port"),
+                                f"{h['name']}: ansible_host",
+                            )
+                        ],
                         "labels": {
                             "cluster": cluster,
                             "group": _word(h["group"], "sglang_group"),
