@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ import yaml
 
 from sparkctl.paths import roles_dir
 from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
+from tests.lab.test_monitoring import check_dashboard
 from tests.labhost import STATE, ssh
 
 # Bandwidth is measured (validate's NCCL gate): after the molecule scenarios.
@@ -67,10 +69,24 @@ def model(lab: LabSession, provisioned: dict[str, object]) -> Iterator[None]:
         ssh(node.mgmt_ip, f"rm -rf {CACHE} /srv/sparkctl-model", check=False)
 
 
+# Where `sparkctl up` writes its figures for the textfile collector (validate's and
+# serve verify's files): tests/lab/test_monitoring.py takes them to the lab's Prometheus.
+TEXTFILES = STATE / "test-serve-textfiles"
+
+
 @pytest.fixture(scope="module")
 def served(model: None) -> dict[str, Any]:
     """`sparkctl up`: provision, validate, serve up, serve verify, all green."""
-    proc = _run("up", str(SIM_INVENTORY), *SOURCE, timeout=1800)
+    shutil.rmtree(TEXTFILES, ignore_errors=True)
+    TEXTFILES.mkdir(parents=True)
+    proc = sparkctl(
+        "up",
+        str(SIM_INVENTORY),
+        *SOURCE,
+        timeout=1800,
+        env={**SECRET_ENV, "SPARKCTL_TEXTFILE_DIR": str(TEXTFILES)},
+    )
+    OUTPUTS.extend((proc.stdout, proc.stderr))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
     return {"stdout": proc.stdout, "stderr": proc.stderr}
 
@@ -100,6 +116,17 @@ def test_up_provisions_validates_serves_and_verifies(served: dict[str, Any]) -> 
     assert "time to first token" in checks["latency"]["message"]
     ranks = [c for c in report["checks"] if c["check"] == "rank_running"]
     assert sorted(c["subject"] for c in ranks) == ["rank 0", "rank 1", "rank 2", "rank 3"]
+
+
+def test_the_lab_prometheus_answers_every_dashboard_query(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """The lab's Prometheus (monitoring role, spark1) scrapes every exporter and the
+    head's SGLang, all up, and every panel's query of the dashboard returns series
+    (tests/lab/test_monitoring.py, check_dashboard), while this module serves."""
+    assert "metrics not written" not in served["stderr"], served["stderr"][-3000:]
+    not_here = check_dashboard(lab, TEXTFILES)
+    print("dashboard queries on metrics this lab run does not produce:", *not_here.values())
 
 
 def test_serve_up_records_the_images_nccl_beside_the_host_build(served: dict[str, Any]) -> None:

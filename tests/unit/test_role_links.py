@@ -34,6 +34,7 @@ LINKS = {
         f"roles/{role}/filter_plugins/sparkctl_sinks.py": "sparkctl/sinks.py"
         for role in (
             "base",
+            "monitoring",
             "nccl",
             "nvidia_driver",
             "roce_fabric",
