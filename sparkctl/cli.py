@@ -950,6 +950,15 @@ def lab_port(
     console.progress(f"{cable.port} ({cable.node}:{cable.domain}) updated")
 
 
+@lab.command("reboot")
+@_inventory_option(default_sim=True)
+@click.argument("nodes", nargs=-1, required=True)
+def lab_reboot(inventory: Path, nodes: tuple[str, ...]) -> None:
+    """Reboot lab Sparks: each shuts down through its systemd, then each boots again, in
+    the order given, with its cables plugged in before its systemd starts."""
+    _lab(inventory).reboot(list(nodes))
+
+
 _SIZE_UNITS = {
     "": 1,
     "b": 1,

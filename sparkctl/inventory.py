@@ -188,7 +188,7 @@ def _load_ansible_inventory(
         plaintext: list[tuple[str, str]] = []
         raw = {host.name: vm.get_vars(host=host) for host in inv.get_hosts()}
         _refuse_templates(path, raw)  # before anything is templated: values are data
-        controller = controller_vars()
+        controller = controller_vars(path)
         for host in inv.get_hosts():
             hostvars[host.name] = _resolve_host(
                 path,
@@ -220,7 +220,8 @@ def _controller_var(name: str) -> str:
     -e sets."""
     return (
         "is set by sparkctl for every run (from the controller: SPARKCTL_STATE_DIR, "
-        "PIP_CERT); refer to it as {{ " + name + " }}, do not set it"
+        "PIP_CERT, its Python, the inventory's path); refer to it as {{ " + name + " }}, "
+        "do not set it"
     )
 
 

@@ -9,6 +9,7 @@ without reinstalling.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -55,16 +56,25 @@ def state_dir() -> Path:
 # refer to them ({{ sparkctl_state_dir }}) but not set them, and never reads the
 # controller's environment with a lookup (values are data: sparkctl/rules/data.py).
 # The runner passes the same values to every playbook as extra vars.
-CONTROLLER_VARS = ("sparkctl_state_dir", "sparkctl_pip_cert")
+CONTROLLER_VARS = (
+    "sparkctl_state_dir",
+    "sparkctl_pip_cert",
+    "sparkctl_python",
+    "sparkctl_inventory",
+)
 
 
-def controller_vars() -> dict[str, str]:
-    """The controller's variables: the state directory, and the CA bundle the
-    controller's pip trusts (``PIP_CERT``, "" when unset; a lab's nodes install
-    through the controller's network, behind the same TLS-inspecting proxy)."""
+def controller_vars(inventory: Path | None = None) -> dict[str, str]:
+    """The controller's variables: the state directory, the CA bundle the controller's
+    pip trusts (``PIP_CERT``, "" when unset; a lab's nodes install through the
+    controller's network, behind the same TLS-inspecting proxy), the Python sparkctl
+    runs in and the absolute path of ``inventory`` ("" when none): what a service on
+    the controller runs sparkctl with (roles/sglang_watchdog)."""
     return {
         "sparkctl_state_dir": str(state_dir()),
         "sparkctl_pip_cert": os.environ.get("PIP_CERT", ""),
+        "sparkctl_python": sys.executable,
+        "sparkctl_inventory": str(inventory.resolve()) if inventory is not None else "",
     }
 
 

@@ -305,7 +305,9 @@ def run_playbook(
     cmdline = []
     # The controller's own variables (paths.controller_vars) for every run, as the
     # inventory check resolved them; the inventory may refer to them, never set them.
-    inline, secret_file = _split_secret_vars({**controller_vars(), **(extravars or {})}, private)
+    inline, secret_file = _split_secret_vars(
+        {**controller_vars(inventory), **(extravars or {})}, private
+    )
     if secret_file is not None:
         cmdline.append(f"-e @{shlex.quote(str(secret_file))}")
     if check:

@@ -118,6 +118,117 @@ def ns_run(pid: int, cmd: Sequence[str], *, check: bool = True) -> str:
     return run(nsenter(pid, cmd), check=check, what=" ".join(cmd)).stdout
 
 
+@dataclass(frozen=True)
+class PortState:
+    """What the switch keeps of one port while the node behind it is away."""
+
+    mtu: int = DEFAULT_MTU
+    rate_mbit: int = 0  # 0: the lab's rate
+    up: bool = True
+
+
+def plug(
+    cable: Cable,
+    node_pid: int,
+    switch_pid: int,
+    rate_mbit: int,
+    *,
+    port: PortState | None = None,
+    node_up: bool = True,
+) -> None:
+    """One cable: a veth with an end in the node's namespace and one in the switch's,
+    the switch end in its twin's bridge with the port's MTU, shaped both ways, and up
+    unless the port was set down. ``node_up=False`` leaves the node's end as a NIC is
+    at power-on: down, until the node's own network configuration brings it up."""
+    run(
+        [
+            "ip",
+            "link",
+            "add",
+            cable.node_if,
+            "netns",
+            str(node_pid),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            cable.port,
+            "netns",
+            str(switch_pid),
+        ],
+        what=f"cabling {cable.node}:{cable.node_if} to {cable.port}",
+    )
+    port = port or PortState()
+    ns_run(
+        switch_pid, ["ip", "link", "set", cable.port, "mtu", str(port.mtu), "master", cable.bridge]
+    )
+    for cmd in [
+        *ingress_redirect_commands(cable.port, cable.ifb),
+        *rate_commands(cable.port, cable.ifb, port.rate_mbit or rate_mbit),
+    ]:
+        ns_run(switch_pid, cmd)
+    if port.up:
+        ns_run(switch_pid, ["ip", "link", "set", cable.port, "up"])
+    if node_up:
+        ns_run(node_pid, ["ip", "link", "set", cable.node_if, "up"])
+
+
+def plug_uncabled_pair(node: str, node_pid: int) -> None:
+    """Port 0's twins of the CX-7, not cabled: a veth pair inside the node, left down."""
+    a, b = UNCABLED_PAIR
+    run(
+        [
+            "ip",
+            "link",
+            "add",
+            a,
+            "netns",
+            str(node_pid),
+            "type",
+            "veth",
+            *("peer", "name", b),
+            "netns",
+            str(node_pid),
+        ],
+        what=f"uncabled port 0 twins on {node}",
+    )
+
+
+def port_states(
+    switch_links: Sequence[dict[str, Any]], rates: dict[str, int], cables: Sequence[Cable]
+) -> dict[str, PortState]:
+    """The state of each cable's switch port, from :func:`links` and :func:`port_rates` of
+    the switch: MTU, shaping rate, and whether it was set down (``lab port --down``: DOWN;
+    a port whose node end is down reads LOWERLAYERDOWN and stays up)."""
+    by_name = {link["name"]: link for link in switch_links}
+    out = {}
+    for cable in cables:
+        link = by_name.get(cable.port)
+        if link is not None:
+            out[cable.port] = PortState(
+                mtu=int(link["mtu"]),
+                rate_mbit=rates.get(cable.port, 0),
+                up=link["state"] != "DOWN",
+            )
+    return out
+
+
+def unplug_leftovers(switch_pid: int, cables: Sequence[Cable]) -> list[str]:
+    """What is left of these cables in the switch once their node's namespace is gone
+    (the veth went with it, both ends; the port's ifb stays), removed; returns its names."""
+    present = {link["name"] for link in links(switch_pid)}
+    gone = [dev for c in cables for dev in (c.port, c.ifb) if dev in present]
+    for dev in gone:
+        # The kernel may be removing a dead namespace's veth at the same moment.
+        ns_run(switch_pid, ["ip", "link", "del", dev], check=False)
+    left = {link["name"] for link in links(switch_pid)} & set(gone)
+    if left:
+        raise SparkctlError(
+            f"could not remove {', '.join(sorted(left))} from the lab switch", ExitCode.LAB
+        )
+    return gone
+
+
 def wire(
     cables: Sequence[Cable], node_pids: dict[str, int], switch_pid: int, rate_mbit: int
 ) -> None:
@@ -126,56 +237,9 @@ def wire(
         ns_run(switch_pid, ["ip", "link", "add", bridge, "type", "bridge", "stp_state", "0"])
         ns_run(switch_pid, ["ip", "link", "set", bridge, "up"])
     for cable in cables:
-        pid = node_pids[cable.node]
-        run(
-            [
-                "ip",
-                "link",
-                "add",
-                cable.node_if,
-                "netns",
-                str(pid),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                cable.port,
-                "netns",
-                str(switch_pid),
-            ],
-            what=f"cabling {cable.node}:{cable.node_if} to {cable.port}",
-        )
-        ns_run(
-            switch_pid,
-            ["ip", "link", "set", cable.port, "mtu", str(DEFAULT_MTU), "master", cable.bridge],
-        )
-        for cmd in [
-            *ingress_redirect_commands(cable.port, cable.ifb),
-            *rate_commands(cable.port, cable.ifb, rate_mbit),
-        ]:
-            ns_run(switch_pid, cmd)
-        ns_run(switch_pid, ["ip", "link", "set", cable.port, "up"])
-        ns_run(pid, ["ip", "link", "set", cable.node_if, "up"])
+        plug(cable, node_pids[cable.node], switch_pid, rate_mbit)
     for node, pid in node_pids.items():
-        a, b = UNCABLED_PAIR
-        run(
-            [
-                "ip",
-                "link",
-                "add",
-                a,
-                "netns",
-                str(pid),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                b,
-                "netns",
-                str(pid),
-            ],
-            what=f"uncabled port 0 twins on {node}",
-        )
+        plug_uncabled_pair(node, pid)
 
 
 def set_port(

@@ -372,7 +372,7 @@ class Lab:
         egress.apply(plan)
         return plan
 
-    def _writable_net_sysctls(self, name: str) -> None:
+    def _writable_net_sysctls(self, name: str, pid: int | None = None) -> None:
         """Make /proc/sys/net (and only it) writable in the container.
 
         Roles set per-namespace net.* sysctls as on a real host. podman mounts
@@ -380,7 +380,7 @@ class Lab:
         host-wide sysctls such as vm.*, so only the net subtree is re-mounted
         read-write, inside the container's own mount namespace.
         """
-        pid = self.podman.pid(name)
+        pid = pid or self.podman.pid(name)
         for cmd in (
             ["mount", "--bind", "/proc/sys/net", "/proc/sys/net"],
             ["mount", "-o", "remount,bind,rw", "/proc/sys/net"],
@@ -446,6 +446,57 @@ class Lab:
             "hosts": {h.name: h.mgmt_ip for h in self.spec.hosts},
         }
         (self.dir / "lab.json").write_text(json.dumps(state, indent=2) + "\n")
+
+    # --------------------------------------------------------------- reboot
+    def reboot(self, names: list[str], *, timeout: float = 300) -> None:
+        """Reboot lab Sparks, as close to a Spark's reboot as a container gets.
+
+        Each node shuts down through its own systemd (``systemctl reboot``: every unit
+        stopped in order, ExecStop= run). systemd 252 (Debian bookworm) has no
+        ``soft-reboot`` (systemd 254), and in a container a reboot ends PID 1; podman has
+        no restart policy here, so the container stops, and its network namespace goes
+        with its cables. Then the nodes boot again in the order given, each from scratch
+        (new /run, every unit started by its boot, nothing by sparkctl): ``podman init``
+        makes the container's namespaces before its PID 1 runs, the node's cables are
+        plugged into them with the switch port as it was (MTU, rate, up/down; the node's
+        end down, for its netplan to bring up), and /proc/sys/net is made writable, as
+        ``lab up`` does; only then ``podman start`` runs its systemd. The management
+        address, the files and the SSH host keys are the container's and stay."""
+        sparks = {h.name for h in self.spec.sparks}
+        unknown = [n for n in names if n not in sparks]
+        if unknown or not names:
+            raise SparkctlError(
+                f"not a Spark of the lab: {', '.join(unknown) or '(none given)'}"
+                f" (Sparks: {', '.join(sorted(sparks))})",
+                ExitCode.BAD_INPUT,
+            )
+        switch_pid = self.podman.pid(self.spec.switch)
+        cables = [c for c in self.spec.cables if c.node in names]
+        ports = fabric.port_states(fabric.links(switch_pid), fabric.port_rates(switch_pid), cables)
+        for name in names:
+            self.podman.pid(name)  # running, or a clear error
+            self.progress(f"{name}: systemctl reboot")
+            self.podman.exec(name, ["systemctl", "--no-block", "reboot"])
+        for name in names:
+            self.podman("wait", name, timeout=timeout)
+        for name in names:
+            pid = self.podman.init(name)
+            mine = [c for c in cables if c.node == name]
+            fabric.unplug_leftovers(switch_pid, mine)
+            for cable in mine:
+                fabric.plug(
+                    cable,
+                    pid,
+                    switch_pid,
+                    self.spec.rate_mbit,
+                    port=ports.get(cable.port),
+                    node_up=False,
+                )
+            fabric.plug_uncabled_pair(name, pid)
+            self._writable_net_sysctls(name, pid)
+            self.progress(f"{name}: cables plugged in, booting")
+            self.podman("start", name)
+            self._wait_booted(name, timeout)
 
     # ----------------------------------------------------------------- down
     def down(self, *, quiet: bool = False) -> list[str]:

@@ -81,6 +81,18 @@ class Podman:
             )
         return int(info["State"]["Pid"])
 
+    def init(self, name: str) -> int:
+        """``podman init``: the stopped container's namespaces made, its PID 1 not started
+        yet (runc's init process waits in them); the pid of that process."""
+        self("init", name)
+        info = self.inspect(name)
+        pid = int(info["State"]["Pid"]) if info is not None else 0
+        if pid <= 0:
+            raise SparkctlError(
+                f"lab container {name} has no process after podman init", ExitCode.LAB
+            )
+        return pid
+
     def exec(
         self,
         name: str,

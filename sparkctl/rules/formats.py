@@ -112,6 +112,32 @@ def _ifname(value: str) -> bool:
     return bool(re.fullmatch(r"[A-Za-z0-9_.@-]{1,15}", value)) and value not in (".", "..")
 
 
+_PROM_DURATION = re.compile(
+    r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?"
+)
+
+
+def _prom_duration(value: str) -> bool:
+    """A Prometheus duration that is not empty and not zero (no interval is 0)."""
+    return (
+        bool(value)
+        and _PROM_DURATION.fullmatch(value) is not None
+        and any(c in "123456789" for c in value)
+    )
+
+
+def _host_port(value: str) -> bool:
+    """``host:port``: a host name or IPv4 address (HOST_NAME), a TCP port 1-65535."""
+    host, sep, port = value.rpartition(":")
+    return (
+        bool(sep)
+        and HOST_NAME.fullmatch(host) is not None
+        and port.isdigit()
+        and port.isascii()
+        and 1 <= int(port) <= 65535
+    )
+
+
 def _regex(pattern: str) -> Callable[[str], bool]:
     compiled = re.compile(pattern)
     return lambda value: compiled.fullmatch(value) is not None
@@ -254,4 +280,8 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
     "stream_count": (_regex(r"auto|[1-9]|[12][0-9]|3[0-2]"), "auto or a whole number 1-32"),
     "auto_bool": (_regex(r"(?i:auto|true|false|yes|no)"), "one of auto, true, false"),
     "power_of_two": (_power_of_two, "a power of two (such as 1048576 = 1 MiB)"),
+    # The monitoring role: Prometheus durations (model/duration.go ParseDuration: units
+    # y w d h m s ms, largest first, each at most once; not zero), and scrape targets.
+    "prom_duration": (_prom_duration, "a Prometheus duration such as 15s, 1m or 15d"),
+    "host_port": (_host_port, "host:port (a host name or IPv4 address, a port 1-65535)"),
 }

@@ -13,17 +13,20 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from sparkctl.paths import roles_dir
 from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
+from tests.lab.test_monitoring import check_dashboard
 from tests.labhost import STATE, ssh
 
 # Bandwidth is measured (validate's NCCL gate): after the molecule scenarios.
@@ -68,10 +71,24 @@ def model(lab: LabSession, provisioned: dict[str, object]) -> Iterator[None]:
         ssh(node.mgmt_ip, f"rm -rf {CACHE} /srv/sparkctl-model", check=False)
 
 
+# Where `sparkctl up` writes its figures for the textfile collector (validate's and
+# serve verify's files): tests/lab/test_monitoring.py takes them to the lab's Prometheus.
+TEXTFILES = STATE / "test-serve-textfiles"
+
+
 @pytest.fixture(scope="module")
 def served(model: None) -> dict[str, Any]:
     """`sparkctl up`: provision, validate, serve up, serve verify, all green."""
-    proc = _run("up", str(SIM_INVENTORY), *SOURCE, timeout=1800)
+    shutil.rmtree(TEXTFILES, ignore_errors=True)
+    TEXTFILES.mkdir(parents=True)
+    proc = sparkctl(
+        "up",
+        str(SIM_INVENTORY),
+        *SOURCE,
+        timeout=1800,
+        env={**SECRET_ENV, "SPARKCTL_TEXTFILE_DIR": str(TEXTFILES)},
+    )
+    OUTPUTS.extend((proc.stdout, proc.stderr))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
     return {"stdout": proc.stdout, "stderr": proc.stderr}
 
@@ -101,6 +118,17 @@ def test_up_provisions_validates_serves_and_verifies(served: dict[str, Any]) -> 
     assert "time to first token" in checks["latency"]["message"]
     ranks = [c for c in report["checks"] if c["check"] == "rank_running"]
     assert sorted(c["subject"] for c in ranks) == ["rank 0", "rank 1", "rank 2", "rank 3"]
+
+
+def test_the_lab_prometheus_answers_every_dashboard_query(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """The lab's Prometheus (monitoring role, spark1) scrapes every exporter and the
+    head's SGLang, all up, and every panel's query of the dashboard returns series
+    (tests/lab/test_monitoring.py, check_dashboard), while this module serves."""
+    assert "metrics not written" not in served["stderr"], served["stderr"][-3000:]
+    not_here = check_dashboard(lab, TEXTFILES)
+    print("dashboard queries on metrics this lab run does not produce:", *not_here.values())
 
 
 def test_serve_up_records_the_images_nccl_beside_the_host_build(served: dict[str, Any]) -> None:
@@ -674,3 +702,115 @@ def test_a_leftover_is_refused_by_serve_up_and_named_and_stopped_by_serve_down(
         assert all(m["back"] for m in down["memory"]), down["memory"]
     finally:
         ssh(spark3, f"kill -9 {pid} 2>/dev/null; true", check=False)
+
+
+# The group's API as a client reaches it: the head's management address, the role's port.
+API_PORT = int(
+    yaml.safe_load((roles_dir() / "sglang" / "defaults" / "main.yml").read_text())["sglang_port"]
+)
+# How long the rebooted cluster may take to answer again: the nodes' boots, every rank's
+# start-up and at most a few restarts by systemd (RestartSec=30), far below.
+BOOT_WAIT_S = 900
+BOOT_MARK = "/run/sparkctl-test-before-reboot"
+
+
+def _complete(head_ip: str) -> tuple[int, str]:
+    """One completion from the group's head with the module's key, as any client asks for
+    it (no sparkctl): the model from /v1/models, then POST /v1/completions."""
+    base = f"http://{head_ip}:{API_PORT}"
+    try:
+        with httpx.Client(
+            trust_env=False, timeout=30, headers={"Authorization": f"Bearer {API_KEY}"}
+        ) as client:
+            models = client.get(f"{base}/v1/models")
+            if models.status_code != 200:
+                return models.status_code, models.text[:300]
+            model = models.json()["data"][0]["id"]
+            reply = client.post(
+                f"{base}/v1/completions",
+                json={"model": model, "prompt": "After the reboot,", "max_tokens": 4},
+            )
+            return reply.status_code, reply.text[:500]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+        return 0, repr(exc)
+
+
+def test_start_on_boot_serves_again_after_every_node_reboots(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """sglang_start_on_boot: after every Spark restarts, the group's endpoint answers again
+    without any sparkctl command.
+
+    The restart is `sparkctl lab reboot` (sparkctl/lab/lab.py, Lab.reboot), the closest a
+    podman container running systemd comes to a Spark's reboot: systemd 252 of the lab's
+    Debian bookworm has no `systemctl soft-reboot` (systemd 254), and a `systemctl reboot`
+    inside a container ends its PID 1, which stops the container and takes its network
+    namespace with the veth cables the lab plugged in from the host (`lab up` on a running
+    lab re-wires nothing). So each node shuts down through its own systemd (every unit
+    stopped in order), then boots from scratch (new /run, every unit started by its boot)
+    after `podman init` made its namespaces and the lab plugged its cables in, as a Spark
+    boots with its cables in. The workers boot first and the head last, so the workers'
+    ranks start while their head is down (the launcher's wait for the head's rendezvous).
+    The variable is put back afterwards (the unit disabled again, docker.service as it
+    was), and a service that was down before is down again."""
+    nodes = lab.inventory.nodes
+    head = next(n for n in nodes if n.rank == 0)
+    workers = [n for n in nodes if n is not head]
+    unit_state = f"systemctl is-active {UNIT}"
+    was_serving = all(
+        ssh(n.mgmt_ip, unit_state, check=False).stdout.strip() == "active" for n in nodes
+    )
+    docker_was = {
+        n.name: ssh(n.mgmt_ip, "systemctl is-enabled docker.service", check=False).stdout.strip()
+        for n in nodes
+    }
+    on = _run(
+        "provision",
+        str(SIM_INVENTORY),
+        *SOURCE,
+        "-t",
+        "sglang",
+        "-e",
+        "sglang_start_on_boot=true",
+        timeout=1800,
+    )
+    try:
+        assert on.returncode == 0, on.stdout[-3000:] + on.stderr[-4000:]
+        for node in nodes:
+            enabled = ssh(node.mgmt_ip, f"systemctl is-enabled {UNIT} {FW_UNIT} docker.service")
+            assert enabled.stdout.split() == ["enabled"] * 3, (node.name, enabled.stdout)
+            execstart = ssh(node.mgmt_ip, f"systemctl show -p ExecStart --value {UNIT}").stdout
+            waits = f"--wait-for-head {head.fabric_ips['a']}:" in execstart
+            assert waits == (node is not head), (node.name, execstart)
+            ssh(node.mgmt_ip, f"touch {BOOT_MARK}")
+        reboot = sparkctl(
+            "lab", "reboot", *[n.name for n in reversed(workers)], head.name, timeout=1800
+        )
+        assert reboot.returncode == 0, reboot.stdout[-2000:] + reboot.stderr[-4000:]
+        for node in nodes:  # booted anew: /run is a fresh tmpfs
+            gone = ssh(node.mgmt_ip, f"test -e {BOOT_MARK}", check=False)
+            assert gone.returncode == 1, node.name
+        # From here on no sparkctl command runs until the endpoint answered.
+        deadline = time.monotonic() + BOOT_WAIT_S
+        status, body = _complete(head.mgmt_ip)
+        while not (status == 200 and '"choices"' in body) and time.monotonic() < deadline:
+            time.sleep(5)
+            status, body = _complete(head.mgmt_ip)
+        journals = {
+            n.name: ssh(n.mgmt_ip, f"journalctl -b -u {UNIT} -n 25 --no-pager", check=False).stdout
+            for n in nodes
+        }
+        assert status == 200 and '"choices"' in body, (status, body, journals)
+        for node in nodes:
+            assert ssh(node.mgmt_ip, unit_state).stdout.strip() == "active", node.name
+    finally:
+        off = _run("provision", str(SIM_INVENTORY), *SOURCE, "-t", "sglang", timeout=1800)
+        for node in nodes:
+            if docker_was[node.name] == "disabled":
+                ssh(node.mgmt_ip, "systemctl disable --quiet docker.service", check=False)
+        if not was_serving:
+            sparkctl("serve", "down", str(SIM_INVENTORY), timeout=600)
+    assert off.returncode == 0, off.stdout[-3000:] + off.stderr[-4000:]
+    for node in nodes:
+        state = ssh(node.mgmt_ip, f"systemctl is-enabled {UNIT}", check=False).stdout.strip()
+        assert state == "disabled", (node.name, state)

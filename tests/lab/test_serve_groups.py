@@ -6,12 +6,13 @@ units from that inventory; serve up starts both; serve verify checks both
 endpoints. The lab is provisioned back to one group of four afterwards.
 
 The two inventories differ only in ``sglang_group`` (diff inventory/sim.ini
-inventory/sim-two-groups.ini), which of the roles only sglang reads (units,
-ranks, rendezvous, firewall); model_cache puts this module's model in every
-node's cache. So the switch both ways is ``provision -t model_cache -t sglang``,
-as an operator would regroup a provisioned cluster: the other roles' state is
-the session's first provision's, and running them again would change nothing
-(the idempotency test in test_provision.py shows that).
+inventory/sim-two-groups.ini), which of the roles sglang reads (units, ranks,
+rendezvous, firewall) and monitoring (one SGLang scrape target per group head,
+labelled with its group); model_cache puts this module's model in every node's
+cache. So the switch both ways is ``provision -t model_cache -t sglang -t
+monitoring``, as an operator would regroup a provisioned cluster: the other
+roles' state is the session's first provision's, and running them again would
+change nothing (the idempotency test in test_provision.py shows that).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, SIM_INVENTORY, LabSession, sparkctl
+from tests.lab.test_monitoring import SGLANG_PORT, api, targets, wait_for
 from tests.labhost import ssh
 
 pytestmark = pytest.mark.lab
@@ -31,7 +33,8 @@ TWO = REPO / "inventory" / "sim-two-groups.ini"
 MODEL_DIR = "/srv/sparkctl-model/groups"
 CACHE = "/var/lib/sparkctl/models"
 SOURCE = ["-e", "model_cache_source=head", "-e", f"model_cache_head_dir={MODEL_DIR}"]
-REGROUP = ["-t", "model_cache", "-t", "sglang"]  # the model, and the role that reads groups
+# the model, and the roles that read groups
+REGROUP = ["-t", "model_cache", "-t", "sglang", "-t", "monitoring"]
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +86,31 @@ def test_both_groups_serve_and_verify(two_groups: None) -> None:
         ("b", "spark3", True),
     ], status["problems"]
     assert not [p for p in status["problems"] if "rank" in p or "group" in p], status["problems"]
+
+
+def test_the_lab_prometheus_scrapes_each_groups_head_with_its_group(
+    lab: LabSession, two_groups: None
+) -> None:
+    """Regrouped by provision's monitoring role: one SGLang target per group head
+    (spark1 for a, spark3 for b), labelled with its group, both up while both serve
+    (after test_both_groups_serve_and_verify)."""
+    port = SGLANG_PORT
+    want = {
+        "a": f"{lab.inventory.node('spark1').mgmt_ip}:{port}",
+        "b": f"{lab.inventory.node('spark3').mgmt_ip}:{port}",
+    }
+
+    def heads() -> dict[str, str]:
+        sglang = [t for t in targets(lab) if t["labels"]["job"] == "sglang"]
+        got = {t["labels"]["group"]: t["labels"]["instance"] for t in sglang}
+        assert got == want, got
+        return got if all(t["health"] == "up" for t in sglang) else {}
+
+    wait_for("both heads scraped up", heads)
+    result = api(
+        lab, "/api/v1/query", query='sum by (group) (sglang:num_running_reqs{job="sglang"})'
+    )
+    assert {s["metric"]["group"] for s in result["result"]} == {"a", "b"}
 
 
 def test_a_stopped_rank_is_named_with_its_group(lab: LabSession, two_groups: None) -> None:

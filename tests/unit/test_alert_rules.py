@@ -24,7 +24,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PROM = REPO / "monitoring" / "prometheus"
-RULES = PROM / "sparkctl-rules.yml"
+# The one copy of the rules is the monitoring role's, which provisioning installs;
+# monitoring/prometheus/sparkctl-rules.yml links to it (the promtool tests load it there).
+RULES = REPO / "roles" / "monitoring" / "files" / "sparkctl-rules.yml"
 TESTS = sorted((PROM / "tests").glob("*.yml"))
 DASHBOARD = REPO / "monitoring" / "grafana" / "sparkctl.json"
 # Grafana's own variables, given values a query can be parsed with (a $variable inside a
@@ -49,6 +51,13 @@ def run(argv: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 def rules() -> list[dict[str, Any]]:
     data = yaml.safe_load(RULES.read_text())
     return [r for group in data["groups"] for r in group["rules"]]
+
+
+def test_the_rules_have_one_copy_which_monitoring_links_to() -> None:
+    link = PROM / "sparkctl-rules.yml"
+    assert link.is_symlink(), f"{link} must link to {RULES}, not be a copy"
+    assert not link.readlink().is_absolute()
+    assert link.resolve() == RULES.resolve()
 
 
 def test_the_rules_check(promtool: str) -> None:

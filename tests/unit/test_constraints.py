@@ -169,6 +169,16 @@ def test_every_constraint_has_a_case_in_the_bad_input_corpus() -> None:
         ("auto_bool", ["auto", "true", "False", "yes", "no"], ["required", "1", "auto\n", ""]),
         ("power_of_two", ["1", "1048576", "4294967296"], ["0", "1000000", "-4", "1e6", "", "4\n"]),
         (
+            "prom_duration",
+            ["15s", "1m", "1m30s", "15d", "52w", "500ms", "1y2w3d4h5m6s7ms"],
+            ["", "0s", "0d", "15", "1.5m", "30s1m", "15s; id", "15S", "15s\n", "-1s"],
+        ),
+        (
+            "host_port",
+            ["10.77.0.1:9100", "controller.example.org:9100", "my_host:1"],
+            ["controller", ":9100", "10.77.0.1:0", "h:65536", "h:9100\n", "a b:1", "h:p"],
+        ),
+        (
             "breakout",
             ["2x", "4x", "2x200G", "2x200G[100G,50G,40G,25G,10G,1G]", "4x100G[50G,25G,10G,1G]"],
             ["2", "x2", "2x200", "2x200G[", "2x200G]", "2x 200G", "2x;id", "9x", "", "2x\n"],

@@ -346,3 +346,60 @@ def test_generated_commands_run_in_a_network_namespace() -> None:
         for ns in created:
             _ip_netns("delete", ns)
     assert not {sw, node} & set(_ip_netns("list").stdout.split())
+
+
+def _holder(ns: str) -> subprocess.Popen[bytes]:
+    """A process in namespace ``ns``: what a lab container's PID is to plug/nsenter."""
+    return subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "600"], stdin=subprocess.DEVNULL)
+
+
+def test_a_rebooted_node_is_cabled_again_with_its_switch_port_as_it_was() -> None:
+    """`lab reboot`'s re-wiring, in real namespaces: a node's namespace dies with its cable
+    (the ifb stays in the switch), and the new one gets the cable with the port's MTU, rate
+    and down state the switch kept, the node's end down for its netplan to bring up."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create network namespaces")
+    if shutil.which("ip") is None or shutil.which("tc") is None or shutil.which("nsenter") is None:
+        pytest.skip("needs iproute2 (ip, tc) and nsenter")
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    sw, node, again = (f"sparkctl-unit-{n}-{tag}" for n in ("sw", "node", "again"))
+    cable = Cable(node="spark1", node_if="enp1s0f1np1", port="swp1", domain="a")
+    created: list[str] = []
+    holders: list[subprocess.Popen[bytes]] = []
+    try:
+        for ns in (sw, node, again):
+            proc = _ip_netns("add", ns)
+            if proc.returncode != 0:
+                pytest.skip(f"cannot create a network namespace: {proc.stderr.strip()}")
+            created.append(ns)
+        holders += [_holder(ns) for ns in (sw, node, again)]
+        sw_pid, node_pid, again_pid = (h.pid for h in holders)
+        _in_ns(sw, ["ip", "link", "add", cable.bridge, "type", "bridge"])
+        fabric.plug(cable, node_pid, sw_pid, 1000)
+        fabric.set_port(sw_pid, cable, rate_mbit=250, mtu=9000, up=False)
+        kept = fabric.port_states(fabric.links(sw_pid), fabric.port_rates(sw_pid), [cable])
+        assert kept == {"swp1": fabric.PortState(mtu=9000, rate_mbit=250, up=False)}
+
+        # The node goes away: its namespace, and the veth's two ends with it.
+        holders[1].kill()
+        holders[1].wait()
+        _ip_netns("delete", node)
+        created.remove(node)
+        assert fabric.unplug_leftovers(sw_pid, [cable]) in (["ifb-swp1"], ["swp1", "ifb-swp1"])
+        assert fabric.unplug_leftovers(sw_pid, [cable]) == []
+
+        fabric.plug(cable, again_pid, sw_pid, 1000, port=kept["swp1"], node_up=False)
+        port = {link["name"]: link for link in fabric.links(sw_pid)}["swp1"]
+        assert (port["mtu"], port["state"]) == (9000, "DOWN")
+        assert fabric.port_rates(sw_pid) == {"swp1": 250, "ifb-swp1": 250}
+        master = json.loads(_in_ns(sw, ["ip", "-j", "link", "show", "swp1"]))[0]["master"]
+        assert master == "br-a"
+        end = {link["name"]: link for link in fabric.links(again_pid)}["enp1s0f1np1"]
+        assert end["state"] == "DOWN"
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+        for ns in created:
+            _ip_netns("delete", ns)
+    assert not {sw, node, again} & set(_ip_netns("list").stdout.split())

@@ -236,14 +236,16 @@ def test_sglang_two_groups_rank_within_their_group(two_groups: Rendered) -> None
 def test_sglang_two_groups_change_nothing_but_the_units(
     sim: Rendered, two_groups: Rendered
 ) -> None:
-    """Same hosts and addresses as sim.ini: every other file is the same, byte for byte."""
+    """Same hosts and addresses as sim.ini: every other file is the same, byte for byte,
+    but the Prometheus configuration of the [monitoring] hosts (one SGLang target a group)."""
     unit = "etc/systemd/system/sparkctl-sglang.service"
     files = {f.relative_to(sim.out).as_posix() for f in sim.files}
     assert {f.relative_to(two_groups.out).as_posix() for f in two_groups.files} == files
     differ = sorted(
         f for f in files if (sim.out / f).read_bytes() != (two_groups.out / f).read_bytes()
     )
-    assert differ == [f"{n.name}/{unit}" for n in sim.inv.nodes], differ
+    prometheus = [f"{h}/etc/prometheus/prometheus.yml" for h in sim.inv.groups["monitoring"]]
+    assert differ == sorted([f"{n.name}/{unit}" for n in sim.inv.nodes] + prometheus), differ
 
 
 def test_sglang_firewall_and_its_unit(rendered: Rendered) -> None:

@@ -32,7 +32,16 @@ LINKS = {
     # The sink filters (sparkctl/sinks.py) of every role that writes such a file.
     **{
         f"roles/{role}/filter_plugins/sparkctl_sinks.py": "sparkctl/sinks.py"
-        for role in ("base", "nccl", "nvidia_driver", "roce_fabric", "sglang", "switch_mtu")
+        for role in (
+            "base",
+            "monitoring",
+            "nccl",
+            "nvidia_driver",
+            "roce_fabric",
+            "sglang",
+            "sglang_watchdog",
+            "switch_mtu",
+        )
     },
 }
 

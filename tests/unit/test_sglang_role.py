@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -676,6 +677,146 @@ def test_the_launcher_as_pid_1_forwards_sigterm_and_passes_the_exit_status(tmp_p
     assert proc.returncode == 3
 
 
+# ------------------------------------------------------- start on boot: the head's wait
+_RECORD_RUN = (
+    "import os\nif __name__ == '__main__':\n    open(os.environ['RAN'], 'w').write('ran')\n"
+)
+
+
+def _wait_argv(port: int, seconds: str = "1") -> list[str]:
+    return ["--wait-for-head", f"127.0.0.1:{port}", "--wait-timeout", seconds, "--", "--x"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_worker_starts_at_once_when_its_head_answers_accepted_or_refused(tmp_path: Path) -> None:
+    """Accepted (the head's store listens) or refused (the head is up, SGLang not listening
+    yet, which torch's TCPStore client retries itself): the server starts, nothing waited."""
+    _fake_sglang(tmp_path, _RECORD_RUN)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(8)
+        for port in (int(listening.getsockname()[1]), _free_port()):
+            ran = tmp_path / f"ran-{port}"
+            proc = _launch(tmp_path, *_wait_argv(port), env={"RAN": str(ran)})
+            assert proc.returncode == 0, proc.stderr
+            assert ran.read_text() == "ran"
+            assert "waiting" not in proc.stderr
+
+
+def _full_listener() -> tuple[socket.socket, socket.socket]:
+    """A listener whose accept queue is full: a further connect is not answered (its SYN is
+    dropped), as a head's address that does not answer yet."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    filler = socket.create_connection(listener.getsockname()[:2], timeout=5)
+    return listener, filler
+
+
+def test_a_worker_whose_head_does_not_answer_gives_up_after_the_bound(tmp_path: Path) -> None:
+    _fake_sglang(tmp_path, _RECORD_RUN)
+    listener, filler = _full_listener()
+    with listener, filler:
+        port = int(listener.getsockname()[1])
+        proc = _launch(tmp_path, *_wait_argv(port), env={"RAN": str(tmp_path / "ran")})
+    assert proc.returncode == 1, proc.stderr
+    assert f"the head's rendezvous 127.0.0.1:{port} did not answer in 1 s" in proc.stderr
+    assert "systemd restarts this rank" in proc.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_worker_waits_for_its_head_and_starts_when_it_answers(tmp_path: Path) -> None:
+    """The journal says what the rank waits for; once the head answers the server starts."""
+    _fake_sglang(tmp_path, _RECORD_RUN)
+    listener, filler = _full_listener()
+    ran = tmp_path / "ran"
+    with listener, filler:
+        port = int(listener.getsockname()[1])
+        with subprocess.Popen(
+            [sys.executable, str(LAUNCHER_FILE), *_wait_argv(port, "120")],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path), "RAN": str(ran)},
+        ) as proc:
+            assert proc.stderr is not None
+            first = proc.stderr.readline()
+            assert f"waiting for the head's rendezvous 127.0.0.1:{port} to answer" in first
+            assert "SGLang would give up on it at once" in first
+            # the head comes up: its queue has room again
+            conn, _ = listener.accept()
+            conn.close()
+            _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"the head's rendezvous 127.0.0.1:{port} answers after" in err
+    assert ran.read_text() == "ran"
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        ["--wait-for-head", "127.0.0.1:50000"],
+        ["--wait-timeout", "60"],
+        ["--wait-for-head", "127.0.0.1", "--wait-timeout", "60"],
+        ["--wait-for-head", "127.0.0.1:0", "--wait-timeout", "60"],
+        ["--wait-for-head", "127.0.0.1:50000", "--wait-timeout", "0"],
+        ["--wait-for-head", "127.0.0.1:50000", "--wait-timeout", "soon"],
+        ["--secrets-file", "/a", "--secrets-file", "/b"],
+    ],
+)
+def test_the_launcher_refuses_a_wait_it_cannot_do(tmp_path: Path, own: list[str]) -> None:
+    proc = _launch(tmp_path, *own, "--", "--x")
+    assert proc.returncode == 2 and "unknown launcher options" in proc.stderr, proc.stderr
+
+
+def test_start_on_boot_renders_the_unit_and_a_workers_wait_for_its_head() -> None:
+    """Off: the unit says it is installed disabled and every rank runs today's command. On:
+    the unit says it starts at boot and why a worker waits; a worker's launcher waits for its
+    head's --dist-init-addr for up to --dist-timeout; the head and a group of one wait for
+    nobody; the server's own arguments are the same either way."""
+    for rank, head in ((2, False), (0, True)):
+        off = _render("sparkctl-sglang.service.j2", _unit_context("container", node_rank=rank))
+        on = _render(
+            "sparkctl-sglang.service.j2",
+            _unit_context("container", node_rank=rank, start_on_boot=True),
+        )
+        assert "# Installed disabled: `sparkctl serve` starts the workers, then the head." in off
+        assert "sglang_start_on_boot" not in off and "--wait-for-head" not in off
+        assert "# Enabled at boot (sglang_start_on_boot)" in on
+        assert "SocketConnectOp::tryConnect" in on
+        for unit in (off, on):
+            lines = unit.splitlines()
+            assert "WantedBy=multi-user.target" in lines
+            assert "After=network-online.target" in lines and "Wants=network-online.target" in lines
+        argv_off, argv_on = _execstart(off), _execstart(on)
+        assert args_f.sglang_server_args(argv_on) == args_f.sglang_server_args(argv_off)
+        own = argv_on[argv_on.index(LAUNCHER_PATH) + 1 : argv_on.index("--")]
+        if head:
+            assert argv_on == argv_off
+        else:
+            assert own == [
+                "--secrets-file",
+                SECRETS,
+                "--wait-for-head",
+                "192.168.100.11:50000",
+                "--wait-timeout",
+                "3600",
+            ]
+    alone = args_f.sglang_launch_args(SIM_NODES[:1], 0, **{**LAUNCH, "tp_size": 1, "nnodes": 1})
+    assert "--wait-for-head" not in args_f.sglang_exec_argv(
+        alone, "venv", wait_for_head=True, wait_timeout=3600
+    )
+    worker = args_f.sglang_launch_args(SIM_NODES, 1, **LAUNCH)
+    with pytest.raises(args_f.AnsibleFilterError, match="sglang_dist_timeout"):
+        args_f.sglang_exec_argv(worker, "venv", wait_for_head=True, wait_timeout=0)
+
+
 def test_exec_line_quotes_for_systemd() -> None:
     line = args_f.sglang_exec_line(
         ["/usr/bin/python3", LAUNCHER_PATH, "--", "--x", "50%", "a b", 'q"$']
@@ -884,6 +1025,7 @@ def _unit_context(
     firewall: bool = True,
     user: str = "sparkctl-sglang",
     digest: str = "",
+    start_on_boot: bool = False,
     **launch: Any,
 ) -> dict[str, Any]:
     """The unit template's variables as vars/main.yml computes them for a node."""
@@ -911,6 +1053,7 @@ def _unit_context(
         "sglang_start_limit_burst": 3,
         "sglang_start_limit_interval": 600,
         "sglang_restart_sec": 30,
+        "sglang_start_on_boot": start_on_boot,
         "sglang_nccl_env_file": "/etc/sparkctl/nccl.env",
         "sglang_env_file": "/etc/sparkctl/sglang.env",
         "sglang_secrets_file": SECRETS,
@@ -924,6 +1067,8 @@ def _unit_context(
             env_files=env_files,
             user="475:475" if user else "",
             mounts=["/var/lib/sparkctl/models:/var/lib/sparkctl/models:ro"],
+            wait_for_head=start_on_boot,
+            wait_timeout=launch["dist_timeout"],
         ),
     }
 
@@ -1133,6 +1278,31 @@ def _want() -> dict[str, Any]:
 
 def test_verify_problems_none_on_a_node_as_the_lab_left_it() -> None:
     assert args_f.sglang_verify_problems(_reading(), _want()) == []
+
+
+def test_verify_holds_the_units_enablement_to_start_on_boot() -> None:
+    """Off, the unit must be disabled (serve starts it); on, enabled, and the engine's
+    service enabled with it (or static: started only as the unit's dependency)."""
+    enabled = _reading()
+    enabled["commands"]["show"]["stdout"] = SPARK2_SHOW.replace(
+        "UnitFileState=disabled", "UnitFileState=enabled"
+    )
+    [off] = args_f.sglang_verify_problems(enabled, _want())
+    assert "UnitFileState=enabled (want disabled: `sparkctl serve` starts it)" in off
+    on = {**_want(), "start_on_boot": True, "engine_service": "docker.service"}
+    for state, ok in (("enabled", True), ("static", True), ("disabled", False)):
+        enabled["commands"]["engine_unit"] = {"rc": 0, "stdout": f"UnitFileState={state}\n"}
+        problems = args_f.sglang_verify_problems(enabled, on)
+        assert problems == (
+            []
+            if ok
+            else [
+                "docker.service is disabled at boot; want enabled: sparkctl-sglang.service starts "
+                "at boot (sglang_start_on_boot) and needs it"
+            ]
+        ), problems
+    [still_disabled] = args_f.sglang_verify_problems(_reading(), {**on, "engine_service": ""})
+    assert "UnitFileState=disabled (want enabled: sglang_start_on_boot" in still_disabled
 
 
 def test_verify_compares_the_rank_within_the_group() -> None:

@@ -5,7 +5,8 @@ Installed by the sglang role at /usr/local/lib/sparkctl/sglang-launcher.py
 (mounted read-only into the container of the container method) and run as the
 unit's command, by the interpreter that has SGLang installed::
 
-    python3 sglang-launcher.py [--secrets-file FILE] -- <launch_server arguments>
+    python3 sglang-launcher.py [--secrets-file FILE]
+        [--wait-for-head HOST:PORT --wait-timeout SECONDS] -- <launch_server arguments>
 
 Why it exists (each point is a way the key leaked before):
 
@@ -30,6 +31,19 @@ Why it exists (each point is a way the key leaked before):
   or ``\\r``: the CUDA-graph progress bar rewrites one line with ``\\r``), so
   a key is never split across two writes.
 
+With ``--wait-for-head`` (a worker rank of a unit enabled at boot, the sglang
+role's sglang_start_on_boot) the server is started only once the head's
+rendezvous address answers: a TCP connect to HOST:PORT is accepted or
+refused (the head is up, its SGLang not listening yet). torch's TCPStore
+client, which SGLang's rendezvous is, retries exactly those two itself until
+--dist-timeout, but fails at once on anything else (torch
+torch/csrc/distributed/c10d/socket.cpp, SocketConnectOp::tryConnect: only
+ECONNREFUSED, ECONNRESET and ETIMEDOUT are retried; "No route to host" while
+the head still boots ends the rank), and systemd's start limit would stop a
+rank that failed so after a few restarts. The wait is bounded (SECONDS; then
+exit 1 and the unit's Restart= takes over) and says in the journal what it
+waits for.
+
 In a container this process is PID 1 (docker runs the command in a PID
 namespace of its own): the kernel delivers no signal to PID 1 that it has no
 handler for, so ``docker stop``'s SIGTERM would be ignored and the server
@@ -42,12 +56,15 @@ Standard library only; runs on the image's Python (3.10 or newer).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import runpy
 import select
 import signal
+import socket
 import sys
 import time
+from dataclasses import dataclass
 
 MODULE = "sglang.launch_server"
 KEY_VARIABLE = "SGLANG_API_KEY"
@@ -58,6 +75,14 @@ MAX_LINE = 1 << 16
 # Seconds the output of processes the server left behind is still passed on
 # after the server itself exited (SGLang kills its process tree on the way out).
 LINGER = 10.0
+# The head's answers that let a worker start: the connect was accepted, or refused
+# (or reset) because nothing listens yet, which torch's TCPStore client retries.
+ANSWERS = (errno.ECONNREFUSED, errno.ECONNRESET)
+# Seconds one connect attempt may take, between two attempts, and between two
+# "still waiting" lines in the journal.
+CONNECT_TIMEOUT = 5.0
+RETRY_PAUSE = 2.0
+REPORT_EVERY = 60.0
 FORWARDED = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -72,17 +97,93 @@ class UsageError(Exception):
     """The unit's command line or the secrets file is not as the role writes them."""
 
 
-def parse_argv(argv: list[str]) -> tuple[str | None, list[str]]:
-    """``[--secrets-file FILE] -- ARGS`` -> (FILE or None, ARGS)."""
+USAGE = (
+    "usage: sglang-launcher.py [--secrets-file FILE] "
+    "[--wait-for-head HOST:PORT --wait-timeout SECONDS] -- ARGS"
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The launcher's own options (before ``--``) and the server's arguments."""
+
+    secrets_file: str | None
+    head: tuple[str, int] | None
+    wait_timeout: float
+    server: list[str]
+
+
+def parse_argv(argv: list[str]) -> Options:
+    """``[--secrets-file FILE] [--wait-for-head HOST:PORT --wait-timeout S] -- ARGS``."""
     if "--" not in argv:
-        raise UsageError("usage: sglang-launcher.py [--secrets-file FILE] -- ARGS")
+        raise UsageError(USAGE)
     split = argv.index("--")
     own, server = argv[:split], argv[split + 1 :]
-    if own == []:
-        return None, server
-    if len(own) == 2 and own[0] == "--secrets-file" and own[1]:
-        return own[1], server
-    raise UsageError(f"unknown launcher options {own}: only --secrets-file FILE")
+    names = own[0::2]
+    if len(own) % 2 or len(set(names)) != len(names) or not all(own[1::2]):
+        raise UsageError(f"unknown launcher options {own}; {USAGE}")
+    given = dict(zip(names, own[1::2], strict=True))
+    unknown = set(given) - {"--secrets-file", "--wait-for-head", "--wait-timeout"}
+    if unknown or ("--wait-for-head" in given) != ("--wait-timeout" in given):
+        raise UsageError(f"unknown launcher options {own}; {USAGE}")
+    head = None
+    timeout = 0.0
+    if "--wait-for-head" in given:
+        host, sep, port = given["--wait-for-head"].rpartition(":")
+        try:
+            head = (host.strip("[]"), int(port))
+            timeout = float(given["--wait-timeout"])
+        except ValueError:
+            head = None
+        if not sep or not host or head is None or not 0 < head[1] < 65536 or timeout <= 0:
+            raise UsageError(f"unknown launcher options {own}; {USAGE}")
+    return Options(given.get("--secrets-file"), head, timeout, server)
+
+
+def say(text: str) -> None:
+    print(f"sparkctl sglang launcher: {text}", file=sys.stderr, flush=True)
+
+
+def knock(head: tuple[str, int], timeout: float) -> str | None:
+    """None when the head's rendezvous address answers (the connect is accepted, and
+    closed again at once, or refused); otherwise why not, as the OS says it."""
+    try:
+        with socket.create_connection(head, timeout=timeout):
+            return None
+    except TimeoutError:
+        return "no answer (timed out)"
+    except OSError as exc:
+        if exc.errno in ANSWERS:
+            return None
+        return exc.strerror or str(exc)
+
+
+def wait_for_head(head: tuple[str, int], limit: float) -> bool:
+    """Until the head's rendezvous address answers (True) or ``limit`` seconds passed."""
+    where = f"{head[0]}:{head[1]}"
+    started = time.monotonic()
+    reported = 0.0
+    while True:
+        left = limit - (time.monotonic() - started)
+        why = knock(head, max(0.1, min(CONNECT_TIMEOUT, left)))
+        waited = time.monotonic() - started
+        if why is None:
+            if reported:
+                say(f"the head's rendezvous {where} answers after {waited:.0f} s; starting SGLang")
+            return True
+        if waited >= limit:
+            say(
+                f"the head's rendezvous {where} did not answer in {limit:.0f} s ({why}); "
+                "giving up, systemd restarts this rank (Restart=on-failure)"
+            )
+            return False
+        if not reported or time.monotonic() - reported >= REPORT_EVERY:
+            say(
+                f"waiting for the head's rendezvous {where} to answer ({why}), "
+                f"{waited:.0f} of at most {limit:.0f} s: SGLang would give up on it at once"
+            )
+            reported = time.monotonic()
+        time.sleep(max(0.0, min(RETRY_PAUSE, limit - waited)))
 
 
 def read_key(path: str) -> str:
@@ -230,14 +331,26 @@ def _relay(child: int, read_end: int, redactor: Redactor) -> int:
     return status
 
 
+def _exit_on(signum: int, _frame: object) -> None:
+    """Before the server runs: a stop ends the wait with the status a killed server gives."""
+    os._exit(128 + signum)
+
+
 def main(argv: list[str]) -> int:
     try:
-        secrets_file, args = parse_argv(argv)
-        key = read_key(secrets_file) if secrets_file else None
+        options = parse_argv(argv)
+        key = read_key(options.secrets_file) if options.secrets_file else None
     except UsageError as exc:
-        print(f"sparkctl sglang launcher: {exc}", file=sys.stderr)
+        say(str(exc))
         return 2
-    child, read_end = _spawn(args, key)
+    if options.head is not None:
+        # As PID 1 of a container a signal without a handler is ignored: docker stop
+        # must end the wait, not run into its timeout.
+        for signum in FORWARDED:
+            signal.signal(signum, _exit_on)
+        if not wait_for_head(options.head, options.wait_timeout):
+            return 1
+    child, read_end = _spawn(options.server, key)
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -346,6 +346,8 @@ def sglang_exec_argv(
     mounts: list[str] | None = None,
     container_args: list[str] | None = None,
     user: str = "",
+    wait_for_head: bool = False,
+    wait_timeout: Any = 0,
 ) -> list[str]:
     """The unit's whole ExecStart argv for an installation method.
 
@@ -353,7 +355,11 @@ def sglang_exec_argv(
     ${SGLANG_API_KEY}`` in ``launch_args`` becomes ``--secrets-file FILE`` of
     the launcher, which reads the key there. The container method runs the
     same launcher inside the image: every path it names must be mounted
-    (``mounts``), because a container sees nothing of the host but its mounts."""
+    (``mounts``), because a container sees nothing of the host but its mounts.
+
+    ``wait_for_head`` (sglang_start_on_boot): a worker rank's launcher first waits, up
+    to ``wait_timeout`` seconds, until the head's ``--dist-init-addr`` answers
+    (files/sglang_launcher.py says why); the head and a group of one wait for nobody."""
     launch_args = [str(a) for a in launch_args]
     own: list[str] = []
     for i in range(len(launch_args) - 1):
@@ -361,6 +367,14 @@ def sglang_exec_argv(
             launch_args = launch_args[:i] + launch_args[i + 2 :]
             own = ["--secrets-file", str(secrets_file)]
             break
+    if wait_for_head and "--dist-init-addr" in launch_args[:-1]:
+        rank = launch_args[launch_args.index("--node-rank") + 1]
+        if rank != "0":
+            head = launch_args[launch_args.index("--dist-init-addr") + 1]
+            seconds = _int(wait_timeout, "sglang_dist_timeout")
+            if seconds <= 0:
+                raise AnsibleFilterError(f"sglang_dist_timeout must be positive, got {seconds}")
+            own += ["--wait-for-head", head, "--wait-timeout", str(seconds)]
     server = [python, str(launcher), *own, "--", *launch_args]
     if method == "venv":
         return server
@@ -548,12 +562,20 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
     start_limit_burst, start_limit_interval, argv, node_rank, env_file, env,
     version_file, version, secrets_file, secrets_group, installed, launcher, method, and
     for the container method served_tag and image_ref (commands image/served: the ids
-    of both). An empty list means the node is as the inventory says.
+    of both); start_on_boot (the unit enabled, else disabled) and engine_service (the
+    engine's unit that must be enabled with it, command engine_unit; "" for none). An
+    empty list means the node is as the inventory says.
     """
     files: dict[str, Any] = read.get("files", {})
     cmds: dict[str, Any] = read.get("commands", {})
     problems: list[str] = []
     unit = want["unit"]
+    at_boot = bool(want.get("start_on_boot", False))
+    enablement = (
+        ("enabled", "sglang_start_on_boot: every rank starts at boot")
+        if at_boot
+        else ("disabled", "`sparkctl serve` starts it")
+    )
 
     show_text = str(cmds.get("show", {}).get("stdout", ""))
     show = sglang_parse_show(show_text)
@@ -569,7 +591,7 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
     if (
         show.get("LoadState") != "loaded"
         or show.get("FragmentPath") != want["unit_path"]
-        or show.get("UnitFileState") != "disabled"
+        or show.get("UnitFileState") != enablement[0]
         or show.get("Restart") != "on-failure"
         or not timing_ok
         or show.get("StartLimitBurst") != str(want["start_limit_burst"])
@@ -579,7 +601,7 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
             f"{unit} reads LoadState={show.get('LoadState', '?')}, "
             f"FragmentPath={show.get('FragmentPath', '?')} (want {want['unit_path']}), "
             f"UnitFileState={show.get('UnitFileState', '?')} "
-            "(want disabled: `sparkctl serve` starts it), "
+            f"(want {enablement[0]}: {enablement[1]}), "
             f"Restart={show.get('Restart', '?')} RestartUSec={show.get('RestartUSec', '?')} "
             f"StartLimitBurst={show.get('StartLimitBurst', '?')} "
             f"StartLimitIntervalUSec={show.get('StartLimitIntervalUSec', '?')} "
@@ -633,6 +655,18 @@ def sglang_verify_problems(read: dict[str, Any], want: dict[str, Any]) -> list[s
     ]
 
     problems += _served_tag_problems(cmds, want)
+
+    engine = str(want.get("engine_service") or "")
+    if engine:
+        state = sglang_parse_show(str(cmds.get("engine_unit", {}).get("stdout", ""))).get(
+            "UnitFileState", "?"
+        )
+        # static: no [Install] section, started only as a dependency, which Requires= is
+        if state not in ("enabled", "static"):
+            problems.append(
+                f"{engine} is {state} at boot; want enabled: {unit} starts at boot "
+                "(sglang_start_on_boot) and needs it"
+            )
 
     helped = cmds.get("help", {})
     flags = ("--dist-init-addr", "--node-rank", "--nnodes", "--enable-metrics")

@@ -1,0 +1,1 @@
+../../../sparkctl/sinks.py
