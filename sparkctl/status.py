@@ -42,7 +42,7 @@ from typing import Any
 from sparkctl import inventory, metrics, node_state
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.paths import state_dir
-from sparkctl.serve import memory
+from sparkctl.serve import intent, memory
 from sparkctl.serve.cluster import Cluster, Group, open_cluster
 from sparkctl.serve.watch import Metrics, ProbeKind, generation_probe, read_metrics
 
@@ -419,6 +419,9 @@ def look(inv: inventory.Inventory, extravars: Mapping[str, Any] | None = None) -
         if e.metrics_error:
             st.notes.append(f"{where}{e.metrics_error}")
         st.groups.append(e)
+    down = intent.stopped_on_purpose(inv.cluster)
+    if down is not None:
+        st.notes.append(f"the service was stopped on purpose ({down.by} at {down.at})")
     good = _validate(inv, st, now)
     _drift(st, good, readings, inv.cluster)
     if any(not r.reachable for r in readings.values()):

@@ -384,6 +384,7 @@ _WATCH_STYLE = {
     "suspect": "yellow",
     "restart_group": "bold red",
     "gave_up": "bold red",
+    "stopped": "dim",
 }
 
 

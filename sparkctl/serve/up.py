@@ -38,7 +38,7 @@ from sparkctl import console, inventory, nccl_versions, tool_output
 from sparkctl import sglang_logs as logs
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
-from sparkctl.serve import memory, probe
+from sparkctl.serve import intent, memory, probe
 from sparkctl.serve.cluster import Cluster, Group, open_cluster
 from sparkctl.serve.memory import Back, Leftover
 
@@ -573,6 +573,7 @@ def up(
     """Start every rank and wait; a failed start-up is explained and every rank stopped."""
     with inventory_lock(inv, "serve up"):
         cluster = open_cluster(inv, "serve-up", extravars)
+        intent.record(inv.cluster, serving=True, by="serve up")
         limit = float(timeout or cluster.sglang().serve_timeout)
         if not restart and (now := serving_now(cluster)) is not None:
             return _about(now, cluster)
@@ -693,6 +694,8 @@ def down(inv: inventory.Inventory) -> Stopped:
     (leftovers named and stopped) and every node's memory back (sparkctl.serve.memory)."""
     with inventory_lock(inv, "serve down"):
         cluster = open_cluster(inv, "serve-down")
+        # Before the stop: a watchdog round in between must not start the group again.
+        intent.record(inv.cluster, serving=False, by="serve down")
         stop_units(cluster)
         states = cluster.unit_states()
         still = {

@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.serve import intent
 
 if TYPE_CHECKING:
     from sparkctl import inventory
@@ -242,6 +243,7 @@ class Decision(StrEnum):
     SUSPECT = "suspect"
     RESTART_GROUP = "restart_group"
     GAVE_UP = "gave_up"
+    STOPPED = "stopped"  # stopped on purpose with serve down: left alone
 
 
 @dataclass(frozen=True)
@@ -798,7 +800,9 @@ class Watched:
                 ExitCode.UNREACHABLE,
                 hint=hint,
             )
-        acted = [ev for ev in last.values() if ev.decision is not Decision.HEALTHY]
+        acted = [
+            ev for ev in last.values() if ev.decision not in (Decision.HEALTHY, Decision.STOPPED)
+        ]
         if acted:
             return SparkctlError(
                 "serve watch: "
@@ -848,6 +852,13 @@ def watch(
         started = time.monotonic()
         for g in groups:
             w = watches[g.name]
+            down = intent.stopped_on_purpose(inv.cluster)
+            if down is not None:
+                # The operator stopped the service: every rank down is no death. The
+                # engine starts afresh once serve up says serving again.
+                watches[g.name] = Watch(g.name, cfg)
+                record(_stopped_event(g.name, down))
+                continue
             ev = w.decide(gather(g, key, w))
             record(ev)
             after = act(cluster, g, w, ev, timeout)
@@ -860,6 +871,17 @@ def watch(
         if any(w.state.gave_up for w in watches.values()):
             return result
         time.sleep(max(0.0, cfg.interval_s - (time.monotonic() - started)))
+
+
+def _stopped_event(group: str, down: intent.Intent) -> Event:
+    return Event(
+        group,
+        Decision.STOPPED,
+        time.monotonic(),
+        "none",
+        reason=f"stopped on purpose ({down.by} at {down.at}): left alone until serve up",
+        wall=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
 
 
 def _publish(cluster: str, watches: Mapping[str, Watch]) -> None:

@@ -716,6 +716,28 @@ def test_serve_watch_once_restarts_a_group_with_a_dead_rank(
     assert events[0].downtime_s is not None and events[0].downtime_s > 0
 
 
+def test_serve_watch_leaves_a_service_stopped_with_serve_down_alone(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    api: _Head,
+) -> None:
+    """Every rank down after `serve down` is the operator's will, not a death: no restart,
+    exit 0. Once serve up says serving again, a dead rank is restarted as before."""
+    from sparkctl.serve import intent  # noqa: PLC0415
+
+    ranks = Ranks(failed="spark3")
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
+    intent.record("sim", serving=False, by="serve down")
+    code, events, out = _serve_watch(monkeypatch, capsys, tmp_path, api, ranks)
+    assert code == 0, out
+    assert [e.decision for e in events] == [Decision.STOPPED], out
+    assert "serve down" in events[0].reason and ranks.changes == []
+    intent.record("sim", serving=True, by="serve up")
+    code, events, out = _serve_watch(monkeypatch, capsys, tmp_path, api, ranks)
+    assert code == 1 and [e.decision for e in events] == [Decision.RESTART_GROUP], out
+
+
 def test_serve_watch_refuses_an_interval_too_long_to_see_a_hang(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
