@@ -1,4 +1,4 @@
-"""A burn-in (``sparkctl validate --soak``): what ``soak.json`` holds, and writing it.
+"""A burn-in (``sparkctl validate --soak``): what ``soak.json`` holds (soak_html writes it).
 
 One :class:`Round` per repetition of the node checks and the NCCL sweep: the
 sweep's busbw per size (the gate's figure: the lower of out-of-place and
@@ -11,12 +11,9 @@ kept beside it, ``round-NNN/report.json``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.report.model import Check, Thresholds
 
 SOAK_SCHEMA = 1
@@ -228,21 +225,3 @@ class Soak:
             duration_s=float(data.get("duration_s", 0.0)),
             notes=list(data.get("notes", [])),
         )
-
-
-def write(soak: Soak, run_dir: Path) -> tuple[Path, Path]:
-    """``soak.json`` and then ``soak.html`` into ``run_dir``; their paths."""
-    from sparkctl.report.io import _atomic_write  # noqa: PLC0415 -- the one atomic writer
-    from sparkctl.report.soak_html import render_soak  # noqa: PLC0415 -- matplotlib on use
-
-    json_path, html_path = run_dir / SOAK_JSON, run_dir / SOAK_HTML
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(json_path, json.dumps(soak.to_dict(), indent=2) + "\n")
-        _atomic_write(html_path, render_soak(soak))
-    except OSError as e:
-        raise SparkctlError(
-            f"cannot write the soak report into {run_dir}: {e.strerror or e}",
-            ExitCode.ENVIRONMENT,
-        ) from e
-    return json_path, html_path

@@ -8,12 +8,15 @@ node's temperature, power and SM clock), then the rounds as a table.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.report.html import _CSS, _e, _outcome, _table, figure_svg, new_figure
 from sparkctl.report.numbers import gbs, human_size, pct
-from sparkctl.report.soak import NodeReading, Round, Soak
+from sparkctl.report.soak import SOAK_HTML, SOAK_JSON, NodeReading, Round, Soak
 
 # (figure id, what it shows, unit, how a node's reading gives it)
 NODE_SERIES: tuple[tuple[str, str, str, str], ...] = (
@@ -250,3 +253,20 @@ def render_soak(soak: Soak) -> str:
     )
     parts.append(f'<p class="muted">soak.json schema {_e(soak.schema)}</p></body></html>\n')
     return "\n".join(parts)
+
+
+def write(soak: Soak, run_dir: Path) -> tuple[Path, Path]:
+    """``soak.json`` and then ``soak.html`` into ``run_dir``; their paths."""
+    from sparkctl.report.io import _atomic_write  # noqa: PLC0415 -- the one atomic writer
+
+    json_path, html_path = run_dir / SOAK_JSON, run_dir / SOAK_HTML
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_write(json_path, json.dumps(soak.to_dict(), indent=2) + "\n")
+        _atomic_write(html_path, render_soak(soak))
+    except OSError as e:
+        raise SparkctlError(
+            f"cannot write the soak report into {run_dir}: {e.strerror or e}",
+            ExitCode.ENVIRONMENT,
+        ) from e
+    return json_path, html_path

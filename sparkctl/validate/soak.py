@@ -409,7 +409,9 @@ class _Soaking:
             duration_s=self.clock() - self.start,
             notes=[*self.notes, "a soak never becomes last-good"],
         )
-        soak_report.write(result, self.run_dir)
+        from sparkctl.report import soak_html  # noqa: PLC0415 -- matplotlib on use
+
+        soak_html.write(result, self.run_dir)
         return result
 
 

@@ -24,7 +24,7 @@ from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lab.hardware import LabHardware
 from sparkctl.lab.standins import STANDINS_DIR
 from sparkctl.remote import Runner
-from sparkctl.report import soak as soak_report
+from sparkctl.report import soak_html
 from sparkctl.report.model import Thresholds
 from sparkctl.report.soak import Round, Soak
 from sparkctl.report.soak_html import render_soak
@@ -373,7 +373,7 @@ def test_soak_json_round_trips_and_json_output_is_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     result = _soak([_round(1, 20.0), _round(2, 14.0, wrong=1)])
-    json_path, html_path = soak_report.write(result, tmp_path)
+    json_path, html_path = soak_html.write(result, tmp_path)
     data = json.loads(json_path.read_text())
     assert data["verdict"]["outcome"] == "unstable" and len(data["rounds"]) == 2
     assert data["rounds"][1]["nccl"][0]["busbw"][str(LARGE)] == 14.0
