@@ -86,6 +86,18 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """promtool from Debian's prometheus package (scripts/bootstrap.sh installs it): the rule
+    and configuration tests need it, so under CI its absence fails them."""
+    found = shutil.which("promtool")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is missing: apt-get install prometheus (scripts/bootstrap.sh)")
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    return found
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _quiet_module(request: pytest.FixtureRequest) -> None:
     """A quiet_host module waits before its module fixtures run (test_serve's `up`)."""

@@ -12,14 +12,12 @@ promtool missing: the test fails under CI and is skipped on a workstation."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,16 +30,6 @@ DASHBOARD = REPO / "monitoring" / "grafana" / "sparkctl.json"
 # Grafana's own variables, given values a query can be parsed with (a $variable inside a
 # label matcher's string is only a string to PromQL).
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h"}
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is missing: apt-get install prometheus (scripts/bootstrap.sh)")
-        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
-    return found
 
 
 def run(argv: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

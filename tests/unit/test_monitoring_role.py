@@ -10,7 +10,6 @@ TP group (one SGLang target), sim-two-groups.ini two (two targets, labels a and 
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -43,16 +42,6 @@ DEFAULTS = _yaml(ROLE / "defaults" / "main.yml")
 VARS = _yaml(ROLE / "vars" / "main.yml")
 SGLANG_DEFAULTS = _yaml(ROOT / "roles" / "sglang" / "defaults" / "main.yml")
 SGLANG_VARS = _yaml(ROOT / "roles" / "sglang" / "vars" / "main.yml")
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is missing: apt-get install prometheus (scripts/bootstrap.sh)")
-        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
-    return found
 
 
 @pytest.fixture(params=["sim", "sim-two-groups"])
