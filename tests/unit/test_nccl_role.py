@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
 
 from tests.unit.pathload import load_file
+from tests.unit.role_templates import template_env
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "nccl"
@@ -78,14 +78,7 @@ def test_env_diff_names_each_difference() -> None:
 
 
 def test_template_renders_what_the_parser_reads_back() -> None:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(ROLE / "templates"),
-        trim_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-        autoescape=jinja2.select_autoescape(default=False),
-    )
-    env.filters.update(SINKS.FilterModule().filters())
+    env = template_env(ROLE, [SINKS.FilterModule().filters()])
     values = {
         "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
         "NCCL_IB_GID_INDEX": 3,

@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 import yaml
 
 from sparkctl.rules import relations
 from tests.unit.pathload import load_file
+from tests.unit.role_templates import template_env
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang"
@@ -1002,15 +1002,7 @@ def test_bad_port_specs() -> None:
 
 # ----------------------------------------------------------------- templates
 def _render(name: str, context: dict[str, Any]) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(ROLE / "templates"),
-        trim_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-        autoescape=jinja2.select_autoescape(default=False),
-    )
-    env.filters.update(args_f.FilterModule().filters())
-    env.filters.update(sinks_f.FilterModule().filters())
+    env = template_env(ROLE, [args_f.FilterModule().filters(), sinks_f.FilterModule().filters()])
     return env.get_template(name).render(**context)
 
 

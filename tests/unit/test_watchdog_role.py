@@ -18,7 +18,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 import yaml
 
@@ -26,6 +25,7 @@ from sparkctl import paths
 from sparkctl.errors import ExitCode
 from tests.unit.cli_run import check_cli
 from tests.unit.pathload import load_file
+from tests.unit.role_templates import template_env
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang_watchdog"
@@ -37,14 +37,7 @@ CONSTANTS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
 
 
 def _render(context: dict[str, Any]) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(ROLE / "templates"),
-        trim_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-        autoescape=jinja2.select_autoescape(default=False),
-    )
-    env.filters.update(sinks_f.FilterModule().filters())
+    env = template_env(ROLE, [sinks_f.FilterModule().filters()])
     return env.get_template("sparkctl-watch.service.j2").render(**context)
 
 
