@@ -25,7 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from sparkctl.paths import state_dir
+from sparkctl.paths import state_dir, write_atomic
 
 
 @dataclass(frozen=True)
@@ -157,11 +157,7 @@ def save(cluster: str, versions: Mapping[str, str], run_dir: Path) -> ImageNccl:
         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         str(run_dir),
     )
-    path = state_file(cluster)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(record.to_dict(), indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    write_atomic(state_file(cluster), json.dumps(record.to_dict(), indent=1, sort_keys=True) + "\n")
     return record
 
 

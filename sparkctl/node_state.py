@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkctl import tool_output
+from sparkctl.paths import write_atomic
 from sparkctl.plan import NodePlan, Plan
 from sparkctl.remote import Runner
 
@@ -338,9 +339,7 @@ def save_fingerprint(
                 fp["image nccl"] = str(image_nccl[node])
             data[node] = fp
     path = run_dir / FINGERPRINT_FILE
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return path
 
 

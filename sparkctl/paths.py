@@ -82,3 +82,12 @@ def facts_dir(cluster: str) -> Path:
     """Ansible's fact cache for one cluster (the lab and a real cluster both name
     their hosts spark1..4, and one must never be handed the other's facts)."""
     return state_dir() / "facts" / cluster
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole: a temporary file beside it (its directory made if need
+    be), then renamed over it, so a reader sees the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

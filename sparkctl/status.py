@@ -41,7 +41,7 @@ from typing import Any
 
 from sparkctl import inventory, metrics, node_state
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.paths import state_dir
+from sparkctl.paths import state_dir, write_atomic
 from sparkctl.serve import intent, memory
 from sparkctl.serve.cluster import Cluster, Group, open_cluster
 from sparkctl.serve.watch import Metrics, ProbeKind, generation_probe, read_metrics
@@ -123,11 +123,7 @@ def _load_last_look(cluster: str, now: float) -> dict[str, Any]:
 
 
 def _save_last_look(cluster: str, data: Mapping[str, Any]) -> None:
-    path = last_look_path(cluster)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    write_atomic(last_look_path(cluster), json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 # ------------------------------------------------------------------ nodes and twins

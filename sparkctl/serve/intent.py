@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkctl.paths import state_dir
+from sparkctl.paths import state_dir, write_atomic
 
 FILE = "serve-intent.json"
 
@@ -31,12 +31,8 @@ def path(cluster: str) -> Path:
 
 
 def record(cluster: str, *, serving: bool, by: str) -> None:
-    p = path(cluster)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    tmp.write_text(json.dumps({"serving": serving, "at": stamp, "by": by}) + "\n")
-    tmp.replace(p)
+    write_atomic(path(cluster), json.dumps({"serving": serving, "at": stamp, "by": by}) + "\n")
 
 
 def load(cluster: str) -> Intent | None:

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkctl import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.paths import state_dir
+from sparkctl.paths import state_dir, write_atomic
 
 if TYPE_CHECKING:
     from sparkctl.serve.cluster import Cluster
@@ -368,12 +368,8 @@ def record(
     old = load(cluster)
     nodes = {n: old[n] for n in keep if n in old}
     nodes |= {n: {**m.to_dict(), "recorded": stamp} for n, m in readings.items()}
-    path = state_file(cluster)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
     data = {"nodes": nodes, "recorded": stamp, "run_dir": str(run_dir)}
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    write_atomic(state_file(cluster), json.dumps(data, indent=1, sort_keys=True) + "\n")
     return nodes
 
 
