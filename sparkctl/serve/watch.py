@@ -772,10 +772,9 @@ def _load_states(path: Path) -> dict[str, State]:
 
 
 def _save_states(path: Path, watches: Mapping[str, Watch]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({g: w.state.to_dict() for g, w in watches.items()}))
-    tmp.replace(path)
+    from sparkctl.paths import write_atomic  # noqa: PLC0415
+
+    write_atomic(path, json.dumps({g: w.state.to_dict() for g, w in watches.items()}))
 
 
 @dataclass
