@@ -551,6 +551,27 @@ def serve_status(inventory_path: Path, as_json: bool, watch: float | None) -> No
     show_default=True,
     help="Seconds between rounds (the generation probe goes at most every 30 s).",
 )
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(min=1, max=100),
+    default=3,
+    show_default=True,
+    help="Restarts of a group within --restart-window before the watchdog gives up.",
+)
+@click.option(
+    "--restart-window",
+    type=click.FloatRange(min=60, max=7 * 86400),
+    default=3600.0,
+    show_default=True,
+    help="Seconds over which --max-restarts counts.",
+)
+@click.option(
+    "--backoff",
+    type=click.FloatRange(min=0, max=600),
+    default=30.0,
+    show_default=True,
+    help="Seconds before a second restart, doubled for each further one in the window.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON line.")
 @click.option(
     "-e",
@@ -561,7 +582,14 @@ def serve_status(inventory_path: Path, as_json: bool, watch: float | None) -> No
     "SPARKCTL_SGLANG_API_KEY, not on a command line).",
 )
 def serve_watch(
-    inventory_path: Path, once: bool, interval: float, as_json: bool, extra: tuple[str, ...]
+    inventory_path: Path,
+    once: bool,
+    interval: float,
+    max_restarts: int,
+    restart_window: float,
+    backoff: float,
+    as_json: bool,
+    extra: tuple[str, ...],
 ) -> None:
     """Restart a hung or dead TP group, all of its ranks together; give up after repeats.
 
@@ -579,6 +607,7 @@ def serve_watch(
         inv,
         once=once,
         interval_s=interval,
+        limits={"max_restarts": max_restarts, "window_s": restart_window, "backoff_s": backoff},
         extravars=extravars,
         show=partial(present.watch_event, as_json=as_json),
     )

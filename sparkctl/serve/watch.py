@@ -817,15 +817,26 @@ def watch(
     *,
     once: bool,
     interval_s: float = 15.0,
+    limits: Mapping[str, float] | None = None,
     extravars: Mapping[str, Any] | None = None,
     show: Callable[[Event], None] = lambda _ev: None,
 ) -> Watched:
     """Rounds over every group until gave_up (or one round with ``once``); every event
     appended to the events file and handed to ``show``. ``once`` keeps the engine's
-    state in the state dir between calls, so repeated calls see frozen progress."""
+    state in the state dir between calls, so repeated calls see frozen progress.
+    ``limits``: the breaker's fields of :class:`Config` (max_restarts, window_s,
+    backoff_s)."""
 
+    breaker = dict(limits or {})
     try:
-        base = Config(interval_s=interval_s)  # refused before any host is contacted
+        base = Config(  # refused before any host is contacted
+            interval_s=interval_s,
+            max_restarts=int(breaker.pop("max_restarts", Config.max_restarts)),
+            window_s=float(breaker.pop("window_s", Config.window_s)),
+            backoff_s=float(breaker.pop("backoff_s", Config.backoff_s)),
+        )
+        if breaker:
+            raise ValueError(f"unknown limits: {', '.join(sorted(breaker))}")
     except ValueError as exc:
         raise SparkctlError(f"serve watch: {exc}", ExitCode.BAD_INPUT) from None
     cluster = _open(inv, extravars)
@@ -919,5 +930,17 @@ def act(cluster: Cluster, group: Group, w: Watch, ev: Event, timeout: float) -> 
         decision=Decision.SUSPECT,
         action="wait",
         at=time.monotonic(),
-        reason=f"the restarted group did not come up: {done.message}",
+        reason=f"the restarted group did not come up: {_not_up(done)}",
     )
+
+
+def _not_up(done: UpResult) -> str:
+    """Why a restart did not bring the group up: serve up's message, and each failed
+    rank with its phase and what its log says (serve up's signatures)."""
+    parts = []
+    for node in done.failed:
+        r = done.ranks[node]
+        titles = [s.title for s in r.signatures if s.fatal] or [s.title for s in r.signatures]
+        said = f" ({'; '.join(dict.fromkeys(titles))})" if titles else ""
+        parts.append(f"{r.label} in phase {r.phase.value}{said}")
+    return done.message + (": " + ", ".join(parts) if parts else "")

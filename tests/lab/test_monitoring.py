@@ -206,3 +206,32 @@ def check_dashboard(lab: LabSession, textfiles: Path) -> dict[str, str]:
     ):
         assert any(must in e for e in checked), (must, not_here)
     return not_here
+
+
+def active_alerts(lab: LabSession, name: str) -> list[dict[str, Any]]:
+    """The alerts named ``name`` that the lab's Prometheus holds now (pending or firing),
+    from its HTTP API (/api/v1/alerts)."""
+    alerts: list[dict[str, Any]] = api(lab, "/api/v1/alerts")["alerts"]
+    return [a for a in alerts if a["labels"].get("alertname") == name]
+
+
+def wait_alert(lab: LabSession, name: str, state: str | None, patience_s: float) -> float:
+    """Poll until the alert ``name`` is in ``state`` ("firing", "pending") for this lab's
+    cluster, or (``state`` None) no longer held at all (cleared); how long that took.
+    Polled every 5 s within ``patience_s``, never asserted as a duration."""
+    start = time.monotonic()
+    seen: list[dict[str, Any]] = []
+    while time.monotonic() - start < patience_s:
+        seen = [
+            a
+            for a in active_alerts(lab, name)
+            if a["labels"].get("cluster") == lab.inventory.cluster
+        ]
+        if (state is None and not seen) or (
+            state is not None and any(a["state"] == state for a in seen)
+        ):
+            return time.monotonic() - start
+        time.sleep(5)
+    raise AssertionError(
+        f"alert {name} not {state or 'cleared'} within {patience_s:.0f} s; last seen: {seen}"
+    )

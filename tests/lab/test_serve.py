@@ -55,8 +55,11 @@ SECRET_ENV = {**os.environ, "SPARKCTL_SGLANG_API_KEY": API_KEY, "HF_TOKEN": HF_T
 OUTPUTS: list[str] = []  # every stdout and stderr of this module's sparkctl runs
 
 
-def _run(*args: str, timeout: float = 900) -> Any:
-    proc = sparkctl(*args, timeout=timeout, env=SECRET_ENV)
+def _run(*args: str, timeout: float = 900, textfiles: bool = False) -> Any:
+    """sparkctl with the module's secrets; ``textfiles``: its metrics written to TEXTFILES
+    (SPARKCTL_TEXTFILE_DIR), for the lab's Prometheus (push_textfiles)."""
+    env = {**SECRET_ENV, "SPARKCTL_TEXTFILE_DIR": str(TEXTFILES)} if textfiles else SECRET_ENV
+    proc = sparkctl(*args, timeout=timeout, env=env)
     OUTPUTS.extend((proc.stdout, proc.stderr))
     return proc
 
@@ -146,8 +149,8 @@ def test_serve_up_records_the_images_nccl_beside_the_host_build(served: dict[str
     ), report["notes"]
 
 
-def _status(*extra: str) -> tuple[int, dict[str, Any]]:
-    proc = _run("status", str(SIM_INVENTORY), "--json", *extra, timeout=300)
+def _status(*extra: str, textfiles: bool = False) -> tuple[int, dict[str, Any]]:
+    proc = _run("status", str(SIM_INVENTORY), "--json", *extra, timeout=300, textfiles=textfiles)
     try:
         return proc.returncode, dict(json.loads(proc.stdout))
     except ValueError:
@@ -232,8 +235,33 @@ def _freeze_container(node_ip: str) -> str:
     return tree
 
 
+# How long the lab's Prometheus may take to fire SparkctlProgressFrozen after the freeze:
+# its 2 m increase() window and `for: 1m`, at the lab's 15 s scrape and evaluation
+# intervals (roles/monitoring/defaults/main.yml), with room. Polled, never asserted.
+ALERT_PATIENCE_S = 360.0
+
+
+def _watch_round(**limits: int) -> tuple[Any, list[dict[str, Any]]]:
+    """One `serve watch --once --json` round, its figures for the textfile collector;
+    the process and its events."""
+    extra = [f"--{k.replace('_', '-')}={v}" for k, v in limits.items()]
+    proc = _run(
+        "serve",
+        "watch",
+        str(SIM_INVENTORY),
+        "--once",
+        "--json",
+        *extra,
+        timeout=2400,
+        textfiles=True,
+    )
+    events = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert events, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc, events
+
+
 @pytest.mark.fault
-def test_a_frozen_rank_fails_status_and_the_watchdog_restarts_the_whole_group(
+def test_a_frozen_rank_fails_status_fires_the_alert_and_the_watchdog_restarts_the_group(
     lab: LabSession, served: dict[str, Any]
 ) -> None:
     """One fault, every reader of it: rank 2's container frozen with SIGSTOP. Each
@@ -243,10 +271,16 @@ def test_a_frozen_rank_fails_status_and_the_watchdog_restarts_the_whole_group(
 
     - `sparkctl status` exits 1 within one call: the generation probe fails and
       generation is frozen with a request in;
-    - `serve watch --once`, called every 15 s as a timer would, restarts the whole group
-      (detection time printed: the goal is within 60 s);
-    - afterwards serve verify passes, status is healthy again, and the watchdog's next
-      round says the group answers again and how long it was down."""
+    - the lab's Prometheus, scraping the head's SGLang and status's figures, fires
+      SparkctlProgressFrozen and SparkctlGenerationProbeFailing, and not SparkctlRankDown
+      (every unit runs);
+    - then `serve watch --once`, called every 15 s as a timer would, from a fresh state
+      (as a watchdog an operator turns on at the alert), restarts the whole group: its
+      detection time is printed (the goal is within 60 s);
+    - afterwards serve verify passes, status is healthy again, the watchdog's next round
+      says the group answers again and how long it was down, and both alerts clear."""
+    from tests.lab.test_monitoring import active_alerts, push_textfiles, wait_alert  # noqa: PLC0415
+
     spark3 = lab.inventory.node("spark3").mgmt_ip
     results = STATE / "results" / "sim"
     (results / "watch-state.json").unlink(missing_ok=True)
@@ -254,17 +288,23 @@ def test_a_frozen_rank_fails_status_and_the_watchdog_restarts_the_whole_group(
     frozen_at = time.monotonic()
     acted: list[dict[str, Any]] = []
     try:
-        rc, st = _status()
+        rc, st = _status(textfiles=True)
         status_s = time.monotonic() - frozen_at
         assert rc == 1 and st["verdict"] == "degraded", st["problems"]
         (group,) = st["groups"]
         assert not group["probe_ok"] and group["progress"] == "frozen", group
         assert [r["state"] for r in group["ranks"]] == ["active/running"] * 4
         assert any("generation probe failed" in p for p in st["problems"]), st["problems"]
+        push_textfiles(lab, TEXTFILES)
+        # SGLang's own counters, as the lab's Prometheus scrapes them from the head
+        wait_alert(lab, "SparkctlProgressFrozen", "firing", ALERT_PATIENCE_S)
+        alert_s = time.monotonic() - frozen_at
+        wait_alert(lab, "SparkctlGenerationProbeFailing", "firing", 60)
+        assert active_alerts(lab, "SparkctlRankDown") == []
+        watch_from = time.monotonic()
         for _ in range(16):  # at most 16 rounds; the rules decide within about 4
-            proc = _run("serve", "watch", str(SIM_INVENTORY), "--once", "--json", timeout=2400)
-            events = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            assert events, proc.stdout[-2000:] + proc.stderr[-3000:]
+            proc, events = _watch_round()
+            push_textfiles(lab, TEXTFILES)
             acted = [e for e in events if e["decision"] in ("restart_group", "gave_up")]
             if acted:
                 break
@@ -274,23 +314,91 @@ def test_a_frozen_rank_fails_status_and_the_watchdog_restarts_the_whole_group(
         ssh(spark3, f"kill -CONT {tree} 2>/dev/null; true", check=False)
     assert [e["decision"] for e in acted] == ["restart_group"], acted
     assert proc.returncode == 1, proc.stderr[-3000:]
-    detected = acted[0]["at"] - frozen_at
-    back = time.monotonic() - frozen_at
-    print(
-        f"status degraded after {status_s:.0f} s; frozen rank detected by the watchdog "
-        f"after {detected:.0f} s; group restarted and answering {back:.0f} s after the freeze"
-    )
+    detected = acted[0]["at"] - watch_from
+    back = time.monotonic() - watch_from
     rc, _, err = _verify()
     assert rc == 0, err[-3000:]
-    rc, st = _status()
+    rc, st = _status(textfiles=True)
     assert rc == 0, st["problems"]
-    after = _run("serve", "watch", str(SIM_INVENTORY), "--once", "--json", timeout=600)
+    after, events = _watch_round()
+    push_textfiles(lab, TEXTFILES)
     assert after.returncode == 0, after.stdout[-2000:] + after.stderr[-3000:]
-    last = json.loads(after.stdout.splitlines()[-1])
-    assert (last["decision"], last["action"]) == ("healthy", "recovered"), last
-    assert last["downtime_s"] > 0
+    assert (events[-1]["decision"], events[-1]["action"]) == ("healthy", "recovered"), events
+    assert events[-1]["downtime_s"] > 0
     recorded = (results / "watch-events.jsonl").read_text()
     assert '"restart_group"' in recorded and API_KEY not in recorded
+    cleared = wait_alert(lab, "SparkctlProgressFrozen", None, 120)
+    wait_alert(lab, "SparkctlGenerationProbeFailing", None, 60)
+    print(
+        f"status degraded {status_s:.0f} s after the freeze; SparkctlProgressFrozen firing "
+        f"after {alert_s:.0f} s; the watchdog, started then, detected the frozen rank after "
+        f"{detected:.0f} s and the group answered {back:.0f} s after its first round; the "
+        f"alert cleared {cleared:.0f} s after the watchdog's next round"
+    )
+
+
+@pytest.mark.fault
+def test_the_watchdog_gives_up_cleanly_on_a_rank_that_cannot_start(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """Rank 2 dies, and its node has lost the model (the cache's `current` link gone):
+    no restart can bring it back. `serve watch --once --max-restarts 1` restarts the
+    whole group once; the restart fails naming spark3 and the model; the next round
+    opens the circuit breaker: it stops the group (no rank left running, none
+    restarting), exits 1 saying it gave up, and records it. A further round stays given
+    up and restarts nothing. The lab's Prometheus fires SparkctlWatchdogGaveUp from the
+    watchdog's figures; once the model is back and serve up serves, the watchdog's next
+    round closes the breaker and the alert clears."""
+    from tests.lab.test_monitoring import push_textfiles, wait_alert  # noqa: PLC0415
+
+    spark3 = lab.inventory.node("spark3").mgmt_ip
+    results = STATE / "results" / "sim"
+    (results / "watch-state.json").unlink(missing_ok=True)
+    current = f"{CACHE}/current"
+    ssh(spark3, f"mv {current} {current}.away && systemctl stop {UNIT}")
+    try:
+        first, events = _watch_round(max_restarts=1)
+        assert first.returncode == 1, first.stderr[-3000:]
+        decisions = [(e["decision"], e["action"]) for e in events]
+        assert decisions[0] == ("restart_group", "restart_group"), events
+        assert "rank 2 (spark3): unit inactive/dead" in events[0]["seen"], events[0]
+        assert decisions[1:] == [("suspect", "wait")], events
+        why = events[1]["reason"]
+        assert "did not come up" in why and "rank 2 (spark3)" in why, why
+        assert "The model is not on this node" in why, why
+        second, events = _watch_round(max_restarts=1)
+        assert second.returncode == 1, second.stderr[-3000:]
+        assert [(e["decision"], e["action"]) for e in events] == [("gave_up", "stop_group")]
+        assert "serve watch gave up" in second.stderr, second.stderr[-3000:]
+        for node in lab.inventory.nodes:  # stopped, not restarting: nothing left running
+            state = ssh(node.mgmt_ip, f"systemctl is-active {UNIT}", check=False).stdout.strip()
+            assert state in ("inactive", "failed"), (node.name, state)
+        third, events = _watch_round(max_restarts=1)
+        assert third.returncode == 1 and [e["decision"] for e in events] == ["gave_up"], events
+        assert [e["action"] for e in events] == ["none"], events
+        push_textfiles(lab, TEXTFILES)
+        fired = wait_alert(lab, "SparkctlWatchdogGaveUp", "firing", 120)
+        recorded = [
+            json.loads(ln)
+            for ln in (results / "watch-events.jsonl").read_text().splitlines()
+            if ln.strip()
+        ]
+        assert [e["decision"] for e in recorded[-4:]] == [
+            "restart_group",
+            "suspect",
+            "gave_up",
+            "gave_up",
+        ], recorded[-4:]
+    finally:
+        ssh(spark3, f"test -e {current} || mv {current}.away {current}", check=False)
+    up = _run("serve", "up", str(SIM_INVENTORY))
+    assert up.returncode == 0, up.stderr[-4000:]
+    healthy, events = _watch_round(max_restarts=1)
+    assert healthy.returncode == 0, healthy.stdout[-2000:] + healthy.stderr[-3000:]
+    assert events[-1]["reason"] == "healthy again after the watchdog gave up", events
+    push_textfiles(lab, TEXTFILES)
+    cleared = wait_alert(lab, "SparkctlWatchdogGaveUp", None, 120)
+    print(f"SparkctlWatchdogGaveUp fired {fired:.0f} s after the push, cleared {cleared:.0f} s")
 
 
 def test_the_watchdog_stays_quiet_under_a_long_prompt_load(

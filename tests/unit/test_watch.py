@@ -609,8 +609,9 @@ class Ranks:
     """The ranks' side of SSH: unit states (``failed`` names a failed rank until the group
     is restarted), every command that changes a unit kept in order."""
 
-    def __init__(self, failed: str = "") -> None:
+    def __init__(self, failed: str = "", *, stuck: bool = False) -> None:
         self.failed = failed
+        self.stuck = stuck  # the failed rank fails again at every start
         self.changes: list[str] = []
         self.lock = threading.Lock()
 
@@ -618,7 +619,7 @@ class Ranks:
         with self.lock:
             if "systemctl restart" in command or "systemctl stop" in command:
                 self.changes.append(f"{host}: {'stop' if 'stop' in command else 'start'}")
-                self.failed = ""
+                self.failed = self.failed if self.stuck else ""
                 return 0, ""
             if command.startswith("systemctl show -p ActiveState,SubState"):
                 state = (
@@ -647,6 +648,7 @@ def _serve_watch(
     tmp_path: Path,
     head: _Head,
     ranks: Ranks,
+    *extra: str,
 ) -> tuple[int, list[Event], str]:
     port = int(head.base_url.rsplit(":", 1)[1])
 
@@ -663,7 +665,7 @@ def _serve_watch(
     monkeypatch.setattr(watch, "_open", cluster)
     monkeypatch.setattr(up, "Followers", NoFollowers)
     monkeypatch.setattr(up, "POLL_S", 0.05)
-    code, out = run_cli(monkeypatch, capsys, "serve", "watch", str(SIM), "--once", "--json")
+    code, out = run_cli(monkeypatch, capsys, "serve", "watch", str(SIM), "--once", "--json", *extra)
     events = [Event.from_json(ln) for ln in out.splitlines() if ln.startswith("{")]
     return code, events, out
 
@@ -714,6 +716,55 @@ def test_serve_watch_once_restarts_a_group_with_a_dead_rank(
     assert code == 0, out
     assert (events[0].action, events[0].decision) == ("recovered", Decision.HEALTHY)
     assert events[0].downtime_s is not None and events[0].downtime_s > 0
+
+
+def test_serve_watch_gives_up_on_a_rank_that_cannot_start(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    api: _Head,
+) -> None:
+    """--max-restarts 1: the one restart fails naming the rank; the next call opens the
+    breaker, stops every rank and exits 1; a further call restarts nothing."""
+    ranks = Ranks(failed="spark3", stuck=True)
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir()
+    monkeypatch.setenv("SPARKCTL_TEXTFILE_DIR", str(textfiles))
+    code, events, out = _serve_watch(
+        monkeypatch, capsys, tmp_path, api, ranks, "--max-restarts", "1"
+    )
+    assert code == 1, out
+    assert [(e.decision, e.action) for e in events] == [
+        (Decision.RESTART_GROUP, "restart_group"),
+        (Decision.SUSPECT, "wait"),
+    ], out
+    assert "did not come up: a rank's unit stopped: rank 2 (spark3) in phase" in events[1].reason
+    ranks.changes.clear()
+    code, events, out = _serve_watch(
+        monkeypatch, capsys, tmp_path, api, ranks, "--max-restarts", "1"
+    )
+    assert code == 1 and "serve watch gave up" in out, out
+    assert [(e.decision, e.action) for e in events] == [(Decision.GAVE_UP, "stop_group")], out
+    assert sorted(ranks.changes) == [f"spark{i}: stop" for i in range(1, 5)]
+    prom = (textfiles / "sparkctl-watch-sim.prom").read_text()
+    assert 'sparkctl_watchdog_gave_up{cluster="sim",group="main"} 1.0' in prom, prom
+    ranks.changes.clear()
+    code, events, out = _serve_watch(
+        monkeypatch, capsys, tmp_path, api, ranks, "--max-restarts", "1"
+    )
+    assert code == 1 and [(e.decision, e.action) for e in events] == [(Decision.GAVE_UP, "none")], (
+        out
+    )
+    assert ranks.changes == []
+
+
+def test_serve_watch_refuses_limits_out_of_range(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for flag, value in (("--max-restarts", "0"), ("--restart-window", "5"), ("--backoff", "-1")):
+        code, out = run_cli(monkeypatch, capsys, "serve", "watch", str(SIM), flag, value)
+        assert code == ExitCode.BAD_INPUT, (flag, out)
+        assert flag in out, out
 
 
 def test_serve_watch_leaves_a_service_stopped_with_serve_down_alone(

@@ -52,6 +52,9 @@ def _context(root: bool = True, **override: Any) -> dict[str, Any]:
         "_sglang_watchdog_user": user,
         "sparkctl_state_dir": "/root/.local/state/sparkctl" if root else "/home/ops/state",
         "sglang_watchdog_textfile_dir": "",
+        "sglang_watchdog_max_restarts": 3,
+        "sglang_watchdog_restart_window": 3600,
+        "sglang_watchdog_backoff": 30,
         "_sglang_watchdog_vault_env": {},
         # the Python running this test exists: systemd-analyze checks the program
         "sparkctl_python": sys.executable,
@@ -112,6 +115,12 @@ def test_a_root_controller_gets_a_system_unit() -> None:
         "serve",
         "watch",
         "/srv/sparkctl/inventory/lab.ini",
+        "--max-restarts",
+        "3",
+        "--restart-window",
+        "3600",
+        "--backoff",
+        "30",
     ]
     # a crash loop ends; giving up (1) and bad input (2) are never restarted
     assert "Restart=on-failure" in lines and "RestartSec=30" in lines
@@ -156,7 +165,7 @@ def test_systemd_reads_the_rendered_unit_without_a_word_of_complaint(
     assert proc.returncode == 0, proc.stderr
     assert "sparkctl-watch-lab.service" not in proc.stderr, proc.stderr
     # a blank and a % in the inventory's path reach the command line as they are
-    assert _execstart(unit)[-1] == "/srv/my inventories/100% lab.ini"
+    assert _execstart(unit)[5] == "/srv/my inventories/100% lab.ini"
 
 
 @needs_analyze
@@ -208,6 +217,8 @@ def _inventory(tmp_path: Path, extra: str) -> Path:
     [
         ("sglang_watchdog_enabled: maybe\n", "sglang_watchdog_enabled: 'maybe' is a string"),
         ("sglang_watchdog_textfile_dir: metrics\n", "variable sglang_watchdog_textfile_dir"),
+        ("sglang_watchdog_max_restarts: 0\n", "variable sglang_watchdog_max_restarts"),
+        ("sglang_watchdog_restart_window: an hour\n", "sglang_watchdog_restart_window: 'an hour'"),
         ("sparkctl_inventory: /srv/other.ini\n", "is set by sparkctl for every run"),
     ],
 )
@@ -274,7 +285,7 @@ def test_the_role_installs_verifies_and_removes_the_unit(controller: Path) -> No
     key.parent.mkdir(parents=True)
     key.write_text("k" * 40 + "\n")
     key.chmod(0o600)
-    ini = _inventory(tmp_path, "sglang_watchdog_enabled: true\n")
+    ini = _inventory(tmp_path, "sglang_watchdog_enabled: true\nsglang_watchdog_max_restarts: 2\n")
     unit = tmp_path / "units" / "sparkctl-watch-tiny.service"
 
     result = _run(ini, tmp_path)
@@ -287,6 +298,12 @@ def test_the_role_installs_verifies_and_removes_the_unit(controller: Path) -> No
         "serve",
         "watch",
         str(ini.resolve()),
+        "--max-restarts",
+        "2",  # the inventory's, from the head's hostvars
+        "--restart-window",
+        "3600",
+        "--backoff",
+        "30",
     ]
     assert f'Environment="SPARKCTL_STATE_DIR={tmp_path / "state"}"' in text
     out = _stdout(result)
