@@ -469,7 +469,9 @@ def _fetch_main(
 
 
 @pytest.mark.parametrize(
-    "stdin", [TOKEN.encode() + b"\n", TOKEN.encode(), b"  " + TOKEN.encode() + b"\r\n\n"]
+    "stdin",
+    [TOKEN.encode() + b"\n", TOKEN.encode(), b"  " + TOKEN.encode() + b"\r\n\n"],
+    ids=["newline", "bare", "blanks-crlf"],  # the token is random: ids the same in every process
 )
 def test_token_stdin_goes_to_the_library_only(
     tmp_path: Path,

@@ -11,7 +11,6 @@ its head does not answer, is left running with the reasons named.
 
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from sparkctl.inventory import Inventory
 from sparkctl.serve import probe, up
 from sparkctl.serve.cluster import Cluster
 from tests.unit import plans
+from tests.unit.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "inventory" / "sim.ini"
@@ -61,10 +61,8 @@ def health_server() -> Iterator[int]:
 
 
 def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on (tests/unit/ports.py)."""
+    return free_port()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import yaml
 
 from sparkctl.rules import relations
 from tests.unit.pathload import load_file
+from tests.unit.ports import free_port
 from tests.unit.role_templates import template_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -688,9 +689,8 @@ def _wait_argv(port: int, seconds: str = "1") -> list[str]:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on (tests/unit/ports.py)."""
+    return free_port()
 
 
 def test_a_worker_starts_at_once_when_its_head_answers_accepted_or_refused(tmp_path: Path) -> None:

@@ -28,13 +28,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.unit.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "sparkctl" / "lab" / "standins"
@@ -60,9 +62,8 @@ needs_loopback = pytest.mark.skipif(
 
 
 def _free_port() -> int:
-    with closing(socket.socket()) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on (tests/unit/ports.py)."""
+    return free_port()
 
 
 @pytest.fixture

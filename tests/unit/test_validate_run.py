@@ -296,13 +296,19 @@ def test_a_node_that_does_not_answer_is_marked_down_and_its_checks_skipped(tmp_p
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(make_plan()))
     cfg = tmp_path / "ssh_config"
+    # a socket's path must stay under 108 bytes (sun_path), which a pytest-xdist worker's
+    # tmp_path can exceed: the control sockets go to a short directory, as sparkctl's do
+    sockets = Path(tempfile.mkdtemp(prefix="cm-", dir="/tmp"))
     cfg.write_text(
         f"Host spark2\n  HostName 127.0.0.1\n  Port 9\n  BatchMode yes\n"
         f"  StrictHostKeyChecking yes\n  UserKnownHostsFile {tmp_path}/kh\n"
-        f"  ControlMaster auto\n  ControlPath {tmp_path}/cm-%C\n"
+        f"  ControlMaster auto\n  ControlPath {sockets}/%C\n"
         "  ConnectTimeout 3\n"
     )
-    checks, _, down = run.run_node_checks(plan, cfg, ["spark2"], tmp_path / "run")
+    try:
+        checks, _, down = run.run_node_checks(plan, cfg, ["spark2"], tmp_path / "run")
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     assert down == {"spark2"}
     reach = by_check(checks, "reachable")
     assert [(c.outcome, c.message) for c in reach] == [
