@@ -607,7 +607,9 @@ def serve_watch(
         inv,
         once=once,
         interval_s=interval,
-        limits={"max_restarts": max_restarts, "window_s": restart_window, "backoff_s": backoff},
+        max_restarts=max_restarts,
+        window_s=restart_window,
+        backoff_s=backoff,
         extravars=extravars,
         show=partial(present.watch_event, as_json=as_json),
     )

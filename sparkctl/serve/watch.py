@@ -817,26 +817,24 @@ def watch(
     *,
     once: bool,
     interval_s: float = 15.0,
-    limits: Mapping[str, float] | None = None,
+    max_restarts: int = Config.max_restarts,
+    window_s: float = Config.window_s,
+    backoff_s: float = Config.backoff_s,
     extravars: Mapping[str, Any] | None = None,
     show: Callable[[Event], None] = lambda _ev: None,
 ) -> Watched:
     """Rounds over every group until gave_up (or one round with ``once``); every event
     appended to the events file and handed to ``show``. ``once`` keeps the engine's
     state in the state dir between calls, so repeated calls see frozen progress.
-    ``limits``: the breaker's fields of :class:`Config` (max_restarts, window_s,
-    backoff_s)."""
+    ``max_restarts``, ``window_s``, ``backoff_s``: the breaker (:class:`Config`)."""
 
-    breaker = dict(limits or {})
     try:
         base = Config(  # refused before any host is contacted
             interval_s=interval_s,
-            max_restarts=int(breaker.pop("max_restarts", Config.max_restarts)),
-            window_s=float(breaker.pop("window_s", Config.window_s)),
-            backoff_s=float(breaker.pop("backoff_s", Config.backoff_s)),
+            max_restarts=max_restarts,
+            window_s=window_s,
+            backoff_s=backoff_s,
         )
-        if breaker:
-            raise ValueError(f"unknown limits: {', '.join(sorted(breaker))}")
     except ValueError as exc:
         raise SparkctlError(f"serve watch: {exc}", ExitCode.BAD_INPUT) from None
     cluster = _open(inv, extravars)

@@ -60,15 +60,10 @@ def health_server() -> Iterator[int]:
         server.server_close()
 
 
-def _closed_port() -> int:
-    """A loopback port nothing listens on (tests/unit/ports.py)."""
-    return free_port()
-
-
 @pytest.fixture
 def dead_proxy(monkeypatch: pytest.MonkeyPatch) -> str:
     """Every proxy variable at a closed port, credentials in the URL, no NO_PROXY."""
-    url = f"http://proxyuser:{PASSWORD}@127.0.0.1:{_closed_port()}"
+    url = f"http://proxyuser:{PASSWORD}@127.0.0.1:{free_port()}"
     for name in PROXY_NAMES:
         monkeypatch.setenv(name, url)
     for name in ("NO_PROXY", "no_proxy"):
@@ -91,7 +86,7 @@ def test_a_proxy_at_a_dead_port_does_not_reach_the_probe(
 
 
 def test_no_answer_says_why_without_a_traceback() -> None:
-    answer = probe.health(f"http://127.0.0.1:{_closed_port()}", seconds=5.0)
+    answer = probe.health(f"http://127.0.0.1:{free_port()}", seconds=5.0)
     assert answer.status is None and not answer.ok
     assert answer.error.startswith("ConnectError"), answer.error
     assert str(answer).startswith("GET http://127.0.0.1:") and "/health: ConnectError" in str(
@@ -190,7 +185,7 @@ def test_serve_up_that_cannot_reach_a_ready_head_restarts_nothing_and_says_why(
     dead_proxy: str,
 ) -> None:
     nodes = Nodes()
-    code = _serve_up(monkeypatch, tmp_path, _closed_port(), nodes)
+    code = _serve_up(monkeypatch, tmp_path, free_port(), nodes)
     out, err = capsys.readouterr()
     assert code == ExitCode.UNREACHABLE, (out, err)
     assert nodes.changes == []  # no rank restarted, none stopped

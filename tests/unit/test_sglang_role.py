@@ -688,11 +688,6 @@ def _wait_argv(port: int, seconds: str = "1") -> list[str]:
     return ["--wait-for-head", f"127.0.0.1:{port}", "--wait-timeout", seconds, "--", "--x"]
 
 
-def _free_port() -> int:
-    """A loopback port nothing listens on (tests/unit/ports.py)."""
-    return free_port()
-
-
 def test_a_worker_starts_at_once_when_its_head_answers_accepted_or_refused(tmp_path: Path) -> None:
     """Accepted (the head's store listens) or refused (the head is up, SGLang not listening
     yet, which torch's TCPStore client retries itself): the server starts, nothing waited."""
@@ -700,7 +695,7 @@ def test_a_worker_starts_at_once_when_its_head_answers_accepted_or_refused(tmp_p
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen(8)
-        for port in (int(listening.getsockname()[1]), _free_port()):
+        for port in (int(listening.getsockname()[1]), free_port()):
             ran = tmp_path / f"ran-{port}"
             proc = _launch(tmp_path, *_wait_argv(port), env={"RAN": str(ran)})
             assert proc.returncode == 0, proc.stderr

@@ -61,11 +61,6 @@ needs_loopback = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    """A loopback port nothing listens on (tests/unit/ports.py)."""
-    return free_port()
-
-
 @pytest.fixture
 def model_dir(tmp_path: Path) -> Path:
     """A small model directory: a config.json like a Llama's, and one weight file."""
@@ -178,8 +173,8 @@ def cluster(
 
     Each rank serves HTTP on its own address (the head the API, the others the
     release's health server, sglang srt/entrypoints/engine.py:1124)."""
-    c = Cluster(port=_free_port())
-    dist = f"127.0.0.1:{_free_port()}"
+    c = Cluster(port=free_port())
+    dist = f"127.0.0.1:{free_port()}"
     ranks = start if start is not None else [*range(1, nnodes), 0]
     try:
         for rank in ranks:

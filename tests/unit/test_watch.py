@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import queue
-import socket
 import subprocess
 import sys
 import textwrap
@@ -51,6 +50,7 @@ from sparkctl.serve.watch import (
 )
 from tests.unit import plans
 from tests.unit.cli_run import run_cli
+from tests.unit.ports import free_port
 
 if TYPE_CHECKING:
     from sparkctl.serve.cluster import Group
@@ -592,10 +592,7 @@ def test_probe_and_metrics_against_a_head(api: _Head) -> None:
 
 
 def test_a_closed_port_is_a_connect_failure() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    head = cast("Group", _Head(f"http://127.0.0.1:{port}"))
+    head = cast("Group", _Head(f"http://127.0.0.1:{free_port()}"))
     assert watch.generation_probe(head, KEY, 2.0).kind is ProbeKind.CONNECT
     metrics, error = watch.read_metrics(head)
     assert metrics is None and "ConnectError" in error
