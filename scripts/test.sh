@@ -6,6 +6,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
+if [[ $# -eq 0 && "${SPARKCTL_LAB_BACKGROUND:-1}" != 0 && $EUID -eq 0 ]] && command -v podman >/dev/null; then
+  # The lab's image and `lab up` are two minutes of debootstrap, podman and SSH waits:
+  # they run beside the static checks and the first pass, and the second pass's lab
+  # fixture takes their result (tests/lab_bringup.py, SPARKCTL_LAB_BROUGHT_UP in
+  # tests/conftest.py). Whatever ends this script waits for them first, so no `lab up`
+  # is left running behind it; a lab brought up for a second pass that never ran is
+  # taken down again.
+  bringup="$(mktemp --tmpdir sparkctl-bringup.XXXXXX)"
+  .venv/bin/python -m tests.lab_bringup --image >"$bringup" 2>"$bringup.err" &
+  bringup_pid=$!
+  second_pass=0
+  finish_bringup() {
+    wait "$bringup_pid" 2>/dev/null || true
+    if [[ $second_pass -eq 0 && "${SPARKCTL_KEEP_LAB:-0}" != 1 ]]; then
+      .venv/bin/sparkctl lab down >/dev/null 2>&1 || true
+    fi
+    rm -f "$bringup" "$bringup.err"
+  }
+  trap finish_bringup EXIT
+fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
@@ -23,6 +43,11 @@ fi
 unit=0
 rest=0
 .venv/bin/pytest -m "not lab and not host_processes" -n "$(nproc)" --dist loadfile || unit=$?
+if [[ -n "${bringup_pid:-}" ]]; then
+  wait "$bringup_pid" || true
+  second_pass=1
+  export SPARKCTL_LAB_BROUGHT_UP="$bringup"
+fi
 .venv/bin/pytest -m "lab or host_processes" || rest=$?
 if [[ $unit -ne 0 ]]; then
   exit "$unit"

@@ -112,11 +112,7 @@ def _quiet_host(request: pytest.FixtureRequest) -> None:
 
 
 _IMAGE_LOCK = threading.Lock()
-_IMAGE_CODE = (
-    "from sparkctl.lab.image import ensure_image; from sparkctl.lab.lab import lab_dir; "
-    "from sparkctl.lab.podman import Podman; "
-    "print(ensure_image(Podman(), work_dir=lab_dir() / 'build'))"
-)
+_IMAGE_CODE = "from tests.lab_bringup import image; print(image())"
 
 
 def lab_image() -> str:
@@ -159,7 +155,19 @@ class _BroughtUp:
 def _bring_up_lab() -> _BroughtUp:
     """`lab up` from no lab at all (or the running one, with SPARKCTL_KEEP_LAB=1), with the
     host's state from before it: tests/lab_bringup.py, a process with the environment the
-    session started with."""
+    session started with. When scripts/test.sh already ran it beside its first pass, its
+    output is in the file SPARKCTL_LAB_BROUGHT_UP names, and that is the bring-up."""
+    early = os.environ.get("SPARKCTL_LAB_BROUGHT_UP")
+    if early:
+        path = Path(early)
+        errors = path.with_name(path.name + ".err")
+        brought = _brought_up(
+            path.read_text() if path.is_file() else "",
+            errors.read_text() if errors.is_file() else "",
+        )
+        if brought is not None:
+            return brought
+        # Unreadable (the early run was killed): bring the lab up here after all.
     lab_image()
     proc = subprocess.run(
         [sys.executable, "-m", "tests.lab_bringup"],
@@ -171,11 +179,19 @@ def _bring_up_lab() -> _BroughtUp:
         timeout=3600,
         check=False,
     )
-    try:
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+    brought = _brought_up(proc.stdout, proc.stderr)
+    if brought is None:
         return _BroughtUp(None, proc.returncode or 1, proc.stdout[-2000:] + proc.stderr[-4000:])
-    sys.stderr.write(proc.stderr)
+    return brought
+
+
+def _brought_up(stdout: str, stderr: str) -> _BroughtUp | None:
+    """tests/lab_bringup.py's JSON line; None when there is none."""
+    try:
+        out = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    sys.stderr.write(stderr)
     before = (
         None
         if out["before"] is None

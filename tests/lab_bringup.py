@@ -7,6 +7,11 @@ own, a PATH of stubs) and a subprocess started from the session's process meanwh
 would inherit it - the lab's keys once went into a unit test's temporary state dir.
 Prints one JSON object: the host's state from before ``lab up`` (null when a running
 lab is reused) and how ``lab up`` ended.
+
+``--image`` builds the lab's node image first, when it is missing: scripts/test.sh runs
+``python -m tests.lab_bringup --image`` beside its static checks and its first pytest
+pass, and hands the JSON to the second pass's lab fixture (SPARKCTL_LAB_BROUGHT_UP), so
+the two minutes of debootstrap, podman and SSH waits are not spent at its start.
 """
 
 from __future__ import annotations
@@ -31,7 +36,33 @@ def _sparkctl(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def main() -> int:
+def image() -> str:
+    """The lab's node image, built when missing (the lab's bring-up and the molecule
+    scenarios both need it: tests/conftest.py lab_image)."""
+    from sparkctl.lab.image import ensure_image  # noqa: PLC0415
+    from sparkctl.lab.lab import lab_dir  # noqa: PLC0415
+    from sparkctl.lab.podman import Podman  # noqa: PLC0415
+
+    return ensure_image(Podman(), work_dir=lab_dir() / "build")
+
+
+def _build_image() -> str | None:
+    """None once the image is there, or why it could not be built."""
+    from sparkctl.errors import SparkctlError  # noqa: PLC0415
+
+    try:
+        image()
+    except (SparkctlError, OSError, subprocess.SubprocessError) as exc:
+        return f"building the lab image failed: {exc}"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    if "--image" in argv:
+        failed = _build_image()
+        if failed is not None:
+            print(json.dumps({"before": None, "returncode": 1, "stderr": failed[-4000:]}))
+            return 0
     keep = os.environ.get("SPARKCTL_KEEP_LAB") == "1"
     before: HostSnapshot | None = None
     # A run killed mid-test may have left a fault test's firewall rule behind
@@ -68,4 +99,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))
