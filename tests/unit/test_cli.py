@@ -19,6 +19,7 @@ import click
 import pytest
 
 from sparkctl import __version__, cli
+from sparkctl.commands import lab as lab_commands
 from sparkctl.errors import ExitCode
 
 pytestmark = pytest.mark.filterwarnings(
@@ -295,13 +296,13 @@ def test_model_sync_bad_extra_vars_are_usage_errors(
 
 
 def test_lab_model_size_is_parsed_in_binary_units() -> None:
-    assert cli.parse_size("1GiB") == 1 << 30
-    assert cli.parse_size("512M") == 512 << 20
-    assert cli.parse_size("64 MiB") == 64 << 20
-    assert cli.parse_size("1048576") == 1 << 20
+    assert lab_commands.parse_size("1GiB") == 1 << 30
+    assert lab_commands.parse_size("512M") == 512 << 20
+    assert lab_commands.parse_size("64 MiB") == 64 << 20
+    assert lab_commands.parse_size("1048576") == 1 << 20
     for bad in ("lots", "-1G", "1PB", "0"):
         with pytest.raises(click.BadParameter):
-            cli.parse_size(bad)
+            lab_commands.parse_size(bad)
 
 
 def test_report_nccl_parses_a_saved_log(

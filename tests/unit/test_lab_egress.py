@@ -376,9 +376,9 @@ def test_remove_takes_the_guard_away(routed_lab: tuple[str, str, str]) -> None:
 def test_lab_status_says_when_the_guard_is_missing(
     guard: bool, warned: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sparkctl import cli  # noqa: PLC0415 -- the click layer, only here
+    from sparkctl.commands import lab  # noqa: PLC0415 -- the click layer, only here
 
-    cli._show_status({"up": True, "rate_mbit": 1000, "egress_guard": guard, "hosts": []})
+    lab.show_status({"up": True, "rate_mbit": 1000, "egress_guard": guard, "hosts": []})
     out = capsys.readouterr().out
     assert "ports shaped to 1000 Mbit/s" in out
     assert ("NO egress guard" in out) is warned

@@ -22,9 +22,9 @@ from sparkctl.serve.up import UpResult
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "sparkctl"
 SIM = REPO / "inventory" / "sim.ini"
-# Where results may be printed: the presentation, the click layer, the consoles
+# Where results may be printed: the presentation, the click layer (cli.py, commands/), the consoles
 # themselves, and the lab (a separate user feature with its own output).
-PRINTERS = {"present", "cli.py", "console.py", "lab"}
+PRINTERS = {"present", "cli.py", "commands", "console.py", "lab"}
 
 
 def _core_modules() -> list[Path]:
