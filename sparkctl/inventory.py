@@ -646,14 +646,8 @@ def _vault_problem(have_password: bool) -> str:
 def _error_origin(exc: BaseException) -> str | None:
     """ "file:line:column" of what an Ansible error is about (a YAML file's syntax error),
     when Ansible says: the error, or one it was raised from, carries the origin."""
-    try:
-        from ansible._internal._datatag._tags import Origin  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - other ansible-core versions
-        return None
     for error in _chain(exc):
         obj = getattr(error, "obj", None)
-        if isinstance(obj, Origin):
-            return str(obj)
         where = origin_of(obj) if obj is not None else None
         if where:
             return where

@@ -33,6 +33,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sparkctl.ansible_compat import origin_of
+
 from .common import (
     DEFAULT_SGLANG_GROUP,
     SPARKS,
@@ -42,7 +44,6 @@ from .common import (
     Problem,
     is_secret_name,
     load_yaml,
-    origin_of,
     plain,
 )
 from .connection import ssh_options

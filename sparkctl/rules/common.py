@@ -77,20 +77,6 @@ def plain(value: Any) -> Any:
     return value
 
 
-def origin_of(value: object) -> str | None:
-    """Where Ansible read ``value`` from ("file:line:column"), when it knows.
-
-    ansible-core 2.19 tags loaded values with their origin; the API is internal,
-    so this degrades to ``None`` on other versions (and outside Ansible).
-    """
-    try:
-        from ansible._internal._datatag._tags import Origin  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - other ansible-core versions
-        return None
-    tag = Origin.get_tag(value)
-    return None if tag is None else str(tag)
-
-
 def same_everywhere(hostvars: Mapping[str, Mapping[str, Any]], name: str) -> bool:
     values = [hv[name] for hv in hostvars.values() if name in hv]
     return len(values) == len(hostvars) and all(v == values[0] for v in values)

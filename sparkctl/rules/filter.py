@@ -6,8 +6,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sparkctl.ansible_compat import origin_of
+
 from . import check, data
-from .common import PLAY_VARS, SPARKS, SWITCHES, origin_of, plain
+from .common import PLAY_VARS, SPARKS, SWITCHES, plain
 from .schema import fact_names, load_specs
 from .secrets import plaintext_secret, secret_problem
 

@@ -16,7 +16,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-from .common import Problem, is_secret_name, origin_of, same_everywhere
+from sparkctl.ansible_compat import is_vaulted, origin_of
+
+from .common import Problem, is_secret_name, same_everywhere
 from .schema import fact_names
 
 # Every variable a connection, become or shell plugin of Ansible reads a password or
@@ -66,17 +68,8 @@ def plaintext_secret(name: str, value: Any) -> bool:
     return _plaintext(value, None)
 
 
-def _vaulted(value: Any) -> bool:
-    try:
-        from ansible._internal._datatag._tags import VaultedValue  # noqa: PLC0415
-        from ansible.parsing.vault import EncryptedString  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - other ansible-core versions
-        return False
-    return isinstance(value, EncryptedString) or VaultedValue.is_tagged_on(value)
-
-
 def _plaintext(value: Any, parent: str | None) -> bool:
-    if value is None or isinstance(value, bool) or _vaulted(value):
+    if value is None or isinstance(value, bool) or is_vaulted(value):
         return False
     where = origin_of(value) or parent
     if isinstance(value, Mapping | list | tuple):

@@ -27,17 +27,16 @@ the task. The writing is plain functions the unit tests import.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import pwd
 import re
 import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
-# ansible.builtin.template's own source of the template_* variables and
-# ansible_managed (private to ansible-core; sparkctl pins ansible 12.x, i.e. core 2.19).
-from ansible._internal._templating import _template_vars
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.action import ActionBase
@@ -179,6 +178,29 @@ def content_bytes(content: object) -> bytes:
     return data
 
 
+def template_vars(path: str, fullpath: str, dest: str) -> dict[str, Any]:
+    """The template_* variables ansible.builtin.template documents for a template's use
+    (its module documentation, "template_host", "template_path", "template_fullpath",
+    "template_destpath", "template_uid", "template_run_date"; and template_mtime), with
+    the values ansible-core 2.19 gives them (lib/ansible/_internal/_templating/
+    _template_vars.py, which is private: hence this copy, from public calls)."""
+    st = os.stat(fullpath)  # noqa: PTH116 -- the stat ansible-core takes, as a string path
+    uid: int | str
+    try:
+        uid = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        uid = st.st_uid
+    return {
+        "template_host": os.uname()[1],
+        "template_path": path,
+        "template_mtime": datetime.datetime.fromtimestamp(st.st_mtime),
+        "template_uid": uid,
+        "template_run_date": datetime.datetime.now(),
+        "template_destpath": dest,
+        "template_fullpath": fullpath,
+    }
+
+
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type hints
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -227,14 +249,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible ships no type h
         # template's search path: the 'templates' subdir of each, then each.
         searchpath = [q for p in searchpath for q in (os.path.join(p, "templates"), p)]  # noqa: PTH118
         temp_vars = task_vars.copy()
-        temp_vars.update(
-            _template_vars.generate_ansible_template_vars(
-                path=src,
-                fullpath=source,
-                dest_path=dest,
-                include_ansible_managed="ansible_managed" not in temp_vars,
-            )
-        )
+        temp_vars.update(template_vars(src, source, dest))
+        if "ansible_managed" not in temp_vars:
+            # cluster_defaults sets it (its defaults/main.yml); ansible-core's own
+            # fallback, the deprecated DEFAULT_MANAGED_STR, has no public reader.
+            raise AnsibleActionFail("ansible_managed is not set (cluster_defaults sets it)")
         templar = self._templar.copy_with_new_env(
             searchpath=searchpath, available_variables=temp_vars
         )
