@@ -9,7 +9,7 @@ number of files, and from ansible-runner's job events the seconds of the
 preflight play and of each role, split into tasks that wrote a file
 ("writes": template, copy, file or sparkctl_render_file) and the rest. Right
 before each render, `sparkctl inventory check` of the same inventory is timed
-the same way, so the render's multiple of it (issue 17 asks for 3x at most)
+the same way, so the render's multiple of it (the goal is 3x at most)
 is measured in the same minute, under the same load.
 ``--checkout DIR`` runs the sparkctl, playbooks and roles of another tree (a
 `git worktree` of an older commit, say) with this venv, so a before and an

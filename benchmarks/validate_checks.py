@@ -91,6 +91,13 @@ def ansible_way(plan_file: Path, inv_path: Path, nodes: list[str], work: Path) -
     return took, json.loads(out.read_text())["checks"]
 
 
+def _shown(path: Path) -> str:
+    """The inventory as a result records it: relative to the repository when it is
+    inside, so that a committed result names no checkout's location."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("inventory", nargs="?", default=str(REPO / "inventory" / "sim.ini"))
@@ -133,7 +140,7 @@ def main() -> int:
     result = {
         "benchmark": "validate-checks",
         "when": dt.datetime.now(dt.UTC).isoformat(),
-        "inventory": str(args.inventory),
+        "inventory": _shown(Path(args.inventory)),
         "nodes": nodes,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "runs": rows,

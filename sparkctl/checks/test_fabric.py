@@ -2,7 +2,7 @@
 
 A DF-bit ping of the full MTU (``ping -M do -s MTU-28``) crosses the switch
 only if every hop carries jumbo frames; a switch port left at 1500 drops it
-while small pings pass (dgx-spark.md, "The network"). A failing case says
+while small pings pass (docs/reference.md, "The network"). A failing case says
 which of the two it is. The neighbour's MAC is recorded for the cluster-wide
 duplicate-address check sparkctl runs over every node's results.
 """

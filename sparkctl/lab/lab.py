@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 LABEL = "io.sparkctl.lab"
 NETWORK = "sparkctl-lab"
-MGMT_IF = "enP7s7"  # the Spark's onboard management NIC (dgx-spark.md, "The network")
+MGMT_IF = "enP7s7"  # the Spark's onboard management NIC (docs/reference.md, "The network")
 HW_FILE = "/etc/sparkctl-lab/hardware.json"
 # A Spark's memory is its own; a lab node's would be the controller's, which every
 # node and the controller share (/proc/meminfo shows the host's). A memory limit on

@@ -3,7 +3,8 @@
 One rank per node, launched by Open MPI's ``mpirun`` on the head over SSH as
 the cluster user, with every variable of the node's NCCL environment file
 exported to every rank (``-x``), as NVIDIA's Spark switch guide runs it
-(dgx-spark.md, "nccl-tests"). The largest size of the sweep is derived from
+(NVIDIA/dgx-spark-playbooks nvidia/multi-sparks-through-switch/README.md,
+step 7). The largest size of the sweep is derived from
 the memory actually available on the nodes: a fixed ``-e 16G`` used about
 32 GB per node and froze a Spark (dgx-spark-playbooks #102). When the
 all-node run fails, pairwise runs (two ranks) over disjoint pairs, round by
@@ -116,7 +117,7 @@ class Launch:
             argv += ["-x", key]
         if self.nccl_home:
             # nccl-tests is linked against the pinned NCCL build, not DGX OS's libnccl2
-            # (dgx-spark.md, "NCCL": two 2.28.9 builds behaved differently).
+            # (two 2.28.9 builds behaved differently: vllm-project/vllm #42354, #41725).
             argv += ["-x", "LD_LIBRARY_PATH"]
         return argv + self.program_argv()
 

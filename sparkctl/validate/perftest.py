@@ -4,9 +4,10 @@ Real Sparks only: it needs RDMA devices, which the lab has none of (no
 soft-RoCE in its kernel), so there the report says "not available". Each
 pair of the first round of disjoint pairs (every node in one pair) runs both
 twins at once, as NVIDIA's benchmarking guide measured them: 92.57 + 97.28 =
-189.85 Gb/s on one 200 Gb/s port (dgx-spark.md, "The network"). The sum of
-the two twins is judged against the port's line rate with the same fraction
-as the NCCL gate.
+189.85 Gb/s on one 200 Gb/s port (NVIDIA/dgx-spark-playbooks
+nvidia/connect-two-sparks/assets/performance_benchmarking_guide.md). The sum
+of the two twins is judged against the port's line rate with the same
+fraction as the NCCL gate.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`sparkctl validate` end to end on the lab: it passes on a provisioned lab, and it
-fails, naming the node, interface and switch port, for each fault the issue lists.
+fails, naming the node, interface and switch port, for each fault below.
 
 Faults are injected on the lab switch as a person would cause them (`sparkctl
 lab port`): a port left at MTU 1500, a pulled cable, a port shaped to a

@@ -461,7 +461,7 @@ def test_duplicate_node_rank_is_refused_by_validate(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------- every rule, through the CLI
-# One bad inventory per rule of the issue: a copy of sim.ini (and its
+# One bad inventory per inventory rule: a copy of sim.ini (and its
 # group_vars) with one edit. `sparkctl inventory check` must exit 2 and print a
 # line that names the file (where the value is, or the inventory when it is
 # missing), the host (or "all hosts" for a cluster-wide setting) and the variable.

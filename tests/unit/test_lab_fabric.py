@@ -50,7 +50,7 @@ TC_QDISC_JSON = (
     '{"kind":"tbf","handle":"8014:","dev":"ifb-swp1","root":true,"refcnt":2,'
     '"options":{"rate":31250000,"burst":131062,"lat":25000}}]'
 )
-# The brief's single-device capture:
+# A single-device capture, made with:
 #   ip netns add t1; ip -n t1 link add d0 type ifb; ip -n t1 link set d0 up
 #   ip netns exec t1 tc qdisc add dev d0 root tbf rate 250mbit burst 131072 latency 25ms
 #   ip netns exec t1 tc -j qdisc show; ip netns del t1

@@ -1,6 +1,6 @@
 """An injection of each class reaches no rendered file: `render` refuses it first.
 
-The classes the security read found (issue 16): a newline that starts another unit or
+The classes a security review of render found: a newline that starts another unit or
 env-file line, shell metacharacters in a value a shell or a launcher reads, an ssh
 option that runs a command or vouches for host keys, a path that leaves the directory
 it names. For each, `sparkctl render` (in-process, its own entry point) exits 2 naming

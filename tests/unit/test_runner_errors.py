@@ -19,7 +19,7 @@ YAML_ERROR = (
         "followed by a non-space character.\x1b[0m\n"
     )
     + """\
-Origin: /work/main/roles/nvidia_driver/tasks/verify.yml:64:91
+Origin: /home/ops/sparkctl/roles/nvidia_driver/tasks/verify.yml:64:91
 
 62   ansible.builtin.package_facts:
 """
@@ -30,7 +30,7 @@ def test_yaml_error_is_found_with_its_origin() -> None:
     errors = ansible_errors("PLAY [x]\n" + YAML_ERROR)
     assert errors == [
         "YAML parsing failed: Colons in unquoted values must be followed by a "
-        "non-space character. | Origin: /work/main/roles/nvidia_driver/tasks/"
+        "non-space character. | Origin: /home/ops/sparkctl/roles/nvidia_driver/tasks/"
         "verify.yml:64:91"
     ]
 

@@ -909,7 +909,7 @@ def test_stream_is_sent_while_generating(tmp_path: Path, model_dir: Path) -> Non
         )
         resp = conn.getresponse()
         events: list[dict[str, Any]] = []
-        while len(events) < 4:  # role, the prefill's token, decode steps 1 (reported) and 2
+        while len(events) < 4:  # role, the prefill's token, two decode steps (the first reported)
             line = resp.fp.readline().decode()
             if line.startswith("data: "):
                 events.append(json.loads(line[len("data: ") :]))

@@ -74,7 +74,7 @@ def test_both_twins_of_each_pair_at_once_and_judged_as_one_port(tmp_path: Path) 
     by_host = {c.host: c for c in checks}
     assert set(by_host) == {"spark1", "spark2"}  # first round: spark1-spark4, spark2-spark3
     good, slow = by_host["spark1"], by_host["spark2"]
-    # NVIDIA's figures for one port, both twins at once (dgx-spark.md): 189.85 of 200.
+    # Both twins of one port at once, as NVIDIA's perftest guide measured them: 189.85 of 200.
     assert good.outcome == "passed" and "92.57 + 97.28 = 189.85 Gb/s" in good.message
     assert good.subject == "-> spark4 (both twins)"
     assert slow.outcome == "failed" and "120.00 Gb/s, 60%" in slow.message

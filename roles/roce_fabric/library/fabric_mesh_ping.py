@@ -3,7 +3,7 @@
 
 A host at MTU 9000 behind a switch port left at 1500 drops large frames
 silently; ``ping -M do -s MTU-28`` is the test that catches it
-(dgx-spark.md, "The network"). Pings run in parallel; the result names the
+(docs/reference.md, "The network"). Pings run in parallel; the result names the
 interface and the peer for every failure.
 """
 

@@ -3,8 +3,9 @@
 
 NCCL_IB_GID_INDEX is one number for every HCA NCCL uses, so this module finds
 the index of the RoCE v2 GID that carries each twin's IPv4 address and
-insists that it is the same on every twin (3 in NVIDIA's guide and on the
-DGX Sparks seen so far; dgx-spark.md "The network": *verify*, do not trust).
+insists that it is the same on every twin (3 in NVIDIA's perftest guide and
+on the DGX Sparks seen so far; docs/reference.md, "The network": *verify*, do
+not trust).
 
 The GID table is read from sysfs (``/sys/class/infiniband/<dev>/ports/<p>/
 gids/<i>`` with ``gid_attrs/types`` and ``gid_attrs/ndevs``) when the kernel

@@ -1,7 +1,7 @@
 """Filters of the sglang role: the launch command of each rank, and reading it back.
 
 The command line of every rank follows from the inventory alone (SGLang docs,
-``multi_node_deployment``; dgx-spark.md "SGLang across nodes")::
+``multi_node_deployment``; docs/reference.md, "SGLang across nodes")::
 
     python3 LAUNCHER [--secrets-file F] -- --model-path M --tp-size 4 --nnodes 4
         --node-rank R --dist-init-addr <fabric_a_ip of the group's head>:<port>

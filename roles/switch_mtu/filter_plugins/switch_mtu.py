@@ -473,7 +473,7 @@ def nvue_commands(patch_path: Any, confirm_seconds: int) -> dict[str, list[list[
       ``nv config patch <file>`` (NVUE wants the full path) puts the document
       into the pending revision: the inventory's values travel as data.
     - ``apply``: ``nv config apply --confirm <N>s`` rolls back by itself unless
-      confirmed within N seconds (dgx-spark.md, "Switches"; NVUE Config Commands).
+      confirmed within N seconds (NVUE command reference, "Config Commands").
     - ``confirm``: keeps the applied revision once the controller reconnected.
     - ``save``: writes the startup configuration; Cumulus Linux 5.9 and later
       already save on apply (auto-save), 5.8 and earlier need it to survive a reboot.
