@@ -33,23 +33,110 @@ the NCCL library version (``nccl-library=22809`` on the version line of
 2.17+, NCCL's own ``NCCL version 2.28.9+cuda13.0`` INFO line with
 ``NCCL_DEBUG=INFO``) and one :class:`Rank` per ``#  Rank  0 Group  0 Pid ...
 on HOST device  0 [BUS] NAME`` line (older layouts have no ``Group``), and the
-network NCCL's INFO lines show (``Using network IB`` / ``via NET/Socket``, read
-by :func:`sparkctl.sglang_logs.nccl_transport`), which the gate needs where RDMA
-is expected.
+network NCCL's INFO lines show (``Using network IB`` / ``via NET/Socket``,
+:func:`nccl_transport`), which the gate needs where RDMA is expected.
+
+NCCL's own log lines are read here, for nccl-tests logs and for SGLang's ranks alike
+(sparkctl/serve/startup/reader.py asks :func:`transport_of` and :func:`nccl_version`
+for every journal line): which network a communicator uses (:func:`nccl_transport`,
+:func:`transport_signature`) and which NCCL the process loaded (:func:`nccl_version`).
+Their patterns are data with their sources, in nccl_parse.yml beside this file, read and
+checked as the start-up catalogue is (sparkctl/serve/startup/catalogue.py).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
+from types import MappingProxyType
 from typing import Any
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.sglang_logs import nccl_transport  # NCCL's INFO lines: one reader
+from sparkctl.serve.startup import catalogue
+from sparkctl.serve.startup.catalogue import Pattern, Rule, Signature
 
+# ------------------------------------------------------------ NCCL's own lines
+#: nccl_parse.yml's shape (the pattern and rule parts are the start-up catalogue's).
+DATA_SCHEMA: Mapping[str, Any] = MappingProxyType(
+    {
+        "type": "object",
+        "properties": {
+            "transport": {
+                "type": "object",
+                "properties": {
+                    "ib": {"$ref": "#/$defs/patterns"},
+                    "socket": {"$ref": "#/$defs/patterns"},
+                },
+                "required": ["ib", "socket"],
+                "additionalProperties": False,
+            },
+            "socket_transport": {
+                "allOf": [{"$ref": "#/$defs/rule"}, {"not": {"required": ["patterns"]}}]
+            },
+            "versions": {"$ref": "#/$defs/patterns"},
+        },
+        "required": ["transport", "socket_transport", "versions"],
+        "additionalProperties": False,
+    }
+)
+_DATA = catalogue.read_data("sparkctl", "nccl_parse.yml", DATA_SCHEMA)
+
+#: NCCL's own lines that say which network a communicator uses (NCCL_DEBUG=INFO).
+TRANSPORT_PATTERNS: Mapping[str, tuple[Pattern, ...]] = MappingProxyType(
+    {kind: tuple(map(catalogue.pattern, ps)) for kind, ps in _DATA["transport"].items()}
+)
+#: Lines that name the NCCL the process loaded; group 1 is the version as printed.
+NCCL_VERSION_PATTERNS: tuple[Pattern, ...] = tuple(map(catalogue.pattern, _DATA["versions"]))
+#: ``nccl_socket_transport``: sockets where RDMA is expected.
+SOCKET_TRANSPORT_RULE: Rule = catalogue.rule(_DATA["socket_transport"])
+
+
+def transport_of(line: str) -> str | None:
+    """``'ib'`` or ``'socket'`` if the line is one of NCCL's that name the network, else
+    None."""
+    for kind, patterns in TRANSPORT_PATTERNS.items():
+        if any(p.search(line) for p in patterns):
+            return kind
+    return None
+
+
+def nccl_version(line: str) -> str | None:
+    """The NCCL version a log line says the process loaded ("2.28.3+cuda13.0"), or None."""
+    for pattern in NCCL_VERSION_PATTERNS:
+        m = pattern.compiled.search(line)
+        if m is not None:
+            return m.group(1)
+    return None
+
+
+def nccl_transport(lines: Iterable[str]) -> str | None:
+    """The network NCCL uses, from its INFO lines: ``'socket'`` if any line shows the Socket
+    transport (or no IB device), else ``'ib'`` if one shows IB, else None (NCCL_DEBUG below
+    INFO, or a line of neither kind). One socket communicator is enough to call it sockets:
+    where RDMA is expected, it is the one that makes the group slow."""
+    seen: set[str] = set()
+    for line in lines:
+        kind = transport_of(line)
+        if kind:
+            seen.add(kind)
+    if "socket" in seen:
+        return "socket"
+    return "ib" if "ib" in seen else None
+
+
+def transport_signature(
+    transport: str | None, *, expected: str = "ib", rank: int | None = None, line: str = ""
+) -> Signature | None:
+    """``nccl_socket_transport`` when NCCL uses sockets where ``expected`` is ``'ib'``."""
+    if expected == "ib" and transport == "socket":
+        return SOCKET_TRANSPORT_RULE.signature(line, rank)
+    return None
+
+
+# ------------------------------------------------------------ nccl-tests' table
 _LEAD = ("size", "count", "type")
 _TIMES = ("time", "cputime")
 _CHECKS = ("#wrong", "error")
@@ -149,8 +236,8 @@ class NcclReport:
     nccl_headers: str | None = None  # the NCCL nccl-tests was compiled against
     nccl_banner: list[str] = field(default_factory=list)  # versions NCCL's INFO lines name
     ranks: list[Rank] = field(default_factory=list)
-    # The network NCCL's INFO lines show (sparkctl.sglang_logs.nccl_transport): "ib",
-    # "socket", or None where the log has no such line (NCCL_DEBUG below INFO).
+    # The network NCCL's INFO lines show (nccl_transport): "ib", "socket", or None
+    # where the log has no such line (NCCL_DEBUG below INFO).
     transport: str | None = None
 
     @property

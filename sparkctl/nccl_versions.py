@@ -5,7 +5,7 @@
 there (another build, possibly another release), which nothing else
 measures. ``serve up`` reads the version each rank's process loaded from its
 journal (NCCL's ``NCCL version 2.28.3+cuda13.0`` INFO banner,
-:func:`sparkctl.sglang_logs.nccl_version`) and keeps it with the cluster's serve
+:func:`sparkctl.nccl_parse.nccl_version`) and keeps it with the cluster's serve
 state (:func:`save`); both reports show the two side by side and warn when they
 differ or when a version is known to be bad on Sparks (:data:`KNOWN_BAD`, data
 with its public source).

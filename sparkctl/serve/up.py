@@ -3,7 +3,7 @@
 Workers start first, then the head (the unit files say so too): the head
 serves the dist-init rendezvous, and workers retry until it answers. Every
 rank's journal is followed over SSH while it starts; its lines move the rank
-through the start-up phases (sparkctl.sglang_logs) and are matched against the
+through the start-up phases (sparkctl.serve.startup) and are matched against the
 known failure signatures. The wait ends when the head answers /health, when a
 rank fails (its unit exits or a fatal signature appears), or at
 ``sglang_serve_timeout``; a failure names the rank, shows its last lines and
@@ -34,13 +34,13 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from sparkctl import console, inventory, nccl_versions, tool_output
-from sparkctl import sglang_logs as logs
+from sparkctl import console, inventory, nccl_parse, nccl_versions, tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.serve import intent, memory, probe
 from sparkctl.serve.cluster import Cluster, Group, open_cluster
 from sparkctl.serve.memory import Back, Leftover
+from sparkctl.serve.startup import reader as logs
 
 POLL_S = 3.0
 # Seconds the controller keeps asking /health after a head's journal said it is ready
@@ -49,7 +49,8 @@ POLL_S = 3.0
 READY_GRACE_S = 30.0
 UNREACHABLE = "unreachable"
 # SGLang's ready line (sglang 0.5.17 srt/entrypoints/http_server.py, after the warm-up
-# request; sglang_logs' Phase.READY marker, which tests/unit/test_serve_up.py holds it to).
+# request; the start-up catalogue's Phase.READY marker, which tests/unit/test_serve_up.py
+# holds it to).
 READY_LINE = "The server is fired up and ready to roll!"
 # Seconds a stopped unit's last journal lines get to arrive before it is explained.
 SETTLE_S = 2.0
@@ -90,7 +91,7 @@ class Rank:
             self.since = time.monotonic()
         # NCCL falling back to sockets starts and serves, at a fraction of the fabric's
         # speed: where RDMA is expected that is a failed start-up, said as such.
-        sig = logs.transport_signature(
+        sig = nccl_parse.transport_signature(
             self.log.transport if self.rdma_expected else None, rank=self.rank, line=line
         )
         if sig is not None and all(s.id != sig.id for s in self.log.signatures):

@@ -6,7 +6,7 @@ left alone, sizes its static pool for a discrete GPU: on GB10 ``nvidia-smi
 --query-gpu=memory.total`` answers ``[N/A]`` (unified memory; marimo-team/marimo
 PR #6822), so ``get_nvgpu_memory_capacity`` falls back to torch's total, the whole
 119.7 GiB the OS shares, and ``_handle_gpu_memory_settings`` keeps back only
-about 14 GiB of it. And ``memory_unbalanced`` (sparkctl/sglang_logs.py) says the
+about 14 GiB of it. And ``memory_unbalanced`` (sparkctl/serve/startup/catalogue.yml) says the
 release stops a rank whose memory is short: SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK
 is true by default.
 

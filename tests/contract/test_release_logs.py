@@ -1,6 +1,7 @@
 """The start-up markers and failure signatures, and the stand-in's lines, against the release.
 
-``sparkctl serve up`` reads every rank's journal with sparkctl/sglang_logs.py;
+``sparkctl serve up`` reads every rank's journal with sparkctl/serve/startup
+(catalogue.yml, and sparkctl/nccl_parse.yml for NCCL's own lines);
 the lab's SGLang stand-in prints the lines it reads from
 sparkctl/lab/standins/sglang/release.py. Both carry their sources as data.
 Here every ``sglang:<path>:<line>`` citation is looked up in the installed
@@ -24,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import sglang_logs as logs
 from sparkctl.lab.standins.sglang import release as rel
+from sparkctl.serve.startup import reader as logs
 from tests.contract.conftest import SGLangRelease
 from tests.unit.test_sglang_standin import Cluster, _up, cluster, model_dir, needs_loopback
 
@@ -34,7 +35,7 @@ __all__ = ["model_dir"]  # the fixture, imported for pytest
 pytestmark = pytest.mark.contract
 
 WINDOW = 15  # lines either side of the cited one
-# Origins a citation may name besides the release (see logs.py and release.py).
+# Origins a citation may name besides the release (see catalogue.yml and release.py).
 OTHER_ORIGINS = {
     "sglang@0.4.6",
     "nccl",
@@ -57,10 +58,10 @@ OTHER_ORIGINS = {
 
 
 def _citations() -> Iterator[tuple[str, str, tuple[str, ...]]]:
-    """(what cites, the reference, the text pieces) for logs.py and release.py."""
+    """(what cites, the reference, the text pieces) for the catalogue and release.py."""
     for owner, pattern in logs.PATTERNS:
         for source in pattern.sources:
-            yield f"logs.py {owner} {pattern.regex!r}", source.ref, source.text
+            yield f"catalogue {owner} {pattern.regex!r}", source.ref, source.text
     for name, msg in rel.messages().items():
         yield f"release.py {name}", msg.source.split(" ", 1)[0], msg.text
 

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from sparkctl import nccl_parse, nccl_versions, present
-from sparkctl import sglang_logs as logs
 from sparkctl.serve import up
+from sparkctl.serve.startup import reader as logs
 from tests.unit.test_serve_up import FakeCluster
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -45,8 +45,8 @@ def _image_version() -> str | None:
 def test_a_ranks_journal_says_which_nccl_its_process_loaded() -> None:
     assert _image_version() == "2.28.9+cuda13.0"
     torch_error = (FIXTURES / "sglang" / "nccl_no_route_hkproj1.log").read_text().splitlines()[0]
-    assert logs.nccl_version(torch_error) == "2.18.6"
-    assert logs.nccl_version("NCCL INFO Using network IB") is None
+    assert nccl_parse.nccl_version(torch_error) == "2.18.6"
+    assert nccl_parse.nccl_version("NCCL INFO Using network IB") is None
     # SGLang's own line on TP0 says it at any NCCL_DEBUG (pynccl.py), without the build.
     rank = logs.RankLog()
     for line in (FIXTURES / "sglang" / "clean_gloo_nccl_sglang10053.log").read_text().splitlines():

@@ -22,11 +22,11 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkctl import sglang_logs as logs
 from sparkctl.errors import ExitCode
 from sparkctl.inventory import Inventory
 from sparkctl.serve import probe, up
 from sparkctl.serve.cluster import Cluster
+from sparkctl.serve.startup import reader as logs
 from tests.unit import plans
 from tests.unit.ports import free_port
 
@@ -115,7 +115,7 @@ def test_the_hints_compare_the_controllers_address_with_the_allowed_cidrs() -> N
     assert probe.allowed("not-an-address", ["10.77.0.0/24"]) is None
 
 
-def test_the_ready_line_serve_up_looks_for_is_sglang_logs_ready_marker() -> None:
+def test_the_ready_line_serve_up_looks_for_is_the_catalogues_ready_marker() -> None:
     (line,) = [ln for ln in READY_LOG.read_text().splitlines() if up.READY_LINE in ln]
     assert logs.phase_of(line) is logs.Phase.READY
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from sparkctl import sglang_logs as logs
 from sparkctl.errors import SparkctlError
 from sparkctl.plan import Plan, SglangPlan
 from sparkctl.serve import up
+from sparkctl.serve.startup import reader as logs
 from tests.unit import plans
 from tests.unit.test_serve_probe import _Health as Health
 

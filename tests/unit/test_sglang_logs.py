@@ -1,4 +1,4 @@
-"""sparkctl.sglang_logs: start-up phases and failure signatures in SGLang rank logs.
+"""sparkctl.serve.startup: start-up phases and failure signatures in SGLang rank logs.
 
 The fixtures are real log excerpts (tests/fixtures/sglang, SOURCES.md says
 where each comes from); the expected phases, signatures and NCCL transport
@@ -12,14 +12,22 @@ line breaks the test rather than silently escaping it.
 # ruff: noqa: E501 -- log lines are quoted as the programs print them
 from __future__ import annotations
 
+import ast
+import copy
 import re
+from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from sparkctl import sglang_logs as logs
+from sparkctl import nccl_parse
 from sparkctl.lab.standins.sglang import release as rel
-from sparkctl.sglang_logs import Phase, RankLog, Signature
+from sparkctl.serve.startup import catalogue
+from sparkctl.serve.startup import reader as logs
+from sparkctl.serve.startup.reader import Pattern, Phase, RankLog, Signature
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sglang"
@@ -430,9 +438,11 @@ def test_a_pattern_means_what_its_owner_says() -> None:
             elif owner == "failure":
                 assert logs.phase_of(example) is Phase.FAILED, example
             elif owner.startswith("transport:"):
-                assert logs.nccl_transport([example]) == owner.split(":")[1], example
+                assert nccl_parse.nccl_transport([example]) == owner.split(":")[1], example
             elif owner == "nccl_version":
-                assert logs.nccl_version(example) == example.split()[-1].split("==")[-1], example
+                assert nccl_parse.nccl_version(example) == example.split()[-1].split("==")[-1], (
+                    example
+                )
             else:
                 assert owner in [s.id for s in logs.match([example])], (owner, example)
 
@@ -450,7 +460,7 @@ TRANSPORT = {
 @pytest.mark.parametrize("name", sorted(TRANSPORT))
 def test_nccl_transport_from_ncclss_own_lines(name: str) -> None:
     lines = _lines(name)
-    assert logs.nccl_transport(lines) == TRANSPORT[name]
+    assert nccl_parse.nccl_transport(lines) == TRANSPORT[name]
     log = RankLog()
     for line in lines:
         log.feed(line)
@@ -459,12 +469,16 @@ def test_nccl_transport_from_ncclss_own_lines(name: str) -> None:
 
 def test_one_socket_communicator_makes_it_sockets() -> None:
     ib, socket_ = _lines("nccl_ib_transport_nccl707.log"), _lines("nccl_via_socket_nccl952.log")
-    assert logs.nccl_transport(ib + socket_) == logs.nccl_transport(socket_ + ib) == "socket"
-    sig = logs.transport_signature(logs.nccl_transport(socket_), rank=2)
+    assert (
+        nccl_parse.nccl_transport(ib + socket_)
+        == nccl_parse.nccl_transport(socket_ + ib)
+        == "socket"
+    )
+    sig = nccl_parse.transport_signature(nccl_parse.nccl_transport(socket_), rank=2)
     assert sig is not None and (sig.id, sig.rank, sig.fatal) == ("nccl_socket_transport", 2, True)
-    assert logs.transport_signature("ib") is None
-    assert logs.transport_signature("socket", expected="socket") is None
-    assert logs.transport_signature(None) is None
+    assert nccl_parse.transport_signature("ib") is None
+    assert nccl_parse.transport_signature("socket", expected="socket") is None
+    assert nccl_parse.transport_signature(None) is None
 
 
 # --------------------------------------------------- the lab's SGLang stand-in
@@ -1000,7 +1014,7 @@ def test_standin_start_up_reaches_every_phase_it_prints() -> None:
         Phase.READY,
     ]
     assert logs.match(start) == []
-    assert logs.nccl_transport(start) == "socket"  # the lab has no RDMA device
+    assert nccl_parse.nccl_transport(start) == "socket"  # the lab has no RDMA device
 
 
 def _standin(name: str) -> str:
@@ -1076,3 +1090,229 @@ def test_memory_unbalanced_says_the_release_stops_by_default() -> None:
     assert "RuntimeError" in sig.explanation
     assert "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK is true by default" in sig.explanation
     assert sig.fatal
+
+
+# ------------------------------------------------------------ the catalogue as data
+# What sparkctl/sglang_logs.py held before its data moved to catalogue.yml and
+# nccl_parse.yml, counted by importing it at e069983 (the last commit with the
+# catalogue in Python): len() of _PHASE_PATTERNS, _GENERIC_FAILURES, _RULES, the
+# patterns of all _RULES together, _HANG_RULES, TRANSPORT_PATTERNS["ib"] and
+# ["socket"], NCCL_VERSION_PATTERNS, SIGNATURES and those with fatal False, PATTERNS,
+# and over PATTERNS every pattern's sources, those of origin "sglang", and examples.
+# A rule or pattern added to the data since adds to them here too.
+CATALOGUE_COUNTS = {
+    "phase patterns": 24,
+    "generic failures": 5,
+    "rules": 30,
+    "rule patterns": 51,
+    "hang rules": 2,
+    "transport ib": 3,
+    "transport socket": 4,
+    "nccl version patterns": 3,
+    "signatures": 33,
+    "warnings": 4,
+    "patterns": 90,
+    "sources": 130,
+    "sglang sources": 49,
+    "examples": 100,
+}
+
+
+def test_the_data_holds_what_the_code_held() -> None:
+    cat = catalogue.load()
+    sources = [s for _, p in logs.PATTERNS for s in p.sources]
+    assert {
+        "phase patterns": len(cat.phases),
+        "generic failures": len(cat.generic_failures),
+        "rules": len(cat.rules),
+        "rule patterns": sum(len(r.patterns) for r in cat.rules),
+        "hang rules": len(cat.hang_rules),
+        "transport ib": len(nccl_parse.TRANSPORT_PATTERNS["ib"]),
+        "transport socket": len(nccl_parse.TRANSPORT_PATTERNS["socket"]),
+        "nccl version patterns": len(nccl_parse.NCCL_VERSION_PATTERNS),
+        "signatures": len(logs.SIGNATURES),
+        "warnings": sum(not s.fatal for s in logs.SIGNATURES.values()),
+        "patterns": len(logs.PATTERNS),
+        "sources": len(sources),
+        "sglang sources": sum(s.origin == "sglang" for s in sources),
+        "examples": sum(len(p.examples) for _, p in logs.PATTERNS),
+    } == CATALOGUE_COUNTS
+    # HANG_AFTER and the rule each phase's silence is, as the code had them
+    assert dict(logs.HANG_AFTER) == {
+        Phase.STARTING: 600.0,
+        Phase.DIST_INIT: 300.0,
+        Phase.NCCL_READY: 120.0,
+        Phase.CUDA_GRAPH: 900.0,
+    }
+    assert list(logs.HANG_AFTER) == sorted(logs.HANG_AFTER)
+    hangs = {phase: getattr(logs.hang_signature(phase, 10**6), "id", None) for phase in Phase}
+    assert {p: i for p, i in hangs.items() if i} == {
+        Phase.STARTING: "dist_init_hang",
+        Phase.DIST_INIT: "dist_init_hang",
+        Phase.NCCL_READY: "host_ip_hang",
+        Phase.CUDA_GRAPH: "cuda_graph_hang",
+    }
+    # tried furthest phase first, every pattern compiles
+    assert [ph for ph, _ in cat.phases] == sorted((ph for ph, _ in cat.phases), reverse=True)
+    for owner, pattern in logs.PATTERNS:
+        assert pattern.compiled.pattern == pattern.regex, owner
+
+
+def _ids_named_in_code() -> set[str]:
+    """Signature ids sparkctl's code names: ``SIGNATURES["x"]`` / ``_BY_ID["x"]``,
+    ``<something>.id == "x"``, and the reader's own id constants."""
+    found = {logs.HOST_IP_HANG, logs._DIST_INIT_UNREACHABLE}
+    for path in (REPO / "sparkctl").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.slice, ast.Constant)
+                and isinstance(node.slice.value, str)
+                and (
+                    (isinstance(node.value, ast.Attribute) and node.value.attr == "SIGNATURES")
+                    or (
+                        isinstance(node.value, ast.Name)
+                        and node.value.id in {"SIGNATURES", "_BY_ID"}
+                    )
+                )
+            ):
+                found.add(node.slice.value)
+            if (
+                isinstance(node, ast.Compare)
+                and isinstance(node.left, ast.Attribute)
+                and node.left.attr == "id"
+            ):
+                found |= {
+                    c.value
+                    for c in node.comparators
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                }
+    return found
+
+
+def test_every_rule_id_the_code_names_is_in_the_data() -> None:
+    named = _ids_named_in_code()
+    assert {"host_ip_hang", "dist_init_unreachable"} <= named  # up.py and the reader
+    assert named - set(logs.SIGNATURES) == set()
+    # and the ids this file expects
+    expected = {i for _, ids in EXPECTED.values() for i in ids}
+    expected |= {sig_id for *_, sig_id in STANDIN_LINES if sig_id}
+    assert expected - set(logs.SIGNATURES) == set()
+
+
+def _yaml(package: str, name: str) -> dict[str, Any]:
+    data = yaml.safe_load(resources.files(package).joinpath(name).read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def _pattern_data(p: Pattern) -> dict[str, Any]:
+    return {
+        "regex": p.regex,
+        "sources": [{"ref": s.ref, "text": list(s.text)} if s.text else s.ref for s in p.sources],
+        "examples": list(p.examples),
+    }
+
+
+def _rule_data(rule: catalogue.Rule, snippets: dict[str, str]) -> dict[str, Any]:
+    def text(t: str) -> str:  # the snippets put back in
+        for name, snippet in snippets.items():
+            t = t.replace(" ".join(snippet.split()), "{" + name + "}")
+        return t
+
+    out: dict[str, Any] = {
+        "id": rule.id,
+        "title": text(rule.title),
+        "explanation": text(rule.explanation),
+        "fix": text(rule.fix),
+    }
+    if not rule.fatal:
+        out["fatal"] = False
+    if rule.hang_after:
+        out["hang_after"] = {phase.name: seconds for phase, seconds in rule.hang_after}
+    if rule.patterns:
+        out["patterns"] = [_pattern_data(p) for p in rule.patterns]
+    return out
+
+
+def _one_paragraph(rule: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: " ".join(v.split()) if k in ("title", "explanation", "fix") else v
+        for k, v in rule.items()
+    }
+
+
+def test_the_catalogue_round_trips() -> None:
+    """Every key of the data reaches the types: what the reader built, written back, is
+    the file (texts as one paragraph each, with their snippets)."""
+    raw = _yaml("sparkctl.serve.startup", "catalogue.yml")
+    cat = catalogue.load()
+    phases: dict[str, list[dict[str, Any]]] = {}
+    for phase, pattern in reversed(cat.phases):  # the file lists them in start-up order
+        phases.setdefault(phase.name, []).append(_pattern_data(pattern))
+    for patterns in phases.values():
+        patterns.reverse()
+    assert phases == raw["phases"]
+    assert [_pattern_data(p) for p in cat.generic_failures] == raw["generic_failures"]
+    snippets = raw["snippets"]
+    assert [_rule_data(r, snippets) for r in cat.rules] == list(map(_one_paragraph, raw["rules"]))
+    assert [_rule_data(r, snippets) for r in cat.hang_rules] == list(
+        map(_one_paragraph, raw["hang_rules"])
+    )
+    nccl = _yaml("sparkctl", "nccl_parse.yml")
+    assert {
+        kind: [_pattern_data(p) for p in ps] for kind, ps in nccl_parse.TRANSPORT_PATTERNS.items()
+    } == nccl["transport"]
+    assert [_pattern_data(p) for p in nccl_parse.NCCL_VERSION_PATTERNS] == nccl["versions"]
+    assert _rule_data(nccl_parse.SOCKET_TRANSPORT_RULE, {}) == _one_paragraph(
+        nccl["socket_transport"]
+    )
+
+
+def test_a_broken_catalogue_fails_loudly_naming_the_rule() -> None:
+    raw = _yaml("sparkctl.serve.startup", "catalogue.yml")
+    assert raw["rules"][0]["id"] == "host_ip_hang"
+    assert raw["rules"][1]["id"] == "gloo_connect_full_mesh"
+
+    def broken(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+        doc = copy.deepcopy(raw)
+        change(doc)
+        return doc
+
+    def refused(doc: dict[str, Any], message: str) -> None:
+        with pytest.raises(catalogue.CatalogueError, match=message):
+            catalogue.build(catalogue.check(doc, catalogue.SCHEMA, "catalogue.yml"))
+
+    refused(
+        broken(lambda d: d["rules"][0].pop("fix")),
+        r"rule 'host_ip_hang': 'fix' is a required property",
+    )
+    refused(
+        broken(lambda d: d["rules"][1]["patterns"][0].update(regex="Gloo (connectFullMesh")),
+        r"rule 'gloo_connect_full_mesh' patterns\[0\]\.regex: 'Gloo \(connectFullMesh' does "
+        r"not compile",
+    )
+    refused(
+        broken(lambda d: d["rules"][1]["patterns"][0]["sources"].clear()),
+        r"rule 'gloo_connect_full_mesh' patterns\[0\]\.sources: \[\] should be non-empty",
+    )
+    refused(
+        broken(lambda d: d["phases"].update(WARMING=d["phases"]["READY"])),
+        r"phases: 'WARMING' is not one of",
+    )
+    refused(
+        broken(lambda d: d["rules"][0].update(fix="Set {host_ip}.")),
+        r"rule 'host_ip_hang' fix: unknown snippet\(s\) \['host_ip'\]",
+    )
+    refused(
+        broken(lambda d: d["rules"][1].update(id="host_ip_hang")),
+        r"rule 'host_ip_hang': the id is given twice",
+    )
+    refused(
+        broken(lambda d: d["hang_rules"][1].update(hang_after={"NCCL_READY": 60})),
+        r"rule 'cuda_graph_hang': NCCL_READY is already 'host_ip_hang''s hang",
+    )
+    nccl = _yaml("sparkctl", "nccl_parse.yml")
+    del nccl["socket_transport"]["title"]
+    with pytest.raises(catalogue.CatalogueError, match=r"rule 'nccl_socket_transport': 'title'"):
+        catalogue.check(nccl, nccl_parse.DATA_SCHEMA, "nccl_parse.yml")
