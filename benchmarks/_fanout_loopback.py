@@ -31,7 +31,16 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-RELAY = REPO / "roles" / "model_cache" / "files" / "sparkctl_model_relay.py"
+RELAY = (
+    REPO
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "model_cache"
+    / "files"
+    / "sparkctl_model_relay.py"
+)
 HOP = Path(__file__).resolve().with_name("hop_rusage.py")
 GIB = 1 << 30
 CIPHER = "aes128-gcm@openssh.com"  # the model_cache role's default

@@ -107,7 +107,13 @@ def _timed(args: list[str], checkout: Path, env: dict[str, str]) -> tuple[float,
 
 def one_run(inventory: Path, checkout: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="render-time-") as tmp:
-        env = {**os.environ, "SPARKCTL_STATE_DIR": f"{tmp}/state"}
+        # The tree's own sparkctl in ansible-playbook too (the preflight filter imports
+        # sparkctl.rules), not the one the venv's editable install points at.
+        env = {
+            **os.environ,
+            "SPARKCTL_STATE_DIR": f"{tmp}/state",
+            "PYTHONPATH": str(checkout),
+        }
         env.pop("SPARKCTL_SGLANG_API_KEY", None)
         key = API_KEYS.get(inventory.stem)
         if key is not None:

@@ -10,7 +10,7 @@ own dataclass, in the dataclass's order:
 
     sparkctl/lab/standins/sglang/server_args_<version with _>.json
 
-Regenerate when the pin (roles/sglang/defaults/main.yml ``sglang_version``)
+Regenerate when the pin (the sglang role's defaults/main.yml ``sglang_version``)
 moves, after updating sparkctl/lab/standins/sglang/version.py:
 
     .venv/bin/python scripts/sglang_server_args.py

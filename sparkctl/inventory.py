@@ -162,16 +162,15 @@ def _load_ansible_inventory(
     os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
     os.environ.setdefault("ANSIBLE_INVENTORY_UNPARSED_WARNING", "False")
     # Imported here: loading ansible costs ~0.5 s and most commands never need it.
-    from ansible.errors import AnsibleError  # noqa: PLC0415
-    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
-    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
-    from ansible.plugins.loader import init_plugin_loader  # noqa: PLC0415
-    from ansible.vars.manager import VariableManager  # noqa: PLC0415
-
-    _init_ansible(init_plugin_loader)
     # The environment above is read when ansible.constants is first imported;
     # if something imported Ansible earlier in this process, set it directly.
     from ansible import constants as ansible_constants  # noqa: PLC0415
+    from ansible.errors import AnsibleError  # noqa: PLC0415
+    from ansible.inventory.manager import InventoryManager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    from ansible.vars.manager import VariableManager  # noqa: PLC0415
+
+    from sparkctl import collection  # noqa: F401, PLC0415 - installs Ansible's collection finder
 
     ansible_constants.INVENTORY_ANY_UNPARSED_IS_FAILED = True
     ansible_constants.INVENTORY_UNPARSED_WARNING = False
@@ -652,16 +651,6 @@ def _error_origin(exc: BaseException) -> str | None:
         if where:
             return where
     return None
-
-
-_ANSIBLE_READY: list[bool] = []
-
-
-def _init_ansible(init: Callable[[], None]) -> None:
-    """Install Ansible's collection loader once per process (it warns when repeated)."""
-    if not _ANSIBLE_READY:
-        init()
-        _ANSIBLE_READY.append(True)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkctl import tool_output
+from sparkctl.collection import tool_output
 from sparkctl.paths import write_atomic
 from sparkctl.plan import NodePlan, Plan
 from sparkctl.remote import Runner

@@ -1,9 +1,11 @@
 """Where sparkctl finds its playbooks and roles, and where it keeps state.
 
-Playbooks, roles and the example inventories are shipped inside the wheel
-(``sparkctl/_data``). When sparkctl runs from a checkout, the checkout's
-top-level ``playbooks/`` and ``roles/`` are used instead, so edits take effect
-without reinstalling.
+Playbooks and the example inventories are shipped inside the wheel
+(``sparkctl/_data``), and the Ansible collection ``sparkctl.spark`` (the roles and
+their plugins) beside the package, as ``ansible_collections/sparkctl/spark`` in
+site-packages. When sparkctl runs from a checkout, the checkout's ``playbooks/``
+and ``ansible_collections/`` are used instead, so edits take effect without
+reinstalling.
 """
 
 from __future__ import annotations
@@ -15,16 +17,36 @@ from pathlib import Path
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def data_dir() -> Path:
-    """The directory holding ``playbooks/``, ``roles/``, ``inventory/`` and ``ansible.cfg``."""
+# The Ansible collection's place under a directory of Python's path: the checkout, or
+# the site-packages a wheel installed into (where Ansible finds it by scanning sys.path,
+# and Python imports its module_utils as ansible_collections.sparkctl.spark...).
+COLLECTION = Path("ansible_collections", "sparkctl", "spark")
+
+
+def _checkout() -> Path | None:
     checkout = _PACKAGE_DIR.parent
     if (
         (checkout / "playbooks").is_dir()
-        and (checkout / "roles").is_dir()
+        and (checkout / COLLECTION / "galaxy.yml").is_file()
         and (checkout / "pyproject.toml").is_file()
     ):
         return checkout
-    return _PACKAGE_DIR / "_data"
+    return None
+
+
+def data_dir() -> Path:
+    """The directory holding ``playbooks/``, ``inventory/`` and ``ansible.cfg``."""
+    return _checkout() or _PACKAGE_DIR / "_data"
+
+
+def collection_dir() -> Path:
+    """The sparkctl.spark collection: roles and plugins."""
+    return (_checkout() or _PACKAGE_DIR.parent) / COLLECTION
+
+
+def collections_path() -> Path:
+    """The directory to give Ansible as ANSIBLE_COLLECTIONS_PATH (it holds ansible_collections/)."""
+    return collection_dir().parents[2]
 
 
 def playbooks_dir() -> Path:
@@ -32,7 +54,7 @@ def playbooks_dir() -> Path:
 
 
 def roles_dir() -> Path:
-    return data_dir() / "roles"
+    return collection_dir() / "roles"
 
 
 def default_sim_inventory() -> Path:

@@ -23,7 +23,7 @@ from typing import Any
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import vault_environment
-from sparkctl.paths import controller_vars, data_dir, playbooks_dir, roles_dir
+from sparkctl.paths import collections_path, controller_vars, data_dir, playbooks_dir
 from sparkctl.rules.common import is_secret_name
 from sparkctl.rules.secrets import TOKEN_SHAPE, URL_CREDENTIALS
 
@@ -243,7 +243,10 @@ def _env(extra: Mapping[str, str]) -> dict[str, str]:
     env = {
         "PATH": _path(),
         "ANSIBLE_CONFIG": str(data_dir() / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": str(roles_dir()),
+        # The sparkctl.spark collection of this sparkctl (a stale copy under
+        # ~/.ansible/collections must not shadow it); the collections of the ansible
+        # package are found on sys.path, as always.
+        "ANSIBLE_COLLECTIONS_PATH": str(collections_path()),
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
     }

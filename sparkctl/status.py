@@ -50,7 +50,7 @@ PROBE_TIMEOUT_S = 15.0
 # With requests running, the counters are read at least this far apart: a decode step
 # of a healthy group takes tens of milliseconds, so two seconds without one is a stall.
 PROGRESS_WINDOW_S = 2.0
-# The memory rule of monitoring/prometheus/sparkctl-rules.yml (SparkctlMemoryHeadroomLow).
+# The memory rule of the monitoring role's files/sparkctl-rules.yml (SparkctlMemoryHeadroomLow).
 MEMORY_LOW_FRACTION = 0.05
 LAST_LOOK_FILE = "status-last.json"
 # A last look older than this is too old to call counter growth "since the last look" news.

@@ -329,7 +329,10 @@ class Rendered:
 
 @functools.cache
 def _nccl_env_filters() -> ModuleType:
-    return load_file("nccl_env_filters", REPO / "roles" / "nccl" / "filter_plugins" / "nccl_env.py")
+    return load_file(
+        "nccl_env_filters",
+        REPO / "ansible_collections" / "sparkctl" / "spark" / "plugins" / "filter" / "nccl_env.py",
+    )
 
 
 def _render(name: str, tmp_path_factory: pytest.TempPathFactory) -> Rendered:

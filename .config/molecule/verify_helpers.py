@@ -16,7 +16,6 @@ the MOLECULE_* variables are molecule's, SPARKCTL_STATE_DIR config.yml's.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -29,7 +28,8 @@ import testinfra
 import yaml
 from testinfra.utils.ansible_runner import AnsibleRunner
 
-# The role under test: molecule runs in roles/<role> (tests/molecule/conftest.py).
+# The role under test: molecule runs in the collection's roles/<role>
+# (tests/molecule/conftest.py).
 ROLE = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 SCENARIO = Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"])
 
@@ -39,13 +39,12 @@ def role_yaml(name: str) -> Any:
     return yaml.safe_load((ROLE / name / "main.yml").read_text())
 
 
-def role_module(path: str) -> ModuleType:
-    """A Python file of the role (a filter plugin, a module) by its path in the role."""
-    spec = importlib.util.spec_from_file_location(Path(path).stem, ROLE / path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def collection_plugin(kind: str, name: str) -> ModuleType:
+    """One of the collection's plugins ("filter", "modules"), imported by its module name
+    as Ansible imports it (the checkout's root is on sys.path: the venv's editable install)."""
+    from sparkctl import collection  # noqa: PLC0415 - installs Ansible's collection finder first
+
+    return collection.plugin(kind, name)
 
 
 DEFAULTS: dict[str, Any] = role_yaml("defaults")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from sparkctl import tool_output
+from sparkctl.collection import tool_output
 from sparkctl.plan import NodePlan, Plan
 
 ICMP_IPV4_OVERHEAD = 28  # 20 bytes IPv4 header + 8 bytes ICMP header

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from sparkctl import tool_output
 from sparkctl.checks.conftest import as_root
 from sparkctl.checks.state import mark_down
+from sparkctl.collection import tool_output
 from sparkctl.plan import NodePlan, Plan, Twin, ValidatePlan
 
 GiB = 1 << 30

@@ -17,7 +17,7 @@ from typing import Any
 
 from sparkctl import console, inventory
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.paths import playbooks_dir, roles_dir, state_dir
+from sparkctl.paths import collection_dir, playbooks_dir, state_dir
 from sparkctl.plan import Plan
 from sparkctl.provision import cluster_env
 from sparkctl.runner import run_playbook
@@ -29,10 +29,11 @@ def _plan_key(inv_path: Path, extravars: Mapping[str, Any] | None = None) -> str
     sources = [inv_path.resolve()]
     for folder in (base / "group_vars", base / "host_vars"):
         sources += sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
-    # The whole roles tree and every playbook: the plan play reads role defaults and vars,
-    # runs plan.yml tasks, and calls filter_plugins/, library/ and module_utils/ code
-    # (a filter edit once left a stale plan). Bytecode caches are not inputs.
-    for tree in (roles_dir(), playbooks_dir()):
+    # The whole collection and every playbook: the plan play reads role defaults and
+    # vars, runs plan.yml tasks, and calls the collection's filter, module and
+    # module_utils code (a filter edit once left a stale plan). Bytecode caches are not
+    # inputs.
+    for tree in (collection_dir(), playbooks_dir()):
         sources += sorted(
             p for p in tree.rglob("*") if p.is_file() and "__pycache__" not in p.parts
         )

@@ -114,7 +114,10 @@ def _template_problems(
 
 
 def _problems_filter(
-    hostvars: Mapping[str, Any], groups: Mapping[str, list[str]], roles_dir: str
+    hostvars: Mapping[str, Any],
+    groups: Mapping[str, list[str]],
+    roles_dir: str,
+    playbooks_dir: str,
 ) -> list[str]:
     hosts = list(dict.fromkeys([*groups.get(SPARKS, []), *groups.get(SWITCHES, [])]))
     # In a play, only what a role or sparkctl reads can ever render: those names are
@@ -128,9 +131,7 @@ def _problems_filter(
             name.startswith("ansible_") and not name.startswith(_OTHER_CONNECTIONS)
         )
 
-    templates = _template_problems(
-        hostvars, hosts, Path(roles_dir).resolve().parent / "playbooks", read
-    )
+    templates = _template_problems(hostvars, hosts, Path(playbooks_dir).resolve(), read)
     if templates:  # nothing more is read: every other rule would template the values
         return templates
     plain_vars: dict[str, dict[str, Any]] = {}
@@ -160,7 +161,8 @@ def _problems_filter(
 
 
 class FilterModule:
-    """``hostvars | sparkctl_inventory_problems(groups, roles_dir)`` -> list of messages."""
+    """``hostvars | sparkctl.spark.sparkctl_inventory_problems(groups, roles_dir, playbook_dir)``
+    -> list of messages."""
 
     def filters(self) -> dict[str, Any]:
         return {"sparkctl_inventory_problems": _problems_filter}

@@ -139,7 +139,8 @@ def check_types(
                 hint = None
                 if wrong is not None and constraint and not of_type:
                     hint = constraint.get("why") or (
-                        f"roles/{role}/meta/constraints.yml says what {name} may be"
+                        f"the role sparkctl.spark.{role} says what {name} may be in its "
+                        "meta/constraints.yml"
                     )
                 if wrong:
                     seen.add(key)
@@ -171,9 +172,8 @@ def check_types(
                     hint=f"did you mean {close[0]}?"
                     if close
                     else (
-                        "see roles/"
+                        "see the meta/argument_specs.yml of the role sparkctl.spark."
                         + next(p for p in prefixes if name.startswith(p)).rstrip("_")
-                        + "/meta/argument_specs.yml"
                         if name.startswith(prefixes)
                         else "no role or sparkctl reads it: docs/inventory.md lists every variable"
                     ),

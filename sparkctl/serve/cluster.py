@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sparkctl import inventory, remote, tool_output
+from sparkctl import inventory, remote
+from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.plan import Plan, SglangPlan
 from sparkctl.provision import results_dir

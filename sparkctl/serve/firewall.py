@@ -19,13 +19,11 @@ serve.
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
-import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from sparkctl.paths import roles_dir
+from sparkctl import collection
 from sparkctl.report.model import Check
 
 if TYPE_CHECKING:
@@ -33,22 +31,12 @@ if TYPE_CHECKING:
 
 FW_UNIT = "sparkctl-sglang-firewall.service"  # roles/sglang/vars/main.yml _sglang_fw_unit
 TABLE = "inet sparkctl"
-_MODULE = "sparkctl_serve_sglang_firewall"
 
 
 def parser() -> ModuleType:
-    """The sglang role's firewall filters, loaded once by their path (standard library
-    only without Ansible: its AnsibleFilterError falls back to a plain Exception)."""
-    if _MODULE in sys.modules:
-        return sys.modules[_MODULE]
-    path = roles_dir() / "sglang" / "filter_plugins" / "sglang_firewall.py"
-    spec = importlib.util.spec_from_file_location(_MODULE, path)
-    if spec is None or spec.loader is None:  # pragma: no cover - the file ships with sparkctl
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_MODULE] = module
-    spec.loader.exec_module(module)
-    return module
+    """The sglang role's firewall filters: the collection's filter plugin, imported by
+    its module name (the checkout or site-packages holds ansible_collections/)."""
+    return collection.plugin("filter", "sglang_firewall")
 
 
 def judge(node: str, rank: str, nft_rc: int, nft_out: str, api_port: int) -> Check:

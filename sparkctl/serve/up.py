@@ -34,7 +34,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from sparkctl import console, inventory, nccl_parse, nccl_versions, tool_output
+from sparkctl import console, inventory, nccl_parse, nccl_versions
+from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.serve import intent, memory, probe

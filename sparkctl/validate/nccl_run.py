@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkctl import nccl_parse, tool_output
+from sparkctl import nccl_parse
+from sparkctl.collection import tool_output
 from sparkctl.errors import SparkctlError
 from sparkctl.remote.ssh import Runner
 from sparkctl.report.model import NcclRun, Thresholds

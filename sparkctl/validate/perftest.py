@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sparkctl import tool_output
+from sparkctl.collection import tool_output
 from sparkctl.plan import Plan
 from sparkctl.remote import Runner
 from sparkctl.report.model import Check, Outcome, Thresholds

@@ -33,8 +33,8 @@ from sparkctl import (
     nccl_versions,
     node_state,
     remote,
-    tool_output,
 )
+from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import Inventory
 from sparkctl.lock import inventory_lock

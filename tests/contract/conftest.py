@@ -54,7 +54,16 @@ from tests.background import START_ENV, Background
 
 REPO = Path(__file__).resolve().parents[2]
 STUBS = Path(__file__).resolve().parent / "stubs"
-SGLANG_DEFAULTS = REPO / "roles" / "sglang" / "defaults" / "main.yml"
+SGLANG_DEFAULTS = (
+    REPO
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "sglang"
+    / "defaults"
+    / "main.yml"
+)
 
 # This machine's CPU build of torch lies on local disk (pip's find-links,
 # /etc/xdg/pip/constraints.txt caps torch there); it stands in for the release's

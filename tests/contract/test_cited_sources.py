@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkctl import tool_output
+from sparkctl.collection import tool_output
 from sparkctl.lab.lab import MGMT_IF
 from tests.contract.conftest import REPO, SGLangRelease
 
@@ -72,26 +72,30 @@ def _exported(text: str) -> dict[str, str]:
 def test_the_switch_guides_own_run_puts_socket_traffic_on_twin_a() -> None:
     guide = _exported((PLAYBOOKS / "switch-guide-step7-mpirun.md").read_text())
     script = _exported((PLAYBOOKS / "spark_cluster_setup-mpirun.py.txt").read_text())
-    twin_a = _yaml("roles/cluster_defaults/defaults/main.yml")["fabric_a_netdev"]
+    twin_a = _yaml("ansible_collections/sparkctl/spark/roles/cluster_defaults/defaults/main.yml")[
+        "fabric_a_netdev"
+    ]
     assert {guide[v] for v in SOCKET_VARS} == {twin_a}
     # The setup script is no source for it: its run uses the management NIC.
     assert {script[v] for v in SOCKET_VARS} == {MGMT_IF}
     assert twin_a != MGMT_IF
     # What the role does take from the script: both twins of the cabled port
     # among its NCCL_IB_HCA (which also names port 0's), and subnet-aware routing.
-    hca = _yaml("roles/nccl/defaults/main.yml")["nccl_ib_hca"]
+    hca = _yaml("ansible_collections/sparkctl/spark/roles/nccl/defaults/main.yml")["nccl_ib_hca"]
     assert isinstance(hca, list)
     assert set(hca) < set(script["NCCL_IB_HCA"].split(","))
     assert script["NCCL_IB_SUBNET_AWARE_ROUTING"] == "1"
 
 
 def test_the_nccl_role_puts_socket_traffic_where_it_says_and_cites_the_guide() -> None:
-    nccl = _yaml("roles/nccl/defaults/main.yml")
+    nccl = _yaml("ansible_collections/sparkctl/spark/roles/nccl/defaults/main.yml")
     assert nccl["nccl_socket_ifname"] == "{{ fabric_a_netdev }}"
-    env = _yaml("roles/nccl/vars/main.yml")["_nccl_env_defaults"]
+    env = _yaml("ansible_collections/sparkctl/spark/roles/nccl/vars/main.yml")["_nccl_env_defaults"]
     assert isinstance(env, dict)
     assert {env[v] for v in SOCKET_VARS} == {"{{ nccl_socket_ifname }}"}
-    comment = _comment_above("roles/nccl/defaults/main.yml", "nccl_socket_ifname")
+    comment = _comment_above(
+        "ansible_collections/sparkctl/spark/roles/nccl/defaults/main.yml", "nccl_socket_ifname"
+    )
     assert "twin a" in comment
     assert "multi-sparks-through-switch/README.md" in comment
     assert "step 7" in comment
@@ -105,7 +109,10 @@ NA_SOURCE = "marimo-team/marimo PR #6822"
 # Where the [N/A] answer is stated: (file, the words that state it).
 NA_CLAIMS = (
     ("docs/serve.md", "`nvidia-smi --query-gpu=memory.total` answers `[N/A]` on GB10"),
-    ("roles/cluster_defaults/vars/main.yml", "nvidia-smi answers memory.total with [N/A] on GB10"),
+    (
+        "ansible_collections/sparkctl/spark/roles/cluster_defaults/vars/main.yml",
+        "nvidia-smi answers memory.total with [N/A] on GB10",
+    ),
     ("tests/contract/test_memory_defaults.py", "--query-gpu=memory.total`` answers ``[N/A]``"),
 )
 
@@ -142,7 +149,9 @@ def test_the_cited_output_is_what_sglang_falls_back_on(
     smi = tmp_path / "nvidia-smi"
     smi.write_text(f"#!/bin/sh\nprintf '%s\\n' {shlex.quote(cell)}\n")
     smi.chmod(0o755)
-    profiles = _yaml("roles/cluster_defaults/vars/main.yml")["_cluster_defaults_hw_profiles"]
+    profiles = _yaml("ansible_collections/sparkctl/spark/roles/cluster_defaults/vars/main.yml")[
+        "_cluster_defaults_hw_profiles"
+    ]
     assert isinstance(profiles, dict)
     total = int(profiles["dgx_spark"]["gpu_memory_gib"] * (1 << 30))
     seen = sglang_release.json(_CAPACITY, str(tmp_path), str(total))

@@ -26,9 +26,18 @@ from tests.contract.conftest import REPO, SGLangRelease
 
 pytestmark = pytest.mark.contract
 
-PROFILES = yaml.safe_load((REPO / "roles" / "cluster_defaults" / "vars" / "main.yml").read_text())[
-    "_cluster_defaults_hw_profiles"
-]
+PROFILES = yaml.safe_load(
+    (
+        REPO
+        / "ansible_collections"
+        / "sparkctl"
+        / "spark"
+        / "roles"
+        / "cluster_defaults"
+        / "vars"
+        / "main.yml"
+    ).read_text()
+)["_cluster_defaults_hw_profiles"]
 SPARK = PROFILES["dgx_spark"]
 
 # sglang.srt.utils.common.get_nvgpu_memory_capacity with nvidia-smi on PATH printing
@@ -141,7 +150,16 @@ CITED = (
 
 
 def test_the_profiles_citations_hold_in_the_release(sglang_release: SGLangRelease) -> None:
-    vars_text = (REPO / "roles" / "cluster_defaults" / "vars" / "main.yml").read_text()
+    vars_text = (
+        REPO
+        / "ansible_collections"
+        / "sparkctl"
+        / "spark"
+        / "roles"
+        / "cluster_defaults"
+        / "vars"
+        / "main.yml"
+    ).read_text()
     for path, line, text in CITED:
         lines = (sglang_release.package_dir / path).read_text().splitlines()
         assert text in lines[line - 1], (path, line, lines[line - 1])

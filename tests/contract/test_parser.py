@@ -37,8 +37,8 @@ from tests.unit.pathload import load_file
 
 pytestmark = pytest.mark.contract
 
-ROLE = REPO / "roles" / "sglang"
-ARGS = load_file("contract_sglang_args", ROLE / "filter_plugins" / "sglang_args.py")
+ROLE = REPO / "ansible_collections" / "sparkctl" / "spark" / "roles" / "sglang"
+ARGS = load_file("contract_sglang_args", ROLE.parents[1] / "plugins" / "filter" / "sglang_args.py")
 UNIT = "/etc/systemd/system/sparkctl-sglang.service"
 FIREWALL = "/etc/sparkctl/sglang-firewall.nft"
 INVENTORIES = ("lab", "sim", "sim-two-groups")

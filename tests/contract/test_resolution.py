@@ -51,7 +51,7 @@ from tests.contract.conftest import REPO, cache_root, sglang_pin
 
 pytestmark = pytest.mark.contract
 
-ROLE = REPO / "roles" / "sglang"
+ROLE = REPO / "ansible_collections" / "sparkctl" / "spark" / "roles" / "sglang"
 PYTHON_VERSION = "3.12"  # Ubuntu 24.04's python3 (pip_as_spark.SPARK_MARKERS)
 GLIBC_MINOR = 39  # Ubuntu 24.04's glibc 2.39
 # The oldest manylinux level for aarch64 is glibc 2.17 (PEP 599: manylinux2014).

@@ -34,12 +34,21 @@ from tests.labhost import ssh
 
 pytestmark = pytest.mark.lab
 
-ROLE = REPO / "roles" / "monitoring"
+ROLE = REPO / "ansible_collections" / "sparkctl" / "spark" / "roles" / "monitoring"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 RULES = yaml.safe_load((ROLE / "files" / "sparkctl-rules.yml").read_text())
-SGLANG_PORT = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())[
-    "sglang_port"
-]
+SGLANG_PORT = yaml.safe_load(
+    (
+        REPO
+        / "ansible_collections"
+        / "sparkctl"
+        / "spark"
+        / "roles"
+        / "sglang"
+        / "defaults"
+        / "main.yml"
+    ).read_text()
+)["sglang_port"]
 DASHBOARD = json.loads((REPO / "monitoring" / "grafana" / "sparkctl.json").read_text())
 # Grafana's own variable, as tests/unit/test_alert_rules.py gives it: a rate window
 # that holds at least two scrapes at the lab's 15 s interval.

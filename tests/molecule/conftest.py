@@ -82,7 +82,7 @@ def run_scenario(
     started: list[subprocess.Popen[bytes]] | None = None,
 ) -> Scenario:
     """``molecule test`` in roles/<role>, then ``molecule destroy`` whatever happened."""
-    cwd = REPO / "roles" / role
+    cwd = REPO / "ansible_collections" / "sparkctl" / "spark" / "roles" / role
     began = time.monotonic()
     outcome = "did not finish"
     try:

@@ -1,4 +1,5 @@
-"""Every role's molecule scenario: ``molecule test`` in ``roles/<role>``, one test per role.
+"""Every role's molecule scenario: ``molecule test`` in the collection's ``roles/<role>``,
+one test per role.
 
 Each scenario (roles/<role>/molecule/default, base config .config/molecule/)
 creates its own instances - systemd containers of the lab node image named
@@ -30,7 +31,12 @@ from tests.molecule.conftest import SEQUENCE, Scenario, molecule_env, run_scenar
 
 TAIL = 120  # lines of molecule's output shown when a scenario fails
 
-ROLES = sorted(p.parents[2].name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+ROLES = sorted(
+    p.parents[2].name
+    for p in (REPO / "ansible_collections" / "sparkctl" / "spark" / "roles").glob(
+        "*/molecule/default/molecule.yml"
+    )
+)
 
 # Scenarios that find a defect in a role this file does not own, role -> what
 # fails (an xfail, strict: once the role is fixed the scenario passes, the test

@@ -1,24 +1,33 @@
-"""Import a role's module, filter plugin or stand-in script by its path.
+"""Where the collection is, and how tests import its plugins or a stand-in script.
 
-Role code is not a Python package (Ansible finds it by directory), so the unit
-tests load it from the file; registering it in sys.modules lets dataclasses
-and pickling inside it resolve their own module.
+The collection's plugins are Python modules under ``ansible_collections.sparkctl.spark``
+(the checkout's root is on sys.path, as site-packages is for an installed wheel), so
+tests import them by that name, as Ansible does; a file that is not in a package (a
+role's files/ script, a stand-in) is loaded from its path, registered in sys.modules so
+that dataclasses and pickling inside it resolve their own module.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
-from sparkctl import tool_output
+REPO = Path(__file__).resolve().parents[2]
+# The Ansible collection: roles, modules, module_utils, filters and the action plugin.
+COLLECTION = REPO / "ansible_collections" / "sparkctl" / "spark"
+ROLES = COLLECTION / "roles"
+PLUGINS = COLLECTION / "plugins"
 
-# Role modules import sparkctl's one parser of tool output as Ansible module_utils
-# (roles/cluster_defaults/module_utils/sparkctl_tool_output.py, a link to
-# sparkctl/tool_output.py); loaded from their files here, they find the same code
-# under that name.
-sys.modules.setdefault("ansible.module_utils.sparkctl_tool_output", tool_output)
+
+def plugin(kind: str, name: str) -> ModuleType:
+    """The collection's plugin ``kind`` ("modules", "filter", "action", "module_utils")
+    named ``name``, imported as Ansible imports it (sparkctl.collection)."""
+    from sparkctl import collection  # noqa: PLC0415
+
+    return collection.plugin(kind, name)
 
 
 def load_file(name: str, path: Path) -> ModuleType:
@@ -30,19 +39,16 @@ def load_file(name: str, path: Path) -> ModuleType:
     return module
 
 
-# Runs a role's module file as a script, as Ansible's wrapper would, with
-# sparkctl's tool_output under its module_utils name (the pytest process's own
-# alias above does not reach a child process).
+# Runs a module file as a script, as Ansible's wrapper would (its module_utils import
+# resolves through the checkout on sys.path).
 _RUN_MODULE = (
-    "import runpy, sys; from sparkctl import tool_output; "
-    "sys.modules['ansible.module_utils.sparkctl_tool_output'] = tool_output; "
-    "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
 )
 
 
 def module_command(module: Path, *args: str) -> list[str]:
-    """argv that runs ``module`` (a role's library/*.py) with ``args`` as Ansible's wrapper
-    would, its module_utils import resolved to sparkctl.tool_output."""
+    """argv that runs ``module`` (one of the collection's plugins/modules/*.py) with
+    ``args`` as Ansible's wrapper would."""
     return [sys.executable, "-c", _RUN_MODULE, str(module), *args]
 
 

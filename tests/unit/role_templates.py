@@ -13,7 +13,8 @@ import jinja2
 def template_env(
     role: Path, filters: Iterable[dict[str, Callable[..., Any]]]
 ) -> jinja2.Environment:
-    """A Jinja environment over ``role``/templates with each filter map added in turn."""
+    """A Jinja environment over ``role``/templates with each filter map added in turn,
+    under the FQCN the roles call them by (``sparkctl.spark.sparkctl_word``)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(role / "templates"),
         trim_blocks=True,
@@ -22,5 +23,5 @@ def template_env(
         autoescape=jinja2.select_autoescape(default=False),
     )
     for f in filters:
-        env.filters.update(f)
+        env.filters.update({f"sparkctl.spark.{name}": fn for name, fn in f.items()})
     return env

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,18 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PROM = REPO / "monitoring" / "prometheus"
-# The one copy of the rules is the monitoring role's, which provisioning installs;
-# monitoring/prometheus/sparkctl-rules.yml links to it (the promtool tests load it there).
-RULES = REPO / "roles" / "monitoring" / "files" / "sparkctl-rules.yml"
+# The one copy of the rules is the monitoring role's, which provisioning installs; the
+# promtool tests under monitoring/prometheus/tests load it from there.
+RULES = (
+    REPO
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "monitoring"
+    / "files"
+    / "sparkctl-rules.yml"
+)
 TESTS = sorted((PROM / "tests").glob("*.yml"))
 DASHBOARD = REPO / "monitoring" / "grafana" / "sparkctl.json"
 # Grafana's own variables, given values a query can be parsed with (a $variable inside a
@@ -41,11 +49,16 @@ def rules() -> list[dict[str, Any]]:
     return [r for group in data["groups"] for r in group["rules"]]
 
 
-def test_the_rules_have_one_copy_which_monitoring_links_to() -> None:
-    link = PROM / "sparkctl-rules.yml"
-    assert link.is_symlink(), f"{link} must link to {RULES}, not be a copy"
-    assert not link.readlink().is_absolute()
-    assert link.resolve() == RULES.resolve()
+def test_the_rules_have_one_copy_which_every_promtool_test_loads() -> None:
+    copies = [
+        p
+        for p in REPO.rglob("sparkctl-rules.yml")
+        if not {".venv", ".git", ".sparkctl-ci"} & set(p.relative_to(REPO).parts)
+    ]
+    assert copies == [RULES], copies
+    for test in TESTS:
+        loaded = yaml.safe_load(test.read_text())["rule_files"]
+        assert [(test.parent / f).resolve() for f in loaded] == [RULES.resolve()], test
 
 
 def test_the_rules_check(promtool: str) -> None:
@@ -94,7 +107,9 @@ def test_the_tests_bite(promtool: str, tmp_path: Path) -> None:
     assert guard is not None
     (tmp_path / "tests").mkdir()
     (tmp_path / "sparkctl-rules.yml").write_text(text.replace(guard[0], ""))
-    shutil.copy(PROM / "tests" / "serving.yml", tmp_path / "tests" / "serving.yml")
+    serving = yaml.safe_load((PROM / "tests" / "serving.yml").read_text())
+    serving["rule_files"] = ["../sparkctl-rules.yml"]  # the mutated copy beside it
+    (tmp_path / "tests" / "serving.yml").write_text(yaml.safe_dump(serving, width=1000))
     proc = run([promtool, "test", "rules", "tests/serving.yml"], cwd=tmp_path)
     assert proc.returncode != 0
     assert 'group="long"' in proc.stdout + proc.stderr

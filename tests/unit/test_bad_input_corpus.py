@@ -385,7 +385,9 @@ def test_the_type_cases_name_variables_the_roles_declare() -> None:
     """A type case judges a declared variable: a misspelt one would be refused as
     unknown, and the case would test the near-miss rule instead."""
     declared: set[str] = set()
-    for spec in CORPUS.parents[2].glob("roles/*/meta/argument_specs.yml"):
+    for spec in CORPUS.parents[2].glob(
+        "ansible_collections/sparkctl/spark/roles/*/meta/argument_specs.yml"
+    ):
         for entry in (_read(spec).get("argument_specs") or {}).values():
             declared |= set(entry.get("options") or {})
     assert len(declared) > 100, len(declared)

@@ -12,7 +12,14 @@ from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 module = load_file(
-    "cluster_ssh_check", REPO / "roles" / "base" / "library" / "cluster_ssh_check.py"
+    "cluster_ssh_check",
+    REPO
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "plugins"
+    / "modules"
+    / "cluster_ssh_check.py",
 )
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from sparkctl import tool_output as TO
-from tests.unit.pathload import load_file
+from sparkctl.collection import tool_output as TO
+from tests.unit.pathload import PLUGINS, load_file
 
-LIB = Path(__file__).resolve().parents[2] / "roles" / "cluster_defaults" / "library"
+LIB = PLUGINS / "modules"
 files_mod = load_file("sparkctl_files", LIB / "sparkctl_files.py")
 probe_mod = load_file("sparkctl_probe", LIB / "sparkctl_probe.py")
 

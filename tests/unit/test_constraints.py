@@ -20,7 +20,7 @@ from sparkctl.rules import schema as rules
 from sparkctl.rules.formats import FORMATS
 
 REPO = Path(__file__).resolve().parents[2]
-ROLES = REPO / "roles"
+ROLES = REPO / "ansible_collections" / "sparkctl" / "spark" / "roles"
 CORPUS = REPO / "tests" / "fixtures" / "bad_inputs"
 
 

@@ -155,7 +155,7 @@ def test_the_readme_names_the_test_command_ci_runs() -> None:
 
 SOURCE_NOTES = sorted((REPO / "tests" / "fixtures").glob("*/SOURCES.md"))
 _REPO_PATH = re.compile(
-    r"`((?:sparkctl|tests|roles|playbooks|benchmarks|scripts)/[\w./-]+\.(?:py|yml|ini))`"
+    r"`((?:sparkctl|tests|ansible_collections|playbooks|benchmarks|scripts)/[\w./-]+\.(?:py|yml|ini))`"
 )
 
 

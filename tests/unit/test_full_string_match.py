@@ -49,7 +49,10 @@ def _python_patterns(path: Path) -> list[tuple[int, str, bool]]:
 
 
 def _sources() -> list[Path]:
-    files = [*(REPO / "sparkctl").rglob("*.py"), *(REPO / "roles").rglob("*.py")]
+    files = [
+        *(REPO / "sparkctl").rglob("*.py"),
+        *(REPO / "ansible_collections" / "sparkctl" / "spark" / "roles").rglob("*.py"),
+    ]
     # The lab's stand-ins print and parse what the real tools do; not validators of input.
     return sorted(
         p
@@ -72,7 +75,9 @@ def test_no_jinja_match_test_ends_in_a_dollar() -> None:
     jinja = re.compile(r"""\bis\s+(?:not\s+)?(?:match|search)\(\s*(['"])(.*?)\1""")
     found = [
         f"{p.relative_to(REPO)}:{n}: {m.group(2)!r}"
-        for p in sorted((REPO / "roles").rglob("*.yml"))
+        for p in sorted(
+            (REPO / "ansible_collections" / "sparkctl" / "spark" / "roles").rglob("*.yml")
+        )
         + sorted((REPO / "playbooks").rglob("*.yml"))
         for n, line in enumerate(p.read_text().splitlines(), 1)
         for m in jinja.finditer(line)
@@ -95,13 +100,23 @@ def test_the_scan_sees_a_dollar_where_there_is_one(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def nccl_env() -> object:
-    return load_file("nccl_env_anchor", REPO / "roles" / "nccl" / "filter_plugins" / "nccl_env.py")
+    return load_file(
+        "nccl_env_anchor",
+        REPO / "ansible_collections" / "sparkctl" / "spark" / "plugins" / "filter" / "nccl_env.py",
+    )
 
 
 @pytest.fixture(scope="module")
 def sglang_args() -> object:
     return load_file(
-        "sglang_args_anchor", REPO / "roles" / "sglang" / "filter_plugins" / "sglang_args.py"
+        "sglang_args_anchor",
+        REPO
+        / "ansible_collections"
+        / "sparkctl"
+        / "spark"
+        / "plugins"
+        / "filter"
+        / "sglang_args.py",
     )
 
 

@@ -721,8 +721,9 @@ def test_unmodified_sim_copy_passes_every_rule(
 
 
 # -------------------------------------------------------------- the wheel
-def test_wheel_ships_roles_and_inventories_without_molecule_scenarios() -> None:
-    """pyproject.toml: roles, playbooks and inventories go to sparkctl/_data, minus molecule/.
+def test_wheel_ships_the_collection_and_inventories_without_molecule_scenarios() -> None:
+    """pyproject.toml: playbooks and inventories go to sparkctl/_data, the collection to
+    ansible_collections/sparkctl/spark, minus molecule/.
 
     force-include would copy a directory whole, ignoring `exclude`, so the data
     directories must be selected like the package and mapped with `sources`.
@@ -732,13 +733,15 @@ def test_wheel_ships_roles_and_inventories_without_molecule_scenarios() -> None:
     wheel = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
         "targets"
     ]["wheel"]
-    data = ("playbooks", "roles", "inventory")
+    data = ("playbooks", "inventory")
     assert set(data) <= set(wheel["only-include"])
-    assert "sparkctl" in wheel["only-include"]
+    assert {"sparkctl", "ansible_collections/sparkctl/spark"} <= set(wheel["only-include"])
     assert {d: wheel["sources"][d] for d in data} == {d: f"sparkctl/_data/{d}" for d in data}
     assert not set(data) & set(wheel.get("force-include", {})), wheel.get("force-include")
     scenarios = sorted(
-        p.relative_to(ROOT).as_posix() for p in (ROOT / "roles").glob("*/molecule") if p.is_dir()
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles").glob("*/molecule")
+        if p.is_dir()
     )
     assert scenarios, "no role has a molecule/ directory: is this test still needed?"
     for scenario in scenarios:

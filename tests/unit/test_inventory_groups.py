@@ -28,10 +28,10 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ROOT / "roles"
+ROLES = ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles"
 SIM = ROOT / "inventory" / "sim.ini"
 TWO_GROUPS = ROOT / "inventory" / "sim-two-groups.ini"
-FILTER = ROLES / "preflight" / "filter_plugins" / "sparkctl_inventory.py"
+FILTER = ROLES.parent / "plugins" / "filter" / "sparkctl_inventory.py"
 SPARKS = ["spark1", "spark2", "spark3", "spark4"]
 
 
@@ -334,7 +334,7 @@ def test_preflight_filter_reports_the_group_problems_too() -> None:
     module = load_file("sparkctl_inventory_filter_groups", FILTER)
     problems_filter = module.FilterModule().filters()["sparkctl_inventory_problems"]
     hostvars = _hostvars(["a", "a", "b", "b"], spark4={"sglang_nnodes": 4})
-    assert problems_filter(hostvars, {"sparks": SPARKS}, str(ROLES)) == [
+    assert problems_filter(hostvars, {"sparks": SPARKS}, str(ROLES), str(ROOT / "playbooks")) == [
         "host spark4: variable sglang_nnodes: 4 nodes does not match the 2 Sparks of SGLang "
         "group 'b' (spark3, spark4) (one SGLang process per Spark) (set sglang_nnodes: 2 for "
         "this group, or leave it unset: it defaults to the group's size)"

@@ -15,7 +15,7 @@ import yaml
 
 from sparkctl.rules import common as inventory_rules  # the YAML reader
 
-ROLES = Path(__file__).resolve().parents[2] / "roles"
+ROLES = Path(__file__).resolve().parents[2] / "ansible_collections" / "sparkctl" / "spark" / "roles"
 FILES = sorted(
     [
         *ROLES.glob("*/meta/argument_specs.yml"),

@@ -33,9 +33,9 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ROOT / "roles"
+ROLES = ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles"
 SIM = ROOT / "inventory" / "sim.ini"
-FILTER = ROLES / "preflight" / "filter_plugins" / "sparkctl_inventory.py"
+FILTER = ROLES.parent / "plugins" / "filter" / "sparkctl_inventory.py"
 SPECS = inventory_rules.load_specs(ROLES)
 
 
@@ -221,9 +221,9 @@ def test_filter_runs_topology_and_type_rules(filter_module: ModuleType) -> None:
             "getent_passwd": {},
         },
     }
-    assert problems_filter(hostvars, {"sparks": ["spark1"]}, str(ROLES)) == [
-        "all hosts: variable nccl_socket_ifname: ['a', 'b'] is a list, but nccl needs a string"
-    ]
+    assert problems_filter(
+        hostvars, {"sparks": ["spark1"]}, str(ROLES), str(ROOT / "playbooks")
+    ) == ["all hosts: variable nccl_socket_ifname: ['a', 'b'] is a list, but nccl needs a string"]
 
 
 # ------------------------------------------------ the same through the controller
@@ -371,7 +371,9 @@ def test_site_stops_in_preflight_without_contacting_a_host(
     failures = _failures(proc.stdout)
     assert len(failures) == 1, proc.stdout  # run_once, delegated to the controller
     assert failures[0][1]["assertion"] == "__preflight_problems | length == 0"
-    assert "TASK [preflight : Preflight | Inventory follows the rules]" in proc.stdout
+    assert (
+        "TASK [sparkctl.spark.preflight : Preflight | Inventory follows the rules]" in proc.stdout
+    )
     # Nothing after the preflight play ran.
     plays = [ln.split(" ***", 1)[0] for ln in proc.stdout.splitlines() if ln.startswith("PLAY [")]
     assert plays == ["PLAY [Preflight]"], plays

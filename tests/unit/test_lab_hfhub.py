@@ -38,8 +38,26 @@ from sparkctl.lab.standins import hfhub
 
 ROOT = Path(__file__).resolve().parents[2]
 HFHUB = ROOT / "sparkctl" / "lab" / "standins" / "hfhub.py"
-RELAY = ROOT / "roles" / "model_cache" / "files" / "sparkctl_model_relay.py"
-DEFAULTS = ROOT / "roles" / "model_cache" / "defaults" / "main.yml"
+RELAY = (
+    ROOT
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "model_cache"
+    / "files"
+    / "sparkctl_model_relay.py"
+)
+DEFAULTS = (
+    ROOT
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "model_cache"
+    / "defaults"
+    / "main.yml"
+)
 TOKEN = "hf_" + base64.b32encode(os.urandom(20)).decode().lower()  # new every run
 
 

@@ -664,7 +664,7 @@ def test_standin_scripts_are_executable_stdlib_python(tool: str) -> None:
 def test_standin_outputs_are_read_by_the_one_parser_as_real_ones(node: Node) -> None:
     """The roles and validate read the stand-ins with sparkctl.tool_output, exactly as they
     read a Spark: what the stand-ins print must parse as the real tools' output does."""
-    from sparkctl import tool_output  # noqa: PLC0415
+    from sparkctl.collection import tool_output  # noqa: PLC0415
 
     node.set_operstate("enp1s0f0np0", "down")
     plain = tool_output.ibdev2netdev(node.run("ibdev2netdev").stdout)

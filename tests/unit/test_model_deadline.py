@@ -15,7 +15,14 @@ import jinja2
 import pytest
 import yaml
 
-ROLE = Path(__file__).resolve().parents[2] / "roles" / "model_cache"
+ROLE = (
+    Path(__file__).resolve().parents[2]
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "model_cache"
+)
 VARS: dict[str, Any] = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
 DEFAULTS: dict[str, Any] = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 

@@ -28,7 +28,15 @@ import pytest
 
 from tests.unit.pathload import load_file
 
-ROLE_FILES = Path(__file__).resolve().parents[2] / "roles" / "model_cache" / "files"
+ROLE_FILES = (
+    Path(__file__).resolve().parents[2]
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "model_cache"
+    / "files"
+)
 SCRIPT = ROLE_FILES / "sparkctl_model_relay.py"
 relay = load_file("sparkctl_model_relay", SCRIPT)
 

@@ -28,10 +28,12 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLE = ROOT / "roles" / "monitoring"
+ROLE = ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles" / "monitoring"
 RULES = ROLE / "files" / "sparkctl-rules.yml"
 CONFIG = "/etc/prometheus/prometheus.yml"
-FILTERS = load_file("monitoring_config", ROLE / "filter_plugins" / "monitoring_config.py")
+FILTERS = load_file(
+    "monitoring_config", ROLE.parents[1] / "plugins" / "filter" / "monitoring_config.py"
+)
 
 
 def _yaml(path: Path) -> Any:
@@ -40,8 +42,19 @@ def _yaml(path: Path) -> Any:
 
 DEFAULTS = _yaml(ROLE / "defaults" / "main.yml")
 VARS = _yaml(ROLE / "vars" / "main.yml")
-SGLANG_DEFAULTS = _yaml(ROOT / "roles" / "sglang" / "defaults" / "main.yml")
-SGLANG_VARS = _yaml(ROOT / "roles" / "sglang" / "vars" / "main.yml")
+SGLANG_DEFAULTS = _yaml(
+    ROOT
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "sglang"
+    / "defaults"
+    / "main.yml"
+)
+SGLANG_VARS = _yaml(
+    ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles" / "sglang" / "vars" / "main.yml"
+)
 
 
 @pytest.fixture(params=["sim", "sim-two-groups"])

@@ -18,15 +18,15 @@ from tests.unit.pathload import load_file
 from tests.unit.role_templates import template_env
 
 REPO = Path(__file__).resolve().parents[2]
-ROLE = REPO / "roles" / "nccl"
+ROLE = REPO / "ansible_collections" / "sparkctl" / "spark" / "roles" / "nccl"
 
 
 _load = load_file
 
 
-envf = _load("nccl_env_filters", ROLE / "filter_plugins" / "nccl_env.py")
+envf = _load("nccl_env_filters", ROLE.parents[1] / "plugins" / "filter" / "nccl_env.py")
 # The sink filters the template writes every line through, as Ansible loads them.
-SINKS = _load("nccl_sink_filters", ROLE / "filter_plugins" / "sparkctl_sinks.py")
+SINKS = _load("nccl_sink_filters", ROLE.parents[1] / "plugins" / "filter" / "sparkctl_sinks.py")
 
 
 # ------------------------------------------------------------ interface

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkctl import tool_output as TO
+from sparkctl.collection import tool_output as TO
 from tests.unit.pathload import ansible_playbook, load_file, module_command
 
 # init_plugin_loader() warns from its second call in one process (see test_inventory.py).
@@ -35,8 +35,8 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLE = ROOT / "roles" / "nvidia_driver"
-MODULE_PATH = ROLE / "library" / "nvidia_gpu_info.py"
+ROLE = ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles" / "nvidia_driver"
+MODULE_PATH = ROLE.parents[1] / "plugins" / "modules" / "nvidia_gpu_info.py"
 STANDIN = ROOT / "sparkctl" / "lab" / "standins" / "nvidia-smi"
 
 
@@ -336,8 +336,7 @@ def test_module_through_ansible_reads_with_the_shared_parser(tmp_path: Path) -> 
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"),
-        ANSIBLE_LIBRARY=str(ROLE / "library"),
-        ANSIBLE_MODULE_UTILS=str(ROLE.parent / "cluster_defaults" / "module_utils"),
+        ANSIBLE_LIBRARY=str(ROLE.parents[1] / "plugins" / "modules"),
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_STDOUT_CALLBACK="json",
         ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
@@ -357,7 +356,7 @@ def test_module_through_ansible_reads_with_the_shared_parser(tmp_path: Path) -> 
             "-e",
             f"ansible_python_interpreter={sys.executable}",
             "-m",
-            "nvidia_gpu_info",
+            "sparkctl.spark.nvidia_gpu_info",
             "-a",
             "node_name=spark1",
         ],
@@ -429,7 +428,7 @@ json.dump(out, sys.stdout)
 """
 
 VARS = yaml_file(ROLE / "vars" / "main.yml")
-FILTERS = load_file("nvidia_hold", ROLE / "filter_plugins" / "nvidia_hold.py")
+FILTERS = load_file("nvidia_hold", ROLE.parents[1] / "plugins" / "filter" / "nvidia_hold.py")
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
@@ -446,7 +445,7 @@ def render(*cases: tuple[str, dict[str, Any]]) -> list[Any]:
 @functools.cache
 def _rendered(payload: str) -> str:
     proc = subprocess.run(
-        [sys.executable, "-c", _RENDER, str(ROLE / "filter_plugins")],
+        [sys.executable, "-c", _RENDER, str(ROLE.parents[1] / "plugins" / "filter")],
         input=payload,
         capture_output=True,
         text=True,
@@ -734,12 +733,12 @@ def test_playbook_runs_preflight_first_then_the_role_on_the_sparks() -> None:
     plays = yaml_file(ROOT / "playbooks" / "nvidia_driver.yml")
     assert plays[0]["ansible.builtin.import_playbook"] == "preflight.yml"
     assert plays[1]["hosts"] == "sparks"
-    assert plays[1]["roles"][0]["role"] == "nvidia_driver"
+    assert plays[1]["roles"][0]["role"] == "sparkctl.spark.nvidia_driver"
 
 
 def test_render_playbook_renders_this_role() -> None:
     tasks = yaml_file(ROOT / "playbooks" / "render.yml")[1]["tasks"]
-    assert {"name": "nvidia_driver", "tasks_from": "render.yml"} in [
+    assert {"name": "sparkctl.spark.nvidia_driver", "tasks_from": "render.yml"} in [
         t["ansible.builtin.include_role"] for t in tasks
     ]
 
@@ -758,9 +757,16 @@ def test_module_documentation_is_valid_yaml() -> None:
 
 
 # --------------------------------------------------- the hardware profiles
-PROFILES = yaml_file(ROOT / "roles" / "cluster_defaults" / "vars" / "main.yml")[
-    "_cluster_defaults_hw_profiles"
-]
+PROFILES = yaml_file(
+    ROOT
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "cluster_defaults"
+    / "vars"
+    / "main.yml"
+)["_cluster_defaults_hw_profiles"]
 
 
 def test_a_spark_is_compute_capability_12_1_with_cuda_and_its_own_kernel() -> None:
@@ -785,7 +791,9 @@ def test_the_lab_profile_says_what_its_stand_ins_produce() -> None:
 
 
 # ------------------------------------------------ nvidia_kernel_modules
-KM = load_file("nvidia_kernel_modules", ROLE / "library" / "nvidia_kernel_modules.py")
+KM = load_file(
+    "nvidia_kernel_modules", ROLE.parents[1] / "plugins" / "modules" / "nvidia_kernel_modules.py"
+)
 GRUB_CFG = fixture("grub", "dgx-os-two-kernels.grub.cfg")
 GB10_MODINFO = fixture("modinfo", "gb10-580.142-6.17.0-1014-nvidia.txt")
 NOT_FOUND = fixture("modinfo", "not-found.txt")
@@ -1011,7 +1019,7 @@ def test_without_modinfo_the_module_says_so() -> None:
 
 
 # ------------------------------------------------------ nvidia_nvcc_info
-NV = load_file("nvidia_nvcc_info", ROLE / "library" / "nvidia_nvcc_info.py")
+NV = load_file("nvidia_nvcc_info", ROLE.parents[1] / "plugins" / "modules" / "nvidia_nvcc_info.py")
 NVCC_ANSWERS = {
     "--version": fixture("nvcc", "gb10-13.0.88-version.txt"),
     "--list-gpu-arch": fixture("nvcc", "gb10-13.0-list-gpu-arch.txt"),
@@ -1093,7 +1101,9 @@ def test_the_role_hands_the_modules_the_hold_set_and_the_profile() -> None:
 
 
 # ------------------------------------------------------ nvidia_held_updates
-HU = load_file("nvidia_held_updates", ROLE / "library" / "nvidia_held_updates.py")
+HU = load_file(
+    "nvidia_held_updates", ROLE.parents[1] / "plugins" / "modules" / "nvidia_held_updates.py"
+)
 UPGRADABLE = fixture("apt", "noble-amd64-list-upgradable.txt")
 
 
@@ -1154,7 +1164,9 @@ def test_held_updates_module_as_ansible_runs_it_against_this_machines_apt(tmp_pa
     held = ["apt", "libc6", "base-files"]
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"held": held, "node_name": "here"}}))
     proc = subprocess.run(
-        module_command(ROLE / "library" / "nvidia_held_updates.py", str(argfile)),
+        module_command(
+            ROLE.parents[1] / "plugins" / "modules" / "nvidia_held_updates.py", str(argfile)
+        ),
         capture_output=True,
         text=True,
         timeout=120,

@@ -33,11 +33,26 @@ import yaml
 from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "roles" / "model_cache" / "files" / "sparkctl_model_relay.py"
+SCRIPT = (
+    REPO
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "model_cache"
+    / "files"
+    / "sparkctl_model_relay.py"
+)
 relay = load_file("sparkctl_model_relay", SCRIPT)
 keys = load_file(
     "sparkctl_authorized_keys",
-    REPO / "roles" / "cluster_defaults" / "filter_plugins" / "sparkctl_authorized_keys.py",
+    REPO
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "plugins"
+    / "filter"
+    / "sparkctl_authorized_keys.py",
 )
 
 CIPHER = "aes128-gcm@openssh.com"
@@ -218,7 +233,16 @@ def test_what_authorized_keys_cannot_hold_is_refused(
 # --------------------------------------------------------------- the role's values
 def _role_vars() -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load(
-        (REPO / "roles" / "model_cache" / "vars" / "main.yml").read_text()
+        (
+            REPO
+            / "ansible_collections"
+            / "sparkctl"
+            / "spark"
+            / "roles"
+            / "model_cache"
+            / "vars"
+            / "main.yml"
+        ).read_text()
     )
     return data
 
@@ -535,7 +559,7 @@ def test_the_only_private_keys_a_role_sends_to_the_nodes_are_the_two_node_keys()
     the relay key, made for the nodes in the cluster's key directory, and the
     operator's key file is named only in the controller's own ssh command."""
     sent: set[str] = set()
-    for path in sorted(REPO.glob("roles/*/tasks/*.yml")):
+    for path in sorted(REPO.glob("ansible_collections/sparkctl/spark/roles/*/tasks/*.yml")):
         for task in _tasks(yaml.safe_load(path.read_text())):
             copy = task.get("ansible.builtin.copy")
             if isinstance(copy, dict) and not copy.get("remote_src") and "src" in copy:
@@ -547,7 +571,18 @@ def test_the_only_private_keys_a_role_sends_to_the_nodes_are_the_two_node_keys()
         "{{ _base_key_path }}",
         "{{ _model_cache_key_path }}",
     }
-    base_vars = yaml.safe_load((REPO / "roles" / "base" / "vars" / "main.yml").read_text())
+    base_vars = yaml.safe_load(
+        (
+            REPO
+            / "ansible_collections"
+            / "sparkctl"
+            / "spark"
+            / "roles"
+            / "base"
+            / "vars"
+            / "main.yml"
+        ).read_text()
+    )
     assert "base_cluster_key_dir" in base_vars["_base_key_path"]
     assert "base_cluster_key_dir" in _role_vars()["_model_cache_key_path"]
 

@@ -31,8 +31,8 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ROOT / "roles"
-NCCL_ENV = load_file("nccl_env_filters", ROLES / "nccl" / "filter_plugins" / "nccl_env.py")
+ROLES = ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles"
+NCCL_ENV = load_file("nccl_env_filters", ROLES.parent / "plugins" / "filter" / "nccl_env.py")
 
 
 def role_default(role: str, name: str) -> Any:
@@ -360,7 +360,7 @@ def test_nvue_switch_patch_covers_exactly_the_inventory_ports(lab: Rendered) -> 
 
 
 NVIDIA_HOLD = load_file(
-    "nvidia_hold_filters", ROLES / "nvidia_driver" / "filter_plugins" / "nvidia_hold.py"
+    "nvidia_hold_filters", ROLES.parent / "plugins" / "filter" / "nvidia_hold.py"
 )
 NVIDIA_VARS = yaml.safe_load((ROLES / "nvidia_driver" / "vars" / "main.yml").read_text())
 

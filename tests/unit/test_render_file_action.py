@@ -25,7 +25,13 @@ from tests.unit.pathload import ansible_playbook, load_file
 REPO = Path(__file__).resolve().parents[2]
 ACTION = load_file(
     "sparkctl_render_file_action",
-    REPO / "roles" / "cluster_defaults" / "action_plugins" / "sparkctl_render_file.py",
+    REPO
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "plugins"
+    / "action"
+    / "sparkctl_render_file.py",
 )
 
 
@@ -77,19 +83,19 @@ TASKS = textwrap.dedent("""\
         mode: "0600"
       loop: "{{ contents }}"
     - name: The same by sparkctl_render_file
-      sparkctl_render_file:
+      sparkctl.spark.sparkctl_render_file:
         src: "{{ item }}"
         dest: "{{ sparkctl_render_dir }}/host/{{ item }}.out"
         mode: "0640"
       loop: [full.j2, native.j2]
     - name: The same content by sparkctl_render_file
-      sparkctl_render_file:
+      sparkctl.spark.sparkctl_render_file:
         content: "{{ item.content }}"
         dest: "{{ sparkctl_render_dir }}/host/{{ item.name }}"
         mode: "0600"
       loop: "{{ contents }}"
     - name: A dest outside the render directory
-      sparkctl_render_file:
+      sparkctl.spark.sparkctl_render_file:
         content: never written
         dest: "{{ ref }}/../outside.txt"
         mode: "0644"
@@ -117,7 +123,9 @@ def played(
         (role / "templates" / name).write_text(text)
     (role / "tasks" / "main.yml").write_text(TASKS)
     (role / "defaults" / "main.yml").write_text(VARS)
-    (role / "meta" / "main.yml").write_text("dependencies:\n  - role: cluster_defaults\n")
+    (role / "meta" / "main.yml").write_text(
+        "dependencies:\n  - role: sparkctl.spark.cluster_defaults\n"
+    )
     (base / "play.yml").write_text(
         textwrap.dedent("""\
         - name: Probe
@@ -131,7 +139,8 @@ def played(
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_ROLES_PATH": f"{base / 'roles'}:{REPO / 'roles'}",
+        "ANSIBLE_ROLES_PATH": str(base / "roles"),
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO),
         "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(base / "facts"),
         "ANSIBLE_LOCAL_TEMP": str(base / "ansible-tmp"),
         "ANSIBLE_PYTHON_INTERPRETER": sys.executable,

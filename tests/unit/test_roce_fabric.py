@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import tool_output as TO
+from sparkctl.collection import tool_output as TO
 from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parents[2]
-ROLE = REPO / "roles" / "roce_fabric"
+ROLE = REPO / "ansible_collections" / "sparkctl" / "spark" / "roles" / "roce_fabric"
 
-gid = load_file("roce_gid_index", ROLE / "library" / "roce_gid_index.py")
-links = load_file("roce_link_facts", ROLE / "library" / "roce_link_facts.py")
+gid = load_file("roce_gid_index", ROLE.parents[1] / "plugins" / "modules" / "roce_gid_index.py")
+links = load_file("roce_link_facts", ROLE.parents[1] / "plugins" / "modules" / "roce_link_facts.py")
 
 # --- Real show_gids output (tests/fixtures/show_gids/, SOURCES.md names each source)
 SHOW_GIDS = REPO / "tests" / "fixtures" / "show_gids"

@@ -32,7 +32,7 @@ import yaml
 from tests.unit.pathload import ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES_DIR = ROOT / "roles"
+ROLES_DIR = ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles"
 ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "meta" / "main.yml").is_file())
 SCHEMA_ROLE = "cluster_defaults"  # the inventory schema: names without a role prefix
 STEPS = ("preflight", "install", "configure", "verify")
@@ -173,7 +173,7 @@ def _dependencies(role: str) -> list[str]:
 
 @pytest.mark.parametrize("role", [r for r in ROLES if r != SCHEMA_ROLE])
 def test_role_depends_on_cluster_defaults_only(role: str) -> None:
-    assert _dependencies(role) == [SCHEMA_ROLE], (
+    assert _dependencies(role) == [f"sparkctl.spark.{SCHEMA_ROLE}"], (
         f"roles/{role}/meta/main.yml: dependencies {_dependencies(role)}, expected only "
         f"{SCHEMA_ROLE} (the inventory schema and cluster_hw; the order of the other roles "
         "is the playbooks')"

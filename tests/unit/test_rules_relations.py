@@ -29,9 +29,9 @@ from sparkctl.rules.tp import check_tp
 from tests.unit.pathload import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ROOT / "roles"
+ROLES = ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles"
 fw = load_file(
-    "sglang_firewall_filters", ROLES / "sglang" / "filter_plugins" / "sglang_firewall.py"
+    "sglang_firewall_filters", ROLES.parent / "plugins" / "filter" / "sglang_firewall.py"
 )
 GROUPS = {
     "sparks": ["spark1", "spark2"],
@@ -476,7 +476,7 @@ def test_a_host_in_both_groups_is_named_and_is_not_a_second_switch() -> None:
 
 
 def test_the_role_filter_takes_the_same_group_names() -> None:
-    args = load_file("sglang_args_filters", ROLES / "sglang" / "filter_plugins" / "sglang_args.py")
+    args = load_file("sglang_args_filters", ROLES.parent / "plugins" / "filter" / "sglang_args.py")
     assert args._GROUP_NAME.pattern == GROUP_NAME.pattern
 
 

@@ -218,9 +218,15 @@ def test_accepted_but_unused_is_said_too() -> None:
 
 
 def test_the_preflight_role_declares_the_same_choices() -> None:
-    spec = yaml.safe_load((ROOT / "roles/preflight/meta/argument_specs.yml").read_text())
+    spec = yaml.safe_load(
+        (
+            ROOT / "ansible_collections/sparkctl/spark/roles/preflight/meta/argument_specs.yml"
+        ).read_text()
+    )
     option = spec["argument_specs"]["main"]["options"][risks.RISKS_VAR]
     assert option["type"] == "list" and option["elements"] == "str"
     assert option["choices"] == list(risks.RISKS)
-    defaults = yaml.safe_load((ROOT / "roles/preflight/defaults/main.yml").read_text())
+    defaults = yaml.safe_load(
+        (ROOT / "ansible_collections/sparkctl/spark/roles/preflight/defaults/main.yml").read_text()
+    )
     assert defaults[risks.RISKS_VAR] == []

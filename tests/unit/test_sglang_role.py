@@ -28,15 +28,15 @@ from tests.unit.ports import free_port
 from tests.unit.role_templates import template_env
 
 REPO = Path(__file__).resolve().parents[2]
-ROLE = REPO / "roles" / "sglang"
+ROLE = REPO / "ansible_collections" / "sparkctl" / "spark" / "roles" / "sglang"
 
 
 _load = load_file
 
 
-args_f = _load("sglang_args_filters", ROLE / "filter_plugins" / "sglang_args.py")
-sinks_f = _load("sglang_sink_filters", ROLE / "filter_plugins" / "sparkctl_sinks.py")
-fw = _load("sglang_firewall_filters", ROLE / "filter_plugins" / "sglang_firewall.py")
+args_f = _load("sglang_args_filters", ROLE.parents[1] / "plugins" / "filter" / "sglang_args.py")
+sinks_f = _load("sglang_sink_filters", ROLE.parents[1] / "plugins" / "filter" / "sparkctl_sinks.py")
+fw = _load("sglang_firewall_filters", ROLE.parents[1] / "plugins" / "filter" / "sglang_firewall.py")
 
 # The rehearsal lab's inventory (inventory/sim.ini), as the role's _sglang_nodes builds it.
 SIM_NODES = [
@@ -91,9 +91,16 @@ def _yaml(path: Path) -> Any:
 def test_every_profile_names_an_installation_method_the_role_knows() -> None:
     spec = _yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
     # The profile table of cluster_defaults (an internal constant of that role).
-    profiles = _yaml(REPO / "roles" / "cluster_defaults" / "vars" / "main.yml")[
-        "_cluster_defaults_hw_profiles"
-    ]
+    profiles = _yaml(
+        REPO
+        / "ansible_collections"
+        / "sparkctl"
+        / "spark"
+        / "roles"
+        / "cluster_defaults"
+        / "vars"
+        / "main.yml"
+    )["_cluster_defaults_hw_profiles"]
     methods = spec["sglang_install_method"]["choices"]
     assert methods == _yaml(ROLE / "vars" / "main.yml")["_sglang_methods"]
     assert {p["sglang_impl"] for p in profiles.values()} <= set(methods)
@@ -862,7 +869,16 @@ def test_preflight_reads_ip_json_with_the_one_parser() -> None:
     assert args_f.sglang_ipv4_addresses("[]") == args_f.sglang_ipv4_addresses("") == []
     with pytest.raises(args_f.AnsibleFilterError, match="no JSON"):
         args_f.sglang_ipv4_addresses('Device "enp1s0f1np1" does not exist.')
-    preflight = (REPO / "roles" / "sglang" / "tasks" / "preflight.yml").read_text()
+    preflight = (
+        REPO
+        / "ansible_collections"
+        / "sparkctl"
+        / "spark"
+        / "roles"
+        / "sglang"
+        / "tasks"
+        / "preflight.yml"
+    ).read_text()
     assert "sglang_ipv4_addresses" in preflight and "addr_info" not in preflight
 
 
@@ -1384,9 +1400,16 @@ def test_verify_problems_names_each_fault(path: list[str], value: Any, expected:
 
 
 # ------------------------------------------------------- --mem-fraction-static
-PROFILES = _yaml(REPO / "roles" / "cluster_defaults" / "vars" / "main.yml")[
-    "_cluster_defaults_hw_profiles"
-]
+PROFILES = _yaml(
+    REPO
+    / "ansible_collections"
+    / "sparkctl"
+    / "spark"
+    / "roles"
+    / "cluster_defaults"
+    / "vars"
+    / "main.yml"
+)["_cluster_defaults_hw_profiles"]
 
 
 def test_every_profile_gives_a_memory_and_a_mem_fraction_the_role_passes() -> None:

@@ -499,7 +499,18 @@ def test_server_args_data_of_another_release_or_shape_is_refused(tmp_path: Path)
 
 
 def test_version_is_the_roles_pinned_release() -> None:
-    defaults = yaml.safe_load((REPO / "roles" / "sglang" / "defaults" / "main.yml").read_text())
+    defaults = yaml.safe_load(
+        (
+            REPO
+            / "ansible_collections"
+            / "sparkctl"
+            / "spark"
+            / "roles"
+            / "sglang"
+            / "defaults"
+            / "main.yml"
+        ).read_text()
+    )
     assert __version__ == str(defaults["sglang_version"])
 
 

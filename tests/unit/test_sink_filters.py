@@ -24,11 +24,11 @@ import yaml
 from tests.unit.pathload import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ROOT / "roles"
-SINKS = load_file("sink_filters", ROLES / "roce_fabric" / "filter_plugins" / "sparkctl_sinks.py")
-SWITCH = load_file("sink_switch_mtu", ROLES / "switch_mtu" / "filter_plugins" / "switch_mtu.py")
+ROLES = ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles"
+SINKS = load_file("sink_filters", ROLES.parent / "plugins" / "filter" / "sparkctl_sinks.py")
+SWITCH = load_file("sink_switch_mtu", ROLES.parent / "plugins" / "filter" / "switch_mtu.py")
 PORT_MTU = load_file(
-    "sink_switch_port_mtu", ROLES / "switch_mtu" / "library" / "switch_port_mtu.py"
+    "sink_switch_port_mtu", ROLES.parent / "plugins" / "modules" / "switch_port_mtu.py"
 )
 Err = SINKS.AnsibleFilterError
 
@@ -166,8 +166,8 @@ def test_preflight_lists_the_problems_without_a_secret() -> None:
     """The roles' preflight judges the environment by the same rules, one problem
     per variable, and shows no secret and no list or mapping item."""
     env = {"HF_TOKEN": SECRET, "SGLANG_X": [SECRET], "SGLANG_Y": {"k": SECRET}, "OK": "1"}
-    args = load_file("sink_sglang_args2", ROLES / "sglang" / "filter_plugins" / "sglang_args.py")
-    nccl = load_file("sink_nccl_env", ROLES / "nccl" / "filter_plugins" / "nccl_env.py")
+    args = load_file("sink_sglang_args2", ROLES.parent / "plugins" / "filter" / "sglang_args.py")
+    nccl = load_file("sink_nccl_env", ROLES.parent / "plugins" / "filter" / "nccl_env.py")
     for problems in (
         SINKS.sparkctl_env_problems(env),
         args.sglang_env_problems(env),
@@ -298,7 +298,7 @@ def test_exec_line_escapes_every_word_and_refuses_a_line_break() -> None:
 
 
 def test_sglang_exec_line_is_the_sink_filter() -> None:
-    args = load_file("sink_sglang_args", ROLES / "sglang" / "filter_plugins" / "sglang_args.py")
+    args = load_file("sink_sglang_args", ROLES.parent / "plugins" / "filter" / "sglang_args.py")
     assert args.sglang_exec_line(["/bin/x", "a b"]) == '/bin/x "a b"'
     with pytest.raises(Exception, match="sglang unit's command line: an argument holds a newline"):
         args.sglang_exec_line(["/bin/x", "--x\nExecStartPre=/bin/sh"])
@@ -344,7 +344,7 @@ def test_lists_are_lists() -> None:
 
 
 def test_sglang_extra_args_are_a_list_of_words() -> None:
-    args = load_file("sink_sglang_args3", ROLES / "sglang" / "filter_plugins" / "sglang_args.py")
+    args = load_file("sink_sglang_args3", ROLES.parent / "plugins" / "filter" / "sglang_args.py")
     nodes = [{"name": "spark1", "node_rank": 0, "fabric_a_ip": "192.168.100.11"}]
     launch = {
         "model_path": "/m",
@@ -566,7 +566,7 @@ def played(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(base / "none.cfg"),
-        "ANSIBLE_FILTER_PLUGINS": str(ROLES / "roce_fabric" / "filter_plugins"),
+        "ANSIBLE_FILTER_PLUGINS": str(ROLES.parent / "plugins" / "filter"),
         "ANSIBLE_HOME": str(base / "home"),
         "ANSIBLE_LOCAL_TEMP": str(base / "tmp"),
         "ANSIBLE_LOCALHOST_WARNING": "false",

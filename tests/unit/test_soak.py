@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from sparkctl import present, tool_output
+from sparkctl import present
+from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lab.hardware import LabHardware
 from sparkctl.lab.standins import STANDINS_DIR

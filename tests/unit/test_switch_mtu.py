@@ -35,7 +35,7 @@ import yaml
 from tests.unit.pathload import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLE = ROOT / "roles" / "switch_mtu"
+ROLE = ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles" / "switch_mtu"
 PLAYBOOK = ROOT / "playbooks" / "switch_mtu.yml"
 VENV_BIN = Path(sys.executable).parent
 SIM_PORTS = [f"swp{i}" for i in range(1, 9)]
@@ -52,8 +52,8 @@ def load(path: Path, name: str) -> ModuleType:
 # tests/unit/test_inventory.py::test_unparsable_ini failing after this file).
 # Through Ansible the filters run in the ansible-playbook tests further down.
 with mock.patch.dict(sys.modules, {"ansible.errors": None}):
-    flt = load(ROLE / "filter_plugins" / "switch_mtu.py", "switch_mtu_filters")
-mod = load(ROLE / "library" / "switch_port_mtu.py", "switch_port_mtu")
+    flt = load(ROLE.parents[1] / "plugins" / "filter" / "switch_mtu.py", "switch_mtu_filters")
+mod = load(ROLE.parents[1] / "plugins" / "modules" / "switch_port_mtu.py", "switch_port_mtu")
 FilterError: type[Exception] = flt.AnsibleFilterError
 assert FilterError is ValueError
 
@@ -77,7 +77,16 @@ def test_host_mtu_fallback_is_roce_fabric_default() -> None:
     """preflight compares with roce_fabric_mtu, which only the inventory makes visible
     here; without it the fallback must be roce_fabric's own default."""
     fallback = read_yaml(ROLE / "vars" / "main.yml")["_switch_mtu_host_mtu"]
-    roce_defaults = ROOT / "roles" / "roce_fabric" / "defaults" / "main.yml"
+    roce_defaults = (
+        ROOT
+        / "ansible_collections"
+        / "sparkctl"
+        / "spark"
+        / "roles"
+        / "roce_fabric"
+        / "defaults"
+        / "main.yml"
+    )
     if not roce_defaults.exists():
         pytest.skip("no roce_fabric role in this tree")
     default = read_yaml(roce_defaults)["roce_fabric_mtu"]
@@ -1027,8 +1036,7 @@ def ansible_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env.update(
         {
             "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
-            "ANSIBLE_LIBRARY": str(ROLE / "library"),
+            "ANSIBLE_COLLECTIONS_PATH": str(ROOT),
             "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
             "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
             "ANSIBLE_NOCOLOR": "1",
@@ -1047,7 +1055,7 @@ def adhoc_module(tmp_path: Path, kernel: FakeKernel, *flags: str) -> dict[str, A
             str(VENV_BIN / "ansible"),
             "localhost",
             "-m",
-            "switch_port_mtu",
+            "sparkctl.spark.switch_port_mtu",
             "-a",
             args,
             "-e",
@@ -1117,7 +1125,7 @@ def test_script_against_a_kernel_bridge(tmp_path: Path) -> None:
                 "exec",
                 ns,
                 sys.executable,
-                str(ROLE / "library" / "switch_port_mtu.py"),
+                str(ROLE.parents[1] / "plugins" / "modules" / "switch_port_mtu.py"),
                 "--state-file",
                 str(state),
             ],
@@ -1255,7 +1263,7 @@ def switch_inventory(
           hosts: switches
           gather_facts: false
           roles:
-            - role: switch_mtu
+            - role: sparkctl.spark.switch_mtu
         """)
     )
     return tmp_path / ("nv-state.json" if os_name == "nvue" else "sonic-state.json")
@@ -1720,7 +1728,7 @@ def render_switch(tmp_path: Path) -> Path:
           tasks:
             - name: Render switch_mtu
               ansible.builtin.include_role:
-                name: switch_mtu
+                name: sparkctl.spark.switch_mtu
                 tasks_from: render.yml
         """)
     )
@@ -1831,7 +1839,7 @@ def preflight_refusals(tmp_path_factory: pytest.TempPathFactory) -> PreflightRun
           environment:
             FAKE_NV_STATE: "{{ fake_nv_state }}"
           roles:
-            - role: switch_mtu
+            - role: sparkctl.spark.switch_mtu
         """)
     )
     return PreflightRun(run_role(tmp_path), states)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import tool_output as parse
 from sparkctl.checks.test_node import _env_diff
+from sparkctl.collection import tool_output as parse
 
 
 def _ping(sent: int, received: int, error: str | None) -> dict[str, object]:

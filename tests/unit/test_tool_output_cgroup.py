@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sparkctl import tool_output
+from sparkctl.collection import tool_output
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cgroup"
 MiB, GiB = 1 << 20, 1 << 30

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from sparkctl import tool_output as TO
 from sparkctl.checks import test_node as checks
+from sparkctl.collection import tool_output as TO
 from sparkctl.plan import NodePlan, Plan
 from tests.unit import plans
 from tests.unit.pathload import load_file
@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 STANDIN = ROOT / "sparkctl" / "lab" / "standins" / "nvidia-smi"
 HOLD_FILTERS = load_file(
-    "nvidia_hold_checks", ROOT / "roles" / "nvidia_driver" / "filter_plugins" / "nvidia_hold.py"
+    "nvidia_hold_checks",
+    ROOT / "ansible_collections" / "sparkctl" / "spark" / "plugins" / "filter" / "nvidia_hold.py",
 )
 
 

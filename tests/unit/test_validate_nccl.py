@@ -18,7 +18,8 @@ from typing import cast
 
 import pytest
 
-from sparkctl import nccl_parse, tool_output
+from sparkctl import nccl_parse
+from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.report.model import Finding, Judged, NcclRun, Outcome, Report, Thresholds
 from sparkctl.validate import nccl_judge, nccl_run

@@ -709,12 +709,12 @@ def test_plan_key_is_stable_and_follows_the_inventory(
     assert fourth not in (first, second, third)
 
     # A filter plugin (not a defaults file) changes the plan too: the key follows it.
-    roles, roles_dir = tmp_path / "roles-copy", paths.roles_dir
-    shutil.copytree(roles_dir(), roles, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(plan_cache, "roles_dir", lambda: roles)
+    roles, collection_dir = tmp_path / "collection-copy", paths.collection_dir
+    shutil.copytree(collection_dir(), roles, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(plan_cache, "collection_dir", lambda: roles)
     copied = plan_cache._plan_key(ini)
     assert copied != fourth  # the paths are part of the key
-    plugin = next(roles.glob("*/filter_plugins/*.py"))
+    plugin = next(roles.glob("plugins/filter/*.py"))
     plugin.write_text(plugin.read_text() + "\n# an edit\n")
     assert plan_cache._plan_key(ini) != copied
     (plugin.parent / "__pycache__").mkdir(exist_ok=True)
@@ -722,7 +722,7 @@ def test_plan_key_is_stable_and_follows_the_inventory(
     edited = plan_cache._plan_key(ini)
     (plugin.parent / "__pycache__" / "x.pyc").write_bytes(b"other bytecode")
     assert plan_cache._plan_key(ini) == edited
-    monkeypatch.setattr(plan_cache, "roles_dir", roles_dir)
+    monkeypatch.setattr(plan_cache, "collection_dir", collection_dir)
     assert plan_cache._plan_key(ini) == fourth
 
     # Plans are cached per state directory (the lab and a real cluster keep theirs apart).

@@ -28,9 +28,11 @@ from tests.unit.pathload import load_file
 from tests.unit.role_templates import template_env
 
 REPO = Path(__file__).resolve().parents[2]
-ROLE = REPO / "roles" / "sglang_watchdog"
+ROLE = REPO / "ansible_collections" / "sparkctl" / "spark" / "roles" / "sglang_watchdog"
 VALID = REPO / "tests" / "fixtures" / "bad_inputs" / "_valid"
-sinks_f = load_file("sglang_watchdog_sink_filters", ROLE / "filter_plugins" / "sparkctl_sinks.py")
+sinks_f = load_file(
+    "sglang_watchdog_sink_filters", ROLE.parents[1] / "plugins" / "filter" / "sparkctl_sinks.py"
+)
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="no systemd-analyze here")
 CONSTANTS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())

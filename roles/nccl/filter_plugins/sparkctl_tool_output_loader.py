@@ -1,1 +1,0 @@
-../../../sparkctl/tool_output_loader.py

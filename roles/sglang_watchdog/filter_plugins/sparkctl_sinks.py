@@ -1,1 +1,0 @@
-../../../sparkctl/sinks.py
