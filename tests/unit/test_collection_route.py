@@ -47,13 +47,12 @@ def test_only_sparkctl_collection_imports_ansible_collections() -> None:
         if path == PACKAGE / "collection.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            names = (
-                [node.module or ""]
-                if isinstance(node, ast.ImportFrom)
-                else [a.name for a in node.names]
-                if isinstance(node, ast.Import)
-                else []
-            )
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
             offenders += [
                 f"{path.relative_to(REPO)}:{node.lineno}"
                 for n in names
