@@ -59,10 +59,12 @@ def test_desired_state_is_kept_for_boot() -> None:
     assert json.loads(state.content_string) == {"mtu": MTU, "ports": sorted(PORTS, key=natural)}
 
 
-def test_boot_program_is_the_roles_module() -> None:
+def test_boot_program_is_the_collections_module() -> None:
+    # The role copies the collection's module (plugins/modules beside roles/).
+    module = ROLE.parent.parent / "plugins" / "modules" / "switch_port_mtu.py"
     script = SWITCH.file(SCRIPT)
     assert script.mode == 0o644
-    assert script.content_string == (ROLE / "library" / "switch_port_mtu.py").read_text()
+    assert script.content_string == module.read_text()
 
 
 def test_boot_unit_runs_the_program_on_the_state() -> None:
