@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._fanout_loopback import loopback  # noqa: E402
 from sparkctl import inventory  # noqa: E402
-from sparkctl.commands.lab import parse_size  # noqa: E402
+from sparkctl_lab.cli import parse_size  # noqa: E402
 from tests.labhost import ssh  # noqa: E402
 
 SPARKCTL = [sys.executable, "-m", "sparkctl"]

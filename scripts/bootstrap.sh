@@ -3,7 +3,8 @@
 #   - system packages for the rehearsal lab (podman with runc, debootstrap,
 #     iproute2, ssh), installed with apt when run as root, or named precisely
 #     otherwise (exit 4, the "environment missing" code);
-#   - the virtualenv at .venv with sparkctl and its development tools.
+#   - the virtualenv at .venv with sparkctl, its rehearsal lab (lab/) and the
+#     development tools.
 # Safe to run again: it only does what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,10 +48,11 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 # Reinstall only when the dependency list changed.
 stamp=.venv/.sparkctl-deps
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml lab/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
   echo "bootstrap: installing sparkctl and its tools into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  # sparkctl and its rehearsal lab, a distribution of its own (lab/, sparkctl-lab).
+  .venv/bin/python -m pip install -q -e '.[dev]' -e ./lab
   echo "$want" > "$stamp"
 fi

@@ -4,14 +4,14 @@ The release's ``/server_info`` sends every ``ServerArgs`` field
 (``dataclasses.asdict(server_args)``, sglang 0.5.17
 srt/entrypoints/http_server.py:793) and logs the dataclass repr at start-up
 (srt/entrypoints/engine.py:1059). The stand-in parses only the flags the
-roles use (sparkctl/lab/standins/sglang/args.py ``FIELDS``); every other
+roles use (lab/sparkctl_lab/standins/sglang/args.py ``FIELDS``); every other
 field it takes from a data file written by this script from the release's
 own dataclass, in the dataclass's order:
 
-    sparkctl/lab/standins/sglang/server_args_<version with _>.json
+    lab/sparkctl_lab/standins/sglang/server_args_<version with _>.json
 
 Regenerate when the pin (the sglang role's defaults/main.yml ``sglang_version``)
-moves, after updating sparkctl/lab/standins/sglang/version.py:
+moves, after updating lab/sparkctl_lab/standins/sglang/version.py:
 
     .venv/bin/python scripts/sglang_server_args.py
 
@@ -44,7 +44,7 @@ def repo() -> Path:
 
 
 def standin_dir() -> Path:
-    return repo() / "sparkctl" / "lab" / "standins" / "sglang"
+    return repo() / "lab" / "sparkctl_lab" / "standins" / "sglang"
 
 
 def data_file(version: str) -> Path:

@@ -2,6 +2,9 @@
 
 The root group and the error handling live here; each command group is a module of
 :mod:`sparkctl.commands`, sharing its option helpers (:mod:`sparkctl.commands.common`).
+Other distributions add command groups through the ``sparkctl.commands`` entry-point
+group: the rehearsal lab (``sparkctl-lab``, in ``lab/`` of the checkout) plugs
+``sparkctl lab`` in that way, and without it ``sparkctl lab`` says how to get it.
 
 Each command checks its inventory once, calls the core, hands the typed result
 to :mod:`sparkctl.present`, then exits with the error the result names (its
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from importlib.metadata import entry_points
 
 import click
 from rich.markup import escape
@@ -23,7 +27,6 @@ from rich.markup import escape
 from sparkctl import __version__, console
 from sparkctl.commands import (
     inventory,
-    lab,
     model,
     provision,
     report,
@@ -65,9 +68,47 @@ for command in (
     report.report_group,
     inventory.inventory_group,
     trust.trust_command,
-    lab.lab,
 ):
     cli.add_command(command)
+
+# Entry-point group of the command groups other distributions add.
+PLUGIN_GROUP = "sparkctl.commands"
+LAB_HINT = (
+    "install it beside sparkctl: from a checkout, .venv/bin/pip install -e ./lab "
+    "(scripts/bootstrap.sh installs both; docs/lab.md)"
+)
+
+
+@click.command(
+    "lab",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+def lab_missing() -> None:
+    """The rehearsal lab in local containers (needs the sparkctl-lab package)."""
+    raise SparkctlError(
+        "sparkctl lab needs the sparkctl-lab package, which is not installed",
+        ExitCode.ENVIRONMENT,
+        hint=LAB_HINT,
+    )
+
+
+def _add_plugins() -> None:
+    """The command groups of installed distributions (``sparkctl.commands`` entry points);
+    ``lab`` says how to get it when no distribution provides it."""
+    for point in entry_points(group=PLUGIN_GROUP):
+        command = point.load()
+        if isinstance(command, click.Command) and point.name not in cli.commands:
+            cli.add_command(command, point.name)
+        else:  # never shadow a built-in command, nor take what is not a command
+            logging.getLogger(__name__).warning(
+                "ignored entry point %s = %s (%s)", point.name, point.value, PLUGIN_GROUP
+            )
+    if "lab" not in cli.commands:
+        cli.add_command(lab_missing)
+
+
+_add_plugins()
 
 
 def _debug_requested(argv: list[str]) -> bool:

@@ -152,7 +152,7 @@ class SglangPlan:
 class ValidatePlan:
     """roles/validate/tasks/main.yml: the thresholds and the sweep.
 
-    ``line_rate_gbytes`` None: read from the nodes (the lab's shaped rate).
+    ``line_rate_gbytes`` None: not set (validate refuses to gate without it).
     ``busbw_min_fraction``: one number, or one per collective (None: not gated).
     ``perftest``: auto, or a yes/no as the inventory wrote it."""
 

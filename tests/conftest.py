@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,6 +24,18 @@ from sparkctl.inventory import Inventory
 from tests.background import RUNNING, START_ENV, Background, wait_for
 from tests.labhost import HostSnapshot, cluster_state, state_diff
 from tests.unit.pathload import load_file
+
+# The unit tier's guard (tests/tier_guard/sitecustomize.py): in this process, and, through
+# PYTHONPATH, in every Python process a test starts.
+TIER_GUARD = Path(__file__).resolve().parent / "tier_guard"
+load_file("sparkctl_tier_guard", TIER_GUARD / "sitecustomize.py")
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(TIER_GUARD), os.environ.get("PYTHONPATH", "")) if p
+)
+# What it refused, per test (xdist's workers inherit the controller's file).
+os.environ.setdefault(
+    "SPARKCTL_TIER_GUARD_LOG", str(Path(tempfile.gettempdir()) / f"sparkctl-tier-{os.getpid()}.log")
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SIM_INVENTORY = REPO / "inventory" / "sim.ini"
@@ -73,7 +86,20 @@ def _phase(item: pytest.Item) -> tuple[bool, int, bool]:
     )
 
 
+TIERS = ("unit", "contract", "molecule", "lab")
+
+
+def _tier(item: pytest.Item) -> str | None:
+    """The tier is the directory: tests/unit, tests/contract, tests/molecule, tests/lab."""
+    parts = Path(str(item.path)).resolve().relative_to(REPO).parts
+    return parts[1] if len(parts) > 2 and parts[1] in TIERS else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = _tier(item)
+        if tier is not None and item.get_closest_marker(tier) is None:
+            item.add_marker(tier)  # -m unit, -m contract, -m molecule, -m lab
     items.sort(key=_phase)
 
 

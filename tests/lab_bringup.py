@@ -39,9 +39,9 @@ def _sparkctl(*args: str) -> subprocess.CompletedProcess[str]:
 def image() -> str:
     """The lab's node image, built when missing (the lab's bring-up and the molecule
     scenarios both need it: tests/conftest.py lab_image)."""
-    from sparkctl.lab.image import ensure_image  # noqa: PLC0415
-    from sparkctl.lab.lab import lab_dir  # noqa: PLC0415
-    from sparkctl.lab.podman import Podman  # noqa: PLC0415
+    from sparkctl_lab.image import ensure_image  # noqa: PLC0415
+    from sparkctl_lab.lab import lab_dir  # noqa: PLC0415
+    from sparkctl_lab.podman import Podman  # noqa: PLC0415
 
     return ensure_image(Podman(), work_dir=lab_dir() / "build")
 

@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkctl.lab.podman import CONTAINERS_CONF
+from sparkctl_lab.podman import CONTAINERS_CONF
 
 STATE = Path(os.environ.get("SPARKCTL_STATE_DIR", Path.home() / ".local/state/sparkctl"))
 SSH_DIR = STATE / "lab" / "ssh"

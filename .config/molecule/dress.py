@@ -8,16 +8,16 @@ exactly as ``sparkctl lab up`` dresses a node:
   (``Lab._writable_net_sysctls``: never all of /proc/sys, which would let a
   container write host-wide sysctls);
 - the fabric: with a switch, every twin cabled to its switch port from
-  ``switch_ports``, bridged per twin and shaped (``sparkctl.lab.fabric.wire``);
+  ``switch_ports``, bridged per twin and shaped (``sparkctl_lab.fabric.wire``);
   without one, two Sparks cabled back to back (twin a to twin a, b to b) and a
   lone Spark's twins cabled to each other; every Spark also gets the uncabled
   port-0 pair, left down;
-- on every Spark: everything ``sparkctl.lab.standins.PLACEMENTS`` lists
+- on every Spark: everything ``sparkctl_lab.standins.PLACEMENTS`` lists
   (``/etc/sparkctl-lab/hardware.json``, ``/etc/dgx-release``, nvidia-smi,
   ibdev2netdev, show_gids, docker and docker.service, the nccl-tests
   binaries, the image registry), by the lab's own ``standins.dress``;
 - for instances Ansible reaches over SSH: an authorised client key and the
-  recorded host keys, host key checking strict (``sparkctl.lab.sshtrust``).
+  recorded host keys, host key checking strict (``sparkctl_lab.sshtrust``).
 
 Prints ``{"changed": ..., ...}``; a second run changes nothing.
 """
@@ -35,15 +35,15 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from sparkctl.errors import SparkctlError  # noqa: E402
-from sparkctl.lab import (  # noqa: E402
+from sparkctl.proc import run  # noqa: E402
+from sparkctl_lab import (  # noqa: E402
     fabric,
     sshtrust,
     standins,
 )
-from sparkctl.lab.hardware import HARDWARE_JSON_PATH, LabHardware  # noqa: E402
-from sparkctl.lab.lab import Lab, LabHost  # noqa: E402
-from sparkctl.lab.podman import Podman  # noqa: E402
-from sparkctl.proc import run  # noqa: E402
+from sparkctl_lab.hardware import HARDWARE_JSON_PATH, LabHardware  # noqa: E402
+from sparkctl_lab.lab import Lab, LabHost  # noqa: E402
+from sparkctl_lab.podman import Podman  # noqa: E402
 
 
 @dataclass
@@ -53,7 +53,7 @@ class _Spec:
 
 @dataclass
 class Instances:
-    """The attributes of :class:`sparkctl.lab.lab.Lab` that the reused lab code reads."""
+    """The attributes of :class:`sparkctl_lab.lab.Lab` that the reused lab code reads."""
 
     hosts: tuple[LabHost, ...]
     podman: Podman = field(default_factory=Podman)
@@ -149,7 +149,7 @@ def dress_spark(
     podman: Podman, name: str, hardware: LabHardware, settings: standins.NodeSettings | None = None
 ) -> None:
     """Dress one instance as ``sparkctl lab up`` dresses a Spark (the same table,
-    sparkctl.lab.standins.PLACEMENTS). ``settings`` default to the roles'
+    sparkctl_lab.standins.PLACEMENTS). ``settings`` default to the roles'
     defaults (nccl_tests_dir, sglang_image)."""
     standins.dress(podman, name, hardware, settings or standins.NodeSettings.from_values())
 

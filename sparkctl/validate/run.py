@@ -46,7 +46,6 @@ from sparkctl.report.model import Check, Finding, NcclRun, Report, Thresholds
 from sparkctl.validate import nccl_judge, nccl_run
 
 CHECKS_DIR = Path(__file__).resolve().parent.parent / "checks"
-LAB_HARDWARE = "/etc/sparkctl-lab/hardware.json"
 # Checks whose failure on the socket twin means nccl-tests cannot even start.
 _BLOCKING = {"reachable"}
 
@@ -253,21 +252,19 @@ def _neighbour_checks(
 
 
 # ------------------------------------------------------------------ line rate
-def line_rate(plan: Plan, head: str, runner: Runner) -> float:
-    """The inventory's line rate, or the lab's shaped rate read from the head's hardware.json."""
+def line_rate(plan: Plan) -> float:
+    """The fabric's line rate in GB/s: validate_line_rate_gbytes, whose default is the
+    hardware profile's (25 for a Spark's 200 Gb/s port; the lab's inventory sets its
+    shaped rate)."""
     value = plan.settings.line_rate_gbytes
-    if value is not None:
-        return value
-    rc, out = runner(head, f"cat {LAB_HARDWARE}", 30)
-    try:
-        rate_mbit = int(json.loads(out)["link_rate_mbit"])
-    except (ValueError, KeyError, TypeError):
+    if value is None or value <= 0:
         raise SparkctlError(
-            f"validate_line_rate_gbytes is not set and {head}:{LAB_HARDWARE} gives no "
-            f"link_rate_mbit (rc {rc}): set validate_line_rate_gbytes in the inventory",
+            f"validate_line_rate_gbytes is {value!r}: the bandwidth gates need the fabric's "
+            "line rate in GB/s",
             ExitCode.BAD_INPUT,
-        ) from None
-    return rate_mbit / 8 / 1000
+            hint="set validate_line_rate_gbytes in the inventory (25 for a 200 Gb/s port)",
+        )
+    return value
 
 
 # ------------------------------------------------------------------ NCCL
@@ -560,7 +557,7 @@ def validate(opts: Options) -> tuple[Report, Path]:
         checks, facts, down, mesh = node_round(
             inv, plan, ssh_cfg, nodes, plan_file=run_dir / "plan.json", out_dir=run_dir
         )
-        rate = line_rate(plan, nodes[0], runner) if nodes[0] not in down else 0.0
+        rate = line_rate(plan) if nodes[0] not in down else 0.0
         th = thresholds(plan, rate)
         report = Report(
             run_id=run_dir.name,

@@ -434,7 +434,7 @@ def _one_round(s: _Soaking, session: remote.Remote, collectives: Sequence[str]) 
         out_dir=round_dir,
     )
     if s.th is None or s.th.line_rate_gbytes == 0:
-        rate = run.line_rate(plan, nodes[0], runner) if nodes[0] not in down else 0.0
+        rate = run.line_rate(plan) if nodes[0] not in down else 0.0
         s.th = run.thresholds(plan, rate)
     report = Report(
         run_id=f"{s.run_dir.name}/{round_dir.name}",

@@ -324,13 +324,16 @@ BACKGROUND: dict[str, Background] = {}
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    """The release venv and the resolutions start in the background when a selected test
+    needs them (the contract tier also holds tests of real Ansible that need neither)."""
     here = Path(__file__).resolve().parent
-    if not any(Path(str(i.path)).resolve().is_relative_to(here) for i in session.items):
-        return
-    from tests.contract import test_resolution  # noqa: PLC0415 - its own helpers
+    items = [i for i in session.items if Path(str(i.path)).resolve().is_relative_to(here)]
+    if any("sglang_release" in getattr(i, "fixturenames", ()) for i in items):
+        BACKGROUND["venv"] = Background(lambda: ensure_venv(sglang_pin()))
+    if any(Path(str(i.path)).name == "test_resolution.py" for i in items):
+        from tests.contract import test_resolution  # noqa: PLC0415 - its own helpers
 
-    BACKGROUND["venv"] = Background(lambda: ensure_venv(sglang_pin()))
-    BACKGROUND["resolutions"] = Background(test_resolution.resolve_wanted)
+        BACKGROUND["resolutions"] = Background(test_resolution.resolve_wanted)
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from sparkctl.collection import tool_output
-from sparkctl.lab.lab import MGMT_IF
+from sparkctl_lab.lab import MGMT_IF
 from tests.contract.conftest import REPO, SGLangRelease
 
 pytestmark = pytest.mark.contract

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from sparkctl.inventory import Inventory, Node
-from sparkctl.lab.standins.sglang.launch_server import build_parser
+from sparkctl_lab.standins.sglang.launch_server import build_parser
 from tests.conftest import REPO, Rendered
 from tests.contract import release_probe
 from tests.contract.conftest import SGLangRelease

@@ -3,7 +3,7 @@
 ``sparkctl serve up`` reads every rank's journal with sparkctl/serve/startup
 (catalogue.yml, and sparkctl/nccl_parse.yml for NCCL's own lines);
 the lab's SGLang stand-in prints the lines it reads from
-sparkctl/lab/standins/sglang/release.py. Both carry their sources as data.
+lab/sparkctl_lab/standins/sglang/release.py. Both carry their sources as data.
 Here every ``sglang:<path>:<line>`` citation is looked up in the installed
 release (the session fixture ``sglang_release``, tests/contract/conftest.py):
 the file must exist and each literal text piece must occur within
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.lab.standins.sglang import release as rel
 from sparkctl.serve.startup import reader as logs
+from sparkctl_lab.standins.sglang import release as rel
 from tests.contract.conftest import SGLangRelease
 from tests.unit.test_sglang_standin import Cluster, _up, cluster, model_dir, needs_loopback
 

@@ -3,7 +3,7 @@
 The lab's SGLang stand-in answers ``/server_info`` and logs ``server_args=``
 with every field of the release's ``ServerArgs``: the ones it parses with the
 parsed value, all others with the defaults in
-sparkctl/lab/standins/sglang/server_args_<version>.json, which
+lab/sparkctl_lab/standins/sglang/server_args_<version>.json, which
 scripts/sglang_server_args.py writes from the release's dataclass. Here the
 same script runs inside the release's venv (``sglang_release``) and its
 document must be the file's, field for field and in the same order, written
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from sparkctl.lab.standins.sglang import args as standin_args
-from sparkctl.lab.standins.sglang.version import __version__
+from sparkctl_lab.standins.sglang import args as standin_args
+from sparkctl_lab.standins.sglang.version import __version__
 from tests.contract.conftest import REPO, SGLangRelease, sglang_pin
 
 pytestmark = pytest.mark.contract

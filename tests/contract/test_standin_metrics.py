@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkctl.lab.standins.sglang import launch_server as ls
-from sparkctl.lab.standins.sglang.engine import Engine, Model, Sampling
-from sparkctl.lab.standins.sglang.rendezvous import Node
-from sparkctl.lab.standins.sglang.server import App
 from sparkctl.serve import watch
+from sparkctl_lab.standins.sglang import launch_server as ls
+from sparkctl_lab.standins.sglang.engine import Engine, Model, Sampling
+from sparkctl_lab.standins.sglang.rendezvous import Node
+from sparkctl_lab.standins.sglang.server import App
 from tests.contract.conftest import SGLangRelease
 
 pytestmark = pytest.mark.contract

@@ -1,5 +1,5 @@
 """The lab's egress guard against real containers: a node reaches nothing outside the lab
-but the package mirror provisioning needs (sparkctl/lab/egress.py).
+but the package mirror provisioning needs (lab/sparkctl_lab/egress.py).
 
 What leaked before: a node with no fabric addresses (a lab up but not provisioned,
 or a netplan that did not apply) sent its SSH to a fabric address out through the
@@ -21,10 +21,10 @@ import subprocess
 
 import pytest
 
-from sparkctl.lab import egress
-from sparkctl.lab.lab import MGMT_IF
-from sparkctl.lab.lab import NETWORK as LAB_NETWORK
-from sparkctl.lab.podman import CONTAINERS_CONF
+from sparkctl_lab import egress
+from sparkctl_lab.lab import MGMT_IF
+from sparkctl_lab.lab import NETWORK as LAB_NETWORK
+from sparkctl_lab.podman import CONTAINERS_CONF
 from tests.conftest import LabSession, sparkctl
 from tests.labhost import ssh
 

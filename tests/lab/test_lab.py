@@ -17,8 +17,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from sparkctl.lab.lab import NETWORK as LAB_NETWORK
 from sparkctl.paths import controller_vars
+from sparkctl_lab.lab import NETWORK as LAB_NETWORK
 from tests.conftest import REPO, SIM_INVENTORY, LabSession, sparkctl
 from tests.labhost import SSH_DIR, HostSnapshot, ssh
 

@@ -267,7 +267,7 @@ HF_REPO = "sparkctl-lab/sentinel"
 
 @pytest.fixture
 def lab_hub(lab: LabSession) -> Iterator[tuple[str, str, str]]:
-    """The lab's Hugging Face Hub (sparkctl/lab/standins/hfhub.py) on lab-switch, where
+    """The lab's Hugging Face Hub (lab/sparkctl_lab/standins/hfhub.py) on lab-switch, where
     huggingface.co is for a Spark: one repository of 3 MiB, a token required, bodies served
     at 256 KiB/s so that a download lasts long enough to be watched. Yields (endpoint,
     commit, token); removes the Hub and its files afterwards."""
@@ -275,7 +275,7 @@ def lab_hub(lab: LabSession) -> Iterator[tuple[str, str, str]]:
     switch = lab.inventory.switch.mgmt_ip
     token = "hf_sparkctlSentinel" + "7" * 20
     script = (
-        Path(__file__).resolve().parents[2] / "sparkctl" / "lab" / "standins" / "hfhub.py"
+        Path(__file__).resolve().parents[2] / "lab" / "sparkctl_lab" / "standins" / "hfhub.py"
     ).read_text()
     ssh(switch, f"mkdir -p {HUB}/src && cat > {HUB}/hfhub.py <<'PYEOF'\n{script}PYEOF\n")
     ssh(

@@ -182,8 +182,8 @@ def test_a_moved_image_tag_stops_provision_until_pinned_or_accepted(
     """Tags move; the unit runs the digest the first pull recorded. When the registry's tag
     resolves to another digest, provision stops naming both and the way forward, changes no
     unit; --accept-image-digest moves the cluster to exactly that digest."""
-    from sparkctl.lab import registry  # noqa: PLC0415
-    from sparkctl.lab.podman import Podman  # noqa: PLC0415
+    from sparkctl_lab import registry  # noqa: PLC0415
+    from sparkctl_lab.podman import Podman  # noqa: PLC0415
 
     nodes = [n.name for n in lab.inventory.nodes]
     spark1 = lab.inventory.node("spark1").mgmt_ip

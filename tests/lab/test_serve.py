@@ -313,7 +313,7 @@ def test_a_frozen_rank_fails_status_fires_the_alert_and_the_watchdog_restarts_th
 ) -> None:
     """One fault, every reader of it: rank 2's container frozen with SIGSTOP. Each
     stand-in rank takes part in every forward's all-reduce
-    (sparkctl/lab/standins/sglang/engine.py), so the frozen rank stalls the head's
+    (lab/sparkctl_lab/standins/sglang/engine.py), so the frozen rank stalls the head's
     generation as a wedged collective does, while all four units read active/running.
 
     - `sparkctl status` exits 1 within one call: the generation probe fails and
@@ -911,7 +911,7 @@ def test_start_on_boot_serves_again_after_every_node_reboots(
     """sglang_start_on_boot: after every Spark restarts, the group's endpoint answers again
     without any sparkctl command.
 
-    The restart is `sparkctl lab reboot` (sparkctl/lab/lab.py, Lab.reboot), the closest a
+    The restart is `sparkctl lab reboot` (lab/sparkctl_lab/lab.py, Lab.reboot), the closest a
     podman container running systemd comes to a Spark's reboot: systemd 252 of the lab's
     Debian bookworm has no `systemctl soft-reboot` (systemd 254), and a `systemctl reboot`
     inside a container ends its PID 1, which stops the container and takes its network

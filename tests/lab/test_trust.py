@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from sparkctl.lab.podman import Podman
 from sparkctl.trust import HostKey
+from sparkctl_lab.podman import Podman
 from tests.conftest import SIM_INVENTORY, LabSession, sparkctl
 from tests.labhost import SSH_DIR, ssh
 

@@ -45,7 +45,7 @@ def unavailable() -> str | None:
 def molecule_env() -> dict[str, str]:
     """The environment molecule runs in: lab image, project podman settings, the venv first.
     Builds the lab node image when it is missing."""
-    from sparkctl.lab.podman import CONTAINERS_CONF  # noqa: PLC0415
+    from sparkctl_lab.podman import CONTAINERS_CONF  # noqa: PLC0415
 
     image = lab_image()  # shared with the lab's bring-up, which starts at the same time
     return {

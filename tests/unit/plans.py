@@ -1,7 +1,7 @@
 """Plans for unit tests, of exactly the shape the roles write (the lab's values).
 
 Every plan built here goes through :meth:`sparkctl.plan.Plan.from_dict`, so a test
-plan that drifts from the dataclasses (and so from what tests/unit/test_plan.py
+plan that drifts from the dataclasses (and so from what tests/contract/test_plan.py
 shows the real play writes) fails where it is built.
 """
 
@@ -69,7 +69,7 @@ def node_dict(
     rank: int,
     nodes: Sequence[str],
     *,
-    line_rate: Any = None,
+    line_rate: Any = 0.125,  # the lab inventory's validate_line_rate_gbytes
     perftest: Any = "auto",
     cluster_user: str = "root",
 ) -> dict[str, Any]:

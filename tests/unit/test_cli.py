@@ -19,8 +19,8 @@ import click
 import pytest
 
 from sparkctl import __version__, cli
-from sparkctl.commands import lab as lab_commands
 from sparkctl.errors import ExitCode
+from sparkctl_lab import cli as lab_commands
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
@@ -252,7 +252,7 @@ def test_debug_env_zero_means_off(
 def test_ctrl_c_exits_130(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stub_tools: Path
 ) -> None:
-    from sparkctl.lab import lab as lab_mod  # noqa: PLC0415
+    from sparkctl_lab import lab as lab_mod  # noqa: PLC0415
 
     def interrupted() -> None:
         raise KeyboardInterrupt

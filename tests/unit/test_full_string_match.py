@@ -51,6 +51,7 @@ def _python_patterns(path: Path) -> list[tuple[int, str, bool]]:
 def _sources() -> list[Path]:
     files = [
         *(REPO / "sparkctl").rglob("*.py"),
+        *(REPO / "lab" / "sparkctl_lab").rglob("*.py"),
         *(REPO / "ansible_collections" / "sparkctl" / "spark" / "roles").rglob("*.py"),
     ]
     # The lab's stand-ins print and parse what the real tools do; not validators of input.

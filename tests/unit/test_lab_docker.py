@@ -1,4 +1,4 @@
-"""The lab's docker stand-in (sparkctl/lab/standins/docker.py) against docker's contract.
+"""The lab's docker stand-in (lab/sparkctl_lab/standins/docker.py) against docker's contract.
 
 The container tests make real namespaces (user, mount, PID, UTS, IPC, network)
 and need root, as on a lab node; the parsing tests run anywhere.
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkctl.lab import registry
-from sparkctl.lab.standins import STANDINS_DIR
 from sparkctl.paths import roles_dir
+from sparkctl_lab import registry
+from sparkctl_lab.standins import STANDINS_DIR
 from tests.unit.pathload import load_file
 
 DOCKER_PY = STANDINS_DIR / "docker.py"

@@ -1,4 +1,4 @@
-"""sparkctl.lab.egress: the plan of what lab nodes may reach, and its nft rules on a real kernel.
+"""sparkctl_lab.egress: the plan of what lab nodes may reach, and its nft rules on a real kernel.
 
 The plan is checked against literal expectations for the lab's own networks
 and mirrors; one test loads the generated ruleset into a throwaway network
@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from sparkctl.errors import SparkctlError
-from sparkctl.lab import egress
-from sparkctl.lab.egress import EgressPlan, Endpoint
-from sparkctl.lab.image import AptSources, _apt_sources
-from sparkctl.lab.lab import LabSpec
+from sparkctl_lab import egress
+from sparkctl_lab.egress import EgressPlan, Endpoint
+from sparkctl_lab.image import AptSources, _apt_sources
+from sparkctl_lab.lab import LabSpec
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
@@ -362,7 +362,7 @@ def test_remove_takes_the_guard_away(routed_lab: tuple[str, str, str]) -> None:
     _sh("nft", "-f", "-", ns=host, input_text=_plan(bridge="labbr0").ruleset())
     assert _probe(lab)[0] == "EHOSTUNREACH"
     code = (
-        "from sparkctl.lab import egress; "
+        "from sparkctl_lab import egress; "
         "print(egress.installed(), egress.remove(), egress.installed(), egress.remove())"
     )
     out = _sh(sys.executable, "-c", code, ns=host)
@@ -376,7 +376,7 @@ def test_remove_takes_the_guard_away(routed_lab: tuple[str, str, str]) -> None:
 def test_lab_status_says_when_the_guard_is_missing(
     guard: bool, warned: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sparkctl.commands import lab  # noqa: PLC0415 -- the click layer, only here
+    from sparkctl_lab import cli as lab  # noqa: PLC0415 -- the click layer, only here
 
     lab.show_status({"up": True, "rate_mbit": 1000, "egress_guard": guard, "hosts": []})
     out = capsys.readouterr().out

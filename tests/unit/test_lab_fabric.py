@@ -1,4 +1,4 @@
-"""sparkctl.lab.fabric: tc/ip command builders, names, parsing of tc's JSON.
+"""sparkctl_lab.fabric: tc/ip command builders, names, parsing of tc's JSON.
 
 The pure functions are checked against literal expectations; one test runs
 the generated commands for real in throwaway network namespaces (root only)
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.lab import fabric
-from sparkctl.lab.fabric import Cable
+from sparkctl_lab import fabric
+from sparkctl_lab.fabric import Cable
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
@@ -161,7 +161,7 @@ def test_cable_names() -> None:
 
 
 def test_cable_ifb_name_fits_ifnamsiz_for_the_longest_allowed_port() -> None:
-    from sparkctl.lab.fabric import MAX_PORT_NAME  # noqa: PLC0415
+    from sparkctl_lab.fabric import MAX_PORT_NAME  # noqa: PLC0415
 
     cable = Cable(node="spark1", node_if="enp1s0f1np1", port="E" * MAX_PORT_NAME, domain="a")
     assert len(cable.ifb) == IFNAMSIZ - 1
@@ -169,7 +169,7 @@ def test_cable_ifb_name_fits_ifnamsiz_for_the_longest_allowed_port() -> None:
 
 
 def test_sim_names_fit_ifnamsiz_and_are_unique() -> None:
-    from sparkctl.lab.lab import LabSpec  # noqa: PLC0415
+    from sparkctl_lab.lab import LabSpec  # noqa: PLC0415
 
     cables = LabSpec.from_inventory(ROOT / "inventory" / "sim.ini").cables
     names = [n for c in cables for n in (c.node_if, c.port, c.ifb, c.bridge)]

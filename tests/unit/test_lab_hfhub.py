@@ -3,7 +3,7 @@
 The client is the pinned ``huggingface_hub`` (``model_cache_hf_hub_version`` in
 the model_cache role's defaults), installed from PyPI once into a virtualenv
 cached outside the checkout (``${XDG_CACHE_HOME:-~/.cache}/sparkctl/``). The
-lab Hub (sparkctl/lab/standins/hfhub.py) runs as its own process on loopback;
+lab Hub (lab/sparkctl_lab/standins/hfhub.py) runs as its own process on loopback;
 the relay runs as the head runs it: that virtualenv's python, the token on
 stdin (``--token-stdin``), ``HF_ENDPOINT`` pointing at the Hub. Expected
 blob names are computed here the way git and git-lfs define them, not with
@@ -34,10 +34,10 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 import yaml
 
-from sparkctl.lab.standins import hfhub
+from sparkctl_lab.standins import hfhub
 
 ROOT = Path(__file__).resolve().parents[2]
-HFHUB = ROOT / "sparkctl" / "lab" / "standins" / "hfhub.py"
+HFHUB = ROOT / "lab" / "sparkctl_lab" / "standins" / "hfhub.py"
 RELAY = (
     ROOT
     / "ansible_collections"

@@ -1,4 +1,4 @@
-"""sparkctl.lab.image: the recipe digest that tags the image, and the apt mirror.
+"""sparkctl_lab.image: the recipe digest that tags the image, and the apt mirror.
 
 Nothing here runs debootstrap or podman.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.lab import image
-from sparkctl.lab.image import (
+from sparkctl_lab import image
+from sparkctl_lab.image import (
     PACKAGES,
     AptSources,
     ImageRecipe,
@@ -72,7 +72,7 @@ def test_digest_is_short_hex_and_stable() -> None:
 def test_digest_is_stable_across_processes() -> None:
     """Another interpreter with another hash seed computes the same tag (a cached
     image is found again by the next `lab up`)."""
-    code = "from sparkctl.lab.image import ImageRecipe; print(ImageRecipe().digest())"
+    code = "from sparkctl_lab.image import ImageRecipe; print(ImageRecipe().digest())"
     for seed in ("1", "12345"):
         out = subprocess.run(
             [sys.executable, "-c", code],

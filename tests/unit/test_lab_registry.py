@@ -1,4 +1,4 @@
-"""The lab's image registry and the one table of stand-ins (sparkctl.lab.registry, .standins)."""
+"""The lab's image registry and the one table of stand-ins (sparkctl_lab.registry, .standins)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from sparkctl.errors import SparkctlError
-from sparkctl.lab import registry, standins
-from sparkctl.lab.hardware import HARDWARE_JSON_PATH, LabHardware
 from sparkctl.paths import roles_dir
+from sparkctl_lab import registry, standins
+from sparkctl_lab.hardware import HARDWARE_JSON_PATH, LabHardware
 from tests.unit.pathload import load_file
 
 DOCKER = load_file("lab_docker_standin_for_registry", standins.STANDINS_DIR / "docker.py")

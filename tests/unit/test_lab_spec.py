@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.lab.fabric import Cable
-from sparkctl.lab.lab import LabHost, LabSpec
+from sparkctl_lab.fabric import Cable
+from sparkctl_lab.lab import LabHost, LabSpec
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
@@ -49,6 +49,10 @@ def cluster_yml(inv: Path) -> Path:
 
 def lab_yml(inv: Path) -> Path:
     return inv.parent / "group_vars" / "sim" / "lab.yml"
+
+
+def validate_yml(inv: Path) -> Path:
+    return inv.parent / "group_vars" / "sim" / "validate.yml"
 
 
 def spec_error(inv: Path, **kwargs: object) -> str:
@@ -107,6 +111,11 @@ def test_overrides_rate_and_driver_version() -> None:
 
 def test_rate_and_driver_read_from_group_vars(sim_copy: Path) -> None:
     edit(lab_yml(sim_copy), "lab_link_rate_mbit: 1000", "lab_link_rate_mbit: 400")
+    edit(
+        validate_yml(sim_copy),
+        "validate_line_rate_gbytes: 0.125",
+        "validate_line_rate_gbytes: 0.05",
+    )
     edit(
         lab_yml(sim_copy),
         'lab_gpu_driver_version: "580.95.05"',
@@ -248,6 +257,19 @@ def test_bad_link_rate(sim_copy: Path, value: str) -> None:
 def test_bad_rate_override(sim_copy: Path) -> None:
     message = spec_error(sim_copy, rate_mbit=0)
     assert "variable lab_link_rate_mbit" in message
+
+
+def test_the_line_rate_validate_gates_against_is_the_shaped_rate(sim_copy: Path) -> None:
+    """validate reads validate_line_rate_gbytes only; the lab's inventory must give its
+    shaped rate there, or every bandwidth verdict is judged against the wrong line."""
+    assert LabSpec.from_inventory(sim_copy).rate_mbit / 8000 == 0.125
+    edit(lab_yml(sim_copy), "lab_link_rate_mbit: 1000", "lab_link_rate_mbit: 400")
+    message = spec_error(sim_copy)
+    assert str(sim_copy) in message
+    assert "variable validate_line_rate_gbytes" in message
+    assert "0.125 is not lab_link_rate_mbit 400 in GB/s (0.05)" in message
+    # A rate given on the command line is the operator's, with -e for validate.
+    assert LabSpec.from_inventory(sim_copy, rate_mbit=250).rate_mbit == 250
 
 
 def test_twin_cabled_twice(sim_copy: Path) -> None:

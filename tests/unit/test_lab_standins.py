@@ -26,14 +26,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.lab.hardware import (
+from sparkctl_lab.hardware import (
     HARDWARE_JSON_SCHEMA,
     SPARK_ROCE_PORTS,
     LabHardware,
     gpu_uuid_for,
     render_dgx_release,
 )
-from sparkctl.lab.standins import PLACEMENTS, STANDINS_DIR
+from sparkctl_lab.standins import PLACEMENTS, STANDINS_DIR
 
 # The stand-in programs of the placement table, by file name (docker.py is
 # /usr/bin/docker, nccl_tests.py the nccl-tests binaries).
@@ -655,7 +655,7 @@ def test_standin_scripts_are_executable_stdlib_python(tool: str) -> None:
             imported.add(stmt.module.split(".")[0])
     assert imported, tool
     # nccl-tests runs under mpirun: the lab image installs python3-mpi4py
-    # (sparkctl/lab/image.py) for it; every other stand-in is stdlib only.
+    # (lab/sparkctl_lab/image.py) for it; every other stand-in is stdlib only.
     allowed = set(sys.stdlib_module_names) | ({"mpi4py"} if tool == "nccl_tests.py" else set())
     assert imported <= allowed, imported - allowed
 

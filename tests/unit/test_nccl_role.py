@@ -37,7 +37,7 @@ def _yaml(path: Path) -> dict[str, object]:
 
 
 def test_standin_prints_the_pinned_nccl_tests_release() -> None:
-    standin = (REPO / "sparkctl" / "lab" / "standins" / "nccl_tests.py").read_text()
+    standin = (REPO / "lab" / "sparkctl_lab" / "standins" / "nccl_tests.py").read_text()
     pinned = str(_yaml(ROLE / "defaults" / "main.yml")["nccl_tests_version"]).lstrip("v")
     assert f'NCCL_TESTS_VERSION = "{pinned}"' in standin
 

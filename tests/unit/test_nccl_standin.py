@@ -1,4 +1,4 @@
-"""The lab's nccl-tests stand-in (sparkctl/lab/standins/nccl_tests.py).
+"""The lab's nccl-tests stand-in (lab/sparkctl_lab/standins/nccl_tests.py).
 
 Expected strings come from real nccl-tests logs, not recomputed with the
 code under test:
@@ -34,7 +34,7 @@ import pytest
 from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "sparkctl" / "lab" / "standins" / "nccl_tests.py"
+SCRIPT = REPO / "lab" / "sparkctl_lab" / "standins" / "nccl_tests.py"
 
 
 def _load() -> ModuleType:

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from sparkctl.collection import tool_output as TO
-from tests.unit.pathload import ansible_playbook, load_file, module_command
+from tests.unit.pathload import load_file, module_command
 
 # init_plugin_loader() warns from its second call in one process (see test_inventory.py).
 pytestmark = pytest.mark.filterwarnings(
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.filterwarnings(
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "ansible_collections" / "sparkctl" / "spark" / "roles" / "nvidia_driver"
 MODULE_PATH = ROLE.parents[1] / "plugins" / "modules" / "nvidia_gpu_info.py"
-STANDIN = ROOT / "sparkctl" / "lab" / "standins" / "nvidia-smi"
+STANDIN = ROOT / "lab" / "sparkctl_lab" / "standins" / "nvidia-smi"
 
 
 def load_module() -> ModuleType:
@@ -320,57 +320,6 @@ def test_module_without_nvidia_smi_anywhere(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["msg"].startswith(
         "nvidia-smi not found on spark2: the NVIDIA driver is not installed"
     )
-
-
-def test_module_through_ansible_reads_with_the_shared_parser(tmp_path: Path) -> None:
-    """As provision runs it: Ansible packs the module with the module_utils it imports,
-    here cluster_defaults' link to sparkctl/tool_output.py, and runs it against the lab's
-    nvidia-smi stand-in (header CSV, 580 banner)."""
-    adhoc = ansible_playbook().with_name("ansible")
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
-    smi.chmod(0o755)
-    (tmp_path / "hardware.json").write_text(json.dumps(HW))
-    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"),
-        ANSIBLE_LIBRARY=str(ROLE.parents[1] / "plugins" / "modules"),
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="json",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-        ANSIBLE_HOME=str(tmp_path / "home"),
-        SPARKCTL_LAB_HW=str(tmp_path / "hardware.json"),
-        SPARKCTL_LAB_SYSFS=str(tmp_path),
-        PATH=f"{smi.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-    )
-    proc = subprocess.run(
-        [
-            str(adhoc),
-            "localhost",
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-m",
-            "sparkctl.spark.nvidia_gpu_info",
-            "-a",
-            "node_name=spark1",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    assert result["gpus"][0]["name"] == "NVIDIA GB10"
-    assert result["gpus"][0]["compute_cap"] == "12.1"
-    assert (result["driver_version"], result["cuda_version"]) == ("580.95.05", "13.0")
 
 
 # ------------------------------------------------------ the role's interface
@@ -783,7 +732,7 @@ def test_the_lab_profile_says_what_its_stand_ins_produce() -> None:
     assert '"compute_cap": ("compute_cap", "12.1", None)' in STANDIN.read_text()
     assert sim["compute_capability"] == "12.1"
     # No nvcc and no kernel of its own on a lab node: nothing stands in for them.
-    standins = load_file("lab_standins", ROOT / "sparkctl" / "lab" / "standins" / "__init__.py")
+    standins = load_file("lab_standins", ROOT / "lab" / "sparkctl_lab" / "standins" / "__init__.py")
     targets = {t for p in standins.PLACEMENTS for t in p.targets}
     assert DEFAULTS["nvidia_driver_nvcc"] not in targets and sim["cuda_toolkit"] is False
     assert not any("modinfo" in t or t.startswith("/boot") for t in targets)

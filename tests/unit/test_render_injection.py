@@ -5,7 +5,7 @@ env-file line, shell metacharacters in a value a shell or a launcher reads, an s
 option that runs a command or vouches for host keys, a path that leaves the directory
 it names. For each, `sparkctl render` (in-process, its own entry point) exits 2 naming
 the variable and writes nothing under --out; the same inventory without the edit is
-`_valid`, which renders (tests/unit/test_render.py renders the example inventories).
+`_valid`, which renders (tests/contract/test_render.py renders the example inventories).
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def test_gid_to_ipv4() -> None:
 
 def test_lab_show_gids_standin_output_parses(tmp_path: Path) -> None:
     """The lab's show_gids stand-in (what the role reads in the lab) gives index 3."""
-    assets = REPO / "sparkctl" / "lab" / "standins"
+    assets = REPO / "lab" / "sparkctl_lab" / "standins"
     hw = {
         "roce": [
             {"ibdev": "rocep1s0f1", "port": 1, "netdev": "enp1s0f1np1"},

@@ -4,7 +4,7 @@ The fixtures are real log excerpts (tests/fixtures/sglang, SOURCES.md says
 where each comes from); the expected phases, signatures and NCCL transport
 of each are written out here, not derived from the code under test. The lab
 stand-in's lines are rendered from its catalogue of the release's strings
-(sparkctl/lab/standins/sglang/release.py) with the prefixes it prints, and
+(lab/sparkctl_lab/standins/sglang/release.py) with the prefixes it prints, and
 every message of that catalogue has a case, so a changed or added stand-in
 line breaks the test rather than silently escaping it.
 """
@@ -24,10 +24,10 @@ import pytest
 import yaml
 
 from sparkctl import nccl_parse
-from sparkctl.lab.standins.sglang import release as rel
 from sparkctl.serve.startup import catalogue
 from sparkctl.serve.startup import reader as logs
 from sparkctl.serve.startup.reader import Pattern, Phase, RankLog, Signature
+from sparkctl_lab.standins.sglang import release as rel
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sglang"
@@ -1162,7 +1162,7 @@ def _ids_named_in_code() -> set[str]:
     """Signature ids sparkctl's code names: ``SIGNATURES["x"]`` / ``_BY_ID["x"]``,
     ``<something>.id == "x"``, and the reader's own id constants."""
     found = {logs.HOST_IP_HANG, logs._DIST_INIT_UNREACHABLE}
-    for path in (REPO / "sparkctl").rglob("*.py"):
+    for path in [*(REPO / "sparkctl").rglob("*.py"), *(REPO / "lab").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if (
                 isinstance(node, ast.Subscript)

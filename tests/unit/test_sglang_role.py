@@ -116,7 +116,7 @@ def test_image_is_pinned_to_a_cuda13_release_tag() -> None:
 
 
 def test_the_role_carries_no_simulator() -> None:
-    """The lab's stand-ins live in sparkctl/lab/standins and the lab puts them on its nodes;
+    """The lab's stand-ins live in lab/sparkctl_lab/standins and the lab puts them on its nodes;
     the role installs only what a Spark runs, the same way everywhere."""
     files = sorted(
         p.relative_to(ROLE).as_posix()
@@ -126,7 +126,7 @@ def test_the_role_carries_no_simulator() -> None:
     assert [f for f in files if f.startswith("files/")] == ["files/sglang_launcher.py"]
     for name in files:
         text = (ROLE / name).read_text()
-        assert "sparkctl/lab" not in text and "standin" not in text, name
+        assert "lab/sparkctl_lab" not in text and "standin" not in text, name
         assert "when: lab" not in text and "hw_profile ==" not in text, name
 
 
@@ -184,7 +184,7 @@ def test_optional_arguments() -> None:
 
 def _standin_parse(args: list[str]) -> dict[str, Any]:
     """The lab stand-in's parser on ``args`` (the real release's: tests/contract)."""
-    from sparkctl.lab.standins.sglang.launch_server import build_parser  # noqa: PLC0415
+    from sparkctl_lab.standins.sglang.launch_server import build_parser  # noqa: PLC0415
 
     return vars(
         build_parser().parse_args([a if a != "${SGLANG_API_KEY}" else "k" * 16 for a in args])
@@ -1515,7 +1515,7 @@ def test_the_served_tag_is_local_and_never_a_public_registrys() -> None:
 def _node_with_pinned_image(tmp_path: Path) -> tuple[Any, Path, str, str]:
     """A docker data root of the lab's stand-in holding IMAGE@digest, pulled as a pinned
     image is; (the stand-in node, an engine path for the role, the reference, its id)."""
-    from sparkctl.lab import registry  # noqa: PLC0415
+    from sparkctl_lab import registry  # noqa: PLC0415
     from tests.unit import test_lab_docker as lab_docker  # noqa: PLC0415
 
     if os.geteuid() != 0:
@@ -1605,37 +1605,6 @@ def _tag_problems(node: Any, image_ref: str) -> list[str]:
     reading["commands"].update(_tag_reading(node, image_ref))
     want = {**_want(), "served_tag": SERVED_TAG, "image_ref": image_ref}
     return list(args_f.sglang_verify_problems(reading, want))
-
-
-def test_install_tags_the_served_image_once_and_verify_checks_the_tag(tmp_path: Path) -> None:
-    from sparkctl.lab import registry  # noqa: PLC0415
-    from tests.unit import test_lab_docker as lab_docker  # noqa: PLC0415
-
-    node, engine, pinned, image_id = _node_with_pinned_image(tmp_path)
-    problems = _tag_problems(node, pinned)
-    assert len(problems) == 1 and f"{SERVED_TAG} is missing (" in problems[0], problems
-    assert f"the unit runs {pinned}, which is {image_id}" in problems[0]
-    # Check mode changes nothing, and passes where nothing was pulled yet.
-    assert _play_served_tag(tmp_path, engine, pinned, check=True) == 0
-    absent = pinned.rsplit("@", 1)[0] + "@sha256:" + "0" * 64
-    assert _play_served_tag(tmp_path, engine, absent, check=True) == 0
-    assert node.docker("image", "inspect", SERVED_TAG).returncode == 1
-    assert _play_served_tag(tmp_path, engine, pinned) == 1
-    assert node.inspect(pinned)["RepoTags"] == [SERVED_TAG]
-    assert _tag_problems(node, pinned) == []
-    assert _play_served_tag(tmp_path, engine, pinned) == 0
-    # The tag on another image (what an older provision leaves): named, then moved back.
-    registry.move_tag(node.registry, lab_docker.IMAGE, "moved")
-    assert node.docker("pull", lab_docker.IMAGE).returncode == 0
-    other = node.inspect(lab_docker.IMAGE)["Id"]
-    assert node.docker("tag", other, SERVED_TAG).returncode == 0
-    (problem,) = _tag_problems(node, pinned)
-    assert f"{SERVED_TAG} is {other}, but the unit runs {pinned}, which is {image_id}" in problem
-    assert _play_served_tag(tmp_path, engine, pinned) == 1
-    assert _tag_problems(node, pinned) == []
-    # What the tag is for: a routine prune keeps the served image.
-    assert node.docker("image", "prune", "-f").returncode == 0
-    assert node.docker("image", "inspect", pinned).returncode == 0
 
 
 def test_verify_without_the_served_image_names_it_missing() -> None:

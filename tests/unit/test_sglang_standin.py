@@ -1,4 +1,4 @@
-"""The lab's SGLang stand-in (sparkctl/lab/standins/sglang): ranks, endpoints, failures.
+"""The lab's SGLang stand-in (lab/sparkctl_lab/standins/sglang): ranks, endpoints, failures.
 
 Each test starts real ranks as subprocesses (``python3 -m sglang.launch_server``
 with the stand-in on PYTHONPATH, as the unit runs it) on loopback: every
@@ -39,12 +39,12 @@ import yaml
 from tests.unit.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-STANDIN = REPO / "sparkctl" / "lab" / "standins"
+STANDIN = REPO / "lab" / "sparkctl_lab" / "standins"
 KEY = "unit-test-key-0123456789"
 
-from sparkctl.lab.standins.sglang import args as ls_args  # noqa: E402
-from sparkctl.lab.standins.sglang import launch_server as ls  # noqa: E402
-from sparkctl.lab.standins.sglang.version import __version__  # noqa: E402
+from sparkctl_lab.standins.sglang import args as ls_args  # noqa: E402
+from sparkctl_lab.standins.sglang import launch_server as ls  # noqa: E402
+from sparkctl_lab.standins.sglang.version import __version__  # noqa: E402
 
 
 def _loopback_nodes_work() -> bool:
@@ -1147,7 +1147,7 @@ def test_the_progress_bar_is_tqdms(n: int, total: int, elapsed: float) -> None:
     the same text as tqdm.format_meter, for the default bar and SGLang's BAR_FORMAT
     (sglang srt/utils/common.py:1234)."""
     tqdm = pytest.importorskip("tqdm")
-    from sparkctl.lab.standins.sglang import release  # noqa: PLC0415
+    from sparkctl_lab.standins.sglang import release  # noqa: PLC0415
 
     desc = "Capturing batches (bs=64 avail_mem=99.80 GB)"
     assert release.meter(n, total, elapsed, desc) == tqdm.tqdm.format_meter(

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from sparkctl.lab import sshtrust
 from sparkctl.proc import run
+from sparkctl_lab import sshtrust
 
 CHILD = [sys.executable, "-c", "import os; print(os.get_blocking(0))"]
 

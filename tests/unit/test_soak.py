@@ -22,14 +22,14 @@ import pytest
 from sparkctl import present
 from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.lab.hardware import LabHardware
-from sparkctl.lab.standins import STANDINS_DIR
 from sparkctl.remote import Runner
 from sparkctl.report import soak_html
 from sparkctl.report.model import Thresholds
 from sparkctl.report.soak import Round, Soak
 from sparkctl.report.soak_html import render_soak
 from sparkctl.validate import soak
+from sparkctl_lab.hardware import LabHardware
+from sparkctl_lab.standins import STANDINS_DIR
 from tests.unit.cli_run import run_cli
 
 SMI_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"

@@ -33,15 +33,15 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkctl.lab.standins.sglang import engine as standin_engine
-from sparkctl.lab.standins.sglang import launch_server as ls
-from sparkctl.lab.standins.sglang.engine import Engine, Model, Sampling
-from sparkctl.lab.standins.sglang.rendezvous import Node
-from sparkctl.lab.standins.sglang.server import App
 from sparkctl.serve import watch
+from sparkctl_lab.standins.sglang import engine as standin_engine
+from sparkctl_lab.standins.sglang import launch_server as ls
+from sparkctl_lab.standins.sglang.engine import Engine, Model, Sampling
+from sparkctl_lab.standins.sglang.rendezvous import Node
+from sparkctl_lab.standins.sglang.server import App
 
 REPO = Path(__file__).resolve().parents[2]
-STANDIN = REPO / "sparkctl" / "lab" / "standins"
+STANDIN = REPO / "lab" / "sparkctl_lab" / "standins"
 HIDDEN, LAYERS = 64, 1
 PROMPT = "tell me a long story about the cluster"
 # The worker rank as launch_server runs it on a node (engine is None -> worker_loop), on the

@@ -17,12 +17,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkctl import metrics, node_state, status
-from sparkctl.lab.hardware import LabHardware
-from sparkctl.lab.standins import STANDINS_DIR
 from sparkctl.plan import Plan
 from sparkctl.remote import Runner
 from sparkctl.serve.memory import Memory
 from sparkctl.serve.watch import Metrics
+from sparkctl_lab.hardware import LabHardware
+from sparkctl_lab.standins import STANDINS_DIR
 from tests.unit import plans
 
 NODE = "spark1"

@@ -30,7 +30,7 @@ from tests.unit.test_tool_output_readers import Result
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
-STANDIN = ROOT / "sparkctl" / "lab" / "standins" / "nvidia-smi"
+STANDIN = ROOT / "lab" / "sparkctl_lab" / "standins" / "nvidia-smi"
 HOLD_FILTERS = load_file(
     "nvidia_hold_checks",
     ROOT / "ansible_collections" / "sparkctl" / "spark" / "plugins" / "filter" / "nvidia_hold.py",

@@ -1,7 +1,7 @@
 """Filters of the switch_mtu role: the one place that knows each switch OS's words.
 
 The tasks stay declarative and every driver's commands, payloads and parsers are
-plain functions, unit-tested in tests/unit/test_switch_mtu.py. ``fabric`` is the
+plain functions, unit-tested in tests/contract/test_switch_mtu.py. ``fabric`` is the
 role's ``_switch_mtu_fabric`` (mtu, speed, autoneg, vlan, bridge: its defaults):
 
 - ``switch_ports | switch_mtu_port_names(os)``    -> fabric ports, in natural order, checked

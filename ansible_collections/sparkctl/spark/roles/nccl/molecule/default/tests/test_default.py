@@ -87,7 +87,7 @@ def test_env_file_holds_exactly_the_roles_variables(host: Any) -> None:
 
 def test_version_record_names_a_prebuilt_nccl_tests(host: Any) -> None:
     """The sim profile builds nothing: the lab put its nccl-tests stand-ins at the build's
-    paths (sparkctl/lab/standins), and the role found and verified them."""
+    paths (lab/sparkctl_lab/standins), and the role found and verified them."""
     assert read_env(host, VERSION_FILE) == {
         "NCCL_VERSION": "none",
         "NCCL_HOME": "none",

@@ -71,7 +71,7 @@ def test_each_inventorys_values_arrive_typed(real_plans: dict[str, dict[str, Any
     lab = Plan.from_dict(real_plans["lab.ini"])
     assert (sim.hw_profile, lab.hw_profile) == ("sim", "dgx_spark")
     # the lab reads its shaped line rate from the nodes; a Spark's is 25 GB/s
-    assert sim.settings.line_rate_gbytes is None and lab.settings.line_rate_gbytes == 25.0
+    assert sim.settings.line_rate_gbytes == 0.125 and lab.settings.line_rate_gbytes == 25.0
     assert sim.settings.busbw_min_fraction == 0.4
     assert lab.settings.busbw_min_fraction == {
         "all_gather": 0.875,

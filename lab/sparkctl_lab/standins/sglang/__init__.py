@@ -6,7 +6,7 @@ the arguments of the real server. It is not SGLang and serves no model: it
 does the multi-node start-up over real sockets, prints the release's lines
 (release.py, each with its source) and serves the release's API with a toy
 model. Modules import each other relatively: the package is ``sglang`` on the
-lab's nodes and ``sparkctl.lab.standins.sglang`` in sparkctl's tests.
+lab's nodes and ``sparkctl_lab.standins.sglang`` in sparkctl's tests.
 """
 
 from .version import __version__

@@ -3,7 +3,7 @@
 A real Spark pulls the pinned ``lmsysorg/sglang`` image from Docker Hub. The
 lab has no registry and reaches no network but package registries, so each
 lab node carries a small content-addressed store instead, which the lab's
-``docker`` stand-in (``sparkctl/lab/standins/docker.py``) is the only reader
+``docker`` stand-in (``lab/sparkctl_lab/standins/docker.py``) is the only reader
 of::
 
     /etc/sparkctl-lab/registry/index.json        {"REPOSITORY:TAG": "sha256:HEX", ...}
@@ -28,7 +28,7 @@ RepoDigest. (A real registry digests a manifest that names the config and the
 compressed layers; one level of indirection fewer changes nothing the lab
 observes: the digest still changes whenever the content does.)
 
-The layer lays the SGLang stand-in (``sparkctl/lab/standins/sglang``, copied
+The layer lays the SGLang stand-in (``lab/sparkctl_lab/standins/sglang``, copied
 as opaque files) out where the real image has SGLang: the source tree at
 ``/sgl-workspace/sglang/python`` installed in editable mode, i.e. a
 ``__editable__`` ``.pth`` file and a dist-info in the interpreter's
@@ -62,11 +62,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
-from sparkctl.lab.nodefiles import NodeFile, install
 from sparkctl.paths import roles_dir
+from sparkctl_lab.nodefiles import NodeFile, install
 
 if TYPE_CHECKING:
-    from sparkctl.lab.podman import Podman
+    from sparkctl_lab.podman import Podman
 
 REGISTRY_DIR: Final = "/etc/sparkctl-lab/registry"
 """Where a lab node keeps the registry (``index.json`` and ``blobs/``)."""
@@ -87,7 +87,7 @@ IMAGE_WORKDIR: Final = "/sgl-workspace/sglang"
 
 LAB_BASE_PYTHON: Final = "3.11"
 """Python of the base layer the lab lends the image: the node's Debian bookworm
-python3 (sparkctl/lab/image.py installs ``python3``)."""
+python3 (lab/sparkctl_lab/image.py installs ``python3``)."""
 
 VARIANT_LABEL: Final = "io.sparkctl.lab.variant"
 """Label that tells a moved tag's content from the original (see :func:`move_tag`)."""
@@ -341,7 +341,7 @@ def build_image(
     labels = {
         "org.opencontainers.image.ref.name": "ubuntu",
         "org.opencontainers.image.version": "24.04",
-        "io.sparkctl.lab.image": "SGLang stand-in (sparkctl/lab/standins/sglang)",
+        "io.sparkctl.lab.image": "SGLang stand-in (lab/sparkctl_lab/standins/sglang)",
     }
     if version:
         labels["io.sparkctl.lab.sglang-version"] = version

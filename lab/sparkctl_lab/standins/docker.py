@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """``docker`` stand-in for sparkctl rehearsal-lab nodes (no dockerd, no runc, no GPU).
 
-Installed on every lab node as ``/usr/bin/docker`` (sparkctl.lab.standins,
+Installed on every lab node as ``/usr/bin/docker`` (sparkctl_lab.standins,
 the one table of what goes where). It answers the docker CLI commands
 sparkctl's roles and ``sparkctl serve`` use with docker's own flags, output,
 error texts and exit codes, and does the work: ``docker run`` starts the
@@ -162,7 +162,7 @@ DEFAULT_REGISTRY = "/etc/sparkctl-lab/registry"
 DEFAULT_HW = "/etc/sparkctl-lab/hardware.json"
 
 # Files the lab installs on a node that the real image does not have: deleted
-# from the container's /usr (sparkctl.lab.standins.PLACEMENTS; a unit test
+# from the container's /usr (sparkctl_lab.standins.PLACEMENTS; a unit test
 # keeps the two equal). nvidia-smi comes back with --gpus.
 HOST_ONLY_TOOLS: tuple[str, ...] = (
     "/usr/bin/docker",

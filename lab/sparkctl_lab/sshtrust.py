@@ -19,7 +19,7 @@ from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.proc import run
 
 if TYPE_CHECKING:
-    from sparkctl.lab.podman import Podman
+    from sparkctl_lab.podman import Podman
 
 KEY_NAME = "id_ed25519"
 
@@ -37,7 +37,7 @@ class _Spec(Protocol):
 
 
 class TrustedLab(Protocol):
-    """What :func:`record` needs of a lab; :class:`sparkctl.lab.lab.Lab` is one.
+    """What :func:`record` needs of a lab; :class:`sparkctl_lab.lab.Lab` is one.
 
     A protocol rather than an import: ``lab.py`` calls this module, and this
     module naming ``lab.py`` back would make the two one import cycle.

@@ -21,7 +21,7 @@ def lab() -> None:
 
 
 def _lab(inventory: Path, **overrides: Any) -> Any:
-    from sparkctl.lab.lab import Lab, LabSpec, check_environment  # noqa: PLC0415
+    from sparkctl_lab.lab import Lab, LabSpec, check_environment  # noqa: PLC0415
 
     # Bad input first: a mistyped inventory is reported before "needs root".
     spec = LabSpec.from_inventory(inventory, **overrides)
@@ -98,7 +98,7 @@ def lab_status(inventory: Path, as_json: bool) -> None:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def lab_ssh(inventory: Path, node: str, command: tuple[str, ...]) -> None:
     """Open a shell on NODE (or run COMMAND there) over the management network."""
-    from sparkctl.lab.sshtrust import ssh_base_args  # noqa: PLC0415
+    from sparkctl_lab.sshtrust import ssh_base_args  # noqa: PLC0415
 
     the_lab = _lab(inventory)
     hosts = {h.name: h for h in the_lab.spec.hosts}

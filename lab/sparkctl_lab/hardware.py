@@ -1,7 +1,7 @@
 """Simulated DGX Spark hardware for the rehearsal lab.
 
 Lab nodes are Debian bookworm containers without a GPU or RDMA. The stand-in
-tools of :mod:`sparkctl.lab.standins` (``nvidia-smi``, ``ibdev2netdev``,
+tools of :mod:`sparkctl_lab.standins` (``nvidia-smi``, ``ibdev2netdev``,
 ``show_gids``, ``docker``; that package's ``PLACEMENTS`` says where each goes)
 make them answer like a DGX Spark; they read the node's ``hardware.json``,
 which :meth:`LabHardware.to_json` writes, and compute everything else from live

@@ -21,8 +21,8 @@ import pytest
 from sparkctl import inventory, paths
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.rules import data
+from tests.contract.test_inventory_types import _ansible_playbook
 from tests.unit.cli_run import check_cli, run_cli
-from tests.unit.test_inventory_types import _ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 VALID = ROOT / "tests" / "fixtures" / "bad_inputs" / "_valid"

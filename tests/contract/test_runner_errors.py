@@ -175,7 +175,7 @@ Failed to connect to the host via ssh: @@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
 IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
 The fingerprint for the ED25519 key sent by the remote host is
 SHA256:rNb80ne+K9YHJPFCKz4eoBKnNKUZeVpzRTSqrxPHGHA.
-Offending ED25519 key in /root/.local/state/sparkctl/lab/ssh/known_hosts:2
+Offending ED25519 key in /root/.local/state/lab/sparkctl_lab/ssh/known_hosts:2
 Host key for 10.77.0.12 has changed and you have requested strict checking.
 Host key verification failed."""
 

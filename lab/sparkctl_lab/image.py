@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.lab.podman import Podman
 from sparkctl.proc import require_tool, run
+from sparkctl_lab.podman import Podman
 
 log = logging.getLogger(__name__)
 

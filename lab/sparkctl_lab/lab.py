@@ -5,7 +5,7 @@ The lab is described by an inventory (``inventory/sim.ini``): the same file
 image, starts one systemd container per host on a podman bridge with the
 inventory's management addresses, cables every twin to its switch port,
 shapes the ports, makes each node look like a Spark to the tools the roles use
-and records SSH trust. An nft table on the host (:mod:`sparkctl.lab.egress`)
+and records SSH trust. An nft table on the host (:mod:`sparkctl_lab.egress`)
 keeps the nodes' traffic out of the controller's own network. ``down`` removes
 what ``up`` created and nothing else.
 """
@@ -26,12 +26,12 @@ from typing import Any
 
 from sparkctl import inventory as inv_mod
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.lab import egress, fabric, sshtrust, standins
-from sparkctl.lab.hardware import LabHardware
-from sparkctl.lab.image import ensure_image
-from sparkctl.lab.podman import Podman
 from sparkctl.paths import facts_dir, state_dir
 from sparkctl.proc import require_tool, run
+from sparkctl_lab import egress, fabric, sshtrust, standins
+from sparkctl_lab.hardware import LabHardware
+from sparkctl_lab.image import ensure_image
+from sparkctl_lab.podman import Podman
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,7 @@ class LabSpec:
             raise inv_mod.bad_input(
                 path, None, "lab_link_rate_mbit", f"{rate!r} is not a positive integer (Mbit/s)"
             )
+        _check_line_rate(path, inv, rate, overridden=rate_mbit is not None)
         hw = LabHardware(
             gpu_name="NVIDIA GB10",
             driver_version=driver_version
@@ -336,7 +337,7 @@ class Lab:
 
     # ---------------------------------------------------------------- egress
     def egress_plan(self, *, nodes: bool = True) -> egress.EgressPlan:
-        """The lab's egress guard (sparkctl/lab/egress.py): its bridge, management and
+        """The lab's egress guard (lab/sparkctl_lab/egress.py): its bridge, management and
         fabric networks, and - read from the running nodes when ``nodes`` - the package
         mirror their apt uses and the resolvers they ask."""
         urls: list[str] = []
@@ -425,7 +426,7 @@ class Lab:
 
     def _dress(self) -> None:
         """Make each node look like a Spark: the hosts file, and on the Sparks every
-        stand-in of :data:`sparkctl.lab.standins.PLACEMENTS` (release file,
+        stand-in of :data:`sparkctl_lab.standins.PLACEMENTS` (release file,
         hardware.json, GPU/RoCE tools, docker and its image registry, nccl-tests)."""
         hosts_lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
         hosts_lines += [f"{h.mgmt_ip} {h.name}" for h in self.spec.hosts]
@@ -644,3 +645,25 @@ for dirpath, _, names in os.walk(root):
         shutil.chown(os.path.join(dirpath, name), owner)
 print(json.dumps({"directory": root, "files": ["config.json"] + out, "size_bytes": size}))
 """
+
+
+def _check_line_rate(path: Path, inv: Any, rate_mbit: int, *, overridden: bool) -> None:
+    """validate gates against the inventory's validate_line_rate_gbytes: in the lab that
+    must be the shaped rate in GB/s, or every bandwidth verdict is judged against the
+    wrong line. A --rate given on the command line is the operator's own (docs/lab.md)."""
+    value = inv.cluster_var("validate_line_rate_gbytes", None)
+    if overridden or value is None:
+        return
+    want = rate_mbit / 8000
+    try:
+        have = float(value)
+    except (TypeError, ValueError):
+        have = None
+    if have is None or isinstance(value, bool) or abs(have - want) > want * 1e-6:
+        raise inv_mod.bad_input(
+            path,
+            None,
+            "validate_line_rate_gbytes",
+            f"{value!r} is not lab_link_rate_mbit {rate_mbit} in GB/s ({want:g}): "
+            "validate would judge bandwidth against the wrong line rate",
+        )

@@ -1,7 +1,7 @@
 """Files written into a lab node (a podman container) in one ``podman exec``.
 
-The stand-ins (:mod:`sparkctl.lab.standins`) dress nodes with these, and the
-lab's image registry (:mod:`sparkctl.lab.registry`) moves tags on running nodes
+The stand-ins (:mod:`sparkctl_lab.standins`) dress nodes with these, and the
+lab's image registry (:mod:`sparkctl_lab.registry`) moves tags on running nodes
 with them; both use this module, neither the other's.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from sparkctl.errors import ExitCode, SparkctlError
 
 if TYPE_CHECKING:
-    from sparkctl.lab.podman import Podman
+    from sparkctl_lab.podman import Podman
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def read_yaml(path: Path) -> Any:
 def test_argument_spec_types_are_the_types_of_the_defaults() -> None:
     # Every default is a literal (none templated): its spec type is its YAML type.
     # That the spec documents each default, with the same value, a description
-    # and the prefix, is tests/unit/test_role_interfaces.py's, for every role.
+    # and the prefix, is tests/contract/test_role_interfaces.py's, for every role.
     defaults = read_yaml(ROLE / "defaults" / "main.yml")
     options = read_yaml(ROLE / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
     for name, value in defaults.items():

@@ -239,7 +239,7 @@ def test_step_include_is_tagged(role: str, step: str) -> None:
         )
 
 
-# Every playbook but switch_mtu.yml (tests/unit/test_switch_mtu.py checks it
+# Every playbook but switch_mtu.yml (tests/contract/test_switch_mtu.py checks it
 # once per switch_os) parses against the lab inventory.
 PLAYBOOKS = sorted(p.name for p in (ROOT / "playbooks").glob("*.yml") if p.name != "switch_mtu.yml")
 

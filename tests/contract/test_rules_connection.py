@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sparkctl.rules import connection
-from tests.unit.test_inventory_types import _ansible_playbook
+from tests.contract.test_inventory_types import _ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,13 +42,13 @@ def test_what_the_project_s_inventories_set_passes() -> None:
         "ansible_pipelining": "yes",
         "ansible_timeout": 30,
         "ansible_ssh_retries": 3,
-        "ansible_ssh_private_key_file": "/root/.local/state/sparkctl/lab/ssh/id_ed25519",
+        "ansible_ssh_private_key_file": "/root/.local/state/lab/sparkctl_lab/ssh/id_ed25519",
         # the lab's group_vars/sim/connection.yml, as Ansible templates it
         SSH: "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
-        "sparkctl_known_hosts_file": "/root/.local/state/sparkctl/lab/ssh/known_hosts",
+        "sparkctl_known_hosts_file": "/root/.local/state/lab/sparkctl_lab/ssh/known_hosts",
         # and sparkctl's own argument from it (playbooks/group_vars/all), in a play
         "ansible_ssh_extra_args": (
-            "-o UserKnownHostsFile=/root/.local/state/sparkctl/lab/ssh/known_hosts"
+            "-o UserKnownHostsFile=/root/.local/state/lab/sparkctl_lab/ssh/known_hosts"
         ),
         # what Ansible sets itself, and facts
         "ansible_version": {"full": "2.19.4"},

@@ -14,7 +14,7 @@ the real program is, and :data:`PLACEMENTS` is the only list of those paths:
   is there for units that order themselves after it);
 - ``nccl_tests.py`` under each nccl-tests binary name in
   ``<nccl_tests_dir>/build`` (where the nccl role builds them on a Spark);
-- the image registry (:mod:`sparkctl.lab.registry`): the index and the blob of
+- the image registry (:mod:`sparkctl_lab.registry`): the index and the blob of
   the inventory's ``sglang_image``, the only image ``docker pull`` can get;
 - the node's description: ``/etc/sparkctl-lab/hardware.json`` (read by the
   stand-ins) and ``/etc/dgx-release`` (DGX OS's release file).
@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, Final
 import yaml
 
 from sparkctl.errors import ExitCode, SparkctlError
-from sparkctl.lab import registry
-from sparkctl.lab.hardware import HARDWARE_JSON_PATH, LabHardware, render_dgx_release
-from sparkctl.lab.nodefiles import NodeFile, install
 from sparkctl.paths import roles_dir
+from sparkctl_lab import registry
+from sparkctl_lab.hardware import HARDWARE_JSON_PATH, LabHardware, render_dgx_release
+from sparkctl_lab.nodefiles import NodeFile, install
 
 if TYPE_CHECKING:
-    from sparkctl.lab.podman import Podman
+    from sparkctl_lab.podman import Podman
 
 STANDINS_DIR: Final = Path(__file__).resolve().parent
 """Directory holding the stand-in programs."""
@@ -64,7 +64,7 @@ class Placement:
 
 DOCKER_SERVICE: Final = """\
 # sparkctl rehearsal lab: docker-ce's unit, for the docker stand-in
-# (/usr/bin/docker, sparkctl/lab/standins/docker.py). There is no dockerd:
+# (/usr/bin/docker, lab/sparkctl_lab/standins/docker.py). There is no dockerd:
 # each container has its own shim in docker-<id>.scope. Stopping this unit
 # stops the running containers, as stopping dockerd does (with each
 # container's stop timeout).
@@ -126,7 +126,7 @@ PLACEMENTS: Final[tuple[Placement, ...]] = (
         "<generated:hardware.json>",
         (HARDWARE_JSON_PATH,),
         0o644,
-        "what the node pretends to be (sparkctl.lab.hardware)",
+        "what the node pretends to be (sparkctl_lab.hardware)",
     ),
     Placement("<generated:dgx-release>", ("/etc/dgx-release",), 0o644, "DGX OS's release file"),
 )

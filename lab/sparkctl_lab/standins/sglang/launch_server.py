@@ -6,7 +6,7 @@ a multi-node SGLang start-up does, printing what the release prints in the
 order it prints it, then serves SGLang's HTTP API with a toy model whose
 every token needs every rank. It runs as ``python3 -m sglang.launch_server``
 and as ``runpy.run_module('sglang.launch_server', run_name='__main__')``
-(the unit's launcher), and is importable as ``sparkctl.lab.standins.sglang``.
+(the unit's launcher), and is importable as ``sparkctl_lab.standins.sglang``.
 
 - args.py: the release's parser and ServerArgs (prog ``sglang serve``);
 - rendezvous.py: TCPStore, Gloo, NCCL, the TP message queue, real sockets;

@@ -18,7 +18,7 @@ import pytest
 
 from sparkctl import inventory
 from sparkctl.errors import ExitCode, SparkctlError
-from tests.unit.test_inventory_types import (
+from tests.contract.test_inventory_types import (
     _ansible_playbook,
     _assert_no_host_contacted,
     _failures,
