@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The whole job on the rehearsal lab, from a fresh machine: set up, build the
 # lab image, bring four simulated Sparks and a switch up, and run on them what
-# sparkctl can do so far. Run as root (the lab wires veth pairs).
+# sparkctl can do. As root, or as a sudo user (it runs itself through sudo:
+# the lab wires veth pairs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/_root.sh
+source scripts/_root.sh
+become_root quickstart required "$@"
 scripts/bootstrap.sh
 sparkctl=.venv/bin/sparkctl
 

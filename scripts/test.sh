@@ -5,6 +5,9 @@
 # fast subset on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/_root.sh
+source scripts/_root.sh
+become_root test.sh optional "$@"
 scripts/bootstrap.sh
 if [[ $# -eq 0 && "${SPARKCTL_LAB_BACKGROUND:-1}" != 0 && $EUID -eq 0 ]] && command -v podman >/dev/null; then
   # The lab's image and `lab up` are two minutes of debootstrap, podman and SSH waits:

@@ -148,14 +148,21 @@ def test_the_exit_codes_table_is_exitcode() -> None:
 
 
 def test_the_readme_names_the_test_command_ci_runs() -> None:
-    """.ci/run runs scripts/test.sh, the test command the README gives."""
-    assert "sudo scripts/test.sh " in README.read_text()
+    """.ci/run runs scripts/test.sh, the test command the README gives; the two commands
+    are written without sudo, the same for root and a sudo user (scripts/_root.sh)."""
+    text = README.read_text()
+    block = text[text.index("## Two commands") : text.index("## Commands")]
+    commands = re.findall(r"```sh\n(.*?)```", block, re.S)[0].splitlines()
+    assert [c.split("#")[0].strip() for c in commands] == [
+        "scripts/quickstart.sh",
+        "scripts/test.sh",
+    ]
     assert "scripts/test.sh" in (REPO / ".ci" / "run").read_text()
 
 
 SOURCE_NOTES = sorted((REPO / "tests" / "fixtures").glob("*/SOURCES.md"))
 _REPO_PATH = re.compile(
-    r"`((?:sparkctl|tests|ansible_collections|playbooks|benchmarks|scripts)/[\w./-]+\.(?:py|yml|ini))`"
+    r"`((?:sparkctl|lab|tests|ansible_collections|playbooks|benchmarks|scripts)/[\w./-]+\.(?:py|yml|ini))`"
 )
 
 

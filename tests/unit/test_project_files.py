@@ -3,9 +3,11 @@ and the pre-commit hooks, each consistent with what the project declares and run
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -88,3 +90,58 @@ def test_the_contribution_guide_is_a_page_and_its_commands_exist() -> None:
     assert len(text.splitlines()) <= 80
     for script in re.findall(r"scripts/[\w.]+", text):
         assert (REPO / script).is_file(), script
+
+
+# ------------------------------------------------- the README's two commands
+def _as_nobody(script: str, path: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run from the checkout as an unprivileged user with only ``path``."""
+    return subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", f"scripts/{script}"],
+        cwd=REPO,
+        env={"PATH": path, "HOME": "/nonexistent", "SPARKCTL_MARK": "kept"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv"
+)
+
+
+@needs_root
+def test_quickstart_without_root_or_sudo_says_so_and_exits_4() -> None:
+    proc = _as_nobody("quickstart.sh", "/usr/bin:/bin")
+    assert proc.returncode == 4, proc
+    assert "quickstart: needs root" in proc.stderr
+    assert "as a user with sudo" in proc.stderr
+
+
+@needs_root
+@pytest.mark.parametrize("script", ["quickstart.sh", "test.sh"])
+def test_a_sudo_user_runs_the_same_command_through_sudo(script: str) -> None:
+    """A stand-in for sudo on PATH records how it was called (the real one would ask for
+    the password and run the script as root, which the script then sees as EUID 0)."""
+    with tempfile.TemporaryDirectory(prefix="sparkctl-sudo-") as where:
+        _through_sudo(Path(where), script)
+
+
+def _through_sudo(tmp_path: Path, script: str) -> None:
+    tmp_path.chmod(0o755)  # the unprivileged user runs the stand-in from here
+    record = tmp_path / "argv"
+    sudo = tmp_path / "sudo"
+    sudo.write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@" > '
+        + str(record)
+        + '\necho "$SPARKCTL_MARK" >> '
+        + str(record)
+        + "\n"
+    )
+    sudo.chmod(0o755)
+    record.touch()
+    record.chmod(0o666)
+    proc = _as_nobody(script, f"{tmp_path}:/usr/bin:/bin")
+    assert proc.returncode == 0, proc
+    assert record.read_text().splitlines() == ["-E", "--", str(REPO / "scripts" / script), "kept"]
