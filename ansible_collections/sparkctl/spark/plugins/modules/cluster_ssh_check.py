@@ -17,6 +17,11 @@ DOCUMENTATION = r"""
 ---
 module: cluster_ssh_check
 short_description: Check node-to-node SSH with the cluster key
+description:
+  - Runs C(ssh PEER hostname) as the cluster user to every peer given, with
+    BatchMode and StrictHostKeyChecking=yes, and reports per peer whether it
+    answered with the expected hostname.
+  - Never changes anything.
 options:
   peers:
     description: List of {name, address} to reach; the answer must be C(name).

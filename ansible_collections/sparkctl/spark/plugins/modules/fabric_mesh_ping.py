@@ -19,6 +19,10 @@ DOCUMENTATION = r"""
 ---
 module: fabric_mesh_ping
 short_description: DF-bit pings of the full MTU to every peer over each fabric twin
+description:
+  - Runs C(ping -M do -s MTU-28) to every target in parallel, so a host at MTU 9000
+    behind a switch port left at 1500, which drops large frames silently, is found.
+  - The result names the interface and the peer of every failure. Never changes anything.
 options:
   targets:
     description: List of {interface, address, peer, mtu}.

@@ -36,7 +36,7 @@ description:
   - Reads the RoCE GID table (sysfs when present, else show_gids), keeps the
     RoCE v2 entries whose GID is IPv4-mapped and whose netdev is one of
     I(netdevs), and returns their common index.
-  - Fails when a netdev has no such GID (no IPv4 address on the twin yet: the
+  - Fails when a netdev has no such GID (no IPv4 address on the twin yet; the
     fabric role must run first), when I(addresses) names an address the node
     does not carry, or when the twins disagree (NCCL takes one index).
   - Never changes anything; supports check mode.

@@ -35,7 +35,8 @@ description:
     only when it still differs after the ports changed.
   - Fails when a port does not exist, or when a device does not carry the MTU
     after the change (for example a driver whose maximum MTU is lower).
-  - Run as C(python3 switch_port_mtu.py --state-file FILE) (no Ansible needed), it
+  - >-
+    Run as C(python3 switch_port_mtu.py --state-file FILE) (no Ansible needed), it
     applies C({"mtu": N, "ports": [...]}) from FILE and skips absent ports with a
     warning; the switch_mtu role's systemd unit does this at boot.
 version_added: "0.1.0"
