@@ -243,6 +243,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     fixture instead."""
     if (
         session.config.option.collectonly
+        # A collection error ends the session before any test: no lab to bring up (it
+        # was brought up and taken down again at once, removing a lab another run used).
+        or session.testsfailed
         or not _lab_selected(session)
         or os.environ.get("SPARKCTL_LAB_BACKGROUND") == "0"
         or lab_unavailable()

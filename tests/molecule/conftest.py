@@ -175,6 +175,8 @@ SEQUENCE: list[ScenarioQueue] = []  # the one running in this session, if any
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.testsfailed:  # a collection error ends the session before any test
+        return
     roles = [
         item.callspec.params["role"]
         for item in session.items
