@@ -4,9 +4,10 @@ tests/conftest.py installs :func:`install` in pytest's own process and puts this
 directory on PYTHONPATH, so Python processes started from a test (``sparkctl`` run as a
 command, a script) import it as ``sitecustomize`` and install it too. While a test of
 ``tests/unit/`` runs (``PYTEST_CURRENT_TEST``, which pytest sets and subprocesses
-inherit), starting ansible-playbook, molecule or a container engine fails: the unit tier
-never does. What it refused is appended to ``SPARKCTL_TIER_GUARD_LOG``, so a test that
-swallowed the error fails in its teardown all the same (tests/conftest.py).
+inherit), starting ansible-playbook, molecule or a container engine from the test's
+thread fails: the unit tier never does. What it refused is appended to
+``SPARKCTL_TIER_GUARD_LOG``, so a test that swallowed the error fails in its teardown
+all the same (tests/unit/conftest.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +36,12 @@ def _programs(args: tuple[Any, ...]) -> list[str]:
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     if event not in EVENTS or not os.environ.get("PYTEST_CURRENT_TEST", "").startswith(UNIT):
+        return
+    # A test runs on the main thread; the session's background work (the molecule
+    # scenarios, the lab's bring-up, the contract venv) starts its processes from threads
+    # of its own while a unit test may be running. os.exec fires in a forked child, where
+    # the forking thread has become the main one.
+    if event != "os.exec" and threading.current_thread() is not threading.main_thread():
         return
     hit = next((p for p in _programs(args) if p in FORBIDDEN), None)
     if hit is None:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,3 +134,41 @@ def test_an_entry_point_never_shadows_a_built_in_command(monkeypatch: pytest.Mon
     monkeypatch.setattr(cli, "entry_points", lambda group: [Point()])
     cli._add_plugins()
     assert cli.cli.commands["validate"] is builtin
+
+
+# ------------------------------------------------------------ the unit tier's guard
+def test_the_unit_tiers_guard_refuses_ansible_playbook_from_the_test_itself() -> None:
+    import subprocess  # noqa: PLC0415
+
+    with pytest.raises(OSError, match="the unit tier never starts ansible-playbook"):
+        subprocess.run(["ansible-playbook", "--version"], check=False)
+    # The refusal is also on record for the teardown check; take it back, as this test
+    # provoked it on purpose.
+    log = Path(os.environ["SPARKCTL_TIER_GUARD_LOG"])
+    mine = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
+    lines = log.read_text().splitlines()
+    assert f"{mine}\tansible-playbook" in lines
+    log.write_text("".join(f"{line}\n" for line in lines if not line.startswith(mine)))
+
+
+def test_the_unit_tiers_guard_lets_background_threads_start_their_tools() -> None:
+    """The session's background work (molecule scenarios, the lab's bring-up) starts
+    podman and molecule from threads of its own while unit tests run."""
+    import subprocess  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    result: list[object] = []
+
+    def start() -> None:
+        try:
+            proc = subprocess.run(
+                ["podman", "--version"], capture_output=True, text=True, check=False
+            )
+            result.append(proc.returncode)
+        except OSError as exc:
+            result.append(exc)
+
+    worker = threading.Thread(target=start)
+    worker.start()
+    worker.join(60)
+    assert result and not isinstance(result[0], OSError), result
