@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from importlib.metadata import entry_points
+from typing import Any
 
 import click
 from rich.markup import escape
@@ -38,8 +38,66 @@ from sparkctl.commands import (
 from sparkctl.commands.common import App
 from sparkctl.errors import ExitCode, SparkctlError
 
+# Entry-point group of the command groups other distributions add.
+PLUGIN_GROUP = "sparkctl.commands"
+LAB_HINT = (
+    "install it beside sparkctl: from a checkout, .venv/bin/pip install -e ./lab "
+    "(scripts/bootstrap.sh installs both; docs/lab.md)"
+)
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.command(
+    "lab",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+def lab_missing() -> None:
+    """The rehearsal lab in local containers (needs the sparkctl-lab package)."""
+    raise SparkctlError(
+        "sparkctl lab needs the sparkctl-lab package, which is not installed",
+        ExitCode.ENVIRONMENT,
+        hint=LAB_HINT,
+    )
+
+
+def _entry_points() -> Any:
+    """The ``sparkctl.commands`` entry points of the installed distributions (imported
+    here: importlib.metadata and the scan cost every command's start-up otherwise)."""
+    from importlib.metadata import entry_points  # noqa: PLC0415
+
+    return entry_points(group=PLUGIN_GROUP)
+
+
+class _Commands(click.Group):
+    """The built-in command groups, and those of other distributions, each found only
+    when it is named or the commands are listed (``--help``): a built-in command starts
+    without scanning the installed distributions or importing the lab. A plugin never
+    shadows a built-in command; ``lab`` says how to get it when nothing provides it."""
+
+    def _plugins(self) -> dict[str, Any]:
+        return {p.name: p for p in _entry_points() if p.name not in self.commands}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self._plugins(), lab_missing.name or "lab"})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        point = self._plugins().get(cmd_name)
+        if point is not None:
+            command = point.load()
+            if isinstance(command, click.Command):
+                return command
+            logging.getLogger(__name__).warning(
+                "ignored entry point %s = %s (%s): not a click command",
+                point.name,
+                point.value,
+                PLUGIN_GROUP,
+            )
+        return lab_missing if cmd_name == "lab" else None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="sparkctl")
 @click.option(
     "--debug",
@@ -70,45 +128,6 @@ for command in (
     trust.trust_command,
 ):
     cli.add_command(command)
-
-# Entry-point group of the command groups other distributions add.
-PLUGIN_GROUP = "sparkctl.commands"
-LAB_HINT = (
-    "install it beside sparkctl: from a checkout, .venv/bin/pip install -e ./lab "
-    "(scripts/bootstrap.sh installs both; docs/lab.md)"
-)
-
-
-@click.command(
-    "lab",
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    add_help_option=False,
-)
-def lab_missing() -> None:
-    """The rehearsal lab in local containers (needs the sparkctl-lab package)."""
-    raise SparkctlError(
-        "sparkctl lab needs the sparkctl-lab package, which is not installed",
-        ExitCode.ENVIRONMENT,
-        hint=LAB_HINT,
-    )
-
-
-def _add_plugins() -> None:
-    """The command groups of installed distributions (``sparkctl.commands`` entry points);
-    ``lab`` says how to get it when no distribution provides it."""
-    for point in entry_points(group=PLUGIN_GROUP):
-        command = point.load()
-        if isinstance(command, click.Command) and point.name not in cli.commands:
-            cli.add_command(command, point.name)
-        else:  # never shadow a built-in command, nor take what is not a command
-            logging.getLogger(__name__).warning(
-                "ignored entry point %s = %s (%s)", point.name, point.value, PLUGIN_GROUP
-            )
-    if "lab" not in cli.commands:
-        cli.add_command(lab_missing)
-
-
-_add_plugins()
 
 
 def _debug_requested(argv: list[str]) -> bool:

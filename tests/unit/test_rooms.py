@@ -107,8 +107,12 @@ def test_the_lab_distribution_plugs_in_its_click_group() -> None:
     from sparkctl_lab import cli as lab_cli  # noqa: PLC0415 -- the lab's side of the plug
 
     assert isinstance(lab_cli.lab, click.Group)
-    # Installed beside sparkctl (scripts/bootstrap.sh), the entry point gave the command.
-    assert cli.cli.commands["lab"] is lab_cli.lab
+    # Installed beside sparkctl (scripts/bootstrap.sh), the entry point gives the command,
+    # and the command list names it; a built-in command is found without it.
+    ctx = click.Context(cli.cli)
+    assert cli.cli.get_command(ctx, "lab") is lab_cli.lab
+    assert "lab" in cli.cli.list_commands(ctx)
+    assert "lab" not in cli.cli.commands
     product = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "entry-points" not in product["project"]
     assert "lab" not in product["tool"]["hatch"]["build"]["targets"]["wheel"]["only-include"]
@@ -131,9 +135,35 @@ def test_an_entry_point_never_shadows_a_built_in_command(monkeypatch: pytest.Mon
             return click.Command("validate")
 
     builtin = cli.cli.commands["validate"]
-    monkeypatch.setattr(cli, "entry_points", lambda group: [Point()])
-    cli._add_plugins()
-    assert cli.cli.commands["validate"] is builtin
+    monkeypatch.setattr(cli, "_entry_points", lambda: [Point()])
+    ctx = click.Context(cli.cli)
+    assert cli.cli.get_command(ctx, "validate") is builtin
+    assert cli.cli.list_commands(ctx).count("validate") == 1
+
+
+def test_without_an_entry_point_lab_is_the_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "_entry_points", list)
+    ctx = click.Context(cli.cli)
+    assert cli.cli.get_command(ctx, "lab") is cli.lab_missing
+    assert "lab" in cli.cli.list_commands(ctx)
+    assert cli.cli.get_command(ctx, "nosuch") is None
+
+
+def test_a_built_in_command_starts_without_scanning_the_distributions() -> None:
+    """importlib.metadata and the lab are imported only when a plugin command is named
+    or the commands are listed."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = (
+        "import sys\nfrom sparkctl import cli\n"
+        "cli.cli.get_command(None, 'validate')\n"
+        "print('importlib.metadata' in sys.modules, 'sparkctl_lab' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.split() == ["False", "False"]
 
 
 # ------------------------------------------------------------ the unit tier's guard
