@@ -2,7 +2,7 @@
 
 The role's "Transfer progress" task reads the sender's progress file once per
 retry (``sparkctl-model-relay watch``, which also renews the transfer's lease);
-:class:`sparkctl.provision.Progress` shows each reading it gets as a runner
+:class:`sparkctl.playbook.Progress` shows each reading it gets as a runner
 event, one line per node, the hop where a stalled transfer stopped marked.
 Its own module so that provisioning (which shows it) and ``sparkctl model
 sync`` (which runs provisioning) do not import each other.

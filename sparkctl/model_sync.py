@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sparkctl import inventory
-from sparkctl.provision import Provisioned, provision
+from sparkctl.playbook import PlaybookRun, run
 
 
 def sync(
@@ -34,7 +34,7 @@ def sync(
     extravars: Mapping[str, Any] | None = None,
     limit: str | None = None,
     tags: Sequence[str] = (),
-) -> Provisioned:
+) -> PlaybookRun:
     """Run playbooks/model_cache.yml (validated inventory, cluster lock, live progress)."""
     extra = dict(extravars or {})
     source = extra.get("model_cache_source", inv.cluster_var("model_cache_source", "none"))
@@ -50,7 +50,7 @@ def sync(
         )
     if full_verify:
         extra["model_cache_full_verify"] = True
-    return provision(
+    return run(
         inv,
         limit=limit,
         tags=tags,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sparkctl import console, inventory
 from sparkctl.errors import SparkctlError
-from sparkctl.provision import cluster_env, results_dir
+from sparkctl.playbook import cluster_env, results_dir
 from sparkctl.runner import run_playbook
 
 

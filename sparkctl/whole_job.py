@@ -18,7 +18,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.lock import inventory_lock
 
 if TYPE_CHECKING:
-    from sparkctl.provision import Provisioned
+    from sparkctl.playbook import PlaybookRun
     from sparkctl.report.model import Report
     from sparkctl.serve.service import Verified
     from sparkctl.serve.up import UpResult
@@ -36,7 +36,7 @@ class Validated:
 class WholeJob:
     """Every step's result, in order."""
 
-    provisioned: Provisioned
+    provisioned: PlaybookRun
     validated: Validated
     served: UpResult
     verified: Verified
@@ -61,13 +61,13 @@ def _whole_job(
     extravars: Mapping[str, Any] | None,
     show: Callable[[object], None],
 ) -> WholeJob:
-    from sparkctl.provision import provision  # noqa: PLC0415
+    from sparkctl import playbook  # noqa: PLC0415
     from sparkctl.serve import up  # noqa: PLC0415
     from sparkctl.serve.service import verify_command  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
     console.progress("up 1/4: provision")
-    provisioned = provision(inv, extravars=extravars)
+    provisioned = playbook.run(inv, extravars=extravars)
     _done(provisioned, show, provisioned.failure())
     # A running service keeps the configuration it started with: start it again when
     # provision changed anything on the nodes (unit, environment, model, network).

@@ -51,7 +51,7 @@ def provision(
 ) -> None:
     """Configure every node and the switch as INVENTORY describes (playbooks/site.yml)."""
     from sparkctl import present  # noqa: PLC0415
-    from sparkctl.provision import provision as run  # noqa: PLC0415
+    from sparkctl.playbook import run  # noqa: PLC0415
 
     extravars = with_accept(extra, accept_digest)
     inv = checked(inventory_path, extravars)

@@ -28,7 +28,7 @@ from sparkctl.present import summary
 
 if TYPE_CHECKING:
     from sparkctl.inventory import Inventory
-    from sparkctl.provision import Provisioned
+    from sparkctl.playbook import PlaybookRun
     from sparkctl.report.model import Report
     from sparkctl.report.soak import Soak
     from sparkctl.runner import RunResult
@@ -47,12 +47,12 @@ def emit(result: Any) -> None:
 
 def show(result: object) -> None:
     """A step of ``sparkctl up`` as the command of its own would show it."""
-    from sparkctl.provision import Provisioned  # noqa: PLC0415
+    from sparkctl.playbook import PlaybookRun  # noqa: PLC0415
     from sparkctl.serve.service import Verified  # noqa: PLC0415
     from sparkctl.serve.up import UpResult  # noqa: PLC0415
     from sparkctl.whole_job import Validated  # noqa: PLC0415
 
-    if isinstance(result, Provisioned):
+    if isinstance(result, PlaybookRun):
         provision(result)
     elif isinstance(result, Validated):
         summary.show(result.report)
@@ -114,7 +114,7 @@ def provision_table(result: RunResult, hosts: Sequence[str], *, terminal: bool =
     return table
 
 
-def provision(provisioned: Provisioned, *, as_json: bool = False) -> None:
+def provision(provisioned: PlaybookRun, *, as_json: bool = False) -> None:
     """provision and model sync: per-host counts, then each failure and Ansible error."""
     result = provisioned.run
     if as_json:

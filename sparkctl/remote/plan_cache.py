@@ -19,7 +19,7 @@ from sparkctl import console, inventory
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.paths import collection_dir, playbooks_dir, state_dir
 from sparkctl.plan import Plan
-from sparkctl.provision import cluster_env
+from sparkctl.playbook import cluster_env
 from sparkctl.runner import run_playbook
 
 

@@ -21,7 +21,7 @@ from sparkctl import inventory, remote
 from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.plan import Plan, SglangPlan
-from sparkctl.provision import results_dir
+from sparkctl.playbook import results_dir
 from sparkctl.runner import REDACTED
 
 API_KEY_ENV = "SPARKCTL_SGLANG_API_KEY"

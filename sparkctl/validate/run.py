@@ -40,7 +40,7 @@ from sparkctl.inventory import Inventory
 from sparkctl.lock import inventory_lock
 from sparkctl.paths import state_dir
 from sparkctl.plan import Plan
-from sparkctl.provision import results_dir
+from sparkctl.playbook import results_dir
 from sparkctl.remote import Runner
 from sparkctl.report.model import Check, Finding, NcclRun, Report, Thresholds
 from sparkctl.validate import nccl_judge, nccl_run

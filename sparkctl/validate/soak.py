@@ -36,7 +36,7 @@ from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import Inventory
 from sparkctl.lock import inventory_lock
-from sparkctl.provision import results_dir
+from sparkctl.playbook import results_dir
 from sparkctl.remote import Runner
 from sparkctl.report import soak as soak_report
 from sparkctl.report.model import Report, Thresholds

@@ -131,7 +131,7 @@ def test_secret_extra_vars_stay_off_the_command_line_and_out_of_the_artifacts(
 
 
 def test_an_unreachable_host_is_named_and_the_message_says_what_changed(tmp_path: Path) -> None:
-    from sparkctl.provision import failure_message  # noqa: PLC0415
+    from sparkctl.playbook import failure_message  # noqa: PLC0415
     from sparkctl.runner import HostStats, RunResult, TaskFailure  # noqa: PLC0415
 
     stopped = RunResult(

@@ -13,7 +13,7 @@ import pytest
 
 from sparkctl import cli, inventory
 from sparkctl.inventory import Inventory
-from sparkctl.provision import Provisioned
+from sparkctl.playbook import PlaybookRun
 from sparkctl.report.model import Report, Thresholds
 from sparkctl.runner import HostStats, RunResult
 from sparkctl.serve.service import Verified
@@ -76,7 +76,7 @@ def test_the_check_sees_what_it_forbids() -> None:
         "console.out",
     ]
     assert {p.relative_to(PACKAGE).parts[0] for p in _core_modules()} >= {
-        "provision.py",
+        "playbook.py",
         "trust.py",
         "serve",
         "whole_job.py",
@@ -105,7 +105,7 @@ def test_sparkctl_up_checks_the_inventory_once_and_hands_it_to_every_step(
 ) -> None:
     """The whole job with its four steps faked: one inventory.validate, the same
     Inventory in each step, each step's result shown as its own command shows it."""
-    from sparkctl import provision  # noqa: PLC0415
+    from sparkctl import playbook  # noqa: PLC0415
     from sparkctl.serve import service, up  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
@@ -121,10 +121,10 @@ def test_sparkctl_up_checks_the_inventory_once_and_hands_it_to_every_step(
     monkeypatch.setattr(inventory, "validate", counting_validate)
     steps: list[tuple[str, Inventory]] = []
 
-    def fake_provision(inv: Inventory, **_: Any) -> Provisioned:
+    def fake_provision(inv: Inventory, **_: Any) -> PlaybookRun:
         steps.append(("provision", inv))
         stats = {"spark1": HostStats(ok=3, changed=1)}
-        return Provisioned(
+        return PlaybookRun(
             RunResult("successful", 0, tmp_path / "artifacts", 1.0, stats), ["spark1"]
         )
 
@@ -140,7 +140,7 @@ def test_sparkctl_up_checks_the_inventory_once_and_hands_it_to_every_step(
         steps.append(("serve verify", inv))
         return Verified(_passed_report(inv), tmp_path / "verify", inv.path)
 
-    monkeypatch.setattr(provision, "provision", fake_provision)
+    monkeypatch.setattr(playbook, "run", fake_provision)
     monkeypatch.setattr(run, "validate", fake_validate)
     monkeypatch.setattr(up, "up", fake_up)
     monkeypatch.setattr(service, "verify_command", fake_verify)
@@ -170,20 +170,20 @@ def test_sparkctl_up_checks_the_inventory_once_and_hands_it_to_every_step(
 def test_a_failed_provision_is_shown_then_stops_sparkctl_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sparkctl import provision  # noqa: PLC0415
+    from sparkctl import playbook  # noqa: PLC0415
     from sparkctl.validate import run  # noqa: PLC0415
 
     monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.delenv("SPARKCTL_DEBUG", raising=False)
 
-    def failed(inv: Inventory, **_: Any) -> Provisioned:
+    def failed(inv: Inventory, **_: Any) -> PlaybookRun:
         stats = {"spark2": HostStats(ok=1, failed=1)}
-        return Provisioned(RunResult("failed", 2, tmp_path / "artifacts", 1.0, stats), ["spark2"])
+        return PlaybookRun(RunResult("failed", 2, tmp_path / "artifacts", 1.0, stats), ["spark2"])
 
     def not_reached(*_: Any, **__: Any) -> Any:
         raise AssertionError("validate ran after a failed provision")
 
-    monkeypatch.setattr(provision, "provision", failed)
+    monkeypatch.setattr(playbook, "run", failed)
     monkeypatch.setattr(run, "validate", not_reached)
     monkeypatch.setattr(sys, "argv", ["sparkctl", "up", str(SIM)])
     code: int | str | None = 0

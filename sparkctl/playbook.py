@@ -1,4 +1,12 @@
-"""``sparkctl provision``: run the site playbook on a validated inventory, per-host result."""
+"""One playbook run against a validated inventory, shared by every command that runs one.
+
+provision, model sync, render, the plan and the whole job (``sparkctl up``) all run
+their playbook through here: the inventory's lock, a results directory per run, the
+facts cache of the cluster, live per-host progress, and the result with the one-line
+failure the command exits with. The only ansible-runner caller stays
+:mod:`sparkctl.runner`; the ``provision`` command itself is
+:mod:`sparkctl.commands.provision`.
+"""
 
 from __future__ import annotations
 
@@ -148,7 +156,7 @@ def failure_message(result: RunResult, what: str) -> str:
 
 
 @dataclass
-class Provisioned:
+class PlaybookRun:
     """One playbook run through the runner: its result, the hosts it was for, the command.
 
     Returned, never printed: :mod:`sparkctl.present` shows it, :meth:`failure` is the
@@ -176,7 +184,7 @@ class Provisioned:
         )
 
 
-def provision(
+def run(
     inv: inventory.Inventory,
     *,
     limit: str | None = None,
@@ -187,7 +195,7 @@ def provision(
     playbook: str = "site.yml",
     extravars: Mapping[str, Any] | None = None,
     command: str = "provision",
-) -> Provisioned:
+) -> PlaybookRun:
     """Lock the validated inventory's hosts, run ``playbook``, return its result."""
     hosts = [n.name for n in inv.nodes] + ([inv.switch.name] if inv.switch else [])
     out_dir = results_dir(inv.cluster, command)
@@ -211,4 +219,4 @@ def provision(
                 on_event=progress,
                 envvars=cluster_env(inv.cluster),
             )
-    return Provisioned(result, hosts, command)
+    return PlaybookRun(result, hosts, command)
