@@ -15,7 +15,9 @@ system loaded before it. It puts this sparkctl's collection first on the finder'
 :mod:`sparkctl.runner` does for ansible-playbook with ``ANSIBLE_COLLECTIONS_PATH``), so
 a stale copy under ``~/.ansible/collections`` is never the one imported.
 
-Import ``tool_output`` from here; :func:`plugin` gives any other plugin module.
+Import ``tool_output`` and ``tp_groups`` (the TP groups, which the inventory rules and
+the sglang role's filter both use) from here; :func:`plugin` gives any other plugin
+module.
 """
 
 from __future__ import annotations
@@ -34,12 +36,20 @@ os.environ.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "True")
 os.environ.setdefault("ANSIBLE_INVENTORY_UNPARSED_WARNING", "False")
 
 from ansible.plugins.loader import init_plugin_loader  # noqa: E402
+from ansible.utils.collection_loader import AnsibleCollectionConfig  # noqa: E402
 
-init_plugin_loader([str(collections_path())])  # once per process: this module is imported once
+# Once per process (this module is imported once). Inside ansible-playbook (the
+# preflight filter imports sparkctl.rules, which imports this) Ansible's own finder is
+# in place already, with the collection on its path: it is the one to import through.
+if AnsibleCollectionConfig.collection_finder is None:
+    init_plugin_loader([str(collections_path())])
 
-from ansible_collections.sparkctl.spark.plugins.module_utils import tool_output  # noqa: E402
+from ansible_collections.sparkctl.spark.plugins.module_utils import (  # noqa: E402
+    tool_output,
+    tp_groups,
+)
 
-__all__ = ["PACKAGE", "plugin", "tool_output"]
+__all__ = ["PACKAGE", "plugin", "tool_output", "tp_groups"]
 
 
 def plugin(kind: str, name: str) -> ModuleType:

@@ -1,7 +1,9 @@
 """What every rule shares: the problem type, plain values, names and small readers.
 
 This package must stay importable by Ansible on its own (the preflight filter imports
-it): standard library, PyYAML and jsonschema only, nothing else of sparkctl.
+it): standard library, PyYAML and jsonschema only, and of sparkctl only
+:mod:`sparkctl.collection` (the route to the collection's module_utils, whose TP groups
+the rules check) and what that imports.
 """
 
 from __future__ import annotations
@@ -15,22 +17,20 @@ from typing import Any, TypeGuard
 
 import yaml
 
+from sparkctl.collection import tp_groups
+
 SPARKS = "sparks"
 SWITCHES = "switches"
 TWINS = ("a", "b")
 SWITCH_OSES = ("linux", "nvue", "sonic")
 TRUE_WORDS = frozenset({"true", "yes", "on", "1", "y", "t"})
 FALSE_WORDS = frozenset({"false", "no", "off", "0", "n", "f"})
-# The sglang role's TP group of a Spark without sglang_group (its default).
-DEFAULT_SGLANG_GROUP = "main"
-# A group name (a TP group's sglang_group, the cluster's inventory group): one word
-# of letters, digits, _ and -, because it becomes a directory on the controller
-# (the state dir's clusters/NAME) and the title of HTML reports. No dot, so no ``..``
-# and no name that differs from another by a dot only; the sglang role's filter
-# accepts the same.
-GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
-# What GROUP_NAME says, for messages.
-GROUP_NAME_WORDS = "letters, digits, _ and -, starting with a letter or digit, at most 63"
+# The sglang role's TP group of a Spark without sglang_group, and what a group name
+# may be: decided once, in the collection's module_utils (tp_groups.py), which the
+# role's filter uses too.
+DEFAULT_SGLANG_GROUP = tp_groups.DEFAULT_GROUP
+GROUP_NAME = tp_groups.GROUP_NAME
+GROUP_NAME_WORDS = tp_groups.GROUP_NAME_WORDS
 
 # Connection values reach ssh's command line and validate's ssh_config as single words.
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sparkctl.collection import tp_groups
+
 from .common import (
-    DEFAULT_SGLANG_GROUP,
     GROUP_NAME,
     GROUP_NAME_WORDS,
     SPARKS,
@@ -27,17 +28,16 @@ def sglang_groups(
     value that is not a string is grouped by its text (its type is reported by
     :func:`check_types`); hosts whose node_rank is not an integer sort last.
     """
-
-    def order(host: str) -> tuple[int, int, str]:
-        rank = hostvars[host].get("node_rank")
-        return (0, rank, host) if is_int(rank) else (1, 0, host)
-
-    groups: dict[str, list[str]] = {}
-    for host in sorted(sparks, key=order):
-        groups.setdefault(str(hostvars[host].get("sglang_group", DEFAULT_SGLANG_GROUP)), []).append(
-            host
-        )
-    return groups
+    nodes = [
+        {
+            "name": h,
+            "node_rank": hostvars[h].get("node_rank"),
+            "group": hostvars[h].get("sglang_group"),
+        }
+        for h in sparks
+    ]
+    groups = tp_groups.tp_groups(nodes)
+    return {name: [str(n["name"]) for n in members] for name, members in groups.items()}
 
 
 def _check_group_names(

@@ -475,9 +475,36 @@ def test_a_host_in_both_groups_is_named_and_is_not_a_second_switch() -> None:
     assert check_relations(groups, hostvars, ROLES) == []
 
 
-def test_the_role_filter_takes_the_same_group_names() -> None:
-    args = load_file("sglang_args_filters", ROLES.parent / "plugins" / "filter" / "sglang_args.py")
-    assert args._GROUP_NAME.pattern == GROUP_NAME.pattern
+def test_the_rules_and_the_role_filter_group_the_sparks_with_one_decision() -> None:
+    """The TP groups are decided once (module_utils/tp_groups.py): the rules' groups
+    and the filter's group of every node agree, ranks given out of order, and the
+    role's default group is that module's."""
+    from sparkctl.collection import plugin, tp_groups  # noqa: PLC0415
+    from sparkctl.rules import sglang_groups  # noqa: PLC0415
+
+    args = plugin("filter", "sglang_args")
+    assert args.GROUP_NAME is tp_groups.GROUP_NAME is GROUP_NAME
+    for key in ("defaults", "vars"):
+        data = yaml.safe_load((ROLES / "sglang" / key / "main.yml").read_text())
+        name = data.get("sglang_group", data.get("_sglang_default_group"))
+        assert name == tp_groups.DEFAULT_GROUP, key
+    ranks = {"s1": 3, "s2": 0, "s3": 5, "s4": 1, "s5": 2, "s6": 4}
+    named = {"s1": "b", "s3": "b", "s6": "b"}  # the others in the default group
+    hostvars = {
+        h: {"node_rank": r, **({"sglang_group": named[h]} if h in named else {})}
+        for h, r in ranks.items()
+    }
+    groups = sglang_groups(list(ranks), hostvars)
+    assert groups == {"main": ["s2", "s4", "s5"], "b": ["s1", "s6", "s3"]}
+    nodes = [{"name": h, "node_rank": r, "group": named.get(h, "main")} for h, r in ranks.items()]
+    for host, rank in ranks.items():
+        group = args.sglang_tp_group(nodes, rank)
+        members = groups[named.get(host, "main")]
+        assert (group["members"], group["head"], group["rank"]) == (
+            members,
+            members[0],
+            members.index(host),
+        ), host
 
 
 def test_the_ephemeral_range_is_the_kernels_default() -> None:

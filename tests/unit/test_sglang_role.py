@@ -425,7 +425,7 @@ def test_group_default_is_one_name_for_the_role_and_the_rules() -> None:
         == common.DEFAULT_SGLANG_GROUP
         == "main"
     )
-    assert args_f._GROUP_NAME.pattern == common.GROUP_NAME.pattern
+    assert args_f.GROUP_NAME.pattern == common.GROUP_NAME.pattern
 
 
 def test_plan_names_the_group_and_keeps_every_key() -> None:

@@ -49,6 +49,12 @@ from typing import Any
 
 from ansible_collections.sparkctl.spark.plugins.filter import sparkctl_sinks
 from ansible_collections.sparkctl.spark.plugins.module_utils import tool_output
+from ansible_collections.sparkctl.spark.plugins.module_utils.tp_groups import (
+    GROUP_NAME,
+    GROUP_NAME_WORDS,
+    group_name,
+    tp_groups,
+)
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -87,11 +93,6 @@ def _int(value: Any, what: str) -> int:
         raise AnsibleFilterError(f"{what} must be an integer, got {value!r}") from None
 
 
-# A group name: one word of letters, digits, `_` and `-`, as it appears in the
-# plan, messages and `sparkctl serve`'s output (sparkctl/rules/common.py GROUP_NAME).
-_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}\Z")
-
-
 def _rank_of(node: dict[str, Any]) -> int:
     return _int(node.get("node_rank"), f"node_rank of {node.get('name')}")
 
@@ -115,12 +116,15 @@ def _group(nodes: list[dict[str, Any]], node_rank: Any) -> dict[str, Any]:
     if me is None:
         raise AnsibleFilterError(f"node_rank {rank} is outside 0..{len(nodes) - 1}")
     name = me.get("group")
-    if name is not None and not _GROUP_NAME.match(str(name)):
+    if name is not None and not GROUP_NAME.match(str(name)):
         raise AnsibleFilterError(
-            f"sglang_group of {me.get('name')} is {name!r}: one word of letters, digits, "
-            "_ - (at most 63 characters)"
+            f"sglang_group of {me.get('name')} is {name!r}: one word of {GROUP_NAME_WORDS}"
         )
-    members = sorted((n for n in nodes if n.get("group") == name), key=_rank_of)
+    # The grouping the inventory rules check (module_utils/tp_groups.py), on the
+    # ranks as integers (checked just above to be 0..N-1).
+    ranked = [{**n, "node_rank": _rank_of(n)} for n in nodes]
+    members = tp_groups(ranked)[group_name(me)]
+    me = next(m for m in members if m["node_rank"] == rank)
     whole = len(members) == len(nodes)
     where = (
         "the sparks group"
