@@ -181,6 +181,26 @@ class ValidatePlan:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
+@dataclass(frozen=True)
+class ConnectionPlan:
+    """How the node is reached, as Ansible resolved it (playbooks/group_vars/all/
+    connection.yml, ``sparkctl_connection``): named as the inventory's variables, so
+    that a refusal names the variable to fix. "" is not set (ssh's default)."""
+
+    ansible_host: str
+    ansible_user: str
+    ansible_port: str
+    ansible_ssh_private_key_file: str
+    ansible_ssh_common_args: str
+    sparkctl_known_hosts_file: str
+
+    def as_vars(self) -> dict[str, str]:
+        """The variables that are set, by name."""
+        return {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name)
+        }
+
+
 # ------------------------------------------------------------------ a node, the cluster
 @dataclass(frozen=True)
 class NodePlan:
@@ -190,6 +210,7 @@ class NodePlan:
     mgmt_ip: str
     fabric_a_ip: str
     fabric_b_ip: str
+    connection: ConnectionPlan
     nvidia_driver: NvidiaDriverPlan
     base: BasePlan
     roce_fabric: RoceFabricPlan

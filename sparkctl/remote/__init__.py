@@ -2,10 +2,11 @@
 
 validate, serve and trust all go through here, none through another command's
 package: :mod:`.plan_cache` computes and caches an inventory's plan
-(validate_plan.yml), :mod:`.sshconfig` turns Ansible's connection variables into
-a strict per-run ssh_config (and names each host's known_hosts file), :mod:`.ssh`
-runs commands over it, and :func:`connect` puts the three together for the
-inventory's Sparks, in node_rank order.
+(validate_plan.yml, with each node's connection as Ansible resolves it),
+:mod:`.sshconfig` turns that connection into a strict per-run ssh_config (and
+names each host's known_hosts file), :mod:`.ssh` runs commands over it, and
+:func:`connect` puts the three together for the inventory's Sparks, in node_rank
+order.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ __all__ = [
 ]
 
 
-def sudo_prefix(inv: inventory.Inventory, node: str) -> str:
-    """Root on the node: "" for a root connection, else ``sudo -n `` (the connection user
-    may be an admin with sudo, Ansible's become)."""
-    user = str(inv.hostvars[node].get("ansible_user") or "root")
+def sudo_prefix(plan: Plan, node: str) -> str:
+    """Root on the node: "" for a root connection, else ``sudo -n `` (the connection user,
+    as Ansible resolved it, may be an admin with sudo, Ansible's become)."""
+    user = plan.node(node).connection.ansible_user or "root"
     return "" if user == "root" else "sudo -n "
 
 
@@ -59,8 +60,10 @@ class Remote:
 def connect(
     inv: inventory.Inventory, run_dir: Path, extravars: Mapping[str, Any] | None = None
 ) -> Remote:
-    """The plan loaded (run_dir/plan.json), run_dir/ssh_config written for every node."""
+    """The plan loaded (run_dir/plan.json), run_dir/ssh_config written for every node
+    from the plan's connections (what Ansible resolved, -e included)."""
     plan = load_plan(inv, run_dir, extravars)
     nodes = node_names(inv)
-    cfg = sshconfig.write(run_dir / "ssh_config", inv.hostvars, nodes)
+    connections = {n: plan.node(n).connection.as_vars() for n in nodes}
+    cfg = sshconfig.write(run_dir / "ssh_config", connections, nodes)
     return Remote(plan=plan, nodes=nodes, ssh_config=cfg, runner=ssh_runner(cfg))

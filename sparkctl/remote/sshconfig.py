@@ -1,9 +1,12 @@
-"""An ssh_config for the node checks and the NCCL launch, from the inventory.
+"""An ssh_config for the node checks and the NCCL launch, from the plan's connections.
 
-Ansible's connection variables (``ansible_host``, ``ansible_user``,
-``ansible_port``, ``ansible_ssh_private_key_file``, ``-o`` options in
-``ansible_ssh_common_args``, ``sparkctl_known_hosts_file``) become one ``Host``
-entry per node, so validate connects exactly as provision does. Host key
+Each node's connection as Ansible resolved it (``sparkctl_connection`` in
+playbooks/group_vars/all/connection.yml, carried by the plan: ``ansible_host``,
+``ansible_user``, ``ansible_port``, ``ansible_ssh_private_key_file``, ``-o``
+options in ``ansible_ssh_common_args``, ``sparkctl_known_hosts_file``) becomes one
+``Host`` entry, so validate and serve connect exactly as provision does; this
+module decides nothing about the connection, it refuses what an ssh_config line
+cannot hold and adds sparkctl's own options. Host key
 checking stays strict whatever the inventory says, and every entry shares one
 ControlMaster per host: one SSH connection per node for the whole run.
 """

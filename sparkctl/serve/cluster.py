@@ -111,7 +111,7 @@ class Cluster:
 
     def sudo(self, node: str) -> str:
         """Root on the node: the connection user may be an admin with sudo (become)."""
-        return remote.sudo_prefix(self.inv, node)
+        return remote.sudo_prefix(self.plan, node)
 
     def run(self, node: str, command: str, timeout: int = 60) -> tuple[int, str]:
         return self.runner(node, command, timeout)

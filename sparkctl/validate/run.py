@@ -488,7 +488,7 @@ def _keep_fingerprint(inv: Inventory, plan: Plan, runner: Runner, run_dir: Path)
     """What every node is built from, beside the passing run (sparkctl status names what
     drifted from it since)."""
     nodes = remote.node_names(inv)
-    sudo = {n: remote.sudo_prefix(inv, n) for n in nodes}
+    sudo = {n: remote.sudo_prefix(plan, n) for n in nodes}
     readings = node_state.read(plan, nodes, runner, sudo)
     image = nccl_versions.load(inv.cluster)
     node_state.save_fingerprint(run_dir, readings, image.versions if image else {})

@@ -36,6 +36,50 @@ def test_connect_loads_the_plan_and_writes_one_ssh_config_for_every_node(
     assert (tmp_path / "plan.json").is_file()  # what the node checks read
 
 
+def _entry(ssh_config: Path, host: str) -> dict[str, str]:
+    """One Host entry's options, first value of each (ssh takes the first)."""
+    options: dict[str, str] = {}
+    current = None
+    for line in ssh_config.read_text().splitlines():
+        if line.startswith("Host "):
+            current = line.split()[1]
+        elif current == host and line.strip():
+            key, value = line.split(None, 1)
+            options.setdefault(key.lower(), value)
+    return options
+
+
+def test_the_ssh_config_is_the_connection_ansible_resolved_extra_vars_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SSH settings are decided once, by Ansible (sparkctl_connection in
+    playbooks/group_vars/all/connection.yml): the plan carries each node's, templated
+    values resolved, and an extra var wins as it does for ansible-playbook. Before, the
+    ssh_config was rebuilt from the inventory and missed `-e ansible_user=...`."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(state))
+    inv = inventory.validate(REPO / "inventory" / "sim.ini")
+    extra = {"ansible_user": "admin", "ansible_port": 2222}
+    session = remote.connect(inv, tmp_path, extra)
+    conn = session.plan.node("spark2").connection
+    key = str(state / "lab" / "ssh" / "id_ed25519")  # "{{ sparkctl_state_dir }}/lab/ssh/..."
+    assert (conn.ansible_host, conn.ansible_user, conn.ansible_port) == (
+        "10.77.0.12",
+        "admin",
+        "2222",
+    )
+    assert conn.ansible_ssh_private_key_file == key
+    entry = _entry(session.ssh_config, "spark2")
+    assert (entry["hostname"], entry["user"], entry["port"]) == ("10.77.0.12", "admin", "2222")
+    assert entry["identityfile"] == key
+    assert entry["userknownhostsfile"] == str(state / "lab" / "ssh" / "known_hosts")
+    assert remote.sudo_prefix(session.plan, "spark2") == "sudo -n "
+    plain = remote.connect(inv, tmp_path / "plain")
+    assert _entry(plain.ssh_config, "spark2")["user"] == "root"
+    assert "port" not in _entry(plain.ssh_config, "spark2")
+    assert remote.sudo_prefix(plain.plan, "spark2") == ""
+
+
 def _imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     names: set[str] = set()
