@@ -133,6 +133,7 @@ class SglangPlan:
     model_path: str
     served_model_name: str
     api_key_file: str
+    api_key_env: str
     api_key_required: bool
     env_file: str
     serve_timeout: int

@@ -24,8 +24,6 @@ from sparkctl.plan import Plan, SglangPlan
 from sparkctl.playbook import results_dir
 from sparkctl.runner import REDACTED
 
-API_KEY_ENV = "SPARKCTL_SGLANG_API_KEY"
-
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext | bool:
     """What httpx checks the server's certificate with: the inventory's CA, else the system's."""
@@ -148,23 +146,24 @@ class Cluster:
 
         ``-e sglang_api_key=...``, then ``sglang_api_key`` set in the inventory
         (plain or Ansible Vault, already decrypted and templated by the
-        inventory loader) on the first head, then the role default's sources:
-        SPARKCTL_SGLANG_API_KEY, else the controller's key file. None when no
-        key is required and there is none."""
+        inventory loader) on the first head, then the role default's two sources,
+        which the plan names (the role decides them; the key itself is never in the
+        plan): its environment variable, else the controller's key file. None when
+        no key is required and there is none."""
         for source in (self.extravars, self.inv.hostvars.get(self.heads[0], {})):
             value = source.get("sglang_api_key")
             if value is not None and str(value).strip():
                 return str(value).strip()
-        if os.environ.get(API_KEY_ENV):
-            return os.environ[API_KEY_ENV]
         s = self.sglang()
+        if os.environ.get(s.api_key_env):
+            return os.environ[s.api_key_env]
         path = Path(s.api_key_file).expanduser()
         try:
             key = path.read_text().strip()
         except FileNotFoundError:
             if s.api_key_required:
                 raise SparkctlError(
-                    f"no API key: {API_KEY_ENV} is not set and {path} does not exist",
+                    f"no API key: {s.api_key_env} is not set and {path} does not exist",
                     ExitCode.BAD_INPUT,
                     hint="provision writes it (role sglang); or export the key",
                 ) from None

@@ -150,6 +150,7 @@ def node_dict(
         "sglang": {
             "api_allowed_cidrs": ["10.77.0.0/24"],
             "api_key_file": "/root/.local/state/sparkctl/clusters/sim/secrets/sglang-api-key",
+            "api_key_env": "SPARKCTL_SGLANG_API_KEY",
             "api_key_required": True,
             "container_name": "sparkctl-sglang",
             "dist_port": 50000,
@@ -267,9 +268,15 @@ def two_sparks(tmp_path: Path, *, user: str = "root", fabric: bool = True) -> In
 def cluster(inv: Inventory, sglang: Mapping[str, Any], runner: Runner, run_dir: Path) -> Cluster:
     """A serve Cluster of ``inv``'s nodes as open_cluster builds it, with ``sglang`` in
     every node's plan and commands answered by ``runner``."""
+
+    def edit(node: str, part: dict[str, Any]) -> None:
+        part["sglang"].update(sglang)
+        # the connection as Ansible resolves it from the inventory's ansible_user
+        part["connection"]["ansible_user"] = str(inv.hostvars[node].get("ansible_user", ""))
+
     return Cluster(
         inv=inv,
-        plan=plan([n.name for n in inv.nodes], edit=sections(sglang=sglang)),
+        plan=plan([n.name for n in inv.nodes], edit=edit),
         run_dir=run_dir,
         ssh_config=run_dir / "ssh_config",
         runner=runner,

@@ -10,8 +10,11 @@ import pytest
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import Inventory, Node
-from sparkctl.serve.cluster import API_KEY_ENV, Cluster
+from sparkctl.serve.cluster import Cluster
 from tests.unit import plans
+
+# The sglang role's _sglang_api_key_env, as tests/unit/plans.py's plan names it.
+API_KEY_ENV = "SPARKCTL_SGLANG_API_KEY"
 
 
 def _cluster(tmp_path: Path, *, required: bool = True, user: str = "root") -> Cluster:
@@ -34,6 +37,23 @@ def test_the_environment_wins_over_the_file(
     (tmp_path / "key").write_text("from-file\n")
     monkeypatch.setenv(API_KEY_ENV, "from-env")
     assert _cluster(tmp_path).api_key() == "from-env"
+
+
+def test_the_environment_variable_is_the_one_the_plan_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The role decides where its default key comes from (_sglang_api_key_env); serve
+    reads the variable the plan names, not a name of its own."""
+    (tmp_path / "key").write_text("from-file\n")
+    monkeypatch.setenv(API_KEY_ENV, "from-env")
+    monkeypatch.setenv("OTHER_SGLANG_API_KEY", "from-other")
+    inv = plans.two_sparks(tmp_path)
+    sglang = {"api_key_file": str(tmp_path / "key"), "api_key_env": "OTHER_SGLANG_API_KEY"}
+    c = plans.cluster(inv, sglang, lambda host, cmd, timeout: (0, ""), tmp_path)
+    assert c.api_key() == "from-other"
+    monkeypatch.delenv("OTHER_SGLANG_API_KEY")
+    c = plans.cluster(inv, sglang, lambda host, cmd, timeout: (0, ""), tmp_path)
+    assert c.api_key() == "from-file"
 
 
 def test_the_file_is_read_without_ansibles_salt(

@@ -35,10 +35,13 @@ import pytest
 from sparkctl.inventory import Inventory
 from sparkctl.plan import SglangPlan
 from sparkctl.report.model import Report
-from sparkctl.serve.cluster import API_KEY_ENV, Cluster
+from sparkctl.serve.cluster import Cluster
 from sparkctl.serve.verify import Verifier, verify
 from tests.unit import plans
 from tests.unit.test_sglang_standin import KEY, _up, cluster, model_dir, needs_loopback
+
+# The sglang role's _sglang_api_key_env, as tests/unit/plans.py's plan names it.
+API_KEY_ENV = "SPARKCTL_SGLANG_API_KEY"
 
 __all__ = ["model_dir"]  # the fixture, imported for pytest
 
