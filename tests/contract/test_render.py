@@ -264,13 +264,18 @@ def test_sglang_firewall_and_its_unit(rendered: Rendered) -> None:
         assert "ExecStart=/usr/sbin/nft --file /etc/sparkctl/sglang-firewall.nft" in unit
 
 
-def test_secrets_file_holds_a_placeholder_readable_by_root_only(rendered: Rendered) -> None:
+def test_secrets_file_holds_a_placeholder_with_the_mode_provision_gives_it(
+    rendered: Rendered,
+) -> None:
+    """The mode is the one configure writes (the role's one file list): readable by the
+    server's group, since the server runs as sglang_user (default sparkctl-sglang)."""
     secrets_file = role_default("sglang", "sglang_secrets_file")
+    assert role_default("sglang", "sglang_user") != "root"
     for node in _nodes(rendered):
         env = rendered.env(node.name, secrets_file)
         assert env == {"SGLANG_API_KEY": "<set from SPARKCTL_SGLANG_API_KEY at provision time>"}
         mode = stat.S_IMODE((rendered.out / node.name / secrets_file.lstrip("/")).stat().st_mode)
-        assert mode == 0o600, oct(mode)
+        assert mode == 0o640, oct(mode)
         # The key is required by default, so the server is started with one, read by the
         # launcher from the file (never expanded into argv, where ps shows it, nor into
         # an environment, which docker inspect shows).
