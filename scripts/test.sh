@@ -42,7 +42,8 @@ fi
 # tests share one lab in order, and its bandwidth gates want a quiet host) and the
 # modules marked host_processes (they read every process of this host, where a rank
 # another test starts would count). Both passes run whatever the first one gives;
-# the exit is the first failure's.
+# the exit is the first failure's. The second pass lists its 60 slowest phases, where
+# the suite's time goes (docs/benchmarks.md, "The test suite").
 unit=0
 rest=0
 .venv/bin/pytest -m "not lab and not host_processes" -n "$(nproc)" --dist loadfile || unit=$?
@@ -51,7 +52,7 @@ if [[ -n "${bringup_pid:-}" ]]; then
   second_pass=1
   export SPARKCTL_LAB_BROUGHT_UP="$bringup"
 fi
-.venv/bin/pytest -m "lab or host_processes" || rest=$?
+.venv/bin/pytest -m "lab or host_processes" --durations=60 || rest=$?
 if [[ $unit -ne 0 ]]; then
   exit "$unit"
 fi
