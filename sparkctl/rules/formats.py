@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable
+from functools import cache
 
 from .common import GROUP_NAME, GROUP_NAME_WORDS, HOST_NAME, USER_NAME, ipv4
 
@@ -136,6 +137,20 @@ def _host_port(value: str) -> bool:
         and port.isascii()
         and 1 <= int(port) <= 65535
     )
+
+
+@cache
+def _alert_names() -> frozenset[str]:
+    """The alerts of sparkctl's rules file, the monitoring role's files/sparkctl-rules.yml
+    (as its filter monitoring_rules finds them: one ``- alert: NAME`` line each)."""
+    from sparkctl.paths import roles_dir  # noqa: PLC0415 - only where an alert is named
+
+    text = (roles_dir() / "monitoring" / "files" / "sparkctl-rules.yml").read_text()
+    return frozenset(re.findall(r"^ +- alert: ([A-Za-z0-9_]+)[ \t]*$", text, re.MULTILINE))
+
+
+def _sparkctl_alert(value: str) -> bool:
+    return value in _alert_names()
 
 
 def _regex(pattern: str) -> Callable[[str], bool]:
@@ -284,4 +299,9 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
     # y w d h m s ms, largest first, each at most once; not zero), and scrape targets.
     "prom_duration": (_prom_duration, "a Prometheus duration such as 15s, 1m or 15d"),
     "host_port": (_host_port, "host:port (a host name or IPv4 address, a port 1-65535)"),
+    "sparkctl_alert": (
+        _sparkctl_alert,
+        "the name of an alert of sparkctl's rules (the monitoring role's "
+        "files/sparkctl-rules.yml), such as SparkctlRankDown",
+    ),
 }

@@ -119,7 +119,16 @@ def test_promtool_accepts_the_rendered_configuration_and_rules(
 ) -> None:
     for host in _servers(rendered):
         rules = rendered.out / host / "etc" / "prometheus" / "sparkctl-rules.yml"
-        assert rules.read_text() == RULES.read_text()
+        # The role's file with the inventory's own alert timings (the lab's are shorter:
+        # inventory/group_vars/sim/monitoring.yml), changed by the role's filter alone.
+        hv = rendered.inv.hostvars[host]
+        timings = (hv["monitoring_alert_for"], hv["monitoring_progress_window"])
+        assert timings == (
+            {"SparkctlProgressFrozen": "15s", "SparkctlGenerationProbeFailing": "30s"},
+            "1m",
+        )
+        assert rules.read_text() == FILTERS.monitoring_rules(RULES.read_text(), *timings)
+        assert rules.read_text() != RULES.read_text()
         out = _check_config(promtool, rendered.out / host / CONFIG.lstrip("/"), rules, tmp_path)
         assert "SUCCESS: 1 rule files found" in out, out
 

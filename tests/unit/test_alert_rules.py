@@ -17,7 +17,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+
+from tests.unit.pathload import load_file
 
 REPO = Path(__file__).resolve().parents[2]
 PROM = REPO / "monitoring" / "prometheus"
@@ -113,6 +116,116 @@ def test_the_tests_bite(promtool: str, tmp_path: Path) -> None:
     proc = run([promtool, "test", "rules", "tests/serving.yml"], cwd=tmp_path)
     assert proc.returncode != 0
     assert 'group="long"' in proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- a site's own timings
+# The monitoring role installs the rules through its filter monitoring_rules, with the
+# inventory's monitoring_alert_for and monitoring_progress_window where it sets them.
+MONITORING_CONFIG = load_file(
+    "monitoring_config_filter",
+    REPO / "ansible_collections/sparkctl/spark/plugins/filter/monitoring_config.py",
+)
+SUM = "(sum by (cluster, group, instance) "
+TUNED_FOR = {"SparkctlProgressFrozen": "15s", "SparkctlRankDown": "30s"}
+
+
+def test_untuned_the_rules_are_installed_as_they_are() -> None:
+    text = RULES.read_text()
+    assert MONITORING_CONFIG.monitoring_rules(text) == text
+    assert MONITORING_CONFIG.monitoring_rules(text, {}, "") == text
+
+
+def test_tuned_only_the_named_alerts_timings_change_comments_kept() -> None:
+    text = RULES.read_text()
+    tuned = MONITORING_CONFIG.monitoring_rules(text, TUNED_FOR, "1m")
+    changed = [(a, b) for a, b in zip(text.splitlines(), tuned.splitlines(), strict=True) if a != b]
+    assert [(a.strip(), b.strip()) for a, b in changed] == [
+        ("for: 1m", "for: 30s"),  # SparkctlRankDown
+        (
+            SUM + "(increase(sglang:generation_tokens_total[2m])) > 0)",
+            SUM + "(increase(sglang:generation_tokens_total[1m])) > 0)",
+        ),
+        (
+            SUM + "(increase(sglang:realtime_tokens_total[2m])) > 0)",
+            SUM + "(increase(sglang:realtime_tokens_total[1m])) > 0)",
+        ),
+        ("for: 1m", "for: 15s"),  # SparkctlProgressFrozen
+    ]
+    by_name = {r["alert"]: r for g in yaml.safe_load(tuned)["groups"] for r in g["rules"]}
+    assert by_name["SparkctlRankDown"]["for"] == "30s"
+    assert by_name["SparkctlProgressFrozen"]["for"] == "15s"
+
+
+def _frozen_case(eval_time: str, firing: bool) -> dict[str, Any]:
+    """serving.yml's frozen group: tokens stop at 10 m while 3 requests run."""
+    labels = 'cluster="lab",group="g1",instance="spark1:30000"'
+    return {
+        "interval": "15s",
+        "input_series": [
+            {"series": f"sglang:num_running_reqs{{{labels}}}", "values": "3x80"},
+            {"series": f"sglang:num_queue_reqs{{{labels}}}", "values": "0x80"},
+            {"series": f"sglang:generation_tokens_total{{{labels}}}", "values": "0+40x40 1600x40"},
+            {"series": f"sglang:realtime_tokens_total{{{labels}}}", "values": "0+45x40 1800x40"},
+        ],
+        "alert_rule_test": [
+            {
+                "eval_time": eval_time,
+                "alertname": "SparkctlProgressFrozen",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {
+                            "severity": "critical",
+                            "cluster": "lab",
+                            "group": "g1",
+                            "instance": "spark1:30000",
+                        },
+                        "exp_annotations": {
+                            "summary": "lab: group g1 has requests but makes no progress",
+                            "description": "No token generated while 3 request(s) run or "
+                            "wait at spark1:30000: a hung rank. Run `sparkctl status INVENTORY` "
+                            "(it names the rank); `sparkctl serve watch` restarts the group.",
+                        },
+                    }
+                ]
+                if firing
+                else [],
+            }
+        ],
+    }
+
+
+def test_tuned_rules_check_and_fire_as_soon_as_they_say(promtool: str, tmp_path: Path) -> None:
+    """A one-minute window held 15 s fires at 11m30s, 90 s after the tokens stopped;
+    the rules as shipped (2m, held 1m) do not fire then. promtool holds both."""
+    tuned = MONITORING_CONFIG.monitoring_rules(RULES.read_text(), TUNED_FOR, "1m")
+    (tmp_path / "tuned.yml").write_text(tuned)
+    (tmp_path / "shipped.yml").write_text(RULES.read_text())
+    proc = run([promtool, "check", "rules", "tuned.yml"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name, firing in (("tuned", True), ("shipped", False)):
+        test = {
+            "rule_files": [f"{name}.yml"],
+            "evaluation_interval": "15s",
+            "tests": [_frozen_case("11m30s", firing)],
+        }
+        (tmp_path / f"test-{name}.yml").write_text(yaml.safe_dump(test, width=1000))
+        proc = run([promtool, "test", "rules", f"test-{name}.yml"], cwd=tmp_path)
+        assert proc.returncode == 0, name + ": " + proc.stdout + proc.stderr
+
+
+def test_timings_the_rules_cannot_take_are_refused() -> None:
+    from ansible.errors import AnsibleFilterError  # noqa: PLC0415
+
+    text = RULES.read_text()
+    for alert_for, window in (
+        ({"SparkctlRankDwn": "30s"}, ""),
+        ({"SparkctlRankDown": "0s"}, ""),
+        ({"SparkctlRankDown": "30 s"}, ""),
+        ({}, "2m]) > 0 or vector(1"),
+        ({}, "0m"),
+    ):
+        with pytest.raises(AnsibleFilterError):
+            MONITORING_CONFIG.monitoring_rules(text, alert_for, window)
 
 
 # ---------------------------------------------------------------- the dashboard

@@ -22,6 +22,13 @@ The scrape jobs (docs/monitoring.md, "Scraping"):
   ``decide_request_auth``: "Health/readiness/metrics endpoints are always allowed"),
   and only TP rank 0 records the scheduler's metrics, so one target a group.
 
+``monitoring_rules`` is sparkctl's rules file (files/sparkctl-rules.yml) as the role
+installs it: the file itself, or with the site's own timings (``monitoring_alert_for``,
+an alert's ``for:``; ``monitoring_progress_window``, the range SparkctlProgressFrozen
+looks back for progress). Only those words of the named alert's block change, so the
+installed file keeps its comments, and the result is read back to hold that each alert
+has exactly the timing asked for (promtool checks it again before it is installed).
+
 Durations are Prometheus' (``model/duration.go`` ``ParseDuration``:
 ``1y2w3d4h5m6s7ms`` units, largest first); ``scrape_timeout`` is 10 s,
 Prometheus' default, or the scrape interval when that is shorter (a timeout
@@ -33,6 +40,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import yaml
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -198,6 +207,76 @@ def monitoring_args(options: Mapping[str, Any]) -> str:
     return " ".join(words)
 
 
+_ALERT = re.compile(r"^ +- alert: (?P<name>[A-Za-z0-9_]+)[ \t]*$", re.MULTILINE)
+_FOR = re.compile(r"^(?P<indent> +)for: (?P<value>[0-9a-z]+)[ \t]*$", re.MULTILINE)
+_RANGE = re.compile(r"\[(?P<value>[0-9][0-9a-z]*)\]")
+# The alert whose expression looks back over monitoring_progress_window.
+PROGRESS_ALERT = "SparkctlProgressFrozen"
+
+
+def _alert_blocks(text: str) -> dict[str, tuple[int, int]]:
+    """Each alert's name -> the span of its block: from its ``- alert:`` line to the next
+    alert's, or the next rule group's, or the end."""
+    starts = list(_ALERT.finditer(text))
+    ends = [m.start() for m in starts[1:]] + [len(text)]
+    blocks = {}
+    for m, end in zip(starts, ends, strict=True):
+        group = text.find("\n  - name:", m.end(), end)
+        blocks[m.group("name")] = (m.start(), end if group < 0 else group + 1)
+    return blocks
+
+
+def monitoring_rules(
+    text: str, alert_for: Mapping[str, Any] | None = None, progress_window: Any = ""
+) -> str:
+    """The rules file ``text`` with each alert of ``alert_for`` firing after its own
+    duration, and SparkctlProgressFrozen's look-back range ``progress_window`` ("": the
+    file's own). An alert the file does not have, a duration Prometheus would not take
+    (zero included) or a block of an unexpected shape is refused, naming the variable."""
+    if not isinstance(text, str):
+        raise AnsibleFilterError("monitoring_rules: the rules file's text is not a string")
+    wanted = dict(alert_for or {})
+    if not isinstance(alert_for or {}, Mapping):
+        raise AnsibleFilterError(f"monitoring_alert_for: {alert_for!r} is not a mapping")
+    blocks = _alert_blocks(text)
+    unknown = sorted(str(name) for name in wanted if name not in blocks)
+    if unknown:
+        raise AnsibleFilterError(
+            f"monitoring_alert_for: {', '.join(unknown)}: no such alert in sparkctl's rules "
+            f"(they are {', '.join(sorted(blocks))})"
+        )
+    edits: dict[str, tuple[str, Any]] = {str(n): ("for", v) for n, v in wanted.items()}
+    window = "" if progress_window in ("", None) else progress_window
+    out = text
+    # From the end, so that each edit leaves the spans before it where they were.
+    for name, (start, end) in sorted(blocks.items(), key=lambda kv: -kv[1][0]):
+        block = out[start:end]
+        if name in edits:
+            value = edits[name][1]
+            duration_ms(value, f"monitoring_alert_for.{name}")
+            block, n = _FOR.subn(rf"\g<indent>for: {value}", block)
+            if n != 1:
+                raise AnsibleFilterError(f"monitoring_rules: {name} has {n} 'for:' lines")
+        if name == PROGRESS_ALERT and window:
+            duration_ms(window, "monitoring_progress_window")
+            block, n = _RANGE.subn(f"[{window}]", block)
+            if n == 0:
+                raise AnsibleFilterError(f"monitoring_rules: {name} has no range to set")
+        out = out[:start] + block + out[end:]
+    rules = {
+        r["alert"]: r
+        for g in (yaml.safe_load(out) or {}).get("groups", [])
+        for r in g.get("rules", [])
+        if "alert" in r
+    }
+    for name, value in wanted.items():
+        if str(rules[name].get("for")) != str(value):
+            raise AnsibleFilterError(f"monitoring_rules: {name} did not take for: {value}")
+    if window and f"[{window}]" not in rules[PROGRESS_ALERT]["expr"]:
+        raise AnsibleFilterError(f"monitoring_rules: {PROGRESS_ALERT} did not take [{window}]")
+    return out
+
+
 class FilterModule:
     """The monitoring role's filters (module docstring)."""
 
@@ -206,4 +285,5 @@ class FilterModule:
             "monitoring_prometheus_config": monitoring_prometheus_config,
             "monitoring_args": monitoring_args,
             "monitoring_duration_ms": duration_ms,
+            "monitoring_rules": monitoring_rules,
         }
