@@ -118,6 +118,26 @@ _PROM_DURATION = re.compile(
 )
 
 
+_PROM_UNITS_MS = {
+    "y": 365 * 86_400_000,
+    "w": 7 * 86_400_000,
+    "d": 86_400_000,
+    "h": 3_600_000,
+    "m": 60_000,
+    "s": 1000,
+    "ms": 1,
+}
+
+
+def prom_duration_ms(value: object) -> int | None:
+    """A Prometheus duration in milliseconds; None for what is not one (or is zero)."""
+    if not isinstance(value, str) or not _prom_duration(value):
+        return None
+    return sum(
+        int(n) * _PROM_UNITS_MS[unit] for n, unit in re.findall(r"([0-9]+)(ms|[ywdhms])", value)
+    )
+
+
 def _prom_duration(value: str) -> bool:
     """A Prometheus duration that is not empty and not zero (no interval is 0)."""
     return (

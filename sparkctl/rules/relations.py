@@ -9,7 +9,7 @@ from typing import Any
 
 from .common import SPARKS, SWITCHES, Problem, is_int
 from .firewall import firewall_problems
-from .formats import FORMATS
+from .formats import FORMATS, prom_duration_ms
 from .schema import load_defaults
 from .topology import uncabled
 
@@ -55,6 +55,50 @@ def _flag_problem(item: Any) -> str | None:
     return None
 
 
+def _alert_timing_problems(host: str, v: Callable[[str], Any]) -> list[Problem]:
+    """An alert's hold and the frozen rule's look-back against the scrape interval.
+
+    A hold (``for:``) shorter than two scrapes fires on one late or missed scrape, and on
+    a group just restarted with requests waiting: its token counters are then one sample
+    old, ``increase()`` has nothing to say (it needs two samples), and the frozen rule
+    holds for a scrape (seen in the lab). A look-back shorter than four scrapes leaves
+    ``increase()`` too few samples (Grafana's ``$__rate_interval`` is at least four scrape
+    intervals, grafana.com/docs/grafana/latest/datasources/prometheus/template-variables/).
+    """
+    scrape = v("monitoring_scrape_interval")
+    scrape_ms = prom_duration_ms(scrape)
+    if scrape_ms is None:
+        return []
+    problems: list[Problem] = []
+    alert_for = v("monitoring_alert_for")
+    for name, hold in sorted((alert_for or {}).items() if isinstance(alert_for, Mapping) else []):
+        hold_ms = prom_duration_ms(hold)
+        if hold_ms is not None and hold_ms < 2 * scrape_ms:
+            problems.append(
+                Problem(
+                    host,
+                    "monitoring_alert_for",
+                    f"{name}: {hold} is under two scrape intervals (monitoring_scrape_interval "
+                    f"{scrape}): one late scrape, or a group restarted with requests waiting, "
+                    "would fire it",
+                    hint=f"hold it for at least {2 * scrape_ms // 1000}s, or scrape more often",
+                )
+            )
+    window = v("monitoring_progress_window")
+    window_ms = prom_duration_ms(window)
+    if window_ms is not None and window_ms < 4 * scrape_ms:
+        problems.append(
+            Problem(
+                host,
+                "monitoring_progress_window",
+                f"{window} is under four scrape intervals (monitoring_scrape_interval "
+                f"{scrape}): increase() would often have too few samples to see progress",
+                hint=f"look back at least {4 * scrape_ms // 1000}s, or scrape more often",
+            )
+        )
+    return problems
+
+
 def _relation_problems(
     host: str, v: Callable[[str], Any], is_set: Callable[[str], bool], switched: bool
 ) -> list[Problem]:
@@ -92,6 +136,7 @@ def _relation_problems(
             )
         )
     problems += firewall_problems(host, v, is_set)
+    problems += _alert_timing_problems(host, v)
     for var in ("sglang_extra_args",):
         for index, item in enumerate(v(var) or []):
             if (wrong := _flag_problem(item)) is not None:

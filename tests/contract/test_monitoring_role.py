@@ -124,7 +124,7 @@ def test_promtool_accepts_the_rendered_configuration_and_rules(
         hv = rendered.inv.hostvars[host]
         timings = (hv["monitoring_alert_for"], hv["monitoring_progress_window"])
         assert timings == (
-            {"SparkctlProgressFrozen": "15s", "SparkctlGenerationProbeFailing": "30s"},
+            {"SparkctlProgressFrozen": "30s", "SparkctlGenerationProbeFailing": "30s"},
             "1m",
         )
         assert rules.read_text() == FILTERS.monitoring_rules(RULES.read_text(), *timings)
