@@ -6,4 +6,4 @@ which plugs ``sparkctl lab`` in; nothing here imports it.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

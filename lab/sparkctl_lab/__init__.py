@@ -9,4 +9,4 @@ and depends on sparkctl itself; sparkctl never imports it.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
