@@ -221,6 +221,8 @@ def test_timings_the_rules_cannot_take_are_refused() -> None:
         ({"SparkctlRankDwn": "30s"}, ""),
         ({"SparkctlRankDown": "0s"}, ""),
         ({"SparkctlRankDown": "30 s"}, ""),
+        ({"SparkctlRankDown": 30}, ""),
+        (["SparkctlRankDown"], ""),
         ({}, "2m]) > 0 or vector(1"),
         ({}, "0m"),
     ):

@@ -235,25 +235,24 @@ def monitoring_rules(
     (zero included) or a block of an unexpected shape is refused, naming the variable."""
     if not isinstance(text, str):
         raise AnsibleFilterError("monitoring_rules: the rules file's text is not a string")
-    wanted = dict(alert_for or {})
     if not isinstance(alert_for or {}, Mapping):
         raise AnsibleFilterError(f"monitoring_alert_for: {alert_for!r} is not a mapping")
+    wanted = {str(name): hold for name, hold in (alert_for or {}).items()}
     blocks = _alert_blocks(text)
-    unknown = sorted(str(name) for name in wanted if name not in blocks)
+    unknown = sorted(name for name in wanted if name not in blocks)
     if unknown:
         raise AnsibleFilterError(
             f"monitoring_alert_for: {', '.join(unknown)}: no such alert in sparkctl's rules "
             f"(they are {', '.join(sorted(blocks))})"
         )
-    edits: dict[str, tuple[str, Any]] = {str(n): ("for", v) for n, v in wanted.items()}
     window = "" if progress_window in ("", None) else progress_window
     out = text
     # From the end, so that each edit leaves the spans before it where they were.
     for name, (start, end) in sorted(blocks.items(), key=lambda kv: -kv[1][0]):
         block = out[start:end]
-        if name in edits:
-            value = edits[name][1]
-            duration_ms(value, f"monitoring_alert_for.{name}")
+        if name in wanted:
+            value = wanted[name]
+            duration_ms(value, f"monitoring_alert_for.{name}")  # refused unless a duration
             block, n = _FOR.subn(rf"\g<indent>for: {value}", block)
             if n != 1:
                 raise AnsibleFilterError(f"monitoring_rules: {name} has {n} 'for:' lines")
