@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable
 from functools import cache
 
+from sparkctl.collection import plugin
+
 from .common import GROUP_NAME, GROUP_NAME_WORDS, HOST_NAME, USER_NAME, ipv4
 
 # Directories every local user may write to (sticky, mode 1777, on Debian and Ubuntu:
@@ -118,24 +120,12 @@ _PROM_DURATION = re.compile(
 )
 
 
-_PROM_UNITS_MS = {
-    "y": 365 * 86_400_000,
-    "w": 7 * 86_400_000,
-    "d": 86_400_000,
-    "h": 3_600_000,
-    "m": 60_000,
-    "s": 1000,
-    "ms": 1,
-}
-
-
 def prom_duration_ms(value: object) -> int | None:
-    """A Prometheus duration in milliseconds; None for what is not one (or is zero)."""
+    """A Prometheus duration in milliseconds; None for what is not one (or is zero).
+    The monitoring role's own parser (its filter ``monitoring_duration_ms``)."""
     if not isinstance(value, str) or not _prom_duration(value):
         return None
-    return sum(
-        int(n) * _PROM_UNITS_MS[unit] for n, unit in re.findall(r"([0-9]+)(ms|[ywdhms])", value)
-    )
+    return int(plugin("filter", "monitoring_config").duration_ms(value))
 
 
 def _prom_duration(value: str) -> bool:
@@ -161,12 +151,12 @@ def _host_port(value: str) -> bool:
 
 @cache
 def _alert_names() -> frozenset[str]:
-    """The alerts of sparkctl's rules file, the monitoring role's files/sparkctl-rules.yml
-    (as its filter monitoring_rules finds them: one ``- alert: NAME`` line each)."""
+    """The alerts of sparkctl's rules file, the monitoring role's files/sparkctl-rules.yml,
+    as its filter monitoring_rules finds them."""
     from sparkctl.paths import roles_dir  # noqa: PLC0415 - only where an alert is named
 
     text = (roles_dir() / "monitoring" / "files" / "sparkctl-rules.yml").read_text()
-    return frozenset(re.findall(r"^ +- alert: ([A-Za-z0-9_]+)[ \t]*$", text, re.MULTILINE))
+    return frozenset(plugin("filter", "monitoring_config").alert_names(text))
 
 
 def _sparkctl_alert(value: str) -> bool:

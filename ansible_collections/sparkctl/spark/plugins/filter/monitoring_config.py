@@ -214,6 +214,11 @@ _RANGE = re.compile(r"\[(?P<value>[0-9][0-9a-z]*)\]")
 PROGRESS_ALERT = "SparkctlProgressFrozen"
 
 
+def alert_names(text: str) -> list[str]:
+    """The alerts of a rules file's text, in order (one ``- alert: NAME`` line each)."""
+    return [m.group("name") for m in _ALERT.finditer(text)]
+
+
 def _alert_blocks(text: str) -> dict[str, tuple[int, int]]:
     """Each alert's name -> the span of its block: from its ``- alert:`` line to the next
     alert's, or the next rule group's, or the end."""
