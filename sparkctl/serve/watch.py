@@ -51,10 +51,11 @@ sources:
   waits ``backoff_s`` doubled per restart in the window (capped at
   ``backoff_cap_s``); after ``max_restarts`` within ``window_s`` the engine
   gives up (stop the group, say why) and stays given up until the group is
-  found healthy again (an operator fixed it). After a restart, a grace period
-  (the service's start-up time, ``sglang_serve_timeout``) before judging
-  again; the first healthy reading ends it and says how long the service was
-  down.
+  found healthy again (an operator fixed it): the stopped group is not probed,
+  and the first round that finds every rank's unit running probes at once.
+  After a restart, a grace period (the service's start-up time,
+  ``sglang_serve_timeout``) before judging again; the first healthy reading
+  ends it and says how long the service was down.
 
 The runner (:func:`run_round`, :func:`watch`) gathers a reading with serve's
 own pieces (unit states over SSH, serve's one HTTP client), restarts a group
@@ -381,8 +382,13 @@ class Watch:
         self.state = state or State()
 
     # ------------------------------------------------------------ probe rate
-    def probe_due(self, now: float) -> bool:
-        """Whether this round may probe (never within probe_interval_s of the last)."""
+    def probe_due(self, now: float, units: Sequence[Unit] = ()) -> bool:
+        """Whether this round may probe (never within probe_interval_s of the last).
+        Given up, only once every rank's unit (``units``, this round's) runs again: a
+        probe of the stopped group says nothing, and the first one after an operator's
+        serve up goes at once and closes the breaker."""
+        if self.state.gave_up and not (units and all(u.running for u in units)):
+            return False
         return now >= self.state.next_probe_at
 
     @property
@@ -570,6 +576,7 @@ class Watch:
                 "healthy again (fix the cause, then sparkctl serve up)"
             )
             st.grace_until = None
+            st.next_probe_at = r.at  # the first round with every rank back probes
             return replace(ev, decision=Decision.GAVE_UP, action="stop_group", reason=st.gave_up)
         if r.at < st.next_restart_at:
             return replace(
@@ -721,7 +728,7 @@ def gather(group: Group, key: str | None, w: Watch) -> Reading:
     wall = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     units = units_of(group)
     metrics, error = read_metrics(group)
-    p = generation_probe(group, key, w.config.probe_timeout_s) if w.probe_due(at) else None
+    p = generation_probe(group, key, w.config.probe_timeout_s) if w.probe_due(at, units) else None
     if p is not None:
         p = replace(p, reason=group.cluster.redact(p.reason))
     return Reading(group.name, at, units, p, metrics, group.cluster.redact(error), wall=wall)

@@ -192,11 +192,12 @@ class Sim:
         probe: Probe = OK,
         unit_states: tuple[Unit, ...] | None = None,
     ) -> Event:
+        states = unit_states or units()
         r = Reading(
             "g1",
             self.t,
-            unit_states or units(),
-            probe if self.watch.probe_due(self.t) else None,
+            states,
+            probe if self.watch.probe_due(self.t, states) else None,
             metrics,
         )
         ev = self.watch.decide(r)
@@ -348,6 +349,28 @@ def test_restart_storm_backs_off_then_gives_up_and_stays_given_up() -> None:
     # an operator fixes it: the next healthy reading closes the breaker
     sim.t += 15.0
     assert sim.round(load(0.0)).decision is Decision.HEALTHY
+
+
+def test_given_up_the_first_round_with_every_rank_back_probes_and_closes_the_breaker() -> None:
+    """Given up, the stopped group is not probed; the operator's serve up can come
+    seconds after the last round (a CI run did: 10 s), and the very next round probes at
+    once, whatever the probe interval, and closes the breaker."""
+    cfg = Config(max_restarts=1, backoff_s=0.0, grace_s=60.0)
+    sim = Sim(cfg)
+    dead = units(spark3="failed/failed")
+    while not sim.events or sim.events[-1].decision is not Decision.GAVE_UP:
+        sim.round(load(0.0), unit_states=dead)
+        assert len(sim.events) < 20
+    stopped = units(**dict.fromkeys(("spark1", "spark2", "spark3", "spark4"), "inactive/dead"))
+    assert not sim.watch.probe_due(sim.t, stopped)
+    assert sim.round(load(0.0), unit_states=stopped).decision is Decision.GAVE_UP
+    sim.t -= 5.0  # serve up done 10 s after that round
+    assert sim.watch.probe_due(sim.t, units())
+    back = sim.round(load(0.0))
+    assert back.decision is Decision.HEALTHY, back
+    assert back.reason == "healthy again after the watchdog gave up"
+    # closed: the probe rate is the usual one again
+    assert not sim.watch.probe_due(sim.t, units())
 
 
 def test_a_restart_that_could_not_be_done_counts_unless_it_was_never_tried() -> None:
