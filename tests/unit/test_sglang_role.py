@@ -603,6 +603,46 @@ def test_the_launcher_runs_launch_server_as_dash_m_would_with_the_key_from_the_f
     assert (seen["spec"], seen["env"]) == ("sglang.launch_server", [])
 
 
+def test_the_launcher_runs_the_gateway_router_with_the_same_key_and_no_other_module(
+    tmp_path: Path,
+) -> None:
+    """``--module smg.launch_router``: the gateway's router, run as ``python3 -m
+    smg.launch_router`` runs it, gets the key as --api-key in memory (smg takes it from
+    no file or variable); a module not named in MODULES is refused before anything runs."""
+    pkg = tmp_path / "smg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_router.py").write_text(
+        "import json, os, sys\n"
+        "if __name__ == '__main__':\n"
+        "    with open(os.environ['SEEN'], 'w') as f:\n"
+        "        json.dump({'argv': sys.argv[1:], 'spec': __spec__.name}, f)\n"
+    )
+    _fake_sglang(tmp_path, "raise SystemExit('must not run')\n")
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("SGLANG_API_KEY=" + "g" * 24 + "\n")
+    seen = tmp_path / "seen.json"
+    proc = _launch(
+        tmp_path,
+        "--secrets-file",
+        str(secrets),
+        "--module",
+        "smg.launch_router",
+        "--",
+        "--port",
+        "30080",
+        env={"SEEN": str(seen)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(seen.read_text()) == {
+        "argv": ["--port", "30080", "--api-key", "g" * 24],
+        "spec": "smg.launch_router",
+    }
+    for module in ("os", "sglang.launch_server.x", "smg"):
+        proc = _launch(tmp_path, "--module", module, "--")
+        assert proc.returncode == 2 and "unknown launcher options" in proc.stderr, proc.stderr
+
+
 def test_the_launcher_blanks_the_key_from_everything_the_server_prints(tmp_path: Path) -> None:
     """SGLang logs server_args=ServerArgs(... api_key='KEY' ...): the journal never gets it,
     not on stdout, not on stderr, not in a \\r progress line, not in a line longer than a read."""

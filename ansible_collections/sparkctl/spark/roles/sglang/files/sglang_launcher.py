@@ -5,8 +5,13 @@ Installed by the sglang role at /usr/local/lib/sparkctl/sglang-launcher.py
 (mounted read-only into the container of the container method) and run as the
 unit's command, by the interpreter that has SGLang installed::
 
-    python3 sglang-launcher.py [--secrets-file FILE]
-        [--wait-for-head HOST:PORT --wait-timeout SECONDS] -- <launch_server arguments>
+    python3 sglang-launcher.py [--secrets-file FILE] [--module MODULE]
+        [--wait-for-head HOST:PORT --wait-timeout SECONDS] -- <the module's arguments>
+
+MODULE is ``sglang.launch_server`` (the default) or ``smg.launch_router``, the
+SGLang gateway (the Shepherd Model Gateway, PyPI ``smg``), whose ``--api-key``
+is the same data-plane key and has the same problem: no environment variable
+or file takes it (smg 1.13.0 ``smg/router_args.py``), only its command line.
 
 Why it exists (each point is a way the key leaked before):
 
@@ -67,6 +72,9 @@ import time
 from dataclasses import dataclass
 
 MODULE = "sglang.launch_server"
+# What --module may name: SGLang's server, and its gateway's router (smg 1.13.0
+# smg/launch_router.py: ``main()`` parses sys.argv[1:] as ``smg launch`` does).
+MODULES = (MODULE, "smg.launch_router")
 KEY_VARIABLE = "SGLANG_API_KEY"
 MASK = b"<redacted>"
 # A line longer than this without a line end is passed on in pieces, keeping
@@ -98,7 +106,7 @@ class UsageError(Exception):
 
 
 USAGE = (
-    "usage: sglang-launcher.py [--secrets-file FILE] "
+    "usage: sglang-launcher.py [--secrets-file FILE] [--module MODULE] "
     "[--wait-for-head HOST:PORT --wait-timeout SECONDS] -- ARGS"
 )
 
@@ -111,10 +119,12 @@ class Options:
     head: tuple[str, int] | None
     wait_timeout: float
     server: list[str]
+    module: str = MODULE
 
 
 def parse_argv(argv: list[str]) -> Options:
-    """``[--secrets-file FILE] [--wait-for-head HOST:PORT --wait-timeout S] -- ARGS``."""
+    """``[--secrets-file FILE] [--module M] [--wait-for-head HOST:PORT --wait-timeout S]
+    -- ARGS``."""
     if "--" not in argv:
         raise UsageError(USAGE)
     split = argv.index("--")
@@ -123,8 +133,10 @@ def parse_argv(argv: list[str]) -> Options:
     if len(own) % 2 or len(set(names)) != len(names) or not all(own[1::2]):
         raise UsageError(f"unknown launcher options {own}; {USAGE}")
     given = dict(zip(names, own[1::2], strict=True))
-    unknown = set(given) - {"--secrets-file", "--wait-for-head", "--wait-timeout"}
+    unknown = set(given) - {"--secrets-file", "--module", "--wait-for-head", "--wait-timeout"}
     if unknown or ("--wait-for-head" in given) != ("--wait-timeout" in given):
+        raise UsageError(f"unknown launcher options {own}; {USAGE}")
+    if given.get("--module", MODULE) not in MODULES:
         raise UsageError(f"unknown launcher options {own}; {USAGE}")
     head = None
     timeout = 0.0
@@ -137,7 +149,9 @@ def parse_argv(argv: list[str]) -> Options:
             head = None
         if not sep or not host or head is None or not 0 < head[1] < 65536 or timeout <= 0:
             raise UsageError(f"unknown launcher options {own}; {USAGE}")
-    return Options(given.get("--secrets-file"), head, timeout, server)
+    return Options(
+        given.get("--secrets-file"), head, timeout, server, given.get("--module", MODULE)
+    )
 
 
 def say(text: str) -> None:
@@ -244,11 +258,11 @@ def _write_all(fd: int, data: bytes) -> None:
             return
 
 
-def _run_server(args: list[str], key: str | None) -> None:
-    """In the child: SGLang as ``python3 -m sglang.launch_server`` runs it."""
-    sys.argv = [MODULE, *args, *(["--api-key", key] if key else [])]
+def _run_server(args: list[str], key: str | None, module: str) -> None:
+    """In the child: the module as ``python3 -m sglang.launch_server`` runs it."""
+    sys.argv = [module, *args, *(["--api-key", key] if key else [])]
     try:
-        runpy.run_module(MODULE, run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         code = exc.code
         if code is None:
@@ -274,7 +288,7 @@ def _status(wait_status: int) -> int:
     return os.WEXITSTATUS(wait_status)
 
 
-def _spawn(args: list[str], key: str | None) -> tuple[int, int]:
+def _spawn(args: list[str], key: str | None, module: str = MODULE) -> tuple[int, int]:
     """The server as a child whose stdout and stderr are a pipe: (pid, read end)."""
     read_end, write_end = os.pipe()
     sys.stdout.flush()
@@ -287,7 +301,7 @@ def _spawn(args: list[str], key: str | None) -> tuple[int, int]:
         os.close(write_end)
         for signum in FORWARDED:
             signal.signal(signum, signal.SIG_DFL)
-        _run_server(args, key)
+        _run_server(args, key, module)
     os.close(write_end)
     return child, read_end
 
@@ -350,7 +364,7 @@ def main(argv: list[str]) -> int:
             signal.signal(signum, _exit_on)
         if not wait_for_head(options.head, options.wait_timeout):
             return 1
-    child, read_end = _spawn(options.server, key)
+    child, read_end = _spawn(options.server, key, options.module)
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError):
