@@ -647,6 +647,26 @@ class Engine:
         with self.cv:
             return len(self.running), len(self.waiting)
 
+    def snapshot(self) -> dict[str, Any]:
+        """The scheduler's load snapshot (sglang 0.5.17 scheduler_components/
+        load_inquirer.py get_loads): requests running and waiting, the KV tokens the
+        running ones hold, and those plus the waiting ones' prompts."""
+        with self.cv:
+            used = sum(s.prompt_len + s.produced for s in self.running)
+            pending = sum(s.prompt_len for s in self.waiting)
+            return {
+                "num_running_reqs": len(self.running),
+                "num_waiting_reqs": len(self.waiting),
+                "num_waiting_uncached_tokens": pending,
+                "num_used_tokens": used,
+                "num_total_tokens": used + pending,
+                "num_active_tokens": used + pending,
+                "max_total_num_tokens": self.max_total_tokens,
+                "max_running_requests": self.max_running,
+                "token_usage": round(used / max(1, self.max_total_tokens), 4),
+                "gen_throughput": round(self.stats.throughput(), 2),
+            }
+
     # -- requests ------------------------------------------------------------------
     def generate(
         self, prompt: str, sampling: Sampling, index: int = 0, stream: bool = False

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from . import release as r
 from .engine import (
@@ -44,6 +45,29 @@ from .engine import (
 )
 from .rendezvous import Node, os_errno
 from .version import __version__
+
+# LoadSnapshot's flat fields, in its order (sglang 0.5.17 managers/load_snapshot.py:184-207,
+# _CORE_KEYS), and the sections /v1/loads?include= takes (VALID_SECTIONS, :214).
+LOAD_CORE_KEYS = (
+    "timestamp",
+    "dp_rank",
+    "num_running_reqs",
+    "num_waiting_reqs",
+    "num_waiting_uncached_tokens",
+    "num_used_tokens",
+    "num_total_tokens",
+    "num_active_tokens",
+    "max_total_num_tokens",
+    "max_running_requests",
+    "token_usage",
+    "gen_throughput",
+    "cache_hit_rate",
+    "utilization",
+    "total_prefill_uncached_tokens",
+    "total_prefill_busy_us",
+    "decode_moments",
+)
+LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 
 
 def error_body(code: int, message: str, err_type: str) -> dict[str, Any]:
@@ -208,18 +232,108 @@ class App:
         }
 
     def loads(self) -> list[dict[str, Any]]:
-        """/get_load's legacy shape (http_server.py:809)."""
-        running, queued = self.engine.load
+        """/get_load: the legacy shim over /v1/loads' core section (http_server.py:809-835)."""
+        snap = self.engine.snapshot()
         return [
             {
                 "dp_rank": 0,
-                "num_reqs": running + queued,
-                "num_waiting_reqs": queued,
-                "num_tokens": 0,
-                "num_pending_tokens": self.engine.max_total_tokens,
+                "num_reqs": snap["num_running_reqs"] + snap["num_waiting_reqs"],
+                "num_waiting_reqs": snap["num_waiting_reqs"],
+                "num_tokens": snap["num_total_tokens"],
+                "num_pending_tokens": snap["num_total_tokens"] - snap["num_used_tokens"],
                 "ts_tic": time.perf_counter(),
             }
         ]
+
+    def v1_loads(self, query: dict[str, list[str]]) -> tuple[int, Any]:
+        """/v1/loads (srt/entrypoints/v1_loads.py:93, included by http_server.py:480): one
+        LoadSnapshot per DP rank (one here), its ``to_dict(include)``
+        (managers/load_snapshot.py:218): the core keys always, each section only when
+        included and set. The scheduler sets memory, disaggregation (mode "null") and
+        queues; speculative and lora only with those features (load_inquirer.py:133-201).
+        ``format=prometheus``: the same numbers as gauges (v1_loads.py:58)."""
+        include = query.get("include", [""])[-1]
+        wanted = {x.strip() for x in include.split(",")} if include else None
+        if wanted is not None and not wanted <= LOAD_SECTIONS:
+            detail = (
+                f"Invalid include sections: {wanted - LOAD_SECTIONS}. "
+                f"Valid options: {sorted(LOAD_SECTIONS)}"
+            )
+            return 400, {"detail": detail}
+        snap = self.engine.snapshot()
+        core = {
+            "timestamp": time.time(),
+            "dp_rank": 0,
+            **{k: snap.get(k, 0) for k in LOAD_CORE_KEYS if k not in ("timestamp", "dp_rank")},
+            "cache_hit_rate": 0.0,
+            "utilization": 0.0,
+            "total_prefill_uncached_tokens": 0,
+            "total_prefill_busy_us": 0,
+            "decode_moments": None,
+        }
+        info = self.server_info()["internal_states"][0]["memory_usage"]
+        sections = {
+            "memory": (
+                "memory",
+                {
+                    "weight_gb": info["weight"],
+                    "kv_cache_gb": info["kvcache"],
+                    "graph_gb": 0.0,
+                    "token_capacity": snap["max_total_num_tokens"],
+                },
+            ),
+            "disaggregation": (
+                "disagg",
+                {
+                    "mode": "null",
+                    "prefill_bootstrap_queue_reqs": 0,
+                    "prefill_inflight_queue_reqs": 0,
+                    "decode_prealloc_queue_reqs": 0,
+                    "decode_transfer_queue_reqs": 0,
+                    "decode_retracted_queue_reqs": 0,
+                    "kv_transfer_speed_gb_s": 0.0,
+                    "kv_transfer_latency_ms": 0.0,
+                },
+            ),
+            "queues": (
+                "queues",
+                {
+                    "waiting": snap["num_waiting_reqs"],
+                    "grammar": 0,
+                    "paused": 0,
+                    "retracted": 0,
+                    "prealloc_ready": 0,
+                },
+            ),
+        }
+        load = {k: core[k] for k in LOAD_CORE_KEYS}
+        if wanted != {"core"}:
+            for field, (name, section) in sections.items():
+                if wanted is None or "all" in wanted or name in wanted:
+                    load[field] = section
+        ranks = query.get("dp_rank", [""])[-1]
+        loads = [load] if ranks in ("", "0") else []
+        if query.get("format", [""])[-1] == "prometheus":
+            prefixes = {"disaggregation": "disagg"}
+            lines = []
+            for key, value in load.items():
+                items = (
+                    [(f"sglang_{prefixes.get(key, key)}_{k}", v) for k, v in value.items()]
+                    if isinstance(value, dict)
+                    else [(f"sglang_{key}", value)]
+                )
+                for name, v in items:
+                    if isinstance(v, (int, float)) and key != "dp_rank":
+                        lines += [f"# TYPE {name} gauge", f'{name}{{dp_rank="0"}} {v}']
+            return 200, "\n".join(lines) + "\n"
+        return 200, {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+            "version": __version__,
+            # get_device_name(): torch's name of the GPU; a Spark's is the GB10
+            "accelerator": "NVIDIA GB10",
+            "num_accelerators": int(self.args["tp_size"]) * int(self.args["pp_size"]),
+            "loads": loads,
+        }
 
     def metric_labels(self) -> tuple[dict[str, str], dict[str, str]]:
         """The tokenizer's and TP0 scheduler's labels (tokenizer_manager.py:681-684,
@@ -448,8 +562,13 @@ class Handler(BaseHTTPRequestHandler):
             "/get_load": app.loads,
             "/v1/models": lambda: {"object": "list", "data": [app.model_card(app.name)]},
         }
-        if path in ("/health", "/health_generate"):
-            self._send(200 if app.engine.health() else 503)
+        answers: dict[str, Callable[[], None]] = {
+            "/health": self._health,
+            "/health_generate": self._health,
+            "/v1/loads": self._v1_loads,
+        }
+        if path in answers:
+            answers[path]()
         elif path in routes:
             self._json(200, routes[path]())
         elif path.startswith("/v1/models/"):
@@ -475,6 +594,16 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"detail": "Not Found"})
 
+    def _health(self) -> None:
+        self._send(200 if self.app.engine.health() else 503)
+
+    def _v1_loads(self) -> None:
+        status, body = self.app.v1_loads(parse_qs(urlsplit(self.path).query))
+        if isinstance(body, str):
+            self._send(status, body.encode(), "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._json(status, body)
+
     def do_POST(self) -> None:
         if not self._authorized():
             return
@@ -493,6 +622,7 @@ class Handler(BaseHTTPRequestHandler):
                 "/server_info",
                 "/get_server_info",
                 "/get_load",
+                "/v1/loads",
                 "/v1/models",
                 "/metrics",
             )
