@@ -99,6 +99,48 @@ def _alert_timing_problems(host: str, v: Callable[[str], Any]) -> list[Problem]:
     return problems
 
 
+def _gateway_problems(host: str, v: Callable[[str], Any], sparks: list[str]) -> list[Problem]:
+    """The gateway's host is a Spark, its port is not the API's, and its health check
+    answers within its interval (plugins/filter/sglang_gateway.py says why each)."""
+    if v("sglang_gateway_enabled") is not True:
+        return []
+    problems: list[Problem] = []
+    where = v("sglang_gateway_host")
+    if isinstance(where, str) and where and where not in sparks:
+        problems.append(
+            Problem(
+                host,
+                "sglang_gateway_host",
+                f"{where!r} is not a Spark of this inventory: the gateway runs on one",
+                hint=f"name one of {', '.join(sparks)}, or leave it empty for the first head",
+            )
+        )
+    port, api = v("sglang_gateway_port"), v("sglang_port")
+    if is_int(port) and port in (api, v("sglang_gateway_metrics_port")):
+        problems.append(
+            Problem(
+                host,
+                "sglang_gateway_port",
+                f"{port} is taken on the gateway's host (sglang_port or "
+                "sglang_gateway_metrics_port)",
+                hint="give the gateway a port of its own, e.g. 30080",
+            )
+        )
+    interval, timeout = v("sglang_gateway_health_interval"), v("sglang_gateway_health_timeout")
+    if is_int(interval) and is_int(timeout) and timeout >= interval:
+        problems.append(
+            Problem(
+                host,
+                "sglang_gateway_health_timeout",
+                f"{timeout} s is not shorter than the interval between checks "
+                f"(sglang_gateway_health_interval {interval} s): checks would overlap on "
+                "a group that does not answer",
+                hint="keep the timeout under the interval, e.g. 25 and 30",
+            )
+        )
+    return problems
+
+
 def _relation_problems(
     host: str, v: Callable[[str], Any], is_set: Callable[[str], bool], switched: bool
 ) -> list[Problem]:
@@ -287,6 +329,7 @@ def check_relations(
             return hv.get(name, defaults.get(name))
 
         per_host[host] = _relation_problems(host, value, hv.__contains__, bool(switches))
+        per_host[host] += _gateway_problems(host, value, sparks)
     if switches and sparks:
         problems += uncabled(sparks, hostvars)
     seen: set[tuple[str | None, str]] = set()

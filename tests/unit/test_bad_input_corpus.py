@@ -67,6 +67,7 @@ CLASSES = {
     "secret",
     "bomb",
     "templates",
+    "gateway",
 }
 # The smallest size of the corpus and of the classes written for strict types and
 # templates: a file that lost its cases must not pass as a smaller corpus.
