@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,8 +272,41 @@ def build_venv(dest: Path, spec: dict[str, Any]) -> None:
 def ensure_venv(pin: str) -> Path:
     """The finished venv of the current recipe, built first if there is none."""
     spec = recipe(pin)
+    return _ensure(f"sglang-{pin}-{recipe_hash(spec)}", spec, build_venv)
+
+
+def gateway_pin() -> str:
+    """The gateway release the sglang role installs (sglang_gateway_version)."""
+    pin = yaml.safe_load(SGLANG_DEFAULTS.read_text())["sglang_gateway_version"]
+    if not isinstance(pin, str) or not pin:
+        raise AssertionError(f"{SGLANG_DEFAULTS}: sglang_gateway_version must be a version")
+    return pin
+
+
+def build_gateway_venv(dest: Path, spec: dict[str, Any]) -> None:
+    """smg from PyPI, with its own dependencies, as the role's pip task installs it."""
+    log = dest / BUILD_LOG
+    subprocess.run(
+        [sys.executable, "-m", "venv", str(dest)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+        env=START_ENV,
+    )
+    log.write_text(f"# contract venv for {spec['smg']}\n")
+    _step(log, str(dest / "bin" / "python"), "-m", "pip", "install", "--no-input", spec["smg"])
+    (dest / RECIPE_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n")
+
+
+def ensure_gateway_venv(pin: str) -> Path:
+    """The gateway's venv (smg==pin), built first if there is none."""
+    spec = {"smg": f"smg=={pin}", "python": "{}.{}".format(*sys.version_info[:2])}
+    return _ensure(f"smg-{pin}-{recipe_hash(spec)}", spec, build_gateway_venv)
+
+
+def _ensure(name: str, spec: dict[str, Any], build: Callable[[Path, dict[str, Any]], None]) -> Path:
+    """The finished venv ``name``, built by ``build(dir, spec)`` first if there is none."""
     root = cache_root()
-    name = f"sglang-{pin}-{recipe_hash(spec)}"
     final = root / name
 
     def finished() -> bool:
@@ -291,7 +324,7 @@ def ensure_venv(pin: str) -> Path:
             shutil.rmtree(final)
         tmp = Path(tempfile.mkdtemp(prefix=f".build-{name}-", dir=root))
         try:
-            build_venv(tmp, spec)
+            build(tmp, spec)
             # The venv's console scripts keep the temporary path in their shebang;
             # everything here runs `bin/python -m ...`, which does not care.
             tmp.rename(final)
@@ -330,6 +363,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     items = [i for i in session.items if Path(str(i.path)).resolve().is_relative_to(here)]
     if any("sglang_release" in getattr(i, "fixturenames", ()) for i in items):
         BACKGROUND["venv"] = Background(lambda: ensure_venv(sglang_pin()))
+    if any("smg_venv" in getattr(i, "fixturenames", ()) for i in items):
+        BACKGROUND["smg"] = Background(lambda: ensure_gateway_venv(gateway_pin()))
     if any(Path(str(i.path)).name == "test_resolution.py" for i in items):
         from tests.contract import test_resolution  # noqa: PLC0415 - its own helpers
 
@@ -350,6 +385,17 @@ def sglang_release() -> SGLangRelease:
         pytest.fail(f"{venv} holds sglang {release.version}, the role pins {pin}", pytrace=False)
     print(f"\ncontract venv {venv} ready in {time.monotonic() - began:.1f} s", file=sys.stderr)
     return release
+
+
+@pytest.fixture(scope="session")
+def smg_venv() -> Path:
+    """The pinned gateway release (smg, from PyPI) in its cached venv; a failure FAILS."""
+    pin = gateway_pin()
+    try:
+        venv = BACKGROUND["smg"].join() if "smg" in BACKGROUND else ensure_gateway_venv(pin)
+    except (BuildError, subprocess.SubprocessError, OSError) as exc:
+        pytest.fail(f"could not build the gateway venv for smg=={pin}: {exc}", pytrace=False)
+    return venv
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
