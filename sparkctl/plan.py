@@ -147,6 +147,9 @@ class SglangPlan:
     group_head: str
     group_rank: int
     group_members: tuple[str, ...]
+    gateway_host: str  # "" without a gateway
+    gateway_port: int
+    gateway_metrics_port: int
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,15 @@ def _gateway_problems(host: str, v: Callable[[str], Any], sparks: list[str]) -> 
                 hint="give the gateway a port of its own, e.g. 30080",
             )
         )
+    if v("sglang_tls_certfile"):
+        problems.append(
+            Problem(
+                host,
+                "sglang_gateway_enabled",
+                "the gateway does not serve TLS yet, and the API here does (sglang_tls_certfile)",
+                hint="serve the API over plain http behind the gateway, or leave the gateway off",
+            )
+        )
     interval, timeout = v("sglang_gateway_health_interval"), v("sglang_gateway_health_timeout")
     if is_int(interval) and is_int(timeout) and timeout >= interval:
         problems.append(

@@ -237,15 +237,42 @@ def test_sglang_two_groups_change_nothing_but_the_units(
     sim: Rendered, two_groups: Rendered
 ) -> None:
     """Same hosts and addresses as sim.ini: every other file is the same, byte for byte,
-    but the Prometheus configuration of the [monitoring] hosts (one SGLang target a group)."""
+    but the Prometheus configuration of the [monitoring] hosts (one SGLang target a group),
+    and on the first head the gateway's unit and its ports in the firewall
+    (group_vars/sim_two_groups/gateway.yml)."""
     unit = "etc/systemd/system/sparkctl-sglang.service"
+    gateway = "spark1/etc/systemd/system/sparkctl-gateway.service"
     files = {f.relative_to(sim.out).as_posix() for f in sim.files}
-    assert {f.relative_to(two_groups.out).as_posix() for f in two_groups.files} == files
+    assert {f.relative_to(two_groups.out).as_posix() for f in two_groups.files} == files | {gateway}
     differ = sorted(
         f for f in files if (sim.out / f).read_bytes() != (two_groups.out / f).read_bytes()
     )
     prometheus = [f"{h}/etc/prometheus/prometheus.yml" for h in sim.inv.groups["monitoring"]]
-    assert differ == sorted([f"{n.name}/{unit}" for n in sim.inv.nodes] + prometheus), differ
+    firewall = ["spark1/etc/sparkctl/sglang-firewall.nft"]
+    assert differ == sorted([f"{n.name}/{unit}" for n in sim.inv.nodes] + prometheus + firewall), (
+        differ
+    )
+
+
+def test_the_gateway_runs_on_the_first_head_with_the_key_from_the_file(
+    two_groups: Rendered,
+) -> None:
+    """smg through the role's launcher (--module smg.launch_router, --secrets-file): no key
+    and no placeholder on its command line; its API and metrics ports open to the API's
+    sources on its host only."""
+    unit = two_groups.read("spark1", "/etc/systemd/system/sparkctl-gateway.service")
+    (execstart,) = [ln for ln in unit.splitlines() if ln.startswith("ExecStart=")]
+    assert execstart.startswith(
+        "ExecStart=/opt/sparkctl/smg/bin/python3 /usr/local/lib/sparkctl/sglang-launcher.py "
+        "--secrets-file /etc/sparkctl/sglang-secrets.env --module smg.launch_router -- "
+    ), execstart
+    assert "--api-key" not in execstart and "SPARKCTL_SGLANG_API_KEY" not in unit
+    assert "--port 30080" in execstart and "--prometheus-port 29000" in execstart
+    assert "BindsTo=sparkctl-sglang-firewall.service" in unit
+    rules = two_groups.read("spark1", "/etc/sparkctl/sglang-firewall.nft")
+    assert "ip saddr @sglang_api_v4 tcp dport { 29000, 30000, 30080 } accept" in rules
+    other = two_groups.read("spark3", "/etc/sparkctl/sglang-firewall.nft")
+    assert "ip saddr @sglang_api_v4 tcp dport 30000 accept" in other
 
 
 def test_sglang_firewall_and_its_unit(rendered: Rendered) -> None:

@@ -82,8 +82,13 @@ def sglang_nft_expected(
     api_port: Any,
     api_cidrs: list[Any] | None = None,
     peer_cidrs: list[Any] | None = None,
+    *,
+    gateway_ports: list[Any] | None = None,
 ) -> dict[str, Any]:
-    """The chain, sets and rules the role installs (canonical form)."""
+    """The chain, sets and rules the role installs (canonical form).
+
+    ``gateway_ports``: on the gateway's host, its API and metrics ports, open to the
+    same sources as the API (sglang_api_allowed_cidrs)."""
     fabric = _networks(list(fabric_cidrs))
     if not fabric:
         raise AnsibleFilterError(
@@ -91,12 +96,14 @@ def sglang_nft_expected(
         )
     port_ranges = [iv for spec in fabric_ports for iv in _ports(spec)]
     api = _ports(api_port)
-    if any(lo <= api[0][0] <= hi for lo, hi in merge_intervals(port_ranges)):
-        raise AnsibleFilterError(
-            f"the API port {api_port} lies inside "
-            f"sglang_firewall_fabric_ports {list(fabric_ports)}: it would "
-            "only accept the fabric"
-        )
+    for port in [api_port, *(gateway_ports or [])]:
+        if any(lo <= _ports(port)[0][0] <= hi for lo, hi in merge_intervals(port_ranges)):
+            raise AnsibleFilterError(
+                f"the API port {port} lies inside "
+                f"sglang_firewall_fabric_ports {list(fabric_ports)}: it would "
+                "only accept the fabric"
+            )
+    api += [iv for port in gateway_ports or [] for iv in _ports(port)]
     fabric_text = _port_text(port_ranges)
     rules = [
         'iif "lo" accept',
@@ -127,6 +134,8 @@ def sglang_nft_expected(
         "chain": {"type": "filter", "hook": "input", "policy": "accept"},
         "sets": sets,
         "rules": rules,
+        # the API's ports as the rules write them (the template's text)
+        "api_ports": _port_text(api),
         "dropped_ports": [
             list(iv) for iv in merge_intervals(port_ranges + (api if api_nets else []))
         ],

@@ -46,6 +46,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ansible_collections.sparkctl.spark.plugins.module_utils.tp_groups import tp_groups
+
 try:
     from ansible.errors import AnsibleFilterError
 except ImportError:  # unit tests import this file without Ansible installed
@@ -112,9 +114,21 @@ def sglang_gateway_health(health: Any) -> dict[str, Any]:
     return out
 
 
+def sglang_gateway_host(nodes: list[dict[str, Any]], name: Any = "") -> str:
+    """The Spark the gateway runs on: ``name`` (sglang_gateway_host), else the head of
+    the first TP group (the groups in the order of their heads, tp_groups)."""
+    if name:
+        return str(name)
+    groups = tp_groups(nodes)
+    if not groups:
+        raise AnsibleFilterError("no Spark in the inventory: the gateway has no host")
+    first = next(iter(groups.values()))
+    return str(first[0]["name"])
+
+
 def sglang_gateway_args(
-    *,
     port: Any,
+    *,
     metrics_port: Any,
     host: str = "0.0.0.0",  # noqa: S104 - the role's firewall guards the port
     metrics_host: str = "0.0.0.0",  # noqa: S104
@@ -209,4 +223,5 @@ class FilterModule:
             "sglang_gateway_args": sglang_gateway_args,
             "sglang_gateway_exec_argv": sglang_gateway_exec_argv,
             "sglang_gateway_health": sglang_gateway_health,
+            "sglang_gateway_host": sglang_gateway_host,
         }
