@@ -70,6 +70,9 @@ class GroupStatus:
     progress: str  # idle, moving, frozen, unknown
     metrics_error: str = ""
     ranks: list[dict[str, Any]] = field(default_factory=list)
+    # Its place in the gateway's rotation: ready, pending, not_ready, failed,
+    # "not registered", or "" without a gateway.
+    gateway: str = ""
 
 
 @dataclass
@@ -84,6 +87,9 @@ class Status:
     validate: dict[str, Any] | None = None
     drift: list[str] = field(default_factory=list)
     took_s: float = 0.0
+    # The gateway's endpoint, and why it could not be read ("" when it was).
+    gateway: str = ""
+    gateway_error: str = ""
 
     @property
     def exit_code(self) -> ExitCode:
@@ -244,6 +250,32 @@ def _endpoint(cluster: Cluster, group: Group, key: str | None) -> GroupStatus:
         progress=progress,
         metrics_error=cluster.redact(error or error2),
     )
+
+
+def _gateway(cluster: Cluster, st: Status, groups: list[Group]) -> None:
+    """Each group's place in the gateway's rotation; a group that answers but is not
+    ready there, or a gateway that cannot be read, is a problem: clients of the one
+    endpoint do not reach that group."""
+    from sparkctl.serve import gateway  # noqa: PLC0415
+
+    gw = cluster.gateway()
+    if gw is None:
+        return
+    st.gateway = f"{gw.base_url}/v1"
+    try:
+        rotation = gateway.rotation(gw, [g.base_url for g in groups])
+    except SparkctlError as exc:
+        st.gateway_error = cluster.redact(exc.message)
+        st.problems.append(f"gateway: {st.gateway_error}")
+        return
+    for g, e in zip(groups, st.groups, strict=True):
+        worker = rotation[g.base_url]
+        e.gateway = "not registered" if worker is None else worker.status
+        if e.probe_ok and e.gateway != "ready":
+            st.problems.append(
+                f"group {g.name}: answers, but is {e.gateway} in the gateway's rotation "
+                f"({gw.base_url}): sparkctl serve up puts it back"
+            )
 
 
 def _ranks(
@@ -415,6 +447,7 @@ def look(inv: inventory.Inventory, extravars: Mapping[str, Any] | None = None) -
         if e.metrics_error:
             st.notes.append(f"{where}{e.metrics_error}")
         st.groups.append(e)
+    _gateway(cluster, st, groups)
     down = intent.stopped_on_purpose(inv.cluster)
     if down is not None:
         st.notes.append(f"the service was stopped on purpose ({down.by} at {down.at})")

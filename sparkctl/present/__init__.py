@@ -213,6 +213,8 @@ def serve_up(result: UpResult, *, to_stderr: bool = False) -> None:
     else:
         for line in result.explanation:
             console.err.print(line, markup=False, highlight=False)
+    for line in result.gateway:
+        out.print(line, markup=False, highlight=False)
     for note in result.nccl:
         out.print(
             f"warning: {note.text}" if note.warning else note.text,
@@ -345,7 +347,19 @@ def _status_service(st: StatusLook) -> None:
         )
         style = {"frozen": "bold red", "moving": "green"}.get(g.progress, "")
         progress = f"[{style}]{g.progress}[/]" if style else g.progress
-        out.print(f"{g.endpoint}: one-token generation {probe}; {load}; generation {progress}")
+        where = (
+            ""
+            if not g.gateway
+            else "; in the gateway's rotation"
+            if g.gateway == "ready"
+            else f"; [red]{escape(g.gateway)}[/] in the gateway's rotation"
+        )
+        out.print(
+            f"{g.endpoint}: one-token generation {probe}; {load}; generation {progress}{where}"
+        )
+    if st.gateway:
+        state = f"[red]{escape(st.gateway_error)}[/]" if st.gateway_error else "answers"
+        out.print(f"gateway {st.gateway}: {state}")
 
 
 def _status_tail(st: StatusLook) -> None:

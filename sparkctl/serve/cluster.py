@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkctl import inventory, remote
 from sparkctl.collection import tool_output
@@ -23,6 +23,9 @@ from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.plan import Plan, SglangPlan
 from sparkctl.playbook import results_dir
 from sparkctl.runner import REDACTED
+
+if TYPE_CHECKING:
+    from sparkctl.serve.gateway import Gateway
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext | bool:
@@ -106,6 +109,17 @@ class Cluster:
     def model_name(self) -> str:
         s = self.sglang()
         return s.served_model_name or s.model_path
+
+    def gateway(self) -> Gateway | None:
+        """SGLang's gateway in front of the groups (sglang_gateway_enabled), reached at
+        its host's management address with the API's key; None without one."""
+        from sparkctl.serve.gateway import Gateway  # noqa: PLC0415 - gateway uses probe, probe us
+
+        s = self.sglang()
+        if not s.gateway_host:
+            return None
+        node = self.inv.node(s.gateway_host)
+        return Gateway(f"http://{node.mgmt_ip}:{s.gateway_port}", self.api_key())
 
     def sudo(self, node: str) -> str:
         """Root on the node: the connection user may be an admin with sudo (become)."""

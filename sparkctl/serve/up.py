@@ -38,7 +38,7 @@ from sparkctl import console, inventory, nccl_parse, nccl_versions
 from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
-from sparkctl.serve import intent, memory, probe
+from sparkctl.serve import gateway, intent, memory, probe
 from sparkctl.serve.cluster import Cluster, Group, open_cluster
 from sparkctl.serve.memory import Back, Leftover
 from sparkctl.serve.startup import reader as logs
@@ -173,6 +173,8 @@ class UpResult:
     inventory_path: Path | None = None
     # The image's NCCL beside the host build validate measures (record_image_nccl).
     nccl: list[nccl_versions.Note] = field(default_factory=list)
+    # Each group in the gateway's rotation (rotate_in), when there is a gateway.
+    gateway: list[str] = field(default_factory=list)
 
     @property
     def already_serving(self) -> bool:
@@ -578,6 +580,8 @@ def up(
         intent.record(inv.cluster, serving=True, by="serve up")
         limit = float(timeout or cluster.sglang().serve_timeout)
         if not restart and (now := serving_now(cluster)) is not None:
+            if now.ok:  # serving: the gateway may have restarted since and lost them
+                now = replace(now, gateway=rotate_in(cluster, limit))
             return _about(now, cluster)
         # Before any rank starts: no leftover of an earlier run holds a node's memory,
         # and each idle node's memory is kept for serve down to compare with.
@@ -599,7 +603,49 @@ def up(
             lines = explain(result, limit)
             stop_units(cluster)
             return replace(_about(result, cluster), explanation=lines)
+        result = replace(result, gateway=rotate_in(cluster, limit))
     return replace(_about(result, cluster), description=_describe(cluster))
+
+
+def rotate_in(cluster: Cluster, timeout: float) -> list[str]:
+    """Every group's head in the gateway's rotation, registered again unless it is ready
+    there (the gateway keeps its workers in memory: a restart of it, or a group that
+    was failed there, needs it). A line a group for the presentation; SparkctlError
+    when the gateway does not take a serving group (its ranks keep serving)."""
+    gw = cluster.gateway()
+    if gw is None:
+        return []
+    lines = []
+    for g in cluster.groups():
+        try:
+            _, took = gateway.join(gw, g.base_url, timeout)
+        except SparkctlError as exc:
+            raise SparkctlError(
+                f"serve up: group {g.name} serves at {g.base_url}, but the gateway does not "
+                f"route to it: {exc.message}",
+                exc.code,
+                hint=exc.hint,
+            ) from None
+        when = "already" if took == 0 else f"in {took:.0f} s"
+        lines.append(f"group {g.name} ({g.head}) in the gateway's rotation {when}")
+    return lines
+
+
+def rotate_out(cluster: Cluster, groups: list[Group], timeout: float = 60.0) -> list[str]:
+    """``groups`` out of the gateway's rotation before their ranks stop: no new request
+    goes to them. The gateway unreachable is said, not raised: a stop must not wait
+    for it."""
+    gw = cluster.gateway()
+    if gw is None:
+        return []
+    out = []
+    for g in groups:
+        try:
+            if gateway.leave(gw, g.base_url, timeout):
+                out.append(f"group {g.name} ({g.head}) out of the gateway's rotation")
+        except SparkctlError as exc:
+            console.warn(f"gateway: group {g.name} not taken out: {exc.message}")
+    return out
 
 
 def _about(result: UpResult, cluster: Cluster) -> UpResult:
@@ -698,6 +744,7 @@ def down(inv: inventory.Inventory) -> Stopped:
         cluster = open_cluster(inv, "serve-down")
         # Before the stop: a watchdog round in between must not start the group again.
         intent.record(inv.cluster, serving=False, by="serve down")
+        rotate_out(cluster, cluster.groups())
         stop_units(cluster)
         states = cluster.unit_states()
         still = {

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from sparkctl import __version__
+from sparkctl.errors import SparkctlError
 from sparkctl.report.model import Check, Report, Thresholds
 from sparkctl.serve import firewall, probe
 from sparkctl.serve.cluster import Cluster, Group
@@ -380,9 +381,96 @@ def verify(cluster: Cluster, started: str) -> Report:
                 f"{name}serving figures: "
                 + ", ".join(f"{k} {v:.3f}" for k, v in verifier.figures.items())
             )
+    gw = cluster.gateway()
+    if gw is not None:
+        report.checks += [
+            replace(c, message=cluster.redact(c.message)) for c in gateway_checks(cluster, key)
+        ]
+        report.notes.append(f"gateway {gw.base_url}/v1 in front of {len(groups)} group(s)")
     # Every rank's firewall as loaded now: a flushed ruleset leaves its unit "active".
     report.checks += [
         replace(c, message=cluster.redact(c.message)) for c in firewall.checks(cluster)
     ]
     report.duration_s = time.monotonic() - t0
     return report
+
+
+# Chat completions through the gateway: two a group, so its policy spreads them.
+GATEWAY_CHATS_PER_GROUP = 2
+
+
+def gateway_checks(cluster: Cluster, key: str | None) -> list[Check]:
+    """The one endpoint in front of the groups (sparkctl.serve.gateway): every group's
+    head ready in its rotation, chat completions through it answered (the model's
+    name routed to a group), and a request without the key refused."""
+    from sparkctl.serve import gateway  # noqa: PLC0415
+
+    gw = cluster.gateway()
+    assert gw is not None  # noqa: S101 - the caller checked
+    host = cluster.sglang().gateway_host
+    groups = cluster.groups()
+    checks: list[Check] = []
+
+    def rotation() -> list[Check]:
+        where = gateway.rotation(gw, [g.base_url for g in groups])
+        out = []
+        for g in groups:
+            w = where[g.base_url]
+            state = "not registered" if w is None else w.status
+            out.append(
+                Check(
+                    "gateway_rotation",
+                    host,
+                    f"group {g.name}",
+                    "passed" if w is not None and w.ready else "failed",
+                    f"{g.base_url} is {state}"
+                    + (f" ({w.runtime}, serving {', '.join(w.models)})" if w else ""),
+                )
+            )
+        return out
+
+    try:
+        checks += rotation()
+    except SparkctlError as exc:
+        checks.append(_fail("gateway_rotation", host, exc.message))
+    url = gw.base_url + "/v1/chat/completions"
+    body = {
+        "model": cluster.model_name,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    def chats() -> Check:
+        n = GATEWAY_CHATS_PER_GROUP * len(groups)
+        with probe.client(None, COMPLETION_DEADLINE_S) as http:
+            answers = [http.post(url, json=body, headers=headers) for _ in range(n)]
+        bad = [r for r in answers if r.status_code != 200]
+        texts = [] if bad else [_json(r)["choices"][0]["message"]["content"] for r in answers]
+        ok = not bad and all(isinstance(t, str) and t for t in texts)
+        return Check(
+            "gateway_chat",
+            host,
+            None,
+            "passed" if ok else "failed",
+            f"{n - len(bad)} of {n} chat completions through the gateway answered"
+            + (f"; HTTP {bad[0].status_code}: {bad[0].text[:120]!r}" if bad else ""),
+        )
+
+    def refused() -> Check:
+        with probe.client(None, GET_DEADLINE_S) as http:
+            resp = http.post(url, json=body)
+        ok = resp.status_code == 401
+        return Check(
+            "gateway_api_key",
+            host,
+            None,
+            "passed" if ok else "failed",
+            f"without the key: HTTP {resp.status_code}" + ("" if ok else " (want 401)"),
+        )
+
+    checks.append(_guard("gateway_chat", host, chats))
+    if key:
+        checks.append(_guard("gateway_api_key", host, refused))
+    return checks

@@ -251,7 +251,8 @@ class Decision(StrEnum):
 class Event:
     """One decision: what was seen, what was done, when; one JSON line.
 
-    ``action``: none, wait (backoff), restart_group, stop_group, recovered.
+    ``action``: none, wait (backoff), restart_group, stop_group, recovered, rejoin
+    (a healthy group registered again with the gateway).
     ``downtime_s``: on ``recovered``, from the first sign of the incident to
     the first healthy reading after the restart. ``unreachable``: the
     controller could not see the group (units unread, API not connecting)."""
@@ -742,6 +743,8 @@ def restart_group(cluster: Cluster, group: Group, timeout: float) -> UpResult:
 
     view = cluster.narrowed(group)
     with inventory_lock(cluster.inv, "serve watch"):
+        # out of the gateway first: no new request to a group going down
+        up.rotate_out(cluster, [group])
         up.stop_units(view)
         followers = up.Followers(view)
         followers.start()
@@ -757,7 +760,39 @@ def stop_group(cluster: Cluster, group: Group) -> None:
     from sparkctl.serve import up  # noqa: PLC0415
 
     with inventory_lock(cluster.inv, "serve watch"):
+        up.rotate_out(cluster, [group])
         up.stop_units(cluster.narrowed(group))
+
+
+# How long the watchdog waits for the gateway to take a healthy group back.
+REJOIN_S = 60.0
+
+
+def rejoin(cluster: Cluster, group: Group, ev: Event) -> Event | None:
+    """A healthy group that is not ready in the gateway's rotation (just restarted, the
+    gateway restarted and lost it, or its health checks failed it for good) is
+    registered again: an event saying so, or None when it is in rotation (or there
+    is no gateway)."""
+    from sparkctl.serve import gateway  # noqa: PLC0415
+
+    gw = cluster.gateway()
+    if gw is None or ev.decision is not Decision.HEALTHY:
+        return None
+    now = time.monotonic()
+    try:
+        current = gw.find(group.base_url)
+        if current is not None and current.ready:
+            return None
+        was = "not registered" if current is None else current.status
+        _, took = gateway.join(gw, group.base_url, REJOIN_S)
+    except SparkctlError as exc:
+        return replace(ev, action="none", at=now, reason=f"gateway: {cluster.redact(exc.message)}")
+    return replace(
+        ev,
+        action="rejoin",
+        at=time.monotonic(),
+        reason=f"back in the gateway's rotation after {took:.0f} s (it was {was})",
+    )
 
 
 def _open(inv: inventory.Inventory, extravars: Mapping[str, Any] | None) -> Cluster:
@@ -876,7 +911,7 @@ def watch(
                 continue
             ev = w.decide(gather(g, key, w))
             record(ev)
-            after = act(cluster, g, w, ev, timeout)
+            after = act(cluster, g, w, ev, timeout) or rejoin(cluster, g, ev)
             if after is not None:
                 record(after)
         _publish(inv.cluster, watches)
