@@ -165,6 +165,15 @@ def test_two_groups_give_two_sglang_targets(
     jobs = {j["job_name"]: j for j in _config(two, "spark1")["scrape_configs"]}
     labels = [c["labels"]["group"] for c in jobs["sglang"]["static_configs"]]
     assert sorted(labels) == ["a", "b"]
+    # its gateway (group_vars/sim_two_groups/gateway.yml) on the first head's metrics port
+    assert jobs["gateway"]["static_configs"] == [
+        {
+            "targets": [f"{two.inv.node('spark1').mgmt_ip}:29000"],
+            "labels": {"cluster": two.inv.cluster},
+        }
+    ]
+    one = {j["job_name"] for j in _config(rendered_inventory("sim"), "spark1")["scrape_configs"]}
+    assert "gateway" not in one
 
 
 def test_every_spark_runs_the_exporter_with_the_textfile_directory(rendered: Rendered) -> None:
@@ -198,6 +207,10 @@ def test_the_sglang_fallbacks_are_the_sglang_roles_defaults() -> None:
     assert VARS["_monitoring_sglang_default_group"] == SGLANG_VARS["_sglang_default_group"]
     port = SGLANG_DEFAULTS["sglang_port"]
     assert f"'sglang_port': hostvars[h].sglang_port | default({port})" in VARS["_monitoring_nodes"]
+    gateway_port = SGLANG_DEFAULTS["sglang_gateway_metrics_port"]
+    assert f"sglang_gateway_metrics_port | default({gateway_port})" in VARS["_monitoring_gateway"]
+    assert "sglang_gateway_enabled | default(false)" in VARS["_monitoring_gateway"]
+    assert SGLANG_DEFAULTS["sglang_gateway_enabled"] is False
     metrics = str(SGLANG_DEFAULTS["sglang_enable_metrics"]).lower()
     assert VARS["_monitoring_sglang_metrics"] == (
         f"{{{{ sglang_enable_metrics | default({metrics}) }}}}"

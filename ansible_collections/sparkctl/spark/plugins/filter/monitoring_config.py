@@ -127,11 +127,13 @@ def monitoring_prometheus_config(
     sglang_metrics: bool = True,
     servers: Sequence[Mapping[str, Any]] = (),
     textfile_exporters: Sequence[str] = (),
+    gateway: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """prometheus.yml's data. ``nodes``: the Sparks, each ``{name, address, node_rank,
     group, sglang_port}`` (a group's target is its head's address and API port);
     ``servers``: the monitoring hosts (``{name, address}``), whose own exporters are
-    scraped too; ``textfile_exporters``: more exporters (host:port)."""
+    scraped too; ``textfile_exporters``: more exporters (host:port); ``gateway``: SGLang's
+    gateway (``{address, port}``, its metrics port), or empty."""
     cluster = _word(cluster, "cluster_name")
     exporter_port = _port(node_exporter_port, "monitoring_node_exporter_port")
     interval_ms = duration_ms(scrape_interval, "monitoring_scrape_interval")
@@ -180,6 +182,24 @@ def monitoring_prometheus_config(
                         },
                     }
                     for h in heads(nodes)
+                ],
+            }
+        )
+    if gateway:
+        jobs.append(
+            {
+                "job_name": "gateway",
+                "static_configs": [
+                    {
+                        "targets": [
+                            _target(
+                                gateway["address"],
+                                _port(gateway["port"], "sglang_gateway_metrics_port"),
+                                "the gateway's host: ansible_host",
+                            )
+                        ],
+                        "labels": {"cluster": cluster},
+                    }
                 ],
             }
         )
