@@ -18,18 +18,24 @@ change nothing (the idempotency test in test_provision.py shows that).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
+from sparkctl.serve.gateway import Gateway
 from tests.conftest import REPO, SIM_INVENTORY, LabSession, sparkctl
 from tests.lab.test_monitoring import SGLANG_PORT, api, targets, wait_for
-from tests.labhost import ssh
+from tests.labhost import STATE, ssh
 
 pytestmark = pytest.mark.lab
 
 TWO = REPO / "inventory" / "sim-two-groups.ini"
+# The gateway on the first group's head (group_vars/sim_two_groups/gateway.yml).
+GATEWAY = "http://10.77.0.11:30080"
+HEADS = {"a": "http://10.77.0.11:30000", "b": "http://10.77.0.13:30000"}
 MODEL_DIR = "/srv/sparkctl-model/groups"
 CACHE = "/var/lib/sparkctl/models"
 SOURCE = ["-e", "model_cache_source=head", "-e", f"model_cache_head_dir={MODEL_DIR}"]
@@ -86,6 +92,19 @@ def test_both_groups_serve_and_verify(two_groups: None) -> None:
         ("b", "spark3", True),
     ], status["problems"]
     assert not [p for p in status["problems"] if "rank" in p or "group" in p], status["problems"]
+    # the gateway in front of both (group_vars/sim_two_groups/gateway.yml): each head in
+    # its rotation, chats through it answered, the key required
+    for line in ("group a (spark1) in the gateway's rotation", "group b (spark3) in the"):
+        assert line in up.stdout, up.stdout[-3000:]
+    gateway = {(c["check"], c["subject"]): c for c in report["checks"] if c["host"] == "spark1"}
+    for check in (("gateway_rotation", "group a"), ("gateway_rotation", "group b")):
+        assert gateway[check]["outcome"] == "passed", gateway[check]
+        assert "(sglang, serving " in gateway[check]["message"], gateway[check]
+    assert gateway[("gateway_chat", None)]["outcome"] == "passed", gateway
+    assert gateway[("gateway_chat", None)]["message"].startswith("4 of 4 chat completions")
+    assert gateway[("gateway_api_key", None)]["message"] == "without the key: HTTP 401"
+    assert [g["gateway"] for g in status["groups"]] == ["ready", "ready"], status["groups"]
+    assert status["gateway"] == f"{GATEWAY}/v1" and not status["gateway_error"], status
 
 
 def test_the_lab_prometheus_scrapes_each_groups_head_with_its_group(
@@ -134,3 +153,87 @@ def test_a_stopped_rank_is_named_with_its_group(lab: LabSession, two_groups: Non
         c["host"] for c in report["checks"] if c["check"] == "health" and c["outcome"] == "passed"
     }
     assert healthy == {"spark1"}
+
+
+def _gateway() -> Gateway:
+    """The lab gateway's control plane, with the key provision generated."""
+    key = (STATE / "clusters" / "sim" / "secrets" / "sglang-api-key").read_text().strip()
+    return Gateway(GATEWAY, key)
+
+
+def _watch_once() -> list[dict[str, Any]]:
+    proc = sparkctl("serve", "watch", str(TWO), "--once", "--json", timeout=1200)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    return [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+
+
+@pytest.mark.fault
+def test_a_frozen_group_leaves_the_gateway_and_rejoins_after_the_watchdogs_restart(
+    lab: LabSession, two_groups: None
+) -> None:
+    """Group b's rank 1 frozen (SIGSTOP of its container): the gateway's own health
+    checks (one-token generations through the group, every 30 s, out after two
+    failures) or the watchdog, whichever is first, take group b out of rotation; the
+    one endpoint keeps answering from group a meanwhile. `serve watch --once` rounds
+    every 15 s restart group b (out of rotation first, then every rank) and the next
+    healthy round registers it again. The times are printed for docs/benchmarks.md."""
+    from tests.lab.test_serve import _freeze_container  # noqa: PLC0415
+
+    up = sparkctl("serve", "up", str(TWO), timeout=900)  # both serving, both in rotation
+    assert up.returncode == 0, up.stderr[-4000:]
+    gw = _gateway()
+    workers = gw.workers()
+    assert {w.url: w.status for w in workers} == dict.fromkeys(HEADS.values(), "ready")
+    model = workers[0].models[0]
+    (STATE / "results" / "sim" / "watch-state.json").unlink(missing_ok=True)
+    spark4 = lab.inventory.node("spark4").mgmt_ip
+    tree = _freeze_container(spark4)
+    frozen_at = time.monotonic()
+    left: float | None = None
+    restarted: float | None = None
+    answered = 0
+    try:
+        for _ in range(24):  # the watchdog decides within about 4 rounds
+            worker = gw.find(HEADS["b"])
+            if left is None and (worker is None or not worker.ready):
+                left = time.monotonic() - frozen_at
+            if left is not None:  # out of rotation: the endpoint answers from group a
+                resp = chat(GATEWAY, str(gw.key), model)
+                assert resp.status_code == 200, resp.text[:500]
+                answered += 1
+            events = _watch_once()
+            if any(e["group"] == "b" and e["decision"] == "restart_group" for e in events):
+                restarted = time.monotonic() - frozen_at
+                break
+            assert not [e for e in events if e["group"] == "a" and e["decision"] != "healthy"]
+            time.sleep(15)
+    finally:
+        ssh(spark4, f"kill -CONT {tree} 2>/dev/null; true", check=False)
+    assert restarted is not None, "the watchdog did not restart group b"
+    left = restarted if left is None else left  # the watchdog took it out first
+    for _ in range(8):
+        events = _watch_once()
+        worker = gw.find(HEADS["b"])
+        if worker is not None and worker.ready:
+            break
+        time.sleep(5)
+    rejoined = time.monotonic() - frozen_at
+    assert worker is not None and worker.ready, worker
+    recorded = (STATE / "results" / "sim" / "watch-events.jsonl").read_text().splitlines()
+    actions = [json.loads(ln)["action"] for ln in recorded if '"group": "b"' in ln]
+    assert "rejoin" in actions[-3:], actions[-6:]
+    assert {w.url: w.status for w in gw.workers()} == dict.fromkeys(HEADS.values(), "ready")
+    print(
+        f"\ngroup b frozen: out of the gateway's rotation after {left:.0f} s, restarted by "
+        f"the watchdog after {restarted:.0f} s, back in rotation after {rejoined:.0f} s; "
+        f"{answered} requests through the gateway answered meanwhile"
+    )
+
+
+def chat(base_url: str, key: str, model: str) -> Any:
+    return httpx.post(
+        f"{base_url}/v1/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
