@@ -120,7 +120,28 @@ _MASK = (
 # Units installed but left off: the roles turn them on with their own config.
 _DISABLE = ("chrony.service",)
 
-RECIPE_VERSION = 4
+RECIPE_VERSION = 5
+
+# The certificate authorities this machine adds to its own store (Debian's
+# update-ca-certificates reads this directory): a site's TLS-inspecting proxy has its
+# CA there. A node of the lab goes out through the same network, so it trusts them
+# too - as a Spark at that site would be set up by its operator - or pip on a node
+# (the gateway's install) fails to verify the package index. pip reads the system
+# bundle (the host's /etc/pip.conf does the same).
+LOCAL_CAS = Path("/usr/local/share/ca-certificates")
+_PIP_CONF = """\
+# sparkctl lab: pip checks servers against the system's CA bundle, which holds the
+# CAs this machine trusts locally (a site proxy's).
+[global]
+cert = /etc/ssl/certs/ca-certificates.crt
+"""
+
+
+def local_cas(directory: Path = LOCAL_CAS) -> dict[str, str]:
+    """name -> PEM text of each local CA of this machine (none: an empty mapping)."""
+    if not directory.is_dir():
+        return {}
+    return {p.name: p.read_text() for p in sorted(directory.glob("*.crt")) if p.is_file()}
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,7 @@ class ImageRecipe:
                 "enable": _ENABLE,
                 "mask": _MASK,
                 "disable": _DISABLE,
+                "local_cas": local_cas(),
             },
             sort_keys=True,
         )
@@ -322,6 +344,15 @@ def _customise(root: Path, apt: AptSources) -> None:
     for key in root.glob("etc/ssh/ssh_host_*"):
         key.unlink()  # every node generates its own on first boot
     (root / "etc/apt/sources.list").write_text(_apt_sources(apt))
+    cas = local_cas()
+    if cas:
+        target = root / "usr/local/share/ca-certificates"
+        target.mkdir(parents=True, exist_ok=True)
+        for name, pem in cas.items():
+            (target / name).write_text(pem)
+            (target / name).chmod(0o644)
+        run(["chroot", str(root), "update-ca-certificates"], what="update-ca-certificates")
+        (root / "etc/pip.conf").write_text(_PIP_CONF)
     (root / "etc/hostname").write_text("")
     run(["chroot", str(root), "systemctl", "enable", *_ENABLE], what="systemctl enable")
     run(["chroot", str(root), "systemctl", "mask", *_MASK], what="systemctl mask")

@@ -269,3 +269,18 @@ def test_lab_chrony_has_no_public_sources() -> None:
     assert live == ["confdir /etc/chrony/conf.d", "sourcedir /run/chrony-dhcp"]
     assert "# off in the sparkctl lab (isolated): pool 2.debian.pool.ntp.org iburst" in out
     assert image.no_public_time_sources(out) == out
+
+
+def test_the_image_trusts_this_machines_local_cas_and_changes_with_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A site proxy's CA in this machine's store goes into the image (pip on a node then
+    verifies the index through the same proxy); another CA set is another image."""
+    (tmp_path / "site-proxy.crt").write_text("-----BEGIN CERTIFICATE-----\nx\n")
+    (tmp_path / "notes.txt").write_text("not a certificate")
+    assert image.local_cas(tmp_path) == {"site-proxy.crt": "-----BEGIN CERTIFICATE-----\nx\n"}
+    assert image.local_cas(tmp_path / "missing") == {}
+    monkeypatch.setattr(image, "local_cas", lambda: {})
+    without = image.ImageRecipe().digest()
+    monkeypatch.setattr(image, "local_cas", lambda: {"a.crt": "pem"})
+    assert image.ImageRecipe().digest() != without
