@@ -19,7 +19,8 @@ so "the memory came back" is read from the kernel, per node:
 - **serve down**, after the units stopped, looks for what of the service is
   left (:func:`survey`): the container by its name (``docker ps -a``), and any
   process whose command line is the service's: Python running the unit's launcher
-  (roles/sglang/vars/main.yml ``_sglang_launcher_path``) or ``-m
+  (roles/sglang/vars/main.yml ``_sglang_launcher_path``; not when it runs the gateway,
+  ``--module smg.launch_router``, which holds no model) or ``-m
   sglang.launch_server`` (what the launcher runs, ``MODULE`` in
   roles/sglang/files/sglang_launcher.py), or SGLang's own process titles
   ``sglang::scheduler...``/``sglang::detokenizer`` (setproctitle in sglang's
@@ -164,6 +165,12 @@ def is_service(command: str) -> bool:
     words = command.split()
     after = dict(zip(words[1:], words, strict=False))  # word -> the word before it
     launcher = LAUNCHER in after and Path(after[LAUNCHER]).name.startswith("python")
+    if launcher:
+        # the same launcher runs the gateway (--module smg.launch_router): not a rank
+        own = words[words.index(LAUNCHER) + 1 :]
+        own = own[: own.index("--")] if "--" in own else own
+        module = own[own.index("--module") + 1] if "--module" in own[:-1] else MODULE
+        launcher = module == MODULE
     return launcher or after.get(MODULE) == "-m" or command.startswith(TITLE)
 
 

@@ -583,6 +583,8 @@ def up(
             if now.ok:  # serving: the gateway may have restarted since and lost them
                 now = replace(now, gateway=rotate_in(cluster, limit))
             return _about(now, cluster)
+        # (Re)started groups leave the gateway first: no request goes to a rank going down.
+        rotate_out(cluster, cluster.groups())
         # Before any rank starts: no leftover of an earlier run holds a node's memory,
         # and each idle node's memory is kept for serve down to compare with.
         memory.before_start(cluster, running_nodes(cluster))

@@ -165,7 +165,7 @@ def test_two_groups_give_two_sglang_targets(
     jobs = {j["job_name"]: j for j in _config(two, "spark1")["scrape_configs"]}
     labels = [c["labels"]["group"] for c in jobs["sglang"]["static_configs"]]
     assert sorted(labels) == ["a", "b"]
-    # its gateway (group_vars/sim_two_groups/gateway.yml) on the first head's metrics port
+    # its gateway (sim-two-groups.ini, [sparks:vars]) on the first head's metrics port
     assert jobs["gateway"]["static_configs"] == [
         {
             "targets": [f"{two.inv.node('spark1').mgmt_ip}:29000"],

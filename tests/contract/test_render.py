@@ -239,7 +239,7 @@ def test_sglang_two_groups_change_nothing_but_the_units(
     """Same hosts and addresses as sim.ini: every other file is the same, byte for byte,
     but the Prometheus configuration of the [monitoring] hosts (one SGLang target a group),
     and on the first head the gateway's unit and its ports in the firewall
-    (group_vars/sim_two_groups/gateway.yml)."""
+    (sim-two-groups.ini, [sparks:vars])."""
     unit = "etc/systemd/system/sparkctl-sglang.service"
     gateway = "spark1/etc/systemd/system/sparkctl-gateway.service"
     files = {f.relative_to(sim.out).as_posix() for f in sim.files}

@@ -33,7 +33,7 @@ from tests.labhost import STATE, ssh
 pytestmark = pytest.mark.lab
 
 TWO = REPO / "inventory" / "sim-two-groups.ini"
-# The gateway on the first group's head (group_vars/sim_two_groups/gateway.yml).
+# The gateway on the first group's head (sim-two-groups.ini, [sparks:vars]).
 GATEWAY = "http://10.77.0.11:30080"
 HEADS = {"a": "http://10.77.0.11:30000", "b": "http://10.77.0.13:30000"}
 MODEL_DIR = "/srv/sparkctl-model/groups"
@@ -92,7 +92,7 @@ def test_both_groups_serve_and_verify(two_groups: None) -> None:
         ("b", "spark3", True),
     ], status["problems"]
     assert not [p for p in status["problems"] if "rank" in p or "group" in p], status["problems"]
-    # the gateway in front of both (group_vars/sim_two_groups/gateway.yml): each head in
+    # the gateway in front of both (sim-two-groups.ini, [sparks:vars]): each head in
     # its rotation, chats through it answered, the key required
     for line in ("group a (spark1) in the gateway's rotation", "group b (spark3) in the"):
         assert line in up.stdout, up.stdout[-3000:]

@@ -127,6 +127,7 @@ def test_the_service_is_known_by_the_command_lines_the_role_gives_it() -> None:
         "sglang::scheduler_TP0",
         "sglang::detokenizer",
         "/usr/bin/python3 -m sglang.launch_server --model-path /m",
+        "python3 /usr/local/lib/sparkctl/sglang-launcher.py --module sglang.launch_server -- -x",
     ]
     others = [
         "journalctl -u sparkctl-sglang.service -o cat -f -n 0 --no-pager",
@@ -135,6 +136,11 @@ def test_the_service_is_known_by_the_command_lines_the_role_gives_it() -> None:
         "python3 -c import sglang.launch_server",
         "grep sglang",
         "python3 -m sglang.bench_serving --backend sglang",
+        # the gateway, run by the same launcher (roles/sglang, sparkctl-gateway.service)
+        "/opt/sparkctl/smg/bin/python3 /usr/local/lib/sparkctl/sglang-launcher.py "
+        "--secrets-file /etc/sparkctl/sglang-secrets.env --module smg.launch_router -- "
+        "--host 0.0.0.0 --port 30080",
+        "smg::router",
     ]
     assert [memory.is_service(c) for c in ours] == [True] * len(ours)
     assert [memory.is_service(c) for c in others] == [False] * len(others)
