@@ -18,6 +18,7 @@ change nothing (the idempotency test in test_provision.py shows that).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -167,6 +168,43 @@ def _watch_once() -> list[dict[str, Any]]:
     return [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
 
 
+class _Rotation:
+    """Group b's place in the gateway's rotation, read every second on a thread of its own
+    (a watchdog round takes tens of seconds); and, while b is out, chats through the
+    gateway every two seconds, counted."""
+
+    def __init__(self, gw: Gateway, model: str) -> None:
+        self.gw, self.model = gw, model
+        self.began = time.monotonic()
+        self.left: float | None = None  # first seen out of rotation, after the freeze
+        self.back: float | None = None  # first seen ready again, after that
+        self.answered = self.failed = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        last_chat = 0.0
+        while not self.stop.is_set():
+            now = time.monotonic() - self.began
+            worker = self.gw.find(HEADS["b"])
+            ready = worker is not None and worker.ready
+            if self.left is None and not ready:
+                self.left = now
+            elif self.left is not None and self.back is None and ready:
+                self.back = now
+            if self.left is not None and self.back is None and now - last_chat >= 2:
+                last_chat = now
+                ok = chat(GATEWAY, str(self.gw.key), self.model).status_code == 200
+                self.answered += ok
+                self.failed += not ok
+            self.stop.wait(1.0)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=120)
+
+
 @pytest.mark.fault
 def test_a_frozen_group_leaves_the_gateway_and_rejoins_after_the_watchdogs_restart(
     lab: LabSession, two_groups: None
@@ -174,9 +212,10 @@ def test_a_frozen_group_leaves_the_gateway_and_rejoins_after_the_watchdogs_resta
     """Group b's rank 1 frozen (SIGSTOP of its container): the gateway's own health
     checks (one-token generations through the group, every 30 s, out after two
     failures) or the watchdog, whichever is first, take group b out of rotation; the
-    one endpoint keeps answering from group a meanwhile. `serve watch --once` rounds
-    every 15 s restart group b (out of rotation first, then every rank) and the next
-    healthy round registers it again. The times are printed for docs/benchmarks.md."""
+    one endpoint keeps answering from group a meanwhile (every chat through it while b
+    is out answers). `serve watch --once` rounds every 15 s restart group b (out of
+    rotation first, then every rank) and the next healthy round registers it again.
+    The times are printed for docs/benchmarks.md."""
     from tests.lab.test_serve import _freeze_container  # noqa: PLC0415
 
     up = sparkctl("serve", "up", str(TWO), timeout=900)  # both serving, both in rotation
@@ -184,49 +223,42 @@ def test_a_frozen_group_leaves_the_gateway_and_rejoins_after_the_watchdogs_resta
     gw = _gateway()
     workers = gw.workers()
     assert {w.url: w.status for w in workers} == dict.fromkeys(HEADS.values(), "ready")
-    model = workers[0].models[0]
     (STATE / "results" / "sim" / "watch-state.json").unlink(missing_ok=True)
     spark4 = lab.inventory.node("spark4").mgmt_ip
     tree = _freeze_container(spark4)
-    frozen_at = time.monotonic()
-    left: float | None = None
+    rotation = _Rotation(gw, workers[0].models[0])
     restarted: float | None = None
-    answered = 0
     try:
-        for _ in range(24):  # the watchdog decides within about 4 rounds
-            worker = gw.find(HEADS["b"])
-            if left is None and (worker is None or not worker.ready):
-                left = time.monotonic() - frozen_at
-            if left is not None:  # out of rotation: the endpoint answers from group a
-                resp = chat(GATEWAY, str(gw.key), model)
-                assert resp.status_code == 200, resp.text[:500]
-                answered += 1
-            events = _watch_once()
-            if any(e["group"] == "b" and e["decision"] == "restart_group" for e in events):
-                restarted = time.monotonic() - frozen_at
+        try:
+            for _ in range(24):  # the watchdog decides within about 4 rounds
+                events = _watch_once()
+                if any(e["group"] == "b" and e["decision"] == "restart_group" for e in events):
+                    restarted = time.monotonic() - rotation.began
+                    break
+                assert not [e for e in events if e["group"] == "a" and e["decision"] != "healthy"]
+                time.sleep(15)
+        finally:
+            ssh(spark4, f"kill -CONT {tree} 2>/dev/null; true", check=False)
+        assert restarted is not None, "the watchdog did not restart group b"
+        for _ in range(8):
+            _watch_once()
+            if rotation.back is not None:
                 break
-            assert not [e for e in events if e["group"] == "a" and e["decision"] != "healthy"]
-            time.sleep(15)
+            time.sleep(5)
     finally:
-        ssh(spark4, f"kill -CONT {tree} 2>/dev/null; true", check=False)
-    assert restarted is not None, "the watchdog did not restart group b"
-    left = restarted if left is None else left  # the watchdog took it out first
-    for _ in range(8):
-        events = _watch_once()
-        worker = gw.find(HEADS["b"])
-        if worker is not None and worker.ready:
-            break
-        time.sleep(5)
-    rejoined = time.monotonic() - frozen_at
-    assert worker is not None and worker.ready, worker
+        rotation.close()
+    assert rotation.left is not None and rotation.back is not None, (rotation.left, rotation.back)
+    assert rotation.left <= restarted + 1 and rotation.back >= rotation.left
+    assert rotation.failed == 0 and rotation.answered > 0, (rotation.answered, rotation.failed)
     recorded = (STATE / "results" / "sim" / "watch-events.jsonl").read_text().splitlines()
     actions = [json.loads(ln)["action"] for ln in recorded if '"group": "b"' in ln]
     assert "rejoin" in actions[-3:], actions[-6:]
     assert {w.url: w.status for w in gw.workers()} == dict.fromkeys(HEADS.values(), "ready")
     print(
-        f"\ngroup b frozen: out of the gateway's rotation after {left:.0f} s, restarted by "
-        f"the watchdog after {restarted:.0f} s, back in rotation after {rejoined:.0f} s; "
-        f"{answered} requests through the gateway answered meanwhile"
+        f"\ngroup b frozen: out of the gateway's rotation after {rotation.left:.0f} s, "
+        f"restarted by the watchdog after {restarted:.0f} s (its round over), back in "
+        f"rotation after {rotation.back:.0f} s; through the gateway meanwhile "
+        f"{rotation.answered} requests answered, {rotation.failed} failed"
     )
 
 

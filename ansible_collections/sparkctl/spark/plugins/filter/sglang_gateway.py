@@ -29,9 +29,9 @@ concepts/reliability/health-checks.md):
   probes that time out pile up on the server when polled faster (sglang
   #35884).
 - ``failure_threshold 2`` [3]: a frozen group leaves rotation after two failed
-  checks (within 2 x 30 + 25 s); sparkctl itself takes a group out before it
-  stops or restarts it, so this is the second line, for what sparkctl does not
-  see.
+  checks (docs/benchmarks.md, "Gateway", has the lab's time); sparkctl itself
+  takes a group out before it stops or restarts it, so this is the second line,
+  for what sparkctl does not see.
 - ``success_threshold 2`` [2]: a group that came back is trusted after two
   answers in a row, not one lucky one.
 
