@@ -182,7 +182,7 @@ class Rank:
     size: int
     fabric_subnet: str  # fabric_a_subnet of the group's head
     fabric_ports: tuple[tuple[int, int], ...]  # the rendered firewall's fabric port ranges
-    api_port_rule: str
+    api_port_rule: tuple[str, ...]
 
     @property
     def label(self) -> str:
@@ -202,7 +202,10 @@ def _groups(inv: Inventory) -> dict[str, list[Node]]:
 
 
 _FABRIC_RULE = re.compile(r"ip saddr @sglang_fabric_v4 tcp dport \{ (?P<ports>[^}]*) \} accept")
-_API_RULE = re.compile(r"ip saddr @sglang_api_v4 tcp dport (?P<port>\d+) accept")
+# One port, or a set of them where the gateway's ports join the API's (its host).
+_API_RULE = re.compile(
+    r"ip saddr @sglang_api_v4 tcp dport (?:(?P<port>\d+)|\{ (?P<ports>[0-9, ]+) \}) accept"
+)
 
 
 def _port_ranges(text: str) -> tuple[tuple[int, int], ...]:
@@ -236,7 +239,9 @@ def _ranks(rendered: Rendered, name: str) -> list[Rank]:
                     size=len(members),
                     fabric_subnet=str(inv.hostvars[members[0].name]["fabric_a_subnet"]),
                     fabric_ports=_port_ranges(fabric.group("ports")),
-                    api_port_rule=api.group("port"),
+                    api_port_rule=tuple(
+                        (api.group("port") or api.group("ports")).replace(" ", "").split(",")
+                    ),
                 )
             )
     return out
@@ -492,9 +497,9 @@ def test_release_ports_of_each_rank_are_inside_the_fabric_firewall(
                 f"{rank.label}: the firewall's fabric ports {rank.fabric_ports} "
                 f"do not hold the kernel's ephemeral range {LINUX_EPHEMERAL}"
             )
-        if rank.position == 0 and rank.api_port_rule != str(
+        if rank.position == 0 and str(
             release_answer["parse"][rank.label]["namespace"]["port"]
-        ):
+        ) not in rank.api_port_rule:
             problems.append(
                 f"{rank.label}: the API rule opens {rank.api_port_rule}, the head "
                 "serves on another port"

@@ -118,7 +118,12 @@ def test_shipped_two_group_example_is_sim_ini_plus_the_groups() -> None:
         h: f"{sim[h]} sglang_group={'a' if h in ('spark1', 'spark2') else 'b'}" for h in SPARKS
     }
     sections = [ln for ln in TWO_GROUPS.read_text().splitlines() if ln.startswith("[")]
-    assert sections == [ln for ln in SIM.read_text().splitlines() if ln.startswith("[")]
+    # and the gateway in front of both groups, for every Spark (docs/gateway.md)
+    assert sections == [
+        *(ln for ln in SIM.read_text().splitlines() if ln.startswith("[")),
+        "[sparks:vars]",
+    ]
+    assert TWO_GROUPS.read_text().rstrip().endswith("[sparks:vars]\nsglang_gateway_enabled=True")
     assert inventory.load(TWO_GROUPS).cluster == "sim"  # group_vars/sim is shared
     assert _groups_of(TWO_GROUPS) == {"a": ["spark1", "spark2"], "b": ["spark3", "spark4"]}
 
