@@ -497,9 +497,11 @@ def test_release_ports_of_each_rank_are_inside_the_fabric_firewall(
                 f"{rank.label}: the firewall's fabric ports {rank.fabric_ports} "
                 f"do not hold the kernel's ephemeral range {LINUX_EPHEMERAL}"
             )
-        if rank.position == 0 and str(
-            release_answer["parse"][rank.label]["namespace"]["port"]
-        ) not in rank.api_port_rule:
+        if (
+            rank.position == 0
+            and str(release_answer["parse"][rank.label]["namespace"]["port"])
+            not in rank.api_port_rule
+        ):
             problems.append(
                 f"{rank.label}: the API rule opens {rank.api_port_rule}, the head "
                 "serves on another port"
