@@ -585,6 +585,13 @@ def up(
             return _about(now, cluster)
         # (Re)started groups leave the gateway first: no request goes to a rank going down.
         rotate_out(cluster, cluster.groups())
+        # Every rank that still runs stops first, heads first: a worker restarted while
+        # its old head lives joins that head's rendezvous, which the head's own restart
+        # then closes under it ("Failed to recv, got 0 bytes": torch's TCPStore client
+        # does not retry that). Seen in the lab after the firewall's restart had
+        # restarted the head alone (BindsTo=).
+        if running_nodes(cluster):
+            stop_units(cluster)
         # Before any rank starts: no leftover of an earlier run holds a node's memory,
         # and each idle node's memory is kept for serve down to compare with.
         memory.before_start(cluster, running_nodes(cluster))
