@@ -247,26 +247,37 @@ def sglang_launch_args(
     if ssl_certfile:
         # uvicorn's TLS (sglang 0.5.17 server_args.py: --ssl-certfile/--ssl-keyfile).
         args += ["--ssl-certfile", str(ssl_certfile), "--ssl-keyfile", str(ssl_keyfile)]
+    args += extra_words(extra_args, "sglang_extra_args")
+    if api_key:  # last: the launcher appends the real key at the end of argv
+        args += ["--api-key", API_KEY_REF]
+    refuse_unsafe_words(args, "launch arguments", "systemd, docker and a shell")
+    return args
+
+
+def extra_words(extra_args: Any, name: str) -> list[str]:
+    """An inventory's list of extra arguments (``name``), one word per item, as text."""
     if extra_args is not None and not isinstance(extra_args, (list, tuple)):
         # A string would be split into one argument per character.
         raise AnsibleFilterError(
-            f"sglang_extra_args is a {type(extra_args).__name__}: a list, one word per item"
+            f"{name} is a {type(extra_args).__name__}: a list, one word per item"
         )
     if any(isinstance(a, (dict, list, tuple, bool)) or a is None for a in extra_args or []):
         raise AnsibleFilterError(
-            "sglang_extra_args: every item is one word (a string or a number), "
+            f"{name}: every item is one word (a string or a number), "
             "not a list, mapping, boolean or null"
         )
-    args += [str(a) for a in (extra_args or [])]
-    if api_key:  # last: the launcher appends the real key at the end of argv
-        args += ["--api-key", API_KEY_REF]
+    return [str(a) for a in extra_args or []]
+
+
+def refuse_unsafe_words(args: list[str], what: str, readers: str) -> None:
+    """Every argument (but the key marker) one word that ``readers`` (the unit's
+    ExecStart, docker, a shell) read alike."""
     bad = [a for a in args if a != API_KEY_REF and not _SAFE_WORD.match(a)]
     if bad:
         raise AnsibleFilterError(
-            f"launch arguments {bad} have characters systemd, docker and a shell would read "
+            f"{what} {bad} have characters {readers} would read "
             "differently (blanks, quotes, backslash, $, %, #): one word per list item"
         )
-    return args
 
 
 def _fraction(value: Any) -> float:

@@ -46,6 +46,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ansible_collections.sparkctl.spark.plugins.filter.sglang_args import (
+    API_KEY_REF,
+    extra_words,
+    refuse_unsafe_words,
+)
 from ansible_collections.sparkctl.spark.plugins.module_utils.tp_groups import tp_groups
 
 try:
@@ -57,7 +62,6 @@ except ImportError:  # unit tests import this file without Ansible installed
 
 
 MODULE = "smg.launch_router"
-API_KEY_REF = "${SGLANG_API_KEY}"
 # SGLang's window for the health generation (sglang 0.5.17 http_server.py:192).
 SGLANG_HEALTH_WINDOW_S = 20
 HEALTH_DEFAULTS: dict[str, Any] = {
@@ -77,7 +81,6 @@ POLICIES = (
     "consistent_hashing",
     "prefix_hash",
 )
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_.,:/=@+-]+\Z")
 
 
 def _int(value: Any, what: str, low: int, high: int = 65535) -> int:
@@ -180,23 +183,10 @@ def sglang_gateway_args(
         # not use, so it is said here.
         "--no-remove-unhealthy-workers",
     ]
-    if extra_args is not None and not isinstance(extra_args, (list, tuple)):
-        raise AnsibleFilterError(
-            f"sglang_gateway_extra_args is a {type(extra_args).__name__}: a list, one word per item"
-        )
-    if any(isinstance(a, (dict, list, tuple, bool)) or a is None for a in extra_args or []):
-        raise AnsibleFilterError(
-            "sglang_gateway_extra_args: every item is one word (a string or a number)"
-        )
-    args += [str(a) for a in extra_args or []]
+    args += extra_words(extra_args, "sglang_gateway_extra_args")
     if api_key:
         args += ["--api-key", API_KEY_REF]
-    bad = [a for a in args if a != API_KEY_REF and not _SAFE_WORD.match(a)]
-    if bad:
-        raise AnsibleFilterError(
-            f"gateway arguments {bad} have characters systemd or a shell would read "
-            "differently (blanks, quotes, backslash, $, %, #): one word per list item"
-        )
+    refuse_unsafe_words(args, "gateway arguments", "systemd or a shell")
     return args
 
 
