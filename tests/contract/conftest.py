@@ -106,14 +106,17 @@ RECIPE_FILE = "sparkctl-recipe.json"
 LOCK_TIMEOUT = 3600.0
 
 
-def sglang_pin() -> str:
-    """The release the sglang role installs (its single place: the role's defaults)."""
-    pin = yaml.safe_load(SGLANG_DEFAULTS.read_text())["sglang_version"]
+def _role_pin(name: str) -> str:
+    """A release the sglang role pins (its single place: the role's defaults)."""
+    pin = yaml.safe_load(SGLANG_DEFAULTS.read_text())[name]
     if not isinstance(pin, str) or not pin:
-        raise AssertionError(
-            f"{SGLANG_DEFAULTS}: sglang_version must be a version string, got {pin!r}"
-        )
+        raise AssertionError(f"{SGLANG_DEFAULTS}: {name} must be a version string, got {pin!r}")
     return pin
+
+
+def sglang_pin() -> str:
+    """The release the sglang role installs."""
+    return _role_pin("sglang_version")
 
 
 def recipe(pin: str) -> dict[str, Any]:
@@ -246,9 +249,8 @@ def _step(log: Path, *argv: str) -> None:
         raise BuildError(f"{' '.join(argv)} exited {proc.returncode}:\n{tail[-6000:]}")
 
 
-def build_venv(dest: Path, spec: dict[str, Any]) -> None:
-    """Build the venv of ``spec`` in ``dest`` (a new directory); RECIPE_FILE is written last."""
-    log = dest / BUILD_LOG
+def _new_venv(dest: Path, what: str) -> tuple[Path, list[str]]:
+    """An empty venv in ``dest``: its build log (naming ``what``) and its pip install."""
     subprocess.run(
         [sys.executable, "-m", "venv", str(dest)],
         check=True,
@@ -256,9 +258,14 @@ def build_venv(dest: Path, spec: dict[str, Any]) -> None:
         timeout=600,
         env=START_ENV,
     )
-    log.write_text(f"# contract venv for {spec['sglang']}\n")
-    python = str(dest / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "--no-input"]
+    log = dest / BUILD_LOG
+    log.write_text(f"# contract venv for {what}\n")
+    return log, [str(dest / "bin" / "python"), "-m", "pip", "install", "--no-input"]
+
+
+def build_venv(dest: Path, spec: dict[str, Any]) -> None:
+    """Build the venv of ``spec`` in ``dest`` (a new directory); RECIPE_FILE is written last."""
+    log, pip = _new_venv(dest, spec["sglang"])
     constraints = dest / "sparkctl-constraints.txt"
     # Nothing installed later may move torch (a CUDA torch would come from PyPI).
     constraints.write_text(f"{spec['torch']}\n")
@@ -276,25 +283,14 @@ def ensure_venv(pin: str) -> Path:
 
 
 def gateway_pin() -> str:
-    """The gateway release the sglang role installs (sglang_gateway_version)."""
-    pin = yaml.safe_load(SGLANG_DEFAULTS.read_text())["sglang_gateway_version"]
-    if not isinstance(pin, str) or not pin:
-        raise AssertionError(f"{SGLANG_DEFAULTS}: sglang_gateway_version must be a version")
-    return pin
+    """The gateway release the sglang role installs."""
+    return _role_pin("sglang_gateway_version")
 
 
 def build_gateway_venv(dest: Path, spec: dict[str, Any]) -> None:
     """smg from PyPI, with its own dependencies, as the role's pip task installs it."""
-    log = dest / BUILD_LOG
-    subprocess.run(
-        [sys.executable, "-m", "venv", str(dest)],
-        check=True,
-        capture_output=True,
-        timeout=600,
-        env=START_ENV,
-    )
-    log.write_text(f"# contract venv for {spec['smg']}\n")
-    _step(log, str(dest / "bin" / "python"), "-m", "pip", "install", "--no-input", spec["smg"])
+    log, pip = _new_venv(dest, spec["smg"])
+    _step(log, *pip, spec["smg"])
     (dest / RECIPE_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n")
 
 

@@ -63,8 +63,11 @@ needs_loopback = pytest.mark.skipif(
 
 @pytest.fixture
 def model_dir(tmp_path: Path) -> Path:
+    return write_model(tmp_path / "model")
+
+
+def write_model(root: Path) -> Path:
     """A small model directory: a config.json like a Llama's, and one weight file."""
-    root = tmp_path / "model"
     root.mkdir()
     (root / "config.json").write_text(
         json.dumps(
