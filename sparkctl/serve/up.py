@@ -590,11 +590,13 @@ def up(
         # then closes under it ("Failed to recv, got 0 bytes": torch's TCPStore client
         # does not retry that). Seen in the lab after the firewall's restart had
         # restarted the head alone (BindsTo=).
-        if running_nodes(cluster):
+        running = running_nodes(cluster)
+        if running:
             stop_units(cluster)
+            running = running_nodes(cluster)
         # Before any rank starts: no leftover of an earlier run holds a node's memory,
         # and each idle node's memory is kept for serve down to compare with.
-        memory.before_start(cluster, running_nodes(cluster))
+        memory.before_start(cluster, running)
         check_model_visible(cluster)
         console.progress(f"serve up: {_describe(cluster)}, waiting up to {limit:.0f} s")
         followers = Followers(cluster)

@@ -26,7 +26,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -35,6 +35,9 @@ from sparkctl.errors import SparkctlError
 from sparkctl.report.model import Check, Report, Thresholds
 from sparkctl.serve import firewall, probe
 from sparkctl.serve.cluster import Cluster, Group
+
+if TYPE_CHECKING:
+    from sparkctl.serve.gateway import Gateway
 
 PROMPT = "In one sentence, what does tensor parallelism split across the ranks?"
 # Every request of verify, streams included, goes through serve's one client
@@ -384,7 +387,7 @@ def verify(cluster: Cluster, started: str) -> Report:
     gw = cluster.gateway()
     if gw is not None:
         report.checks += [
-            replace(c, message=cluster.redact(c.message)) for c in gateway_checks(cluster, key)
+            replace(c, message=cluster.redact(c.message)) for c in gateway_checks(cluster, gw, key)
         ]
         report.notes.append(f"gateway {gw.base_url}/v1 in front of {len(groups)} group(s)")
     # Every rank's firewall as loaded now: a flushed ruleset leaves its unit "active".
@@ -399,14 +402,12 @@ def verify(cluster: Cluster, started: str) -> Report:
 GATEWAY_CHATS_PER_GROUP = 2
 
 
-def gateway_checks(cluster: Cluster, key: str | None) -> list[Check]:
+def gateway_checks(cluster: Cluster, gw: Gateway, key: str | None) -> list[Check]:
     """The one endpoint in front of the groups (sparkctl.serve.gateway): every group's
     head ready in its rotation, chat completions through it answered (the model's
     name routed to a group), and a request without the key refused."""
     from sparkctl.serve import gateway  # noqa: PLC0415
 
-    gw = cluster.gateway()
-    assert gw is not None  # noqa: S101 - the caller checked
     host = cluster.sglang().gateway_host
     groups = cluster.groups()
     checks: list[Check] = []
