@@ -118,6 +118,16 @@ class ModelCachePlan:
 
 
 @dataclass(frozen=True)
+class GoldenPrompt:
+    """One of sglang_golden_prompts, its defaults filled in (plugins/filter/sglang_golden.py)."""
+
+    prompt: str
+    contains: tuple[str, ...]
+    same: bool
+    max_tokens: int
+
+
+@dataclass(frozen=True)
 class SglangPlan:
     """roles/sglang/tasks/plan.yml: the unit, the split, this node's TP group, the endpoint."""
 
@@ -150,6 +160,14 @@ class SglangPlan:
     gateway_host: str  # "" without a gateway
     gateway_port: int
     gateway_metrics_port: int
+    image: str  # repository:tag ("" with the venv method)
+    image_digest: str  # the inventory's pin, "" when not pinned
+    version_file: str
+    golden_prompts: tuple[GoldenPrompt, ...]
+    upgrade_tolerance: float
+    upgrade_load_concurrency: tuple[int, ...]
+    upgrade_load_requests: int
+    upgrade_drain_timeout: int
 
 
 @dataclass(frozen=True)

@@ -198,6 +198,16 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
         _regex(r"[a-z0-9][a-z0-9@.,-]{0,255}"),
         "OpenSSH cipher names (ssh -Q cipher), one or a comma list, lower case",
     ),
+    # A golden prompt or what its answer must contain (sglang_golden_prompts): sent in
+    # a JSON body and shown in messages, so printable characters and blanks only.
+    "prompt": (
+        lambda v: 0 < len(v) <= 2000 and v.isprintable(),
+        "printable text of 1-2000 characters (no newline, tab or control character)",
+    ),
+    "golden_field": (
+        _regex(r"prompt|contains|same|max_tokens"),
+        "one of prompt, contains, same, max_tokens",
+    ),
     "text": (
         _regex(r"[A-Za-z0-9_.,:/=@+ ()-]*"),
         "plain text (letters, digits, blanks and _ . , : / = @ + ( ) -)",

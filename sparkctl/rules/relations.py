@@ -150,6 +150,38 @@ def _gateway_problems(host: str, v: Callable[[str], Any], sparks: list[str]) -> 
     return problems
 
 
+def _golden_problems(host: str, v: Callable[[str], Any]) -> list[Problem]:
+    """Each golden check has a prompt and says what it checks (the schema holds each
+    field's type and format; serve upgrade reads them through the plan)."""
+    prompts = v("sglang_golden_prompts")
+    problems: list[Problem] = []
+    if not isinstance(prompts, list):
+        return problems
+    for i, item in enumerate(prompts):
+        if not isinstance(item, dict):
+            continue  # the schema's message
+        if "prompt" not in item:
+            problems.append(
+                Problem(
+                    host,
+                    "sglang_golden_prompts",
+                    f"item {i} has no prompt",
+                    hint="each item is {prompt: TEXT, contains: [TEXT, ...] and/or same: true}",
+                )
+            )
+        elif not item.get("contains") and item.get("same") is not True:
+            problems.append(
+                Problem(
+                    host,
+                    "sglang_golden_prompts",
+                    f"item {i} checks nothing: give contains: [...] or same: true",
+                    hint="contains lists words a correct answer must hold; same: true holds "
+                    "the answer equal to the previous version's",
+                )
+            )
+    return problems
+
+
 def _relation_problems(
     host: str, v: Callable[[str], Any], is_set: Callable[[str], bool], switched: bool
 ) -> list[Problem]:
@@ -339,6 +371,7 @@ def check_relations(
 
         per_host[host] = _relation_problems(host, value, hv.__contains__, bool(switches))
         per_host[host] += _gateway_problems(host, value, sparks)
+        per_host[host] += _golden_problems(host, value)
     if switches and sparks:
         problems += uncabled(sparks, hostvars)
     seen: set[tuple[str | None, str]] = set()

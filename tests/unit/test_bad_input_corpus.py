@@ -68,6 +68,7 @@ CLASSES = {
     "bomb",
     "templates",
     "gateway",
+    "upgrade",
 }
 # The smallest size of the corpus and of the classes written for strict types and
 # templates: a file that lost its cases must not pass as a smaller corpus.
