@@ -95,6 +95,57 @@ def serve_down(inventory_path: Path, as_json: bool) -> None:
     exit_for(result)
 
 
+@serve_group.command("upgrade")
+@INVENTORY_ARG
+@click.option(
+    "-e",
+    "--extra-vars",
+    "extra",
+    multiple=True,
+    help="The new version, e.g. -e sglang_image_digest=sha256:... or "
+    "-e model_cache_hf_revision=... (repeatable; the inventory itself is the usual place).",
+)
+@click.option(
+    "--group",
+    "groups",
+    multiple=True,
+    help="Upgrade only this TP group (sglang_group; repeatable). Default: every group.",
+)
+@click.option(
+    "--stage-only",
+    is_flag=True,
+    help="Pull the image and copy the model revision on every node, and stop there.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def serve_upgrade(
+    inventory_path: Path,
+    extra: tuple[str, ...],
+    groups: tuple[str, ...],
+    stage_only: bool,
+    as_json: bool,
+) -> None:
+    """Move the serving cluster to the image and model revision INVENTORY names.
+
+    Stages them beside what serves, then swaps one TP group at a time (out of the
+    gateway, drained, stopped, started through serve up's path), gates it (serve
+    verify, sglang_golden_prompts, figures against the previous version, a bounded
+    load) and puts it back; a group that fails is rolled back alone to what it ran,
+    and the command exits 1 saying what failed (docs/upgrade.md).
+    """
+    from sparkctl import present  # noqa: PLC0415
+    from sparkctl.serve import upgrade  # noqa: PLC0415
+
+    extravars = extra_vars(extra)
+    result = upgrade.upgrade(
+        checked(inventory_path, extravars),
+        extravars=extravars,
+        stage_only=stage_only,
+        groups=groups,
+    )
+    present.serve_upgrade(result, as_json=as_json)
+    exit_for(result)
+
+
 @serve_group.command("status")
 @INVENTORY_ARG
 @status_options

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from sparkctl.runner import RunResult
     from sparkctl.serve.service import Verified
     from sparkctl.serve.up import JournalLines, Stopped, UpResult
+    from sparkctl.serve.upgrade import UpgradeResult
     from sparkctl.serve.watch import Event
     from sparkctl.status import Status as StatusLook
     from sparkctl.trust import Result, TrustRun
@@ -242,6 +243,41 @@ def serve_down(result: Stopped, *, as_json: bool = False) -> None:
                 markup=False,
                 highlight=False,
             )
+
+
+def serve_upgrade(result: UpgradeResult, *, as_json: bool = False) -> None:
+    """Each group's upgrade: the versions, its downtime, each check of its gate, and
+    the decision (a rollback's reason is also the error, on stderr)."""
+    if as_json:
+        emit(result)
+        return
+    say = console.out.print
+    say(f"target {result.target}" + (": staged" if result.staged else ""), highlight=False)
+    for g in result.groups:
+        say(f"group {g.group} ({g.head}): was {g.before.describe()}", markup=False)
+        if g.drained is not None:
+            say(f"  drained in {g.drain_s:.1f} s" if g.drained else "  not drained", markup=False)
+        if g.downtime_s is not None:
+            say(f"  swapped: down {g.downtime_s:.1f} s (stop to ready)", markup=False)
+        for c in g.checks:
+            if c.outcome != "passed" or c.check in ("golden", "figures", "bounded_load", "latency"):
+                subject = f" {c.subject}" if c.subject else ""
+                say(
+                    f"  {c.outcome:7} {c.check}{subject}: {c.message}",
+                    style=None if c.ok else "red",
+                    markup=False,
+                    highlight=False,
+                )
+        verdict = {"keep": "upgraded", "rollback": "rolled back", "not-started": "not upgraded"}
+        line = f"  {verdict.get(g.decision, g.decision)}: {g.reason}"
+        if g.rolled_back:
+            line += (
+                f"; the previous version serves again (down {g.rollback_downtime_s or 0:.1f} s)"
+                if g.rollback_ok
+                else f"; rollback FAILED: {g.rollback_error}"
+            )
+        say(line, style=None if g.decision == "keep" else "red", markup=False, highlight=False)
+    say(f"steps: {result.run_dir}/upgrade.json", markup=False, highlight=False)
 
 
 _VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold red", "unreachable": "bold red"}
