@@ -208,6 +208,38 @@ def lab_model(
         )
 
 
+@lab.command("image")
+@inventory_option(default_sim=True)
+@click.argument("ref")
+@click.option("--variant", default="", help="Another image under a tag (a label value).")
+@click.option(
+    "--broken",
+    is_flag=True,
+    help="An image without SGLang's package: its server fails at once (rehearses rollback).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the reference and digest as JSON.")
+def lab_image(inventory: Path, ref: str, variant: str, broken: bool, as_json: bool) -> None:
+    """Publish REF (repository:tag) in every lab node's registry; print its digest.
+
+    The SGLang stand-in's image under another tag (a new release to upgrade to:
+    sparkctl serve upgrade INVENTORY -e sglang_image=REF -e sglang_image_digest=DIGEST).
+    """
+    from sparkctl import inventory as inv_mod  # noqa: PLC0415
+    from sparkctl_lab import registry  # noqa: PLC0415
+    from sparkctl_lab.podman import Podman  # noqa: PLC0415
+
+    _lab(inventory)
+    nodes = [n.name for n in inv_mod.validate(inventory).nodes]
+    try:
+        digest = registry.move_lab_tag(Podman(), nodes, ref, variant, broken=broken)
+    except registry.RegistryError as exc:
+        raise SparkctlError(str(exc), ExitCode.BAD_INPUT) from None
+    if as_json:
+        print_json({"ref": ref, "digest": digest, "nodes": nodes, "broken": broken})
+    else:
+        click.echo(f"{ref}@{digest}")
+
+
 def show_status(status: dict[str, Any]) -> None:
     table = Table(
         title=f"lab ({'up' if status['up'] else 'not up'}, "

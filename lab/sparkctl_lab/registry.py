@@ -255,11 +255,16 @@ def build_image(
     variant: str = "",
     source: Path = SGLANG_STANDIN_DIR,
     python_version: str = LAB_BASE_PYTHON,
+    broken: bool = False,
 ) -> ImageBlob:
     """The image blob for ``ref``: the same inputs always give the same digest.
 
     ``variant`` (a label value) makes another image under the same tag: what a
     re-pushed tag looks like to ``docker pull``. ``""`` is the original.
+    ``broken``: an image whose build lost SGLang's source tree (the editable
+    install's .pth and dist-info are there, the package is not): ``python3 -m
+    sglang.launch_server`` fails at once with ``No module named sglang``, as an
+    image built wrong does. serve upgrade's rollback is rehearsed with it.
     """
     ref = ImageRef.parse(ref) if isinstance(ref, str) else ref
     if not re.match(r"^[A-Za-z0-9_.-]{0,63}\Z", variant):
@@ -270,7 +275,9 @@ def build_image(
     version = _version_of(package)
     project = SGLANG_PYTHON_DIR.lstrip("/")
     site = f"usr/local/lib/python{python_version}/dist-packages"
-    entries = [(f"{project}/sglang/{name}", data, mode) for name, data, mode in package]
+    entries = [
+        (f"{project}/sglang/{name}", data, mode) for name, data, mode in package if not broken
+    ]
     dirs = {
         "tmp",
         "root",
@@ -347,6 +354,8 @@ def build_image(
         labels["io.sparkctl.lab.sglang-version"] = version
     if variant:
         labels[VARIANT_LABEL] = variant
+    if broken:
+        labels["io.sparkctl.lab.broken"] = "no SGLang package"
     config: dict[str, Any] = {
         "architecture": _arch(),
         "os": "linux",
@@ -366,7 +375,11 @@ def build_image(
 
 
 def registry_update(
-    ref: ImageRef | str, *, variant: str = "", index: Mapping[str, str] | None = None
+    ref: ImageRef | str,
+    *,
+    variant: str = "",
+    index: Mapping[str, str] | None = None,
+    broken: bool = False,
 ) -> tuple[dict[str, bytes], str]:
     """Files of a registry serving ``ref`` (paths relative to the registry dir), and
     the digest its tag now names.
@@ -379,7 +392,7 @@ def registry_update(
         raise RegistryError(
             f"{ref}: the lab registry serves a tag; give the reference without @sha256:..."
         )
-    blob = build_image(ref, variant=variant)
+    blob = build_image(ref, variant=variant, broken=broken)
     entries = dict(index or {})
     entries[ref.key] = blob.digest
     files = {
@@ -469,7 +482,12 @@ def lab_image_ref(inventory: Any) -> str:
 
 
 def move_lab_tag(
-    podman: Podman, nodes: Iterable[str], ref: ImageRef | str, variant: str = "moved"
+    podman: Podman,
+    nodes: Iterable[str],
+    ref: ImageRef | str,
+    variant: str = "moved",
+    *,
+    broken: bool = False,
 ) -> str:
     """:func:`move_tag` on the registries of running lab nodes; the new digest.
 
@@ -483,7 +501,10 @@ def move_lab_tag(
             node, ["sh", "-c", f'cat "{REGISTRY_DIR}/{INDEX_NAME}" 2>/dev/null'], check=False
         ).stdout
         files, digest = registry_update(
-            ref, variant=variant, index=parse_index(current, f"{node}:{INDEX_NAME}")
+            ref,
+            variant=variant,
+            index=parse_index(current, f"{node}:{INDEX_NAME}"),
+            broken=broken,
         )
         install(
             podman,
