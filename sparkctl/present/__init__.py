@@ -28,6 +28,7 @@ from sparkctl.present import summary
 
 if TYPE_CHECKING:
     from sparkctl.inventory import Inventory
+    from sparkctl.model_store import Listing
     from sparkctl.playbook import PlaybookRun
     from sparkctl.report.model import Report
     from sparkctl.report.soak import Soak
@@ -278,6 +279,35 @@ def serve_upgrade(result: UpgradeResult, *, as_json: bool = False) -> None:
             )
         say(line, style=None if g.decision == "keep" else "red", markup=False, highlight=False)
     say(f"steps: {result.run_dir}/upgrade.json", markup=False, highlight=False)
+
+
+def model_revisions(listing: Listing, *, as_json: bool = False) -> None:
+    """Each node's revisions; after a prune, what went and what stayed, and why."""
+    if as_json:
+        emit(listing)
+        return
+    table = Table(box=box.SIMPLE if console.out.is_terminal else None)
+    for col in ("node", "revision", "size", "state"):
+        table.add_column(col)
+    for r in listing.revisions:
+        state = ", ".join(
+            w
+            for w, on in (
+                ("serving", r.serving),
+                ("previous", r.previous),
+                ("verified", r.verified),
+            )
+            if on
+        )
+        table.add_row(r.node, escape(r.path), f"{r.size_bytes / 1048576:.1f} MiB", state)
+    console.out.print(table)
+    if listing.pruned:
+        verb = "would remove" if listing.dry_run else "removed"
+        for r in listing.removed:
+            console.out.print(f"{verb}: {r.node} {r.path}", markup=False, highlight=False)
+        for r, why in listing.kept:
+            if not r.serving:
+                console.out.print(f"kept: {r.node} {r.path}: {why}", markup=False, highlight=False)
 
 
 _VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold red", "unreachable": "bold red"}

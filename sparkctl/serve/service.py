@@ -12,7 +12,7 @@ from sparkctl import inventory, metrics
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.report.model import Report
-from sparkctl.serve.cluster import open_cluster
+from sparkctl.serve.cluster import Cluster, open_cluster
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,22 @@ def verify_command(
     with inventory_lock(inv, "serve verify"):
         cluster = open_cluster(inv, "serve-verify", extravars)
         report = verify(cluster, stamp)
+        if report.verdict == "passed":  # the model each node serves has served through it
+            _record_models(cluster)
     report_io.write(report, cluster.run_dir)
     # Prometheus textfile metrics where SPARKCTL_TEXTFILE_DIR is set (docs/monitoring.md)
     metrics.publish_serve_verify(report, {g.name: g.members for g in cluster.groups()})
     return Verified(report, cluster.run_dir, inv.path)
+
+
+def _record_models(cluster: Cluster) -> None:
+    """Each node's serving model revision (where its link points) as verified, for
+    `model prune` (sparkctl.model_store)."""
+    import shlex  # noqa: PLC0415
+
+    from sparkctl import model_store  # noqa: PLC0415
+
+    links = {n: cluster.plan.node(n).sglang.model_path for n in cluster.nodes}
+    out = {n: cluster.run(n, f"readlink -f {shlex.quote(link)}", 30) for n, link in links.items()}
+    roots = {n: text.strip() for n, (rc, text) in out.items() if rc == 0 and text.strip()}
+    model_store.record_verified(cluster.inv.cluster, roots, "serve verify")

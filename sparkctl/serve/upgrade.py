@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparkctl import console, inventory
+from sparkctl import console, inventory, model_store
 from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
@@ -485,6 +485,8 @@ def upgrade_group(
         _rollback(cluster, group, o, extravars)
     else:
         o.after = o.target
+        if o.target is not None:  # passed the gate: it has served through a verify
+            model_store.record_verified(cluster.inv.cluster, dict(o.target.models), "serve upgrade")
     if gw is not None and (o.decision == "keep" or o.rollback_ok):
         gateway.join(gw, group.base_url, float(s.serve_timeout))
     return o
