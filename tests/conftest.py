@@ -71,18 +71,35 @@ def lab_unavailable() -> str | None:
     return None
 
 
-def _phase(item: pytest.Item) -> tuple[bool, int, bool]:
+def _phase(item: pytest.Item) -> tuple[bool, int, bool, bool]:
     """Unit tests first, then the contract suite (its venv and its aarch64 resolutions are
     built in the background meanwhile, tests/contract/conftest.py), then the rest; tests
     marked quiet_host (bandwidth measured on the lab) come after the other lab tests, by
-    when the background molecule scenarios are over; tests marked lab_teardown take the
-    shared lab down: they run last. The sort is stable: within a phase, file order."""
+    when the background molecule scenarios are over; tests marked regroups_lab (a module
+    that provisions the lab into other TP groups) after those, so that nothing after
+    them needs the lab as it was; tests marked lab_teardown take the shared lab down:
+    they run last. The sort is stable: within a phase, file order."""
     parts = Path(str(item.path)).resolve().relative_to(REPO).parts
     group = {"unit": 0, "contract": 1}.get(parts[1] if len(parts) > 2 else "", 2)
     return (
         item.get_closest_marker("lab_teardown") is not None,
         group,
+        item.get_closest_marker("regroups_lab") is not None,
         item.get_closest_marker("quiet_host") is not None,
+    )
+
+
+def needed_after(request: pytest.FixtureRequest) -> bool:
+    """Whether a test after this module's last one uses the lab, other than taking it down
+    (the lab_teardown tests): a module that changed the lab restores it only then."""
+    items = request.session.items
+    here = Path(str(request.path)).resolve()
+    mine = [i for i, item in enumerate(items) if Path(str(item.path)).resolve() == here]
+    later = items[mine[-1] + 1 :] if mine else []
+    return any(
+        item.get_closest_marker("lab") is not None
+        and item.get_closest_marker("lab_teardown") is None
+        for item in later
     )
 
 
@@ -105,6 +122,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "lab_teardown: runs after every other test")
+    config.addinivalue_line(
+        "markers",
+        "regroups_lab: provisions the lab into other TP groups, so it runs after the other "
+        "lab tests (and before lab_teardown)",
+    )
     config.addinivalue_line(
         "markers",
         "quiet_host: measures bandwidth on the lab, so it waits until no "

@@ -192,6 +192,7 @@ class GroupOutcome:
     head: str
     before: Version
     target: Version | None = None
+    before_error: str = ""  # the group did not pass a verify before its upgrade
     drained: bool | None = None  # None: no gateway (nothing to drain)
     drain_s: float = 0.0
     swap_error: str = ""  # the swap play failed
@@ -213,6 +214,7 @@ class GroupOutcome:
             "head": self.head,
             "before": self.before.to_dict(),
             "target": self.target.to_dict() if self.target else None,
+            "before_error": self.before_error,
             "drained": self.drained,
             "drain_s": round(self.drain_s, 3),
             "swap_error": self.swap_error,
@@ -234,19 +236,27 @@ class GroupOutcome:
 
 def decide(o: GroupOutcome) -> tuple[str, str]:
     """Keep the new version or roll this group back, and why, from what was recorded:
+    - not serving right before (its own verify failed): nothing is touched ("not-started");
     - not drained: nothing was stopped, nothing to roll back ("not-started");
     - the swap play or the start-up failed: roll back;
     - any failed check of the gate (verify, golden, figures, bounded load): roll back;
     - else keep."""
+    if o.before_error:
+        return "not-started", (
+            f"group {o.group} did not pass serve verify before its upgrade "
+            f"({o.before_error}); nothing was changed: serve up and verify it first"
+        )
     if o.drained is False:
         return "not-started", (
             f"group {o.group} did not finish its running requests within the drain "
             "timeout; it was not stopped and serves the previous version"
         )
-    if o.swap_error:
-        return "rollback", f"the swap failed: {o.swap_error}"
-    if o.start_error:
-        return "rollback", f"the new version did not start: {o.start_error}"
+    for what, error in (
+        ("the swap failed", o.swap_error),
+        ("the new version did not start", o.start_error),
+    ):
+        if error:
+            return "rollback", f"{what}: {error}"
     failed = [c for c in o.checks if c.outcome == "failed"]
     if failed:
         first = failed[0]
@@ -455,8 +465,13 @@ def upgrade_group(
     s = group.sglang()
     o = GroupOutcome(group.name, group.head, read_version(cluster, group))
     console.progress(f"serve upgrade: group {group.name} runs {o.before.describe()}")
+    before_checks, before_figures = measure(group, key)
+    bad = [c for c in before_checks if c.outcome == "failed"]
+    if bad:
+        o.before_error = cluster.redact(f"{bad[0].check} on {bad[0].host}: {bad[0].message}")
+        o.decision, o.reason = decide(o)
+        return o
     before_answers = _answers(group, key)
-    _, before_figures = measure(group, key)
     gw = cluster.gateway() if len(cluster.groups()) > 1 else None
     if gw is not None:
         gateway.leave(gw, group.base_url, 60.0)

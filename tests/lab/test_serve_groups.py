@@ -18,6 +18,7 @@ change nothing (the idempotency test in test_provision.py shows that).
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -27,11 +28,13 @@ import httpx
 import pytest
 
 from sparkctl.serve.gateway import Gateway
-from tests.conftest import REPO, SIM_INVENTORY, LabSession, sparkctl
+from tests.conftest import REPO, SIM_INVENTORY, LabSession, needed_after, sparkctl
 from tests.lab.test_monitoring import SGLANG_PORT, api, targets, wait_for
 from tests.labhost import STATE, ssh
 
-pytestmark = pytest.mark.lab
+# After every other lab test (tests/conftest.py, _phase): provisioning the lab back to
+# one group of four costs a provision, which only a later test would need.
+pytestmark = [pytest.mark.lab, pytest.mark.regroups_lab]
 
 TWO = REPO / "inventory" / "sim-two-groups.ini"
 # The gateway on the first group's head (sim-two-groups.ini, [sparks:vars]).
@@ -45,7 +48,9 @@ REGROUP = ["-t", "model_cache", "-t", "sglang", "-t", "monitoring"]
 
 
 @pytest.fixture(scope="module")
-def two_groups(lab: LabSession, provisioned: dict[str, object]) -> Iterator[None]:
+def two_groups(
+    lab: LabSession, provisioned: dict[str, object], request: pytest.FixtureRequest
+) -> Iterator[None]:
     sparkctl("lab", "model", "--size", "16MiB", "--files", "2", "--dir", MODEL_DIR, check=True)
     proc = sparkctl("provision", str(TWO), *SOURCE, *REGROUP, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -53,9 +58,11 @@ def two_groups(lab: LabSession, provisioned: dict[str, object]) -> Iterator[None
     sparkctl("serve", "down", str(TWO))
     for node in lab.inventory.nodes:
         ssh(node.mgmt_ip, f"rm -rf {CACHE} /srv/sparkctl-model", check=False)
-    # one group of four again, for whatever runs next
-    back = sparkctl("provision", str(SIM_INVENTORY), *REGROUP, timeout=1800)
-    assert back.returncode == 0, back.stderr[-4000:]
+    # one group of four again, for whatever runs next (the whole suite: nothing but the
+    # lab's teardown, which only removes it)
+    if needed_after(request):
+        back = sparkctl("provision", str(SIM_INVENTORY), *REGROUP, timeout=1800)
+        assert back.returncode == 0, back.stderr[-4000:]
 
 
 def test_each_group_runs_its_own_rendezvous(lab: LabSession, two_groups: None) -> None:
@@ -269,3 +276,215 @@ def chat(base_url: str, key: str, model: str) -> Any:
         headers={"Authorization": f"Bearer {key}"},
         timeout=60,
     )
+
+
+# ------------------------------------------------------------------ serve upgrade
+# Another release of the stand-in's image (its own digest in every node's registry), one
+# that cannot start (no SGLang package), and a second model revision made beside the
+# first: the same sizes, so the same config.json, so the same greedy answers.
+NEW_IMAGE = "lmsysorg/sglang:v0.5.18-cu130-runtime"
+BROKEN_IMAGE = "lmsysorg/sglang:v0.5.19-cu130-runtime"
+REVISION = "/srv/sparkctl-model/groups-r2"
+GOLDEN = json.dumps(
+    {
+        "sglang_golden_prompts": [
+            {"prompt": "What does tensor parallelism split across the ranks?", "same": True},
+            {"prompt": "Name one collective operation.", "same": True, "max_tokens": 16},
+        ]
+    }
+)
+RECORD = "/etc/sparkctl/sglang-version"
+UNIT = "sparkctl-sglang.service"
+
+
+@pytest.fixture(scope="module")
+def releases(lab: LabSession, two_groups: None) -> dict[str, str]:
+    """REF@DIGEST of the new and the broken image, published by `sparkctl lab image`;
+    the revision made on the head; and what spark1 runs before any upgrade."""
+    out = {"before": _runs(lab, "spark1")[0]}
+    for name, ref, extra in (
+        ("new", NEW_IMAGE, ["--variant", "v0.5.18"]),
+        ("broken", BROKEN_IMAGE, ["--broken"]),
+    ):
+        proc = sparkctl("lab", "image", ref, *extra, "--json", check=True)
+        out[name] = f"{ref}@{json.loads(proc.stdout)['digest']}"
+    sparkctl("lab", "model", "--size", "16MiB", "--files", "2", "--dir", REVISION, check=True)
+    return out
+
+
+def _runs(lab: LabSession, node: str) -> tuple[str, str]:
+    """(image, model directory) the node's unit runs: its version record and its link."""
+    ip = lab.inventory.node(node).mgmt_ip
+    image = ssh(ip, f"sed -n 's/^SGLANG_IMAGE=//p' {RECORD}").stdout.strip()
+    model = ssh(ip, f"readlink -f {CACHE}/current").stdout.strip()
+    return image, model
+
+
+def _upgrade(image: str, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    ref, _, digest = image.partition("@")
+    proc = sparkctl(
+        "serve",
+        "upgrade",
+        str(TWO),
+        *SOURCE[:2],
+        "-e",
+        f"model_cache_head_dir={REVISION}",
+        "-e",
+        f"sglang_image={ref}",
+        "-e",
+        f"sglang_image_digest={digest}",
+        "-e",
+        GOLDEN,
+        *extra,
+        "--json",
+        timeout=1800,
+    )
+    try:
+        return proc, json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(proc.stdout[-3000:] + proc.stderr[-4000:]) from None
+
+
+def test_the_disk_check_refuses_a_revision_that_does_not_fit_beside_the_serving_one(
+    lab: LabSession, releases: dict[str, str]
+) -> None:
+    """A node whose disk holds the serving revision and not also the new one (here: the
+    space kept free, model_cache_free_margin_mb, leaves less than the new revision): the
+    staging stops before anything is copied, naming the node, and nothing that serves
+    changes."""
+    spark2 = lab.inventory.node("spark2").mgmt_ip
+    free_mb = int(ssh(spark2, f"df -B1M --output=avail {CACHE} | tail -1").stdout.strip())
+    before = {n: _runs(lab, n) for n in ("spark1", "spark2", "spark3", "spark4")}
+    # 16 MiB to copy, 8 MiB left above the margin: it does not fit
+    proc, result = _upgrade(
+        releases["new"], "-e", f"model_cache_free_margin_mb={free_mb - 8}", "--stage-only"
+    )
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert not result["staged"] and result["groups"] == [], result
+    assert "staging failed, nothing that serves was touched" in result["error"], result["error"]
+    out = proc.stdout + proc.stderr
+    assert "spark2: the model needs" in out or "spark2" in result["error"], out[-3000:]
+    # nothing copied (the role may have made the revision's empty directory)
+    copied = ssh(spark2, f"find {CACHE}/groups-r2 -type f 2>/dev/null | wc -l").stdout.strip()
+    assert copied == "0", copied
+    assert {n: _runs(lab, n) for n in before} == before
+
+
+@pytest.mark.fault
+def test_an_image_that_cannot_start_is_rolled_back_and_the_previous_version_serves(
+    lab: LabSession, releases: dict[str, str]
+) -> None:
+    """Group b moved to an image without SGLang: its swap fails (the role runs the new
+    image's server, which exits with "No module named sglang.launch_server"), the
+    previous image and model link are put back, started and verified, and the command
+    exits 1 saying so. Group a is not touched; both groups stay in the rotation."""
+    before = {n: _runs(lab, n) for n in ("spark1", "spark2", "spark3", "spark4")}
+    proc, result = _upgrade(releases["broken"], "--group", "b")
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    (b,) = result["groups"]
+    assert (b["group"], b["decision"], b["rollback_ok"]) == ("b", "rollback", True), b
+    assert "No module named sglang.launch_server" in b["reason"], b["reason"]
+    assert "group b was rolled back" in proc.stderr and "serves again" in proc.stderr
+    assert {n: _runs(lab, n) for n in before} == before
+    verify = sparkctl("serve", "verify", str(TWO), "--json", timeout=600)
+    assert verify.returncode == 0, verify.stdout[-3000:] + verify.stderr[-3000:]
+    assert {w.url: w.status for w in _gateway().workers()} == dict.fromkeys(HEADS.values(), "ready")
+    print(f"\nbroken image on group b: rolled back, down {b['rollback_downtime_s']} s")
+
+
+@pytest.mark.fault
+def test_a_rolling_upgrade_answers_every_request_and_rolls_back_only_the_failing_group(
+    lab: LabSession, releases: dict[str, str]
+) -> None:
+    """The new image and revision, staged first (--stage-only); then spark4's staged copy
+    of the revision is corrupted keeping size and mtime (a bad disk that the quick check
+    trusts, as documented). `serve upgrade` moves group a (out of the gateway, drained,
+    swapped, gated, back) and then group b, whose golden answers (same: true) now differ
+    from its previous version's: b alone is rolled back, a keeps the new version. A
+    client sends a chat through the gateway every half second the whole time: none
+    fails. The counts and the swap's downtime are printed for docs/benchmarks.md."""
+    stage, _ = _upgrade(releases["new"], "--stage-only")
+    assert stage.returncode == 0, stage.stderr[-4000:]
+    spark4 = lab.inventory.node("spark4").mgmt_ip
+    config = f"{CACHE}/groups-r2/config.json"
+    ssh(
+        spark4,
+        f"t=$(stat -c %y {config}) && printf 'X' | dd of={config} bs=1 seek=20 "
+        f'conv=notrunc status=none && touch -d "$t" {config}',
+    )
+    gw = _gateway()
+    loop = _Loop(gw, gw.workers()[0].models[0])
+    try:
+        proc, result = _upgrade(releases["new"])
+    finally:
+        loop.close()
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    a, b = result["groups"]
+    assert (a["group"], a["decision"]) == ("a", "keep"), a
+    assert (b["group"], b["decision"], b["rollback_ok"]) == ("b", "rollback", True), b
+    assert b["reason"].startswith("golden (golden 1) failed"), b["reason"]
+    assert "differs from the previous version's" in b["reason"], b["reason"]
+    assert a["drained"] and b["drained"]
+    assert _runs(lab, "spark1") == (releases["new"], REVISION)
+    assert _runs(lab, "spark2") == (releases["new"], f"{CACHE}/groups-r2")
+    assert _runs(lab, "spark3")[0] == releases["before"]
+    assert _runs(lab, "spark4") == (releases["before"], f"{CACHE}/groups")
+    assert "group(s) a keep the new version" in proc.stderr, proc.stderr[-3000:]
+    assert loop.failed == [], loop.failed[:5]
+    assert loop.sent > 0 and loop.during["a"] > 0 and loop.during["b"] > 0, loop.during
+    assert {w.url: w.status for w in gw.workers()} == dict.fromkeys(HEADS.values(), "ready")
+    # Old revisions go only beside a serving one that passed a verify: group a's old one
+    # on spark2 (the new one passed the upgrade's gate). Group b serves its old revision
+    # again and keeps the inventory's new one, staged; the head reads its copy in place.
+    pruned = sparkctl(
+        "model", "prune", str(TWO), *SOURCE[:2], "-e", f"model_cache_head_dir={REVISION}", "--json"
+    )
+    assert pruned.returncode == 0, pruned.stdout[-2000:] + pruned.stderr[-3000:]
+    gone = {(r["node"], r["path"]) for r in json.loads(pruned.stdout)["removed"]}
+    assert ("spark2", f"{CACHE}/groups") in gone, gone
+    kept = [g for g in gone if g[0] != "spark2" and g[1].endswith(("/groups-r2", "/groups"))]
+    assert not kept and not [g for g in gone if g[0] == "spark1"], gone
+    left = ssh(lab.inventory.node("spark2").mgmt_ip, f"test -d {CACHE}/groups", check=False)
+    assert left.returncode == 1
+    print(
+        f"\nrolling upgrade: group a down {a['downtime_s']} s (drained {a['drain_s']} s), "
+        f"group b down {b['downtime_s']} s then rolled back in {b['rollback_downtime_s']} s; "
+        f"through the gateway {loop.sent} requests sent, {len(loop.failed)} failed; "
+        f"{loop.during['a']} sent while group a was out of rotation, {loop.during['b']} "
+        f"while b was, {loop.during['both']} with both in"
+    )
+
+
+class _Loop:
+    """A client of the gateway: a chat every half second, each counted with which group
+    was out of the rotation when it was sent (read from the gateway just before)."""
+
+    def __init__(self, gw: Gateway, model: str) -> None:
+        self.gw, self.model = gw, model
+        self.sent = 0
+        self.failed: list[str] = []
+        self.during = {"a": 0, "b": 0, "both": 0}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                ready = {w.url for w in self.gw.workers() if w.ready}
+            except Exception:
+                ready = set(HEADS.values())
+            out = [g for g, url in HEADS.items() if url not in ready]
+            try:
+                resp = chat(GATEWAY, str(self.gw.key), self.model)
+                if resp.status_code != 200:
+                    self.failed.append(f"HTTP {resp.status_code}: {resp.text[:120]}")
+            except httpx.HTTPError as exc:
+                self.failed.append(f"{type(exc).__name__}: {exc}")
+            self.sent += 1
+            self.during[out[0] if len(out) == 1 else "both"] += 1
+            self.stop.wait(0.5)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=120)

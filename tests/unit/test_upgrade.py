@@ -38,6 +38,13 @@ def test_a_group_whose_every_check_passed_keeps_the_new_version() -> None:
     assert decide(o) == ("keep", "every check passed")
 
 
+def test_a_group_that_did_not_serve_before_is_not_touched() -> None:
+    o = GroupOutcome("a", "spark1", OLD, before_error="health on spark1: HTTP 503")
+    decision, why = decide(o)
+    assert decision == "not-started"
+    assert "did not pass serve verify before its upgrade (health on spark1: HTTP 503)" in why
+
+
 def test_a_group_that_did_not_drain_is_not_stopped_and_nothing_is_rolled_back() -> None:
     decision, why = decide(GroupOutcome("b", "spark3", OLD, drained=False))
     assert decision == "not-started"
