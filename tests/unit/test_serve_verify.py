@@ -396,6 +396,8 @@ def _states(host: str, command: str, timeout: int) -> tuple[int, str]:
         # a unit bound to no firewall (sglang_firewall_enabled false): that check is
         # test_serve_firewall's, with the real nft
         return 0, "\n"
+    if command.startswith("readlink -f "):  # where the model link points (model prune)
+        return 0, "/models/rev1\n"
     assert command.startswith("systemctl show -p ActiveState,SubState"), command
     return 0, "ActiveState=active\nSubState=running\nResult=success\nNRestarts=0\n"
 
@@ -741,3 +743,26 @@ def test_the_serve_verify_command_fails_in_one_line_and_keeps_the_report(
         "firewall": "skipped",
     }
     assert not any("serving figures" in n for n in report["notes"])
+
+
+def test_a_passing_verify_records_each_nodes_serving_revision_for_model_prune(
+    tmp_path: Path,
+    api_key: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from sparkctl import model_store  # noqa: PLC0415
+
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
+    four = {"server_info": Answer(body={"tp_size": 4, "nnodes": 4, "version": "0.5.17"})}
+    code, out, err = run_verify_command(monkeypatch, capsys, four, tmp_path / "run")
+    assert code in (0, None), (out, err)
+    assert model_store.verified_roots("sim") == dict.fromkeys(
+        ("spark1", "spark2", "spark3", "spark4"), "/models/rev1"
+    )
+    # a failing verify records nothing
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state2"))
+    bad = {**four, "server_info": Answer(status=500, body={"error": "boom"})}
+    code, out, err = run_verify_command(monkeypatch, capsys, bad, tmp_path / "run2")
+    assert code == 1, (out, err)
+    assert model_store.verified_roots("sim") == {}
