@@ -167,7 +167,7 @@ def _read(cluster: Any) -> list[Revision]:
     out: list[Revision] = []
     nodes = cluster.nodes
     plans = {n: cluster.plan.node(n).model_cache for n in nodes}
-    texts = {n: cluster.run(n, listing_command(plans[n].dir, plans[n].link), 60) for n in nodes}
+    texts = cluster.each_own({n: listing_command(plans[n].dir, plans[n].link) for n in nodes}, 60)
     for n in nodes:
         rc, text = texts[n]
         if rc != 0:

@@ -133,10 +133,17 @@ class Cluster:
     ) -> dict[str, tuple[int, str]]:
         """The same command on every node at once; ``{sudo}`` in it becomes each node's
         own prefix for root (:meth:`sudo`)."""
-        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+        return self.each_own(dict.fromkeys(nodes, command), timeout)
+
+    def each_own(
+        self, commands: Mapping[str, str], timeout: int = 60
+    ) -> dict[str, tuple[int, str]]:
+        """Each node's own command (its plan's paths), all at once; ``{sudo}`` as in
+        :meth:`each`."""
+        with ThreadPoolExecutor(max_workers=max(1, len(commands))) as pool:
             futures = {
-                n: pool.submit(self.runner, n, command.replace("{sudo}", self.sudo(n)), timeout)
-                for n in nodes
+                n: pool.submit(self.runner, n, cmd.replace("{sudo}", self.sudo(n)), timeout)
+                for n, cmd in commands.items()
             }
             return {n: f.result() for n, f in futures.items()}
 

@@ -73,6 +73,6 @@ def _record_models(cluster: Cluster) -> None:
     from sparkctl import model_store  # noqa: PLC0415
 
     links = {n: cluster.plan.node(n).sglang.model_path for n in cluster.nodes}
-    out = {n: cluster.run(n, f"readlink -f {shlex.quote(link)}", 30) for n, link in links.items()}
+    out = cluster.each_own({n: f"readlink -f {shlex.quote(link)}" for n, link in links.items()}, 30)
     roots = {n: text.strip() for n, (rc, text) in out.items() if rc == 0 and text.strip()}
     model_store.record_verified(cluster.inv.cluster, roots, "serve verify")

@@ -112,8 +112,9 @@ def read_version(cluster: Cluster, group: Group) -> Version:
     """What ``group``'s nodes run now; its nodes must agree on the image."""
     images: dict[str, str] = {}
     models = []
+    out = cluster.each_own({n: _version_command(cluster, n) for n in group.members}, 30)
     for node in group.members:
-        rc, text = cluster.run(node, _version_command(cluster, node), 30)
+        rc, text = out[node]
         if rc != 0:
             raise SparkctlError(
                 f"{node}: cannot read what it runs: {text.strip()[-200:]}", ExitCode.UNREACHABLE
