@@ -125,6 +125,16 @@ _NODE_STATE = (
 _SWITCH_STATE = "ip -j link; echo '@@'; tc qdisc show | sort"
 
 
+def corrupt_in_place(host_ip: str, path: str, offset: int, byte: str) -> None:
+    """Overwrite one byte of ``path`` on a lab host and put its mtime back: its size and
+    mtime are what they were (silent corruption, which a quick check trusts)."""
+    ssh(
+        host_ip,
+        f"t=$(stat -c %y {path}) && printf '{byte}' | dd of={path} bs=1 seek={offset} "
+        f'conv=notrunc status=none && touch -d "$t" {path}',
+    )
+
+
 def _links(text: str, *, addresses: bool) -> dict[str, object]:
     out: dict[str, object] = {}
     for link in json.loads(text or "[]"):

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
-from tests.labhost import ssh
+from tests.labhost import corrupt_in_place, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -201,11 +201,7 @@ def test_corruption_that_keeps_size_and_mtime_needs_full_verify(
 ) -> None:
     spark4 = lab.inventory.node("spark4").mgmt_ip
     shard = f"{COPY}/model-00001-of-00004.safetensors"
-    ssh(
-        spark4,
-        f"t=$(stat -c %y {shard}) && printf 'Y' | dd of={shard} bs=1 seek=10 "
-        f'conv=notrunc status=none && touch -d "$t" {shard}',
-    )
+    corrupt_in_place(spark4, shard, 10, "Y")
     want = _sums(lab.inventory.node("spark1").mgmt_ip, MODEL_DIR)
     rc, _, output = _sync()
     assert rc == 0, output[-5000:]

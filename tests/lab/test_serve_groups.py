@@ -30,7 +30,7 @@ import pytest
 from sparkctl.serve.gateway import Gateway
 from tests.conftest import REPO, SIM_INVENTORY, LabSession, needed_after, sparkctl
 from tests.lab.test_monitoring import SGLANG_PORT, api, targets, wait_for
-from tests.labhost import STATE, ssh
+from tests.labhost import STATE, corrupt_in_place, ssh
 
 # After every other lab test (tests/conftest.py, _phase): provisioning the lab back to
 # one group of four costs a provision, which only a later test would need.
@@ -407,11 +407,7 @@ def test_a_rolling_upgrade_answers_every_request_and_rolls_back_only_the_failing
     assert stage.returncode == 0, stage.stderr[-4000:]
     spark4 = lab.inventory.node("spark4").mgmt_ip
     config = f"{CACHE}/groups-r2/config.json"
-    ssh(
-        spark4,
-        f"t=$(stat -c %y {config}) && printf 'X' | dd of={config} bs=1 seek=20 "
-        f'conv=notrunc status=none && touch -d "$t" {config}',
-    )
+    corrupt_in_place(spark4, config, 20, "X")
     gw = _gateway()
     loop = _Loop(gw, gw.workers()[0].models[0])
     try:
