@@ -45,11 +45,12 @@ if AnsibleCollectionConfig.collection_finder is None:
     init_plugin_loader([str(collections_path())])
 
 from ansible_collections.sparkctl.spark.plugins.module_utils import (  # noqa: E402
+    model_memory,
     tool_output,
     tp_groups,
 )
 
-__all__ = ["PACKAGE", "plugin", "tool_output", "tp_groups"]
+__all__ = ["PACKAGE", "model_memory", "plugin", "tool_output", "tp_groups"]
 
 
 def plugin(kind: str, name: str) -> ModuleType:

@@ -168,6 +168,10 @@ class SglangPlan:
     upgrade_load_concurrency: tuple[int, ...]
     upgrade_load_requests: int
     upgrade_drain_timeout: int
+    mem_fraction_static: float
+    min_kv_cache_gib: float
+    kv_cache_dtype: str  # "auto": the model's dtype
+    context_length: int  # 0: the model's own
 
 
 @dataclass(frozen=True)

@@ -81,3 +81,96 @@ def model_prune(inventory_path: Path, dry_run: bool, extra: tuple[str, ...], as_
     result = prune(checked(inventory_path, extravars), dry_run=dry_run, extravars=extravars)
     present.model_revisions(result, as_json=as_json)
     exit_for(result)
+
+
+@model_group.command("plan")
+@click.argument(
+    "inventory_path",
+    metavar="[INVENTORY]",
+    required=False,
+    type=click.Path(path_type=Path, dir_okay=False),
+)
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="A model directory on this machine (config.json, safetensors), without a cluster.",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1, max=64),
+    default=4,
+    show_default=True,
+    help="Sparks to lay out, with --model.",
+)
+@click.option(
+    "--memory-gib",
+    type=click.FloatRange(min=1),
+    help="Memory SGLang sizes its pool from, with --model (default: the Spark's 119.7).",
+)
+@click.option(
+    "--mem-fraction",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    help="--mem-fraction-static, with --model (default: the Spark profile's 0.75).",
+)
+@click.option(
+    "--kv-cache-dtype",
+    type=click.Choice(["auto", "bf16", "bfloat16", "fp16", "fp8_e4m3", "fp8_e5m2"]),
+    default="auto",
+    show_default=True,
+    help="KV cache element type, with --model (auto: the model's).",
+)
+@click.option(
+    "--context-length",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Tokens a request may use, with --model (0: the model's own).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def model_plan(
+    inventory_path: Path | None,
+    model_dir: Path | None,
+    nodes: int,
+    memory_gib: float | None,
+    mem_fraction: float | None,
+    kv_cache_dtype: str,
+    context_length: int,
+    as_json: bool,
+) -> None:
+    """What the model needs per rank in every layout: one TP=4 group, two TP=2 groups,
+    four replicas (for four Sparks); weights and KV cache per rank, KV tokens that fit,
+    and which layout to serve. INVENTORY reads the model its head holds and the
+    inventory's memory settings; --model PATH plans a local copy without a cluster."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from sparkctl import model_plan as mp  # noqa: PLC0415
+    from sparkctl import present  # noqa: PLC0415
+    from sparkctl.errors import ExitCode, SparkctlError  # noqa: PLC0415
+
+    if model_dir is None:
+        if inventory_path is None:
+            raise SparkctlError("model plan takes an INVENTORY or --model PATH", ExitCode.BAD_INPUT)
+        from sparkctl.serve.cluster import open_cluster  # noqa: PLC0415
+
+        plan = mp.plan_cluster(open_cluster(checked(inventory_path), "model-plan"))
+    elif inventory_path is not None:
+        raise SparkctlError(
+            "model plan takes an INVENTORY or --model PATH, not both", ExitCode.BAD_INPUT
+        )
+    else:
+        memory = mp.spark_memory()
+        memory = replace(
+            memory,
+            memory_gib=memory_gib or memory.memory_gib,
+            mem_fraction=mem_fraction or memory.mem_fraction,
+            source="options" if memory_gib or mem_fraction else memory.source,
+        )
+        plan = mp.make_plan(
+            mp.read_local(model_dir),
+            memory,
+            nodes,
+            kv_dtype=kv_cache_dtype,
+            context=context_length,
+        )
+    present.model_plan(plan, as_json=as_json)
+    exit_for(plan)

@@ -28,6 +28,7 @@ from sparkctl.present import summary
 
 if TYPE_CHECKING:
     from sparkctl.inventory import Inventory
+    from sparkctl.model_plan import ModelPlan
     from sparkctl.model_store import Listing
     from sparkctl.playbook import PlaybookRun
     from sparkctl.report.model import Report
@@ -308,6 +309,56 @@ def model_revisions(listing: Listing, *, as_json: bool = False) -> None:
         for r, why in listing.kept:
             if not r.serving:
                 console.out.print(f"kept: {r.node} {r.path}: {why}", markup=False, highlight=False)
+
+
+def model_plan(plan: ModelPlan, *, as_json: bool = False) -> None:
+    """The model, then a row per layout, the advice and what the plan cannot know."""
+    if as_json:
+        emit(plan)
+        return
+    d = plan.to_dict()
+    m, mem = d["model"], d["memory"]
+    params = f"{m['params'] / 1e9:.2f} B parameters, " if m["params"] else ""
+    console.out.print(
+        f"{m['where']}: {m.get('architecture', 'no config.json')}, {params}"
+        f"{m['weight_gib']:.2f} GiB of weights (from the {m['bytes_from']}), context "
+        f"{m['context'] or '?'}, KV cache {m['kv_cache_dtype']}",
+        markup=False,
+        highlight=False,
+    )
+    console.out.print(
+        f"memory: {mem['mem_fraction_static']:g} of {mem['memory_gib']:g} GiB a node, at least "
+        f"{mem['min_kv_cache_gib']:g} GiB of KV cache ({mem['source']})",
+        markup=False,
+        highlight=False,
+    )
+    table = Table(box=box.SIMPLE if console.out.is_terminal else None)
+    for col in ("layout", "weights/rank", "KV/rank", "KV B/token", "KV tokens", "AR/token", "fits"):
+        table.add_column(col)
+    for x in d["layouts"]:
+        mark = " (serving)" if x["name"] == plan.serving else ""
+        table.add_row(
+            x["name"] + mark,
+            f"{x['weight_gib_per_rank']:.2f} GiB",
+            f"{x['kv_pool_gib']:.2f} GiB",
+            str(x["kv_bytes_per_token"] or "?"),
+            str(x["kv_tokens"]),
+            str(x["allreduces_per_token"]),
+            "yes" if x["fits"] else "no",
+        )
+    console.out.print(table)
+    for x in d["layouts"]:
+        if not x["fits"]:
+            console.out.print(
+                f"{x['name']} does not fit: {'; '.join(x['problems'])}",
+                markup=False,
+                highlight=False,
+            )
+    console.out.print(f"advice: {plan.advice}", markup=False, highlight=False)
+    for note in d["notes"]:
+        console.out.print(f"note: {note}", markup=False, highlight=False)
+    for what in d["unknowns"]:
+        console.out.print(f"not known here: {what}", markup=False, highlight=False)
 
 
 _VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold red", "unreachable": "bold red"}

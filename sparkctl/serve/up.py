@@ -34,7 +34,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from sparkctl import console, inventory, nccl_parse, nccl_versions
+from sparkctl import console, inventory, model_plan, nccl_parse, nccl_versions
 from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
@@ -583,6 +583,10 @@ def up(
             if now.ok:  # serving: the gateway may have restarted since and lost them
                 now = replace(now, gateway=rotate_in(cluster, limit))
             return _about(now, cluster)
+        # A model that cannot fit its groups is refused before anything stops or starts,
+        # with model plan's figures (module_utils/model_memory.py), not after SGLang has
+        # loaded the weights (or the OOM killer has ended a rank).
+        model_plan.refusal(cluster)
         # (Re)started groups leave the gateway first: no request goes to a rank going down.
         rotate_out(cluster, cluster.groups())
         # Every rank that still runs stops first, heads first: a worker restarted while

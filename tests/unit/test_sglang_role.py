@@ -1520,10 +1520,11 @@ def test_memory_check_refuses_weights_that_leave_no_kv_cache() -> None:
     assert args_f.sglang_memory_problems(fits, 4, 0.75, 119.7, 2) == []
     too_big = f"{180 * gib}\n{180 * gib}\n"  # 90 GiB per rank
     assert args_f.sglang_memory_problems(too_big, "4", "0.75", 119.7, 2) == [
-        "weights 90.0 GiB per rank (360.0 GiB over tp 4) + minimum KV 2 GiB > 89.8 GiB "
-        "(0.75 of 119.7 GiB): serve a smaller or more quantized model, use more Sparks in "
+        "weights 90.0 GiB per rank + minimum KV 2 GiB > 89.8 GiB (0.75 of 119.7 GiB) at tp 4 "
+        "(360.0 GiB of weights): serve a smaller or more quantized model, use more Sparks in "
         "the group (sglang_tp_size), or raise sglang_mem_fraction_static if the node has "
-        "room (lower sglang_min_kv_cache_gib only to start with a smaller KV cache)"
+        "room (lower sglang_min_kv_cache_gib only to start with a smaller KV cache); "
+        "`sparkctl model plan INVENTORY` shows every layout"
     ]
     # The minimum KV cache counts: 88 GiB per rank fits 89.8 alone, not with 2 more.
     edge = f"{352 * gib}\n"
@@ -1531,6 +1532,31 @@ def test_memory_check_refuses_weights_that_leave_no_kv_cache() -> None:
     assert args_f.sglang_memory_problems(edge, 4, 0.75, 119.7, 2) != []
     # No model on the node yet: nothing to judge.
     assert args_f.sglang_memory_problems("", 4, 0.75, 119.7, 2) == []
+
+
+def test_memory_check_splits_by_the_models_own_shape_when_its_config_is_read() -> None:
+    """Llama-3.3-70B in bf16 (141.1 GB; tests/fixtures/model_configs): at TP 2 each rank
+    holds 65.7 GiB of weights, and 0.75 x 119.7 GiB leaves 24.1 GiB of KV cache. With its
+    config and index read, the filter takes the model's own split; 25 GiB of least KV
+    cache do not fit, 2 do, and a config that is not JSON is said, not passed."""
+    config = (
+        REPO / "tests" / "fixtures" / "model_configs" / "Llama-3.3-70B-Instruct.json"
+    ).read_text()
+    total = 70_553_706_496 * 2
+    index = json.dumps({"metadata": {"total_size": total}, "weight_map": {}})
+    sizes = f"{total}\n"
+    assert (
+        args_f.sglang_memory_problems(
+            sizes, 2, 0.75, 119.7, 2, config_text=config, index_text=index
+        )
+        == []
+    )
+    (problem,) = args_f.sglang_memory_problems(
+        sizes, 2, 0.75, 119.7, 25, config_text=config, index_text=index
+    )
+    assert problem.startswith("weights 65.7 GiB per rank + minimum KV 25 GiB > 89.8 GiB")
+    with pytest.raises(args_f.AnsibleFilterError, match=r"config\.json is not JSON"):
+        args_f.sglang_memory_problems(sizes, 2, 0.75, 119.7, 2, config_text="{", index_text=index)
 
 
 # ------------------------------------------- the served image's local tag (install, verify)

@@ -48,7 +48,7 @@ import re
 from typing import Any
 
 from ansible_collections.sparkctl.spark.plugins.filter import sparkctl_sinks
-from ansible_collections.sparkctl.spark.plugins.module_utils import tool_output
+from ansible_collections.sparkctl.spark.plugins.module_utils import model_memory, tool_output
 from ansible_collections.sparkctl.spark.plugins.module_utils.tp_groups import (
     GROUP_NAME,
     GROUP_NAME_WORDS,
@@ -300,24 +300,41 @@ def _fraction(value: Any) -> float:
 GIB = 1 << 30
 
 
+def _json_object(text: Any, what: str) -> dict[str, Any] | None:
+    """A file's JSON object as the probe read it, or None when it was not there."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise AnsibleFilterError(f"{what} is not JSON") from None
+    if not isinstance(data, dict):
+        raise AnsibleFilterError(f"{what} is not a JSON object")
+    return data
+
+
 def sglang_memory_problems(
     weight_sizes: str,
     tp_size: Any,
     mem_fraction_static: Any,
     gpu_memory_gib: Any,
     min_kv_cache_gib: Any,
+    *,
+    config_text: Any = "",
+    index_text: Any = "",
+    kv_cache_dtype: Any = "auto",
 ) -> list[str]:
     """Why the model cannot fit on a rank at ``mem_fraction_static``, or [].
 
     ``weight_sizes`` is what ``find -L MODEL -maxdepth 1 -name '*.safetensors'
-    -printf '%s\\n'`` printed on the node: one file size in bytes a line (the
-    weights; config and tokenizer files are small and left out). Tensor
-    parallelism splits the weights over the ranks, so each rank holds about
-    total / tp_size (embeddings and norms are replicated, a small share). SGLang's
-    static pool is mem_fraction_static x the node's memory (server_args.py:
-    "(model weights + KV cache pool) / GPU memory capacity"); what is left after
-    the weights is the KV cache, and with none SGLang stops with "Not enough
-    memory" after loading. No weights found (no model yet): no judgement.
+    -printf '%s\\n'`` printed on the node: one file size in bytes a line. With the
+    model's config.json and safetensors index (their text, as the probe read them) the
+    weights per rank are the model's own split (module_utils/model_memory.py, what
+    ``sparkctl model plan`` and ``serve up`` compute): projections and vocabulary
+    divided over the ranks, norms and routers whole on each; without them an even
+    split. SGLang's static pool is mem_fraction_static x the node's memory; what is
+    left after the weights is the KV cache, and with none SGLang stops after loading.
+    No weights found (no model yet): no judgement.
     """
     sizes = [int(line) for line in str(weight_sizes).split() if line.strip().isdigit()]
     if not sizes:
@@ -331,17 +348,40 @@ def sglang_memory_problems(
             f"cluster_hw.gpu_memory_gib ({gpu_memory_gib!r}) and sglang_min_kv_cache_gib "
             f"({min_kv_cache_gib!r}) must be numbers"
         ) from None
-    per_rank = sum(sizes) / GIB / max(tp, 1)
-    pool = fraction * memory
-    if per_rank + min_kv <= pool:
+    config = _json_object(config_text, "the model's config.json")
+    index = _json_object(index_text, "the model's safetensors index")
+    try:
+        model = model_memory.model_from(config, index=index, file_bytes=sum(sizes))
+    except model_memory.ModelConfigError as exc:
+        raise AnsibleFilterError(f"the model's config.json: {exc}") from None
+    fit = model.fit(
+        max(tp, 1),
+        memory_gib=memory,
+        mem_fraction=fraction,
+        min_kv_gib=min_kv,
+        kv_dtype=str(kv_cache_dtype or "auto"),
+    )
+    if fit.fits:
         return []
     return [
-        f"weights {per_rank:.1f} GiB per rank ({sum(sizes) / GIB:.1f} GiB over tp {tp}) + "
-        f"minimum KV {min_kv:g} GiB > {pool:.1f} GiB ({fraction:g} of {memory:g} GiB): "
+        f"{'; '.join(fit.problems)} at tp {tp} ({model.weight_bytes / GIB:.1f} GiB of weights): "
         "serve a smaller or more quantized model, use more Sparks in the group (sglang_tp_size), "
         "or raise sglang_mem_fraction_static if the node has room (lower "
-        "sglang_min_kv_cache_gib only to start with a smaller KV cache)"
+        "sglang_min_kv_cache_gib only to start with a smaller KV cache); "
+        "`sparkctl model plan INVENTORY` shows every layout"
     ]
+
+
+def sglang_launch_value(args: Any, flag: str, default: str = "") -> str:
+    """The value of ``flag`` in launch arguments (``--flag V`` or ``--flag=V``), else
+    ``default``: e.g. the --kv-cache-dtype an inventory's sglang_extra_args sets."""
+    words = [str(a) for a in args] if isinstance(args, list) else []
+    for i, word in enumerate(words):
+        if word == flag and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return default
 
 
 def sglang_exec_argv(
@@ -701,6 +741,7 @@ class FilterModule:
         return {
             "sglang_launch_args": sglang_launch_args,
             "sglang_memory_problems": sglang_memory_problems,
+            "sglang_launch_value": sglang_launch_value,
             "sglang_tp_group": sglang_tp_group,
             "sglang_exec_argv": sglang_exec_argv,
             "sglang_exec_line": sglang_exec_line,
