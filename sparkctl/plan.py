@@ -189,6 +189,7 @@ class ValidatePlan:
     baseline_tolerance: float
     collectives: tuple[str, ...]
     nccl_min_bytes: int
+    nccl_latency_min_bytes: int  # all_reduce's sweep starts here (decode's message sizes)
     nccl_max_bytes: int
     nccl_mem_fraction: float
     nccl_calibrated_bytes: int

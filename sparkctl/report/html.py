@@ -309,6 +309,81 @@ def _half_cell(half: Mapping[str, Any]) -> list[str]:
     ]
 
 
+# The sizes a TP group's decode all-reduces (one token's hidden state a request:
+# 4 KiB to 16 KiB in bf16 for hidden sizes 2048-8192, times the batch): latency's sizes.
+LATENCY_MAX_BYTES = 1 << 20
+
+
+def latency_rows(report: Report) -> list[tuple[int, float, float]]:
+    """(size, out-of-place us, in-place us) of the all-node all_reduce run up to 1 MiB."""
+    run = next((r for r in report.nccl if r.collective == "all_reduce" and r.scope == "all"), None)
+    if run is None:
+        return []
+    return [
+        (int(r["size"]), float(r["out_of_place"]["time_us"]), float(r["in_place"]["time_us"]))
+        for r in _rows(run)
+        if 0 < int(r["size"]) <= LATENCY_MAX_BYTES
+    ]
+
+
+def _latency_section(report: Report) -> str:
+    """all_reduce's time by size at decode's message sizes: a log-log plot and the rows."""
+    rows = latency_rows(report)
+    if len(rows) < 2:
+        return (
+            '<p class="muted">No all_reduce sizes up to 1 MiB in this run '
+            "(validate_nccl_latency_min_bytes).</p>"
+        )
+    from matplotlib.ticker import NullLocator  # noqa: PLC0415
+
+    fig = new_figure()
+    try:
+        ax = fig.add_subplot()
+        x = [size for size, _, _ in rows]
+        ax.plot(
+            x,
+            [o for _, o, _ in rows],
+            marker="o",
+            markersize=3.5,
+            color="#0969da",
+            label="out-of-place",
+        )
+        ax.plot(
+            x,
+            [i for _, _, i in rows],
+            marker="s",
+            markersize=3,
+            color="#bf8700",
+            linestyle="--",
+            label="in-place",
+        )
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        step = max(1, math.ceil(len(x) / 10))
+        ticks = x[::step]
+        ax.set_xticks(ticks, [tick(t) for t in ticks])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("message size (bytes, log2)")
+        ax.set_ylabel("time (us, log)")
+        ax.set_title("all_reduce latency")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
+        svg = figure_svg(fig, "lat-", "sparkctl-latency")
+    finally:
+        fig.clear()
+    table = _table(
+        ["size", "out-of-place (us)", "in-place (us)"],
+        ([_e(human_size(size)), f"{o:g}", f"{i:g}"] for size, o, i in rows),
+        numeric=(1, 2),
+    )
+    return (
+        '<p class="muted">What one all-reduce costs at the sizes a TP group moves per decode '
+        "step (a token's hidden state a request): time, not bandwidth, rules here.</p>"
+        + svg
+        + table
+    )
+
+
 def _nccl_section(report: Report) -> str:
     th = report.thresholds
     if not report.nccl:
@@ -592,7 +667,8 @@ def render_html(report: Report) -> str:
         )
     if skipped:
         parts += ["<details><summary>Skipped checks</summary>", _check_list(skipped), "</details>"]
-    parts += ["<h2>NCCL bandwidth</h2>", _nccl_section(report), "<h2>Localisation</h2>"]
+    parts += ["<h2>NCCL bandwidth</h2>", _nccl_section(report)]
+    parts += ["<h2>All-reduce latency</h2>", _latency_section(report), "<h2>Localisation</h2>"]
     if report.localisation:
         parts.append(
             _table(

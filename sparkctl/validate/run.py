@@ -330,12 +330,15 @@ def nccl_gate(
 
     runs: list[NcclRun] = []
     for collective in collectives:
+        # all_reduce from decode's message sizes (validate_nccl_latency_min_bytes): the
+        # report's latency by size; the gate fits and judges the largest sizes only.
+        lo = min(min_bytes, v.nccl_latency_min_bytes) if collective == "all_reduce" else min_bytes
         console.progress(
             f"nccl-tests {collective}: {len(nodes)} ranks, "
-            f"{nccl_judge.human(min_bytes)} .. {nccl_judge.human(max_bytes)}"
+            f"{nccl_judge.human(lo)} .. {nccl_judge.human(max_bytes)}"
         )
         result = nccl_run.run(
-            launch(collective, nodes, min_bytes),
+            launch(collective, nodes, lo),
             runner,
             th,
             run_dir / f"nccl-{collective}.log",

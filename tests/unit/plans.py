@@ -207,6 +207,7 @@ def node_dict(
             "nccl_mem_fraction": 0.5,
             "nccl_calibrated_bytes": 1073741824,
             "nccl_min_bytes": 1048576,
+            "nccl_latency_min_bytes": 8,
             "nccl_timeout": 600,
             "nccl_warmup_iters": 5,
             "perftest": perftest,

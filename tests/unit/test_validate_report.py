@@ -273,11 +273,15 @@ def test_html_plots_thresholds_and_no_outside_resources() -> None:
     report.nccl.append(pair_run("all_reduce", "spark1", "spark2", SIZES, 23.0))
     page = render_html(report)
     assert '<span class="verdict" style="background:#1a7f37">PASSED</span>' in page
-    assert page.count("<svg") == 2  # one plot per collective; the pair is drawn faintly in it
+    # one bandwidth plot per collective (the pair drawn faintly in it), and all_reduce's
+    # latency by size up to 1 MiB
+    assert page.count("<svg") == 3
     assert "<h3>all_reduce</h3>" in page and "<h3>all_gather</h3>" in page
     # line rate and threshold: in the thresholds table, the captions and the plots' legends
     assert "25 GB/s" in page and "20 GB/s" in page
-    for svg in re.findall(r"<svg.*?</svg>", page, re.S):
+    bandwidth, latency = page.split("<h2>All-reduce latency</h2>")
+    assert "all_reduce latency" in latency and "time (us, log)" in latency
+    for svg in re.findall(r"<svg.*?</svg>", bandwidth, re.S):
         assert "line rate 25 GB/s" in svg and "threshold 20 GB/s" in svg
         assert "1M" in svg and "4M" in svg  # human size labels on the x axis
     # judged sizes tabulated
@@ -295,6 +299,31 @@ def test_html_plots_thresholds_and_no_outside_resources() -> None:
     assert ids and len(ids) == len(set(ids))
     refs = set(re.findall(r'(?:href="#|url\(#)([^")]+)', page))
     assert refs <= set(ids)
+
+
+def test_the_latency_section_tabulates_all_reduce_up_to_1_mib_from_a_real_log() -> None:
+    """A real all_reduce_perf log from 8 B (2 x GH200, nccl-tests 2.17.8, NVIDIA/nccl-tests
+    #369: tests/fixtures/nccl/SOURCES.md): its times up to 1 MiB, as the log printed
+    them, in the latency table; a run without those sizes says so."""
+    from sparkctl.nccl_parse import parse  # noqa: PLC0415
+    from sparkctl.report.html import latency_rows  # noqa: PLC0415
+
+    log = (
+        Path(__file__).parents[1]
+        / "fixtures"
+        / "nccl"
+        / "gh200-2.17.8-all-reduce-wrong-oob-failed.log"
+    )
+    parsed = parse(log.read_text(), source=log.name)
+    run = replace(all_run("all_reduce", SIZES), report=parsed.to_dict())
+    report = make_report(nccl=[run])
+    rows = latency_rows(report)
+    assert rows[0] == (8, 17.49, 16.41)  # the log's first row: 8 B, 17.49 / 16.41 us
+    assert [size for size, _, _ in rows] == [8 << k for k in range(18)]  # 8 B .. 1 MiB
+    page = render_html(report)
+    assert '<td>8 B</td><td class="num">17.49</td><td class="num">16.41</td>' in page
+    no_small = make_report(nccl=[all_run("all_reduce", BIG)])
+    assert "No all_reduce sizes up to 1 MiB" in render_html(no_small)
 
 
 def test_html_baseline_section_and_runs_without_rows() -> None:
