@@ -587,8 +587,9 @@ class Lab:
         self, node: str, directory: str, size_bytes: int, *, files: int = 4, owner: str = "root"
     ) -> dict[str, Any]:
         """A synthetic model on ``node``: ``files`` shards of random bytes adding up to
-        ``size_bytes`` plus a config.json, written inside the container (the lab has no
-        internet and needs no real weights to rehearse a transfer). Replaces what was there."""
+        ``size_bytes``, a real model's config.json (:data:`MODEL_CONFIG`) and a safetensors
+        index, written inside the container (the lab has no internet and needs no real
+        weights to rehearse a transfer or a serving shape). Replaces what was there."""
         if size_bytes < files:
             raise SparkctlError(
                 f"a model of {size_bytes} bytes cannot have {files} shards", ExitCode.BAD_INPUT
@@ -600,7 +601,16 @@ class Lab:
         self.podman.pid(node)  # running, or a clear error
         proc = self.podman.exec(
             node,
-            ["python3", "-c", _MAKE_MODEL, directory, str(size_bytes), str(files), owner],
+            [
+                "python3",
+                "-c",
+                _MAKE_MODEL,
+                directory,
+                str(size_bytes),
+                str(files),
+                owner,
+                MODEL_CONFIG.read_text(),
+            ],
             timeout=3600,
         )
         made: dict[str, Any] = json.loads(proc.stdout)
@@ -619,16 +629,23 @@ class Lab:
         )
 
 
-# Run inside a lab container by make_model (python3 is in the image).
+# The lab model's config.json: Llama-3.2-1B-Instruct's own (meta-llama on Hugging Face,
+# revision 4e20de36, as kevinstephano/thunder_model_blocks hf_llama/llama_config.py
+# reproduces it), so the stand-in ranks run that shape (16 layers, two all-reduces
+# each, 4 KiB of hidden state a token) and model plan reads a real config. The
+# weights beside it are random bytes of the size asked for, which model plan notes.
+MODEL_CONFIG = Path(__file__).resolve().parent / "assets" / "model-config.json"
+
+# Run inside a lab container by make_model (python3 is in the image): the config (argv),
+# the shards and a safetensors index naming them (metadata.total_size: their bytes).
 _MAKE_MODEL = r"""
 import json, os, shutil, sys
-root, size, shards, owner = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+root, size, shards, owner, config = sys.argv[1:6]
+size, shards = int(size), int(shards)
 shutil.rmtree(root, ignore_errors=True)
 os.makedirs(root)
-config = {"model_type": "sparkctl-synthetic", "note": "random bytes for rehearsing transfers",
-          "size_bytes": size, "shards": shards}
 with open(os.path.join(root, "config.json"), "w") as handle:
-    json.dump(config, handle, indent=1)
+    handle.write(config)
 out = []
 for i in range(shards):
     name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
@@ -639,11 +656,16 @@ for i in range(shards):
             handle.write(block)
             left -= len(block)
     out.append(name)
+weight_map = {f"model.layers.{i}.weight": n for i, n in enumerate(out)}
+index = {"metadata": {"total_size": size}, "weight_map": weight_map}
+with open(os.path.join(root, "model.safetensors.index.json"), "w") as handle:
+    json.dump(index, handle, indent=1)
 for dirpath, _, names in os.walk(root):
     shutil.chown(dirpath, owner)
     for name in names:
         shutil.chown(os.path.join(dirpath, name), owner)
-print(json.dumps({"directory": root, "files": ["config.json"] + out, "size_bytes": size}))
+files = ["config.json", "model.safetensors.index.json"] + out
+print(json.dumps({"directory": root, "files": files, "size_bytes": size}))
 """
 
 
