@@ -104,9 +104,7 @@ class Layout:
             "full_context_requests": self.fit.kv_tokens // self.context if self.context else None,
             "allreduces_per_token": rounds,
             # one token's hidden state: what each all-reduce of a decode step moves a request
-            "allreduce_bytes": shape.hidden * shape.dtype_bytes
-            if rounds and shape
-            else 0,
+            "allreduce_bytes": shape.hidden * shape.dtype_bytes if rounds and shape else 0,
         }
 
 

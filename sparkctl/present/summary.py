@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sparkctl import console
-from sparkctl.report.model import Check, Report
+from sparkctl.report.model import Check, Report, latency_rows
 from sparkctl.units import human_bytes
 
 _MARK = {
@@ -103,11 +103,28 @@ def _gate(report: Report) -> None:
                 name = ""
                 fitted = ["", "", ""]
         out.print(table)
+        _latency(report)
         for r in report.nccl:
             if r.outcome != "passed" and r.scope == "all":
                 out.print(
                     f"  [red]{r.outcome}[/red] {r.collective}: {escape(r.message)}", highlight=False
                 )
+
+
+# The sizes the one-line latency summary names, where the run has them.
+_LATENCY_SIZES = (8, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
+
+
+def _latency(report: Report) -> None:
+    """all_reduce's time at decode's message sizes, one line (report.html has them all)."""
+    rows = {size: oop for size, oop, _ in latency_rows(report)}
+    shown = [f"{human_bytes(s, exact=True)} {rows[s]:g}" for s in _LATENCY_SIZES if s in rows]
+    if len(shown) > 1:
+        console.out.print(
+            "all_reduce latency (us, out-of-place): " + ", ".join(shown),
+            markup=False,
+            highlight=False,
+        )
 
 
 def _tail(report: Report) -> None:

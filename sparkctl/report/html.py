@@ -14,7 +14,15 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sparkctl.report.model import OUTCOMES, Check, Fit, NcclRun, Report, Thresholds
+from sparkctl.report.model import (
+    OUTCOMES,
+    Check,
+    Fit,
+    NcclRun,
+    Report,
+    Thresholds,
+    latency_rows,
+)
 from sparkctl.report.numbers import gbs, human_size, pct, tick
 
 _SEVERITY = {"passed": 0, "skipped": 1, "not_judged": 2, "failed": 3, "error": 4}
@@ -306,23 +314,6 @@ def _half_cell(half: Mapping[str, Any]) -> list[str]:
         _e(gbs(float(half["algbw"]))),
         _e(gbs(float(half["busbw"]))),
         _e(check),
-    ]
-
-
-# The sizes a TP group's decode all-reduces (one token's hidden state a request:
-# 4 KiB to 16 KiB in bf16 for hidden sizes 2048-8192, times the batch): latency's sizes.
-LATENCY_MAX_BYTES = 1 << 20
-
-
-def latency_rows(report: Report) -> list[tuple[int, float, float]]:
-    """(size, out-of-place us, in-place us) of the all-node all_reduce run up to 1 MiB."""
-    run = next((r for r in report.nccl if r.collective == "all_reduce" and r.scope == "all"), None)
-    if run is None:
-        return []
-    return [
-        (int(r["size"]), float(r["out_of_place"]["time_us"]), float(r["in_place"]["time_us"]))
-        for r in _rows(run)
-        if 0 < int(r["size"]) <= LATENCY_MAX_BYTES
     ]
 
 

@@ -322,3 +322,22 @@ class Report:
             notes=list(data.get("notes", [])),
             duration_s=float(data.get("duration_s", 0.0)),
         )
+
+
+# The sizes a TP group's decode all-reduces (one token's hidden state a request: 4 KiB
+# to 16 KiB in bf16 for hidden sizes 2048-8192, times the batch): latency's sizes.
+LATENCY_MAX_BYTES = 1 << 20
+
+
+def latency_rows(report: Report) -> list[tuple[int, float, float]]:
+    """(size, out-of-place us, in-place us) of the all-node all_reduce run, up to 1 MiB
+    (validate_nccl_latency_min_bytes starts its sweep there)."""
+    run = next((r for r in report.nccl if r.collective == "all_reduce" and r.scope == "all"), None)
+    if run is None or not run.report:
+        return []
+    rows = sorted(run.report["rows"], key=lambda r: int(r["size"]))
+    return [
+        (int(r["size"]), float(r["out_of_place"]["time_us"]), float(r["in_place"]["time_us"]))
+        for r in rows
+        if 0 < int(r["size"]) <= LATENCY_MAX_BYTES
+    ]

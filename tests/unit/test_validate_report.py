@@ -306,7 +306,7 @@ def test_the_latency_section_tabulates_all_reduce_up_to_1_mib_from_a_real_log() 
     #369: tests/fixtures/nccl/SOURCES.md): its times up to 1 MiB, as the log printed
     them, in the latency table; a run without those sizes says so."""
     from sparkctl.nccl_parse import parse  # noqa: PLC0415
-    from sparkctl.report.html import latency_rows  # noqa: PLC0415
+    from sparkctl.report.model import latency_rows  # noqa: PLC0415
 
     log = (
         Path(__file__).parents[1]
@@ -322,6 +322,15 @@ def test_the_latency_section_tabulates_all_reduce_up_to_1_mib_from_a_real_log() 
     assert [size for size, _, _ in rows] == [8 << k for k in range(18)]  # 8 B .. 1 MiB
     page = render_html(report)
     assert '<td>8 B</td><td class="num">17.49</td><td class="num">16.41</td>' in page
+    # and one line of it in validate's terminal summary
+    from sparkctl import console  # noqa: PLC0415
+    from sparkctl.present import summary  # noqa: PLC0415
+
+    with console.out.capture() as captured:
+        summary.show(report)
+    line = next(x for x in captured.get().splitlines() if x.startswith("all_reduce latency"))
+    assert line.startswith("all_reduce latency (us, out-of-place): 8 B 17.49, 1 KiB ")
+    assert "1 MiB " in line
     no_small = make_report(nccl=[all_run("all_reduce", BIG)])
     assert "No all_reduce sizes up to 1 MiB" in render_html(no_small)
 
