@@ -17,6 +17,8 @@ import pytest
 
 from sparkctl import model_plan as mp
 from sparkctl.collection import model_memory as mm
+from sparkctl.errors import ExitCode, SparkctlError
+from sparkctl.serve.cluster import Cluster
 
 pytestmark = pytest.mark.unit
 
@@ -199,3 +201,40 @@ def test_the_command_on_a_local_model_prints_json_and_exits_by_the_fit(tmp_path:
     assert "no layout fits" in tight.stderr
     both = _sparkctl("model", "plan", "inventory/lab.ini", "--model", str(tmp_path))
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def _local_runner(node: str, command: str, timeout: int = 60) -> tuple[int, str]:
+    """Each node's command run here by bash, as ssh runs it on the node."""
+    proc = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_serve_up_refuses_a_group_the_model_cannot_fit_with_its_figures(tmp_path: Path) -> None:
+    """serve up's check (model_plan.refusal) on two Sparks in one TP=2 group: Llama-3.3-70B
+    (its config and a 141 GB index on the head) fits 0.75 of 119.7 GiB with 2 GiB of KV
+    cache, not with 30; a head without the model is not judged (the start says why)."""
+    from tests.unit.plans import cluster, two_sparks  # noqa: PLC0415
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config("Llama-3.3-70B-Instruct")))
+    (model / mp.INDEX_NAME).write_text(json.dumps({"metadata": {"total_size": 141_107_412_992}}))
+    inv = two_sparks(tmp_path)
+
+    def group(min_kv: float, path: Path = model) -> Cluster:
+        return cluster(
+            inv, {"model_path": str(path), "min_kv_cache_gib": min_kv}, _local_runner, tmp_path
+        )
+
+    mp.refusal(group(2.0))
+    with pytest.raises(SparkctlError) as refused:
+        mp.refusal(group(30.0))
+    assert refused.value.code == ExitCode.CHECKS_FAILED
+    assert refused.value.message == (
+        "the model does not fit: group main (tp 2): weights 65.7 GiB per rank + minimum KV "
+        "30 GiB > 89.8 GiB (0.75 of 119.7 GiB)"
+    )
+    assert refused.value.hint is not None and "model plan INVENTORY" in refused.value.hint
+    mp.refusal(group(30.0, tmp_path / "no-model-yet"))
