@@ -402,13 +402,16 @@ def plan_cluster(cluster: Cluster) -> ModelPlan:
 def refusal(cluster: Cluster) -> None:
     """``serve up``'s check before it starts any rank: every group's TP size fits the
     model its head holds (the same figures as ``model plan``). A head without the
-    model is not judged here (the start names it). SparkctlError (exit 1) with the
-    numbers otherwise."""
+    model, or one that cannot be read, is not judged here (the start names it).
+    SparkctlError (exit 1) with the numbers otherwise."""
     problems = []
     seen: dict[str, ModelFiles] = {}
     for g in cluster.groups():
         path = g.sglang().model_path
-        files = seen.get(g.head) or read_remote(cluster, g.head, path)
+        try:
+            files = seen.get(g.head) or read_remote(cluster, g.head, path)
+        except SparkctlError:
+            continue  # a head that cannot be read: serve up's own start names it
         seen[g.head] = files
         if files.config is None and not files.file_bytes:
             continue

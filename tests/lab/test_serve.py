@@ -551,6 +551,51 @@ def test_serve_up_leaves_a_healthy_service_alone(lab: LabSession, served: dict[s
     assert ssh(head, f"systemctl show -p MainPID --value {UNIT}").stdout.strip() == pid
 
 
+def test_model_plan_reads_the_heads_model_and_serve_up_refuses_one_that_cannot_fit(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """`model plan` on the serving lab reads the model the head holds (Llama-3.2-1B's real
+    config.json beside 16 MiB of random shards and their index) and lays out the four
+    Sparks. Then `serve up --restart` asked for more KV cache than a node's pool holds
+    refuses with the figures before it stops anything: every rank keeps its process."""
+    proc = _run("model", "plan", str(SIM_INVENTORY), "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan = json.loads(proc.stdout)
+    assert plan["serving"] == "tp4"
+    model = plan["model"]
+    assert (model["architecture"], model["params"]) == ("LlamaForCausalLM", 1_235_814_400)
+    assert (model["bytes_from"], model["weight_bytes"]) == ("index", 16 << 20)
+    assert [(x["name"], x["fits"]) for x in plan["layouts"]] == [
+        ("tp4", True),
+        ("tp2x2", True),
+        ("tp1x4", True),
+    ]
+    # 8 KV heads / 4 ranks x (64 + 64) x 16 layers x 2 bytes; 32 all-reduces a token
+    assert plan["layouts"][0]["kv_bytes_per_token"] == 2 * 128 * 16 * 2
+    assert plan["layouts"][0]["allreduces_per_token"] == 32
+    assert any("0.01x what config.json implies" in n for n in plan["notes"]), plan["notes"]
+    assert plan["advice"].startswith("tp1x4: the model fits on one Spark")
+
+    pids = {
+        n.name: ssh(n.mgmt_ip, f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+        for n in lab.inventory.nodes
+    }
+    refused = _run(
+        "serve", "up", str(SIM_INVENTORY), "--restart", "-e", "sglang_min_kv_cache_gib=100"
+    )
+    assert refused.returncode == 1, refused.stdout[-2000:] + refused.stderr[-3000:]
+    assert (
+        "the model does not fit: group main (tp 4): weights 0.0 GiB per rank + minimum KV "
+        "100 GiB > 89.8 GiB (0.75 of 119.7 GiB)"
+    ) in refused.stderr, refused.stderr[-3000:]
+    assert "model plan INVENTORY" in refused.stderr
+    after = {
+        n.name: ssh(n.mgmt_ip, f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+        for n in lab.inventory.nodes
+    }
+    assert after == pids and "0" not in pids.values()
+
+
 def test_serve_up_behind_a_dead_proxy_finds_the_cluster_serving(
     lab: LabSession, served: dict[str, Any]
 ) -> None:
