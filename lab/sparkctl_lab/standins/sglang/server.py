@@ -538,6 +538,14 @@ class Handler(BaseHTTPRequestHandler):
             return True
         if self.headers.get("Authorization") == "Bearer " + key:
             return True
+        # The body goes unread with the 401: on a kept-alive connection uvicorn discards
+        # it before the next request (httptools parses each request whole); here it would
+        # be read as the next request line, so a large one closes the connection instead.
+        length = int(self.headers.get("content-length") or 0)
+        if 0 < length <= 1 << 20:
+            self.rfile.read(length)
+        elif length:
+            self.close_connection = True
         self._json(401, {"error": "Unauthorized"})
         return False
 
