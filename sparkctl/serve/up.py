@@ -274,12 +274,42 @@ def start_units(cluster: Cluster) -> None:
             )
 
 
-def stop_units(cluster: Cluster) -> dict[str, tuple[int, str]]:
-    """The heads first (no new requests), then the workers."""
+# How long a rank of a group the watchdog judged broken gets to stop on SIGTERM before
+# it is killed (stop_units' ``grace_s``). The unit's own stop grants 60 s (docker stop
+# --time 60, TimeoutStopSec=90) for a clean shutdown; a hung rank never answers it (a
+# rank stopped or stuck in a collective keeps SIGTERM pending), and each second of it
+# is a second the group does not serve.
+BROKEN_GRACE_S = 10
+
+
+def stop_command(cluster: Cluster, node: str, grace_s: int | None = None) -> str:
+    """``node``'s stop: ``systemctl stop`` (the unit's own grace), or with ``grace_s``
+    SIGTERM for that long, then SIGKILL: ``docker stop --time`` on the container (the
+    unit's process is the docker CLI, the rank lives under the engine), ``systemctl
+    kill`` on a venv unit, whose processes are its own. The unit's stop then finds
+    nothing left to wait for."""
     unit = shlex.quote(cluster.unit)
-    out = cluster.each(cluster.heads, f"{{sudo}}systemctl stop {unit}", 120)
+    stop = f"{{sudo}}systemctl stop {unit}"
+    if grace_s is None:
+        return stop
+    s = cluster.sglang(node)
+    if s.install_method == "container":
+        engine, name = shlex.quote(s.engine), shlex.quote(s.container_name)
+        return f"{{sudo}}{engine} stop --time {int(grace_s)} {name} >/dev/null 2>&1; {stop}"
+    return (
+        f"{{sudo}}timeout {int(grace_s)} systemctl stop {unit} || "
+        f"{{sudo}}systemctl kill --signal=SIGKILL {unit}; {stop}"
+    )
+
+
+def stop_units(cluster: Cluster, grace_s: int | None = None) -> dict[str, tuple[int, str]]:
+    """The heads first (no new requests), then the workers; with ``grace_s``, each rank
+    killed after that long on SIGTERM (:func:`stop_command`)."""
+    out = cluster.each_own({n: stop_command(cluster, n, grace_s) for n in cluster.heads}, 120)
     if cluster.workers:
-        out |= cluster.each(cluster.workers, f"{{sudo}}systemctl stop {unit}", 120)
+        out |= cluster.each_own(
+            {n: stop_command(cluster, n, grace_s) for n in cluster.workers}, 120
+        )
     return out
 
 

@@ -743,9 +743,10 @@ def restart_group(cluster: Cluster, group: Group, timeout: float) -> UpResult:
 
     view = cluster.narrowed(group)
     with inventory_lock(cluster.inv, "serve watch"):
-        # out of the gateway first: no new request to a group going down
+        # out of the gateway first: no new request to a group going down; a broken
+        # group's ranks are killed after a short SIGTERM grace (a hung one never exits)
         up.rotate_out(cluster, [group])
-        up.stop_units(view)
+        up.stop_units(view, up.BROKEN_GRACE_S)
         followers = up.Followers(view)
         followers.start()
         try:
@@ -761,7 +762,7 @@ def stop_group(cluster: Cluster, group: Group) -> None:
 
     with inventory_lock(cluster.inv, "serve watch"):
         up.rotate_out(cluster, [group])
-        up.stop_units(cluster.narrowed(group))
+        up.stop_units(cluster.narrowed(group), up.BROKEN_GRACE_S)
 
 
 # How long the watchdog waits for the gateway to take a healthy group back.

@@ -285,3 +285,37 @@ def test_a_ready_head_the_controller_cannot_reach_is_not_blamed_or_stopped(
     text = "\n".join(result.explanation)
     assert "rank 0 (spark1): every rank's unit is running and its journal says" in text
     assert "HTTP_PROXY is set" in text and "u:pw" not in text
+
+
+def test_a_broken_groups_ranks_are_killed_after_a_short_grace(tmp_path: Path) -> None:
+    """The watchdog's stop (grace 10 s): the container method stops the container itself
+    with docker's --time (the unit's process is only the docker CLI), a venv unit is
+    killed by systemd after the grace; either way the unit's stop follows. serve up's and
+    serve down's stop keep the unit's own grace."""
+    inv = plans.two_sparks(tmp_path)
+
+    def cluster(method: str) -> Any:
+        return plans.cluster(inv, {"install_method": method}, lambda *a: (0, ""), tmp_path)
+
+    c = cluster("container")
+    s = c.sglang("spark1")
+    assert up.stop_command(c, "spark1") == f"{{sudo}}systemctl stop {c.unit}"
+    assert up.stop_command(c, "spark1", up.BROKEN_GRACE_S) == (
+        f"{{sudo}}{s.engine} stop --time 10 {s.container_name} >/dev/null 2>&1; "
+        f"{{sudo}}systemctl stop {c.unit}"
+    )
+    v = cluster("venv")
+    assert up.stop_command(v, "spark1", 10) == (
+        f"{{sudo}}timeout 10 systemctl stop {v.unit} || "
+        f"{{sudo}}systemctl kill --signal=SIGKILL {v.unit}; {{sudo}}systemctl stop {v.unit}"
+    )
+    sent: list[tuple[str, str]] = []
+
+    def record(node: str, cmd: str, _timeout: int) -> tuple[int, str]:
+        sent.append((node, cmd))
+        return 0, ""
+
+    recorder = plans.cluster(inv, {}, record, tmp_path)
+    up.stop_units(recorder, 10)
+    assert [n for n, _ in sent] == ["spark1", "spark2"]  # the head, then its worker
+    assert all("stop --time 10" in cmd and "sudo" not in cmd for _, cmd in sent)
