@@ -49,6 +49,22 @@ def remove_stale_fault_rules() -> list[str]:
     return stale
 
 
+# netavark's iptables driver (podman's network backend) creates these chains and their
+# jumps the first time any container joins a bridge network on the host, and keeps
+# them when the last network goes (containers/netavark PR #226, "do not remove
+# NETAVARK_FORWARD rule on teardown"; PR #183, the HOSTPORT masquerade rule), nor the
+# tables' frames iptables-save then prints. They are
+# the host's, whoever started that first container (a lab or a molecule instance), so
+# a lab leaves nothing behind as long as no rule of its own networks is left: those
+# are the per-network NETAVARK-<id> chains and their rules, which stay compared.
+_NETAVARK_BASE = re.compile(
+    r"NETAVARK(?:_FORWARD|_INPUT|_ISOLATION_\d|-HOSTPORT-(?:DNAT|MASQ|SETMARK))\b"
+)
+_TABLE_FRAME = re.compile(
+    r"^(?:\*\w+|COMMIT|:(?:INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) \w+ ?.*)$"
+)
+
+
 @dataclass(frozen=True)
 class HostSnapshot:
     """Host-side state a lab creates: links, containers, networks, firewall rules."""
@@ -66,7 +82,7 @@ class HostSnapshot:
         rules: list[str] = []
         if shutil.which("iptables-save"):
             for line in _out(["iptables-save"]).splitlines():
-                if line.startswith("#"):
+                if line.startswith("#") or _NETAVARK_BASE.search(line) or _TABLE_FRAME.match(line):
                     continue
                 rules.append(re.sub(r"\[\d+:\d+\]", "", line))
         if shutil.which("nft"):
