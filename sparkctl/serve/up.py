@@ -646,7 +646,7 @@ def up(
             return _about(result, cluster)  # the ranks serve: nothing to stop
         if not result.ok:
             lines = explain(result, limit)
-            stop_units(cluster)
+            stop_units(cluster, BROKEN_GRACE_S)  # ranks that never served: no clean stop due
             return replace(_about(result, cluster), explanation=lines)
         result = replace(result, gateway=rotate_in(cluster, limit))
     return replace(_about(result, cluster), description=_describe(cluster))
