@@ -118,7 +118,7 @@ def test_sync_puts_identical_copies_on_every_node(
 ) -> None:
     head = lab.inventory.node("spark1").mgmt_ip
     want = _sums(head, MODEL_DIR)
-    assert len(want) == 5  # config.json and four shards
+    assert len(want) == 6  # config.json, the safetensors index and four shards
     for node in lab.inventory.nodes[1:]:
         assert _sums(node.mgmt_ip, COPY) == want, node.name
         assert ssh(node.mgmt_ip, f"readlink {CACHE}/current").stdout.strip() == COPY
