@@ -1538,7 +1538,7 @@ def test_memory_check_splits_by_the_models_own_shape_when_its_config_is_read() -
     """Llama-3.3-70B in bf16 (141.1 GB; tests/fixtures/model_configs): at TP 2 each rank
     holds 65.7 GiB of weights, and 0.75 x 119.7 GiB leaves 24.1 GiB of KV cache. With its
     config and index read, the filter takes the model's own split; 25 GiB of least KV
-    cache do not fit, 2 do, and a config that is not JSON is said, not passed."""
+    cache do not fit, 2 do, and a config that is not JSON is the check's problem."""
     config = (
         REPO / "tests" / "fixtures" / "model_configs" / "Llama-3.3-70B-Instruct.json"
     ).read_text()
@@ -1555,8 +1555,10 @@ def test_memory_check_splits_by_the_models_own_shape_when_its_config_is_read() -
         sizes, 2, 0.75, 119.7, 25, config_text=config, index_text=index
     )
     assert problem.startswith("weights 65.7 GiB per rank + minimum KV 25 GiB > 89.8 GiB")
-    with pytest.raises(args_f.AnsibleFilterError, match=r"config\.json is not JSON"):
-        args_f.sglang_memory_problems(sizes, 2, 0.75, 119.7, 2, config_text="{", index_text=index)
+    (bad,) = args_f.sglang_memory_problems(
+        sizes, 2, 0.75, 119.7, 2, config_text="{", index_text=index
+    )
+    assert bad.startswith("the model's config.json is not JSON (")
 
 
 # ------------------------------------------- the served image's local tag (install, verify)

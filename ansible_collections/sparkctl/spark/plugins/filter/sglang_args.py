@@ -301,15 +301,16 @@ GIB = 1 << 30
 
 
 def _json_object(text: Any, what: str) -> dict[str, Any] | None:
-    """A file's JSON object as the probe read it, or None when it was not there."""
+    """A file's JSON object as the probe read it, or None when it was not there;
+    ValueError naming ``what`` when it is not a JSON object."""
     if not isinstance(text, str) or not text.strip():
         return None
     try:
         data = json.loads(text)
-    except ValueError:
-        raise AnsibleFilterError(f"{what} is not JSON") from None
+    except ValueError as exc:
+        raise ValueError(f"{what} is not JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise AnsibleFilterError(f"{what} is not a JSON object")
+        raise ValueError(f"{what} is not a JSON object")
     return data
 
 
@@ -348,12 +349,16 @@ def sglang_memory_problems(
             f"cluster_hw.gpu_memory_gib ({gpu_memory_gib!r}) and sglang_min_kv_cache_gib "
             f"({min_kv_cache_gib!r}) must be numbers"
         ) from None
-    config = _json_object(config_text, "the model's config.json")
-    index = _json_object(index_text, "the model's safetensors index")
+    # A config or index that cannot be read is the model's fault: said as the check's
+    # problem (the preflight's assert names the node and the path), not raised.
     try:
+        config = _json_object(config_text, "the model's config.json")
+        index = _json_object(index_text, "the model's safetensors index")
         model = model_memory.model_from(config, index=index, file_bytes=sum(sizes))
     except model_memory.ModelConfigError as exc:
-        raise AnsibleFilterError(f"the model's config.json: {exc}") from None
+        return [f"the model's config.json: {exc}"]
+    except ValueError as exc:
+        return [str(exc)]
     fit = model.fit(
         max(tp, 1),
         memory_gib=memory,
