@@ -533,7 +533,7 @@ def test_a_rank_on_the_wrong_interface_is_explained(
     )
     ssh(spark2.mgmt_ip, f"cat > {ENV_FILE} <<'EOF'\n{wrong}EOF")
     try:
-        proc = _run("serve", "up", str(SIM_INVENTORY), "--restart", "--timeout", "60")
+        proc = _run("serve", "up", str(SIM_INVENTORY), "--restart", "--timeout", "30")
         assert proc.returncode == 1
         assert "SGLANG_HOST_IP" in proc.stderr
         assert "rank" in proc.stderr and "every rank was stopped again" in proc.stderr

@@ -407,7 +407,11 @@ def test_a_rolling_upgrade_answers_every_request_and_rolls_back_only_the_failing
     assert stage.returncode == 0, stage.stderr[-4000:]
     spark4 = lab.inventory.node("spark4").mgmt_ip
     config = f"{CACHE}/groups-r2/config.json"
-    corrupt_in_place(spark4, config, 20, "X")
+    # One byte of a string value (the model's name), so the JSON still parses and the
+    # preflight's memory check passes, while the stand-in's weights, keyed by the file's
+    # hash, give other answers: corruption only the golden check can see.
+    name = (REPO / "lab" / "sparkctl_lab" / "assets" / "model-config.json").read_text()
+    corrupt_in_place(spark4, config, name.index("meta-llama") + 2, "X")
     gw = _gateway()
     loop = _Loop(gw, gw.workers()[0].models[0])
     try:
