@@ -2,7 +2,7 @@
 ``sglang.bench_serving`` times it.
 
 Why sparkctl drives the load itself. The three well-kept generators were weighed
-against the controller's dependencies (docs/bench.md, "The load generator"):
+against the controller's dependencies:
 ``sglang.bench_serving`` comes only inside the sglang package, whose import pulls
 triton and torch and, for its datasets, HF ``datasets`` (pyarrow, pandas); guidellm
 0.8 requires torch, transformers and datasets; NVIDIA's aiperf 0.13 about fifty
@@ -31,7 +31,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 
 from sparkctl.bench.stats import RequestRecord
+from sparkctl.endpoint import Endpoint
 
 # Common English words: prompts of ordinary text, for every tokenizer.
 _WORDS = """
@@ -70,17 +71,7 @@ class Workload:
         return {"input_words": self.input_words, "output_len": self.output_len, "seed": self.seed}
 
 
-@dataclass(frozen=True)
-class Target:
-    """Where the load goes: the OpenAI-compatible base URL, the key's header, the model."""
-
-    http: httpx.Client
-    url: str
-    headers: Mapping[str, str]
-    model: str
-
-
-def send(target: Target, prompt: str, max_tokens: int) -> RequestRecord:
+def send(target: Endpoint, prompt: str, max_tokens: int) -> RequestRecord:
     """One streamed completion, timed as bench_serving times it."""
     body = {
         "model": target.model,
@@ -133,7 +124,7 @@ def send(target: Target, prompt: str, max_tokens: int) -> RequestRecord:
 
 
 def run_level(
-    target: Target,
+    target: Endpoint,
     workload: Workload,
     concurrency: int,
     *,

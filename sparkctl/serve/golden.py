@@ -36,6 +36,7 @@ from typing import Any
 
 import httpx
 
+from sparkctl.endpoint import Endpoint
 from sparkctl.plan import GoldenPrompt
 from sparkctl.report.model import Check
 
@@ -59,16 +60,6 @@ class Answer:
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompt": self.prompt, "sha256": self.digest, "error": self.error}
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A group's OpenAI-compatible endpoint: the client, its URL, the key's header, the model."""
-
-    http: httpx.Client
-    url: str
-    headers: Mapping[str, str]
-    model: str
 
 
 def _chat(ep: Endpoint, prompt: str, max_tokens: int, *, greedy: bool) -> str:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkctl import console, inventory, model_store
 from sparkctl.collection import tool_output
+from sparkctl.endpoint import Endpoint
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
 from sparkctl.playbook import run as run_playbook
@@ -402,9 +403,9 @@ def measure(group: Group, key: str | None) -> tuple[list[Check], dict[str, float
     return v.run(), dict(v.figures)
 
 
-def _endpoint(group: Group, key: str | None, http: httpx.Client) -> golden.Endpoint:
+def _endpoint(group: Group, key: str | None, http: httpx.Client) -> Endpoint:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return golden.Endpoint(http, group.base_url, headers, group.model_name)
+    return Endpoint(http, group.base_url, headers, group.model_name)
 
 
 def _answers(group: Group, key: str | None) -> list[golden.Answer]:
