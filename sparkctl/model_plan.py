@@ -46,7 +46,7 @@ UNKNOWNS = (
     "what else holds the node's memory when the server starts (DGX OS, docker, a desktop): "
     "serve up reads MemAvailable on every node before it starts a rank",
     "the fabric's latency at decode's message sizes, which sets what TP costs per token: "
-    "sparkctl bench measures it",
+    "validate's all_reduce latency by size shows it",
     "how evenly a MoE model's experts are used (the plan splits every expert over the ranks)",
 )
 
@@ -59,6 +59,16 @@ class Memory:
     mem_fraction: float
     min_kv_gib: float
     source: str  # "inventory" or "dgx_spark defaults"
+
+    def fit(self, model: mm.Model, tp: int, kv_dtype: str = "auto") -> mm.Fit:
+        """``model`` at TP ``tp`` on a node of this memory."""
+        return model.fit(
+            tp,
+            memory_gib=self.memory_gib,
+            mem_fraction=self.mem_fraction,
+            min_kv_gib=self.min_kv_gib,
+            kv_dtype=kv_dtype,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -316,13 +326,7 @@ def make_plan(
         Layout(
             tp,
             nodes * gpus_per_node // tp,
-            model.fit(
-                tp,
-                memory_gib=memory.memory_gib,
-                mem_fraction=memory.mem_fraction,
-                min_kv_gib=memory.min_kv_gib,
-                kv_dtype=kv_dtype,
-            ),
+            memory.fit(model, tp, kv_dtype),
             ctx,
         )
         for tp in tp_sizes(nodes, gpus_per_node)
@@ -420,15 +424,8 @@ def refusal(cluster: Cluster) -> None:
         except mm.ModelConfigError:
             continue
         s = g.sglang()
-        memory = node_memory(cluster, g.head)
         tp = len(g.members) * s.gpus_per_node
-        fit = model.fit(
-            tp,
-            memory_gib=memory.memory_gib,
-            mem_fraction=memory.mem_fraction,
-            min_kv_gib=memory.min_kv_gib,
-            kv_dtype=s.kv_cache_dtype,
-        )
+        fit = node_memory(cluster, g.head).fit(model, tp, s.kv_cache_dtype)
         if not fit.fits:
             problems.append(f"group {g.name} (tp {tp}): {'; '.join(fit.problems)}")
     if problems:
