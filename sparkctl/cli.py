@@ -26,6 +26,7 @@ from rich.markup import escape
 
 from sparkctl import __version__, console
 from sparkctl.commands import (
+    bench,
     inventory,
     model,
     provision,
@@ -121,6 +122,7 @@ for command in (
     model.model_group,
     validate.validate,
     serve.serve_group,
+    bench.bench_command,
     status.status_command,
     provision.up_command,
     report.report_group,

@@ -361,6 +361,63 @@ def model_plan(plan: ModelPlan, *, as_json: bool = False) -> None:
         console.out.print(f"not known here: {what}", markup=False, highlight=False)
 
 
+def bench(report: dict[str, Any], run_dir: Path, *, as_json: bool = False) -> None:
+    """A row per level (bench_serving's figures, the communication share), the pace-setter
+    per level, the baseline's verdict; report.json with --json."""
+    if as_json:
+        emit(report)
+    else:
+        table = Table(
+            title=f"bench: {report['endpoint']['model']} via {report['endpoint']['via']}",
+            box=box.SIMPLE if console.out.is_terminal else None,
+            title_justify="center" if console.out.is_terminal else "left",
+        )
+        cols = ("conc", "ok/sent", "tok/s", "req/s", "TTFT p50/p99 ms", "ITL p50/p99 ms")
+        for col in (*cols, "E2E p50/p99 ms", "comm share"):
+            table.add_column(col, justify="right")
+        for x in report["levels"]:
+            f = x["figures"]
+            shares = list(x["comm"].values())
+            table.add_row(
+                str(x["concurrency"]),
+                f"{f['completed']}/{f['requests']}",
+                f"{f['output_tokens_per_s']:.1f}",
+                f"{f['requests_per_s']:.2f}",
+                f"{f['ttft_ms']['p50']:.0f}/{f['ttft_ms']['p99']:.0f}",
+                f"{f['itl_ms']['p50']:.1f}/{f['itl_ms']['p99']:.1f}",
+                f"{f['e2e_ms']['p50']:.0f}/{f['e2e_ms']['p99']:.0f}",
+                f"{shares[0]['share']:.0%}" if shares else "-",
+            )
+        console.out.print(table)
+        lines = []
+        for x in report["levels"]:
+            for name, c in x["comm"].items():
+                group = f"group {name} " if len(x["comm"]) > 1 else ""
+                lines.append(f"concurrency {x['concurrency']}: {group}{c['line']}")
+            p = x["pace_setter"]
+            if p:
+                lines.append(
+                    f"concurrency {x['concurrency']}: pace-setter {p['node']} ({p['subject']}): "
+                    f"{p['message']}"
+                )
+        b = report.get("baseline")
+        if b:
+            worst = min(b["levels"], key=lambda r: r["change"], default=None)
+            lines.append(
+                f"baseline {b['run_id']}: "
+                + (
+                    f"tokens/s {worst['change']:+.1%} at concurrency {worst['concurrency']} "
+                    f"(tolerance {b['tolerance']:.0%})"
+                    if worst
+                    else "no level in common"
+                )
+            )
+        lines += [f"note: {n}" for n in report["notes"]]
+        for line in lines:
+            console.out.print(line, markup=False, highlight=False)
+    console.progress(f"report: {run_dir / 'report.html'} (and report.json)")
+
+
 _VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold red", "unreachable": "bold red"}
 
 

@@ -84,3 +84,61 @@ def test_a_counter_that_went_back_gives_no_rate() -> None:
     assert c is not None
     assert rates(a, c) == {"a": TwinRate(100.0, 200.0, "netdev")}
     assert rates(a, c)["a"].utilisation(400.0) == 0.5
+
+
+def test_a_sample_lists_the_fabric_addresses_connections_and_the_servers_memory() -> None:
+    """A live loopback connection stands in for a rank's link: ss lists both of its
+    ends with their RTT and bytes; the server's memory is what its command prints."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        conn, _ = server.accept()
+        with client, conn:
+            for _ in range(20):
+                client.sendall(b"y" * 4096)
+                got = 0
+                while got < 4096:
+                    got += len(conn.recv(65536))
+            text = subprocess.run(
+                [
+                    "bash",
+                    "-c",
+                    sample_command(
+                        [("a", "lo", "")], fabric_addresses=["127.0.0.1"], server_memory="echo 4096"
+                    ),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+    s = parse_sample(text)
+    assert s is not None and s.server_memory == 4096
+    assert s.twins["a"].speed_mbps is None  # lo has no link speed
+    ours = [c for c in s.tcp if c.local == c.peer == "127.0.0.1"]
+    assert len(ours) >= 2  # both ends of the connection
+    assert max(c.bytes_sent for c in ours) >= 20 * 4096
+    assert all(c.rtt_ms is not None and c.rtt_ms > 0 for c in ours), ours
+
+
+def test_speed_cnp_and_clock_lines_and_a_field_the_driver_refuses() -> None:
+    text = "\n".join(
+        [
+            MARK,
+            "t 5",
+            "net a 1 2",
+            "rdma a 1 1",
+            "speed a 100000",
+            "cnp a 7 9",
+            "net b 3 4",
+            "speed b -1",
+            "srv [not set]",
+            "gpu -",
+            "clk 2405,0x0000000000000008",
+        ]
+    )
+    s = parse_sample(text)
+    assert s is not None
+    a, b = s.twins["a"], s.twins["b"]
+    assert (a.speed_mbps, a.cnp_sent, a.cnp_handled) == (100000, 7, 9)
+    assert (b.speed_mbps, b.cnp_sent, b.source) == (None, None, "netdev")
+    assert (s.clock_sm_mhz, s.clock_event_reasons) == (2405, 0x8)
+    assert (s.gpu_util, s.server_memory, s.tcp) == (None, None, ())

@@ -905,3 +905,39 @@ def test_pcie_link_attributes_as_the_kernel_prints_them() -> None:
         parse.pcie_link_speed("200000\n")  # the netdev's own speed file, read by mistake
     with pytest.raises(parse.ToolOutputError, match="not a PCIe link width"):
         parse.pcie_link_width("x4")
+
+
+def test_ss_tcp_info_reads_both_ends_of_a_real_connection() -> None:
+    text = fixture("ss", "tin_established_loopback_iproute2_6.1.0.txt")
+    conns = parse.ss_tcp_info(text)
+    assert len(conns) == 2
+    ends = {(c["local_port"], c["peer_port"]) for c in conns}
+    (a, b) = sorted(ends)
+    assert (b[1], b[0]) == a  # the two ends of one connection
+    for c in conns:
+        assert c["local"] == c["peer"] == "127.0.0.1"
+        assert c["bytes_sent"] == c["bytes_received"] == 819200  # 200 echoes of 4 KiB
+        assert 0 < c["rtt_ms"] < 1 and c["rttvar_ms"] is not None and c["min_rtt_ms"] > 0
+        assert c["delivery_rate_bps"] > 1e9 and c["retrans"] is None
+    assert {c["send_q"] for c in conns} == {0, 4096}
+
+
+def test_ss_tcp_info_reads_rates_retransmits_and_ipv6_and_refuses_other_text() -> None:
+    text = (
+        "0 0 [fe80::1%eth0]:5000 [fe80::2%eth0]:41000\n"
+        "\t cubic rtt:12.5/3.25 retrans:0/7 bytes_sent:10 bytes_received:20"
+        " delivery_rate 2.5Mbps minrtt:0.8\n"
+    )
+    (c,) = parse.ss_tcp_info(text)
+    assert (c["local"], c["peer_port"], c["rtt_ms"], c["retrans"]) == (
+        "fe80::1%eth0",
+        41000,
+        12.5,
+        7,
+    )
+    assert c["delivery_rate_bps"] == 2.5e6 and c["min_rtt_ms"] == 0.8
+    assert parse.ss_tcp_info("") == []
+    with pytest.raises(parse.ToolOutputError, match="not a socket line"):
+        parse.ss_tcp_info("State Recv-Q Send-Q Local Address:Port Peer Address:Port\n")
+    with pytest.raises(parse.ToolOutputError, match="figures before a socket line"):
+        parse.ss_tcp_info("\t rtt:1/1\n")

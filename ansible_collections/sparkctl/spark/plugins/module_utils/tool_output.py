@@ -523,6 +523,79 @@ def ethtool(text: str) -> dict[str, Any]:
     }
 
 
+_SS_ADDR = re.compile(r"^(?P<host>\[[0-9a-fA-F:.%\w]+\]|[^\s]+):(?P<port>\d+|\*)$")
+_SS_KV = re.compile(r"(?P<key>[a-z_]+):(?P<value>[^\s(]+)")
+_SS_RATE = re.compile(
+    r"\b(?P<key>delivery_rate|pacing_rate|send) (?P<value>[\d.]+)(?P<unit>[KMG]?)bps"
+)
+
+
+def _ss_endpoint(word: str) -> tuple[str, int]:
+    m = _SS_ADDR.match(word)
+    if m is None or m.group("port") == "*":
+        raise ToolOutputError(f"ss: not an address:port: {_quote(word)}")
+    return m.group("host").strip("[]"), int(m.group("port"))
+
+
+def ss_tcp_info(text: str) -> list[dict[str, Any]]:
+    """``ss -tinH state established [filter]`` (iproute2's ``tcp_show_info``) -> one
+    entry a connection: {local, local_port, peer, peer_port, send_q, recv_q, rtt_ms,
+    rttvar_ms, min_rtt_ms, bytes_sent, bytes_received, retrans, delivery_rate_bps};
+    a figure the kernel did not print is None. With ``state established`` ss leaves
+    the State column out: ``Recv-Q Send-Q Local:Port Peer:Port``, then a
+    tab-indented line of ``key:value`` figures (``rtt:<srtt>/<rttvar>`` in ms)."""
+    out: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line[0] in " \t":
+            if current is None:
+                raise ToolOutputError(f"ss: figures before a socket line: {_quote(line)}")
+            kv = {m.group("key"): m.group("value") for m in _SS_KV.finditer(line)}
+            rtt = kv.get("rtt", "").split("/")
+            rates = {
+                m.group("key"): float(m.group("value"))
+                * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group("unit")]
+                for m in _SS_RATE.finditer(line)
+            }
+            retrans = kv.get("retrans", "").split("/")
+            current.update(
+                rtt_ms=float(rtt[0]) if rtt[0] else None,
+                rttvar_ms=float(rtt[1]) if len(rtt) > 1 and rtt[1] else None,
+                min_rtt_ms=float(kv["minrtt"]) if "minrtt" in kv else None,
+                bytes_sent=int(kv["bytes_sent"]) if "bytes_sent" in kv else None,
+                bytes_received=int(kv["bytes_received"]) if "bytes_received" in kv else None,
+                retrans=int(retrans[-1]) if retrans[-1].isdigit() else None,
+                delivery_rate_bps=rates.get("delivery_rate"),
+            )
+            continue
+        words = line.split()
+        if len(words) < 4 or not (words[0].isdigit() and words[1].isdigit()):
+            raise ToolOutputError(
+                f"ss: not a socket line of -tinH state established: {_quote(line)}"
+            )
+        local, local_port = _ss_endpoint(words[2])
+        peer, peer_port = _ss_endpoint(words[3])
+        current = {
+            "local": local,
+            "local_port": local_port,
+            "peer": peer,
+            "peer_port": peer_port,
+            "recv_q": int(words[0]),
+            "send_q": int(words[1]),
+            "rtt_ms": None,
+            "rttvar_ms": None,
+            "min_rtt_ms": None,
+            "bytes_sent": None,
+            "bytes_received": None,
+            "retrans": None,
+            "delivery_rate_bps": None,
+        }
+        out.append(current)
+    return out
+
+
 def _ip_json(text: str, what: str) -> list[dict[str, Any]]:
     try:
         data = json.loads(text or "[]")

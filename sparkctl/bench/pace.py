@@ -1,0 +1,262 @@
+"""Which node or link sets a TP group's pace: the one apart from its peers.
+
+Every token of a TP group waits for its slowest rank at every all-reduce, so the group
+runs at the pace of its slowest node or link. Equal work gives equal figures: in NCCL's
+ring every link carries the same bytes (and in the lab's stand-in, a star through TP0,
+TP0's port carries those of every worker). So a figure alone names nothing; a node is
+named when a figure sets it **apart from the other ranks of its group**, each finding
+with its figures and a score (how far apart), the highest score the pace-setter:
+
+- **a twin near its line rate while its peers' are not** (>= :data:`BUSY_LINE` of the
+  twin's line rate and at least :data:`APART` times the peers' median): the link itself
+  is the bound;
+- **a twin that negotiated below the fabric's speed** (``/sys/class/net/*/speed`` under
+  roce_fabric's expected Mb/s: a 200G port at 100G);
+- **congestion on one node**: its RoCE port sending or handling congestion notification
+  packets (CNPs) at :data:`CNP_RATE` a second or more, at least :data:`APART` times its
+  peers';
+- **a slow path over TCP** (the socket transport, and the lab): the node's fastest
+  connection on the fabric has a smoothed RTT at least :data:`APART` times its peers'
+  median fastest, and :data:`RTT_MARGIN_MS` more. A shaped or congested port queues
+  every packet through it, so each of that node's connections is slow, while a peer
+  still has fast connections to the others;
+- **a GPU that throttles** (an NVML hardware slowdown reason in any sample: thermal,
+  power brake, HW slowdown: the soak's reasons), or whose SM clock is
+  :data:`CLOCK_APART` or more below its peers' median, or whose power draw is
+  :data:`POWER_APART` or more away from it while the group is busy.
+
+A group of one rank has no peers: nothing is named there.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl.bench.sample import NodeSample, rates
+
+BUSY_LINE = 0.75
+APART = 2.0
+CNP_RATE = 10.0
+RTT_MARGIN_MS = 0.2
+CLOCK_APART = 0.10
+POWER_APART = 0.25
+BUSY_GPU = 50.0  # % utilisation: the group is busy
+# NVML clocks event reasons that slow the GPU for hardware reasons (nvml.h)
+HW_SLOWDOWN, HW_THERMAL, HW_POWER_BRAKE = 0x8, 0x40, 0x80
+_HW_REASONS = {HW_SLOWDOWN: "hw_slowdown", HW_THERMAL: "hw_thermal_slowdown"} | {
+    HW_POWER_BRAKE: "hw_power_brake_slowdown"
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    node: str
+    subject: str  # "link (twin a)", "GPU"
+    message: str
+    score: float
+    figures: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "subject": self.subject,
+            "message": self.message,
+            "score": round(self.score, 3),
+            "figures": {k: round(v, 4) for k, v in self.figures.items()},
+        }
+
+
+@dataclass(frozen=True)
+class NodeFigures:
+    """One node over one level, from its first and last samples (and each between)."""
+
+    node: str
+    twin_util: Mapping[str, float]  # share of the twin's line rate, the busier direction
+    twin_speed: Mapping[str, int]  # Mb/s, where the driver said
+    cnp_per_s: Mapping[str, float]  # sent + handled
+    fastest_rtt_ms: float | None  # the node's fastest busy TCP connection on the fabric
+    gpu_util: float | None
+    power_w: float | None
+    clock_mhz: float | None
+    hw_reasons: int  # OR of the hardware slowdown bits seen
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _busy_rtts(samples: Sequence[NodeSample]) -> float | None:
+    """The smallest, over the node's connections, of each connection's median RTT in
+    the samples where it moved bytes since the one before."""
+    per_conn: dict[tuple[str, str], list[float]] = {}
+    before: dict[tuple[str, str], tuple[int, int]] = {}
+    for s in samples:
+        seen: dict[tuple[str, str], tuple[int, int]] = {}
+        for c in s.tcp:
+            key = (c.local, c.peer)
+            moved = (c.bytes_sent, c.bytes_received)
+            # several connections between one pair of addresses: their sum moves
+            if key in seen:
+                moved = (seen[key][0] + moved[0], seen[key][1] + moved[1])
+            seen[key] = moved
+            if c.rtt_ms is not None and key in before and moved != before[key]:
+                per_conn.setdefault(key, []).append(c.rtt_ms)
+        before = seen
+    medians = [statistics.median(v) for v in per_conn.values() if v]
+    return min(medians) if medians else None
+
+
+def node_figures(
+    node: str, samples: Sequence[NodeSample], line_bytes_per_s: float | None
+) -> NodeFigures | None:
+    if len(samples) < 2:
+        return None
+    first, last = samples[0], samples[-1]
+    dt = last.t - first.t
+    util = (
+        {t: r.utilisation(line_bytes_per_s) for t, r in rates(first, last).items()}
+        if line_bytes_per_s
+        else {}
+    )
+    speed = {t: v for t, c in last.twins.items() if (v := c.speed_mbps) is not None}
+    cnp: dict[str, float] = {}
+    for t, c in last.twins.items():
+        b = first.twins.get(t)
+        if b is None or dt <= 0:
+            continue
+        moved = [
+            x - y
+            for x, y in ((c.cnp_sent, b.cnp_sent), (c.cnp_handled, b.cnp_handled))
+            if x is not None and y is not None and x >= y
+        ]
+        if moved:
+            cnp[t] = sum(moved) / dt
+    reasons = 0
+    for s in samples:
+        reasons |= (s.clock_event_reasons or 0) & (HW_SLOWDOWN | HW_THERMAL | HW_POWER_BRAKE)
+    return NodeFigures(
+        node,
+        util,
+        speed,
+        cnp,
+        _busy_rtts(samples),
+        _median([s.gpu_util for s in samples[1:]]),
+        _median([s.power_w for s in samples[1:]]),
+        _median([s.clock_sm_mhz for s in samples[1:]]),
+        reasons,
+    )
+
+
+def _link_findings(n: NodeFigures, peers: Sequence[NodeFigures], speed_mbps: int) -> list[Finding]:
+    out: list[Finding] = []
+    peer_util = _median([max(p.twin_util.values(), default=None) for p in peers]) or 0.0
+    for twin, u in sorted(n.twin_util.items()):
+        if u >= BUSY_LINE and u >= APART * peer_util:
+            out.append(
+                Finding(
+                    n.node,
+                    f"link (twin {twin})",
+                    f"twin {twin} at {u:.0%} of its line rate while its peers' busiest twins "
+                    f"are at {peer_util:.0%}",
+                    u / max(peer_util, 0.01),
+                    {"utilisation": u, "peers_utilisation": peer_util},
+                )
+            )
+    for twin, v in sorted(n.twin_speed.items()):
+        if speed_mbps and v < speed_mbps:
+            out.append(
+                Finding(
+                    n.node,
+                    f"link (twin {twin})",
+                    f"twin {twin} links at {v} Mb/s where the fabric runs {speed_mbps} Mb/s",
+                    speed_mbps / v,
+                    {"speed_mbps": v, "expected_mbps": speed_mbps},
+                )
+            )
+    peer_cnp = _median([max(p.cnp_per_s.values(), default=None) for p in peers]) or 0.0
+    for twin, c in sorted(n.cnp_per_s.items()):
+        if c >= CNP_RATE and c >= APART * max(peer_cnp, 1.0):
+            out.append(
+                Finding(
+                    n.node,
+                    f"link (twin {twin})",
+                    f"twin {twin}: {c:.0f} congestion notifications a second (its peers "
+                    f"{peer_cnp:.0f})",
+                    c / max(peer_cnp, 1.0),
+                    {"cnp_per_s": c, "peers_cnp_per_s": peer_cnp},
+                )
+            )
+    peer_rtt = _median([p.fastest_rtt_ms for p in peers])
+    rtt = n.fastest_rtt_ms
+    if rtt is not None and peer_rtt and rtt >= APART * peer_rtt and rtt - peer_rtt >= RTT_MARGIN_MS:
+        out.append(
+            Finding(
+                n.node,
+                "link",
+                f"every fabric connection slow: its fastest answers in {rtt:.2f} ms "
+                f"(smoothed TCP RTT), its peers' fastest in {peer_rtt:.2f} ms",
+                rtt / peer_rtt,
+                {"fastest_rtt_ms": rtt, "peers_fastest_rtt_ms": peer_rtt},
+            )
+        )
+    return out
+
+
+def _gpu_findings(n: NodeFigures, peers: Sequence[NodeFigures]) -> list[Finding]:
+    out: list[Finding] = []
+    if n.hw_reasons:
+        names = [name for bit, name in _HW_REASONS.items() if n.hw_reasons & bit]
+        out.append(
+            Finding(n.node, "GPU", f"GPU throttling ({', '.join(names)})", 10.0, {})  # always apart
+        )
+    clock, peer_clock = n.clock_mhz, _median([p.clock_mhz for p in peers])
+    if clock and peer_clock and clock <= (1 - CLOCK_APART) * peer_clock:
+        out.append(
+            Finding(
+                n.node,
+                "GPU",
+                f"SM clock {clock:.0f} MHz, its peers' {peer_clock:.0f} MHz",
+                peer_clock / clock,
+                {"clock_mhz": clock, "peers_clock_mhz": peer_clock},
+            )
+        )
+    power, peer_power = n.power_w, _median([p.power_w for p in peers])
+    busy = _median([p.gpu_util for p in [n, *peers]]) or 0.0
+    if (
+        power
+        and peer_power
+        and busy >= BUSY_GPU
+        and abs(power - peer_power) >= POWER_APART * peer_power
+    ):
+        out.append(
+            Finding(
+                n.node,
+                "GPU",
+                f"power draw {power:.0f} W, its peers' {peer_power:.0f} W while busy",
+                max(power, peer_power) / min(power, peer_power),
+                {"power_w": power, "peers_power_w": peer_power},
+            )
+        )
+    return out
+
+
+def findings(
+    groups: Sequence[Sequence[str]],
+    figures: Mapping[str, NodeFigures],
+    *,
+    speed_mbps: int = 0,
+) -> list[Finding]:
+    """Every node apart from the peers of its group, the strongest first."""
+    out: list[Finding] = []
+    for members in groups:
+        have = [figures[m] for m in members if m in figures]
+        if len(have) < 2:
+            continue
+        for n in have:
+            peers = [p for p in have if p.node != n.node]
+            out += _link_findings(n, peers, speed_mbps) + _gpu_findings(n, peers)
+    return sorted(out, key=lambda f: -f.score)

@@ -1,0 +1,140 @@
+"""The pace-setter: the node or link apart from the other ranks of its group."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkctl.bench import pace
+from sparkctl.bench.sample import NodeSample, TcpConn, TwinCounters
+
+pytestmark = pytest.mark.unit
+
+LINE = 125e6  # bytes/s: the lab's 1000 Mbit/s twin
+GROUP = [["spark1", "spark2", "spark3", "spark4"]]
+
+
+def _samples(
+    node_rate: float,
+    *,
+    rtt_ms: float = 0.1,
+    speed: int | None = None,
+    cnp_per_s: int = 0,
+    clock: float | None = None,
+    power: float | None = None,
+    util: float | None = None,
+    reasons: int | None = None,
+    peers: tuple[str, ...] = ("10.0.0.9",),
+    n: int = 5,
+) -> list[NodeSample]:
+    """``n`` one-second samples of a node whose twin a moves ``node_rate`` bytes/s and whose
+    fabric connections answer in ``rtt_ms``."""
+    out = []
+    for i in range(n):
+        moved = int(node_rate * i)
+        conns = tuple(
+            TcpConn("10.0.0.1", peer, rtt_ms, 4096 * i * (k + 1), 4096 * i)
+            for k, peer in enumerate(peers)
+        )
+        out.append(
+            NodeSample(
+                t=100.0 + i,
+                mem_available=1 << 30,
+                twins={
+                    "a": TwinCounters(moved, moved, "netdev", speed, cnp_per_s * i, 0),
+                    "b": TwinCounters(0, 0, "netdev", speed),
+                },
+                gpu_util=util,
+                power_w=power,
+                clock_sm_mhz=clock,
+                clock_event_reasons=reasons,
+                tcp=conns,
+            )
+        )
+    return out
+
+
+def _figures(samples: dict[str, list[NodeSample]]) -> dict[str, pace.NodeFigures]:
+    out = {}
+    for node, s in samples.items():
+        f = pace.node_figures(node, s, LINE)
+        assert f is not None
+        out[node] = f
+    return out
+
+
+def test_equal_peers_name_nobody() -> None:
+    figs = _figures({n: _samples(30e6) for n in GROUP[0]})
+    assert pace.findings(GROUP, figs, speed_mbps=1000) == []
+
+
+def test_a_shaped_port_is_named_by_its_slow_connections_with_figures() -> None:
+    """The lab's quarter-rate port: equal bytes on every link (so no twin is apart), but
+    every connection through the shaped port queues in its token bucket. The head, a
+    star's centre, has a slow connection too, but also fast ones."""
+    samples = {
+        "spark1": _samples(90e6, rtt_ms=0.15, peers=("10.0.0.2", "10.0.0.4")),
+        "spark2": _samples(30e6, rtt_ms=0.12),
+        "spark3": _samples(30e6, rtt_ms=6.5),
+        "spark4": _samples(30e6, rtt_ms=0.14),
+    }
+    samples["spark1"] = [
+        NodeSample(
+            s.t,
+            s.mem_available,
+            s.twins,
+            tcp=(*s.tcp, TcpConn("10.0.0.1", "10.0.0.3", 6.4, s.tcp[0].bytes_sent, 0)),
+        )
+        for s in samples["spark1"]
+    ]
+    found = pace.findings(GROUP, _figures(samples), speed_mbps=1000)
+    assert found, "nobody named"
+    top = found[0]
+    assert (top.node, top.subject) == ("spark3", "link")
+    assert top.figures["fastest_rtt_ms"] == 6.5
+    assert top.figures["peers_fastest_rtt_ms"] == pytest.approx(0.14)
+    assert "6.50 ms" in top.message and "0.14 ms" in top.message
+    assert all(f.node != "spark1" or f.subject != "link" for f in found)
+
+
+def test_a_twin_at_line_rate_while_its_peers_idle_is_named() -> None:
+    samples = {n: _samples(20e6) for n in GROUP[0]}
+    samples["spark1"] = _samples(118e6)  # the star's centre at 94 % of its line
+    (top, *_) = pace.findings(GROUP, _figures(samples), speed_mbps=1000)
+    assert (top.node, top.subject) == ("spark1", "link (twin a)")
+    assert top.figures["utilisation"] == pytest.approx(118e6 / LINE, rel=1e-3)
+    assert "94% of its line rate" in top.message
+
+
+def test_a_port_negotiated_down_and_congestion_and_throttling_are_named() -> None:
+    samples = {n: _samples(20e6, speed=200000, clock=2400, power=40, util=90) for n in GROUP[0]}
+    samples["spark2"] = _samples(20e6, speed=100000, clock=2400, power=40, util=90)
+    samples["spark3"] = _samples(20e6, speed=200000, cnp_per_s=500, clock=2400, power=40, util=90)
+    samples["spark4"] = _samples(
+        20e6, speed=200000, clock=1800, power=22, util=90, reasons=pace.HW_THERMAL
+    )
+    found = pace.findings(GROUP, _figures(samples), speed_mbps=200000)
+    by_node = {(f.node, f.subject): f for f in found}
+    assert "100000 Mb/s" in by_node[("spark2", "link (twin a)")].message
+    assert "500 congestion notifications" in by_node[("spark3", "link (twin a)")].message
+    gpu = [f.message for f in found if f.node == "spark4"]
+    assert any("hw_thermal_slowdown" in m for m in gpu), gpu
+    assert any("SM clock 1800 MHz, its peers' 2400" in m for m in gpu), gpu
+    assert any("power draw 22 W, its peers' 40 W" in m for m in gpu), gpu
+    assert [f.score for f in found] == sorted((f.score for f in found), reverse=True)
+    assert {f.node for f in found} == {"spark2", "spark3", "spark4"}
+
+
+def test_a_group_of_one_and_a_node_with_one_sample_name_nobody() -> None:
+    figs = _figures({"spark1": _samples(120e6, rtt_ms=9)})
+    assert pace.findings([["spark1"]], figs) == []
+    assert pace.node_figures("spark2", _samples(1e6, n=1), LINE) is None
+
+
+def test_a_connection_that_moved_nothing_gives_no_rtt() -> None:
+    """An idle connection keeps its last RTT: only intervals that moved bytes count."""
+    idle = [
+        NodeSample(100.0 + i, None, {}, tcp=(TcpConn("10.0.0.1", "10.0.0.2", 50.0, 7, 7),))
+        for i in range(4)
+    ]
+    f = pace.node_figures("spark1", idle, LINE)
+    assert f is not None and f.fastest_rtt_ms is None
