@@ -72,6 +72,7 @@ def _plot_twins(report: Mapping[str, Any]) -> str:
     try:
         ax = fig.add_subplot()
         top = 0.0
+        colours: dict[str, str] = {}  # one colour a twin over every level
         for level in report["levels"]:
             for node, points in sorted(level["series"].items()):
                 twins = sorted({t for p in points for t in p["twins"]})
@@ -85,25 +86,29 @@ def _plot_twins(report: Mapping[str, Any]) -> str:
                     ]
                     if not xs:
                         continue
-                    label = f"{node} {twin}" if level is report["levels"][0] else None
-                    ax.plot(xs, ys, linewidth=1.2, marker=".", markersize=3, label=label)
+                    name = f"{node} {twin}"
+                    label = None if name in colours else name
+                    colour = colours.setdefault(name, f"C{len(colours) % 10}")
+                    ax.plot(
+                        xs, ys, color=colour, linewidth=1.2, marker=".", markersize=3, label=label
+                    )
                     top = max(top, *ys)
         for level in report["levels"]:
             ax.axvline(level["started_s"], color="#6e7781", linestyle=":", linewidth=1)
             ax.annotate(
                 f"c={level['concurrency']}",
-                (level["started_s"], 1),
+                (level["started_s"], 0.01),
                 xycoords=("data", "axes fraction"),
                 fontsize=7,
                 color="#57606a",
-                va="top",
+                va="bottom",
             )
         ax.set_ylim(0, top * 1.15 if top > 0 else 1)
         ax.set_xlabel("seconds since the bench started")
         ax.set_ylabel("% of the twin's line rate" if share else "bytes/s (busier direction)")
         ax.set_title("fabric twins over time")
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(loc="upper left", fontsize=7, framealpha=0.9, ncol=4)
+        ax.legend(loc="upper right", fontsize=7, framealpha=0.9, ncol=4)
         return figure_svg(fig, "bench-twins-", "sparkctl-bench-twins")
     finally:
         fig.clear()

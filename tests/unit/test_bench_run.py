@@ -201,3 +201,41 @@ def test_a_baseline_that_is_not_a_bench_report_is_refused_naming_the_file(tmp_pa
     assert e.value.code == 2 and str(tmp_path / "report.json") in str(e.value)
     with pytest.raises(SparkctlError, match="no such baseline"):
         run.resolve_baseline(str(tmp_path / "missing"), "unit")
+
+
+def _sparkctl(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
+    import os  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    return subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ | {"SPARKCTL_STATE_DIR": str(state)},
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--concurrency", "1,0"], "'0' is not a whole number from 1 to 1024"),
+        (["--concurrency", "4,4"], "4 is given twice"),
+        (["--concurrency", "1;id"], "is not a whole number"),
+        (["--output-len", "0"], "--output-len"),
+        (["--requests", "4", "--duration", "10"], "not both"),
+        (["--baseline", "/nonexistent/bench"], "no such baseline"),
+        (["--baseline", "last-good"], "no last-good bench for sim yet"),
+    ],
+)
+def test_bad_input_exits_2_before_any_host_is_contacted(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    """Nothing listens at the sim inventory's addresses here: an exit 2 with the reason
+    means no host was tried (an attempt would be exit 3 or a lock, after seconds)."""
+    p = _sparkctl("bench", "inventory/sim.ini", *args, state=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert said in p.stderr
+    assert not (tmp_path / "results" / "sim").exists() or not any(
+        d.name.endswith("-bench") for d in (tmp_path / "results" / "sim").iterdir()
+    )
