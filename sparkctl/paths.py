@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from sparkctl.errors import ExitCode, SparkctlError
+
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -113,3 +115,33 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def baseline_path(value: str, last_good: Path, *, what: str, hint: str) -> Path:
+    """A ``--baseline`` value: ``last-good`` (the run ``last_good`` links to), or a run's
+    directory or report file. ``what`` names the runs (``run``, ``bench``) in the error
+    (exit 2) when there is none; ``hint`` says how a run becomes last-good."""
+    if value == "last-good":
+        if not last_good.exists():
+            raise SparkctlError(
+                f"no last-good {what} for {last_good.parent.name} yet ({last_good})",
+                ExitCode.BAD_INPUT,
+                hint=hint,
+            )
+        return last_good.resolve()
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise SparkctlError(
+            f"{path}: no such baseline (give a {what} directory, its report.json, or last-good)",
+            ExitCode.BAD_INPUT,
+        )
+    return path
+
+
+def point_link(link: Path, target: str) -> None:
+    """``link`` (a symlink) pointed at ``target`` at once: a reader sees the old target or
+    the new one, never none."""
+    tmp = link.with_name(f".{link.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    tmp.replace(link)

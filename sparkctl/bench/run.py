@@ -44,7 +44,7 @@ from sparkctl.bench.sample import (
 from sparkctl.bench.stats import LevelFigures, summarize
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.lock import inventory_lock
-from sparkctl.paths import state_dir
+from sparkctl.paths import baseline_path, point_link, state_dir
 
 if TYPE_CHECKING:
     from sparkctl.endpoint import Endpoint
@@ -438,22 +438,12 @@ def load_report(path: Path) -> dict[str, Any]:
 
 
 def resolve_baseline(value: str, cluster: str) -> Path:
-    if value == "last-good":
-        link = last_good_link(cluster)
-        if not link.exists():
-            raise SparkctlError(
-                f"no last-good bench for {cluster} yet ({link})",
-                ExitCode.BAD_INPUT,
-                hint="a bench whose every request is answered becomes last-good",
-            )
-        return link.resolve()
-    path = Path(value).expanduser()
-    if not path.exists():
-        raise SparkctlError(
-            f"{path}: no such baseline (give a bench directory, its report.json, or last-good)",
-            ExitCode.BAD_INPUT,
-        )
-    return path
+    return baseline_path(
+        value,
+        last_good_link(cluster),
+        what="bench",
+        hint="a bench whose every request is answered becomes last-good",
+    )
 
 
 def compare(
@@ -590,11 +580,7 @@ def bench(opts: Options) -> tuple[dict[str, Any], Path]:
         (run_dir / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n")
         (run_dir / REPORT_HTML).write_text(html.render(report))
         if report["verdict"] != "errors":
-            link = last_good_link(inv.cluster)
-            tmp = link.with_name(f".{LAST_GOOD}.tmp")
-            tmp.unlink(missing_ok=True)
-            tmp.symlink_to(run_dir.name)
-            tmp.replace(link)
+            point_link(last_good_link(inv.cluster), run_dir.name)
     return report, run_dir
 
 

@@ -38,7 +38,7 @@ from sparkctl.collection import tool_output
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.inventory import Inventory
 from sparkctl.lock import inventory_lock
-from sparkctl.paths import state_dir
+from sparkctl.paths import baseline_path, point_link, state_dir
 from sparkctl.plan import Plan
 from sparkctl.playbook import results_dir
 from sparkctl.remote import Runner
@@ -634,33 +634,19 @@ def validate(opts: Options) -> tuple[Report, Path]:
         report_io.write(report, run_dir)
         if report.verdict == "passed":
             _keep_fingerprint(inv, plan, runner, run_dir)
-            link = last_good_link(inv.cluster)
-            tmp = link.with_name(".last-good.tmp")
-            tmp.unlink(missing_ok=True)
-            tmp.symlink_to(run_dir.name)
-            tmp.replace(link)
+            point_link(last_good_link(inv.cluster), run_dir.name)
     # Prometheus textfile metrics where SPARKCTL_TEXTFILE_DIR is set (docs/monitoring.md)
     metrics.publish_validate(report, plan, facts)
     return report, run_dir
 
 
 def resolve_baseline(value: str, cluster: str) -> Path:
-    if value == "last-good":
-        link = last_good_link(cluster)
-        if not link.exists():
-            raise SparkctlError(
-                f"no last-good run for {cluster} yet ({link})",
-                ExitCode.BAD_INPUT,
-                hint="a validate run that passes becomes last-good",
-            )
-        return link.resolve()
-    path = Path(value).expanduser()
-    if not path.exists():
-        raise SparkctlError(
-            f"{path}: no such baseline (give a run directory, its report.json, or last-good)",
-            ExitCode.BAD_INPUT,
-        )
-    return path
+    return baseline_path(
+        value,
+        last_good_link(cluster),
+        what="run",
+        hint="a validate run that passes becomes last-good",
+    )
 
 
 def failure_summary(report: Report) -> str:
