@@ -115,7 +115,10 @@ class Sampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            self.once()
+            try:
+                self.once()
+            except (SparkctlError, OSError) as exc:  # the level goes on; the gap is said
+                self.errors["sampler"] = f"{type(exc).__name__}: {str(exc)[:200]}"
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
 
     def start(self) -> None:
