@@ -56,6 +56,9 @@ RATE_INTERVAL = "1m"
 # How long a first scrape (and a second, for rate and increase) may take to arrive:
 # polled, never asserted as a duration.
 PATIENCE_S = 120.0
+# How often the waits below ask Prometheus again: its HTTP API answers a query in
+# milliseconds, and a wait that polls every few seconds only adds half a poll to each.
+POLL_S = 1.0
 
 
 def monitoring_host(lab: LabSession) -> str:
@@ -82,7 +85,7 @@ def wait_for(what: str, probe: Any) -> Any:
         if value or time.monotonic() > deadline:
             assert value, f"{what}: nothing within {PATIENCE_S:.0f} s"
             return value
-        time.sleep(3)
+        time.sleep(POLL_S)
 
 
 def targets(lab: LabSession) -> list[dict[str, Any]]:
@@ -227,7 +230,7 @@ def active_alerts(lab: LabSession, name: str) -> list[dict[str, Any]]:
 def wait_alert(lab: LabSession, name: str, state: str | None, patience_s: float) -> float:
     """Poll until the alert ``name`` is in ``state`` ("firing", "pending") for this lab's
     cluster, or (``state`` None) no longer held at all (cleared); how long that took.
-    Polled every 5 s within ``patience_s``, never asserted as a duration."""
+    Polled every POLL_S within ``patience_s``, never asserted as a duration."""
     start = time.monotonic()
     seen: list[dict[str, Any]] = []
     while time.monotonic() - start < patience_s:
@@ -240,7 +243,7 @@ def wait_alert(lab: LabSession, name: str, state: str | None, patience_s: float)
             state is not None and any(a["state"] == state for a in seen)
         ):
             return time.monotonic() - start
-        time.sleep(5)
+        time.sleep(POLL_S)
     raise AssertionError(
         f"alert {name} not {state or 'cleared'} within {patience_s:.0f} s; last seen: {seen}"
     )
