@@ -173,6 +173,95 @@ def test_serve_up_records_the_images_nccl_beside_the_host_build(served: dict[str
     ), report["notes"]
 
 
+def _bench(*args: str) -> tuple[int, dict[str, Any], str, str]:
+    """sparkctl bench on the serving lab; its report.json (from the newest bench run)."""
+    proc = _run("bench", str(SIM_INVENTORY), *args, timeout=900)
+    runs = sorted((STATE / "results" / "sim").glob("*-bench*"), key=lambda p: p.stat().st_mtime)
+    report = json.loads((runs[-1] / "report.json").read_text()) if runs else {}
+    return proc.returncode, report, proc.stdout, proc.stderr
+
+
+BENCH_LOAD = ["--input-len", "32", "--output-len", "48"]
+
+
+def test_bench_measures_every_level_then_names_a_port_shaped_to_a_quarter(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """`sparkctl bench` on the serving lab: TP=4 over the stand-in ranks, whose every
+    token takes 32 all-reduces of Llama-3.2-1B's hidden state over the lab's fabric, a
+    few requests a level.
+
+    - At concurrency 1 and 4: every request answered, tokens/s, TTFT, ITL and latency;
+      the communication share from the head's config.json (16 layers, hidden 2048) and
+      the all-reduce curve of validate's last-good run (from `sparkctl up`); every node's
+      memory, server cgroup and GPU figures, and bytes on every node's twin a, which
+      carries the ranks' traffic (NCCL_SOCKET_IFNAME); SGLang's gauges; report.html
+      with its three plots; the run becomes bench-last-good.
+    - Then one fault serves the rest: spark3's twin a shaped to a quarter of the lab's
+      rate. Every link carries the same bytes, but every connection through spark3's
+      port now queues in its token bucket: the same workload at concurrency 4 names
+      spark3's link as the pace-setter, with its figures, on the terminal and in the
+      report, and the comparison with the first run says how far tokens/s fell."""
+    rc, first, out, err = _bench("--concurrency", "1,4", "--requests", "8", *BENCH_LOAD, "--json")
+    assert rc == 0, out[-3000:] + err[-3000:]
+    assert json.loads(out) == first  # --json prints report.json
+    assert first["verdict"] == "passed" and first["latency_run"], first["notes"]
+    assert (first["model"]["hidden"], first["model"]["layers"]) == (2048, 16)
+    (group,) = first["groups"]
+    nodes = first["groups"][group]
+    assert nodes == ["spark1", "spark2", "spark3", "spark4"]
+    for level in first["levels"]:
+        f = level["figures"]
+        assert (f["completed"], f["errors"], f["output_tokens"]) == (8, 0, 8 * 48), f
+        assert f["output_tokens_per_s"] > 0 and f["requests_per_s"] > 0
+        assert 0 < f["ttft_ms"]["p50"] <= f["e2e_ms"]["p50"] and f["itl_ms"]["p50"] > 0
+        share = level["comm"][group]
+        assert share["allreduces_per_token"] == 32 and share["allreduce_us"] > 0
+        assert share["comm_ms_per_token"] > 0 and share["ms_per_token"] > 0
+        assert level["gauges"][group]["running_max"] is not None  # the head's /metrics
+        for node in nodes:
+            n = level["nodes"][node]
+            assert n["mem_available_min_bytes"] > 0 and n["server_memory_max_bytes"] > 0, n
+            assert n["gpu_util_pct"] is not None and n["power_w"] is not None, n
+            assert set(n["twins"]) == {"a", "b"}, n
+            a = n["twins"]["a"]
+            assert a["rx_bytes_per_s"] > 0 and a["tx_bytes_per_s"] > 0 and a["utilisation"] > 0
+            assert level["series"][node], node
+        assert level["sample_errors"] == {}
+    page = (STATE / "results" / "sim" / first["run_id"] / "report.html").read_text()
+    assert page.count("<svg") == 3 and "Communication share" in page
+    assert (STATE / "results" / "sim" / "bench-last-good").resolve().name == first["run_id"]
+    calm = first["levels"][-1]
+    rate = int(lab.inventory.cluster_var("lab_link_rate_mbit", 1000))
+    sparkctl("lab", "port", "swp5", "--rate", str(rate // 4), check=True)  # spark3's twin a
+    try:
+        rc, shaped, out, err = _bench(
+            "--concurrency", "4", "--requests", "16", *BENCH_LOAD, "--baseline", "last-good"
+        )
+    finally:
+        sparkctl("lab", "port", "swp5", "--rate", str(rate), check=True)
+    level = shaped["levels"][0]
+    assert level["figures"]["errors"] == 0, level["figures"]
+    pace_setter = level["pace_setter"]
+    assert pace_setter is not None, level["findings"]
+    assert (pace_setter["node"], pace_setter["subject"]) == ("spark3", "link"), level["findings"]
+    assert (
+        pace_setter["figures"]["fastest_rtt_ms"]
+        > 2 * pace_setter["figures"]["peers_fastest_rtt_ms"]
+    )
+    assert f"pace-setter spark3 (link): {pace_setter['message']}" in out
+    base = shaped["baseline"]
+    assert base["run_id"] == first["run_id"] and [r["concurrency"] for r in base["levels"]] == [4]
+    print(
+        f"bench: concurrency 1 {first['levels'][0]['figures']['output_tokens_per_s']:.0f} tok/s, "
+        f"4 {calm['figures']['output_tokens_per_s']:.0f} tok/s "
+        f"(TTFT p50 {calm['figures']['ttft_ms']['p50']:.0f} ms; "
+        f"{calm['comm'][group]['line']}); spark3's port at a quarter: "
+        f"{level['figures']['output_tokens_per_s']:.0f} tok/s ({base['levels'][0]['change']:+.0%}), "
+        f"pace-setter {pace_setter['node']}: {pace_setter['message']}; rc {rc}"
+    )
+
+
 def _status(*extra: str, textfiles: bool = False) -> tuple[int, dict[str, Any]]:
     proc = _run("status", str(SIM_INVENTORY), "--json", *extra, timeout=300, textfiles=textfiles)
     try:
