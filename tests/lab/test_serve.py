@@ -257,7 +257,8 @@ def test_bench_measures_every_level_then_names_a_port_shaped_to_a_quarter(
         f"4 {calm['figures']['output_tokens_per_s']:.0f} tok/s "
         f"(TTFT p50 {calm['figures']['ttft_ms']['p50']:.0f} ms; "
         f"{calm['comm'][group]['line']}); spark3's port at a quarter: "
-        f"{level['figures']['output_tokens_per_s']:.0f} tok/s ({base['levels'][0]['change']:+.0%}), "
+        f"{level['figures']['output_tokens_per_s']:.0f} tok/s "
+        f"({base['levels'][0]['change']:+.0%}), "
         f"pace-setter {pace_setter['node']}: {pace_setter['message']}; rc {rc}"
     )
 
