@@ -259,7 +259,7 @@ def run_one(ctx: Context, concurrency: int, first_index: int) -> dict[str, Any]:
     sampler = Sampler(ctx.cluster, ctx.commands, groups, ctx.opts.interval_s, ctx.began)
     requests = ctx.opts.requests_for(concurrency)
     total = f"/{requests}" if requests else f" in {ctx.opts.duration_s:g} s"
-    step = max(1, (requests or 0) // 4)
+    step = max(1, requests // 4) if requests else 4 * concurrency
 
     def done(n: int) -> None:
         if n % step == 0:
