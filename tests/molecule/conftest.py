@@ -4,7 +4,7 @@
 scenario's containers; the unit and contract phases that run first (tests/conftest.py)
 leave the machine's second core mostly idle. So when collection ends and molecule
 scenarios are selected on a machine that can run them, one thread runs them one after
-the other (image first, then each scenario, each destroyed again whatever happened),
+the other (image first, then each scenario, destroyed again unless it passed),
 and each ``test_molecule_scenario`` waits for its own scenario's result. The
 lab comes up and its first tests run meanwhile; the lab tests that measure
 bandwidth (marked quiet_host) wait for the whole sequence (tests/conftest.py),
@@ -81,7 +81,12 @@ def run_scenario(
     log: Path,
     started: list[subprocess.Popen[bytes]] | None = None,
 ) -> Scenario:
-    """``molecule test`` in roles/<role>, then ``molecule destroy`` whatever happened."""
+    """``molecule test`` in roles/<role>, then ``molecule destroy`` unless it passed.
+
+    A scenario that passed ran its own sequence's last step, ``destroy``; anything else
+    (a failed step, a timeout, an interrupt) may have left its instances behind, so they
+    are destroyed again here. A second destroy after a pass would only cost another
+    molecule and ansible-playbook start beside the lab tests."""
     cwd = REPO / "ansible_collections" / "sparkctl" / "spark" / "roles" / role
     began = time.monotonic()
     outcome = "did not finish"
@@ -110,16 +115,17 @@ def run_scenario(
                 proc.wait()
                 outcome = f"timed out after {TIMEOUT} s"
     finally:
-        # Whatever happened (failure, timeout, interrupt): the instances go.
-        subprocess.run(
-            [str(MOLECULE), "destroy"],
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=300,
-            check=False,
-        )
+        if outcome != "passed":
+            # A failure, a timeout or an interrupt: the instances go all the same.
+            subprocess.run(
+                [str(MOLECULE), "destroy"],
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=300,
+                check=False,
+            )
     return Scenario(role, outcome, time.monotonic() - began, log)
 
 

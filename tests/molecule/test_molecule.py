@@ -12,8 +12,9 @@ Needs what the lab needs (root, podman, the wiring tools; see
 tests/conftest.py ``lab_unavailable``) plus molecule (the ``dev`` extra):
 without them the tests skip, and with SPARKCTL_REQUIRE_LAB=1 (CI) they fail.
 The node image is built when missing (about 100 s, then cached). Each
-scenario is destroyed again in a ``finally``, whatever happened to it; its
-wall time is printed at the end of the module. The scenarios run in the
+scenario's last step destroys its instances; one that did not pass (a failed
+step, a timeout, an interrupt) is destroyed again in a ``finally``; its wall
+time is printed at the end of the module. The scenarios run in the
 background from the end of collection, beside the unit tests
 (tests/molecule/conftest.py); each test here waits for its own result.
 """
