@@ -31,9 +31,27 @@ if [[ $# -eq 0 && "${SPARKCTL_LAB_BACKGROUND:-1}" != 0 && $EUID -eq 0 ]] && comm
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy
-# Roles and playbooks: the production profile of .ansible-lint.
-PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint -q
+# mypy and ansible-lint (roles and playbooks: the production profile of .ansible-lint)
+# each keep about one core busy, for 19 and 49 s on a 2-core machine with a cold mypy
+# cache: they run side by side (54 s, not 68), each into a file of its own, shown in this
+# order once both are done; the first failure's exit is the script's.
+gates="$(mktemp -d --tmpdir sparkctl-gates.XXXXXX)"
+.venv/bin/mypy >"$gates/mypy" 2>&1 &
+mypy_pid=$!
+PATH="$PWD/.venv/bin:$PATH" .venv/bin/ansible-lint -q >"$gates/ansible-lint" 2>&1 &
+lint_pid=$!
+mypy_rc=0
+lint_rc=0
+wait "$mypy_pid" || mypy_rc=$?
+wait "$lint_pid" || lint_rc=$?
+cat "$gates/mypy" "$gates/ansible-lint"
+rm -rf "$gates"
+if [[ $mypy_rc -ne 0 ]]; then
+  exit "$mypy_rc"
+fi
+if [[ $lint_rc -ne 0 ]]; then
+  exit "$lint_rc"
+fi
 if [[ $# -gt 0 ]]; then
   exec .venv/bin/pytest "$@"
 fi
