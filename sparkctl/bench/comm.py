@@ -69,7 +69,7 @@ class CommShare:
             f"communication ~ {self.comm_ms:.2f} ms of the {self.token_ms:.2f} ms per token "
             f"({self.share:.0%}): {self.allreduces} all-reduces of "
             f"{self.message_bytes} B ({self.allreduce_us:.0f} us each) at a batch of "
-            f"{self.batch:g}"
+            f"{self.batch:.3g}"
         )
 
     def to_dict(self) -> dict[str, Any]:

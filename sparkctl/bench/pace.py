@@ -15,11 +15,14 @@ with its figures and a score (how far apart), the highest score the pace-setter:
 - **congestion on one node**: its RoCE port sending or handling congestion notification
   packets (CNPs) at :data:`CNP_RATE` a second or more, at least :data:`APART` times its
   peers';
-- **a slow path over TCP** (the socket transport, and the lab): the node's fastest
-  connection on the fabric has a smoothed RTT at least :data:`APART` times its peers'
-  median fastest, and :data:`RTT_MARGIN_MS` more. A shaped or congested port queues
-  every packet through it, so each of that node's connections is slow, while a peer
-  still has fast connections to the others;
+- **a slow path over TCP** (the socket transport, and the lab): a sender whose fastest
+  delivery to one peer over the level (the kernel's delivery rate samples that the path,
+  not the sender, limited) is at most 1/:data:`APART` of its fastest to its other peers
+  names that peer's link: the path never carried more. Each peer compared needs
+  :data:`MIN_PATH_SAMPLES` such samples: a quiet level's few say little. (Not the RTT:
+  a collective's messages are requests and replies, so the RTT a sender measures holds
+  the peer's own turn and the round's scheduling, which on the lab's shared cores
+  varies more than a shaped port adds);
 - **a GPU that throttles** (an NVML hardware slowdown reason in any sample: thermal,
   power brake, HW slowdown: the soak's reasons), or whose SM clock is
   :data:`CLOCK_APART` or more below its peers' median, or whose power draw is
@@ -40,9 +43,9 @@ from sparkctl.bench.sample import NodeSample, rates
 BUSY_LINE = 0.75
 APART = 2.0
 CNP_RATE = 10.0
-RTT_MARGIN_MS = 0.2
 CLOCK_APART = 0.10
 POWER_APART = 0.25
+MIN_PATH_SAMPLES = 3  # path-limited delivery samples a peer needs to be compared
 BUSY_GPU = 50.0  # % utilisation: the group is busy
 # NVML clocks event reasons that slow the GPU for hardware reasons (nvml.h)
 HW_SLOWDOWN, HW_THERMAL, HW_POWER_BRAKE = 0x8, 0x40, 0x80
@@ -77,7 +80,8 @@ class NodeFigures:
     twin_util: Mapping[str, float]  # share of the twin's line rate, the busier direction
     twin_speed: Mapping[str, int]  # Mb/s, where the driver said
     cnp_per_s: Mapping[str, float]  # sent + handled
-    fastest_rtt_ms: float | None  # the node's fastest busy TCP connection on the fabric
+    # peer address -> (the fastest path-limited delivery, bits/s; how many such samples)
+    peer_delivery_bps: Mapping[str, tuple[float, int]]
     gpu_util: float | None
     power_w: float | None
     clock_mhz: float | None
@@ -89,25 +93,23 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def _busy_rtts(samples: Sequence[NodeSample]) -> float | None:
-    """The smallest, over the node's connections, of each connection's median RTT in
-    the samples where it moved bytes since the one before."""
-    per_conn: dict[tuple[str, str], list[float]] = {}
-    before: dict[tuple[str, str], tuple[int, int]] = {}
+def _deliveries(samples: Sequence[NodeSample]) -> dict[str, tuple[float, int]]:
+    """Per peer address: the fastest delivery rate the kernel sampled on the node's
+    connections to it while the path, not the application, limited the flight, over
+    the samples where each connection had moved bytes since the one before."""
+    per_peer: dict[str, tuple[float, int]] = {}
+    before: dict[tuple[str, int, str, int], tuple[int, int]] = {}
     for s in samples:
-        seen: dict[tuple[str, str], tuple[int, int]] = {}
+        seen = {}
         for c in s.tcp:
-            key = (c.local, c.peer)
-            moved = (c.bytes_sent, c.bytes_received)
-            # several connections between one pair of addresses: their sum moves
-            if key in seen:
-                moved = (seen[key][0] + moved[0], seen[key][1] + moved[1])
-            seen[key] = moved
-            if c.rtt_ms is not None and key in before and moved != before[key]:
-                per_conn.setdefault(key, []).append(c.rtt_ms)
+            key = (c.local, c.local_port, c.peer, c.peer_port)
+            seen[key] = (c.bytes_sent, c.bytes_received)
+            moved = key in before and seen[key] != before[key]
+            if moved and c.delivery_bps and not c.app_limited:
+                fastest, count = per_peer.get(c.peer, (0.0, 0))
+                per_peer[c.peer] = (max(fastest, c.delivery_bps), count + 1)
         before = seen
-    medians = [statistics.median(v) for v in per_conn.values() if v]
-    return min(medians) if medians else None
+    return per_peer
 
 
 def node_figures(
@@ -143,7 +145,7 @@ def node_figures(
         util,
         speed,
         cnp,
-        _busy_rtts(samples),
+        _deliveries(samples),
         _median([s.gpu_util for s in samples[1:]]),
         _median([s.power_w for s in samples[1:]]),
         _median([s.clock_sm_mhz for s in samples[1:]]),
@@ -190,19 +192,6 @@ def _link_findings(n: NodeFigures, peers: Sequence[NodeFigures], speed_mbps: int
                     {"cnp_per_s": c, "peers_cnp_per_s": peer_cnp},
                 )
             )
-    peer_rtt = _median([p.fastest_rtt_ms for p in peers])
-    rtt = n.fastest_rtt_ms
-    if rtt is not None and peer_rtt and rtt >= APART * peer_rtt and rtt - peer_rtt >= RTT_MARGIN_MS:
-        out.append(
-            Finding(
-                n.node,
-                "link",
-                f"every fabric connection slow: its fastest answers in {rtt:.2f} ms "
-                f"(smoothed TCP RTT), its peers' fastest in {peer_rtt:.2f} ms",
-                rtt / peer_rtt,
-                {"fastest_rtt_ms": rtt, "peers_fastest_rtt_ms": peer_rtt},
-            )
-        )
     return out
 
 
@@ -244,13 +233,49 @@ def _gpu_findings(n: NodeFigures, peers: Sequence[NodeFigures]) -> list[Finding]
     return out
 
 
+def _path_findings(have: Sequence[NodeFigures], addresses: Mapping[str, str]) -> list[Finding]:
+    """Each sender's peers compared: the peer whose path never delivered more than a
+    fraction of the sender's fastest to the others, named with the sender's figures
+    (the furthest apart kept)."""
+    best: dict[str, Finding] = {}
+    members = {n.node for n in have}
+    for sender in have:
+        rates = {
+            addresses[a]: fastest
+            for a, (fastest, count) in sender.peer_delivery_bps.items()
+            if addresses.get(a) in members
+            and addresses[a] != sender.node
+            and count >= MIN_PATH_SAMPLES  # a few samples of a quiet level say little
+        }
+        if len(rates) < 2:
+            continue
+        for peer, rate in rates.items():
+            others = statistics.median([v for p, v in rates.items() if p != peer])
+            if rate <= 0 or others < APART * rate:
+                continue
+            f = Finding(
+                peer,
+                "link",
+                f"{sender.node} never delivered to it faster than {rate / 1e6:.0f} Mb/s "
+                f"(TCP delivery rate, path-limited), to its other peers up to "
+                f"{others / 1e6:.0f} Mb/s",
+                others / rate,
+                {"delivery_mbps": rate / 1e6, "others_delivery_mbps": others / 1e6},
+            )
+            if peer not in best or f.score > best[peer].score:
+                best[peer] = f
+    return list(best.values())
+
+
 def findings(
     groups: Sequence[Sequence[str]],
     figures: Mapping[str, NodeFigures],
     *,
     speed_mbps: int = 0,
+    addresses: Mapping[str, str] | None = None,
 ) -> list[Finding]:
-    """Every node apart from the peers of its group, the strongest first."""
+    """Every node apart from the peers of its group, the strongest first. ``addresses``:
+    each fabric address's node (the TCP rule reads connections by peer address)."""
     out: list[Finding] = []
     for members in groups:
         have = [figures[m] for m in members if m in figures]
@@ -259,4 +284,5 @@ def findings(
         for n in have:
             peers = [p for p in have if p.node != n.node]
             out += _link_findings(n, peers, speed_mbps) + _gpu_findings(n, peers)
+        out += _path_findings(have, addresses or {})
     return sorted(out, key=lambda f: -f.score)

@@ -258,12 +258,12 @@ def run_one(ctx: Context, concurrency: int, first_index: int) -> dict[str, Any]:
     groups = ctx.cluster.groups()
     sampler = Sampler(ctx.cluster, ctx.commands, groups, ctx.opts.interval_s, ctx.began)
     requests = ctx.opts.requests_for(concurrency)
-    total = f"/{requests}" if requests else f" in {ctx.opts.duration_s:g} s"
+    total = f"/{requests} requests" if requests else f" requests ({ctx.opts.duration_s:g} s level)"
     step = max(1, requests // 4) if requests else 4 * concurrency
 
     def done(n: int) -> None:
         if n % step == 0:
-            ctx.progress(f"concurrency {concurrency}: {n}{total} requests")
+            ctx.progress(f"concurrency {concurrency}: {n}{total}")
 
     sampler.start()
     t0 = time.monotonic() - ctx.began
@@ -286,7 +286,13 @@ def run_one(ctx: Context, concurrency: int, first_index: int) -> dict[str, Any]:
         if (f := pace.node_figures(n, s, ctx.line)) is not None
     }
     speed = ctx.cluster.plan.node(ctx.cluster.head).roce_fabric.speed_mbps
-    found = pace.findings([g.members for g in groups], figs, speed_mbps=speed)
+    addresses = {
+        ip: node
+        for node in ctx.cluster.nodes
+        for ip in (ctx.cluster.plan.node(node).fabric_a_ip, ctx.cluster.plan.node(node).fabric_b_ip)
+        if ip
+    }
+    found = pace.findings([g.members for g in groups], figs, speed_mbps=speed, addresses=addresses)
     shares = {}
     if ctx.shape and ctx.curve and figures.completed:
         for g in groups:
@@ -553,6 +559,7 @@ def bench(opts: Options) -> tuple[dict[str, Any], Path]:
             for c in opts.concurrency:
                 levels.append(run_one(ctx, c, index))
                 index += levels[-1]["figures"]["requests"]
+        notes += level_notes(levels)
         tolerance = cluster.plan.node(cluster.head).validate.baseline_tolerance
         report: dict[str, Any] = {
             "schema": SCHEMA,
@@ -585,6 +592,33 @@ def bench(opts: Options) -> tuple[dict[str, Any], Path]:
         if report["verdict"] != "errors":
             point_link(last_good_link(inv.cluster), run_dir.name)
     return report, run_dir
+
+
+def level_notes(levels: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What the levels could not measure, or measured past what the model explains."""
+    notes = []
+    missing = sorted(
+        {n for x in levels for n, v in x["nodes"].items() if v["server_memory_max_bytes"] is None}
+    )
+    if missing:
+        notes.append(
+            f"the server's own memory cgroup could not be read on {', '.join(missing)} "
+            "(no memory controller at the container's scope, or no MemoryAccounting for "
+            "the unit): MemAvailable only"
+        )
+    over = [
+        f"concurrency {x['concurrency']}"
+        for x in levels
+        if any(c["share"] > 1 for c in x["comm"].values())
+    ]
+    if over:
+        notes.append(
+            f"at {', '.join(over)} the all-reduces alone, at validate's measured latency, "
+            "take longer than a token did: the ranks' collectives run faster than "
+            "nccl-tests measured them (SGLang's custom all-reduce, NCCL's choices at small "
+            "sizes), so the share is an upper bound there"
+        )
+    return notes
 
 
 def verdict(report: Mapping[str, Any]) -> str:

@@ -22,9 +22,11 @@ Each sample reads, on every node at once (over the serve commands' SSH):
   event reasons, where nvidia-smi answers (the GB10's driver may refuse a field, as
   the soak found);
 - the TCP connections on the node's fabric addresses (``ss -tinH state established``):
-  each one's smoothed RTT and bytes. Where the ranks' collectives run over sockets
-  (NCCL's socket transport, the lab) a slow or shaped link shows there as RTT apart
-  from its peers'; over RDMA there are none, and the speed and CNP counters speak.
+  each one's bytes and the kernel's last delivery rate sample (``delivery_rate``, and
+  whether the sender, not the path, limited it: ``app_limited``; iproute2's
+  ``tcp_show_info``). Where the ranks' collectives run over sockets (NCCL's socket
+  transport, the lab) a slow or shaped link shows there as a path that never delivers
+  faster than its rate; over RDMA there are none, and the speed and CNP counters speak.
 
 Two samples make rates: bytes a second on each twin, as a share of the twin's line
 rate (a twin carries about half of its port, 92.57 + 97.28 Gb/s over the two twins
@@ -67,6 +69,10 @@ class TcpConn:
     rtt_ms: float | None
     bytes_sent: int
     bytes_received: int
+    local_port: int = 0
+    peer_port: int = 0
+    delivery_bps: float | None = None  # the kernel's last delivery rate sample, bits/s
+    app_limited: bool = True  # that sample was limited by the sender, not the path
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,7 @@ def sample_command(
                 f"$(cat {hw}/rp_cnp_handled 2>/dev/null || echo -)"
             )
     if server_memory:
-        parts.append(f"echo srv $({server_memory} 2>/dev/null || echo -)")
+        parts.append(f"echo srv $({{ {server_memory}; }} 2>/dev/null || echo -)")
     for key, query in (("gpu", GPU_QUERY), ("clk", CLOCK_QUERY)):
         parts.append(
             f"echo {key} $(nvidia-smi --query-gpu={query} --format=csv,noheader,nounits "
@@ -137,14 +143,27 @@ def sample_command(
     return "; ".join(parts) + "; true"
 
 
+# Where a container's memory cgroup is (docs.docker.com, "Runtime metrics": "Find the
+# cgroup for a given container"): cgroup v2 (DGX OS) and v1, with docker's systemd cgroup
+# driver (a docker-<id>.scope in system.slice) or its cgroupfs driver (docker/<id>).
+CONTAINER_CGROUP_FILES = (
+    "/sys/fs/cgroup/system.slice/docker-{id}.scope/memory.current",
+    "/sys/fs/cgroup/docker/{id}/memory.current",
+    "/sys/fs/cgroup/memory/system.slice/docker-{id}.scope/memory.usage_in_bytes",
+    "/sys/fs/cgroup/memory/docker/{id}/memory.usage_in_bytes",
+)
+
+
 def server_memory_command(install_method: str, unit: str, engine: str, container: str) -> str:
-    """A command that prints the bytes of the server's cgroup (cgroup v2 ``memory.current``):
-    the container's scope with the container method (``docker-<id>.scope`` in
-    system.slice, where docker's systemd cgroup driver puts it), else the unit's."""
+    """A command that prints the bytes of the server's own memory cgroup, or fails: the
+    container's (:data:`CONTAINER_CGROUP_FILES`) with the container method, else the
+    unit's as systemd accounts it (``MemoryCurrent``; ``[not set]`` without accounting)."""
     if install_method == "container":
+        files = " ".join(f.replace("{id}", "$id") for f in CONTAINER_CGROUP_FILES)
         return (
-            f"cat /sys/fs/cgroup/system.slice/docker-$({{sudo}}{shlex.quote(engine)} inspect "
-            f"--format '{{{{.Id}}}}' {shlex.quote(container)}).scope/memory.current"
+            f"id=$({{sudo}}{shlex.quote(engine)} inspect --format '{{{{.Id}}}}' "
+            f"{shlex.quote(container)}) && for f in {files}; do "
+            '[ -r "$f" ] && { cat "$f"; break; }; done'
         )
     return f"systemctl show -p MemoryCurrent --value {shlex.quote(unit)}"
 
@@ -166,7 +185,17 @@ def _tcp(lines: Sequence[str]) -> tuple[TcpConn, ...]:
     except tool_output.ToolOutputError:
         return ()  # an ss that printed something else: no connection figures this sample
     return tuple(
-        TcpConn(c["local"], c["peer"], c["rtt_ms"], c["bytes_sent"] or 0, c["bytes_received"] or 0)
+        TcpConn(
+            c["local"],
+            c["peer"],
+            c["rtt_ms"],
+            c["bytes_sent"] or 0,
+            c["bytes_received"] or 0,
+            c["local_port"],
+            c["peer_port"],
+            c["delivery_rate_bps"],
+            c["app_limited"],
+        )
         for c in conns
     )
 

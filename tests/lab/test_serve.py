@@ -181,28 +181,28 @@ def _bench(*args: str) -> tuple[int, dict[str, Any], str, str]:
     return proc.returncode, report, proc.stdout, proc.stderr
 
 
-BENCH_LOAD = ["--input-len", "32", "--output-len", "48"]
+BENCH_LOAD = ["--input-len", "32", "--output-len", "48", "--duration", "6"]
 
 
 def test_bench_measures_every_level_then_names_a_port_shaped_to_a_quarter(
     lab: LabSession, served: dict[str, Any]
 ) -> None:
     """`sparkctl bench` on the serving lab: TP=4 over the stand-in ranks, whose every
-    token takes 32 all-reduces of Llama-3.2-1B's hidden state over the lab's fabric, a
-    few requests a level.
+    token takes 32 all-reduces of Llama-3.2-1B's hidden state over the lab's fabric,
+    6 s a level.
 
-    - At concurrency 1 and 4: every request answered, tokens/s, TTFT, ITL and latency;
-      the communication share from the head's config.json (16 layers, hidden 2048) and
-      the all-reduce curve of validate's last-good run (from `sparkctl up`); every node's
-      memory, server cgroup and GPU figures, and bytes on every node's twin a, which
-      carries the ranks' traffic (NCCL_SOCKET_IFNAME); SGLang's gauges; report.html
-      with its three plots; the run becomes bench-last-good.
+    - At concurrency 1, 4 and 16: every request answered, tokens/s, TTFT, ITL and
+      latency; the communication share from the head's config.json (16 layers, hidden
+      2048) and the all-reduce curve of validate's last-good run (from `sparkctl up`);
+      every node's memory and GPU figures, and bytes on every node's twin a, which
+      carries the ranks' traffic (NCCL_SOCKET_IFNAME); SGLang's gauges; report.html with
+      its three plots; no node apart from its peers; the run becomes bench-last-good.
     - Then one fault serves the rest: spark3's twin a shaped to a quarter of the lab's
-      rate. Every link carries the same bytes, but every connection through spark3's
-      port now queues in its token bucket: the same workload at concurrency 4 names
-      spark3's link as the pace-setter, with its figures, on the terminal and in the
-      report, and the comparison with the first run says how far tokens/s fell."""
-    rc, first, out, err = _bench("--concurrency", "1,4", "--requests", "8", *BENCH_LOAD, "--json")
+      rate. Every link carries the same bytes, but the head's deliveries to spark3 never
+      pass the shaped rate: at concurrency 16 the bench names spark3's link as the
+      pace-setter with its figures, on the terminal and in the report, and the
+      comparison with the first run fails it (exit 1) on the tokens/s it lost."""
+    rc, first, out, err = _bench("--concurrency", "1,4,16", *BENCH_LOAD, "--json")
     assert rc == 0, out[-3000:] + err[-3000:]
     assert json.loads(out) == first  # --json prints report.json
     assert first["verdict"] == "passed" and first["latency_run"], first["notes"]
@@ -212,22 +212,31 @@ def test_bench_measures_every_level_then_names_a_port_shaped_to_a_quarter(
     assert nodes == ["spark1", "spark2", "spark3", "spark4"]
     for level in first["levels"]:
         f = level["figures"]
-        assert (f["completed"], f["errors"], f["output_tokens"]) == (8, 0, 8 * 48), f
-        assert f["output_tokens_per_s"] > 0 and f["requests_per_s"] > 0
+        assert f["completed"] == f["requests"] >= level["concurrency"] and f["errors"] == 0, f
+        assert f["output_tokens"] == 48 * f["completed"] and f["output_tokens_per_s"] > 0
         assert 0 < f["ttft_ms"]["p50"] <= f["e2e_ms"]["p50"] and f["itl_ms"]["p50"] > 0
         share = level["comm"][group]
         assert share["allreduces_per_token"] == 32 and share["allreduce_us"] > 0
         assert share["comm_ms_per_token"] > 0 and share["ms_per_token"] > 0
         assert level["gauges"][group]["running_max"] is not None  # the head's /metrics
+        assert level["findings"] == [], level["findings"]
         for node in nodes:
             n = level["nodes"][node]
-            assert n["mem_available_min_bytes"] > 0 and n["server_memory_max_bytes"] > 0, n
+            assert n["mem_available_min_bytes"] > 0, n
             assert n["gpu_util_pct"] is not None and n["power_w"] is not None, n
             assert set(n["twins"]) == {"a", "b"}, n
             a = n["twins"]["a"]
             assert a["rx_bytes_per_s"] > 0 and a["tx_bytes_per_s"] > 0 and a["utilisation"] > 0
             assert level["series"][node], node
         assert level["sample_errors"] == {}
+    # A lab node is a container whose memory cgroup is its own (cgroup v1 here, no
+    # controller at the docker stand-in's scope): the server's share is said unread.
+    # On a Spark (cgroup v2) it is the container's docker-<id>.scope: not checked here.
+    unread = [n for n in nodes if first["levels"][0]["nodes"][n]["server_memory_max_bytes"] is None]
+    assert not unread or any(
+        "server's own memory cgroup could not be read on " + ", ".join(unread) in x
+        for x in first["notes"]
+    ), first["notes"]
     page = (STATE / "results" / "sim" / first["run_id"] / "report.html").read_text()
     assert page.count("<svg") == 3 and "Communication share" in page
     assert (STATE / "results" / "sim" / "bench-last-good").resolve().name == first["run_id"]
@@ -235,9 +244,7 @@ def test_bench_measures_every_level_then_names_a_port_shaped_to_a_quarter(
     rate = int(lab.inventory.cluster_var("lab_link_rate_mbit", 1000))
     sparkctl("lab", "port", "swp5", "--rate", str(rate // 4), check=True)  # spark3's twin a
     try:
-        rc, shaped, out, err = _bench(
-            "--concurrency", "4", "--requests", "16", *BENCH_LOAD, "--baseline", "last-good"
-        )
+        rc, shaped, out, err = _bench("--concurrency", "16", *BENCH_LOAD, "--baseline", "last-good")
     finally:
         sparkctl("lab", "port", "swp5", "--rate", str(rate), check=True)
     level = shaped["levels"][0]
@@ -245,21 +252,24 @@ def test_bench_measures_every_level_then_names_a_port_shaped_to_a_quarter(
     pace_setter = level["pace_setter"]
     assert pace_setter is not None, level["findings"]
     assert (pace_setter["node"], pace_setter["subject"]) == ("spark3", "link"), level["findings"]
-    assert (
-        pace_setter["figures"]["fastest_rtt_ms"]
-        > 2 * pace_setter["figures"]["peers_fastest_rtt_ms"]
-    )
+    figures = pace_setter["figures"]
+    assert figures["delivery_mbps"] <= rate // 4 * 1.25 < figures["others_delivery_mbps"], figures
     assert f"pace-setter spark3 (link): {pace_setter['message']}" in out
     base = shaped["baseline"]
-    assert base["run_id"] == first["run_id"] and [r["concurrency"] for r in base["levels"]] == [4]
+    assert base["run_id"] == first["run_id"] and [r["concurrency"] for r in base["levels"]] == [16]
+    assert (rc, shaped["verdict"]) == (1, "regressed"), base
+    assert "bench: output tokens/s -" in err and "at concurrency 16" in err
     print(
-        f"bench: concurrency 1 {first['levels'][0]['figures']['output_tokens_per_s']:.0f} tok/s, "
-        f"4 {calm['figures']['output_tokens_per_s']:.0f} tok/s "
-        f"(TTFT p50 {calm['figures']['ttft_ms']['p50']:.0f} ms; "
-        f"{calm['comm'][group]['line']}); spark3's port at a quarter: "
+        "bench: "
+        + ", ".join(
+            f"concurrency {x['concurrency']} {x['figures']['output_tokens_per_s']:.0f} tok/s "
+            f"TTFT p50 {x['figures']['ttft_ms']['p50']:.0f} ms"
+            for x in first["levels"]
+        )
+        + f"; {calm['comm'][group]['line']}; spark3's port at a quarter: "
         f"{level['figures']['output_tokens_per_s']:.0f} tok/s "
         f"({base['levels'][0]['change']:+.0%}), "
-        f"pace-setter {pace_setter['node']}: {pace_setter['message']}; rc {rc}"
+        f"pace-setter {pace_setter['node']}: {pace_setter['message']}"
     )
 
 

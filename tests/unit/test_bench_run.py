@@ -49,7 +49,9 @@ class LocalCluster:
         self._group = LocalGroup("a", NODES, base_url)
         self.head = NODES[0]
         self.plan = SimpleNamespace(
-            node=lambda _n: SimpleNamespace(roce_fabric=SimpleNamespace(speed_mbps=0))
+            node=lambda _n: SimpleNamespace(
+                roce_fabric=SimpleNamespace(speed_mbps=0), fabric_a_ip="127.0.0.1", fabric_b_ip=""
+            )
         )
 
     def groups(self) -> list[LocalGroup]:
@@ -239,3 +241,20 @@ def test_bad_input_exits_2_before_any_host_is_contacted(
     assert not (tmp_path / "results" / "sim").exists() or not any(
         d.name.endswith("-bench") for d in (tmp_path / "results" / "sim").iterdir()
     )
+
+
+def test_the_notes_say_what_a_level_could_not_measure_or_measured_past_the_model(
+    level: dict[str, Any],
+) -> None:
+    unread = json.loads(json.dumps(level))
+    for n in unread["nodes"].values():
+        n["server_memory_max_bytes"] = None
+    unread["comm"]["a"]["share"] = 1.29
+    notes = run.level_notes([unread])
+    assert "server's own memory cgroup could not be read on n1, n2" in notes[0]
+    assert "at concurrency 2 the all-reduces alone" in notes[1] and "upper bound" in notes[1]
+    fine = json.loads(json.dumps(level))
+    for n in fine["nodes"].values():
+        n["server_memory_max_bytes"] = 1 << 30
+    fine["comm"]["a"]["share"] = 0.4
+    assert run.level_notes([fine]) == []

@@ -540,7 +540,8 @@ def _ss_endpoint(word: str) -> tuple[str, int]:
 def ss_tcp_info(text: str) -> list[dict[str, Any]]:
     """``ss -tinH state established [filter]`` (iproute2's ``tcp_show_info``) -> one
     entry a connection: {local, local_port, peer, peer_port, send_q, recv_q, rtt_ms,
-    rttvar_ms, min_rtt_ms, bytes_sent, bytes_received, retrans, delivery_rate_bps};
+    rttvar_ms, min_rtt_ms, bytes_sent, bytes_received, retrans, delivery_rate_bps,
+    app_limited};
     a figure the kernel did not print is None. With ``state established`` ss leaves
     the State column out: ``Recv-Q Send-Q Local:Port Peer:Port``, then a
     tab-indented line of ``key:value`` figures (``rtt:<srtt>/<rttvar>`` in ms)."""
@@ -568,6 +569,8 @@ def ss_tcp_info(text: str) -> list[dict[str, Any]]:
                 bytes_received=int(kv["bytes_received"]) if "bytes_received" in kv else None,
                 retrans=int(retrans[-1]) if retrans[-1].isdigit() else None,
                 delivery_rate_bps=rates.get("delivery_rate"),
+                # the last delivery sample was limited by the application, not the path
+                app_limited=" app_limited" in line,
             )
             continue
         words = line.split()
@@ -591,6 +594,7 @@ def ss_tcp_info(text: str) -> list[dict[str, Any]]:
             "bytes_received": None,
             "retrans": None,
             "delivery_rate_bps": None,
+            "app_limited": False,
         }
         out.append(current)
     return out
