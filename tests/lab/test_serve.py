@@ -253,7 +253,7 @@ def test_bench_measures_every_level_then_names_a_port_shaped_to_a_quarter(
     assert pace_setter is not None, level["findings"]
     assert (pace_setter["node"], pace_setter["subject"]) == ("spark3", "link"), level["findings"]
     figures = pace_setter["figures"]
-    assert figures["delivery_mbps"] <= rate // 4 * 1.25 < figures["others_delivery_mbps"], figures
+    assert figures["delivery_mbps"] <= rate // 4 * 1.25 < figures["peers_delivery_mbps"], figures
     assert f"pace-setter spark3 (link): {pace_setter['message']}" in out
     base = shaped["baseline"]
     assert base["run_id"] == first["run_id"] and [r["concurrency"] for r in base["levels"]] == [16]
