@@ -374,8 +374,10 @@ def latency_curve(cluster: str) -> tuple[list[tuple[int, float]], str, str]:
     """validate's last-good all_reduce (all nodes) out-of-place time by size, every size
     it swept; the run's name; or empty and why."""
     from sparkctl import report as report_io  # noqa: PLC0415
+    from sparkctl.report.model import LATENCY_MAX_BYTES, latency_rows  # noqa: PLC0415
+    from sparkctl.validate.run import last_good_link as validate_last_good  # noqa: PLC0415
 
-    link = state_dir() / "results" / cluster / "last-good"
+    link = validate_last_good(cluster)
     if not link.exists():
         return (
             [],
@@ -386,16 +388,10 @@ def latency_curve(cluster: str) -> tuple[list[tuple[int, float]], str, str]:
         report = report_io.load(link.resolve())
     except SparkctlError as exc:
         return [], "", f"last-good: {exc}"
-    run = next((r for r in report.nccl if r.collective == "all_reduce" and r.scope == "all"), None)
-    rows = run.report.get("rows", []) if run is not None and run.report else []
-    curve = sorted(
-        (int(r["size"]), float(r["out_of_place"]["time_us"]))
-        for r in rows
-        if int(r["size"]) > 0 and float(r["out_of_place"]["time_us"]) > 0
-    )
+    curve = [(size, oop) for size, oop, _ in latency_rows(report, max_bytes=None) if oop > 0]
     if not curve:
         return [], "", f"last-good ({link.resolve().name}) has no all_reduce sweep over every node"
-    small = [s for s, _ in curve if s <= 1 << 20]
+    small = [s for s, _ in curve if s <= LATENCY_MAX_BYTES]
     note = (
         ""
         if small

@@ -329,9 +329,12 @@ class Report:
 LATENCY_MAX_BYTES = 1 << 20
 
 
-def latency_rows(report: Report) -> list[tuple[int, float, float]]:
+def latency_rows(
+    report: Report, max_bytes: int | None = LATENCY_MAX_BYTES
+) -> list[tuple[int, float, float]]:
     """(size, out-of-place us, in-place us) of the all-node all_reduce run, up to 1 MiB
-    (validate_nccl_latency_min_bytes starts its sweep there)."""
+    (validate_nccl_latency_min_bytes starts its sweep there), or every size with
+    ``max_bytes`` None."""
     run = next((r for r in report.nccl if r.collective == "all_reduce" and r.scope == "all"), None)
     if run is None or not run.report:
         return []
@@ -339,5 +342,5 @@ def latency_rows(report: Report) -> list[tuple[int, float, float]]:
     return [
         (int(r["size"]), float(r["out_of_place"]["time_us"]), float(r["in_place"]["time_us"]))
         for r in rows
-        if 0 < int(r["size"]) <= LATENCY_MAX_BYTES
+        if int(r["size"]) > 0 and (max_bytes is None or int(r["size"]) <= max_bytes)
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html as htmllib
 import json
 import re
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -320,6 +321,22 @@ def test_the_latency_section_tabulates_all_reduce_up_to_1_mib_from_a_real_log() 
     rows = latency_rows(report)
     assert rows[0] == (8, 17.49, 16.41)  # the log's first row: 8 B, 17.49 / 16.41 us
     assert [size for size, _, _ in rows] == [8 << k for k in range(18)]  # 8 B .. 1 MiB
+    every = latency_rows(report, max_bytes=None)  # the bench's curve: every size swept
+    assert every[: len(rows)] == rows and every[-1][0] > 1 << 20
+    from sparkctl import report as report_io  # noqa: PLC0415
+    from sparkctl.bench.run import latency_curve  # noqa: PLC0415
+    from sparkctl.validate.run import last_good_link  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as state, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPARKCTL_STATE_DIR", state)
+        assert latency_curve(report.cluster)[0] == []  # no last-good yet: said in the note
+        run_dir = last_good_link(report.cluster).with_name("20261205-000000-validate")
+        run_dir.mkdir(parents=True)
+        report_io.write(report, run_dir)
+        last_good_link(report.cluster).symlink_to(run_dir.name)
+        curve, name, note = latency_curve(report.cluster)
+    assert curve == [(size, oop) for size, oop, _ in every] and name == run_dir.name
+    assert note == ""
     page = render_html(report)
     assert '<td>8 B</td><td class="num">17.49</td><td class="num">16.41</td>' in page
     # and one line of it in validate's terminal summary
