@@ -11,7 +11,10 @@ that installs sparkctl from a wheel. So the requests are sent here, with httpx, 
 way bench_serving's ``sglang-oai`` backend sends them (``async_request_openai_completions``):
 
 - ``POST /v1/completions`` streamed, ``temperature`` 0, ``ignore_eos`` true (every
-  request decodes exactly ``max_tokens``), ``best_of`` 1;
+  request decodes exactly ``max_tokens``). bench_serving also sends ``best_of`` 1; SGLang's
+  gateway (smg) refuses any ``best_of`` on a streamed request (HTTP 400
+  ``best_of_not_supported_with_stream``, its ``validate_completion_cross_parameters``),
+  and 1 is the API's default, so it is left out;
 - the time to first token is taken at the first chunk whose text is not empty, each
   later chunk with text adds an inter-token gap, the latency runs to the last chunk;
 - the output length is the server's ``usage.completion_tokens`` (``stream_options:
@@ -76,7 +79,6 @@ def send(target: Endpoint, prompt: str, max_tokens: int) -> RequestRecord:
     body = {
         "model": target.model,
         "prompt": prompt,
-        "best_of": 1,
         "max_tokens": max_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},

@@ -41,6 +41,8 @@ from typing import Any
 import httpx
 import pytest
 
+from sparkctl.bench.load import Workload, send
+from sparkctl.endpoint import Endpoint
 from sparkctl.serve import gateway
 from sparkctl.serve.gateway import Gateway
 from tests.contract.conftest import SGLangRelease
@@ -339,6 +341,14 @@ def test_two_groups_behind_the_real_gateway(
         assert sum(after) - sum(before) == 8
         for key in (None, "wrong-key-0123456789"):
             assert chat(smg.base_url, "no key", key).status_code == 401
+
+        # the bench's request (bench_serving's, less best_of, which smg refuses on a
+        # stream) through the gateway: streamed, every token counted
+        with httpx.Client(timeout=30) as http:
+            target = Endpoint(http, smg.base_url, {"Authorization": f"Bearer {KEY}"}, "toy")
+            sent = send(target, Workload(8, 6).prompt(0), 6)
+        assert sent.success, sent.error
+        assert sent.output_len == 6 and sent.ttft > 0 and len(sent.itl) >= 1
 
         # taken out: no new request reaches it
         assert gateway.leave(gw, url_b, 30)
