@@ -71,6 +71,8 @@ class Options:
     interval_s: float = 1.0
     baseline: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # bench-last-good follows the serving layout's runs, not --layouts' others
+    record_last_good: bool = True
 
     def requests_for(self, concurrency: int) -> int | None:
         if self.duration_s is not None:
@@ -585,7 +587,7 @@ def bench(opts: Options) -> tuple[dict[str, Any], Path]:
         run_dir = cluster.run_dir
         (run_dir / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n")
         (run_dir / REPORT_HTML).write_text(html.render(report))
-        if report["verdict"] != "errors":
+        if report["verdict"] == "passed" and opts.record_last_good:
             point_link(last_good_link(inv.cluster), run_dir.name)
     return report, run_dir
 
