@@ -79,6 +79,15 @@ class Inventory:
     origins: Mapping[tuple[str, str], str] = field(repr=False, default_factory=dict)
     # Decrypted vault values: never part of a message (see :func:`redact`).
     secrets: frozenset[str] = field(repr=False, default=frozenset())
+    # A second inventory source read after ``path`` (sparkctl/layout.py: another TP
+    # layout's sglang_group per host, in its own host_vars): None for the inventory alone.
+    overlay: Path | None = None
+
+    @property
+    def sources(self) -> tuple[Path, ...]:
+        """What Ansible reads, in order: the inventory, then the overlay (whose
+        host_vars override the inventory's, as a later source's do)."""
+        return (self.path,) if self.overlay is None else (self.path, self.overlay)
 
     def node(self, name: str) -> Node:
         for node in self.nodes:
@@ -152,7 +161,7 @@ def load_ansible_inventory(path: Path) -> tuple[str, dict[str, list[str]], HostV
 
 
 def _load_ansible_inventory(
-    path: Path,
+    path: Path, overlay: Path | None = None
 ) -> tuple[str, dict[str, list[str]], HostVars, Origins, set[str]]:
     """:func:`load_ansible_inventory`, and the decrypted vault values it met."""
     _check_readable(path)
@@ -178,7 +187,8 @@ def _load_ansible_inventory(
     have_password = _set_vault_secrets(loader)
     secrets: set[str] = set()
     try:
-        inv = InventoryManager(loader=loader, sources=[str(path.resolve())])
+        sources = [str(path.resolve())] + ([str(overlay.resolve())] if overlay else [])
+        inv = InventoryManager(loader=loader, sources=sources)
         groups = {name: [h.name for h in g.get_hosts()] for name, g in inv.groups.items()}
         _check_vars_files(path.resolve().parent, [*groups, *(h.name for h in inv.get_hosts())])
         vm = VariableManager(loader=loader, inventory=inv)
@@ -751,12 +761,12 @@ def deadline(path: Path, seconds: float | None = None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def load(path: Path) -> Inventory:
-    """Load the inventory and build the typed cluster model."""
+def load(path: Path, overlay: Path | None = None) -> Inventory:
+    """Load the inventory (and ``overlay`` after it) and build the typed cluster model."""
     path = Path(path)
-    cluster, groups, hostvars, origins, secrets = _load_ansible_inventory(path)
+    cluster, groups, hostvars, origins, secrets = _load_ansible_inventory(path, overlay)
     try:
-        return _build(
+        inv = _build(
             path,
             cluster,
             groups=groups,
@@ -764,6 +774,7 @@ def load(path: Path) -> Inventory:
             origins=origins,
             secrets=frozenset(secrets),
         )
+        return replace(inv, overlay=overlay) if overlay is not None else inv
     except SparkctlError as exc:
         if not secrets:
             raise
@@ -897,7 +908,9 @@ def _refuse_extra(path: Path, extra: Mapping[str, Any]) -> None:
         raise _refused(path, lines)
 
 
-def validate(path: Path, extra: Mapping[str, Any] | None = None) -> Inventory:
+def validate(
+    path: Path, extra: Mapping[str, Any] | None = None, overlay: Path | None = None
+) -> Inventory:
     """Load the inventory and apply every rule; raise one BAD_INPUT error listing all problems.
 
     ``extra`` (a command's ``-e`` values, which override every inventory value in the
@@ -905,11 +918,11 @@ def validate(path: Path, extra: Mapping[str, Any] | None = None) -> Inventory:
     contacted: this runs on the controller before any playbook.
     """
     with deadline(Path(path)):
-        return _validate(Path(path), extra)
+        return _validate(Path(path), extra, overlay)
 
 
-def _validate(path: Path, extra: Mapping[str, Any] | None) -> Inventory:
-    inv = load(path)
+def _validate(path: Path, extra: Mapping[str, Any] | None, overlay: Path | None) -> Inventory:
+    inv = load(path, overlay)
     hostvars: Mapping[str, Mapping[str, Any]] = inv.hostvars
     origins = dict(inv.origins)
     if extra:

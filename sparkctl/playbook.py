@@ -207,7 +207,7 @@ def run(
         with Progress(hosts) as progress:
             result = run_playbook(
                 playbook,
-                inv.path,
+                inv.sources,
                 results_dir=out_dir,
                 hosts=len(inv.hostvars),
                 limit=limit,

@@ -20,7 +20,7 @@ def render(inv: inventory.Inventory, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     result = run_playbook(
         "render.yml",
-        inv.path,
+        inv.sources,
         results_dir=results_dir(inv.cluster, "render"),
         hosts=len(inv.hostvars),
         extravars={"sparkctl_render_dir": str(out)},

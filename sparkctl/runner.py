@@ -274,7 +274,7 @@ def forks_for(hosts: int) -> int | None:
 
 def run_playbook(
     playbook: str,
-    inventory: Path,
+    inventory: Path | Sequence[Path],
     *,
     results_dir: Path,
     hosts: int,
@@ -289,7 +289,11 @@ def run_playbook(
     verbosity: int = 0,
 ) -> RunResult:
     """Run ``playbooks/<playbook>`` against ``inventory`` (``hosts`` hosts: Ansible forks
-    one process per host); artifacts go to ``results_dir``."""
+    one process per host); artifacts go to ``results_dir``. ``inventory`` may be several
+    sources (:attr:`Inventory.sources`): Ansible reads them in order, the first is the
+    operator's."""
+    sources = [inventory] if isinstance(inventory, Path) else list(inventory)
+    inventory = sources[0]
     if shutil.which("ansible-playbook", path=_path()) is None:
         raise SparkctlError(
             "ansible-playbook is not installed beside sparkctl",
@@ -351,7 +355,8 @@ def run_playbook(
             private_data_dir=str(private),
             project_dir=str(playbooks_dir()),
             playbook=str(book),
-            inventory=str(inventory.resolve()),
+            # ansible-runner passes each source of a list as its own -i, in order
+            inventory=[str(src.resolve()) for src in sources],
             artifact_dir=str(results_dir / "artifacts"),
             ident="run",
             extravars=inline,

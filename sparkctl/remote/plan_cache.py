@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,18 @@ from sparkctl.playbook import cluster_env
 from sparkctl.runner import run_playbook
 
 
-def _plan_key(inv_path: Path, extravars: Mapping[str, Any] | None = None) -> str:
+def _plan_key(
+    inv_sources: Path | Sequence[Path], extravars: Mapping[str, Any] | None = None
+) -> str:
     digest = hashlib.sha256(json.dumps(dict(extravars or {}), sort_keys=True).encode())
-    base = inv_path.resolve().parent
-    sources = [inv_path.resolve()]
-    for folder in (base / "group_vars", base / "host_vars"):
-        sources += sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    sources: list[Path] = []
+    # every inventory source (a layout's overlay too) with its group_vars/host_vars
+    for inv_path in [inv_sources] if isinstance(inv_sources, Path) else inv_sources:
+        base = inv_path.resolve().parent
+        sources.append(inv_path.resolve())
+        for folder in (base / "group_vars", base / "host_vars"):
+            if folder.is_dir():
+                sources += sorted(p for p in folder.rglob("*") if p.is_file())
     # The whole collection and every playbook: the plan play reads role defaults and
     # vars, runs plan.yml tasks, and calls the collection's filter, module and
     # module_utils code (a filter edit once left a stale plan). Bytecode caches are not
@@ -47,14 +53,14 @@ def load_plan(
     inv: inventory.Inventory, run_dir: Path, extravars: Mapping[str, Any] | None = None
 ) -> Plan:
     """What every node should look like: cached until an input file (or -e) changes."""
-    cache = state_dir() / "plans" / f"{inv.cluster}-{_plan_key(inv.path, extravars)}.json"
+    cache = state_dir() / "plans" / f"{inv.cluster}-{_plan_key(inv.sources, extravars)}.json"
     if not cache.is_file():
         cache.parent.mkdir(parents=True, exist_ok=True)
         console.progress("plan: what the inventory implies for every node (validate_plan.yml)")
         tmp = cache.with_suffix(".tmp")
         result = run_playbook(
             "validate_plan.yml",
-            inv.path,
+            inv.sources,
             results_dir=run_dir / "plan",
             hosts=len(inv.hostvars),
             extravars={**dict(extravars or {}), "validate_plan_file": str(tmp)},
