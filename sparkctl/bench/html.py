@@ -369,3 +369,130 @@ def render(report: Mapping[str, Any]) -> str:
         "</body></html>\n",
     ]
     return "\n".join(parts)
+
+
+_LAYOUT_STYLES = ("-", "--", "-.", ":")
+_LAYOUT_VERDICT = {**_VERDICT_COLOUR, "failed": "#cf222e"}
+
+
+def _layouts_table(layouts: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for lay in layouts:
+        plan = lay.get("plan") or {}
+        per_rank = _bytes(plan.get("weight_bytes_per_rank"))
+        if lay.get("skipped") or not lay.get("levels"):
+            rows.append(
+                [lay["name"], lay.get("members", ""), per_rank]
+                + ["-"] * 7
+                + [lay.get("skipped") or "not run"]
+            )
+            continue
+        for x in lay["levels"]:
+            rows.append(
+                [
+                    lay["name"],
+                    lay.get("members", ""),
+                    per_rank,
+                    str(x["concurrency"]),
+                    f"{x['output_tokens_per_s']:.1f}",
+                    f"{x['requests_per_s']:.2f}",
+                    f"{x['ttft_ms']['p50']:.0f} / {x['ttft_ms']['p99']:.0f}",
+                    f"{x['itl_ms']['p50']:.1f}",
+                    f"{x['e2e_ms']['p50']:.0f}",
+                    _pct(x["comm_share"]),
+                    f"{x['errors']} errors" if x["errors"] else (x["pace_setter"] or ""),
+                ]
+            )
+    return _table(
+        [
+            "layout",
+            "groups",
+            "weights a rank",
+            "concurrency",
+            "output tok/s",
+            "req/s",
+            "TTFT p50 / p99 (ms)",
+            "ITL p50 (ms)",
+            "E2E p50 (ms)",
+            "comm share",
+            "errors, pace-setter or why not run",
+        ],
+        rows,
+        numeric=range(3, 10),
+    )
+
+
+def render_layouts(report: Mapping[str, Any]) -> str:
+    """``bench --layouts``' report: every layout's levels side by side."""
+    ran = [x for x in report["layouts"] if x.get("levels")]
+    tps: list[tuple[str, Sequence[int], Sequence[float], str]] = []
+    ttft: list[tuple[str, Sequence[int], Sequence[float], str]] = []
+    for i, lay in enumerate(ran):
+        conc = [x["concurrency"] for x in lay["levels"]]
+        style = _LAYOUT_STYLES[i % len(_LAYOUT_STYLES)]
+        tps.append((lay["name"], conc, [x["output_tokens_per_s"] for x in lay["levels"]], style))
+        ttft.append(
+            (
+                f"{lay['name']} TTFT p50",
+                conc,
+                [max(x["ttft_ms"]["p50"], 1e-3) for x in lay["levels"]],
+                style,
+            )
+        )
+    wl = report["workload"]
+    before = report["before"]
+    restored = report["restored"]
+    meta = [
+        ("cluster", report["cluster"]),
+        ("run", report["run_id"]),
+        ("started", report["started"]),
+        ("duration", f"{report['duration_s']:.1f} s"),
+        (
+            "serving before",
+            f"{before['layout']} ({before['groups']})"
+            + ("" if before["serving"] else ", not serving"),
+        ),
+        (
+            "restored",
+            f"{restored['layout']} in {restored['seconds']:.0f} s"
+            if restored["ok"]
+            else f"FAILED: {restored.get('message', '')}",
+        ),
+        (
+            "workload",
+            f"{wl['input_words']} words in, {wl['output_len']} tokens out, seed {wl['seed']}, "
+            f"concurrency {', '.join(map(str, wl['concurrency']))}",
+        ),
+        ("model plan's advice", report["model"]["advice"]),
+        ("sparkctl", report["sparkctl_version"]),
+    ]
+    reports = [
+        f"<li>{_e(x['name'])}: {_e(x['report'])} (switched in {x['switch_s']:.0f} s)</li>"
+        for x in ran
+    ]
+    verdict = report["verdict"]
+    parts = [
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>sparkctl bench --layouts {_e(report['cluster'])} {_e(report['run_id'])}: "
+        f"{_e(verdict)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>sparkctl bench --layouts: {_e(report['cluster'])}</h1>",
+        f'<p><span class="verdict" style="background:{_LAYOUT_VERDICT.get(verdict, "#6e7781")}">'
+        f"{_e(verdict.upper())}</span></p>",
+        _meta(meta),
+        "<h2>The layouts side by side</h2>",
+        _plot_levels("output tokens/s by layout", "tokens/s", tps, salt="layouts-tps")
+        if tps
+        else '<p class="muted">No layout ran.</p>',
+        _plot_levels("TTFT p50 by layout", "ms (log)", ttft, log_y=True, salt="layouts-ttft")
+        if ttft
+        else "",
+        _layouts_table(report["layouts"]),
+        "<h2>Each layout's own report</h2>",
+        '<p class="muted">Nodes, twins, the communication share and the pace-setter per level.</p>',
+        "<ul>" + "".join(reports) + "</ul>" if reports else '<p class="muted">None.</p>',
+        f"<p>{_e(report['error'])}</p>" if report.get("error") else "",
+        f'<p class="muted">report.json schema {_e(report["schema"])} (docs/bench.md)</p>',
+        "</body></html>\n",
+    ]
+    return "\n".join(parts)

@@ -545,6 +545,15 @@ def bench(opts: Options) -> tuple[dict[str, Any], Path]:
             notes += [why] if why else []
             curve, latency_run, why = latency_curve(inv.cluster)
             notes += [why] if why else []
+            smaller = sorted(
+                {len(g.members) for g in groups if 1 < len(g.members) < len(inv.nodes)}
+            )
+            if curve and smaller:
+                notes.append(
+                    f"validate measured the all-reduce over all {len(inv.nodes)} Sparks; a group "
+                    f"of {' or '.join(map(str, smaller))} all-reduces over fewer ranks (fewer "
+                    "ring steps), so its communication share is an upper bound"
+                )
             line = twin_line_bytes_per_s(cluster)
             if line is None:
                 notes.append("validate_line_rate_gbytes is not set: twins in bytes/s, not a share")
@@ -560,22 +569,10 @@ def bench(opts: Options) -> tuple[dict[str, Any], Path]:
         notes += level_notes(levels)
         tolerance = cluster.plan.node(cluster.head).validate.baseline_tolerance
         report: dict[str, Any] = {
-            "schema": SCHEMA,
-            "kind": "bench",
-            "cluster": inv.cluster,
-            "run_id": cluster.run_dir.name,
-            "started": stamp,
-            "duration_s": round(time.monotonic() - began, 2),
-            "inventory": str(inv.path),
-            "sparkctl_version": __version__,
+            **report_head("bench", inv, cluster.run_dir, stamp, began),
             "endpoint": {"url": endpoint.url, "via": via, "model": endpoint.model},
             "groups": {g.name: list(g.members) for g in groups},
-            "workload": workload.to_dict()
-            | {
-                "concurrency": list(opts.concurrency),
-                "requests_per_level": opts.requests,
-                "duration_s_per_level": opts.duration_s,
-            },
+            "workload": workload_dict(opts),
             "model": shape,
             "latency_run": latency_run or None,
             "twin_line_bytes_per_s": line,
@@ -590,6 +587,31 @@ def bench(opts: Options) -> tuple[dict[str, Any], Path]:
         if report["verdict"] == "passed" and opts.record_last_good:
             point_link(last_good_link(inv.cluster), run_dir.name)
     return report, run_dir
+
+
+def report_head(
+    kind: str, inv: Inventory, run_dir: Path, stamp: str, began: float
+) -> dict[str, Any]:
+    """What every bench report opens with: its schema and kind, and the run."""
+    return {
+        "schema": SCHEMA,
+        "kind": kind,
+        "cluster": inv.cluster,
+        "run_id": run_dir.name,
+        "started": stamp,
+        "duration_s": round(time.monotonic() - began, 2),
+        "inventory": str(inv.path),
+        "sparkctl_version": __version__,
+    }
+
+
+def workload_dict(opts: Options) -> dict[str, Any]:
+    """The workload as report.json gives it: the same options, the same prompts."""
+    return Workload(opts.input_len, opts.output_len, opts.seed).to_dict() | {
+        "concurrency": list(opts.concurrency),
+        "requests_per_level": opts.requests,
+        "duration_s_per_level": opts.duration_s,
+    }
 
 
 def level_notes(levels: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -77,6 +77,13 @@ def _levels(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[i
     "exit 1 when output tokens/s dropped beyond validate_baseline_tolerance.",
 )
 @click.option(
+    "--layouts",
+    metavar="tp4,tp2x2,tp1x4",
+    default=None,
+    help="Serve each TP layout in turn (model plan's names), run the same workload on "
+    "each, report them side by side, then serve the inventory's layout again.",
+)
+@click.option(
     "-e",
     "--extra-vars",
     "extra",
@@ -93,6 +100,7 @@ def bench_command(
     duration_s: float | None,
     seed: int,
     baseline: str | None,
+    layouts: str | None,
     extra: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -101,13 +109,17 @@ def bench_command(
     definitions, memory, GPU and fabric twins per node, the communication share of a
     token, and the node or link that sets the pace (report.json, report.html).
 
-    Exit 1 when a request fails or tokens/s dropped against --baseline.
+    Exit 1 when a request fails or tokens/s dropped against --baseline; with
+    --layouts, also when a layout cannot be served or the inventory's layout cannot be
+    served again.
     """
     from sparkctl import present  # noqa: PLC0415
     from sparkctl.bench import run  # noqa: PLC0415
 
     if requests is not None and duration_s is not None:
         raise click.UsageError("give --requests or --duration, not both")
+    if layouts is not None and baseline is not None:
+        raise click.UsageError("give --baseline or --layouts, not both")
     extravars = extra_vars(extra)
     inv = checked(inventory_path, extravars)
     opts = run.Options(
@@ -121,6 +133,15 @@ def bench_command(
         baseline=baseline,
         extra=extravars,
     )
+    if layouts is not None:
+        from sparkctl.bench import layouts as lay  # noqa: PLC0415
+
+        chosen = lay.parse(inv, layouts)
+        report, run_dir = lay.bench_layouts(opts, chosen)
+        present.bench_layouts(report, run_dir, as_json=as_json)
+        if (error := lay.failure(report, run_dir)) is not None:
+            raise error
+        return
     report, run_dir = run.bench(opts)
     present.bench(report, run_dir, as_json=as_json)
     failure = run.failure(report, run_dir)

@@ -418,6 +418,54 @@ def bench(report: dict[str, Any], run_dir: Path, *, as_json: bool = False) -> No
     console.progress(f"report: {run_dir / 'report.html'} (and report.json)")
 
 
+def bench_layouts(report: dict[str, Any], run_dir: Path, *, as_json: bool = False) -> None:
+    """A row per layout and level, side by side; the restore; report.json with --json."""
+    if as_json:
+        emit(report)
+    else:
+        table = Table(
+            title=f"bench --layouts: {report['cluster']}",
+            box=box.SIMPLE if console.out.is_terminal else None,
+            title_justify="center" if console.out.is_terminal else "left",
+        )
+        table.add_column("layout")
+        for col in ("conc", "tok/s", "req/s", "TTFT p50/p99 ms", "ITL p50 ms", "comm"):
+            table.add_column(col, justify="right")
+        lines = []
+        for lay in report["layouts"]:
+            if not lay.get("levels"):
+                table.add_row(lay["name"], "-", "-", "-", "-", "-", "-")
+                lines.append(f"{lay['name']}: not run: {lay.get('skipped') or 'stopped'}")
+                continue
+            for x in lay["levels"]:
+                table.add_row(
+                    lay["name"],
+                    str(x["concurrency"]),
+                    f"{x['output_tokens_per_s']:.1f}",
+                    f"{x['requests_per_s']:.2f}",
+                    f"{x['ttft_ms']['p50']:.0f}/{x['ttft_ms']['p99']:.0f}",
+                    f"{x['itl_ms']['p50']:.1f}",
+                    "-" if x["comm_share"] is None else f"{x['comm_share']:.0%}",
+                )
+                if x["errors"]:
+                    lines.append(f"{lay['name']} c={x['concurrency']}: {x['errors']} errors")
+                if x["pace_setter"]:
+                    lines.append(
+                        f"{lay['name']} c={x['concurrency']}: pace-setter {x['pace_setter']}"
+                    )
+        console.out.print(table)
+        r = report["restored"]
+        lines.append(f"model plan: {report['model']['advice']}")
+        lines.append(
+            f"restored: {r['layout']} ({r['seconds']:.0f} s)"
+            if r["ok"]
+            else f"restore FAILED: {r.get('message', '')}"
+        )
+        for line in lines:
+            console.out.print(line, markup=False, highlight=False)
+    console.progress(f"report: {run_dir / 'report.html'} (and report.json)")
+
+
 _VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold red", "unreachable": "bold red"}
 
 

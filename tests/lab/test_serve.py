@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -184,39 +185,25 @@ def _bench(*args: str) -> tuple[int, dict[str, Any], str, str]:
 BENCH_LOAD = ["--input-len", "32", "--output-len", "48", "--duration", "6"]
 
 
-def test_bench_measures_every_level_and_a_port_shaped_to_a_quarter_fails_the_baseline(
-    lab: LabSession, served: dict[str, Any]
-) -> None:
-    """`sparkctl bench` on the serving lab: TP=4 over the stand-in ranks, whose every
-    token takes 32 all-reduces of Llama-3.2-1B's hidden state over the lab's fabric,
-    6 s a level.
-
-    - At concurrency 1, 4 and 16: every request answered, tokens/s, TTFT, ITL and
-      latency; the communication share from the head's config.json (16 layers, hidden
-      2048) and the all-reduce curve of validate's last-good run (from `sparkctl up`);
-      every node's memory and GPU figures, and bytes on every node's twin a, which
-      carries the ranks' traffic (NCCL_SOCKET_IFNAME); SGLang's gauges; report.html with
-      its three plots; the run becomes bench-last-good.
-    - Then spark3's twin a shaped to a quarter of the lab's rate: the same workload at
-      concurrency 16, compared with the first run, fails (exit 1) on the tokens/s it
-      lost, saying how far they fell; what the pace-setter found is printed."""
-    rc, first, out, err = _bench("--concurrency", "1,4,16", *BENCH_LOAD, "--json")
-    assert rc == 0, out[-3000:] + err[-3000:]
-    assert json.loads(out) == first  # --json prints report.json
-    assert first["verdict"] == "passed" and first["latency_run"], first["notes"]
-    assert (first["model"]["hidden"], first["model"]["layers"]) == (2048, 16)
-    (group,) = first["groups"]
-    nodes = first["groups"][group]
-    assert nodes == ["spark1", "spark2", "spark3", "spark4"]
-    for level in first["levels"]:
+def _check_levels(report: dict[str, Any], nodes: list[str]) -> None:
+    """Every level of one bench report: every request answered, tokens/s, TTFT, ITL and
+    latency; the communication share of each group of two or more; each group head's
+    gauges; every node's memory and GPU figures and bytes on its twin a, which carries
+    the ranks' traffic (NCCL_SOCKET_IFNAME)."""
+    assert report["verdict"] == "passed" and report["latency_run"], report["notes"]
+    assert (report["model"]["hidden"], report["model"]["layers"]) == (2048, 16)
+    assert sorted(n for members in report["groups"].values() for n in members) == nodes
+    for level in report["levels"]:
         f = level["figures"]
         assert f["completed"] == f["requests"] >= level["concurrency"] and f["errors"] == 0, f
         assert f["output_tokens"] == 48 * f["completed"] and f["output_tokens_per_s"] > 0
         assert 0 < f["ttft_ms"]["p50"] <= f["e2e_ms"]["p50"] and f["itl_ms"]["p50"] > 0
-        share = level["comm"][group]
-        assert share["allreduces_per_token"] == 32 and share["allreduce_us"] > 0
-        assert share["comm_ms_per_token"] > 0 and share["ms_per_token"] > 0
-        assert level["gauges"][group]["running_max"] is not None  # the head's /metrics
+        for group, members in report["groups"].items():
+            share = level["comm"][group]
+            assert share["allreduces_per_token"] == 32 and share["allreduce_us"] > 0, share
+            assert share["comm_ms_per_token"] > 0 and share["ms_per_token"] > 0
+            assert len(members) > 1
+            assert level["gauges"][group]["running_max"] is not None  # the head's /metrics
         for node in nodes:
             n = level["nodes"][node]
             assert n["mem_available_min_bytes"] > 0, n
@@ -229,15 +216,77 @@ def test_bench_measures_every_level_and_a_port_shaped_to_a_quarter_fails_the_bas
     # A lab node is a container whose memory cgroup is its own (cgroup v1 here, no
     # controller at the docker stand-in's scope): the server's share is said unread.
     # On a Spark (cgroup v2) it is the container's docker-<id>.scope: not checked here.
-    unread = [n for n in nodes if first["levels"][0]["nodes"][n]["server_memory_max_bytes"] is None]
+    first = report["levels"][0]["nodes"]
+    unread = [n for n in nodes if first[n]["server_memory_max_bytes"] is None]
     assert not unread or any(
         "server's own memory cgroup could not be read on " + ", ".join(unread) in x
-        for x in first["notes"]
-    ), first["notes"]
-    page = (STATE / "results" / "sim" / first["run_id"] / "report.html").read_text()
+        for x in report["notes"]
+    ), report["notes"]
+    page = (STATE / "results" / "sim" / report["run_id"] / "report.html").read_text()
     assert page.count("<svg") == 3 and "Communication share" in page
-    assert (STATE / "results" / "sim" / "bench-last-good").resolve().name == first["run_id"]
-    calm = first["levels"][-1]
+
+
+def test_bench_compares_tp4_with_two_tp2_groups_and_a_port_shaped_to_a_quarter_fails(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """`sparkctl bench` on the serving lab, whose stand-in ranks all-reduce Llama-3.2-1B's
+    hidden state over the lab's fabric 32 times a token.
+
+    - `--layouts tp4,tp2x2` at concurrency 1 and 16: TP=4 as it serves, then the same
+      Sparks provisioned and served as two TP=2 groups behind the gateway, benched the
+      same way, side by side in one report, and TP=4 served again. Each layout's every
+      level is checked: figures, the communication share of each group (from the head's
+      config.json and validate's last-good all-reduce curve), nodes, twins, gauges.
+    - The restored service: the head answers as one group of four again, each rank's
+      unit is TP=4 again; a plain bench at concurrency 16 passes and becomes
+      bench-last-good (a layouts run does not move it).
+    - Then spark3's twin a shaped to a quarter of the lab's rate: the same workload at
+      concurrency 16, compared with last-good, fails (exit 1) on the tokens/s it lost,
+      and does not become last-good; what the pace-setter found is printed."""
+    sparks = ["spark1", "spark2", "spark3", "spark4"]
+    last_good = STATE / "results" / "sim" / "bench-last-good"
+    before = last_good.resolve().name if last_good.exists() else None
+    load = ["--input-len", "32", "--output-len", "48", "--duration", "5", "--concurrency", "1,16"]
+    proc = _run(
+        "bench", str(SIM_INVENTORY), "--layouts", "tp4,tp2x2", *load, *SOURCE, *ALERT_TIMINGS,
+        "--json", timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    side = json.loads(proc.stdout)
+    assert side["kind"] == "bench-layouts" and side["verdict"] == "passed", side
+    assert side["before"] == {
+        "layout": "tp4",
+        "groups": "main: spark1, spark2, spark3, spark4",
+        "serving": True,
+    }
+    tp4, tp2x2 = side["layouts"]
+    assert (tp4["name"], tp4["switch_s"], tp2x2["name"]) == ("tp4", 0.0, "tp2x2")
+    assert tp2x2["members"] == "tp2x2-1: spark1, spark2; tp2x2-2: spark3, spark4"
+    assert tp2x2["switch_s"] > 0 and tp2x2["endpoint"]["via"] == "the gateway"
+    reports = {}
+    for lay in side["layouts"]:
+        report = json.loads(Path(lay["report"]).read_text())
+        _check_levels(report, sparks)
+        assert [x["concurrency"] for x in lay["levels"]] == [1, 16]
+        for row, level in zip(lay["levels"], report["levels"], strict=True):
+            assert row["output_tokens_per_s"] == level["figures"]["output_tokens_per_s"]
+        reports[lay["name"]] = report
+    assert reports["tp4"]["groups"] == {"main": sparks}
+    assert reports["tp2x2"]["groups"] == {"tp2x2-1": sparks[:2], "tp2x2-2": sparks[2:]}
+    assert any("a group of 2 all-reduces over fewer ranks" in n for n in reports["tp2x2"]["notes"])
+    page = (STATE / "results" / "sim" / side["run_id"] / "report.html").read_text()
+    assert page.count("<svg") == 2 and "tp2x2-2: spark3, spark4" in page
+    # TP=4 again, as it served before: one group, every unit TP=4, the head answering
+    assert side["restored"]["ok"] and side["restored"]["seconds"] > 0, side["restored"]
+    for node in lab.inventory.nodes:
+        unit = ssh(node.mgmt_ip, "systemctl show -p ExecStart --value sparkctl-sglang.service")
+        assert f"--tp-size 4 --nnodes 4 --node-rank {node.rank} " in unit.stdout, unit.stdout
+    assert (last_good.resolve().name if last_good.exists() else None) == before
+
+    rc, calm, out, err = _bench("--concurrency", "16", *BENCH_LOAD)
+    assert rc == 0, out[-3000:] + err[-3000:]
+    assert calm["verdict"] == "passed" and calm["groups"] == {"main": sparks}, calm
+    assert last_good.resolve().name == calm["run_id"]
     rate = int(lab.inventory.cluster_var("lab_link_rate_mbit", 1000))
     sparkctl("lab", "port", "swp5", "--rate", str(rate // 4), check=True)  # spark3's twin a
     try:
@@ -252,18 +301,20 @@ def test_bench_measures_every_level_and_a_port_shaped_to_a_quarter_fails_the_bas
     # once under 3x (docs/benchmarks.md, "Bench"): asserted, it would flake.
     pace_setter = level["pace_setter"] or {"node": "nobody", "message": "no finding"}
     base = shaped["baseline"]
-    assert base["run_id"] == first["run_id"] and [r["concurrency"] for r in base["levels"]] == [16]
+    assert base["run_id"] == calm["run_id"] and [r["concurrency"] for r in base["levels"]] == [16]
     assert (rc, shaped["verdict"]) == (1, "regressed"), base
     assert "bench: output tokens/s -" in err and "at concurrency 16" in err
+    assert last_good.resolve().name == calm["run_id"]  # a regressed run is no baseline
     print(
-        "bench: "
-        + ", ".join(
-            f"concurrency {x['concurrency']} {x['figures']['output_tokens_per_s']:.0f} tok/s "
-            f"TTFT p50 {x['figures']['ttft_ms']['p50']:.0f} ms"
-            for x in first["levels"]
+        "\nbench --layouts: "
+        + "; ".join(
+            f"{lay['name']} c={x['concurrency']} {x['output_tokens_per_s']:.0f} tok/s "
+            f"TTFT p50 {x['ttft_ms']['p50']:.0f} ms comm {x['comm_share']:.0%}"
+            for lay in side["layouts"]
+            for x in lay["levels"]
         )
-        + f"; {calm['comm'][group]['line']}; spark3's port at a quarter: "
-        f"{level['figures']['output_tokens_per_s']:.0f} tok/s "
+        + f"; switch {tp2x2['switch_s']:.0f} s, restore {side['restored']['seconds']:.0f} s"
+        + f"\nspark3's port at a quarter: {level['figures']['output_tokens_per_s']:.0f} tok/s "
         f"({base['levels'][0]['change']:+.0%}), "
         f"pace-setter {pace_setter['node']}: {pace_setter['message']}"
     )

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import pytest
 
-from sparkctl.bench import html, run
+from sparkctl.bench import html, layouts, run
 from sparkctl.bench.load import Workload
 from sparkctl.bench.sample import sample_command
 from sparkctl.endpoint import Endpoint
@@ -185,6 +185,81 @@ def test_the_report_compares_with_a_baseline_and_draws_its_page(
     assert "<script" not in page and "http://127.0.0.1:1" in page
 
 
+def _layouts_report(levels: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
+    one = _report(levels)
+    rows = [
+        {
+            "name": "tp2",
+            "tp": 2,
+            "groups": 1,
+            "members": "tp2: n1, n2",
+            "plan": {"weight_bytes_per_rank": 3 << 30},
+            "switch_s": 0.0,
+            "skipped": None,
+            "run_id": one["run_id"],
+            "report": "/x/report.json",
+            "endpoint": one["endpoint"],
+            "verdict": one["verdict"],
+            "levels": layouts._figures(one),
+            "notes": [],
+        },
+        {
+            "name": "tp1x2",
+            "tp": 1,
+            "groups": 2,
+            "members": "tp1x2-1: n1; tp1x2-2: n2",
+            "plan": {"weight_bytes_per_rank": 6 << 30},
+            "skipped": "does not fit: 6 GiB of weights a rank",
+        },
+    ]
+    report = {
+        "schema": run.SCHEMA,
+        "kind": layouts.KIND,
+        "cluster": "unit",
+        "run_id": "20261205-000001-bench-layouts",
+        "started": "2026-12-05T00:00:01Z",
+        "duration_s": 9.0,
+        "inventory": "inventory/sim.ini",
+        "sparkctl_version": "0",
+        "before": {"layout": "tp2", "groups": "main: n1, n2", "serving": True},
+        "workload": one["workload"],
+        "model": {"advice": "serve tp2", "weight_bytes": 6 << 30},
+        "layouts": rows,
+        "restored": {"layout": "main: n1, n2", "ok": True, "seconds": 0.0},
+        "error": None,
+    } | more
+    report["verdict"] = layouts.layouts_verdict(report)
+    return report
+
+
+def test_the_layouts_report_puts_each_layouts_levels_side_by_side(
+    level: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The side-by-side rows are the layout's own report's figures; a layout the plan
+    refused is a row saying why; a failed restore fails the run."""
+    from sparkctl import present  # noqa: PLC0415
+
+    report = _layouts_report([level])
+    assert report["verdict"] == "passed"
+    (row,) = report["layouts"][0]["levels"]
+    f = level["figures"]
+    assert row["output_tokens_per_s"] == f["output_tokens_per_s"] > 0
+    assert row["ttft_ms"] == f["ttft_ms"] and row["concurrency"] == level["concurrency"]
+    assert row["comm_share"] == level["comm"]["a"]["share"]
+    page = html.render_layouts(report)
+    assert page.count("<svg") == 2  # tokens/s and TTFT by layout
+    assert "tp1x2" in page and "does not fit: 6 GiB" in page and "PASSED" in page
+    assert "<script" not in page
+    present.bench_layouts(report, tmp_path)
+    out = capsys.readouterr().out
+    assert f"{f['output_tokens_per_s']:.1f}" in out and "does not fit" in out
+    broken = _layouts_report(
+        [level], restored={"layout": "main", "ok": False, "seconds": 3.0, "message": "boom"}
+    )
+    assert broken["verdict"] == "failed"
+    assert "FAILED: boom" in html.render_layouts(broken)
+
+
 def test_a_failed_request_fails_the_run_naming_the_level(
     level: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -228,6 +303,10 @@ def _sparkctl(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
         (["--requests", "4", "--duration", "10"], "not both"),
         (["--baseline", "/nonexistent/bench"], "no such baseline"),
         (["--baseline", "last-good"], "no last-good bench for sim yet"),
+        (["--layouts", "tp3"], "tp3 does not split 4 Sparks (1 GPU each)"),
+        (["--layouts", "tp4,tp2x2,tp4"], "tp4 is given twice"),
+        (["--layouts", "tp2x2", "--baseline", "last-good"], "not both"),
+        (["--layouts", "tp2x2", "-e", "sglang_group=x"], "-e sglang_group: --layouts sets"),
     ],
 )
 def test_bad_input_exits_2_before_any_host_is_contacted(
