@@ -919,6 +919,7 @@ def test_ss_tcp_info_reads_both_ends_of_a_real_connection() -> None:
         assert c["bytes_sent"] == c["bytes_received"] == 819200  # 200 echoes of 4 KiB
         assert 0 < c["rtt_ms"] < 1 and c["rttvar_ms"] is not None and c["min_rtt_ms"] > 0
         assert c["delivery_rate_bps"] > 1e9 and c["retrans"] is None and c["app_limited"]
+        assert c["busy_ms"] == 8  # "busy:8ms"
     assert {c["send_q"] for c in conns} == {0, 4096}
 
 
@@ -936,6 +937,7 @@ def test_ss_tcp_info_reads_rates_retransmits_and_ipv6_and_refuses_other_text() -
         7,
     )
     assert c["delivery_rate_bps"] == 2.5e6 and c["min_rtt_ms"] == 0.8 and not c["app_limited"]
+    assert c["busy_ms"] is None  # a connection that never sent prints no busy
     assert parse.ss_tcp_info("") == []
     with pytest.raises(parse.ToolOutputError, match="not a socket line"):
         parse.ss_tcp_info("State Recv-Q Send-Q Local Address:Port Peer Address:Port\n")

@@ -541,7 +541,7 @@ def ss_tcp_info(text: str) -> list[dict[str, Any]]:
     """``ss -tinH state established [filter]`` (iproute2's ``tcp_show_info``) -> one
     entry a connection: {local, local_port, peer, peer_port, send_q, recv_q, rtt_ms,
     rttvar_ms, min_rtt_ms, bytes_sent, bytes_received, retrans, delivery_rate_bps,
-    app_limited};
+    app_limited, busy_ms};
     a figure the kernel did not print is None. With ``state established`` ss leaves
     the State column out: ``Recv-Q Send-Q Local:Port Peer:Port``, then a
     tab-indented line of ``key:value`` figures (``rtt:<srtt>/<rttvar>`` in ms)."""
@@ -571,6 +571,9 @@ def ss_tcp_info(text: str) -> list[dict[str, Any]]:
                 delivery_rate_bps=rates.get("delivery_rate"),
                 # the last delivery sample was limited by the application, not the path
                 app_limited=" app_limited" in line,
+                # tcpi_busy_time: the time the connection had data in flight (sending,
+                # or held back by the peer's window or the send buffer), cumulative
+                busy_ms=int(kv["busy"][:-2]) if kv.get("busy", "").endswith("ms") else None,
             )
             continue
         words = line.split()
@@ -595,6 +598,7 @@ def ss_tcp_info(text: str) -> list[dict[str, Any]]:
             "retrans": None,
             "delivery_rate_bps": None,
             "app_limited": False,
+            "busy_ms": None,
         }
         out.append(current)
     return out
