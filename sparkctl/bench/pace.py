@@ -15,14 +15,17 @@ with its figures and a score (how far apart), the highest score the pace-setter:
 - **congestion on one node**: its RoCE port sending or handling congestion notification
   packets (CNPs) at :data:`CNP_RATE` a second or more, at least :data:`APART` times its
   peers';
-- **a slow path over TCP** (the socket transport, and the lab): a sender whose fastest
-  delivery to one peer over the level (the kernel's delivery rate samples that the path,
-  not the sender, limited) is at most 1/:data:`PATH_APART` of the median of its fastest
-  to each peer names that peer's link: the path never carried more. Each peer compared needs
-  :data:`MIN_PATH_SAMPLES` such samples: a quiet level's few say little. (Not the RTT:
-  a collective's messages are requests and replies, so the RTT a sender measures holds
-  the peer's own turn and the round's scheduling, which on the lab's shared cores
-  varies more than a shaped port adds);
+- **a slow path over TCP** (the socket transport, and the lab): a sender whose
+  connections to one peer had data in flight (the kernel's ``tcpi_busy_time``, its
+  growth over the level) :data:`BUSY_APART` times as long as the median of its peers',
+  and at least :data:`BUSY_MIN` of the level, names that peer's link: the same bytes
+  took longer to leave over it. Its fastest path-limited delivery (the kernel's
+  delivery rate samples that the path, not the sender, limited) goes in the finding's
+  figures beside its peers'. Neither the RTT nor that delivery rate alone names a
+  link: a collective's messages are requests and replies, so the RTT holds the peer's
+  own turn, which on the lab's shared cores varies more than a shaped port adds; and a
+  healthy peer's delivery came 2.5-4.4x below its peers' in unshaped runs, as far apart
+  as a shaped one's (docs/benchmarks.md, "Bench");
 - **a GPU that throttles** (an NVML hardware slowdown reason in any sample: thermal,
   power brake, HW slowdown: the soak's reasons), or whose SM clock is
   :data:`CLOCK_APART` or more below its peers' median, or whose power draw is
@@ -45,11 +48,13 @@ APART = 2.0
 CNP_RATE = 10.0
 CLOCK_APART = 0.10
 POWER_APART = 0.25
-MIN_PATH_SAMPLES = 3  # path-limited delivery samples a peer needs to be compared
-# A path's fastest delivery against its sender's typical one. Measured on the lab: a
-# port at a quarter 3.7-5.8x below; healthy peers sharing a busy sender's port up to
-# 2.5x apart (docs/benchmarks.md, "Bench").
-PATH_APART = 3.0
+MIN_PATH_SAMPLES = 3  # path-limited delivery samples a peer's figure needs
+# A peer's busy share (its sender's connections with data in flight) against the
+# median of the sender's peers', and the least share that counts. Measured on the lab's
+# star (docs/benchmarks.md, "Bench"): a port at a quarter 2.3-2.6x, healthy peers at
+# most 1.43x (the last in the head's order, at concurrency 4).
+BUSY_APART = 1.8
+BUSY_MIN = 0.2
 BUSY_GPU = 50.0  # % utilisation: the group is busy
 # NVML clocks event reasons that slow the GPU for hardware reasons (nvml.h)
 HW_SLOWDOWN, HW_THERMAL, HW_POWER_BRAKE = 0x8, 0x40, 0x80
@@ -90,6 +95,8 @@ class NodeFigures:
     power_w: float | None
     clock_mhz: float | None
     hw_reasons: int  # OR of the hardware slowdown bits seen
+    # peer address -> the share of the level its connections had data in flight
+    peer_busy: Mapping[str, float] = field(default_factory=dict)
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -97,7 +104,7 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def _deliveries(samples: Sequence[NodeSample]) -> dict[str, tuple[float, int]]:
+def deliveries(samples: Sequence[NodeSample]) -> dict[str, tuple[float, int]]:
     """Per peer address: the fastest delivery rate the kernel sampled on the node's
     connections to it while the path, not the application, limited the flight, over
     the samples where each connection had moved bytes since the one before."""
@@ -114,6 +121,24 @@ def _deliveries(samples: Sequence[NodeSample]) -> dict[str, tuple[float, int]]:
                 per_peer[c.peer] = (max(fastest, c.delivery_bps), count + 1)
         before = seen
     return per_peer
+
+
+def busy_shares(samples: Sequence[NodeSample]) -> dict[str, float]:
+    """Per peer address: the time the node's connections to it had data in flight
+    (tcpi_busy_time's growth, summed over them) as a share of the level's time. A
+    connection opened during the level counts from its start."""
+    if len(samples) < 2 or samples[-1].t <= samples[0].t:
+        return {}
+    first = {(c.local, c.local_port, c.peer, c.peer_port): c.busy_ms for c in samples[0].tcp}
+    busy: dict[str, float] = {}
+    for c in samples[-1].tcp:
+        if c.busy_ms is None:
+            continue
+        before = first.get((c.local, c.local_port, c.peer, c.peer_port)) or 0
+        if c.busy_ms >= before:
+            busy[c.peer] = busy.get(c.peer, 0.0) + (c.busy_ms - before) / 1000
+    dt = samples[-1].t - samples[0].t
+    return {peer: b / dt for peer, b in busy.items()}
 
 
 def node_figures(
@@ -149,11 +174,12 @@ def node_figures(
         util,
         speed,
         cnp,
-        _deliveries(samples),
+        deliveries(samples),
         _median([s.gpu_util for s in samples[1:]]),
         _median([s.power_w for s in samples[1:]]),
         _median([s.clock_sm_mhz for s in samples[1:]]),
         reasons,
+        busy_shares(samples),
     )
 
 
@@ -237,37 +263,45 @@ def _gpu_findings(n: NodeFigures, peers: Sequence[NodeFigures]) -> list[Finding]
     return out
 
 
-def _path_findings(have: Sequence[NodeFigures], addresses: Mapping[str, str]) -> list[Finding]:
-    """Each sender's peers compared: the peer whose path never delivered more than a
-    fraction of the sender's fastest to the others, named with the sender's figures
-    (the furthest apart kept)."""
+def _busy_findings(have: Sequence[NodeFigures], addresses: Mapping[str, str]) -> list[Finding]:
+    """Each sender's peers compared: the peer whose connections were busy (data in
+    flight) for :data:`BUSY_APART` times the median share of the sender's peers, and
+    :data:`BUSY_MIN` of the level or more, named with the sender's figures; its
+    path-limited delivery to it beside its peers' goes with them as evidence, not in
+    the message (it swings too far to judge by: docs/benchmarks.md, "Bench")."""
     best: dict[str, Finding] = {}
     members = {n.node for n in have}
     for sender in have:
-        rates = {
-            addresses[a]: fastest
-            for a, (fastest, count) in sender.peer_delivery_bps.items()
-            if addresses.get(a) in members
-            and addresses[a] != sender.node
-            and count >= MIN_PATH_SAMPLES  # a few samples of a quiet level say little
-        }
-        if len(rates) < 2:
+        shares: dict[str, float] = {}
+        fastest: dict[str, float] = {}
+        for address, share in sender.peer_busy.items():
+            peer = addresses.get(address)
+            if peer in members and peer != sender.node:
+                shares[peer] = shares.get(peer, 0.0) + share
+        for address, (rate, count) in sender.peer_delivery_bps.items():
+            peer = addresses.get(address)
+            if peer in shares and count >= MIN_PATH_SAMPLES:
+                fastest[peer] = max(fastest.get(peer, 0.0), rate)
+        if len(shares) < 2:
             continue
-        # the median over every peer compared, the slow one included: one peer's burst
-        # through a token bucket (faster than any link) does not set the bar
-        typical = statistics.median(rates.values())
-        for peer, rate in rates.items():
-            if rate <= 0 or typical < PATH_APART * rate:
+        # the median over every peer, the busy one included: with three peers a healthy
+        # one that waits behind the others in the sender's queue is not apart
+        typical = statistics.median(shares.values())
+        for peer, share in shares.items():
+            if share < BUSY_MIN or share < BUSY_APART * typical:
                 continue
-            f = Finding(
-                peer,
-                "link",
-                f"{sender.node} never delivered to it faster than {rate / 1e6:.0f} Mb/s "
-                f"(TCP delivery rate, path-limited), to its peers typically up to "
-                f"{typical / 1e6:.0f} Mb/s",
-                typical / rate,
-                {"delivery_mbps": rate / 1e6, "peers_delivery_mbps": typical / 1e6},
+            figures = {"busy_share": share, "peers_busy_share": typical}
+            message = (
+                f"{sender.node}'s connections to it had data in flight {share:.0%} of the "
+                f"level, to its peers typically {typical:.0%}"
             )
+            others = [v for p, v in fastest.items() if p != peer]
+            if peer in fastest and others:
+                figures |= {
+                    "delivery_mbps": fastest[peer] / 1e6,
+                    "peers_delivery_mbps": statistics.median(others) / 1e6,
+                }
+            f = Finding(peer, "link", message, share / max(typical, 1e-3), figures)
             if peer not in best or f.score > best[peer].score:
                 best[peer] = f
     return list(best.values())
@@ -290,5 +324,5 @@ def findings(
         for n in have:
             peers = [p for p in have if p.node != n.node]
             out += _link_findings(n, peers, speed_mbps) + _gpu_findings(n, peers)
-        out += _path_findings(have, addresses or {})
+        out += _busy_findings(have, addresses or {})
     return sorted(out, key=lambda f: -f.score)

@@ -208,6 +208,15 @@ def _nodes(sampler: Sampler, line: float | None) -> dict[str, dict[str, Any]]:
             "gpu_util_pct": round(statistics.mean(util), 1) if util else None,
             "power_w": round(statistics.mean(power), 2) if power else None,
             "clock_sm_mhz": round(statistics.mean(clock), 0) if clock else None,
+            # fabric peer address -> the share of the level its TCP connections had
+            # data in flight (the socket transport's; empty over RDMA)
+            "tcp_busy": {p: round(v, 4) for p, v in sorted(pace.busy_shares(samples).items())},
+            # fabric peer address -> the fastest path-limited TCP delivery (Mb/s) and
+            # how many such samples the level had
+            "tcp_delivery": {
+                p: {"mbps": round(bps / 1e6, 1), "samples": n}
+                for p, (bps, n) in sorted(pace.deliveries(samples).items())
+            },
             "twins": {
                 t: {
                     **r.to_dict(),

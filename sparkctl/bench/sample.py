@@ -73,6 +73,7 @@ class TcpConn:
     peer_port: int = 0
     delivery_bps: float | None = None  # the kernel's last delivery rate sample, bits/s
     app_limited: bool = True  # that sample was limited by the sender, not the path
+    busy_ms: int | None = None  # cumulative time with data in flight (tcpi_busy_time)
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,7 @@ def _tcp(lines: Sequence[str]) -> tuple[TcpConn, ...]:
             c["peer_port"],
             c["delivery_rate_bps"],
             c["app_limited"],
+            c["busy_ms"],
         )
         for c in conns
     )

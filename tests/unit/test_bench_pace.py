@@ -17,6 +17,7 @@ def _samples(
     node_rate: float,
     *,
     paths: dict[str, float] | None = None,
+    busy: dict[str, float] | None = None,
     speed: int | None = None,
     cnp_per_s: int = 0,
     clock: float | None = None,
@@ -27,7 +28,8 @@ def _samples(
 ) -> list[NodeSample]:
     """``n`` one-second samples of a node whose twin a moves ``node_rate`` bytes/s and whose
     fabric connections to each peer address of ``paths`` deliver up to that many Mb/s
-    (path-limited samples, with an app-limited one faster between them)."""
+    (path-limited samples, with an app-limited one faster between them) and are busy
+    (data in flight) ``busy[peer]`` of each second (10 % where not given)."""
     out = []
     for i in range(n):
         moved = int(node_rate * i)
@@ -42,6 +44,7 @@ def _samples(
                 5000,
                 (mbps * 1e6 * (1 - 0.1 * (i % 2))) if i != 2 else 25e9,
                 i == 2,  # loopback-fast, but the sender's own pace: not the path's
+                int(1000 * i * (busy or {}).get(peer, 0.1)),
             )
             for k, (peer, mbps) in enumerate((paths or {"10.0.0.1": 900.0}).items())
         )
@@ -80,32 +83,50 @@ def test_equal_peers_name_nobody() -> None:
     assert pace.findings(GROUP, figs, speed_mbps=1000) == []
 
 
-def test_a_shaped_port_is_named_by_the_senders_slow_path_with_figures() -> None:
+def test_a_shaped_port_is_named_by_its_senders_busy_connections_with_figures() -> None:
     """The lab's quarter-rate port under a star through TP0: equal bytes on every
-    worker's link, so no twin is apart. The head's path-limited deliveries to the workers
-    reach about the link's rate, and the one through the shaped port never more than its
-    quarter (as measured on the lab: at most 282 Mb/s against 740-2389 Mb/s)."""
+    worker's link, so no twin is apart. The head's connections to the worker behind the
+    shaped port have data in flight far longer than to the others (as measured on the
+    lab at concurrency 16: 0.42 of the level against 0.10 and 0.16)."""
     star = {"10.0.0.2": 3700.0, "10.0.0.3": 282.0, "10.0.0.4": 990.0}
-    samples = {"spark1": _samples(90e6, paths=star)}
+    held = {"10.0.0.2": 0.10, "10.0.0.3": 0.42, "10.0.0.4": 0.16}
+    samples = {"spark1": _samples(90e6, paths=star, busy=held)}
     samples |= {f"spark{i}": _samples(30e6) for i in (2, 3, 4)}
     found = pace.findings(GROUP, _figures(samples), speed_mbps=1000, addresses=ADDRESSES)
     assert found, "nobody named"
     top = found[0]
     assert (top.node, top.subject) == ("spark3", "link")
-    assert top.figures == {"delivery_mbps": 282.0, "peers_delivery_mbps": 990.0}
-    assert top.message == (
-        "spark1 never delivered to it faster than 282 Mb/s (TCP delivery rate, "
-        "path-limited), to its peers typically up to 990 Mb/s"
+    assert top.figures == pytest.approx(
+        {
+            "busy_share": 0.42,
+            "peers_busy_share": 0.16,
+            "delivery_mbps": 282.0,
+            "peers_delivery_mbps": (3700.0 + 990.0) / 2,
+        }
     )
-    assert len(found) == 1  # the peers at 990 and 1000 Mb/s are not apart
-    # paths at a link's rate and bursts past it (the lab's token bucket lets 128 KiB
-    # through at once) name nobody, nor do connections whose nodes are not known
+    assert top.message == (
+        "spark1's connections to it had data in flight 42% of the level, to its peers "
+        "typically 16%"
+    )
+    assert len(found) == 1
+    # unshaped, as measured: the last worker in the head's order waits behind the others
+    # (0.10, 0.18, 0.26 at concurrency 4: 1.43x the median); a path-limited delivery far
+    # below the others' alone (a healthy peer measured 4.4x apart) names nobody either;
+    # nor do connections whose nodes are not known
     even = {
-        "spark1": _samples(90e6, paths={"10.0.0.2": 4043.0, "10.0.0.3": 1329.0, "10.0.0.4": 927.0})
+        "spark1": _samples(
+            90e6,
+            paths={"10.0.0.2": 1469.0, "10.0.0.3": 6443.0, "10.0.0.4": 6443.0},
+            busy={"10.0.0.2": 0.10, "10.0.0.3": 0.18, "10.0.0.4": 0.26},
+        )
     }
     even |= {f"spark{i}": _samples(30e6) for i in (2, 3, 4)}
     assert pace.findings(GROUP, _figures(even), speed_mbps=1000, addresses=ADDRESSES) == []
     assert pace.findings(GROUP, _figures(samples), speed_mbps=1000) == []
+    # a peer apart but mostly idle (under BUSY_MIN of the level) is no bound
+    idle = {"spark1": _samples(90e6, busy={"10.0.0.2": 0.01, "10.0.0.3": 0.15, "10.0.0.4": 0.02})}
+    idle |= {f"spark{i}": _samples(30e6) for i in (2, 3, 4)}
+    assert pace.findings(GROUP, _figures(idle), speed_mbps=1000, addresses=ADDRESSES) == []
 
 
 def test_a_twin_at_line_rate_while_its_peers_idle_is_named() -> None:
