@@ -105,8 +105,7 @@ def test_a_shaped_port_is_named_by_its_senders_busy_connections_with_figures() -
         }
     )
     assert top.message == (
-        "spark1's connections to it had data in flight 42% of the level, to its peers "
-        "typically 16%"
+        "spark1's connections to it had data in flight 42% of the level, to its peers typically 16%"
     )
     assert len(found) == 1
     # unshaped, as measured: the last worker in the head's order waits behind the others
