@@ -34,9 +34,9 @@ from sparkctl import inventory, rules
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl.paths import state_dir
 
-NAME = re.compile(r"^tp([1-9][0-9]{0,3})(?:x([1-9][0-9]{0,3}))?$")
+NAME = re.compile(r"^tp([1-9][0-9]{0,3})(?:x([1-9][0-9]{0,3}))?\Z")
 # what a host_vars file may be named after (Ansible's host names are wider)
-HOST_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+HOST_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z")
 # the variables a layout sets; -e would override them on every host
 SETS = ("sglang_group", "sglang_gateway_enabled")
 # provision's roles that read the groups: the units, ranks, rendezvous, firewall and

@@ -211,7 +211,7 @@ def test_a_yaml_inventory_without_a_yaml_suffix_is_guarded(
 
 
 def test_the_whole_check_has_a_deadline(inv: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def slow(path: Path) -> inventory.Inventory:
+    def slow(path: Path, overlay: Path | None = None) -> inventory.Inventory:
         time.sleep(5)
         raise AssertionError("the deadline did not fire")
 
