@@ -15,7 +15,12 @@ from typing import Any
 from sparkctl.report.html import _CSS, _e, _table, figure_svg, new_figure
 from sparkctl.units import human_bytes
 
-_VERDICT_COLOUR = {"passed": "#1a7f37", "errors": "#cf222e", "regressed": "#cf222e"}
+_VERDICT_COLOUR = {
+    "passed": "#1a7f37",
+    "errors": "#cf222e",
+    "regressed": "#cf222e",
+    "failed": "#cf222e",  # --layouts: a layout or the restore failed
+}
 
 
 def _num(value: Any, fmt: str = "{:.1f}") -> str:
@@ -288,6 +293,38 @@ def _meta(rows: Iterable[tuple[str, Any]]) -> str:
     )
 
 
+def _head(command: str, report: Mapping[str, Any]) -> list[str]:
+    """The page's head, title and verdict, for ``command`` (``bench``, ``bench --layouts``)."""
+    verdict = report["verdict"]
+    return [
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>sparkctl {command} {_e(report['cluster'])} {_e(report['run_id'])}: "
+        f"{_e(verdict)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>sparkctl {command}: {_e(report['cluster'])}</h1>",
+        f'<p><span class="verdict" style="background:{_VERDICT_COLOUR.get(verdict, "#6e7781")}">'
+        f"{_e(verdict.upper())}</span></p>",
+    ]
+
+
+def _run_rows(report: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The run, as every bench report opens (run.report_head)."""
+    return [
+        ("cluster", report["cluster"]),
+        ("run", report["run_id"]),
+        ("started", report["started"]),
+        ("duration", f"{report['duration_s']:.1f} s"),
+    ]
+
+
+def _workload(wl: Mapping[str, Any]) -> tuple[str, str]:
+    return (
+        "workload",
+        f"{wl['input_words']} words in, {wl['output_len']} tokens out, seed {wl['seed']}, "
+        f"concurrency {', '.join(map(str, wl['concurrency']))}",
+    )
+
+
 def render(report: Mapping[str, Any]) -> str:
     levels = report["levels"]
     conc = [x["concurrency"] for x in levels]
@@ -310,12 +347,8 @@ def render(report: Mapping[str, Any]) -> str:
         ("ITL p50", conc, [max(x["figures"]["itl_ms"]["p50"], 1e-3) for x in levels], "-."),
     ]
     model = report.get("model") or {}
-    wl = report["workload"]
     meta = [
-        ("cluster", report["cluster"]),
-        ("run", report["run_id"]),
-        ("started", report["started"]),
-        ("duration", f"{report['duration_s']:.1f} s"),
+        *_run_rows(report),
         ("endpoint", f"{report['endpoint']['url']} ({report['endpoint']['via']})"),
         ("model", report["endpoint"]["model"]),
         ("groups", "; ".join(f"{g}: {', '.join(m)}" for g, m in report["groups"].items())),
@@ -326,23 +359,12 @@ def render(report: Mapping[str, Any]) -> str:
             if model
             else "not known",
         ),
-        (
-            "workload",
-            f"{wl['input_words']} words in, {wl['output_len']} tokens out, seed {wl['seed']}, "
-            f"concurrency {', '.join(map(str, wl['concurrency']))}",
-        ),
+        _workload(report["workload"]),
         ("latency curve", report.get("latency_run") or "none (no validate last-good)"),
         ("sparkctl", report["sparkctl_version"]),
     ]
-    verdict = report["verdict"]
     parts = [
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>sparkctl bench {_e(report['cluster'])} {_e(report['run_id'])}: "
-        f"{_e(verdict)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>sparkctl bench: {_e(report['cluster'])}</h1>",
-        f'<p><span class="verdict" style="background:{_VERDICT_COLOUR.get(verdict, "#6e7781")}">'
-        f"{_e(verdict.upper())}</span></p>",
+        *_head("bench", report),
         _meta(meta),
         "<h2>Throughput and latency</h2>",
         _plot_levels("output tokens/s", "tokens/s", tps_lines, salt="tps"),
@@ -372,7 +394,6 @@ def render(report: Mapping[str, Any]) -> str:
 
 
 _LAYOUT_STYLES = ("-", "--", "-.", ":")
-_LAYOUT_VERDICT = {**_VERDICT_COLOUR, "failed": "#cf222e"}
 
 
 def _layouts_table(layouts: Sequence[Mapping[str, Any]]) -> str:
@@ -439,14 +460,10 @@ def render_layouts(report: Mapping[str, Any]) -> str:
                 style,
             )
         )
-    wl = report["workload"]
     before = report["before"]
     restored = report["restored"]
     meta = [
-        ("cluster", report["cluster"]),
-        ("run", report["run_id"]),
-        ("started", report["started"]),
-        ("duration", f"{report['duration_s']:.1f} s"),
+        *_run_rows(report),
         (
             "serving before",
             f"{before['layout']} ({before['groups']})"
@@ -458,11 +475,7 @@ def render_layouts(report: Mapping[str, Any]) -> str:
             if restored["ok"]
             else f"FAILED: {restored.get('message', '')}",
         ),
-        (
-            "workload",
-            f"{wl['input_words']} words in, {wl['output_len']} tokens out, seed {wl['seed']}, "
-            f"concurrency {', '.join(map(str, wl['concurrency']))}",
-        ),
+        _workload(report["workload"]),
         ("model plan's advice", report["model"]["advice"]),
         ("sparkctl", report["sparkctl_version"]),
     ]
@@ -470,15 +483,8 @@ def render_layouts(report: Mapping[str, Any]) -> str:
         f"<li>{_e(x['name'])}: {_e(x['report'])} (switched in {x['switch_s']:.0f} s)</li>"
         for x in ran
     ]
-    verdict = report["verdict"]
     parts = [
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>sparkctl bench --layouts {_e(report['cluster'])} {_e(report['run_id'])}: "
-        f"{_e(verdict)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>sparkctl bench --layouts: {_e(report['cluster'])}</h1>",
-        f'<p><span class="verdict" style="background:{_LAYOUT_VERDICT.get(verdict, "#6e7781")}">'
-        f"{_e(verdict.upper())}</span></p>",
+        *_head("bench --layouts", report),
         _meta(meta),
         "<h2>The layouts side by side</h2>",
         _plot_levels("output tokens/s by layout", "tokens/s", tps, salt="layouts-tps")

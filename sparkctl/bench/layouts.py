@@ -246,6 +246,7 @@ def _restore(
     if not back and live == serving:
         return out, None
     progress(f"bench --layouts: restoring {layout.describe(inv)}")
+    error: SparkctlError | None = None
     try:
         if serving:
             deployer.serve(inv, serving_now=not back)
@@ -253,19 +254,18 @@ def _restore(
             if back:
                 deployer.serve(inv, serving_now=True)
             stopped = up.down(inv)
-            if (error := stopped.failure()) is not None:
-                raise error
+            if (not_stopped := stopped.failure()) is not None:
+                raise not_stopped
     except (SparkctlError, KeyboardInterrupt) as exc:
         message = exc.message if isinstance(exc, SparkctlError) else "interrupted"
         out |= {"ok": False, "message": message}
-        out["seconds"] = round(time.monotonic() - began, 1)
-        return out, SparkctlError(
+        error = SparkctlError(
             f"bench --layouts: restoring the inventory's layout failed: {message}",
             ExitCode.CHECKS_FAILED,
             hint=_restore_hint(inv, serving),
         )
     out["seconds"] = round(time.monotonic() - began, 1)
-    return out, None
+    return out, error
 
 
 def layouts_verdict(report: Mapping[str, Any]) -> str:

@@ -361,17 +361,22 @@ def model_plan(plan: ModelPlan, *, as_json: bool = False) -> None:
         console.out.print(f"not known here: {what}", markup=False, highlight=False)
 
 
+def _titled(title: str) -> Table:
+    """A table with its title: boxed and centred on a terminal, plain otherwise."""
+    return Table(
+        title=title,
+        box=box.SIMPLE if console.out.is_terminal else None,
+        title_justify="center" if console.out.is_terminal else "left",
+    )
+
+
 def bench(report: dict[str, Any], run_dir: Path, *, as_json: bool = False) -> None:
     """A row per level (bench_serving's figures, the communication share), the pace-setter
     per level, the baseline's verdict; report.json with --json."""
     if as_json:
         emit(report)
     else:
-        table = Table(
-            title=f"bench: {report['endpoint']['model']} via {report['endpoint']['via']}",
-            box=box.SIMPLE if console.out.is_terminal else None,
-            title_justify="center" if console.out.is_terminal else "left",
-        )
+        table = _titled(f"bench: {report['endpoint']['model']} via {report['endpoint']['via']}")
         cols = ("conc", "ok/sent", "tok/s", "req/s", "TTFT p50/p99 ms", "ITL p50/p99 ms")
         for col in (*cols, "E2E p50/p99 ms", "comm share"):
             table.add_column(col, justify="right")
@@ -423,11 +428,7 @@ def bench_layouts(report: dict[str, Any], run_dir: Path, *, as_json: bool = Fals
     if as_json:
         emit(report)
     else:
-        table = Table(
-            title=f"bench --layouts: {report['cluster']}",
-            box=box.SIMPLE if console.out.is_terminal else None,
-            title_justify="center" if console.out.is_terminal else "left",
-        )
+        table = _titled(f"bench --layouts: {report['cluster']}")
         table.add_column("layout")
         for col in ("conc", "tok/s", "req/s", "TTFT p50/p99 ms", "ITL p50 ms", "comm"):
             table.add_column(col, justify="right")
