@@ -55,27 +55,65 @@ fi
 if [[ $# -gt 0 ]]; then
   exec .venv/bin/pytest "$@"
 fi
-# The whole suite, in two passes. First the unit and contract tiers on every core
-# (pytest-xdist, one worker per test file). Then, one at a time, the lab tier (its
-# tests share one lab in order, and its bandwidth gates want a quiet host) and the
-# modules marked host_processes (they read every process of this host, where a rank
-# another test starts would count). Both passes run whatever the first one gives;
-# the exit is the first failure's. The second pass lists its 60 slowest phases, where
-# the suite's time goes (docs/benchmarks.md, "The test suite").
+# The whole suite, in two passes. The first: the unit and contract tiers on every core
+# (pytest-xdist, one worker per test file). The second: the lab tier, its tests one at a
+# time in order on one shared lab, and the modules marked host_processes (they read every
+# process of this host, where a rank another test starts would count). Both passes run
+# whatever the first one gives; the exit is the first failure's. The second pass lists
+# its 60 slowest phases, where the suite's time goes (docs/benchmarks.md, "The test
+# suite").
+#
+# With the lab brought up beside (above), the passes overlap: the first starts at once,
+# at nice 10, and the second as soon as the lab is up. The lab's early tests wait on
+# ssh, podman and shaped links as much as they compute, and the first pass fills those
+# waits (the CPU it takes is the CPU they leave); the lab tests that measure bandwidth
+# (quiet_host) and the host_processes modules wait until the first pass is over
+# (SPARKCTL_FIRST_PASS_PID, tests/conftest.py), as they wait for the molecule scenarios.
+# The first pass's output follows the second's. Without the lab, one pass after the other.
 unit=0
 rest=0
-.venv/bin/pytest -m "not lab and not host_processes" -n "$(nproc)" --dist loadfile || unit=$?
-if [[ -n "${bringup_pid:-}" ]]; then
-  wait "$bringup_pid" || true
-  second_pass=1
-  export SPARKCTL_LAB_BROUGHT_UP="$bringup"
-fi
 # The second pass collects only where its tests are, the lab and molecule tiers and the
 # modules marked host_processes (found by their marker): collecting the whole tree to
 # deselect its 4000 other tests took 10 s, these 1.4.
 mapfile -t host_processes < <(grep -rlE 'mark\.host_processes' tests --include='*.py' | sort)
+first_pass=(.venv/bin/pytest -m "not lab and not host_processes" -n "$(nproc)" --dist loadfile)
+if [[ -z "${bringup_pid:-}" ]]; then
+  "${first_pass[@]}" || unit=$?
+else
+  first="$(mktemp -d --tmpdir sparkctl-first-pass.XXXXXX)"
+  # Its own state directory: nothing of the lab's (keys, results, plans) is the first
+  # pass's, and no unit test's plan cache is written beside the lab's.
+  (
+    export SPARKCTL_STATE_DIR="$first/state"
+    mkdir -p "$SPARKCTL_STATE_DIR"
+    rc=0
+    nice -n 10 "${first_pass[@]}" >"$first/out" 2>&1 || rc=$?
+    echo "$rc" >"$first/rc"
+  ) &
+  first_pid=$!
+  finish_first() {
+    # Whatever ends this script ends the first pass too (its pytest, then the subshell),
+    # then takes the lab down.
+    pkill -TERM -P "$first_pid" 2>/dev/null || true
+    wait "$first_pid" 2>/dev/null || true
+    rm -rf "$first"
+    finish_bringup
+  }
+  trap finish_first EXIT
+  echo "test.sh: the first pass (unit and contract tiers) runs beside the lab's; its output follows the second pass's"
+  wait "$bringup_pid" || true
+  second_pass=1
+  export SPARKCTL_LAB_BROUGHT_UP="$bringup"
+  export SPARKCTL_FIRST_PASS_PID="$first_pid"
+fi
 .venv/bin/pytest -m "lab or host_processes" --durations=60 tests/lab tests/molecule \
   "${host_processes[@]}" || rest=$?
+if [[ -n "${first_pid:-}" ]]; then
+  wait "$first_pid" || true
+  echo "test.sh: the first pass (unit and contract tiers), run beside the second:"
+  cat "$first/out"
+  unit="$(cat "$first/rc" 2>/dev/null || echo 1)"
+fi
 if [[ $unit -ne 0 ]]; then
   exit "$unit"
 fi

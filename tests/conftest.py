@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -72,22 +73,47 @@ def lab_unavailable() -> str | None:
     return None
 
 
-def _phase(item: pytest.Item) -> tuple[bool, int, bool, bool]:
+def _phase(item: pytest.Item) -> tuple[bool, int, bool, bool, bool]:
     """Unit tests first, then the contract suite (its venv and its aarch64 resolutions are
     built in the background meanwhile, tests/contract/conftest.py), then the rest; tests
     marked quiet_host (bandwidth measured on the lab) come after the other lab tests, by
-    when the background molecule scenarios are over; tests marked regroups_lab (a module
-    that provisions the lab into other TP groups) after those, so that nothing after
-    them needs the lab as it was; tests marked lab_teardown take the shared lab down:
-    they run last. The sort is stable: within a phase, file order."""
+    when the background molecule scenarios (and a first pass run beside, scripts/test.sh)
+    are over, the modules marked host_processes first among them (they read every
+    process of this host: nothing else runs then, and no rank of the lab's yet); tests
+    marked regroups_lab (a module that provisions the lab into other TP groups) after
+    those, so that nothing after them needs the lab as it was; tests marked
+    lab_teardown take the shared lab down: they run last. The sort is stable: within a
+    phase, file order."""
     parts = Path(str(item.path)).resolve().relative_to(REPO).parts
-    group = {"unit": 0, "contract": 1}.get(parts[1] if len(parts) > 2 else "", 2)
+    host = item.get_closest_marker("host_processes") is not None
+    group = 2 if host else {"unit": 0, "contract": 1}.get(parts[1] if len(parts) > 2 else "", 2)
     return (
         item.get_closest_marker("lab_teardown") is not None,
         group,
         item.get_closest_marker("regroups_lab") is not None,
-        item.get_closest_marker("quiet_host") is not None,
+        host or item.get_closest_marker("quiet_host") is not None,
+        not host,
     )
+
+
+def wait_first_pass() -> None:
+    """Until the first pass that scripts/test.sh runs beside this one is over (its
+    process, SPARKCTL_FIRST_PASS_PID, gone): a no-op in any other run."""
+    pid = os.environ.get("SPARKCTL_FIRST_PASS_PID")
+    if not pid:
+        return
+    while True:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return
+        time.sleep(1)
+
+
+def wait_quiet() -> None:
+    """Nothing of the suite's own beside the test: no molecule scenario, no first pass."""
+    wait_for("molecule")
+    wait_first_pass()
 
 
 def needed_after(request: pytest.FixtureRequest) -> bool:
@@ -130,8 +156,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "quiet_host: measures bandwidth on the lab, so it waits until no "
-        "background molecule scenario shares the host (runs after the other lab tests)",
+        "quiet_host: measures bandwidth on the lab, so it waits until no background "
+        "molecule scenario or first pass shares the host (runs after the other lab tests)",
     )
 
 
@@ -147,17 +173,22 @@ def promtool() -> str:
     return found
 
 
+def _wants_quiet(node: pytest.Item | pytest.Collector) -> bool:
+    return any(node.get_closest_marker(m) is not None for m in ("quiet_host", "host_processes"))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _quiet_module(request: pytest.FixtureRequest) -> None:
-    """A quiet_host module waits before its module fixtures run (test_serve's `up`)."""
-    if request.node.get_closest_marker("quiet_host") is not None:
-        wait_for("molecule")
+    """A quiet_host or host_processes module waits before its module fixtures run
+    (test_serve's `up`)."""
+    if _wants_quiet(request.node):
+        wait_quiet()
 
 
 @pytest.fixture(autouse=True)
 def _quiet_host(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("quiet_host") is not None:
-        wait_for("molecule")
+    if _wants_quiet(request.node):
+        wait_quiet()
 
 
 _IMAGE_LOCK = threading.Lock()

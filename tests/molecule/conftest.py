@@ -32,6 +32,7 @@ from tests.conftest import REPO, lab_image, lab_unavailable
 HERE = Path(__file__).resolve().parent
 VENV_BIN = Path(sys.executable).parent
 MOLECULE = VENV_BIN / "molecule"
+NICE = 10  # the scenarios' niceness: they yield to the lab tests beside them
 TIMEOUT = 1800  # seconds for one `molecule test`; a scenario takes one to three minutes
 
 
@@ -97,8 +98,11 @@ def run_scenario(
             # stdin it inherits is non-blocking, and pytest's stdin is shared
             # with every background job of the session, any of which may set
             # O_NONBLOCK on it (seen in CI: roce_fabric's create failed so).
+            # At nice 10, as scripts/test.sh's first pass: the lab tests beside it
+            # (nice 0) keep the CPU they need, and the scenario takes what they leave.
+            # Every process of the scenario, its containers' included, inherits it.
             proc = subprocess.Popen(
-                [str(MOLECULE), "test"],
+                ["nice", "-n", str(NICE), str(MOLECULE), "test"],
                 cwd=cwd,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
