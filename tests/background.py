@@ -54,6 +54,11 @@ class Background:
 # for the scenarios, so no scenario's containers share the host with them).
 RUNNING: dict[str, Background] = {}
 
+# Set once no test that measures (quiet_host) or reads every process (host_processes) is
+# left to run (tests/conftest.py): the molecule scenarios start then, beside the lab tests
+# after the last of those, which wait on the lab more than they compute.
+QUIET_OVER = threading.Event()
+
 
 def wait_for(name: str) -> None:
     """Wait until the named background work is over (its errors belong to its tests)."""

@@ -23,7 +23,7 @@ import pytest
 
 from sparkctl import inventory
 from sparkctl.inventory import Inventory
-from tests.background import RUNNING, START_ENV, Background, wait_for
+from tests.background import QUIET_OVER, RUNNING, START_ENV, Background, wait_for
 from tests.labhost import HostSnapshot, cluster_state, state_diff
 from tests.unit.pathload import load_file
 
@@ -73,27 +73,45 @@ def lab_unavailable() -> str | None:
     return None
 
 
-def _phase(item: pytest.Item) -> tuple[bool, int, bool, bool, bool]:
-    """Unit tests first, then the contract suite (its venv and its aarch64 resolutions are
-    built in the background meanwhile, tests/contract/conftest.py), then the rest; tests
-    marked quiet_host (bandwidth measured on the lab) come after the other lab tests, by
-    when the background molecule scenarios (and a first pass run beside, scripts/test.sh)
-    are over, the modules marked host_processes first among them (they read every
-    process of this host: nothing else runs then, and no rank of the lab's yet); tests
-    marked regroups_lab (a module that provisions the lab into other TP groups) after
-    those, so that nothing after them needs the lab as it was; tests marked
-    lab_teardown take the shared lab down: they run last. The sort is stable: within a
-    phase, file order."""
+def _phase(item: pytest.Item) -> tuple[bool, int, bool, bool, bool, bool, bool]:
+    """The order of a session's tests (the sort is stable: within a phase, file order):
+
+    1. the unit tests, then the contract suite (its venv and its aarch64 resolutions are
+       built in the background meanwhile, tests/contract/conftest.py);
+    2. the lab tests that neither measure nor serve, beside a first pass that
+       scripts/test.sh runs at the same time;
+    3. the tests that need the host to themselves (wait_quiet): the modules marked
+       host_processes (they read every process of this host) first, then those marked
+       quiet_host (bandwidth measured on the lab);
+    4. the module marked serves_lab (test_serve: its own measuring tests, marked
+       quiet_host, first in the file), then those marked regroups_lab (they provision
+       the lab into other TP groups, so nothing after them needs the lab as it was);
+       the molecule scenarios run beside these (tests/background.py, QUIET_OVER);
+    5. the molecule tier, whose tests wait for their scenarios' results;
+    6. the tests marked lab_teardown, which take the shared lab down."""
     parts = Path(str(item.path)).resolve().relative_to(REPO).parts
+    tier = parts[1] if len(parts) > 2 else ""
     host = item.get_closest_marker("host_processes") is not None
-    group = 2 if host else {"unit": 0, "contract": 1}.get(parts[1] if len(parts) > 2 else "", 2)
+    serves = item.get_closest_marker("serves_lab") is not None
+    group = 2 if host else {"unit": 0, "contract": 1}.get(tier, 2)
     return (
         item.get_closest_marker("lab_teardown") is not None,
         group,
+        tier == "molecule",
         item.get_closest_marker("regroups_lab") is not None,
-        host or item.get_closest_marker("quiet_host") is not None,
+        serves,
+        _wants_quiet(item) and not serves,
         not host,
     )
+
+
+def _wants_quiet(node: pytest.Item | pytest.Collector) -> bool:
+    return any(node.get_closest_marker(m) is not None for m in ("quiet_host", "host_processes"))
+
+
+# The tests that come after the session's last one that wants the host to itself: the
+# first of them to run lets the molecule scenarios start (tests/background.py, QUIET_OVER).
+_AFTER_QUIET: set[str] = set()
 
 
 def wait_first_pass() -> None:
@@ -111,8 +129,11 @@ def wait_first_pass() -> None:
 
 
 def wait_quiet() -> None:
-    """Nothing of the suite's own beside the test: no molecule scenario, no first pass."""
-    wait_for("molecule")
+    """Nothing of the suite's own beside the test: no molecule scenario (they start only
+    after the last test that waits here, so this waits only where the order was changed
+    by hand), no first pass."""
+    if QUIET_OVER.is_set():
+        wait_for("molecule")
     wait_first_pass()
 
 
@@ -126,6 +147,7 @@ def needed_after(request: pytest.FixtureRequest) -> bool:
     return any(
         item.get_closest_marker("lab") is not None
         and item.get_closest_marker("lab_teardown") is None
+        and _tier(item) != "molecule"  # its scenarios run in containers of their own
         for item in later
     )
 
@@ -156,6 +178,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "serves_lab: serves the model on the lab (test_serve), after the quiet_host tests "
+        "and before regroups_lab; its own quiet_host tests come first in its file",
+    )
+    config.addinivalue_line(
+        "markers",
         "quiet_host: measures bandwidth on the lab, so it waits until no background "
         "molecule scenario or first pass shares the host (runs after the other lab tests)",
     )
@@ -173,10 +200,6 @@ def promtool() -> str:
     return found
 
 
-def _wants_quiet(node: pytest.Item | pytest.Collector) -> bool:
-    return any(node.get_closest_marker(m) is not None for m in ("quiet_host", "host_processes"))
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _quiet_module(request: pytest.FixtureRequest) -> None:
     """A quiet_host or host_processes module waits before its module fixtures run
@@ -189,6 +212,8 @@ def _quiet_module(request: pytest.FixtureRequest) -> None:
 def _quiet_host(request: pytest.FixtureRequest) -> None:
     if _wants_quiet(request.node):
         wait_quiet()
+    elif request.node.nodeid in _AFTER_QUIET:
+        QUIET_OVER.set()
 
 
 _IMAGE_LOCK = threading.Lock()
@@ -294,7 +319,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """The lab comes up in the background while the unit tests run (tests/background.py):
     `lab up` is a minute or more of podman, debootstrap and SSH waits. Nothing of the unit
     or contract suites touches the lab; SPARKCTL_LAB_BACKGROUND=0 brings it up in the
-    fixture instead."""
+    fixture instead.
+
+    Also marks where the tests that want the host to themselves end (_AFTER_QUIET); with
+    none selected, the molecule scenarios may start at once."""
+    quiet = [i for i, item in enumerate(session.items) if _wants_quiet(item)]
+    if quiet:
+        _AFTER_QUIET.update(item.nodeid for item in session.items[quiet[-1] + 1 :])
+    else:
+        QUIET_OVER.set()
     if (
         session.config.option.collectonly
         # A collection error ends the session before any test: no lab to bring up (it

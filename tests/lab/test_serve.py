@@ -26,12 +26,16 @@ import pytest
 import yaml
 
 from sparkctl.paths import roles_dir
-from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
+from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl, wait_quiet
 from tests.lab.test_monitoring import check_dashboard
 from tests.labhost import STATE, ssh
 
-# Bandwidth is measured (validate's NCCL gate): after the molecule scenarios.
-pytestmark = [pytest.mark.lab, pytest.mark.quiet_host]
+# Served after the tests that measure with the host to themselves (tests/conftest.py,
+# _phase). Its own measuring tests, marked quiet_host, come first in this file: `up`
+# (validate's NCCL gate, the `served` fixture), bench, validate next to the loaded model;
+# the molecule scenarios start once they are over, beside the fault and watchdog tests
+# after them, which wait on the lab more than they compute.
+pytestmark = [pytest.mark.lab, pytest.mark.serves_lab]
 
 MODEL_DIR = "/srv/sparkctl-model/served"
 CACHE = "/var/lib/sparkctl/models"
@@ -106,6 +110,7 @@ TEXTFILES = STATE / "test-serve-textfiles"
 @pytest.fixture(scope="module")
 def served(model: None) -> dict[str, Any]:
     """`sparkctl up`: provision, validate, serve up, serve verify, all green."""
+    wait_quiet()  # up's validate measures the fabric: nothing of the suite's beside it
     shutil.rmtree(TEXTFILES, ignore_errors=True)
     TEXTFILES.mkdir(parents=True)
     proc = sparkctl(
@@ -226,6 +231,7 @@ def _check_levels(report: dict[str, Any], nodes: list[str]) -> None:
     assert page.count("<svg") == 3 and "Communication share" in page
 
 
+@pytest.mark.quiet_host  # tokens/s and the pace-setter's figures
 def test_bench_compares_tp4_with_two_tp2_groups_and_names_a_port_shaped_to_a_quarter(
     lab: LabSession, served: dict[str, Any]
 ) -> None:
@@ -323,6 +329,83 @@ def test_bench_compares_tp4_with_two_tp2_groups_and_names_a_port_shaped_to_a_qua
         f"({base['levels'][0]['change']:+.0%}), "
         f"pace-setter {pace_setter['node']}: {pace_setter['message']}"
     )
+
+
+# Most of a node's memory taken, as a loaded model takes a GB10's: anonymous memory up to
+# 300 MiB below the node's limit (what its other processes hold counted), room for a
+# serving rank, validate's commands and nccl-tests' ranks, and below the 480 MiB under
+# which the lab's sweep tops below its calibrated 16 MiB (inventory/group_vars/sim/
+# validate.yml); the first thing the kernel's OOM killer takes should they need more.
+_HOG = r"""
+import os, time
+open("/proc/self/oom_score_adj", "w").write("1000")
+v1 = "/sys/fs/cgroup/memory/"
+if os.path.exists(v1 + "memory.limit_in_bytes"):
+    limit, word = int(open(v1 + "memory.limit_in_bytes").read()), "total_rss"
+    stat = dict(line.split() for line in open(v1 + "memory.stat"))
+else:
+    limit, word = int(open("/sys/fs/cgroup/memory.max").read()), "anon"
+    stat = dict(line.split() for line in open("/sys/fs/cgroup/memory.stat"))
+taken = b"\x01" * (limit - int(stat[word]) - 300 * 2**20)
+open("/run/sparkctl-test-hog.ready", "w").write(str(len(taken)))
+time.sleep(3600)
+"""
+
+
+@pytest.mark.fault
+@pytest.mark.quiet_host  # validate's NCCL gate
+def test_validate_next_to_a_loaded_model_is_not_judged_and_stop_serving_judges_it(
+    lab: LabSession, served: dict[str, Any]
+) -> None:
+    """While the model serves, most of spark4's memory is taken: its node checks still
+    pass (what the server's cgroup holds counts as room), but the sweep, sized from what
+    is left, tops below the size the lab's gate is calibrated at. validate says "not
+    judged" with exit 8, naming the node, how much is free and --stop-serving; no node
+    is blamed and no pair is run. With the memory back, validate --stop-serving stops
+    every rank, judges the fabric with the service down, and starts the service again."""
+    spark4 = lab.inventory.node("spark4").mgmt_ip
+    script = base64.b64encode(_HOG.encode()).decode()
+    ssh(spark4, f"echo {script} | base64 -d > /run/sparkctl-test-hog.py")
+    ssh(
+        spark4,
+        "systemd-run --unit sparkctl-test-hog --collect /usr/bin/python3 "
+        "/run/sparkctl-test-hog.py && for i in $(seq 120); do "
+        "test -s /run/sparkctl-test-hog.ready && exit 0; sleep 0.5; done; exit 1",
+    )
+    try:
+        proc = _run("validate", str(SIM_INVENTORY), *SOURCE, "-c", "all_reduce", "--json")
+    finally:
+        ssh(spark4, "systemctl stop sparkctl-test-hog; rm -f /run/sparkctl-test-hog.*", check=False)
+    assert proc.returncode == 8, proc.stdout[-2000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "not_judged"
+    assert [c for c in report["checks"] if c["outcome"] not in ("passed", "skipped")] == []
+    memory = next(c for c in report["checks"] if (c["check"], c["host"]) == ("memory", "spark4"))
+    assert "cgroup /sys/fs/cgroup/memory: limit 3.0 GiB less its use" in memory["message"]
+    assert "the running server's cgroup holds" in memory["message"]
+    [gate] = report["nccl"]
+    assert (gate["scope"], gate["outcome"]) == ("all", "not_judged"), gate
+    assert gate["message"].startswith("not judged on bandwidth: ")
+    assert "free on spark4 (cgroup /sys/fs/cgroup/memory" in gate["message"]
+    assert "sparkctl validate --stop-serving" in gate["message"]
+    assert "is below 16 MiB, the smallest top at which this gate is calibrated" in gate["message"]
+    assert report["localisation"] == []
+    assert "validation not judged: bandwidth gate not judged: all_reduce" in proc.stderr
+    # The memory back: the service stopped around the sweep, judged, and serving again.
+    proc = _run(
+        "validate", str(SIM_INVENTORY), *SOURCE, "-c", "all_reduce", "--stop-serving", "--json"
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "passed" and report["nccl"][0]["outcome"] == "passed"
+    units = [c for c in report["checks"] if c["check"] == "sglang_unit"]
+    # stopped: the head inactive, a worker whose head went away "failed" (as serve down)
+    stopped = (", inactive", ", failed")
+    assert len(units) == 4 and all(c["message"].endswith(stopped) for c in units), units
+    assert "validate --stop-serving: stopping the service on 4 nodes" in proc.stderr
+    assert "validate --stop-serving: starting the service again" in proc.stderr
+    rc, _, err = _verify()
+    assert rc == 0, err[-3000:]
 
 
 def _status(*extra: str, textfiles: bool = False) -> tuple[int, dict[str, Any]]:
@@ -970,82 +1053,6 @@ def test_a_flushed_firewall_on_the_head_fails_serve_verify_naming_it(
     rc, _, err = _verify()
     assert rc == 0, err[-3000:]
     assert_unchanged(before, snapshot(), "serve up after the firewall was loaded again")
-
-
-# Most of a node's memory taken, as a loaded model takes a GB10's: anonymous memory up to
-# 300 MiB below the node's limit (what its other processes hold counted), room for a
-# serving rank, validate's commands and nccl-tests' ranks, and below the 480 MiB under
-# which the lab's sweep tops below its calibrated 16 MiB (inventory/group_vars/sim/
-# validate.yml); the first thing the kernel's OOM killer takes should they need more.
-_HOG = r"""
-import os, time
-open("/proc/self/oom_score_adj", "w").write("1000")
-v1 = "/sys/fs/cgroup/memory/"
-if os.path.exists(v1 + "memory.limit_in_bytes"):
-    limit, word = int(open(v1 + "memory.limit_in_bytes").read()), "total_rss"
-    stat = dict(line.split() for line in open(v1 + "memory.stat"))
-else:
-    limit, word = int(open("/sys/fs/cgroup/memory.max").read()), "anon"
-    stat = dict(line.split() for line in open("/sys/fs/cgroup/memory.stat"))
-taken = b"\x01" * (limit - int(stat[word]) - 300 * 2**20)
-open("/run/sparkctl-test-hog.ready", "w").write(str(len(taken)))
-time.sleep(3600)
-"""
-
-
-@pytest.mark.fault
-def test_validate_next_to_a_loaded_model_is_not_judged_and_stop_serving_judges_it(
-    lab: LabSession, served: dict[str, Any]
-) -> None:
-    """While the model serves, most of spark4's memory is taken: its node checks still
-    pass (what the server's cgroup holds counts as room), but the sweep, sized from what
-    is left, tops below the size the lab's gate is calibrated at. validate says "not
-    judged" with exit 8, naming the node, how much is free and --stop-serving; no node
-    is blamed and no pair is run. With the memory back, validate --stop-serving stops
-    every rank, judges the fabric with the service down, and starts the service again."""
-    spark4 = lab.inventory.node("spark4").mgmt_ip
-    script = base64.b64encode(_HOG.encode()).decode()
-    ssh(spark4, f"echo {script} | base64 -d > /run/sparkctl-test-hog.py")
-    ssh(
-        spark4,
-        "systemd-run --unit sparkctl-test-hog --collect /usr/bin/python3 "
-        "/run/sparkctl-test-hog.py && for i in $(seq 120); do "
-        "test -s /run/sparkctl-test-hog.ready && exit 0; sleep 0.5; done; exit 1",
-    )
-    try:
-        proc = _run("validate", str(SIM_INVENTORY), *SOURCE, "-c", "all_reduce", "--json")
-    finally:
-        ssh(spark4, "systemctl stop sparkctl-test-hog; rm -f /run/sparkctl-test-hog.*", check=False)
-    assert proc.returncode == 8, proc.stdout[-2000:] + proc.stderr[-4000:]
-    report = json.loads(proc.stdout)
-    assert report["verdict"] == "not_judged"
-    assert [c for c in report["checks"] if c["outcome"] not in ("passed", "skipped")] == []
-    memory = next(c for c in report["checks"] if (c["check"], c["host"]) == ("memory", "spark4"))
-    assert "cgroup /sys/fs/cgroup/memory: limit 3.0 GiB less its use" in memory["message"]
-    assert "the running server's cgroup holds" in memory["message"]
-    [gate] = report["nccl"]
-    assert (gate["scope"], gate["outcome"]) == ("all", "not_judged"), gate
-    assert gate["message"].startswith("not judged on bandwidth: ")
-    assert "free on spark4 (cgroup /sys/fs/cgroup/memory" in gate["message"]
-    assert "sparkctl validate --stop-serving" in gate["message"]
-    assert "is below 16 MiB, the smallest top at which this gate is calibrated" in gate["message"]
-    assert report["localisation"] == []
-    assert "validation not judged: bandwidth gate not judged: all_reduce" in proc.stderr
-    # The memory back: the service stopped around the sweep, judged, and serving again.
-    proc = _run(
-        "validate", str(SIM_INVENTORY), *SOURCE, "-c", "all_reduce", "--stop-serving", "--json"
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    report = json.loads(proc.stdout)
-    assert report["verdict"] == "passed" and report["nccl"][0]["outcome"] == "passed"
-    units = [c for c in report["checks"] if c["check"] == "sglang_unit"]
-    # stopped: the head inactive, a worker whose head went away "failed" (as serve down)
-    stopped = (", inactive", ", failed")
-    assert len(units) == 4 and all(c["message"].endswith(stopped) for c in units), units
-    assert "validate --stop-serving: stopping the service on 4 nodes" in proc.stderr
-    assert "validate --stop-serving: starting the service again" in proc.stderr
-    rc, _, err = _verify()
-    assert rc == 0, err[-3000:]
 
 
 def test_down_stops_every_rank(lab: LabSession, served: dict[str, Any]) -> None:

@@ -1,15 +1,16 @@
-"""The molecule scenarios run in the background, beside the unit tests.
+"""The molecule scenarios run in the background, beside the lab tests that wait more than
+they compute.
 
 ``molecule test`` of one role takes one to three minutes, most of it Ansible in the
-scenario's containers; the unit and contract phases that run first (tests/conftest.py)
-leave the machine's second core mostly idle. So when collection ends and molecule
-scenarios are selected on a machine that can run them, one thread runs them one after
-the other (image first, then each scenario, destroyed again unless it passed),
-and each ``test_molecule_scenario`` waits for its own scenario's result. The
-lab comes up and its first tests run meanwhile; the lab tests that measure
-bandwidth (marked quiet_host) wait for the whole sequence (tests/conftest.py),
-so they never share the host with a scenario. SPARKCTL_MOLECULE_BACKGROUND=0
-runs each scenario inside its test instead.
+scenario's containers. When collection ends and molecule scenarios are selected on a
+machine that can run them, one thread runs them one after the other (each destroyed
+again unless it passed), at nice 10, and each ``test_molecule_scenario`` (ordered after
+the lab tests, tests/conftest.py) waits for its own scenario's result. The thread starts
+its first scenario once no test that measures bandwidth (quiet_host) or reads every
+process of the host (host_processes) is left (tests/background.py, QUIET_OVER): those
+run first, and then the serving lab's fault tests, the watchdog's and the TP groups'
+run beside the scenarios. SPARKCTL_MOLECULE_BACKGROUND=0 runs each scenario inside its
+test instead.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.background import RUNNING, START_ENV, Background
+from tests.background import QUIET_OVER, RUNNING, START_ENV, Background
 from tests.conftest import REPO, lab_image, lab_unavailable
 
 HERE = Path(__file__).resolve().parent
@@ -153,6 +154,10 @@ class ScenarioQueue:
                 self.results[role] = exc
                 self.ready[role].set()
             return
+        # Not before the last test that measures bandwidth or reads every process is over
+        # (tests/background.py, QUIET_OVER); an ended session ends the wait.
+        while not QUIET_OVER.wait(1) and not self.stopping.is_set():
+            pass
         for role in self.roles:
             try:
                 if self.stopping.is_set():
