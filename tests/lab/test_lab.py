@@ -216,7 +216,8 @@ def test_jumbo_frames_need_the_switch_ports_raised(
 # --------------------------------------------------------------- bandwidth
 @pytest.fixture
 def twin_b_pair(lab: LabSession) -> Iterator[tuple[str, str, str]]:
-    """spark3 and spark4 over twin b. This test runs last (quiet_host), on a provisioned
+    """spark3 and spark4 over twin b. This test runs after the lab's others that neither
+    measure nor serve (quiet_host: tests/conftest.py, _phase), on a provisioned
     lab whose twins have their addresses already; an address it had to add itself is the
     only one it removes again."""
     n3, n4 = lab.inventory.node("spark3"), lab.inventory.node("spark4")

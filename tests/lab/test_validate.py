@@ -19,7 +19,8 @@ import pytest
 from tests.conftest import SIM_INVENTORY, LabSession, assert_unchanged, sparkctl
 from tests.labhost import STATE, ssh
 
-# Bandwidth is measured (validate's NCCL gate): after the molecule scenarios.
+# Bandwidth is measured (validate's NCCL gate): with nothing of the suite's beside it, no
+# first pass and no molecule scenario (tests/conftest.py, _phase and wait_quiet).
 pytestmark = [pytest.mark.lab, pytest.mark.quiet_host]
 
 # swp3 carries spark2's twin a, swp4 its twin b, swp5 spark3's twin a
