@@ -184,7 +184,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "quiet_host: measures bandwidth on the lab, so it waits until no background "
-        "molecule scenario or first pass shares the host (runs after the other lab tests)",
+        "molecule scenario or first pass shares the host (runs after the lab tests that "
+        "neither measure nor serve, before the molecule scenarios start)",
     )
 
 
