@@ -89,11 +89,10 @@ def _phase(item: pytest.Item) -> tuple[bool, int, bool, bool, bool, bool, bool]:
        the molecule scenarios run beside these (tests/background.py, QUIET_OVER);
     5. the molecule tier, whose tests wait for their scenarios' results;
     6. the tests marked lab_teardown, which take the shared lab down."""
-    parts = Path(str(item.path)).resolve().relative_to(REPO).parts
-    tier = parts[1] if len(parts) > 2 else ""
+    tier = _tier(item)
     host = item.get_closest_marker("host_processes") is not None
     serves = item.get_closest_marker("serves_lab") is not None
-    group = 2 if host else {"unit": 0, "contract": 1}.get(tier, 2)
+    group = 2 if host else {"unit": 0, "contract": 1}.get(tier or "", 2)
     return (
         item.get_closest_marker("lab_teardown") is not None,
         group,
@@ -203,8 +202,8 @@ def promtool() -> str:
 
 @pytest.fixture(scope="module", autouse=True)
 def _quiet_module(request: pytest.FixtureRequest) -> None:
-    """A quiet_host or host_processes module waits before its module fixtures run
-    (test_serve's `up`)."""
+    """A module marked quiet_host or host_processes as a whole waits before its module
+    fixtures run (test_validate's first validate); test_serve's `served` waits itself."""
     if _wants_quiet(request.node):
         wait_quiet()
 
