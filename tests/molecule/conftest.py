@@ -99,9 +99,11 @@ def run_scenario(
             # stdin it inherits is non-blocking, and pytest's stdin is shared
             # with every background job of the session, any of which may set
             # O_NONBLOCK on it (seen in CI: roce_fabric's create failed so).
-            # At nice 10, as scripts/test.sh's first pass: the lab tests beside it
-            # (nice 0) keep the CPU they need, and the scenario takes what they leave.
-            # Every process of the scenario, its containers' included, inherits it.
+            # At nice 10, as scripts/test.sh's first pass: molecule and its
+            # ansible-playbook yield to the lab tests' own on the controller. Its
+            # containers inherit the niceness but are cgroups of their own, and compete
+            # with the lab's nodes as equals (docs/benchmarks.md, "The test suite"):
+            # what keeps them off the measuring tests is QUIET_OVER, below.
             proc = subprocess.Popen(
                 ["nice", "-n", str(NICE), str(MOLECULE), "test"],
                 cwd=cwd,
