@@ -11,6 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkctl_lab.lab import MGMT_IF
 from sparkctl_lab.podman import CONTAINERS_CONF
 
 STATE = Path(os.environ.get("SPARKCTL_STATE_DIR", Path.home() / ".local/state/sparkctl"))
@@ -90,6 +91,20 @@ class HostSnapshot:
             # tables podman's netavark creates stay after every network is gone.
             rules += [t for t in _out(["nft", "list", "tables"]).splitlines() if "sparkctl" in t]
         return cls(links, containers, networks, tuple(rules))
+
+
+def macs(nodes: dict[str, str]) -> dict[str, str]:
+    """The MAC of each lab host's management NIC (``nodes``: name -> management address),
+    read through podman rather than SSH, so a stale ARP entry cannot hang the read, and
+    the MAC of the controller's bridge toward them ("controller")."""
+    found = {
+        name: _out(["podman", "exec", name, "cat", f"/sys/class/net/{MGMT_IF}/address"]).strip()
+        for name in nodes
+    }
+    route = json.loads(_out(["ip", "-j", "route", "get", next(iter(nodes.values()))]) or "[{}]")
+    bridge = route[0].get("dev", "")
+    found["controller"] = Path(f"/sys/class/net/{bridge}/address").read_text().strip()
+    return found
 
 
 def ssh(

@@ -50,11 +50,30 @@ NODE_MEMORY = "3g"
 Progress = Callable[[str], None]
 
 
+def mgmt_mac(address: str) -> str:
+    """The fixed MAC of a lab host's management NIC, or of the lab's bridge: locally
+    administered (02:...), then the four bytes of its IPv4 address, so one address
+    always has one MAC.
+
+    A Spark keeps its NIC's MAC across reboots, and its neighbours' ARP caches stay
+    right. netavark gives a container a new random MAC each time its network is set up
+    (``podman init`` after ``lab reboot``) and does not announce it (arp_notify is 0 in
+    the container), so the controller would keep sending to the old MAC until its
+    neighbour entry expires: tens of seconds in which SSH to the rebooted node hangs
+    (seen: an SSH right after ``lab reboot`` timed out after 60 s). podman's
+    ``--network NAME:mac=MAC`` keeps it fixed (podman-run(1), "--network")."""
+    return "02:73:" + ":".join(f"{b:02x}" for b in ipaddress.IPv4Address(address).packed)
+
+
 @dataclass(frozen=True)
 class LabHost:
     name: str
     mgmt_ip: str
     role: str  # "spark" or "switch"
+
+    @property
+    def mgmt_mac(self) -> str:
+        return mgmt_mac(self.mgmt_ip)
 
 
 @dataclass(frozen=True)
@@ -76,6 +95,11 @@ class LabSpec:
     @property
     def sparks(self) -> tuple[LabHost, ...]:
         return tuple(h for h in self.hosts if h.role == "spark")
+
+    @property
+    def gateway(self) -> str:
+        """The controller's address on the management network: the subnet's first."""
+        return str(next(ipaddress.IPv4Network(self.mgmt_subnet).hosts()))
 
     @classmethod
     def from_inventory(
@@ -286,7 +310,6 @@ class Lab:
 
     def _create(self, image: str) -> None:
         if not self.podman.network_exists(NETWORK):
-            gateway = str(next(ipaddress.IPv4Network(self.spec.mgmt_subnet).hosts()))
             self.podman(
                 "network",
                 "create",
@@ -295,7 +318,7 @@ class Lab:
                 "--subnet",
                 self.spec.mgmt_subnet,
                 "--gateway",
-                gateway,
+                self.spec.gateway,
                 NETWORK,
             )
         # Sealed before any node starts: only lab-internal traffic (and HTTP(S) to
@@ -325,10 +348,11 @@ class Lab:
                 "--cap-add",
                 "SYS_PTRACE",
                 "--network",
-                f"{NETWORK}:ip={host.mgmt_ip},interface_name={MGMT_IF}",
+                f"{NETWORK}:ip={host.mgmt_ip},mac={host.mgmt_mac},interface_name={MGMT_IF}",
                 "--no-hosts",
                 image,
             )
+        self._pin_bridge_mac()
         with ThreadPoolExecutor(max_workers=len(self.spec.hosts)) as pool:
             list(pool.map(self._wait_booted, [h.name for h in self.spec.hosts]))
         self.guard()
@@ -372,6 +396,22 @@ class Lab:
         plan = self.egress_plan()
         egress.apply(plan)
         return plan
+
+    def _pin_bridge_mac(self) -> None:
+        """Give the lab's bridge a MAC of its own, as a switch's gateway has.
+
+        A Linux bridge takes the lowest MAC of its ports unless one was set on it
+        (br_stp_recalculate_bridge_id skips a bridge whose address was assigned), so
+        while ``lab reboot`` removes and re-adds nodes' veths the controller's MAC would
+        change under the nodes' ARP caches. netavark pins it itself from 1.9
+        (containers/netavark#833, "bridge: force static mac on bridge interface");
+        Debian 12's is 1.4. The bridge exists once a container is attached to it."""
+        bridge = self.podman.network_interface(NETWORK)
+        run(
+            ["ip", "link", "set", "dev", bridge, "address", mgmt_mac(self.spec.gateway)],
+            code=ExitCode.LAB,
+            what=f"pin the MAC of the lab's bridge {bridge}",
+        )
 
     def _writable_net_sysctls(self, name: str, pid: int | None = None) -> None:
         """Make /proc/sys/net (and only it) writable in the container.

@@ -15,7 +15,7 @@ import pytest
 
 from sparkctl.errors import ExitCode, SparkctlError
 from sparkctl_lab.fabric import Cable
-from sparkctl_lab.lab import LabHost, LabSpec
+from sparkctl_lab.lab import LabHost, LabSpec, mgmt_mac
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:AnsibleCollectionFinder has already been configured:UserWarning"
@@ -81,6 +81,20 @@ def test_sim_spec() -> None:
     assert spec.hardware.driver_version == "580.95.05"
     assert spec.hardware.cuda_version == "13.0"
     assert spec.hardware.gpu_name == "NVIDIA GB10"
+
+
+def test_every_management_address_has_one_fixed_mac() -> None:
+    """A node keeps its MAC across `lab reboot` (the controller's ARP cache stays right),
+    and no two hosts or the bridge share one."""
+    spec = LabSpec.from_inventory(SIM)
+    assert spec.gateway == "10.77.0.1"
+    assert spec.hosts[0].mgmt_mac == "02:73:0a:4d:00:0b"  # 10.77.0.11
+    assert mgmt_mac("10.77.0.11") == spec.hosts[0].mgmt_mac  # from the address alone
+    macs = [h.mgmt_mac for h in spec.hosts] + [mgmt_mac(spec.gateway)]
+    assert len(set(macs)) == len(macs)
+    for mac in macs:
+        first = int(mac.split(":")[0], 16)
+        assert first & 0b10 and not first & 0b01  # locally administered, unicast
 
 
 def test_sim_cables() -> None:
