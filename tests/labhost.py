@@ -11,8 +11,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkctl_lab.lab import MGMT_IF
-from sparkctl_lab.podman import CONTAINERS_CONF
+from sparkctl_lab.lab import MGMT_IF, NETWORK
+from sparkctl_lab.podman import CONTAINERS_CONF, Podman
 
 STATE = Path(os.environ.get("SPARKCTL_STATE_DIR", Path.home() / ".local/state/sparkctl"))
 SSH_DIR = STATE / "lab" / "ssh"
@@ -93,16 +93,16 @@ class HostSnapshot:
         return cls(links, containers, networks, tuple(rules))
 
 
-def macs(nodes: dict[str, str]) -> dict[str, str]:
-    """The MAC of each lab host's management NIC (``nodes``: name -> management address),
-    read through podman rather than SSH, so a stale ARP entry cannot hang the read, and
-    the MAC of the controller's bridge toward them ("controller")."""
+def macs(names: list[str]) -> dict[str, str]:
+    """The MAC of each named lab host's management NIC, read through podman rather than
+    SSH, so a stale ARP entry cannot hang the read, and that of the lab's bridge on the
+    controller ("controller")."""
+    podman = Podman()
     found = {
-        name: _out(["podman", "exec", name, "cat", f"/sys/class/net/{MGMT_IF}/address"]).strip()
-        for name in nodes
+        name: podman.exec(name, ["cat", f"/sys/class/net/{MGMT_IF}/address"]).stdout.strip()
+        for name in names
     }
-    route = json.loads(_out(["ip", "-j", "route", "get", next(iter(nodes.values()))]) or "[{}]")
-    bridge = route[0].get("dev", "")
+    bridge = podman.network_interface(NETWORK)
     found["controller"] = Path(f"/sys/class/net/{bridge}/address").read_text().strip()
     return found
 
